@@ -1,0 +1,311 @@
+"""A ClickHouse-HTTP endpoint over chDB: a LOCAL STAND-IN for tests and the demo.
+
+Production targets a ClickHouse server; this adapter only exists because Debian's
+`clickhouse-server` (18.16) is too old for clickhouse-connect and nothing else can be
+downloaded here. It serves the subset of the HTTP interface that clickhouse-connect uses:
+
+* the statement in the ``query`` URL parameter and/or at the start of the body (the two
+  are concatenated, as ClickHouse does); ``INSERT … FORMAT X`` followed by data is streamed
+  into chDB's inserter;
+* chunked request bodies; ``Content-Encoding`` lz4 / zstd / gzip where the body is a
+  *sequence* of compressed frames (clickhouse-connect compresses each block separately);
+* ``database``, ``default_format``, ``param_*`` (server-side parameters) and settings
+  URL parameters; compressed responses when ``enable_http_compression=1``;
+* the ``X-ClickHouse-Format/-Timezone/-Summary/-Query-Id`` response headers;
+* errors as HTTP 500 with a ``Code: N. DB::Exception: …`` body.
+
+chDB opens a data path in one process only, so every client goes through this one
+process; statements run one at a time under a lock (chDB's session is not re-entrant).
+
+Run: ``python -m devenv.clickhouse_http --path DIR [--port 0] [--port-file FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlsplit
+
+import lz4.frame
+import zstandard
+from chdb import session as chdb_session
+
+# URL parameters that belong to the HTTP transport, not to the query engine.
+_TRANSPORT_PARAMS = {
+    "query", "database", "default_format", "user", "password", "query_id", "session_id",
+    "session_timeout", "session_check", "compress", "decompress", "buffer_size",
+    "wait_end_of_query", "client_protocol_version", "role", "quota_key", "stacktrace",
+    "close_session", "enable_http_compression", "send_progress_in_http_headers",
+    "http_headers_progress_interval_ms", "http_response_buffer_size",
+}
+_INSERT_WITH_DATA = re.compile(
+    rb"^\s*(INSERT\s+INTO\s+.+?)\s+FORMAT\s+([A-Za-z0-9_]+)[ \t]*(?:\r?\n)?", re.I | re.S
+)
+_FORMAT_CLAUSE = re.compile(r"\bFORMAT\s+([A-Za-z0-9_]+)\s*;?\s*$", re.I)
+_ERROR_CODE = re.compile(r"Code:\s*(\d+)")
+
+
+def decompress_frames(encoding: str, data: bytes) -> bytes:
+    """Decode a body that may be several concatenated compressed frames."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return data
+    if encoding == "gzip":
+        return gzip.decompress(data)  # handles multi-member bodies
+    if encoding == "zstd":
+        reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+        return reader.read()
+    if encoding == "lz4":
+        out, rest = [], data
+        while rest:
+            decoder = lz4.frame.LZ4FrameDecompressor()
+            out.append(decoder.decompress(rest))
+            if not decoder.eof:
+                raise ValueError("truncated lz4 frame in request body")
+            rest = decoder.unused_data
+        return b"".join(out)
+    raise ValueError(f"unsupported Content-Encoding {encoding!r}")
+
+
+def compress_body(encoding: str, data: bytes) -> bytes:
+    if encoding == "lz4":
+        return lz4.frame.compress(data)
+    if encoding == "zstd":
+        return zstandard.ZstdCompressor().compress(data)
+    return gzip.compress(data, compresslevel=1)
+
+
+class ChdbEngine:
+    """One chDB session shared by all requests, used one statement at a time."""
+
+    def __init__(self, path: str):
+        self.session = chdb_session.Session(path)
+        self.lock = threading.Lock()
+        self.timezone = bytes(self.session.query("SELECT timezone()", "TSVRaw").bytes()).decode().strip()
+
+    def _prepare(self, database: str | None, settings: dict[str, str]) -> list[str]:
+        if database:
+            self.session.query(f"USE `{database.replace('`', '``')}`")
+        applied = []
+        for name, value in settings.items():
+            if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+                raise ValueError(f"Code: 115. DB::Exception: Unknown setting {name!r}")
+            self.session.query(f"SET {name} = '{_escape(value)}'")
+            applied.append(name)
+        return applied
+
+    def _restore(self, applied: list[str]) -> None:
+        for name in applied:
+            self.session.query(f"SET {name} = DEFAULT")
+        self.session.query("USE default")
+
+    def run(self, sql: str, fmt: str, params: dict, database: str | None, settings: dict):
+        with self.lock:
+            applied = self._prepare(database, settings)
+            try:
+                result = self.session.query(sql, fmt, params=params or None)
+                return bytes(result.bytes()), {
+                    "read_rows": result.rows_read(), "read_bytes": result.bytes_read(),
+                    "written_rows": result.rows_written(), "written_bytes": result.bytes_written(),
+                }
+            finally:
+                self._restore(applied)
+
+    def insert(self, statement: str, fmt: str, data: bytes, database: str | None, settings: dict):
+        with self.lock:
+            applied = self._prepare(database, settings)
+            try:
+                with self.session.send_insert(statement, fmt) as inserter:
+                    if data:
+                        inserter.append(data)
+                    result = inserter.finish()
+                rows = getattr(result, "rows_written", 0)
+                return {"read_rows": 0, "read_bytes": 0, "written_rows": rows, "written_bytes": len(data)}
+            finally:
+                self._restore(applied)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "chdb-http-standin"
+    engine: ChdbEngine  # set on the class by serve()
+
+    def log_message(self, format, *args):  # noqa: A002 - signature fixed by the base class
+        if os.environ.get("CHDB_HTTP_VERBOSE"):
+            sys.stderr.write("%s - %s\n" % (self.address_string(), format % args))
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def do_GET(self):
+        self._handle(b"")
+
+    def do_POST(self):
+        self._handle(self._read_body())
+
+    def _handle(self, body: bytes):
+        url = urlsplit(self.path)
+        if url.path in ("/ping", "/") and not url.query and not body:
+            return self._send(200, b"Ok.\n", {"Content-Type": "text/plain"})
+        args = dict(parse_qsl(url.query, keep_blank_values=True))
+        query_id = args.get("query_id") or str(uuid.uuid4())
+        headers = {"X-ClickHouse-Query-Id": query_id, "X-ClickHouse-Timezone": self.engine.timezone}
+        try:
+            body = decompress_frames(self.headers.get("Content-Encoding", ""), body)
+            params = {k[6:]: v for k, v in args.items() if k.startswith("param_")}
+            settings = {
+                k: v for k, v in args.items() if k not in _TRANSPORT_PARAMS and not k.startswith("param_")
+            }
+            database = args.get("database")
+            text = args.get("query", "")
+            payload = (text.encode() + b"\n" + body) if text and body else (text.encode() or body)
+            insert = _INSERT_WITH_DATA.match(payload)
+            if insert:
+                statement, fmt = insert.group(1).decode(), insert.group(2).decode()
+                summary = self.engine.insert(statement, fmt, payload[insert.end():], database, settings)
+                out, fmt = b"", "TabSeparated"
+            else:
+                sql = payload.decode()
+                match = _FORMAT_CLAUSE.search(sql)
+                fmt = match.group(1) if match else args.get("default_format", "TabSeparated")
+                out, summary = self.engine.run(sql, fmt, params, database, settings)
+        except Exception as exc:  # every engine error goes back to the client, as ClickHouse does
+            message = str(exc)
+            if "DB::Exception" not in message:
+                message = f"Code: 1001. DB::Exception: {message}"
+            code = _ERROR_CODE.search(message)
+            headers["X-ClickHouse-Exception-Code"] = code.group(1) if code else "1001"
+            return self._send(500, (message.rstrip() + "\n").encode(), headers)
+        headers["X-ClickHouse-Format"] = fmt
+        headers["X-ClickHouse-Summary"] = json.dumps({k: str(v) for k, v in summary.items()})
+        headers["Content-Type"] = "application/octet-stream"
+        accepted = self.headers.get("Accept-Encoding", "")
+        if args.get("enable_http_compression") == "1" and out:
+            for encoding in ("lz4", "zstd", "gzip"):
+                if encoding in accepted:
+                    out = compress_body(encoding, out)
+                    headers["Content-Encoding"] = encoding
+                    break
+        self._send(200, out, headers)
+
+    def _send(self, status: int, body: bytes, headers: dict):
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def serve(path: str, host: str = "127.0.0.1", port: int = 0, port_file: str | None = None):
+    os.makedirs(path, exist_ok=True)
+    Handler.engine = ChdbEngine(path)
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    if port_file:
+        tmp = port_file + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(str(server.server_address[1]))
+        os.replace(tmp, port_file)  # atomic: a reader never sees a half-written port
+    print(f"chDB ClickHouse-HTTP stand-in on http://{host}:{server.server_address[1]} (data {path})",
+          flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        Handler.engine.session.close()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--path", required=True, help="chDB data directory")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--port-file", help="write the bound port here once listening")
+    args = parser.parse_args(argv)
+    serve(args.path, args.host, args.port, args.port_file)
+
+
+if __name__ == "__main__":
+    main()
+
+
+class ChdbEndpoint:
+    """Runs the stand-in as a subprocess (chDB allows one process per data path)."""
+
+    def __init__(self, data_dir: str | os.PathLike):
+        self.data_dir = os.fspath(data_dir)
+        self.port: int | None = None
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"http://default:@127.0.0.1:{self.port}/"
+
+    def start(self, timeout: float = 60) -> "ChdbEndpoint":
+        import subprocess
+        import time
+        import urllib.request
+
+        os.makedirs(self.data_dir, exist_ok=True)
+        port_file = os.path.join(self.data_dir, "http.port")
+        if os.path.exists(port_file):
+            os.unlink(port_file)
+        args = [sys.executable, "-m", "devenv.clickhouse_http", "--path", os.path.join(self.data_dir, "chdb"),
+                "--port-file", port_file]
+        if self.port:
+            args += ["--port", str(self.port)]
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        log = open(os.path.join(self.data_dir, "http.log"), "ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log, env=env)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"chDB endpoint did not start; see {self.data_dir}/http.log")
+            time.sleep(0.1)
+        with open(port_file) as fh:
+            self.port = int(fh.read())
+        urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ping", timeout=10).read()
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
