@@ -1,0 +1,34 @@
+"""airflow-sync-provider: ClickHouse copies of MySQL tables, kept complete and current."""
+
+__version__ = "0.1.0"
+
+
+def get_provider_info() -> dict:
+    return {
+        "package-name": "airflow-sync-provider",
+        "name": "Airflow Sync (MySQL → ClickHouse)",
+        "description": "Full loads, reconciliation, snapshot diff and CDC from MySQL to ClickHouse as PySpark jobs.",
+        "versions": [__version__],
+        "operators": [
+            {
+                "integration-name": "MySQL to ClickHouse sync",
+                "python-modules": [
+                    "airflow_sync_provider.operators.spark_job",
+                    "airflow_sync_provider.operators.full_load",
+                ],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "MySQL to ClickHouse sync",
+                "python-modules": ["airflow_sync_provider.hooks.endpoints"],
+            }
+        ],
+        "integrations": [
+            {
+                "integration-name": "MySQL to ClickHouse sync",
+                "external-doc-url": "https://clickhouse.com/docs/integrations/python",
+                "tags": ["software"],
+            }
+        ],
+    }

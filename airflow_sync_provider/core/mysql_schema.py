@@ -1,0 +1,58 @@
+"""Read a MySQL table's columns and keys from information_schema (pymysql, bound values)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, map_column
+
+
+class TableNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    database: str
+    table: str
+    columns: tuple[MySQLColumn, ...]
+    primary_key: tuple[str, ...]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    def mappings(self) -> list[ColumnMapping]:
+        return [map_column(c, self.qualified) for c in self.columns]
+
+    def column(self, name: str) -> MySQLColumn:
+        for col in self.columns:
+            if col.name == name:
+                return col
+        raise KeyError(f"table {self.qualified} has no column {name!r}")
+
+
+def read_table_schema(conn, database: str, table: str) -> TableSchema:
+    """``conn`` is an open pymysql connection."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,"
+            " DATETIME_PRECISION FROM information_schema.COLUMNS"
+            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        rows = cur.fetchall()
+        if not rows:
+            raise TableNotFound(f"MySQL table {database}.{table} does not exist or has no columns visible to this user")
+        columns = tuple(
+            MySQLColumn(name=r[0], data_type=r[1].lower(), column_type=r[2], nullable=r[3] == "YES",
+                        precision=r[4], scale=r[5], fsp=r[6])
+            for r in rows
+        )
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s"
+            " AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (database, table),
+        )
+        primary_key = tuple(r[0] for r in cur.fetchall())
+    return TableSchema(database, table, columns, primary_key)

@@ -1,0 +1,114 @@
+"""MySQL → ClickHouse (and Arrow, the wire format between them) type mapping.
+
+The table in docs/type-mapping.md is generated from the same rules; keep them in one place.
+Choices that are not obvious:
+
+* DATETIME has no zone in MySQL: it is copied as wall-clock time into ``DateTime64(p, 'UTC')``
+  so it reads back unchanged whatever the server's zone. TIMESTAMP is read with the session
+  zone set to UTC, so it is the true instant.
+* DECIMAL keeps its precision and scale (ClickHouse allows 76 digits); Arrow decimal128 carries
+  up to 38 digits, decimal256 the rest. Never Float64: sums must not drift.
+* ENUM/SET/JSON/TIME become String (TIME as ``[-]HHH:MM:SS[.ffffff]``); BIT becomes UInt64;
+  BINARY/VARBINARY/BLOB become String holding the raw bytes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+class UnsupportedType(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class MySQLColumn:
+    name: str
+    data_type: str  # information_schema DATA_TYPE, lower case: int, varchar, decimal, …
+    column_type: str  # full COLUMN_TYPE: "int(10) unsigned", "tinyint(1)", "enum('a','b')"
+    nullable: bool
+    precision: int | None = None
+    scale: int | None = None
+    fsp: int | None = None  # DATETIME_PRECISION
+
+    @property
+    def unsigned(self) -> bool:
+        return "unsigned" in self.column_type.lower()
+
+
+_INTS = {"tinyint": 8, "smallint": 16, "mediumint": 32, "int": 32, "integer": 32, "bigint": 64}
+_STRINGS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
+_BINARIES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+@dataclass(frozen=True)
+class ColumnMapping:
+    source: MySQLColumn
+    ch_type: str  # ClickHouse type, Nullable(...) included
+    arrow_type: pa.DataType
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+
+def map_column(col: MySQLColumn, table: str = "?") -> ColumnMapping:
+    t = col.data_type.lower()
+    if t in _INTS:
+        bits = _INTS[t]
+        base = f"{'U' if col.unsigned else ''}Int{bits}"
+        arrow = getattr(pa, f"{'u' if col.unsigned else ''}int{bits}")()
+    elif t in ("decimal", "numeric"):
+        p, s = col.precision or 10, col.scale or 0
+        base = f"Decimal({p}, {s})"
+        arrow = pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
+    elif t == "float":
+        base, arrow = "Float32", pa.float32()
+    elif t in ("double", "real"):
+        base, arrow = "Float64", pa.float64()
+    elif t == "date":
+        base, arrow = "Date32", pa.date32()
+    elif t in ("datetime", "timestamp"):
+        p = col.fsp or 0
+        base, arrow = f"DateTime64({p}, 'UTC')", pa.timestamp("us")
+    elif t == "year":
+        base, arrow = "UInt16", pa.uint16()
+    elif t == "bit":
+        base, arrow = "UInt64", pa.uint64()
+    elif t in _STRINGS or t == "time":
+        base, arrow = "String", pa.string()
+    elif t in _BINARIES:
+        base, arrow = "String", pa.binary()
+    else:
+        raise UnsupportedType(
+            f"table {table}, column {col.name!r}: MySQL type {col.column_type!r} has no ClickHouse mapping; "
+            "exclude the column or cast it in a view"
+        )
+    return ColumnMapping(col, f"Nullable({base})" if col.nullable else base, arrow)
+
+
+def _time_text(value: dt.timedelta) -> str:
+    sign = "-" if value < dt.timedelta(0) else ""
+    total = abs(value)
+    seconds = total.days * 86400 + total.seconds
+    text = f"{sign}{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    return text + (f".{total.microseconds:06d}" if total.microseconds else "")
+
+
+def python_converter(mapping: ColumnMapping):
+    """A per-value converter from the DB-API value to what the Arrow type accepts, or None."""
+    t = mapping.source.data_type.lower()
+    if t == "bit":
+        return lambda v: v if v is None or isinstance(v, int) else int.from_bytes(v, "big")
+    if t == "time":
+        return lambda v: v if v is None or isinstance(v, str) else _time_text(v)
+    if t == "json":
+        return lambda v: v.decode() if isinstance(v, bytes) else v
+    if t in _STRINGS:
+        return lambda v: v.decode("utf-8") if isinstance(v, bytes) else v
+    if t in _BINARIES:
+        return lambda v: v.encode("utf-8") if isinstance(v, str) else v
+    return None

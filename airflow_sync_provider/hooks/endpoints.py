@@ -1,0 +1,35 @@
+"""Build source/target endpoints from Airflow connections of the ecosystem's own types.
+
+``mysql`` is the MySQL provider's connection type, ``clickhouse`` the official clickhousedb
+provider's (host, port, login, password, schema = database, extra ``secure``).
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import BaseHook
+
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+
+
+class SyncEndpointsHook(BaseHook):
+    """Resolves the source (MySQL) and target (ClickHouse) connections of a sync job."""
+
+    hook_name = "MySQL → ClickHouse sync endpoints"
+
+    def __init__(self, mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default"):
+        super().__init__()
+        self.mysql_conn_id = mysql_conn_id
+        self.clickhouse_conn_id = clickhouse_conn_id
+
+    def source(self) -> MySQLEndpoint:
+        conn = self.get_connection(self.mysql_conn_id)
+        return MySQLEndpoint(host=conn.host or "127.0.0.1", port=int(conn.port or 3306),
+                             user=conn.login or "root", password=conn.password or "",
+                             database=conn.schema or "")
+
+    def target(self) -> ClickHouseEndpoint:
+        conn = self.get_connection(self.clickhouse_conn_id)
+        secure = str(conn.extra_dejson.get("secure", False)).lower() in ("1", "true", "yes")
+        return ClickHouseEndpoint(host=conn.host or "127.0.0.1", port=int(conn.port or (8443 if secure else 8123)),
+                                  user=conn.login or "default", password=conn.password or "",
+                                  database=conn.schema or "default", secure=secure)

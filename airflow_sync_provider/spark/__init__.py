@@ -1,0 +1,1 @@
+"""The Spark layer: functions that take a job spec and a SparkSession. No Airflow imports."""
