@@ -11,6 +11,9 @@ downloaded here. It serves the subset of the HTTP interface that clickhouse-conn
   *sequence* of compressed frames (clickhouse-connect compresses each block separately);
 * ``database``, ``default_format``, ``param_*`` (server-side parameters) and settings
   URL parameters; compressed responses when ``enable_http_compression=1``;
+* sessions (``session_id``, ``session_timeout``, ``session_check``): a ``SET`` or ``USE``
+  statement lasts for the rest of its session, and without a session for its own request only,
+  so one client's ``SET`` never changes another client's queries;
 * the ``X-ClickHouse-Format/-Timezone/-Summary/-Query-Id`` response headers;
 * errors as HTTP 500 with a ``Code: N. DB::Exception: …`` body.
 
@@ -30,6 +33,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
@@ -51,6 +55,9 @@ _INSERT_WITH_DATA = re.compile(
 )
 _FORMAT_CLAUSE = re.compile(r"\bFORMAT\s+([A-Za-z0-9_]+)\s*;?\s*$", re.I)
 _ERROR_CODE = re.compile(r"Code:\s*(\d+)")
+_SESSION_STATEMENT = re.compile(r"^\s*(SET|USE)\b", re.I)
+DEFAULT_SESSION_TIMEOUT = 60  # seconds, ClickHouse's default_session_timeout
+MAX_SESSION_TIMEOUT = 3600  # ClickHouse's max_session_timeout
 
 
 def decompress_frames(encoding: str, data: bytes) -> bytes:
@@ -83,35 +90,105 @@ def compress_body(encoding: str, data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=1)
 
 
+class HttpSession:
+    """What a ClickHouse HTTP session keeps between requests: settings and current database."""
+
+    def __init__(self, timeout: float):
+        self.settings: dict[str, str] = {}
+        self.database: str | None = None
+        self.timeout = timeout
+        self.expires = time.monotonic() + timeout
+
+
 class ChdbEngine:
-    """One chDB session shared by all requests, used one statement at a time."""
+    """One chDB session shared by all requests, used one statement at a time.
+
+    Each request starts from the same baseline: its session's and URL's settings and database
+    are applied before the statement and undone after it, including whatever a ``SET`` / ``USE``
+    statement changed (which its HTTP session, if any, keeps for its later requests).
+    """
 
     def __init__(self, path: str):
         self.session = chdb_session.Session(path)
         self.lock = threading.Lock()
         self.timezone = bytes(self.session.query("SELECT timezone()", "TSVRaw").bytes()).decode().strip()
+        self.baseline = self._changed_settings()  # chDB's own non-default settings
+        self.http_sessions: dict[str, HttpSession] = {}
 
-    def _prepare(self, database: str | None, settings: dict[str, str]) -> list[str]:
+    def _changed_settings(self) -> dict[str, str]:
+        result = self.session.query("SELECT name, value FROM system.settings WHERE changed", "JSONCompact")
+        rows = json.loads(bytes(result.bytes()))["data"]
+        return {name: value for name, value in rows if name != "database"}  # USE is tracked apart
+
+    def _http_session(self, session_id: str | None, timeout: str | None, check: bool) -> HttpSession | None:
+        now = time.monotonic()
+        for key in [k for k, v in self.http_sessions.items() if v.expires < now]:
+            del self.http_sessions[key]
+        if not session_id:
+            return None
+        session = self.http_sessions.get(session_id)
+        if session is None:
+            if check:
+                raise LookupError(f"Code: 372. DB::Exception: Session {session_id} not found. (SESSION_NOT_FOUND)")
+            seconds = float(timeout) if timeout else DEFAULT_SESSION_TIMEOUT
+            if not 0 < seconds <= MAX_SESSION_TIMEOUT:
+                raise ValueError(f"Code: 69. DB::Exception: Session timeout {timeout} is out of range "
+                                 f"(0, {MAX_SESSION_TIMEOUT}]. (ARGUMENT_OUT_OF_BOUND)")
+            session = self.http_sessions[session_id] = HttpSession(seconds)
+        elif timeout:
+            session.timeout = min(float(timeout), MAX_SESSION_TIMEOUT)
+        session.expires = now + session.timeout
+        return session
+
+    def _prepare(self, database: str | None, settings: dict[str, str], session: HttpSession | None) -> list[str]:
+        database = database or (session.database if session else None)
         if database:
             self.session.query(f"USE `{database.replace('`', '``')}`")
+        settings = {**session.settings, **settings} if session else settings
         applied = []
         for name, value in settings.items():
             if not re.fullmatch(r"[A-Za-z0-9_]+", name):
                 raise ValueError(f"Code: 115. DB::Exception: Unknown setting {name!r}")
+            applied.append(name)  # reset even if the SET fails half-way
             self.session.query(f"SET {name} = '{_escape(value)}'")
-            applied.append(name)
         return applied
 
-    def _restore(self, applied: list[str]) -> None:
-        for name in applied:
-            self.session.query(f"SET {name} = DEFAULT")
+    def _restore(self, names) -> None:
+        for name in names:
+            if name in self.baseline:
+                self.session.query(f"SET {name} = '{_escape(self.baseline[name])}'")
+            else:
+                self.session.query(f"SET {name} = DEFAULT")
         self.session.query("USE default")
 
-    def run(self, sql: str, fmt: str, params: dict, database: str | None, settings: dict):
+    def _statement(self, sql: str, fmt: str, params: dict, session: HttpSession | None, applied: list[str]):
+        """Run one statement; a SET or USE is recorded in ``session`` and marked for undoing."""
+        if not _SESSION_STATEMENT.match(sql):
+            return self.session.query(sql, fmt, params=params or None)
+        before = self._changed_settings()
+        result = self.session.query(sql, fmt, params=params or None)
+        after = self._changed_settings()
+        changed = {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
+        applied.extend(changed - set(applied))
+        if session is not None:
+            for name in changed:
+                if name in after:
+                    session.settings[name] = after[name]
+                else:
+                    session.settings.pop(name, None)
+            if sql.lstrip()[:3].upper() == "USE":
+                current = self.session.query("SELECT currentDatabase()", "TSVRaw")
+                session.database = bytes(current.bytes()).decode().strip()
+        return result
+
+    def run(self, sql: str, fmt: str, params: dict, database: str | None, settings: dict,
+            session_id: str | None = None, session_timeout: str | None = None, session_check: bool = False):
         with self.lock:
-            applied = self._prepare(database, settings)
+            session = self._http_session(session_id, session_timeout, session_check)
+            applied: list[str] = []
             try:
-                result = self.session.query(sql, fmt, params=params or None)
+                applied += self._prepare(database, settings, session)
+                result = self._statement(sql, fmt, params, session, applied)
                 return bytes(result.bytes()), {
                     "read_rows": result.rows_read(), "read_bytes": result.bytes_read(),
                     "written_rows": result.rows_written(), "written_bytes": result.bytes_written(),
@@ -119,10 +196,13 @@ class ChdbEngine:
             finally:
                 self._restore(applied)
 
-    def insert(self, statement: str, fmt: str, data: bytes, database: str | None, settings: dict):
+    def insert(self, statement: str, fmt: str, data: bytes, database: str | None, settings: dict,
+               session_id: str | None = None, session_timeout: str | None = None, session_check: bool = False):
         with self.lock:
-            applied = self._prepare(database, settings)
+            session = self._http_session(session_id, session_timeout, session_check)
+            applied: list[str] = []
             try:
+                applied += self._prepare(database, settings, session)
                 with self.session.send_insert(statement, fmt) as inserter:
                     if data:
                         inserter.append(data)
@@ -180,18 +260,20 @@ class Handler(BaseHTTPRequestHandler):
                 k: v for k, v in args.items() if k not in _TRANSPORT_PARAMS and not k.startswith("param_")
             }
             database = args.get("database")
+            session = {"session_id": args.get("session_id") or None, "session_timeout": args.get("session_timeout"),
+                       "session_check": args.get("session_check") == "1"}
             text = args.get("query", "")
             payload = (text.encode() + b"\n" + body) if text and body else (text.encode() or body)
             insert = _INSERT_WITH_DATA.match(payload)
             if insert:
                 statement, fmt = insert.group(1).decode(), insert.group(2).decode()
-                summary = self.engine.insert(statement, fmt, payload[insert.end():], database, settings)
+                summary = self.engine.insert(statement, fmt, payload[insert.end():], database, settings, **session)
                 out, fmt = b"", "TabSeparated"
             else:
                 sql = payload.decode()
                 match = _FORMAT_CLAUSE.search(sql)
                 fmt = match.group(1) if match else args.get("default_format", "TabSeparated")
-                out, summary = self.engine.run(sql, fmt, params, database, settings)
+                out, summary = self.engine.run(sql, fmt, params, database, settings, **session)
         except Exception as exc:  # every engine error goes back to the client, as ClickHouse does
             message = str(exc)
             if "DB::Exception" not in message:

@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover - moved in later Airflow versions
 import airflow_sync_provider
 from airflow_sync_provider.core.jobspec import public_dict, write_spec
 
-DEFAULT_CONF = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false"}
+DEFAULT_CONF = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
 
 
 def job_script(job: str) -> str:

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything the demo and the tests need on a fresh Debian/Ubuntu machine:
+# Debian packages (MariaDB server, Java, MariaDB client headers for mysqlclient), the venv
+# in .venv, and this package with its test extra. Idempotent and quick when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+pkg-config --exists libmariadb 2>/dev/null || need_apt+=(libmariadb-dev pkg-config)
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "[setup] apt-get install ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.airflow-sync-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] pip install -e .[test] (first time: a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test]"
+  echo "$want" > "$stamp"
+fi

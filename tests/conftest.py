@@ -1,0 +1,51 @@
+"""Session fixtures: the real local services (or MYSQL_URL / CLICKHOUSE_URL), demo data."""
+
+from __future__ import annotations
+
+import pymysql
+import pytest
+
+from airflow_sync_provider.core import clickhouse_target
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from devenv import demo_data
+from devenv.services import clickhouse_service, mysql_service
+
+DEMO_DB = "demo"
+DEMO_ORDERS = 20_000
+
+
+@pytest.fixture(scope="session")
+def state_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("services")
+
+
+@pytest.fixture(scope="session")
+def mysql_url(state_dir):
+    with mysql_service(state_dir) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def clickhouse_url(state_dir):
+    with clickhouse_service(state_dir) as url:
+        yield url
+
+
+@pytest.fixture
+def mysql_conn(mysql_url):
+    conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def ch(clickhouse_url):
+    client = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def demo_db(mysql_url):
+    """The demo schema at test size; returns {table: row count}."""
+    return demo_data.generate(mysql_url, DEMO_DB, orders=DEMO_ORDERS, customers=2_000, item_orders=5_000)

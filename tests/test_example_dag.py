@@ -1,0 +1,123 @@
+"""The example DAG end to end through `airflow dags test`: real MariaDB, ClickHouse endpoint, spark-submit."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pymysql
+import pytest
+
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from devenv.airflow_env import REPO, airflow_env
+from tests.helpers import assert_same_rows
+
+MYSQL_SECRET = "Pw-7f3c9d-s3cret"
+CLICKHOUSE_SECRET = "Ch-91ab-s3cret"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def secret_urls(mysql_url, clickhouse_url):
+    """A dedicated MySQL user and a ClickHouse password with distinctive secrets to look for."""
+    root = MySQLEndpoint.from_url(mysql_url)
+    conn = pymysql.connect(**root.connect_args(), autocommit=True)
+    with conn, conn.cursor() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'sync_reader'@'127.0.0.1' IDENTIFIED BY %s", (MYSQL_SECRET,))
+        cur.execute("GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'sync_reader'@'127.0.0.1'")
+    ch = ClickHouseEndpoint.from_url(clickhouse_url)
+    return (f"mysql://sync_reader:{MYSQL_SECRET}@{root.host}:{root.port}/",
+            f"http://default:{CLICKHOUSE_SECRET}@{ch.host}:{ch.port}/")
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory, secret_urls):
+    home = tmp_path_factory.mktemp("airflow")
+    env = airflow_env(home, *secret_urls)
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True,
+                   stdout=subprocess.DEVNULL, timeout=300)
+    return home, env
+
+
+class ArgvWatcher(threading.Thread):
+    """Samples every process's command line (what `ps` shows) while a run is going on."""
+
+    def __init__(self, secrets):
+        super().__init__(daemon=True)
+        self.secrets, self.seen, self.leaks, self.stop = secrets, 0, [], threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if "spark" in argv:
+                    self.seen += 1
+                self.leaks += [argv for s in self.secrets if s in argv]
+            self.stop.wait(0.05)
+
+
+def run_dag(env, dag_id, dags_folder=None):
+    env = dict(env)
+    if dags_folder:
+        env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags_folder)
+    return subprocess.run([sys.executable, "-m", "airflow", "dags", "test", dag_id], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_example_dag_copies_every_demo_table_row_for_row(airflow_home, demo_db, mysql_conn, ch):
+    home, env = airflow_home
+    watcher = ArgvWatcher([MYSQL_SECRET, CLICKHOUSE_SECRET])
+    watcher.start()
+    try:
+        run = run_dag(env, "sync_demo_full_load")
+    finally:
+        watcher.stop.set()
+        watcher.join()
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-5000:]
+    for table, count in demo_db.items():
+        assert assert_same_rows(mysql_conn, ch, "demo", table) == count
+    # No secret on any command line (spark-submit, its JVM, Python workers) or in the task log.
+    assert watcher.seen > 0, "the watcher never saw spark-submit running"
+    assert watcher.leaks == []
+    assert MYSQL_SECRET not in log and CLICKHOUSE_SECRET not in log
+    task_logs = "".join(p.read_text(errors="replace") for p in Path(home).rglob("*.log"))
+    assert MYSQL_SECRET not in task_logs and CLICKHOUSE_SECRET not in task_logs
+    assert "spark-submit" in log or "Spark-Submit" in log
+    # The XCom summary each task pushed.
+    with sqlite3.connect(Path(home) / "airflow.db") as db:
+        xcoms = {task: json.loads(value) for task, value in db.execute(
+            "SELECT task_id, value FROM xcom WHERE dag_id = 'sync_demo_full_load' AND key = 'return_value'")}
+    assert {t: x["rows"] for t, x in xcoms.items()} == {f"load_{t}": n for t, n in demo_db.items()}
+    assert xcoms["load_orders"]["shards"] == 11 and xcoms["load_orders"]["target"] == "demo.orders"
+
+
+FAILING_DAG = '''
+import datetime as dt
+from airflow.sdk import DAG
+from airflow_sync_provider.operators.full_load import FullLoadOperator
+with DAG(dag_id="sync_failing_load", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False):
+    FullLoadOperator(task_id="load_missing", table="no_such_table", mysql_conn_id="sync_mysql",
+                     clickhouse_conn_id="sync_clickhouse", target_database="demo")
+'''
+
+
+def test_failed_job_fails_the_task_with_the_jobs_own_error(airflow_home, demo_db, tmp_path):
+    home, env = airflow_home
+    (tmp_path / "failing.py").write_text(FAILING_DAG)
+    run = run_dag(env, "sync_failing_load", dags_folder=tmp_path)
+    log = run.stdout + run.stderr
+    assert "full_load job failed: TableNotFound: MySQL table demo.no_such_table does not exist" in log, log[-4000:]
+    assert run.returncode != 0
+    assert MYSQL_SECRET not in log
