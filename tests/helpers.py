@@ -1,31 +1,70 @@
-"""Row-for-row comparison of a MySQL table with its ClickHouse copy (FINAL)."""
+"""Row-for-row comparison of a MySQL table with its ClickHouse copy (FINAL).
+
+Source values are brought to the documented target representation here, independently of
+the code under test (BIT → integer, TIME → text, binary strings compared as bytes).
+"""
 
 from __future__ import annotations
+
+import datetime as dt
 
 from airflow_sync_provider.core.clickhouse_target import VERSION_COLUMN
 from airflow_sync_provider.core.mysql_schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident, mysql_table
 
+BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+def _time_text(value: dt.timedelta) -> str:
+    micros = value.days * 86_400_000_000 + value.seconds * 1_000_000 + value.microseconds
+    sign, micros = ("-" if micros < 0 else ""), abs(micros)
+    h, rest = divmod(micros, 3_600_000_000)
+    m, rest = divmod(rest, 60_000_000)
+    s, us = divmod(rest, 1_000_000)
+    return f"{sign}{h:02d}:{m:02d}:{s:02d}" + (f".{us:06d}" if us else "")
+
+
+def _normalise(value, data_type: str):
+    if value is None:
+        return None
+    if data_type == "bit":
+        return int.from_bytes(value, "big")
+    if data_type == "time":
+        return _time_text(value)
+    if data_type in BINARY_TYPES and isinstance(value, str):
+        return value.encode()
+    return value
+
+
+def _keyed(rows, schema):
+    names = [c.name for c in schema.columns]
+    key = [names.index(k) for k in schema.primary_key] or list(range(len(names)))
+    return {tuple(r[i] for i in key): tuple(r) for r in rows}
+
 
 def source_rows(conn, database: str, table: str) -> dict:
     schema = read_table_schema(conn, database, table)
-    names = [c.name for c in schema.columns]
-    key = [names.index(k) for k in schema.primary_key] or list(range(len(names)))
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"SELECT {', '.join(mysql_ident(n) for n in names)} FROM {mysql_table(database, table)}")
-        rows = cur.fetchall()
-    return {tuple(r[i] for i in key): tuple(r) for r in rows}
+        cur.execute(f"SELECT {', '.join(mysql_ident(c.name) for c in schema.columns)} "
+                    f"FROM {mysql_table(database, table)}")
+        rows = [tuple(_normalise(v, c.data_type) for v, c in zip(r, schema.columns)) for r in cur.fetchall()]
+    return _keyed(rows, schema)
 
 
 def target_rows(ch, conn, database: str, table: str, target_database: str | None = None) -> dict:
     schema = read_table_schema(conn, database, table)
-    names = [c.name for c in schema.columns]
-    key = [names.index(k) for k in schema.primary_key] or list(range(len(names)))
-    result = ch.query(f"SELECT {', '.join(ch_ident(n) for n in names)} "
-                      f"FROM {ch_table(target_database or database, table)} FINAL")
+    result = ch.query(
+        f"SELECT {', '.join(ch_ident(c.name) for c in schema.columns)} "
+        f"FROM {ch_table(target_database or database, table)} FINAL",
+        column_formats={c.name: "bytes" for c in schema.columns if c.data_type in BINARY_TYPES},
+    )
     assert VERSION_COLUMN not in result.column_names
-    return {tuple(r[i] for i in key): tuple(r) for r in result.result_rows}
+    return _keyed(result.result_rows, schema)
+
+
+def _short(row) -> str:
+    return repr(tuple(v[:40] + "…" if isinstance(v, str) and len(v) > 40 else v for v in row))
 
 
 def assert_same_rows(conn, ch, database: str, table: str, target_database: str | None = None) -> int:
@@ -35,5 +74,5 @@ def assert_same_rows(conn, ch, database: str, table: str, target_database: str |
     extra = target.keys() - source.keys()
     assert not missing and not extra, f"{table}: {len(missing)} missing keys, {len(extra)} extra keys"
     changed = [k for k in source if source[k] != target[k]]
-    assert not changed, f"{table}: {len(changed)} rows differ, e.g. {source[changed[0]]} != {target[changed[0]]}"
+    assert not changed, f"{table}: {len(changed)} rows differ, e.g.\n{_short(source[changed[0]])} !=\n{_short(target[changed[0]])}"
     return len(source)

@@ -1,0 +1,112 @@
+"""Fast unit and property tests of the core (no services)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict, read_spec, write_spec
+from airflow_sync_provider.core.planning import integer_ranges
+from airflow_sync_provider.core.sql import ch_ident, mysql_ident
+from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType, map_column, python_converter
+
+
+def col(data_type, column_type=None, nullable=False, **kw):
+    return MySQLColumn("c", data_type, column_type or data_type, nullable, **kw)
+
+
+@pytest.mark.parametrize("column, ch_type, arrow_type", [
+    (col("bigint", "bigint(20) unsigned"), "UInt64", pa.uint64()),
+    (col("int"), "Int32", pa.int32()),
+    (col("mediumint", "mediumint unsigned"), "UInt32", pa.uint32()),
+    (col("tinyint", "tinyint(1)"), "Int8", pa.int8()),
+    (col("decimal", precision=12, scale=2), "Decimal(12, 2)", pa.decimal128(12, 2)),
+    (col("decimal", precision=65, scale=30), "Decimal(65, 30)", pa.decimal256(65, 30)),
+    (col("double", nullable=True), "Nullable(Float64)", pa.float64()),
+    (col("float"), "Float32", pa.float32()),
+    (col("datetime", fsp=6), "DateTime64(6, 'UTC')", pa.timestamp("us")),
+    (col("timestamp", fsp=0), "DateTime64(0, 'UTC')", pa.timestamp("us")),
+    (col("date"), "Date32", pa.date32()),
+    (col("varchar", "varchar(10)"), "String", pa.string()),
+    (col("enum", "enum('a','b')"), "String", pa.string()),
+    (col("json"), "String", pa.string()),
+    (col("varbinary", "varbinary(8)"), "String", pa.binary()),
+    (col("bit", "bit(3)"), "UInt64", pa.uint64()),
+    (col("time", fsp=3), "String", pa.string()),
+])
+def test_type_mapping(column, ch_type, arrow_type):
+    mapping = map_column(column)
+    assert (mapping.ch_type, mapping.arrow_type) == (ch_type, arrow_type)
+
+
+def test_unsupported_type_names_table_and_column():
+    with pytest.raises(UnsupportedType, match=r"table db\.t, column 'c'.*geometry"):
+        map_column(col("geometry"), "db.t")
+
+
+def test_converters():
+    import datetime as dt
+    assert python_converter(map_column(col("bit", "bit(9)")))(b"\x01\x02") == 258
+    to_text = python_converter(map_column(col("time")))
+    assert to_text(dt.timedelta(hours=-838, minutes=-59, seconds=-59)) == "-838:59:59"
+    assert to_text(dt.timedelta(seconds=1, microseconds=5)) == "00:00:01.000005"
+    assert python_converter(map_column(col("int"))) is None
+
+
+@given(st.text(min_size=1).filter(lambda s: "\x00" not in s))
+def test_identifier_quoting_round_trips(name):
+    quoted = mysql_ident(name)
+    assert quoted[0] == quoted[-1] == "`" and quoted[1:-1].replace("``", "`") == name
+    ch = ch_ident(name)
+    assert ch[1:-1].replace("\\`", "`").replace("\\\\", "\\") == name
+
+
+@given(lo=st.integers(-2**63, 2**64 - 1), width=st.integers(0, 10**6), count=st.integers(1, 40),
+       keys=st.lists(st.integers(0, 10**6), max_size=50))
+def test_integer_ranges_partition_every_key(lo, width, count, keys):
+    hi = lo + width
+    shards = integer_ranges("id", lo, hi, count)
+    assert shards[-1].where == "`id` IS NULL"
+    ranges = shards[:-1]
+    assert all(s.where == "`id` >= %s AND `id` < %s" for s in ranges[:-1])
+    assert ranges[-1].where == "`id` >= %s AND `id` <= %s"
+
+    def contains(i, key):
+        low, high = ranges[i].params
+        return low <= key < high if i < len(ranges) - 1 else low <= key <= high
+
+    for key in [lo, hi] + [lo + k % (width + 1) for k in keys]:
+        assert sum(contains(i, key) for i in range(len(ranges))) == 1, (key, shards)
+
+def test_endpoints_parse_and_hide_passwords():
+    m = MySQLEndpoint.from_url("mysql://u%40x:p%3Aw@db.example:3307/shop")
+    assert (m.user, m.password, m.host, m.port, m.database) == ("u@x", "p:w", "db.example", 3307, "shop")
+    assert "p:w" not in repr(m)
+    c = ClickHouseEndpoint.from_url("https://u:secret@ch:8443/dw")
+    assert c.secure and c.database == "dw" and "secret" not in repr(c)
+    with pytest.raises(ValueError, match="not a MySQL URL"):
+        MySQLEndpoint.from_url("postgres://x@y/z")
+
+
+def test_job_spec_file_is_private_and_round_trips(tmp_path):
+    spec = FullLoadSpec(source=MySQLEndpoint(password="s3cret"), target=ClickHouseEndpoint(password="c1"),
+                        source_database="d", source_table="t", target_database="d", target_table="t")
+    path = str(tmp_path / "spec.json")
+    write_spec(spec, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert read_spec(path) == spec
+    public = json.dumps(public_dict(spec))
+    assert "s3cret" not in public and "c1" not in public and public.count("***") == 2
+
+
+def test_job_spec_rejects_bad_values():
+    with pytest.raises(ValueError, match="channels"):
+        FullLoadSpec(source=MySQLEndpoint(), target=ClickHouseEndpoint(), source_database="d",
+                     source_table="t", target_database="d", target_table="t", channels=0)

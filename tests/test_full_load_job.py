@@ -1,0 +1,67 @@
+"""The full-load Spark job through spark-submit (local[2]) on a table of every mapped type."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.jobspec import FullLoadSpec, write_spec
+from airflow_sync_provider.operators.spark_job import job_script
+from tests.helpers import assert_same_rows
+
+pytestmark = pytest.mark.slow
+
+TYPES_DDL = """
+CREATE TABLE types_matrix (
+  id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+  i8 TINYINT NULL, u8 TINYINT UNSIGNED NULL, i16 SMALLINT NULL, u24 MEDIUMINT UNSIGNED NULL,
+  i32 INT NULL, u32 INT UNSIGNED NULL, i64 BIGINT NULL,
+  d12 DECIMAL(12, 2) NULL, d65 DECIMAL(65, 30) NULL, f FLOAT NULL, g DOUBLE NULL,
+  dt DATE NULL, ts0 DATETIME NULL, ts6 DATETIME(6) NULL, tstz TIMESTAMP(3) NULL,
+  s VARCHAR(64) NULL, txt TEXT NULL, e ENUM('a', 'b', 'c') NULL, st SET('x', 'y') NULL,
+  j JSON NULL, b BIT(12) NULL, bin VARBINARY(16) NULL, bl BLOB NULL, tm TIME(3) NULL, y YEAR NULL,
+  flag BOOLEAN NULL
+) DEFAULT CHARSET = utf8mb4
+"""
+ROWS = [
+    "(0, -128, 255, -32768, 16777215, -2147483648, 4294967295, -9223372036854775808, -9999999999.99,"
+    " '-12345678901234567890123456789012345.123456789012345678901234567890', -1.5, -2.25e300,"
+    " '1970-01-01', '1999-12-31 23:59:59', '2000-01-01 00:00:00.000001', '2038-01-19 03:14:07.999',"
+    " 'it''s \\\\ 🙂', REPEAT('x', 5000), 'a', 'x,y', '{\"k\": [1, 2]}', b'101010101010', X'00FF10', X'DEADBEEF',"
+    " '-838:59:59.000', 1901, TRUE)",
+    "(18446744073709551615, 127, 0, 32767, 0, 2147483647, 0, 9223372036854775807, 9999999999.99,"
+    " '99999999999999999999999999999999999.999999999999999999999999999999', 3.25, 1e-300,"
+    " '2299-12-31', '2106-02-07 06:28:15', '2299-12-31 23:59:59.999999', '1970-01-01 00:00:01.000',"
+    " '', '', 'c', '', '[]', b'0', X'', X'', '00:00:00.001', 2155, FALSE)",
+    "(5" + ", NULL" * 26 + ")",
+]
+
+
+def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_conn, ch, tmp_path):
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
+        cur.execute("USE job_types")
+        cur.execute("DROP TABLE IF EXISTS types_matrix")
+        cur.execute(TYPES_DDL)
+        cur.execute("INSERT INTO types_matrix VALUES " + ", ".join(ROWS))
+    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
+                        source_database="job_types", source_table="types_matrix", target_database="job_types_ch",
+                        target_table="types_matrix", channels=2, batch_rows=1,
+                        result_path=str(tmp_path / "result.json"))
+    write_spec(spec, str(tmp_path / "spec.json"))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    spark_submit = str(Path(sys.executable).parent / "spark-submit")
+    run = subprocess.run([spark_submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                          job_script("full_load"), "--spec", str(tmp_path / "spec.json")],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "success" and result["rows"] == 3
+    assert sum(s["rows"] for s in result["shards"]) == 3
+    assert_same_rows(mysql_conn, ch, "job_types", "types_matrix", target_database="job_types_ch")

@@ -1,0 +1,57 @@
+"""Provider registration and docker-compose.yaml (no Docker engine here: it is parsed, not run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import yaml
+
+import airflow_sync_provider
+from devenv.airflow_env import REPO
+
+
+def test_provider_info_is_registered_and_lists_every_module():
+    eps = [ep for ep in entry_points(group="apache_airflow_provider") if ep.value.startswith("airflow_sync_provider")]
+    assert len(eps) == 1
+    info = eps[0].load()()
+    assert info["package-name"] == "airflow-sync-provider"
+    assert info["versions"][0] == airflow_sync_provider.__version__
+    import importlib
+    for section in ("operators", "hooks", "sensors", "triggers"):
+        for entry in info.get(section, []):
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
+
+
+def test_airflow_providers_list_shows_the_package(tmp_path):
+    env = {"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    out = subprocess.run([sys.executable, "-m", "airflow", "providers", "list"], env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "airflow-sync-provider" in out.stdout
+
+
+def test_docker_compose_services_and_settings():
+    compose = yaml.safe_load((REPO / "docker-compose.yaml").read_text())
+    services = compose["services"]
+    assert {"mysql", "clickhouse", "spark-master", "spark-worker", "airflow"} <= services.keys()
+    mysql = services["mysql"]
+    assert mysql["image"] == "mysql:8.4"
+    flags = set(mysql["command"])
+    for flag in ("--binlog-format=ROW", "--binlog-row-image=FULL", "--binlog-row-metadata=FULL"):
+        assert flag in flags
+    assert any(f.startswith("--log-bin") for f in flags) and any(f.startswith("--server-id=") for f in flags)
+    image, tag = services["clickhouse"]["image"].split(":")
+    assert image == "clickhouse/clickhouse-server"
+    major, minor = (int(x) for x in tag.split(".")[:2])
+    assert minor in (3, 8) and major >= 25  # ClickHouse LTS releases are the .3 and .8 lines
+    assert "Master" in " ".join(services["spark-master"]["command"])
+    assert "spark://spark-master:7077" in services["spark-worker"]["command"]
+    airflow = services["airflow"]
+    assert "standalone" in airflow["command"]
+    assert any(v.startswith("./dags:") for v in airflow["volumes"])
+    dockerfile = (REPO / airflow["build"]["dockerfile"]).read_text()
+    assert "pip install" in dockerfile and "/opt/airflow-sync" in dockerfile
+    assert (REPO / airflow["build"]["context"] / "pyproject.toml").exists()
