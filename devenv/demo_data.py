@@ -1,7 +1,7 @@
 """Demo schema for the local MariaDB: orders, customers, order_items (sizes configurable).
 
-Uses MariaDB's sequence engine (``seq_1_to_N``), so 1M orders take seconds. Against a MySQL
-server without it, a recursive CTE would do; the demo targets the local MariaDB.
+Uses MariaDB's sequence engine (``seq_1_to_N``), so 1M orders take seconds; on MySQL it
+builds the same numbers as a table of cross-joined digits.
 
 Run: ``python -m devenv.demo_data --mysql-url mysql://root:pw@127.0.0.1:PORT/ --orders 1000000``
 """
@@ -55,6 +55,21 @@ DDL = {
 }
 
 
+def _numbers(cur, n: int) -> str:
+    """A table expression with one column ``seq`` = 1..n."""
+    cur.execute("SELECT VERSION()")
+    if "mariadb" in cur.fetchone()[0].lower():
+        return f"seq_1_to_{n}"
+    cur.execute("DROP TABLE IF EXISTS _demo_numbers")
+    cur.execute("CREATE TABLE _demo_numbers (seq BIGINT PRIMARY KEY)")
+    digits = " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10))
+    width = len(str(n))
+    joins = " CROSS JOIN ".join(f"({digits}) d{i}" for i in range(width))
+    value = " + ".join(f"d{i}.d * {10 ** i}" for i in range(width))
+    cur.execute(f"INSERT INTO _demo_numbers SELECT {value} + 1 FROM {joins} WHERE {value} < {n}")
+    return "_demo_numbers"
+
+
 def generate(mysql_url: str, database: str = "demo", orders: int = 1_000_000, customers: int = 10_000,
              items_per_order: int = 3, item_orders: int | None = None) -> dict[str, int]:
     """(Re)create the demo tables and fill them; returns the row count of each table."""
@@ -67,6 +82,7 @@ def generate(mysql_url: str, database: str = "demo", orders: int = 1_000_000, cu
         for table, ddl in DDL.items():
             cur.execute(f"DROP TABLE IF EXISTS {mysql_ident(table)}")
             cur.execute(ddl)
+        seq = _numbers(cur, max(orders, customers, item_orders, items_per_order))
         prefixes = ", ".join(conn.escape(p) for p in CUSTOMER_PREFIXES)
         n_prefix = len(CUSTOMER_PREFIXES)
         cur.execute(f"""
@@ -74,7 +90,7 @@ def generate(mysql_url: str, database: str = "demo", orders: int = 1_000_000, cu
             SELECT CONCAT(ELT(1 + seq % {n_prefix}, {prefixes}), '-', seq),
                    CONCAT('Customer ', seq), IF(seq % 7 = 0, NULL, CONCAT('c', seq, '@example.com')),
                    TIMESTAMP('2024-01-01') + INTERVAL seq SECOND + INTERVAL seq % 1000000 MICROSECOND
-            FROM seq_1_to_{customers}""")
+            FROM {seq} WHERE seq <= {customers}""")
         cur.execute(f"""
             INSERT INTO orders
             SELECT seq,
@@ -86,11 +102,12 @@ def generate(mysql_url: str, database: str = "demo", orders: int = 1_000_000, cu
                    IF(seq % 10 = 0, NULL, CONCAT('note ', seq, IF(seq % 97 = 0, ' ünïcödé 🙂 \\'q\\'', ''))),
                    IF(seq % 1000 = 0, 4294967295, seq % 100 + 1),
                    IF(seq % 11 = 0, NULL, seq / 3)
-            FROM seq_1_to_{orders}""")
+            FROM {seq} WHERE seq <= {orders}""")
         cur.execute(f"""
             INSERT INTO order_items
             SELECT o.seq, l.seq, CONCAT('SKU-', (o.seq * l.seq) % 5000), (o.seq % 10000) / 100 + l.seq, l.seq
-            FROM seq_1_to_{item_orders} o JOIN seq_1_to_{items_per_order} l""")
+            FROM {seq} o JOIN {seq} l ON o.seq <= {item_orders} AND l.seq <= {items_per_order}""")
+        cur.execute("DROP TABLE IF EXISTS _demo_numbers")
         counts = {}
         for table in DDL:
             cur.execute(f"SELECT COUNT(*) FROM {mysql_ident(table)}")
