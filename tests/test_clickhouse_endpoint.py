@@ -112,3 +112,12 @@ def test_two_processes_write_concurrently(clickhouse_url, ch, table):
     assert [p.wait(120) for p in procs] == [0, 0]
     count, distinct, lo, hi = ch.query(f"SELECT count(), uniqExact(id), min(id), max(id) FROM {table}").result_rows[0]
     assert (count, distinct, lo, hi) == (2 * n, 2 * n, 0, 2 * n - 1)
+
+
+def test_set_lasts_for_the_session_and_does_not_leak(clickhouse_url, ch):
+    other = client_for(clickhouse_url, False)
+    baseline = ch.command("SELECT getSetting('max_block_size')")
+    other.command("SET max_block_size = 1234")
+    assert other.command("SELECT getSetting('max_block_size')") == 1234  # same HTTP session keeps it
+    assert ch.command("SELECT getSetting('max_block_size')") == baseline  # another session does not see it
+    other.close()
