@@ -26,6 +26,7 @@ Run: ``python -m devenv.clickhouse_http --path DIR [--port 0] [--port-file FILE]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -181,36 +182,36 @@ class ChdbEngine:
                 session.database = bytes(current.bytes()).decode().strip()
         return result
 
-    def run(self, sql: str, fmt: str, params: dict, database: str | None, settings: dict,
-            session_id: str | None = None, session_timeout: str | None = None, session_check: bool = False):
+    @contextlib.contextmanager
+    def _request(self, database, settings, session_id, session_timeout, session_check):
+        """Serialise a request and undo everything it applied to the shared chDB session."""
         with self.lock:
             session = self._http_session(session_id, session_timeout, session_check)
             applied: list[str] = []
             try:
                 applied += self._prepare(database, settings, session)
-                result = self._statement(sql, fmt, params, session, applied)
-                return bytes(result.bytes()), {
-                    "read_rows": result.rows_read(), "read_bytes": result.bytes_read(),
-                    "written_rows": result.rows_written(), "written_bytes": result.bytes_written(),
-                }
+                yield session, applied
             finally:
                 self._restore(applied)
 
+    def run(self, sql: str, fmt: str, params: dict, database: str | None, settings: dict,
+            session_id: str | None = None, session_timeout: str | None = None, session_check: bool = False):
+        with self._request(database, settings, session_id, session_timeout, session_check) as (session, applied):
+            result = self._statement(sql, fmt, params, session, applied)
+            return bytes(result.bytes()), {
+                "read_rows": result.rows_read(), "read_bytes": result.bytes_read(),
+                "written_rows": result.rows_written(), "written_bytes": result.bytes_written(),
+            }
+
     def insert(self, statement: str, fmt: str, data: bytes, database: str | None, settings: dict,
                session_id: str | None = None, session_timeout: str | None = None, session_check: bool = False):
-        with self.lock:
-            session = self._http_session(session_id, session_timeout, session_check)
-            applied: list[str] = []
-            try:
-                applied += self._prepare(database, settings, session)
-                with self.session.send_insert(statement, fmt) as inserter:
-                    if data:
-                        inserter.append(data)
-                    result = inserter.finish()
-                rows = getattr(result, "rows_written", 0)
-                return {"read_rows": 0, "read_bytes": 0, "written_rows": rows, "written_bytes": len(data)}
-            finally:
-                self._restore(applied)
+        with self._request(database, settings, session_id, session_timeout, session_check):
+            with self.session.send_insert(statement, fmt) as inserter:
+                if data:
+                    inserter.append(data)
+                result = inserter.finish()
+            rows = getattr(result, "rows_written", 0)
+            return {"read_rows": 0, "read_bytes": 0, "written_rows": rows, "written_bytes": len(data)}
 
 
 def _escape(value: str) -> str:
@@ -377,13 +378,9 @@ class ChdbEndpoint:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except Exception:
-                self.proc.kill()
-                self.proc.wait()
+        from devenv.mariadb import stop_process
+
+        stop_process(self.proc)
         self.proc = None
 
     def __enter__(self):

@@ -41,6 +41,18 @@ def ensure_installed() -> None:
     subprocess.run(["apt-get", "install", "-y", "-qq", "mariadb-server"], check=True, env=env)
 
 
+def stop_process(proc: subprocess.Popen | None, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class MariaDB:
     def __init__(self, base_dir: str | os.PathLike, port: int | None = None):
         self.base = Path(base_dir)
@@ -98,13 +110,7 @@ class MariaDB:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM = clean InnoDB shutdown
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)  # SIGTERM = clean InnoDB shutdown
         self.proc = None
 
     def __enter__(self):
