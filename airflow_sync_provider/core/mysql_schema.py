@@ -12,11 +12,19 @@ class TableNotFound(LookupError):
 
 
 @dataclass(frozen=True)
+class Index:
+    name: str
+    columns: tuple[str, ...]
+    unique: bool
+
+
+@dataclass(frozen=True)
 class TableSchema:
     database: str
     table: str
     columns: tuple[MySQLColumn, ...]
     primary_key: tuple[str, ...]
+    indexes: tuple[Index, ...] = ()  # PRIMARY first, then in information_schema order
 
     @property
     def qualified(self) -> str:
@@ -50,9 +58,13 @@ def read_table_schema(conn, database: str, table: str) -> TableSchema:
             for r in rows
         )
         cur.execute(
-            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s"
-            " AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS"
+            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX",
             (database, table),
         )
-        primary_key = tuple(r[0] for r in cur.fetchall())
-    return TableSchema(database, table, columns, primary_key)
+        grouped: dict[str, tuple[bool, list[str]]] = {}
+        for name, non_unique, column in cur.fetchall():
+            grouped.setdefault(name, (not int(non_unique), []))[1].append(column)
+    indexes = tuple(Index(name, tuple(cols), unique) for name, (unique, cols) in grouped.items())
+    primary_key = next((i.columns for i in indexes if i.name == "PRIMARY"), ())
+    return TableSchema(database, table, columns, primary_key, indexes)

@@ -1,16 +1,51 @@
-"""Shard planning. Walking-skeleton version: equal integer ranges on the first key column.
+"""Shard planning (seeds 000 DataX, 003 DBus): which column to split on, where to cut, how many channels.
 
-A shard is a WHERE clause with ``%s`` placeholders and its parameters, so it is always
-executed with bound values.
+A plan is a list of shards over one split column, each a WHERE clause with ``%s`` placeholders
+and JSON-serialisable parameters, so it is always executed with bound values:
+
+* ``N - 1`` cut points ``c1 < c2 < …`` give the range shards ``col < c1``,
+  ``col >= c1 AND col < c2``, …, ``col >= c_last``. The outer shards are open-ended, so the
+  range shards cover every non-NULL value whatever the cuts are (rows inserted after planning
+  included), and half-open intervals never overlap: they partition the table exactly as long
+  as the cuts increase, which both strategies guarantee.
+* ``col IS NULL`` is always a shard of its own.
+* Every comparison is made by the database, with the column's own collation: string cuts are
+  real key values taken in index order, so case-insensitive and PAD SPACE collations, utf8mb4
+  and 4-byte characters order exactly as MySQL orders them, and no cut can contain a surrogate.
+
+Strategies: ``equal`` cuts the [min, max] range into equal widths (numbers, dates, times; the
+DataX/Sqoop baseline); ``balanced`` walks the split index, taking every ``rows / N``-th key
+(index-ordered bounds), so shards hold about the same number of rows on skewed or sparse keys.
+Strings have no meaningful width, so ``equal`` uses index-ordered bounds for them (and says so).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import datetime as dt
+import json
+import math
+from dataclasses import dataclass, field
+from decimal import ROUND_FLOOR, Decimal, localcontext
+from typing import Any, Protocol
 
-from airflow_sync_provider.core.sql import mysql_ident
+from airflow_sync_provider.core.mysql_schema import TableSchema
+from airflow_sync_provider.core.sql import mysql_ident, mysql_table
+from airflow_sync_provider.core.typemap import MySQLColumn
 
-_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+DEFAULT_SPLIT_FACTOR = 5  # DataX: shards = channels × split_factor (+1 NULL shard)
+STRATEGIES = ("equal", "balanced")
+
+_INTEGER = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year", "bit"}
+_DECIMAL = {"decimal", "numeric"}
+_FLOAT = {"float", "double", "real"}
+_TEMPORAL = {"date", "datetime", "timestamp", "time"}
+_BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+class PlanError(ValueError):
+    """A configuration the planner cannot honour (the message says what to change)."""
 
 
 @dataclass(frozen=True)
@@ -18,30 +53,308 @@ class Shard:
     id: int
     where: str
     params: tuple = ()
+    estimated_rows: int | None = None
 
 
-def integer_ranges(column: str, lo: int, hi: int, count: int) -> list[Shard]:
-    """``count`` contiguous ranges covering [lo, hi] exactly, plus an IS NULL shard."""
-    col = mysql_ident(column)
-    span = hi - lo + 1
-    count = max(1, min(count, span))
-    bounds = [lo + span * i // count for i in range(count)] + [hi + 1]
-    shards = [
-        Shard(i, f"{col} >= %s AND {col} < %s", (bounds[i], bounds[i + 1])) for i in range(count - 1)
-    ]
-    shards.append(Shard(count - 1, f"{col} >= %s AND {col} <= %s", (bounds[count - 1], hi)))
-    shards.append(Shard(count, f"{col} IS NULL"))
+@dataclass(frozen=True)
+class Plan:
+    database: str
+    table: str
+    split_column: str | None
+    index: str | None  # the index the range shards are read through
+    strategy: str
+    channels: int
+    split_factor: int
+    shards: tuple[Shard, ...]
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "table": self.table, "database": self.database, "split_column": self.split_column,
+            "index": self.index, "strategy": self.strategy, "channels": self.channels,
+            "split_factor": self.split_factor,
+            "shards": [{"id": s.id, "where": s.where, "params": list(s.params),
+                        "estimated_rows": s.estimated_rows} for s in self.shards],
+            "warnings": list(self.warnings),
+        }
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Plan":
+        shards = tuple(Shard(s["id"], s["where"], tuple(s["params"]), s.get("estimated_rows"))
+                       for s in data["shards"])
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields and k not in ("shards", "warnings")}
+        return cls(**values, shards=shards, warnings=tuple(data.get("warnings", ())))
+
+    def from_clause(self) -> str:
+        """``FROM db.table [FORCE INDEX (ix)]``: range shards must use the split index."""
+        hint = f" FORCE INDEX ({mysql_ident(self.index)})" if self.index else ""
+        return f"FROM {mysql_table(self.database, self.table)}{hint}"
+
+
+# --- channels (DataX flow control) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class SpeedLimits:
+    """DataX's ``job.setting.speed`` (global) and ``core.transport.channel.speed`` (per channel)."""
+
+    channels: int | None = None
+    byte: int | None = None  # global bytes/s
+    record: int | None = None  # global records/s
+    channel_byte: int | None = None  # per-channel bytes/s
+    channel_record: int | None = None  # per-channel records/s
+
+    def channel_count(self) -> int:
+        """DataX's rule: global ÷ per-channel speed, the smaller when both are limited; else ``channels``."""
+        counts = []
+        for name, total, per_channel in (("byte", self.byte, self.channel_byte),
+                                         ("record", self.record, self.channel_record)):
+            if total is None or total <= 0:
+                continue
+            if per_channel is None or per_channel <= 0:
+                raise PlanError(f"a global {name} speed limit ({total}/s) needs a per-channel {name} limit "
+                                f"(channel_{name}) to derive the channel count; set channel_{name} or drop {name}")
+            counts.append(max(1, total // per_channel))
+        if counts:
+            return min(counts)
+        if self.channels is None:
+            raise PlanError("set channels, or a global speed limit with its per-channel limit")
+        if self.channels < 1:
+            raise PlanError(f"channels must be at least 1, got {self.channels}")
+        return self.channels
+
+
+# --- split column ------------------------------------------------------------------------
+
+def choose_split_column(schema: TableSchema, override: str | None = None) -> tuple[str | None, str | None, list[str]]:
+    """(column, index, warnings): user override → primary key → unique index (NOT NULL first) → plain index.
+
+    A composite index splits on its first column. Only a column that leads an index can be
+    read shard by shard with range access.
+    """
+    warnings: list[str] = []
+    leading = [ix for ix in schema.indexes if ix.columns and ix.columns[0] is not None]
+    if override is not None:
+        column = schema.column(override).name  # KeyError names the table and column
+        index = next((ix.name for ix in leading if ix.columns[0] == column), None)
+        if index is None:
+            raise PlanError(f"table {schema.qualified}: split column {override!r} does not lead any index, "
+                            "so every shard would scan the whole table; index it or choose an indexed column")
+        return column, index, warnings
+
+    def not_null(ix):
+        return not schema.column(ix.columns[0]).nullable
+
+    ranked = ([ix for ix in leading if ix.name == "PRIMARY"]
+              + sorted((ix for ix in leading if ix.unique and ix.name != "PRIMARY"), key=lambda ix: not not_null(ix))
+              + [ix for ix in leading if not ix.unique])
+    for ix in ranked:
+        if len(ix.columns) > 1:
+            warnings.append(f"index {ix.name!r} is composite; splitting on its first column {ix.columns[0]!r}")
+        return ix.columns[0], ix.name, warnings
+    warnings.append(f"table {schema.qualified} has no index to split on; it is read as one shard (one channel)")
+    return None, None, warnings
+
+
+# --- parameters: JSON-serialisable and exact ---------------------------------------------
+
+def _placeholder(column: MySQLColumn) -> str:
+    """The SQL a bound parameter appears as, so that a JSON value compares exactly."""
+    if column.data_type in _DECIMAL:
+        return f"CAST(%s AS DECIMAL({column.precision or 10}, {column.scale or 0}))"
+    if column.data_type in _BINARY:
+        return "UNHEX(%s)"
+    return "%s"
+
+
+def _key_value(column: MySQLColumn, value: Any):
+    """BIT values arrive as bytes; everything else is already comparable."""
+    if column.data_type == "bit" and isinstance(value, (bytes, bytearray)):
+        return int.from_bytes(value, "big")
+    return value
+
+
+def to_param(column: MySQLColumn, value: Any):
+    """A key value as a JSON value for ``_placeholder`` (decimals and times as text, bytes as hex)."""
+    value = _key_value(column, value)
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float, str)) and column.data_type not in _BINARY:
+        return value
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ", timespec="microseconds")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        micros = abs(value) // dt.timedelta(microseconds=1)
+        sign = "-" if value < dt.timedelta(0) else ""
+        return f"{sign}{micros // 3_600_000_000:02d}:{micros // 60_000_000 % 60:02d}:{micros // 1_000_000 % 60:02d}.{micros % 1_000_000:06d}"
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    if isinstance(value, str):  # a binary column read back as text
+        return value.encode("utf-8", "surrogateescape").hex()
+    raise PlanError(f"column {column.name!r}: cannot bind a split value of type {type(value).__name__}")
+
+
+def shards_from_cuts(column: MySQLColumn, cuts: list) -> list[Shard]:
+    """Range shards from increasing cut points, then the NULL shard."""
+    col, ph = mysql_ident(column.name), _placeholder(column)
+    params = [to_param(column, c) for c in cuts]
+    if not cuts:
+        ranges = [(f"{col} IS NOT NULL", ())]
+    else:
+        ranges = [(f"{col} < {ph}", (params[0],))]
+        ranges += [(f"{col} >= {ph} AND {col} < {ph}", (params[i], params[i + 1])) for i in range(len(cuts) - 1)]
+        ranges.append((f"{col} >= {ph}", (params[-1],)))
+    shards = [Shard(i, where, tuple(p)) for i, (where, p) in enumerate(ranges)]
+    shards.append(Shard(len(shards), f"{col} IS NULL"))
     return shards
 
 
-def plan_shards(schema, conn, count: int) -> list[Shard]:
-    """Integer ranges on the first primary-key column, else one shard of the whole table."""
-    if schema.primary_key and schema.column(schema.primary_key[0]).data_type in _INTEGER_TYPES:
-        key = schema.primary_key[0]
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT MIN({mysql_ident(key)}), MAX({mysql_ident(key)}) FROM "
-                        f"{mysql_ident(schema.database)}.{mysql_ident(schema.table)}")
-            lo, hi = cur.fetchone()
-        if lo is not None:
-            return integer_ranges(key, int(lo), int(hi), count)
-    return [Shard(0, "1=1")]
+# --- cut points --------------------------------------------------------------------------
+
+def equal_width_cuts(column: MySQLColumn, lo, hi, n: int) -> list | None:
+    """``n - 1`` equal-width cuts inside (lo, hi], increasing; None when the type has no width."""
+    lo, hi = _key_value(column, lo), _key_value(column, hi)
+    t = column.data_type
+    if t not in _INTEGER | _DECIMAL | _FLOAT | _TEMPORAL:
+        return None
+    if n <= 1 or lo is None or lo == hi:
+        return []
+    # Discrete types split their inclusive span (hi - lo + 1), so a span smaller than n still
+    # gets one shard per value instead of none.
+    if t in _INTEGER:
+        lo, hi = int(lo), int(hi)
+        cuts = [lo + (hi - lo + 1) * i // n for i in range(1, n)]
+    elif t in _DECIMAL:
+        with localcontext() as ctx:
+            ctx.prec = 100
+            quantum = Decimal(1).scaleb(-(column.scale or 0))
+            cuts = [(lo + (hi - lo) * i / n).quantize(quantum, rounding=ROUND_FLOOR) for i in range(1, n)]
+    elif t in _FLOAT:
+        lo, hi = float(lo), float(hi)
+        cuts = [lo * (1 - i / n) + hi * (i / n) for i in range(1, n)]  # no (hi - lo) overflow
+    elif t == "date":
+        a, b = lo.toordinal(), hi.toordinal()
+        cuts = [dt.date.fromordinal(a + (b - a + 1) * i // n) for i in range(1, n)]
+    elif t in ("datetime", "timestamp"):
+        unit = dt.timedelta(microseconds=1)
+        a, b = (lo - _EPOCH) // unit, (hi - _EPOCH) // unit
+        cuts = [_EPOCH + unit * (a + (b - a + 1) * i // n) for i in range(1, n)]
+    elif t == "time":
+        unit = dt.timedelta(microseconds=1)
+        a, b = lo // unit, hi // unit
+        cuts = [unit * (a + (b - a + 1) * i // n) for i in range(1, n)]
+    out = []
+    for cut in cuts:  # strictly increasing and inside (lo, hi]: no empty or inverted ranges
+        if lo < cut <= hi and (not out or cut > out[-1]):
+            out.append(cut)
+    return out
+
+
+class KeyIndex(Protocol):
+    """Ordered access to the split column's non-NULL values (the database's order)."""
+
+    def count(self) -> int: ...
+    def first(self) -> Any: ...
+    def nth_above(self, value, n: int) -> Any: ...  # the n-th value (1-based) > value, or None
+
+
+def index_ordered_cuts(keys: KeyIndex, n: int) -> list:
+    """Cuts every ``count / n`` keys along the index. Each cut is read as a value strictly above
+    the previous one, so the cuts increase in the database's own order (duplicates, collations)."""
+    total = keys.count()
+    if n <= 1 or total == 0:
+        return []
+    step = max(1, math.ceil(total / n))
+    cuts, current = [], keys.first()
+    for _ in range(n - 1):
+        current = keys.nth_above(current, step)
+        if current is None:
+            break
+        cuts.append(current)
+    return cuts
+
+
+class MySQLKeyIndex:
+    """KeyIndex over a live table: each step is one index range scan of ``step`` entries."""
+
+    def __init__(self, conn, schema: TableSchema, column: MySQLColumn, index: str):
+        self.conn, self.column = conn, column
+        self.col = mysql_ident(column.name)
+        hint = f" FORCE INDEX ({mysql_ident(index)})"
+        self.source = f"{mysql_table(schema.database, schema.table)}{hint}"
+
+    def _one(self, sql, params=()):
+        with self.conn.cursor() as cur:
+            cur.execute(sql, params)
+            row = cur.fetchone()
+        return row[0] if row else None
+
+    def count(self) -> int:
+        return int(self._one(f"SELECT COUNT({self.col}) FROM {self.source}"))
+
+    def first(self):
+        return self._one(f"SELECT {self.col} FROM {self.source} WHERE {self.col} IS NOT NULL "
+                         f"ORDER BY {self.col} LIMIT 1")
+
+    def nth_above(self, value, n: int):
+        return self._one(f"SELECT {self.col} FROM {self.source} WHERE {self.col} > {_placeholder(self.column)} "
+                         f"ORDER BY {self.col} LIMIT 1 OFFSET %s", (to_param(self.column, value), n - 1))
+
+
+# --- the plan ----------------------------------------------------------------------------
+
+def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, split_column: str | None = None,
+               split_factor: int = DEFAULT_SPLIT_FACTOR, strategy: str = "balanced",
+               estimate: bool = True) -> Plan:
+    """Plan the shards of ``schema``'s table over an open pymysql connection (session time
+    zone UTC, as the readers use, so TIMESTAMP cuts mean the same instants)."""
+    if strategy not in STRATEGIES:
+        raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if split_factor < 1:
+        raise PlanError(f"split_factor must be at least 1, got {split_factor}")
+    channels = (speed or SpeedLimits(channels=1)).channel_count()
+    column_name, index, warnings = choose_split_column(schema, split_column)
+    if column_name is None:
+        shards = [Shard(0, "1=1")]
+        plan = Plan(schema.database, schema.table, None, None, strategy, 1, split_factor, (), tuple(warnings))
+    else:
+        column = schema.column(column_name)
+        wanted = channels * split_factor
+        cuts = None
+        if strategy == "equal":
+            with conn.cursor() as cur:
+                col = mysql_ident(column.name)
+                cur.execute(f"SELECT MIN({col}), MAX({col}) FROM {mysql_table(schema.database, schema.table)}")
+                lo, hi = cur.fetchone()
+            cuts = equal_width_cuts(column, lo, hi, wanted)
+            if cuts is None:
+                warnings.append(f"equal-width ranges are not defined for {column.data_type} column "
+                                f"{column.name!r}; used index-ordered bounds")
+        if cuts is None:
+            cuts = index_ordered_cuts(MySQLKeyIndex(conn, schema, column, index), wanted)
+        shards = shards_from_cuts(column, cuts)
+        plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
+                    tuple(warnings))
+    if estimate:
+        shards = [dataclasses.replace(s, estimated_rows=_explain_rows(conn, plan, s)) for s in shards]
+    return dataclasses.replace(plan, shards=tuple(shards))
+
+
+def explain(conn, plan: Plan, shard: Shard) -> dict:
+    """EXPLAIN of the SELECT a reader runs for ``shard``: {'type', 'key', 'rows', …} of its table row."""
+    with conn.cursor() as cur:
+        cur.execute(f"EXPLAIN SELECT * {plan.from_clause()} WHERE {shard.where}", shard.params)
+        names = [d[0].lower() for d in cur.description]
+        return dict(zip(names, cur.fetchone()))
+
+
+def _explain_rows(conn, plan: Plan, shard: Shard) -> int:
+    rows = explain(conn, plan, shard).get("rows")
+    return int(rows) if rows is not None else 0
