@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict, read_spec, write_spec
-from airflow_sync_provider.core.planning import integer_ranges
 from airflow_sync_provider.core.sql import ch_ident, mysql_ident
 from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType, map_column, python_converter
 
@@ -67,23 +66,6 @@ def test_identifier_quoting_round_trips(name):
     ch = ch_ident(name)
     assert ch[1:-1].replace("\\`", "`").replace("\\\\", "\\") == name
 
-
-@given(lo=st.integers(-2**63, 2**64 - 1), width=st.integers(0, 10**6), count=st.integers(1, 40),
-       keys=st.lists(st.integers(0, 10**6), max_size=50))
-def test_integer_ranges_partition_every_key(lo, width, count, keys):
-    hi = lo + width
-    shards = integer_ranges("id", lo, hi, count)
-    assert shards[-1].where == "`id` IS NULL"
-    ranges = shards[:-1]
-    assert all(s.where == "`id` >= %s AND `id` < %s" for s in ranges[:-1])
-    assert ranges[-1].where == "`id` >= %s AND `id` <= %s"
-
-    def contains(i, key):
-        low, high = ranges[i].params
-        return low <= key < high if i < len(ranges) - 1 else low <= key <= high
-
-    for key in [lo, hi] + [lo + k % (width + 1) for k in keys]:
-        assert sum(contains(i, key) for i in range(len(ranges))) == 1, (key, shards)
 
 def test_endpoints_parse_and_hide_passwords():
     m = MySQLEndpoint.from_url("mysql://u%40x:p%3Aw@db.example:3307/shop")

@@ -189,3 +189,37 @@ def test_the_plan_uses_quoted_values_as_bounds(matrix):
     plan, _ = check_plan(matrix, "quoted_values", "balanced", channels=10, split_factor=10)
     bounds = {p for s in plan.shards for p in s.params}
     assert any("'" in b or "\\" in b for b in bounds)
+
+
+def test_cli_prints_the_plan_as_json_and_each_where_counts_its_shard(mysql_url, matrix):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cli = str(Path(sys.executable).parent / "airflow-sync")
+    env = dict(os.environ, MYSQL_URL=mysql_url.rstrip("/") + "/" + DB)  # the password stays off argv
+    out = subprocess.run([cli, "plan", "--table", "varchar_ci_pad", "--split-column", "s", "--channels", "3",
+                          "--split-factor", "2", "--strategy", "balanced", "--json"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert {"table", "split_column", "strategy", "channels", "shards", "warnings"} <= plan.keys()
+    assert (plan["table"], plan["split_column"], plan["strategy"], plan["channels"]) == ("varchar_ci_pad", "s", "balanced", 3)
+    assert len(plan["shards"]) <= 3 * 2 + 1
+    with matrix.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM {mysql_table(DB, 'varchar_ci_pad')}")
+        total = cur.fetchone()[0]
+        counts = []
+        for shard in plan["shards"]:
+            assert set(shard) == {"id", "where", "params", "estimated_rows"}
+            cur.execute(f"SELECT COUNT(*) FROM {mysql_table(DB, 'varchar_ci_pad')} WHERE {shard['where']}", shard["params"])
+            counts.append(cur.fetchone()[0])
+    assert sum(counts) == total
+
+    bad = subprocess.run([cli, "plan", "--table", "varchar_ci_pad", "--byte-speed", "1000"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "per-channel byte limit" in bad.stderr
+    missing = subprocess.run([cli, "plan", "--table", "nope"], env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "planner_matrix.nope does not exist" in missing.stderr

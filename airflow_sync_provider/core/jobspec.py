@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, SpeedLimits
 
 _SECRET_KEYS = {"password"}
 
@@ -27,16 +28,29 @@ class FullLoadSpec:
     source_table: str
     target_database: str
     target_table: str
-    channels: int = 2
+    channels: int | None = 2
     batch_rows: int = 65536
+    split_column: str | None = None
+    split_factor: int = DEFAULT_SPLIT_FACTOR
+    strategy: str = "balanced"
+    # DataX flow control: global and per-channel bytes/s and records/s (None = unlimited)
+    byte_speed: int | None = None
+    record_speed: int | None = None
+    channel_byte_speed: int | None = None
+    channel_record_speed: int | None = None
     result_path: str = ""
     job: str = field(default="full_load", init=False)
 
     def __post_init__(self):
-        if self.channels < 1:
-            raise ValueError(f"channels must be >= 1, got {self.channels} (table {self.source_table})")
+        self.speed().channel_count()  # a bad speed/channel configuration fails before submitting
         if self.batch_rows < 1:
-            raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
+            raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows} (table {self.source_table})")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+
+    def speed(self) -> SpeedLimits:
+        return SpeedLimits(channels=self.channels, byte=self.byte_speed, record=self.record_speed,
+                           channel_byte=self.channel_byte_speed, channel_record=self.channel_record_speed)
 
 
 SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls for cls in (FullLoadSpec,)}

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pymysql
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.planning import Shard
-from airflow_sync_provider.core.sql import mysql_ident, mysql_table
+from airflow_sync_provider.core.planning import Plan, Shard
+from airflow_sync_provider.core.sql import mysql_ident
 from airflow_sync_provider.core.typemap import ColumnMapping, python_converter
 
 
@@ -41,18 +41,19 @@ def arrow_schema(mappings: list[ColumnMapping]) -> pa.Schema:
     return pa.schema([pa.field(m.name, m.arrow_type, nullable=m.source.nullable) for m in mappings])
 
 
-def read_shard(endpoint: MySQLEndpoint, database: str, table: str, mappings: list[ColumnMapping],
-               shard: Shard, batch_rows: int) -> Iterator[pa.RecordBatch]:
+def read_shard(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
+               batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The shard's rows through the plan's split index (FORCE INDEX: range access, bounded scan)."""
     schema = arrow_schema(mappings)
     converters = [python_converter(m) for m in mappings]
     columns = ", ".join(mysql_ident(m.name) for m in mappings)
-    sql = f"SELECT {columns} FROM {mysql_table(database, table)} WHERE {shard.where}"
+    sql = f"SELECT {columns} {plan.from_clause()} WHERE {shard.where}"
     conn = stream_connect(endpoint)
     try:
         cur = conn.cursor()
         cur.execute(sql, shard.params)
         while rows := cur.fetchmany(batch_rows):
-            yield _to_batch(rows, mappings, converters, schema, f"table {database}.{table}, shard {shard.id}")
+            yield _to_batch(rows, mappings, converters, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
     finally:
         conn.close()
 

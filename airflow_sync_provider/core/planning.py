@@ -22,6 +22,7 @@ Strings have no meaningful width, so ``equal`` uses index-ordered bounds for the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import datetime as dt
 import json
 import math
@@ -296,8 +297,12 @@ class MySQLKeyIndex:
             row = cur.fetchone()
         return row[0] if row else None
 
+    @functools.cache
     def count(self) -> int:
         return int(self._one(f"SELECT COUNT({self.col}) FROM {self.source}"))
+
+    def null_count(self) -> int:
+        return int(self._one(f"SELECT COUNT(*) FROM {self.source} WHERE {self.col} IS NULL"))
 
     def first(self):
         return self._one(f"SELECT {self.col} FROM {self.source} WHERE {self.col} IS NOT NULL "
@@ -337,13 +342,21 @@ def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, s
             if cuts is None:
                 warnings.append(f"equal-width ranges are not defined for {column.data_type} column "
                                 f"{column.name!r}; used index-ordered bounds")
+        estimates = None
         if cuts is None:
-            cuts = index_ordered_cuts(MySQLKeyIndex(conn, schema, column, index), wanted)
+            keys = MySQLKeyIndex(conn, schema, column, index)
+            cuts = index_ordered_cuts(keys, wanted)
+            if estimate:  # the walk itself measured the shards: ``step`` keys each, the rest last
+                step = max(1, math.ceil(keys.count() / wanted))
+                estimates = [step] * len(cuts) + [keys.count() - step * len(cuts)] + [keys.null_count()]
         shards = shards_from_cuts(column, cuts)
+        if estimates:
+            shards = [dataclasses.replace(s, estimated_rows=max(0, e)) for s, e in zip(shards, estimates)]
         plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
                     tuple(warnings))
     if estimate:
-        shards = [dataclasses.replace(s, estimated_rows=_explain_rows(conn, plan, s)) for s in shards]
+        shards = [s if s.estimated_rows is not None else dataclasses.replace(s, estimated_rows=_explain_rows(conn, plan, s))
+                  for s in shards]
     return dataclasses.replace(plan, shards=tuple(shards))
 
 
