@@ -49,3 +49,14 @@ def ch(clickhouse_url):
 def demo_db(mysql_url):
     """The demo schema at test size; returns {table: row count}."""
     return demo_data.generate(mysql_url, DEMO_DB, orders=DEMO_ORDERS, customers=2_000, item_orders=5_000)
+
+
+@pytest.fixture(scope="session")
+def matrix(mysql_url):
+    """The adversarial planner matrix (tests/adversarial.py), created once; yields a connection."""
+    from tests.adversarial import create_matrix
+
+    conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
+    create_matrix(conn)
+    yield conn
+    conn.close()

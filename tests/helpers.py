@@ -7,6 +7,7 @@ the code under test (BIT → integer, TIME → text, binary strings compared as 
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 
 from airflow_sync_provider.core.clickhouse_target import VERSION_COLUMN
 from airflow_sync_provider.core.mysql_schema import read_table_schema
@@ -37,8 +38,11 @@ def _normalise(value, data_type: str):
 
 
 def _keyed(rows, schema):
+    """Rows by primary key; without one, by the whole row with a duplicate counter (a multiset)."""
     names = [c.name for c in schema.columns]
-    key = [names.index(k) for k in schema.primary_key] or list(range(len(names)))
+    if not schema.primary_key:
+        return Counter(tuple(r) for r in rows)
+    key = [names.index(k) for k in schema.primary_key]
     return {tuple(r[i] for i in key): tuple(r) for r in rows}
 
 
@@ -56,7 +60,7 @@ def target_rows(ch, conn, database: str, table: str, target_database: str | None
     schema = read_table_schema(conn, database, table)
     result = ch.query(
         f"SELECT {', '.join(ch_ident(c.name) for c in schema.columns)} "
-        f"FROM {ch_table(target_database or database, table)} FINAL",
+        f"FROM {ch_table(target_database or database, table)}{' FINAL' if schema.primary_key else ''}",
         column_formats={c.name: "bytes" for c in schema.columns if c.data_type in BINARY_TYPES},
     )
     assert VERSION_COLUMN not in result.column_names
@@ -75,4 +79,4 @@ def assert_same_rows(conn, ch, database: str, table: str, target_database: str |
     assert not missing and not extra, f"{table}: {len(missing)} missing keys, {len(extra)} extra keys"
     changed = [k for k in source if source[k] != target[k]]
     assert not changed, f"{table}: {len(changed)} rows differ, e.g.\n{_short(source[changed[0]])} !=\n{_short(target[changed[0]])}"
-    return len(source)
+    return sum(source.values()) if isinstance(source, Counter) else len(source)

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
-import zipfile
-from importlib import resources
-from pathlib import Path
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseOperator
@@ -18,24 +14,10 @@ try:
 except ImportError:  # pragma: no cover - moved in later Airflow versions
     from airflow.sdk.exceptions import AirflowException
 
-import airflow_sync_provider
 from airflow_sync_provider.core.jobspec import public_dict, write_spec
+from airflow_sync_provider.core.submission import job_script, package_zip, read_result, spark_env
 
 DEFAULT_CONF = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
-
-
-def job_script(job: str) -> str:
-    return str(resources.files("airflow_sync_provider.spark_jobs") / f"{job}.py")
-
-
-def package_zip(directory: str) -> str:
-    """Zip this package so executors on any cluster import the same code (``--py-files``)."""
-    root = Path(airflow_sync_provider.__file__).parent
-    path = os.path.join(directory, "airflow_sync_provider.zip")
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for file in root.rglob("*.py"):
-            zf.write(file, Path("airflow_sync_provider") / file.relative_to(root))
-    return path
 
 
 class SparkJobOperator(BaseOperator):
@@ -74,34 +56,22 @@ class SparkJobOperator(BaseOperator):
             spec.result_path = os.path.join(tmp, "result.json")
             spec_path = os.path.join(tmp, "spec.json")
             write_spec(spec, spec_path)
-            python = self.pyspark_python or sys.executable
             hook = SparkSubmitHook(
                 conn_id=self.spark_conn_id,
                 conf={**DEFAULT_CONF, **(self.spark_conf or {})},
                 py_files=package_zip(tmp),
                 application_args=["--spec", spec_path],
                 name=f"airflow-sync-{self.job}-{self.task_id}",
-                env_vars={
-                    "PYSPARK_PYTHON": python,
-                    "PYSPARK_DRIVER_PYTHON": python,
-                    # spark-submit ships in the interpreter's bin directory (pip's pyspark)
-                    "PATH": os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")]),
-                },
+                # spark-submit ships in the interpreter's bin directory (pip's pyspark)
+                env_vars=spark_env(self.pyspark_python),
             )
             try:
                 hook.submit(application=job_script(self.job))
             except AirflowException as exc:
-                error = _read_result(spec.result_path).get("error")
+                error = read_result(spec.result_path).get("error")
                 raise AirflowException(f"{self.job} job failed: {error or exc}") from None
-            result = _read_result(spec.result_path)
+            result = read_result(spec.result_path)
         if result.get("status") != "success":
             raise AirflowException(f"{self.job} job wrote no success result: {result}")
         return self.summarize(result)
 
-
-def _read_result(path: str) -> dict:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return {}
