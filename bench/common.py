@@ -1,0 +1,47 @@
+"""Shared bench plumbing: services, machine description, timing, result files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal"))) // 1024 // 1024
+    maria = subprocess.run(["mariadbd", "--version"], capture_output=True, text=True).stdout.strip()
+    return f"{os.cpu_count()} cores ({cpu}), {mem} GiB RAM, {platform.platform()}, {maria}"
+
+
+@contextlib.contextmanager
+def timer():
+    box = {}
+    start = time.perf_counter()
+    yield box
+    box["seconds"] = time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def services(name: str):
+    from devenv.services import clickhouse_service, mysql_service
+
+    state = Path(os.environ.get("BENCH_STATE", f"/tmp/airflow-sync-bench-{name}"))
+    with mysql_service(state) as mysql_url, clickhouse_service(state) as clickhouse_url:
+        yield mysql_url, clickhouse_url
+
+
+def write_result(name: str, text: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.md"
+    path.write_text(text)
+    print(text)
+    return path
