@@ -101,6 +101,7 @@ def test_example_dag_copies_every_demo_table_row_for_row(airflow_home, demo_db, 
             "SELECT task_id, value FROM xcom WHERE dag_id = 'sync_demo_full_load' AND key = 'return_value'")}
     assert {t: x["rows"] for t, x in xcoms.items()} == {f"load_{t}": n for t, n in demo_db.items()}
     assert xcoms["load_orders"]["shards"] == 11 and xcoms["load_orders"]["target"] == "demo.orders"
+    assert xcoms["load_orders"]["shards_read"] == 11 and xcoms["load_orders"]["generation"] == 1
 
 
 FAILING_DAG = '''

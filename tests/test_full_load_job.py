@@ -50,7 +50,7 @@ def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_co
                         target_table="types_matrix", channels=2, batch_rows=1)
     result = spark_submit(spec, timeout=600)
     assert result["status"] == "success", result
-    assert result["rows"] == 3 and sum(s["rows"] for s in result["shards"]) == 3
+    assert result["rows"] == 3 and sum(s["records_written"] for s in result["per_shard"]) == 3
     assert_same_rows(mysql_conn, ch, "job_types", "types_matrix", target_database="job_types_ch")
 
 

@@ -2,49 +2,112 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import clickhouse_connect
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.mysql_schema import TableSchema
-from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
 
 VERSION_COLUMN = "_version"
+SHARD_COLUMN = "_shard"
 
 
 def client(endpoint: ClickHouseEndpoint, **kwargs):
     return clickhouse_connect.get_client(**endpoint.client_args(), **kwargs)
 
 
-def create_table_sql(schema: TableSchema, database: str, table: str) -> str:
+def _columns(schema: TableSchema) -> list[str]:
+    return [f"{ch_ident(m.name)} {m.ch_type}" for m in schema.mappings()]
+
+
+def _order_by(schema: TableSchema) -> str:
+    return "(" + ", ".join(ch_ident(c) for c in schema.primary_key) + ")" if schema.primary_key else "tuple()"
+
+
+def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None) -> str:
     """ReplacingMergeTree keyed by the primary key, versioned so re-loads replace old rows.
 
     A table without a primary key gets a plain MergeTree: ReplacingMergeTree with an empty
-    sorting key would collapse every row into one.
+    sorting key would collapse every row into one. ``partition_by`` is a ClickHouse expression
+    (e.g. ``toYYYYMMDD(created_at)``) for period-scoped loads.
     """
-    cols = [f"{ch_ident(m.name)} {m.ch_type}" for m in schema.mappings()]
-    cols.append(f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0")
-    if schema.primary_key:
-        engine = f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)})"
-        order = "(" + ", ".join(ch_ident(c) for c in schema.primary_key) + ")"
-    else:
-        engine, order = "MergeTree", "tuple()"
+    cols = _columns(schema) + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0"]
+    engine = f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)})" if schema.primary_key else "MergeTree"
+    partition = f" PARTITION BY {partition_by}" if partition_by else ""
     return (f"CREATE TABLE {ch_table(database, table)} (\n  " + ",\n  ".join(cols)
-            + f"\n) ENGINE = {engine} ORDER BY {order}")
+            + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)}")
 
 
-def shadow_name(table: str) -> str:
-    return f"{table}__shadow"
+def create_parts_sql(schema: TableSchema, database: str, table: str) -> str:
+    """A load's working table: one partition per shard, so re-reading a shard first drops
+    exactly what its earlier attempts wrote (no duplicates, no mutations)."""
+    cols = _columns(schema) + [f"{ch_ident(VERSION_COLUMN)} UInt64", f"{ch_ident(SHARD_COLUMN)} UInt32"]
+    return (f"CREATE TABLE IF NOT EXISTS {ch_table(database, table)} (\n  " + ",\n  ".join(cols)
+            + f"\n) ENGINE = MergeTree PARTITION BY {ch_ident(SHARD_COLUMN)} ORDER BY {_order_by(schema)}")
+
+
+def parts_table_name(load_key: str, generation: int) -> str:
+    return "parts_" + hashlib.sha1(f"{load_key}\0{generation}".encode()).hexdigest()[:16]
+
+
+def drop_shard(ch, database: str, parts: str, shard_id: int) -> None:
+    ch.command(f"ALTER TABLE {ch_table(database, parts)} DROP PARTITION ID {ch_string(str(shard_id))}")
 
 
 def table_exists(ch, database: str, table: str) -> bool:
     return bool(ch.command("EXISTS TABLE " + ch_table(database, table)))
 
 
-def publish_shadow(ch, database: str, table: str) -> None:
-    """Swap the fully loaded shadow table in: readers see the old or the new table, never half."""
-    shadow = shadow_name(table)
+def copy_parts(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str) -> None:
+    """Server-side copy of the loaded rows (without the shard column) into ``table``."""
+    names = ", ".join(ch_ident(n) for n in [m.name for m in schema.mappings()] + [VERSION_COLUMN])
+    ch.command(f"INSERT INTO {ch_table(database, table)} ({names}) SELECT {names} FROM {ch_table(parts_db, parts)}")
+
+
+def publish_full(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str) -> int:
+    """Copy into a shadow table and swap it in: readers see the old or the new table, never half."""
+    shadow = f"{table}__shadow"
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+    ch.command(f"DROP TABLE IF EXISTS {ch_table(database, shadow)}")
+    ch.command(create_table_sql(schema, database, shadow))
+    copy_parts(ch, schema, parts, parts_db, database, shadow)
+    rows = int(ch.command(f"SELECT count() FROM {ch_table(database, shadow)}"))
     if table_exists(ch, database, table):
         ch.command(f"EXCHANGE TABLES {ch_table(database, shadow)} AND {ch_table(database, table)}")
         ch.command(f"DROP TABLE {ch_table(database, shadow)}")
     else:
         ch.command(f"RENAME TABLE {ch_table(database, shadow)} TO {ch_table(database, table)}")
+    return rows
+
+
+def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
+                       partition_by: str, partitions: list[str]) -> int:
+    """Replace exactly ``partitions`` of ``table`` with the loaded rows (each partition atomically).
+
+    Loaded rows outside those partitions mean the period filter and the partitions disagree:
+    nothing is published then. A partition with no loaded rows is dropped (the period is empty).
+    """
+    stage = f"{table}__stage"
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+    if not table_exists(ch, database, table):
+        ch.command(create_table_sql(schema, database, table, partition_by))
+    ch.command(f"DROP TABLE IF EXISTS {ch_table(database, stage)}")
+    ch.command(create_table_sql(schema, database, stage, partition_by))
+    copy_parts(ch, schema, parts, parts_db, database, stage)
+    present = {r[0]: r[1] for r in ch.query(
+        f"SELECT _partition_id, count() FROM {ch_table(database, stage)} GROUP BY _partition_id").result_rows}
+    outside = sorted(set(present) - set(partitions))
+    if outside:
+        ch.command(f"DROP TABLE {ch_table(database, stage)}")
+        raise ValueError(f"table {database}.{table}: the loaded rows fall in partitions {outside} (by {partition_by}) "
+                         f"outside replace_partitions {partitions}; the where filter and the partitions disagree")
+    for partition in partitions:
+        pid = ch_string(partition)
+        if partition in present:
+            ch.command(f"ALTER TABLE {ch_table(database, table)} REPLACE PARTITION ID {pid} FROM {ch_table(database, stage)}")
+        else:
+            ch.command(f"ALTER TABLE {ch_table(database, table)} DROP PARTITION ID {pid}")
+    ch.command(f"DROP TABLE {ch_table(database, stage)}")
+    return sum(present.values())

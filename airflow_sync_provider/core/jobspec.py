@@ -13,14 +13,19 @@ import tempfile
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, SpeedLimits
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Filter, SpeedLimits
 
 _SECRET_KEYS = {"password"}
 
 
 @dataclass
 class FullLoadSpec:
-    """Copy one MySQL table into a ClickHouse table (published atomically)."""
+    """Copy one MySQL table (or one period of it) into a ClickHouse table, published atomically.
+
+    ``load_key`` names the load in the ledger: running the same key again resumes it (only
+    unfinished shards are read); once published, the same key starts a fresh copy.
+    """
 
     source: MySQLEndpoint
     target: ClickHouseEndpoint
@@ -28,8 +33,11 @@ class FullLoadSpec:
     source_table: str
     target_database: str
     target_table: str
+    load_key: str = ""
+    reimport: str | None = None  # "failed": only an unpublished load's failed/unfinished shards
     channels: int | None = 2
     batch_rows: int = 65536
+    batch_bytes: int = 64 * 1024 * 1024
     split_column: str | None = None
     split_factor: int = DEFAULT_SPLIT_FACTOR
     strategy: str = "balanced"
@@ -38,6 +46,14 @@ class FullLoadSpec:
     record_speed: int | None = None
     channel_byte_speed: int | None = None
     channel_record_speed: int | None = None
+    # period-scoped load: a MySQL filter (``%s`` placeholders + params) and the target
+    # partitions (PARTITION BY ``partition_by``) it replaces
+    where: str | None = None
+    where_params: list = field(default_factory=list)
+    partition_by: str | None = None
+    replace_partitions: list = field(default_factory=list)
+    ledger_database: str = DEFAULT_LEDGER_DATABASE
+    ledger_wait_seconds: float = 300.0  # how long a failure report waits for an unreachable ledger
     result_path: str = ""
     job: str = field(default="full_load", init=False)
 
@@ -47,6 +63,18 @@ class FullLoadSpec:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows} (table {self.source_table})")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        if self.reimport not in (None, "failed"):
+            raise ValueError(f"reimport must be None or 'failed', got {self.reimport!r}")
+        if bool(self.partition_by) != bool(self.replace_partitions) or (self.partition_by and not self.where):
+            raise ValueError(f"table {self.source_table}: a period load needs where, partition_by and "
+                             "replace_partitions together (e.g. where='created_at >= %s AND created_at < %s', "
+                             "partition_by='toYYYYMMDD(created_at)', replace_partitions=['20250101'])")
+        self.filter()  # placeholder/parameter count
+        if not self.load_key:
+            self.load_key = f"{self.source_database}.{self.source_table}->{self.target_database}.{self.target_table}"
+
+    def filter(self) -> Filter:
+        return Filter(self.where, tuple(self.where_params)) if self.where else Filter()
 
     def speed(self) -> SpeedLimits:
         return SpeedLimits(channels=self.channels, byte=self.byte_speed, record=self.record_speed,

@@ -42,8 +42,9 @@ def arrow_schema(mappings: list[ColumnMapping]) -> pa.Schema:
 
 
 def read_shard(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
-               batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """The shard's rows through the plan's split index (FORCE INDEX: range access, bounded scan)."""
+               fetch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The shard's rows through the plan's split index (FORCE INDEX: range access), ``fetch_rows``
+    at a time from an unbuffered cursor, so memory stays bounded whatever the shard's size."""
     schema = arrow_schema(mappings)
     converters = [python_converter(m) for m in mappings]
     columns = ", ".join(mysql_ident(m.name) for m in mappings)
@@ -52,7 +53,7 @@ def read_shard(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping
     try:
         cur = conn.cursor()
         cur.execute(sql, shard.params)
-        while rows := cur.fetchmany(batch_rows):
+        while rows := cur.fetchmany(fetch_rows):
             yield _to_batch(rows, mappings, converters, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
     finally:
         conn.close()

@@ -50,6 +50,25 @@ class PlanError(ValueError):
 
 
 @dataclass(frozen=True)
+class Filter:
+    """A row filter every shard carries (e.g. one accounting period): SQL with ``%s`` and params."""
+
+    sql: str = "1=1"
+    params: tuple = ()
+
+    def __post_init__(self):
+        if self.sql.count("%s") != len(self.params):
+            raise PlanError(f"where {self.sql!r} has {self.sql.count('%s')} placeholders but "
+                            f"{len(self.params)} parameters")
+
+    def apply(self, shard: "Shard") -> "Shard":
+        if self.sql == "1=1":
+            return shard
+        return dataclasses.replace(shard, where=f"({shard.where}) AND ({self.sql})",
+                                   params=(*shard.params, *self.params))
+
+
+@dataclass(frozen=True)
 class Shard:
     id: int
     where: str
@@ -283,43 +302,55 @@ def index_ordered_cuts(keys: KeyIndex, n: int) -> list:
 
 
 class MySQLKeyIndex:
-    """KeyIndex over a live table: each step is one index range scan of ``step`` entries."""
+    """KeyIndex over a live table (optionally only rows matching ``where``): each step is one
+    index range scan of ``step`` entries."""
 
-    def __init__(self, conn, schema: TableSchema, column: MySQLColumn, index: str):
+    def __init__(self, conn, schema: TableSchema, column: MySQLColumn, index: str, where: Filter | None = None):
         self.conn, self.column = conn, column
         self.col = mysql_ident(column.name)
         hint = f" FORCE INDEX ({mysql_ident(index)})"
         self.source = f"{mysql_table(schema.database, schema.table)}{hint}"
+        self.filter = where or Filter()
 
-    def _one(self, sql, params=()):
+    def _one(self, condition, params=(), tail="", tail_params=()):
         with self.conn.cursor() as cur:
-            cur.execute(sql, params)
+            cur.execute(f"{condition} AND {self.filter.sql}{tail}", (*params, *self.filter.params, *tail_params))
             row = cur.fetchone()
         return row[0] if row else None
 
     @functools.cache
     def count(self) -> int:
-        return int(self._one(f"SELECT COUNT({self.col}) FROM {self.source}"))
+        return int(self._one(f"SELECT COUNT(*) FROM {self.source} WHERE {self.col} IS NOT NULL"))
 
     def null_count(self) -> int:
         return int(self._one(f"SELECT COUNT(*) FROM {self.source} WHERE {self.col} IS NULL"))
 
     def first(self):
-        return self._one(f"SELECT {self.col} FROM {self.source} WHERE {self.col} IS NOT NULL "
-                         f"ORDER BY {self.col} LIMIT 1")
+        return self._one(f"SELECT {self.col} FROM {self.source} WHERE {self.col} IS NOT NULL",
+                         tail=f" ORDER BY {self.col} LIMIT 1")
+
+    def min_max(self):
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT MIN({self.col}), MAX({self.col}) FROM {self.source} WHERE {self.filter.sql}",
+                        self.filter.params)
+            return cur.fetchone()
 
     def nth_above(self, value, n: int):
-        return self._one(f"SELECT {self.col} FROM {self.source} WHERE {self.col} > {_placeholder(self.column)} "
-                         f"ORDER BY {self.col} LIMIT 1 OFFSET %s", (to_param(self.column, value), n - 1))
+        return self._one(f"SELECT {self.col} FROM {self.source} WHERE {self.col} > {_placeholder(self.column)}",
+                         (to_param(self.column, value),), f" ORDER BY {self.col} LIMIT 1 OFFSET %s", (n - 1,))
 
 
 # --- the plan ----------------------------------------------------------------------------
 
 def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, split_column: str | None = None,
                split_factor: int = DEFAULT_SPLIT_FACTOR, strategy: str = "balanced",
-               estimate: bool = True) -> Plan:
+               where: Filter | None = None, estimate: bool = True) -> Plan:
     """Plan the shards of ``schema``'s table over an open pymysql connection (session time
-    zone UTC, as the readers use, so TIMESTAMP cuts mean the same instants)."""
+    zone UTC, as the readers use, so TIMESTAMP cuts mean the same instants).
+
+    ``where`` restricts the load to some rows (a period); every shard carries it, and cuts are
+    taken among the matching rows (split on the period column so that stays an index range)."""
+    where = where or Filter()
     if strategy not in STRATEGIES:
         raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if split_factor < 1:
@@ -327,29 +358,25 @@ def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, s
     channels = (speed or SpeedLimits(channels=1)).channel_count()
     column_name, index, warnings = choose_split_column(schema, split_column)
     if column_name is None:
-        shards = [Shard(0, "1=1")]
+        shards = [where.apply(Shard(0, "1=1"))]
         plan = Plan(schema.database, schema.table, None, None, strategy, 1, split_factor, (), tuple(warnings))
     else:
         column = schema.column(column_name)
         wanted = channels * split_factor
         cuts = None
+        keys = MySQLKeyIndex(conn, schema, column, index, where)
         if strategy == "equal":
-            with conn.cursor() as cur:
-                col = mysql_ident(column.name)
-                cur.execute(f"SELECT MIN({col}), MAX({col}) FROM {mysql_table(schema.database, schema.table)}")
-                lo, hi = cur.fetchone()
-            cuts = equal_width_cuts(column, lo, hi, wanted)
+            cuts = equal_width_cuts(column, *keys.min_max(), wanted)
             if cuts is None:
                 warnings.append(f"equal-width ranges are not defined for {column.data_type} column "
                                 f"{column.name!r}; used index-ordered bounds")
         estimates = None
         if cuts is None:
-            keys = MySQLKeyIndex(conn, schema, column, index)
             cuts = index_ordered_cuts(keys, wanted)
             if estimate:  # the walk itself measured the shards: ``step`` keys each, the rest last
                 step = max(1, math.ceil(keys.count() / wanted))
                 estimates = [step] * len(cuts) + [keys.count() - step * len(cuts)] + [keys.null_count()]
-        shards = shards_from_cuts(column, cuts)
+        shards = [where.apply(s) for s in shards_from_cuts(column, cuts)]
         if estimates:
             shards = [dataclasses.replace(s, estimated_rows=max(0, e)) for s, e in zip(shards, estimates)]
         plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),

@@ -1,49 +1,70 @@
 from __future__ import annotations
 
 from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR
+from airflow_sync_provider.core.reports import shard_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 
 class FullLoadOperator(SparkJobOperator):
-    """Copy one MySQL table into ClickHouse (ReplacingMergeTree keyed by the primary key).
+    """Copy one MySQL table (or one period of it) into ClickHouse, restartably.
 
-    The new copy is built in a shadow table and swapped in atomically.
+    A full reload is built aside and swapped in atomically; a period load (``where`` +
+    ``partition_by`` + ``replace_partitions``) replaces exactly its partitions, so a backfill of
+    the same period is idempotent. Progress and hook counters go to the ledger as they happen.
 
     :param table: source table name.
+    :param load_key: names the load in the ledger (default ``<dag>.<task>.<run_id>``): a retry
+        resumes it and reads only unfinished shards; once published, the same key copies afresh.
+    :param reimport: ``"failed"`` re-reads only the failed (or never finished) shards of an
+        unpublished load, then publishes.
     :param source_database: defaults to the MySQL connection's schema.
     :param target_database: defaults to the ClickHouse connection's schema, then the source database.
     :param target_table: defaults to ``table``.
     :param channels: concurrent source connections (= concurrent Spark tasks); derived from the
         speed limits instead when a global limit is set (DataX: global ÷ per-channel).
-    :param batch_rows: rows per Arrow batch written to ClickHouse.
+    :param batch_rows, batch_bytes: an Arrow batch is written when either is reached.
     :param split_column: column to shard on (default: primary key → unique → plain index).
     :param split_factor: shards per channel (DataX default 5); a NULL shard is added.
     :param strategy: ``balanced`` (index-ordered bounds, even shards) or ``equal`` (equal widths).
     :param byte_speed, record_speed: global limits (bytes/s, records/s).
     :param channel_byte_speed, channel_record_speed: per-channel limits.
+    :param where, where_params: MySQL filter with ``%s`` placeholders and their (templated) values,
+        e.g. ``"created_at >= %s AND created_at < %s"``, ``["{{ data_interval_start | ds }}", …]``.
+    :param partition_by: ClickHouse PARTITION BY expression of the target, e.g. ``toYYYYMMDD(created_at)``.
+    :param replace_partitions: partition ids the period owns, e.g. ``["{{ ds_nodash }}"]``.
+    :param ledger_database: ClickHouse database of the ledger (default ``airflow_sync``).
     """
 
     job = "full_load"
-    template_fields = ("table", "source_database", "target_database", "target_table", "split_column")
+    template_fields = ("table", "load_key", "source_database", "target_database", "target_table", "split_column",
+                       "where", "where_params", "replace_partitions")
 
     def __init__(self, *, table: str, mysql_conn_id: str = "mysql_default",
-                 clickhouse_conn_id: str = "clickhouse_default", source_database: str | None = None,
+                 clickhouse_conn_id: str = "clickhouse_default", load_key: str | None = None,
+                 reimport: str | None = None, source_database: str | None = None,
                  target_database: str | None = None, target_table: str | None = None,
-                 channels: int | None = 2, batch_rows: int = 65536, split_column: str | None = None,
-                 split_factor: int = DEFAULT_SPLIT_FACTOR, strategy: str = "balanced",
-                 byte_speed: int | None = None, record_speed: int | None = None,
-                 channel_byte_speed: int | None = None, channel_record_speed: int | None = None, **kwargs):
+                 channels: int | None = 2, batch_rows: int = 65536, batch_bytes: int = 64 * 1024 * 1024,
+                 split_column: str | None = None, split_factor: int = DEFAULT_SPLIT_FACTOR,
+                 strategy: str = "balanced", byte_speed: int | None = None, record_speed: int | None = None,
+                 channel_byte_speed: int | None = None, channel_record_speed: int | None = None,
+                 where: str | None = None, where_params: list | None = None, partition_by: str | None = None,
+                 replace_partitions: list | None = None, ledger_database: str = DEFAULT_LEDGER_DATABASE,
+                 **kwargs):
         super().__init__(**kwargs)
         self.table = table
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id
+        self.load_key = load_key
+        self.reimport = reimport
         self.source_database = source_database
         self.target_database = target_database
         self.target_table = target_table
         self.channels = channels
         self.batch_rows = batch_rows
+        self.batch_bytes = batch_bytes
         self.split_column = split_column
         self.split_factor = split_factor
         self.strategy = strategy
@@ -51,6 +72,11 @@ class FullLoadOperator(SparkJobOperator):
         self.record_speed = record_speed
         self.channel_byte_speed = channel_byte_speed
         self.channel_record_speed = channel_record_speed
+        self.where = where
+        self.where_params = where_params
+        self.partition_by = partition_by
+        self.replace_partitions = replace_partitions
+        self.ledger_database = ledger_database
 
     def build_spec(self, context) -> FullLoadSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
@@ -60,19 +86,24 @@ class FullLoadOperator(SparkJobOperator):
             raise ValueError(f"table {self.table!r}: no source database (set source_database or the "
                              f"schema of connection {self.mysql_conn_id!r})")
         target_db = self.target_database or (target.database if target.database != "default" else source_db)
-        return FullLoadSpec(source=source, target=target, source_database=source_db, source_table=self.table,
-                            target_database=target_db, target_table=self.target_table or self.table,
-                            channels=self.channels, batch_rows=self.batch_rows, split_column=self.split_column,
-                            split_factor=self.split_factor, strategy=self.strategy, byte_speed=self.byte_speed,
-                            record_speed=self.record_speed, channel_byte_speed=self.channel_byte_speed,
-                            channel_record_speed=self.channel_record_speed)
+        load_key = self.load_key or f"{self.dag_id}.{self.task_id}.{context['run_id']}"
+        return FullLoadSpec(
+            source=source, target=target, source_database=source_db, source_table=self.table,
+            target_database=target_db, target_table=self.target_table or self.table, load_key=load_key,
+            reimport=self.reimport, channels=self.channels, batch_rows=self.batch_rows, batch_bytes=self.batch_bytes,
+            split_column=self.split_column, split_factor=self.split_factor, strategy=self.strategy,
+            byte_speed=self.byte_speed, record_speed=self.record_speed, channel_byte_speed=self.channel_byte_speed,
+            channel_record_speed=self.channel_record_speed, where=self.where, where_params=list(self.where_params or []),
+            partition_by=self.partition_by, replace_partitions=list(self.replace_partitions or []),
+            ledger_database=self.ledger_database,
+        )
 
     def summarize(self, result: dict) -> dict:
-        rows = [(s["shard"], s["rows"], s["seconds"]) for s in result["shards"]]
         for warning in result.get("warnings", []):
             self.log.warning("%s", warning)
-        self.log.info("Loaded %s → %s: %d rows in %d shards, %.1f s", result["table"], result["target"],
-                      result["rows"], len(rows), result["seconds"])
-        return {"table": result["table"], "target": result["target"], "rows": result["rows"],
-                "shards": len(rows), "channels": result["channels"], "split_column": result["split_column"],
-                "strategy": result["strategy"], "seconds": result["seconds"]}
+        if result["per_shard"]:
+            self.log.info("Shards read by this run:\n%s", shard_table(result["per_shard"]))
+        self.log.info("Loaded %s → %s: %d rows, %d shards (%d read now), %.1f s", result["table"], result["target"],
+                      result["rows"], result["shards"], result["shards_read"], result["seconds"])
+        return {k: result[k] for k in ("load_key", "generation", "table", "target", "rows", "shards", "shards_read",
+                                       "channels", "split_column", "strategy", "seconds")}

@@ -1,69 +1,224 @@
-"""Full load: shards read by ``channels`` concurrent Spark tasks, written as Arrow batches."""
+"""Full load: shards read by ``channels`` concurrent Spark tasks, written as Arrow batches.
+
+Driver: find or start the load in the ledger, plan (or reuse the stored plan when resuming),
+hand each channel its queue of unfinished shards, report progress, publish when every shard
+has succeeded. Executors: one channel = one source connection draining its queue; per shard,
+drop what earlier attempts wrote, stream the rows, write Arrow batches, report counters.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
+
+import pyarrow as pa
 
 from airflow_sync_provider.core import clickhouse_target as target
 from airflow_sync_provider.core import mysql_reader
-from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.flow_control import Throttle
+from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict
+from airflow_sync_provider.core.ledger import (
+    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState,
+    ShardState,
+)
 from airflow_sync_provider.core.mysql_schema import read_table_schema
-from airflow_sync_provider.core.planning import plan_table
-from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.planning import Plan, plan_table
+from airflow_sync_provider.core.reports import shard_table
+from airflow_sync_provider.core.sql import ch_table
 
-def _load_channel(spec: FullLoadSpec, plan, mappings, shards, version: int):
-    """Runs on an executor: one channel = one source connection, draining its queue of shards."""
-    import pyarrow as pa
+REPORT_EVERY_SECONDS = 1.0
 
+
+class LoadFailed(RuntimeError):
+    pass
+
+
+def _retrying(action, wait_seconds: float):
+    """Run a ledger write, retrying while the target is unreachable (a failure must be recorded)."""
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.5
+    while True:
+        try:
+            return action()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 10)
+
+
+def _load_shard(spec, plan, mappings, ch, ledger, state, shard, attempt, throttle):
+    names = [m.name for m in mappings] + [target.VERSION_COLUMN, target.SHARD_COLUMN]
+    record = ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time())
+    pending, pending_rows, pending_bytes, reported = [], 0, 0, time.monotonic()
+
+    def flush():
+        nonlocal pending, pending_rows, pending_bytes
+        if not pending:
+            return
+        table = pa.Table.from_batches(pending)
+        table = table.append_column(target.VERSION_COLUMN, pa.array([state.version] * table.num_rows, pa.uint64()))
+        table = table.append_column(target.SHARD_COLUMN, pa.array([shard.id] * table.num_rows, pa.uint32()))
+        try:
+            ch.insert_arrow(state.parts_table, table.rename_columns(names), database=spec.ledger_database)
+        except Exception:
+            record.records_failed += table.num_rows
+            raise
+        record.records_written += table.num_rows
+        pending, pending_rows, pending_bytes = [], 0, 0
+
+    try:
+        ledger.write_shard(state.load_key, state.generation, record)
+        target.drop_shard(ch, spec.ledger_database, state.parts_table, shard.id)  # an earlier attempt's rows
+        for batch in mysql_reader.read_shard(spec.source, plan, mappings, shard, throttle.chunk_rows(spec.batch_rows)):
+            record.records_read += batch.num_rows
+            record.bytes += batch.nbytes
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            pending_bytes += batch.nbytes
+            if pending_rows >= spec.batch_rows or pending_bytes >= spec.batch_bytes:
+                flush()
+            throttle.account(batch.num_rows, batch.nbytes)
+            if time.monotonic() - reported >= REPORT_EVERY_SECONDS:  # live hook counters
+                flush()
+                ledger.write_shard(state.load_key, state.generation, record)
+                reported = time.monotonic()
+        flush()
+        record.status = SHARD_SUCCESS
+    except Exception as exc:
+        record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
+    record.finished_at = time.time()
+    _retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
+    return record
+
+
+def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, state: LoadState, shard_ids: list[int]):
+    """Runs on an executor: one channel = one source connection at a time, one throttle."""
     ch = target.client(spec.target)
-    shadow = target.shadow_name(spec.target_table)
-    column_names = [m.name for m in mappings] + [target.VERSION_COLUMN]
-    for shard in shards:
-        started, rows = time.time(), 0
-        for batch in mysql_reader.read_shard(spec.source, plan, mappings, shard, spec.batch_rows):
-            table = pa.Table.from_batches([batch]).append_column(
-                target.VERSION_COLUMN, pa.array([version] * batch.num_rows, pa.uint64()))
-            ch.insert_arrow(shadow, table.rename_columns(column_names), database=spec.target_database)
-            rows += batch.num_rows
-        yield {"shard": shard.id, "rows": rows, "seconds": round(time.time() - started, 3)}
+    ledger = Ledger(ch, spec.ledger_database)
+    throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
+    shards = {s.id: s for s in plan.shards}
+    for shard_id in shard_ids:
+        previous = state.shards.get(shard_id)
+        record = _load_shard(spec, plan, mappings, ch, ledger, state, shards[shard_id],
+                             (previous.attempt if previous else 0) + 1, throttle)
+        yield vars(record) | {"seconds": record.seconds}
     ch.close()
+
+
+def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadState, Plan]:
+    state = ledger.state(spec.load_key)
+    if spec.reimport == "failed":
+        if state is None or state.status == LOAD_PUBLISHED:
+            raise LoadFailed(f"load {spec.load_key!r} has no unpublished generation with failed shards to re-import"
+                             + (" (it is published; run it again for a fresh copy)" if state else ""))
+    if state is not None and state.status != LOAD_PUBLISHED:
+        state.status, state.error = LOAD_RUNNING, ""
+        return state, Plan.from_dict(state.plan)  # resume: same shards, so earlier attempts line up
+    with mysql_reader.connect(spec.source) as conn:
+        plan = plan_table(conn, schema, speed=spec.speed(), split_column=spec.split_column,
+                          split_factor=spec.split_factor, strategy=spec.strategy, where=spec.filter())
+    generation = state.generation + 1 if state else 1
+    state = LoadState(spec.load_key, generation, LOAD_RUNNING, schema.qualified,
+                      f"{spec.target_database}.{spec.target_table}", plan.to_dict(),
+                      target.parts_table_name(spec.load_key, generation), time.time_ns(), public_dict(spec))
+    return state, plan
+
+
+class _Progress(threading.Thread):
+    """Driver-side: keeps the load's heartbeat and logs each shard as it finishes."""
+
+    def __init__(self, spec: FullLoadSpec, state: LoadState, todo: list[int]):
+        super().__init__(daemon=True)
+        self.spec, self.state, self.todo = spec, state, set(todo)
+        self.stop = threading.Event()
+
+    def run(self):
+        ch = target.client(self.spec.target)
+        ledger = Ledger(ch, self.spec.ledger_database)
+        seen = set()
+        while not self.stop.wait(2.0):
+            try:
+                ledger.write_load(self.state)  # heartbeat
+                current = ledger.state(self.state.load_key)
+            except Exception as exc:  # the target may be briefly unreachable; the shards record it
+                print(f"[airflow-sync] progress: ledger unreachable ({type(exc).__name__})", flush=True)
+                continue
+            for shard in sorted(current.shards.values(), key=lambda s: s.shard_id):
+                if shard.shard_id in self.todo and shard.status != SHARD_RUNNING and shard.shard_id not in seen:
+                    seen.add(shard.shard_id)
+                    print(f"[airflow-sync] shard {shard.shard_id} {shard.status}: {shard.records_written:,} rows, "
+                          f"{shard.bytes / 1e6:.1f} MB, {shard.seconds:.1f} s"
+                          + (f" — {shard.error}" if shard.error else ""), flush=True)
+        ch.close()
 
 
 def run_full_load(spec: FullLoadSpec, spark) -> dict:
     started = time.time()
+    ch = target.client(spec.target)
+    ledger = Ledger(ch, spec.ledger_database)
+    ledger.ensure()
     with mysql_reader.connect(spec.source) as conn:
         schema = read_table_schema(conn, spec.source_database, spec.source_table)
-        mappings = schema.mappings()
-        plan = plan_table(conn, schema, speed=spec.speed(), split_column=spec.split_column,
-                          split_factor=spec.split_factor, strategy=spec.strategy)
-    shards = list(plan.shards)
-    ch = target.client(spec.target)
-    ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(spec.target_database)}")
-    shadow = target.shadow_name(spec.target_table)
-    ch.command(f"DROP TABLE IF EXISTS {ch_table(spec.target_database, shadow)}")
-    ch.command(target.create_table_sql(schema, spec.target_database, shadow))
+    mappings = schema.mappings()
+    state, plan = _start_or_resume(spec, ledger, schema)
+    ch.command(target.create_parts_sql(schema, spec.ledger_database, state.parts_table))
+    ledger.write_load(state)
+    todo = state.todo()
+    print(f"[airflow-sync] load {state.load_key!r} generation {state.generation}: {len(todo)} of "
+          f"{len(plan.shards)} shards to read, {plan.channels} channel(s), split on {plan.split_column!r}", flush=True)
 
-    version = time.time_ns()  # a later load's rows replace an earlier load's
-    channels = min(plan.channels, len(shards))
-    queues = [shards[i::channels] for i in range(channels)]  # round-robin, like DataX task groups
-    per_shard = (
-        spark.sparkContext.parallelize(queues, channels)
-        .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, mappings, q, version)))
-        .collect()
-    )
-    written = sum(r["rows"] for r in per_shard)
-    landed = ch.command(f"SELECT count() FROM {ch_table(spec.target_database, shadow)}")
-    if int(landed) != written:
-        raise RuntimeError(f"table {schema.qualified}: {written} rows written but {landed} landed in "
-                           f"{spec.target_database}.{shadow}; not publishing")
-    target.publish_shadow(ch, spec.target_database, spec.target_table)
+    per_shard = []
+    if todo:
+        channels = min(plan.channels, len(todo))
+        queues = [todo[i::channels] for i in range(channels)]  # round-robin, like DataX task groups
+        progress = _Progress(spec, state, todo)
+        progress.start()
+        try:
+            per_shard = (spark.sparkContext.parallelize(queues, channels)
+                         .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, mappings, state, q)))
+                         .collect())
+        finally:
+            progress.stop.set()
+            progress.join()
+
+    state = ledger.state(spec.load_key)
+    failed = [i for i in (s["id"] for s in state.plan["shards"]) if i not in state.shards
+              or state.shards[i].status != SHARD_SUCCESS]
+    if failed:
+        errors = "; ".join(f"shard {i}: {state.shards[i].error}" for i in failed if i in state.shards)
+        state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
+        _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+        print(shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]), flush=True)
+        raise LoadFailed(f"table {schema.qualified}: {state.error}. Nothing was published; re-import with "
+                         f"reimport='failed' (airflow-sync reimport --load {spec.load_key!r} --failed)")
+
+    written = sum(s.records_written for s in state.shards.values())
+    if spec.partition_by:
+        landed = target.publish_partitions(ch, schema, state.parts_table, spec.ledger_database, spec.target_database,
+                                           spec.target_table, spec.partition_by, list(spec.replace_partitions))
+    else:
+        landed = target.publish_full(ch, schema, state.parts_table, spec.ledger_database, spec.target_database,
+                                     spec.target_table)
+    if landed != written:
+        raise LoadFailed(f"table {schema.qualified}: {written} rows written but {landed} published")
+    state.status = LOAD_PUBLISHED
+    ledger.write_load(state)
+    ch.command(f"DROP TABLE IF EXISTS {ch_table(spec.ledger_database, state.parts_table)}")
+    shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
+    print(shard_table(shards), flush=True)
     ch.close()
     return {
+        "load_key": state.load_key,
+        "generation": state.generation,
         "table": schema.qualified,
         "target": f"{spec.target_database}.{spec.target_table}",
         "rows": written,
-        "shards": sorted(per_shard, key=lambda r: r["shard"]),
-        "channels": channels,
+        "shards": len(plan.shards),
+        "shards_read": len(todo),
+        "per_shard": [{k: s[k] for k in ("shard_id", "status", "attempt", "records_read", "records_written", "records_failed",
+                                         "bytes", "seconds")} for s in per_shard],
+        "channels": plan.channels,
         "split_column": plan.split_column,
         "strategy": plan.strategy,
         "warnings": list(plan.warnings),

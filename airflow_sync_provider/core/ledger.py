@@ -1,0 +1,196 @@
+"""The ledger: loads, shards and their hook counters (patent S51), kept in the ClickHouse target.
+
+Why the target: every party of a load already reaches it — executors (they write the data
+there), the Spark driver in any deploy mode, Airflow tasks, sensors and triggers — and it is
+the one place a load's state must agree with (the rows themselves). The source is often a
+read-only replica, so it cannot hold state.
+
+Tables (database ``airflow_sync`` by default) are append-only ReplacingMergeTree logs: every
+progress report inserts the row anew with a later ``updated_at`` and readers take the newest
+row (``FINAL``). So counters are written while a shard runs, no UPDATE is ever needed, and a
+crashed writer leaves its last report behind.
+
+A load key names one logical load (default: DAG, task and run). Each run of an unfinished key
+resumes it; a key that was published starts a new *generation* (a fresh copy).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass, field
+
+from airflow_sync_provider.core.sql import ch_ident, ch_table
+
+DEFAULT_LEDGER_DATABASE = "airflow_sync"
+STALE_AFTER_SECONDS = 120  # a running load whose driver has not reported for this long has died
+
+# load status: running → published | failed ; shard status: running → success | failed (| mismatch)
+LOAD_RUNNING, LOAD_PUBLISHED, LOAD_FAILED = "running", "published", "failed"
+SHARD_RUNNING, SHARD_SUCCESS, SHARD_FAILED, SHARD_MISMATCH = "running", "success", "failed", "mismatch"
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _ts(seconds: float | None):
+    """Epoch seconds → an aware datetime, as clickhouse-connect inserts DateTime64."""
+    return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
+
+
+@dataclass
+class ShardState:
+    shard_id: int
+    attempt: int
+    status: str
+    where: str
+    params: list
+    records_read: int = 0
+    records_written: int = 0
+    records_failed: int = 0
+    bytes: int = 0
+    started_at: float = 0.0
+    finished_at: float | None = None
+    error: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.finished_at or _now()) - self.started_at) if self.started_at else 0.0
+
+
+@dataclass
+class LoadState:
+    load_key: str
+    generation: int
+    status: str
+    source_table: str
+    target_table: str
+    plan: dict
+    parts_table: str
+    version: int
+    spec: dict  # the job spec without secrets (for `airflow-sync reimport`)
+    error: str = ""
+    heartbeat: float = 0.0
+    shards: dict[int, ShardState] = field(default_factory=dict)  # newest attempt per shard
+
+    @property
+    def stale(self) -> bool:
+        return self.status == LOAD_RUNNING and _now() - self.heartbeat > STALE_AFTER_SECONDS
+
+    def todo(self) -> list[int]:
+        """Shards still to read: every shard that has not succeeded (failed, mismatched, left
+        ``running`` by a dead job, or never started)."""
+        return [s["id"] for s in self.plan["shards"]
+                if s["id"] not in self.shards or self.shards[s["id"]].status != SHARD_SUCCESS]
+
+    def failed(self) -> list[int]:
+        """Shards that ended badly: failed, mismatched, or left running by a job that is over."""
+        bad = {SHARD_FAILED, SHARD_MISMATCH} | ({SHARD_RUNNING} if self.status != LOAD_RUNNING or self.stale else set())
+        return sorted(i for i, s in self.shards.items() if s.status in bad)
+
+    def to_dict(self) -> dict:
+        return {
+            "load_key": self.load_key, "generation": self.generation, "status": self.status,
+            "stale": self.stale, "source_table": self.source_table, "target_table": self.target_table,
+            "error": self.error, "shard_count": len(self.plan.get("shards", [])),
+            "shards": [vars(s) | {"seconds": round(s.seconds, 3)} for s in sorted(self.shards.values(), key=lambda s: s.shard_id)],
+        }
+
+
+def counters_verdict(state: LoadState | None) -> tuple[str, str]:
+    """('success' | 'wait' | 'failed', message) — the shard-counters sensor's decision.
+
+    Success: every planned shard succeeded with read == written and failed == 0.
+    Failed (for good): the load failed or its job died (stale heartbeat), or a shard finished
+    with bad counters; the message names the shards and the re-import to run.
+    """
+    if state is None:
+        return "wait", "no such load yet"
+    ids = [s["id"] for s in state.plan.get("shards", [])]
+    bad_counters = [s.shard_id for s in state.shards.values()
+                    if s.status == SHARD_SUCCESS and (s.records_read != s.records_written or s.records_failed)]
+    done = [i for i in ids if i in state.shards and state.shards[i].status == SHARD_SUCCESS]
+    if not bad_counters and len(done) == len(ids) and ids:
+        return "success", f"all {len(ids)} shards succeeded, read == written, failed == 0"
+    failed = sorted(set(state.failed()) | set(bad_counters))
+    ended = state.status == LOAD_FAILED or state.stale
+    if bad_counters or (ended and (failed or len(done) < len(ids))):
+        failed = failed or [i for i in ids if i not in done]
+        errors = "; ".join(f"shard {i}: {state.shards[i].error[:200]}" for i in failed
+                           if i in state.shards and state.shards[i].error)
+        why = "died (no heartbeat)" if state.stale else state.status
+        return "failed", (f"load {state.load_key!r} {why}: shards {failed} did not complete"
+                          + (f" ({errors})" if errors else "")
+                          + f". Re-import them: airflow-sync reimport --load {state.load_key!r} --failed"
+                          + " (or FullLoadOperator(..., reimport='failed'))")
+    return "wait", f"{len(done)}/{len(ids)} shards done"
+
+
+class Ledger:
+    """Reads and writes the ledger through a clickhouse-connect client."""
+
+    def __init__(self, client, database: str = DEFAULT_LEDGER_DATABASE):
+        self.ch = client
+        self.database = database
+        self._last = 0.0
+
+    def table(self, name: str) -> str:
+        return ch_table(self.database, name)
+
+    def ensure(self) -> None:
+        self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")
+        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('loads')} (
+            load_key String, generation UInt32, status LowCardinality(String), source_table String,
+            target_table String, plan String, parts_table String, version UInt64, spec String, error String,
+            updated_at DateTime64(6, 'UTC')
+        ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)""")
+        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('shards')} (
+            load_key String, generation UInt32, shard_id UInt32, attempt UInt32, status LowCardinality(String),
+            where_sql String, params String, records_read UInt64, records_written UInt64,
+            records_failed UInt64, bytes UInt64, started_at DateTime64(6, 'UTC'),
+            finished_at Nullable(DateTime64(6, 'UTC')), error String, updated_at DateTime64(6, 'UTC')
+        ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)""")
+
+    def _stamp(self) -> float:
+        """Strictly increasing report times from this writer (ReplacingMergeTree keeps the newest)."""
+        self._last = max(_now(), self._last + 1e-6)
+        return self._last
+
+    def write_load(self, state: LoadState) -> None:
+        self.ch.insert(self.table("loads"), [[
+            state.load_key, state.generation, state.status, state.source_table, state.target_table,
+            json.dumps(state.plan), state.parts_table, state.version, json.dumps(state.spec), state.error[:4000],
+            _ts(self._stamp()),
+        ]], column_names=["load_key", "generation", "status", "source_table", "target_table", "plan",
+                          "parts_table", "version", "spec", "error", "updated_at"])
+
+    def write_shard(self, load_key: str, generation: int, shard: ShardState) -> None:
+        self.ch.insert(self.table("shards"), [[
+            load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
+            json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
+            shard.bytes, _ts(shard.started_at), _ts(shard.finished_at), shard.error[:4000], _ts(self._stamp()),
+        ]], column_names=["load_key", "generation", "shard_id", "attempt", "status", "where_sql", "params",
+                          "records_read", "records_written", "records_failed", "bytes", "started_at",
+                          "finished_at", "error", "updated_at"])
+
+    def state(self, load_key: str) -> LoadState | None:
+        """The newest generation of ``load_key`` with the newest attempt of each shard, or None."""
+        rows = self.ch.query(
+            f"SELECT generation, status, source_table, target_table, plan, parts_table, version, spec, error,"
+            f" toFloat64(updated_at) FROM {self.table('loads')} FINAL WHERE load_key = {{k:String}}"
+            f" ORDER BY generation DESC LIMIT 1", parameters={"k": load_key}).result_rows
+        if not rows:
+            return None
+        gen, status, source, target, plan, parts, version, spec, error, heartbeat = rows[0]
+        state = LoadState(load_key, gen, status, source, target, json.loads(plan), parts, version,
+                          json.loads(spec), error, heartbeat)
+        for row in self.ch.query(
+                f"SELECT shard_id, attempt, status, where_sql, params, records_read, records_written,"
+                f" records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error"
+                f" FROM {self.table('shards')} FINAL WHERE load_key = {{k:String}} AND generation = {{g:UInt32}}"
+                f" ORDER BY shard_id, attempt", parameters={"k": load_key, "g": gen}).result_rows:
+            shard = ShardState(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:])
+            state.shards[shard.shard_id] = shard  # ordered by attempt: the newest wins
+        return state
