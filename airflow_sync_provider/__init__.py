@@ -18,6 +18,18 @@ def get_provider_info() -> dict:
                 ],
             }
         ],
+        "sensors": [
+            {
+                "integration-name": "MySQL to ClickHouse sync",
+                "python-modules": ["airflow_sync_provider.sensors.shard_counters"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "MySQL to ClickHouse sync",
+                "python-modules": ["airflow_sync_provider.triggers.shard_counters"],
+            }
+        ],
         "hooks": [
             {
                 "integration-name": "MySQL to ClickHouse sync",

@@ -194,3 +194,25 @@ class Ledger:
             shard = ShardState(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:])
             state.shards[shard.shard_id] = shard  # ordered by attempt: the newest wins
         return state
+
+
+def check_counters(endpoint, load_key: str, database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
+    """Read ``load_key`` from the ledger and judge it: (verdict, message, summary for XCom)."""
+    from airflow_sync_provider.core.clickhouse_target import client
+
+    ch = client(endpoint)
+    try:
+        ledger = Ledger(ch, database)
+        ledger.ensure()
+        state = ledger.state(load_key)
+    finally:
+        ch.close()
+    verdict, message = counters_verdict(state)
+    summary = {"load_key": load_key, "verdict": verdict, "message": message}
+    if state is not None:
+        summary |= {"generation": state.generation, "load_status": state.status,
+                    "shards": len(state.plan.get("shards", [])),
+                    "rows_read": sum(s.records_read for s in state.shards.values()),
+                    "rows_written": sum(s.records_written for s in state.shards.values()),
+                    "failed_shards": state.failed()}
+    return verdict, message, summary

@@ -52,18 +52,23 @@ def spark_env(python: str | None = None) -> dict:
     }
 
 
+def prepare(spec, workdir: str, master: str = "local[2]", conf: dict | None = None) -> list[str]:
+    """Write the spec (0600) into ``workdir`` and return the spark-submit command for it."""
+    spec.result_path = os.path.join(workdir, "result.json")
+    spec_path = os.path.join(workdir, "spec.json")
+    write_spec(spec, spec_path)
+    cmd = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", master,
+           "--py-files", package_zip(workdir)]
+    for key, value in {"spark.ui.enabled": "false", "spark.log.level": "WARN", **(conf or {})}.items():
+        cmd += ["--conf", f"{key}={value}"]
+    return cmd + [job_script(spec.job), "--spec", spec_path]
+
+
 def spark_submit(spec, master: str = "local[2]", conf: dict | None = None, timeout: float | None = None,
                  log=None) -> dict:
     """spark-submit ``spec``'s job without Airflow; returns the job's result (status, error, …)."""
     with tempfile.TemporaryDirectory(prefix="airflow-sync-") as tmp:
-        spec.result_path = os.path.join(tmp, "result.json")
-        spec_path = os.path.join(tmp, "spec.json")
-        write_spec(spec, spec_path)
-        cmd = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", master,
-               "--py-files", package_zip(tmp)]
-        for key, value in {"spark.ui.enabled": "false", "spark.log.level": "WARN", **(conf or {})}.items():
-            cmd += ["--conf", f"{key}={value}"]
-        cmd += [job_script(spec.job), "--spec", spec_path]
+        cmd = prepare(spec, tmp, master, conf)
         run = subprocess.run(cmd, env={**os.environ, **spark_env()}, stdout=log or subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
         result = read_result(spec.result_path)

@@ -6,8 +6,7 @@ provider's (host, port, login, password, schema = database, extra ``secure``).
 
 from __future__ import annotations
 
-from airflow.sdk import BaseHook
-
+from airflow_sync_provider.compat import BaseHook
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 
 

@@ -7,13 +7,8 @@ import os
 import tempfile
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk import BaseOperator
 
-try:
-    from airflow.exceptions import AirflowException
-except ImportError:  # pragma: no cover - moved in later Airflow versions
-    from airflow.sdk.exceptions import AirflowException
-
+from airflow_sync_provider.compat import AirflowException, BaseOperator
 from airflow_sync_provider.core.jobspec import public_dict, write_spec
 from airflow_sync_provider.core.submission import job_script, package_zip, read_result, spark_env
 
