@@ -73,3 +73,24 @@ def test_adversarial_tables_load_row_for_row(matrix, mysql_url, clickhouse_url, 
         total = assert_same_rows(matrix, ch, DB, name, target_database=f"{DB}_{strategy}")
         assert result["rows"] == total and ch.command(
             f"SELECT count() FROM `{DB}_{strategy}`.{ch_ident(name)}") == total  # raw rows: no duplicates
+
+
+def test_zero_and_out_of_range_dates_fail_naming_the_column(mysql_conn, mysql_url, clickhouse_url):
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
+        cur.execute("SET SESSION sql_mode = ''")  # MySQL lets such rows in under a lax sql_mode
+        for name, ddl, row, why in [
+            ("zero_date", "d DATE NOT NULL", "'0000-00-00'", "zero or invalid dates"),
+            ("old_date", "d DATETIME NOT NULL", "'1000-01-01 00:00:00'", "outside ClickHouse's"),
+        ]:
+            cur.execute(f"DROP TABLE IF EXISTS job_types.{name}")
+            cur.execute(f"CREATE TABLE job_types.{name} (id INT PRIMARY KEY, {ddl})")
+            cur.execute(f"INSERT INTO job_types.{name} VALUES (1, {row})")
+            spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url),
+                                target=ClickHouseEndpoint.from_url(clickhouse_url), source_database="job_types",
+                                source_table=name, target_database="job_types_ch", target_table=name,
+                                load_key=f"test.{name}")
+            result = spark_submit(spec, timeout=600)
+            assert result["status"] == "failed"
+            error = result["error"]
+            assert f"job_types.{name}" in error and "column 'd'" in error and why in error, error
