@@ -114,10 +114,9 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     done = [i for i in ids if i in state.shards and state.shards[i].status == SHARD_SUCCESS]
     if not bad_counters and len(done) == len(ids) and ids:
         return "success", f"all {len(ids)} shards succeeded, read == written, failed == 0"
-    failed = sorted(set(state.failed()) | set(bad_counters))
     ended = state.status == LOAD_FAILED or state.stale
-    if bad_counters or (ended and (failed or len(done) < len(ids))):
-        failed = failed or [i for i in ids if i not in done]
+    if bad_counters or (ended and len(done) < len(ids)):
+        failed = sorted(set(state.failed()) | set(bad_counters) | ({i for i in ids if i not in done} if ended else set()))
         errors = "; ".join(f"shard {i}: {state.shards[i].error[:200]}" for i in failed
                            if i in state.shards and state.shards[i].error)
         why = "died (no heartbeat)" if state.stale else state.status
