@@ -248,7 +248,8 @@ def run_ours(mysql_url, ch_url, db, rows, channels) -> dict:
     ch.close()
     return {"name": "ours", "rows": rows, "wall": wall["seconds"], "inner": float(result["seconds"]),
             "shards": result.get("shards"), "strategy": result.get("strategy"), "sampler": sampler,
-            "fingerprint": fp, "table": spec.target_table}
+            "fingerprint": fp, "table": spec.target_table, "per_shard": result.get("per_shard", []),
+            "channels": result.get("channels") or channels}
 
 
 def empty_like_ours(ch, ours_table: str, table: str) -> None:
@@ -545,6 +546,14 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
                       "(last column), so paths ran with less than the machine's 2 cores to themselves; absolute "
                       "numbers are pessimistic and noisy (each path ran once), and ratios between paths that ran "
                       "under different contention are approximate."]
+    shard_seconds = sum(float(x.get("seconds") or 0) for x in ours.get("per_shard", []))
+    if shard_seconds:
+        busy = shard_seconds / ours["channels"]
+        lines += ["", f"Where our {ours['wall']:.1f} s went: ≈{ours['wall'] - ours['inner']:.1f} s spark-submit/JVM "
+                      f"start-up and shutdown (wall − in-job); ≈{busy:.1f} s reading and writing shards (Σ per-shard "
+                      f"seconds {shard_seconds:.1f} ÷ {ours['channels']} channels: {rows / busy:,.0f} rows/s while "
+                      f"copying); ≈{ours['inner'] - busy:.1f} s the rest of the job (ledger, planning, the "
+                      "server-side copy of the parts table into the published table, count check, swap)."]
     goal_a = ours_wall / m_rate if m_rate else 0
     goal_a_job = ours_job / m_rate if m_rate else 0
     diy_wall_ratio = ours_wall / rate(rows, diy["wall"])
