@@ -14,7 +14,7 @@ import pymysql
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.planning import Plan, Shard
 from airflow_sync_provider.core.sql import mysql_ident
-from airflow_sync_provider.core.typemap import ColumnMapping, python_converter
+from airflow_sync_provider.core.typemap import ColumnMapping, raw_converter
 
 
 def connect(endpoint: MySQLEndpoint):
@@ -26,13 +26,14 @@ def connect(endpoint: MySQLEndpoint):
 
 
 def stream_connect(endpoint: MySQLEndpoint):
-    """A mysqlclient connection with an unbuffered cursor, for bulk rows.
+    """A mysqlclient connection with an unbuffered cursor and no value conversions, for bulk rows.
 
-    mysqlclient (the C driver the MySQL provider already depends on) decodes rows about
-    3x faster than pymysql (300k orders rows: 0.95 s vs 2.95 s here); rows are streamed,
-    never held in memory.
+    mysqlclient (the C driver the MySQL provider already depends on) fetches rows about 3x
+    faster than pymysql; without its per-value conversions (``conv={}``) the values stay text
+    and Arrow casts whole columns. Rows are streamed, never held in memory.
     """
-    conn = MySQLdb.connect(**endpoint.connect_args(), cursorclass=MySQLdb.cursors.SSCursor, autocommit=True)
+    conn = MySQLdb.connect(**endpoint.connect_args(), cursorclass=MySQLdb.cursors.SSCursor, autocommit=True,
+                           conv={})
     cur = conn.cursor()
     cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP values come back as UTC instants
     cur.close()
@@ -48,7 +49,7 @@ def read_shard(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping
     """The shard's rows through the plan's split index (FORCE INDEX: range access), ``fetch_rows``
     at a time from an unbuffered cursor, so memory stays bounded whatever the shard's size."""
     schema = arrow_schema(mappings)
-    converters = [python_converter(m) for m in mappings]
+    converters = [raw_converter(m) for m in mappings]
     columns = ", ".join(mysql_ident(m.name) for m in mappings)
     sql = f"SELECT {columns} {plan.from_clause()} WHERE {shard.where}"
     conn = stream_connect(endpoint)
@@ -82,16 +83,42 @@ def _check(array: pa.Array, mapping: ColumnMapping, where: str) -> None:
                              f"{mapping.ch_type} range (1900-01-01 … 2299-12-31)")
 
 
+def _parse_temporal(values, mapping: ColumnMapping) -> pa.Array:
+    """Slow path for a batch Arrow could not cast: zero/invalid dates become NULL (as drivers do)."""
+    parse = dt.date.fromisoformat if mapping.source.data_type == "date" else dt.datetime.fromisoformat
+    out = []
+    for v in values:
+        try:
+            out.append(None if v is None else parse(v.decode() if isinstance(v, bytes) else v))
+        except ValueError:
+            out.append(None)
+    return pa.array(out, type=mapping.arrow_type)
+
+
+def _column(values, mapping: ColumnMapping, convert, where: str) -> pa.Array:
+    target = mapping.arrow_type
+    try:
+        if convert is not None:
+            return pa.array([convert(v) for v in values], type=target)
+        raw = pa.array(values)  # str → string, bytes → binary, all None → null
+        if raw.type == target:
+            return raw
+        if pa.types.is_binary(raw.type) and not pa.types.is_binary(target):
+            raw = raw.cast(pa.string())  # validates UTF-8
+        try:
+            return raw.cast(target)
+        except pa.ArrowInvalid:
+            if mapping.source.data_type in ("date", "datetime", "timestamp"):
+                return _parse_temporal(values, mapping)
+            raise
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
+        raise ValueError(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: {exc}") from exc
+
+
 def _to_batch(rows, mappings, converters, schema, where: str) -> pa.RecordBatch:
     arrays = []
-    for i, (mapping, convert) in enumerate(zip(mappings, converters)):
-        values = [row[i] for row in rows]
-        if convert is not None:
-            values = [convert(v) for v in values]
-        try:
-            array = pa.array(values, type=mapping.arrow_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-            raise ValueError(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: {exc}") from exc
+    for values, mapping, convert in zip(zip(*rows), mappings, converters):
+        array = _column(values, mapping, convert, where)
         _check(array, mapping, where)
         arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
