@@ -44,7 +44,8 @@ def cmd_plan(args) -> int:
     database = args.database or endpoint.database
     if not database:
         raise PlanError("no database: put it in the URL path (mysql://…/db) or pass --database")
-    speed = SpeedLimits(channels=args.channels, byte=args.byte_speed, record=args.record_speed,
+    channels = args.channels if args.channels is not None or args.byte_speed or args.record_speed else 1
+    speed = SpeedLimits(channels=channels, byte=args.byte_speed, record=args.record_speed,
                         channel_byte=args.channel_byte_speed, channel_record=args.channel_record_speed)
     with connect(endpoint) as conn:
         schema = read_table_schema(conn, database, args.table)
@@ -182,8 +183,6 @@ def main(argv=None) -> int:
             option = name.replace("_", "-")
             print(f"airflow-sync: error: --{option} or ${name.upper()} is required", file=sys.stderr)
             return 2
-    if getattr(args, "channels", 0) is None and not (args.byte_speed or args.record_speed):
-        args.channels = 1
     try:
         return args.func(args)
     except (PlanError, KeyError, LookupError, ValueError) as exc:
