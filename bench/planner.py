@@ -15,7 +15,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.mysql_reader import connect
 from airflow_sync_provider.core.mysql_schema import read_table_schema
-from airflow_sync_provider.core.planning import SpeedLimits, plan_table
+from airflow_sync_provider.core.planning import MySQLKeyIndex, SpeedLimits, index_ordered_cuts, plan_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.common import machine, services, timer, write_result
 from devenv import demo_data
@@ -105,6 +105,11 @@ def main(argv=None):
                         plan = plan_table(pconn, schema, speed=SpeedLimits(channels=channels), strategy=strategy)
                     lines.append(f"| plan {strategy}, {channels} channels ({len(plan.shards)} shards) | {t['seconds']:.2f} |")
                     print(lines[-1], flush=True)
+            # the index walk itself (what balanced costs when equal widths are not already even)
+            column = schema.column("id")
+            with timer() as t:
+                cuts = index_ordered_cuts(MySQLKeyIndex(pconn, schema, column, "PRIMARY"), 8 * 5)
+            lines.append(f"| index walk alone (balanced on uneven keys), {len(cuts) + 1} ranges | {t['seconds']:.2f} |")
             with timer() as t:
                 plan = plan_table(pconn, read_table_schema(pconn, "bench_big", "customers"),
                                   speed=SpeedLimits(channels=8), strategy="balanced")
