@@ -87,7 +87,12 @@ def test_sigkill_mid_load_then_resume_reads_only_unfinished_shards(mysql_conn, m
     assert 3 <= len(succeeded) < 10
     assert any(0 < n < 4000 for n in live), f"counters were not written while shards ran: {live}"
 
-    result = spark_submit(spec_for(mysql_url, clickhouse_url, "killed", load_key=key, channels=2), timeout=600)
+    # the dead job's key is refused while its heartbeat is fresh (it might still be running) …
+    busy = spark_submit(spec_for(mysql_url, clickhouse_url, "killed", load_key=key, channels=2), timeout=600)
+    assert busy["status"] == "failed" and "is running elsewhere" in busy["error"], busy
+    # … and resumed once it is stale
+    result = spark_submit(spec_for(mysql_url, clickhouse_url, "killed", load_key=key, channels=2,
+                                   stale_after_seconds=1), timeout=600)
     assert result["status"] == "success", result
     reread = {s["shard_id"] for s in result["per_shard"]}
     assert reread == set(range(11)) - succeeded  # only the unfinished shards (and the NULL shard) again

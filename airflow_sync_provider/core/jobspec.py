@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS
 from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Filter, SpeedLimits
 
 _SECRET_KEYS = {"password"}
@@ -54,6 +54,9 @@ class FullLoadSpec:
     replace_partitions: list = field(default_factory=list)
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     ledger_wait_seconds: float = 300.0  # how long a failure report waits for an unreachable ledger
+    # a load of the same key whose driver reported within this many seconds is still running:
+    # refuse to run it twice at once (a killed job's key can be resumed once it is this old)
+    stale_after_seconds: float = STALE_AFTER_SECONDS
     result_path: str = ""
     job: str = field(default="full_load", init=False)
 

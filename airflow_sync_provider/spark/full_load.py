@@ -112,6 +112,12 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
         if state is None or state.status == LOAD_PUBLISHED:
             raise LoadFailed(f"load {spec.load_key!r} has no unpublished generation with failed shards to re-import"
                              + (" (it is published; run it again for a fresh copy)" if state else ""))
+    if state is not None and state.status == LOAD_RUNNING:
+        age = time.time() - state.heartbeat
+        if age < spec.stale_after_seconds:
+            raise LoadFailed(f"load {spec.load_key!r} is running elsewhere (last report {age:.0f} s ago); two jobs "
+                             f"must not load the same key at once. If that job is dead, retry after "
+                             f"{spec.stale_after_seconds:.0f} s without a report")
     if state is not None and state.status != LOAD_PUBLISHED:
         state.status, state.error = LOAD_RUNNING, ""
         return state, Plan.from_dict(state.plan)  # resume: same shards, so earlier attempts line up
