@@ -5,7 +5,7 @@ Airflow a newer one), so each peer gets its own venv under ``.venv-peers/<name>`
 of the repository. The venv is built once and reused: a stamp file records the requirements
 and the Python it was built for, and a changed pin or interpreter rebuilds it.
 
-Tests and benchmarks call :func:`peer_venv` (and :func:`peer_bin` for a console script).
+Tests and benchmarks call :func:`peer_venv`.
 
 Run: ``python -m devenv.peers mysql-ch-replicator`` (prints the venv directory).
 """
@@ -54,11 +54,6 @@ def _stamp_for(requirements: list[str]) -> dict:
 
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
-
-
-def peer_bin(name: str, script: str) -> Path:
-    """Path of a console script installed in the peer's venv (building the venv if needed)."""
-    return peer_venv(name) / "bin" / script
 
 
 def peer_venv(name: str, *, quiet: bool = True) -> Path:

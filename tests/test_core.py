@@ -92,3 +92,18 @@ def test_job_spec_rejects_bad_values():
     with pytest.raises(ValueError, match="channels"):
         FullLoadSpec(source=MySQLEndpoint(), target=ClickHouseEndpoint(), source_database="d",
                      source_table="t", target_database="d", target_table="t", channels=0)
+
+
+def test_throttle_holds_the_rate_over_totals():
+    from airflow_sync_provider.core.flow_control import Throttle
+
+    now = [0.0]
+    slept = []
+    throttle = Throttle(records_per_second=1000, bytes_per_second=None, clock=lambda: now[0],
+                        sleep=lambda s: (slept.append(s), now.__setitem__(0, now[0] + s)))
+    assert throttle.chunk_rows(65536) == 50  # ~20 chunks a second
+    for _ in range(40):
+        throttle.account(50, 5000)
+    assert abs(now[0] - 2.0) < 1e-9  # 2000 records at 1000/s: exactly 2 s, whatever the chunking
+    bytes_only = Throttle(bytes_per_second=1_000_000, clock=lambda: 0.0, sleep=slept.append)
+    assert bytes_only.account(10, 500_000) == 0.5 and bytes_only.chunk_rows(100) == 100

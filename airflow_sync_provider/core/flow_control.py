@@ -19,10 +19,6 @@ class Throttle:
         self.start = clock()
         self.records = self.bytes = 0
 
-    @property
-    def limited(self) -> bool:
-        return bool(self.records_limit or self.bytes_limit)
-
     def chunk_rows(self, batch_rows: int) -> int:
         """Rows to fetch at a time: about 20 chunks a second under a record limit, so the rate is smooth."""
         if self.records_limit:
