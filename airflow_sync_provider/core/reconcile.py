@@ -1,0 +1,115 @@
+"""Reconciliation building blocks (issue in progress): the load's shards evaluated on the target.
+
+A shard is planned as a MySQL predicate. To count its rows in ClickHouse the same cut points are
+compared there, which is exact only where ClickHouse orders values as MySQL does: integers,
+DECIMAL, FLOAT/DOUBLE, DATE, DATETIME/TIMESTAMP (stored as UTC wall clock) and binary strings.
+Collated strings (case/accent-insensitive, PAD SPACE), TIME and period filters are refused with a
+clear error until the weight-string approach of docs/design-reconciliation.md is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_sync_provider.core.planning import Plan
+from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.typemap import MySQLColumn
+
+_PARAM_TYPES = {
+    "tinyint": "Int128", "smallint": "Int128", "mediumint": "Int128", "int": "Int128", "integer": "Int128",
+    "bigint": "Int128", "year": "Int128", "bit": "Int128",
+    "float": "Float64", "double": "Float64", "real": "Float64",
+    "date": "Date32", "datetime": "DateTime64(6, 'UTC')", "timestamp": "DateTime64(6, 'UTC')",
+    "binary": "String", "varbinary": "String", "tinyblob": "String", "blob": "String", "mediumblob": "String",
+    "longblob": "String",
+}
+
+
+class NotComparable(ValueError):
+    pass
+
+
+def _param_type(column: MySQLColumn, table: str) -> str:
+    if column.data_type in ("decimal", "numeric"):
+        return f"Decimal({column.precision or 10}, {column.scale or 0})"
+    if column.data_type in _PARAM_TYPES:
+        return _PARAM_TYPES[column.data_type]
+    raise NotComparable(
+        f"table {table}: split column {column.name!r} is {column.column_type}; ClickHouse does not order it as "
+        "MySQL does (collation), so its shards cannot be counted on the target yet")
+
+
+def cut_points(plan: Plan) -> list:
+    """The cuts the planner made, read back from the range shards (their leading parameters)."""
+    ranges = [s for s in plan.shards if "IS NULL" not in s.where]
+    if len(ranges) <= 1:
+        return []
+    return [ranges[0].params[0]] + [s.params[1] for s in ranges[1:-1]]
+
+
+def target_predicates(plan: Plan, column: MySQLColumn | None) -> list[tuple[str, dict]]:
+    """One ClickHouse predicate with server-side parameters per shard, in plan order."""
+    if any(") AND (" in s.where for s in plan.shards):
+        raise NotComparable(f"table {plan.database}.{plan.table}: period filters are not translated to ClickHouse yet")
+    if column is None:
+        return [("1", {}) for _ in plan.shards]
+    kind = _param_type(column, f"{plan.database}.{plan.table}")
+    col = ch_ident(column.name)
+    binary = kind == "String"
+
+    def ref(i):
+        return f"unhex({{c{i}:String}})" if binary else f"{{c{i}:{kind}}}"
+
+    cuts = cut_points(plan)
+    params = {f"c{i}": c for i, c in enumerate(cuts)}
+    out = []
+    if not cuts:
+        out.append((f"isNotNull({col})", {}))
+    else:
+        out.append((f"{col} < {ref(0)}", {"c0": params["c0"]}))
+        for i in range(len(cuts) - 1):
+            out.append((f"{col} >= {ref(i)} AND {col} < {ref(i + 1)}",
+                        {f"c{i}": params[f"c{i}"], f"c{i + 1}": params[f"c{i + 1}"]}))
+        last = len(cuts) - 1
+        out.append((f"{col} >= {ref(last)}", {f"c{last}": params[f"c{last}"]}))
+    out.append((f"isNull({col})", {}))
+    return out
+
+
+@dataclass(frozen=True)
+class ShardCount:
+    shard_id: int
+    source_rows: int
+    target_rows: int
+    records_read: int | None = None
+    records_written: int | None = None
+    records_failed: int | None = None
+
+    @property
+    def problems(self) -> list[str]:
+        out = []
+        if self.source_rows != self.target_rows:
+            out.append(f"source {self.source_rows} != target {self.target_rows}")
+        if self.records_written is not None and self.records_read != self.records_written:
+            out.append(f"read {self.records_read} != written {self.records_written}")
+        if self.records_failed:
+            out.append(f"{self.records_failed} failed")
+        return out
+
+
+def count_source(conn, plan: Plan) -> list[int]:
+    """COUNT(*) of every shard in MySQL, through the split index (pymysql connection)."""
+    counts = []
+    with conn.cursor() as cur:
+        for shard in plan.shards:
+            cur.execute(f"SELECT COUNT(*) {plan.from_clause()} WHERE {shard.where}", shard.params)
+            counts.append(int(cur.fetchone()[0]))
+    return counts
+
+
+def count_target(ch, database: str, table: str, predicates: list[tuple[str, dict]], final: bool = True) -> list[int]:
+    """count() of every shard in ClickHouse; ``FINAL`` for ReplacingMergeTree targets, so
+    unmerged older versions of a row do not count (tables without a primary key have none)."""
+    source = ch_table(database, table) + (" FINAL" if final else "")
+    return [int(ch.command(f"SELECT count() FROM {source} WHERE {where}", parameters=params))
+            for where, params in predicates]
