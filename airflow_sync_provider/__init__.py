@@ -15,6 +15,7 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "airflow_sync_provider.operators.spark_job",
                     "airflow_sync_provider.operators.full_load",
+                    "airflow_sync_provider.operators.reconcile",
                 ],
             }
         ],

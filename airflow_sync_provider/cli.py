@@ -4,6 +4,7 @@
   airflow-sync load     --mysql-url … --clickhouse-url http://user:pass@host:8123/ --table NAME [--load-key K]
   airflow-sync status   --load KEY [--json]
   airflow-sync reimport --load KEY --failed
+  airflow-sync reconcile --load KEY [--checksum] [--json]   (exit 3 on a mismatch)
 
 Passwords may come from the environment instead: ``MYSQL_URL`` and ``CLICKHOUSE_URL`` are used
 when the options are absent, so no password need appear on a command line.
@@ -19,12 +20,12 @@ import sys
 
 from airflow_sync_provider.core import clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, spec_from_dict
+from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, spec_from_dict
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
 from airflow_sync_provider.core.mysql_reader import connect
 from airflow_sync_provider.core.mysql_schema import read_table_schema
 from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
-from airflow_sync_provider.core.reports import shard_table
+from airflow_sync_provider.core.reports import reconcile_table, shard_table, write_report
 from airflow_sync_provider.core.submission import spark_submit
 
 
@@ -115,6 +116,22 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_reconcile(args) -> int:
+    spec = ReconcileSpec(source=MySQLEndpoint.from_url(args.mysql_url), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
+                         load_key=args.load, checksum=args.checksum, ledger_database=args.ledger_database)
+    result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
+    if result.get("status") != "success":
+        print(f"airflow-sync: reconcile failed: {result.get('error')}", file=sys.stderr)
+        return 1
+    result["report"] = write_report(result, args.report_dir)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(reconcile_table(result["shards"]))
+        print(f"verdict: {result['verdict']}; mismatched shards: {result['mismatched'] or 'none'}; report {result['report']}")
+    return 0 if result["verdict"] == "ok" else 3
+
+
 def _urls(parser, mysql=True):
     if mysql:
         parser.add_argument("--mysql-url", default=os.environ.get("MYSQL_URL"),
@@ -173,6 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     reimport.add_argument("--master", default="local[2]")
     reimport.add_argument("--json", action="store_true")
     reimport.set_defaults(func=cmd_reimport)
+    reconcile = sub.add_parser("reconcile", help="compare a published load shard by shard (counts, --checksum)")
+    _urls(reconcile)
+    reconcile.add_argument("--load", required=True, help="load key")
+    reconcile.add_argument("--checksum", action="store_true", help="also compare content checksums per shard")
+    reconcile.add_argument("--report-dir", help="where the HTML report goes")
+    reconcile.add_argument("--master", default="local[2]")
+    reconcile.add_argument("--json", action="store_true")
+    reconcile.set_defaults(func=cmd_reconcile)
     return parser
 
 

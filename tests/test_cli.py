@@ -64,3 +64,44 @@ def test_missing_urls_and_unknown_load_are_clear_errors(clickhouse_url):
     assert out.returncode == 2 and "--clickhouse-url or $CLICKHOUSE_URL is required" in out.stderr
     out = run(dict(env, CLICKHOUSE_URL=clickhouse_url), "status", "--load", "no-such-load")
     assert out.returncode == 2 and "no load 'no-such-load'" in out.stderr
+
+
+def test_reconcile_ok_then_mismatch_marks_the_shard_and_writes_a_report(mysql_conn, mysql_url, clickhouse_url, ch,
+                                                                        tmp_path):
+    from airflow_sync_provider.core.ledger import Ledger
+
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS cli_db")
+        cur.execute("USE cli_db")
+        cur.execute("DROP TABLE IF EXISTS r")
+        cur.execute("CREATE TABLE r (id BIGINT PRIMARY KEY, amount DECIMAL(12, 2) NOT NULL, note VARCHAR(20) NULL)")
+        cur.execute("INSERT INTO r SELECT seq, seq / 100, IF(seq % 3 = 0, NULL, CONCAT('n', seq)) FROM seq_1_to_8000")
+    env = dict(os.environ, MYSQL_URL=mysql_url.rstrip("/") + "/cli_db", CLICKHOUSE_URL=clickhouse_url)
+    key = "cli.reconcile"
+    assert run(env, "load", "--table", "r", "--load-key", key, "--channels", "2").returncode == 0
+
+    ok = run(env, "reconcile", "--load", key, "--checksum", "--json", "--report-dir", str(tmp_path))
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    result = json.loads(ok.stdout)
+    assert result["verdict"] == "ok" and result["mismatched"] == [] and len(result["shards"]) == 11
+    assert all(s["source_rows"] == s["target_rows"] == (s["records_written"] or 0) for s in result["shards"])
+
+    # a value changed with the counts unchanged: found only by the checksum, in the shard of id 4321
+    ch.command("ALTER TABLE cli_db.r UPDATE note = 'changed' WHERE id = 4321 SETTINGS mutations_sync = 2")
+    counts_only = json.loads(run(env, "reconcile", "--load", key, "--json", "--report-dir", str(tmp_path)).stdout)
+    assert counts_only["verdict"] == "ok"
+    bad = run(env, "reconcile", "--load", key, "--checksum", "--json", "--report-dir", str(tmp_path))
+    assert bad.returncode == 3
+    result = json.loads(bad.stdout)
+    shard = next(s["id"] for s in json.loads(json.dumps(Ledger(ch).state(key).plan))["shards"]
+                 if s["where"] != "`id` IS NULL" and _holds(mysql_conn, s, 4321))
+    assert result["verdict"] == "mismatch" and result["mismatched"] == [shard]
+    assert Ledger(ch).state(key).shards[shard].status == "mismatch"
+    page = open(result["report"], encoding="utf-8").read()
+    assert "mismatch" in page and "<svg" in page and "content checksum differs" in page
+
+
+def _holds(conn, shard, row_id) -> bool:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM cli_db.r WHERE id = %s AND ({shard['where']})", (row_id, *shard["params"]))
+        return cur.fetchone()[0] == 1

@@ -84,7 +84,20 @@ class FullLoadSpec:
                            channel_byte=self.channel_byte_speed, channel_record=self.channel_record_speed)
 
 
-SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls for cls in (FullLoadSpec,)}
+@dataclass
+class ReconcileSpec:
+    """Compare a published load's shards: source vs target counts (and checksums) vs hook counters."""
+
+    source: MySQLEndpoint
+    target: ClickHouseEndpoint
+    load_key: str
+    checksum: bool = False
+    ledger_database: str = DEFAULT_LEDGER_DATABASE
+    result_path: str = ""
+    job: str = field(default="reconcile", init=False)
+
+
+SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls for cls in (FullLoadSpec, ReconcileSpec)}
 _ENDPOINTS = {"source": MySQLEndpoint, "target": ClickHouseEndpoint}
 
 

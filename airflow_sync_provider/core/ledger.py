@@ -152,6 +152,16 @@ class Ledger:
             finished_at Nullable(DateTime64(6, 'UTC')), error String, updated_at DateTime64(6, 'UTC')
         ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)""")
 
+    def write_reconciliation(self, load_key: str, generation: int, verdict: str, mismatched: list[int],
+                             checksum: bool, report: list[dict]) -> None:
+        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('reconciliations')} (
+            load_key String, generation UInt32, verdict LowCardinality(String), mismatched Array(UInt32),
+            checksum Bool, report String, at DateTime64(6, 'UTC')
+        ) ENGINE = MergeTree ORDER BY (load_key, generation, at)""")
+        self.ch.insert(self.table("reconciliations"),
+                       [[load_key, generation, verdict, mismatched, checksum, json.dumps(report), _ts(self._stamp())]],
+                       column_names=["load_key", "generation", "verdict", "mismatched", "checksum", "report", "at"])
+
     def _stamp(self) -> float:
         """Strictly increasing report times from this writer (ReplacingMergeTree keeps the newest)."""
         self._last = max(_now(), self._last + 1e-6)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
+
 
 def shard_table(shards: list[dict]) -> str:
     """The final per-shard report (shard, status, rows, MB, seconds, rows/s)."""
@@ -11,3 +15,65 @@ def shard_table(shards: list[dict]) -> str:
         lines.append(f"{s['shard_id']:>5} {s['status']:>8} {s['attempt']:>7} {s['records_written']:>12,} "
                      f"{s['bytes'] / 1e6:>9.1f} {s['seconds']:>8.2f} {rate:>10,.0f}")
     return "\n".join(lines)
+
+
+def reconcile_table(shards: list[dict]) -> str:
+    """Per-shard reconciliation report for the log."""
+    lines = [f"{'shard':>5} {'source':>12} {'target':>12} {'read':>12} {'written':>12} {'failed':>7}  verdict"]
+    for s in shards:
+        lines.append(f"{s['shard_id']:>5} {s['source_rows']:>12,} {s['target_rows']:>12,} "
+                     f"{s['records_read'] if s['records_read'] is not None else '-':>12} "
+                     f"{s['records_written'] if s['records_written'] is not None else '-':>12} "
+                     f"{s['records_failed'] if s['records_failed'] is not None else '-':>7}  "
+                     + ("; ".join(s["problems"]) if s["problems"] else "ok"))
+    return "\n".join(lines)
+
+
+def reconcile_html(result: dict) -> str:
+    """A page a person would rather look at: source vs target bars per shard, mismatches in red."""
+    from html import escape
+
+    shards = result["shards"]
+    top = max([max(s["source_rows"], s["target_rows"]) for s in shards] + [1])
+    bar_w, gap, height = 18, 14, 220
+    width = len(shards) * (2 * bar_w + gap) + 60
+    bars = []
+    for i, s in enumerate(shards):
+        x = 50 + i * (2 * bar_w + gap)
+        bad = bool(s["problems"])
+        for j, (value, colour) in enumerate(((s["source_rows"], "#4e79a7"),
+                                             (s["target_rows"], "#e15759" if bad else "#59a14f"))):
+            h = value / top * height
+            bars.append(f'<rect x="{x + j * bar_w}" y="{20 + height - h:.1f}" width="{bar_w - 2}" height="{h:.1f}" '
+                        f'fill="{colour}"><title>shard {s["shard_id"]}: {"source" if j == 0 else "target"} '
+                        f'{value:,}</title></rect>')
+        bars.append(f'<text x="{x + bar_w}" y="{height + 38}" font-size="11" text-anchor="middle">{s["shard_id"]}'
+                    f'{" ✗" if bad else ""}</text>')
+    rows = "".join(
+        f"<tr class='{'bad' if s['problems'] else ''}'><td>{s['shard_id']}</td><td>{s['source_rows']:,}</td>"
+        f"<td>{s['target_rows']:,}</td><td>{s['records_read']}</td><td>{s['records_written']}</td>"
+        f"<td>{s['records_failed']}</td><td>{escape('; '.join(s['problems']) or 'ok')}</td></tr>" for s in shards)
+    title = escape(f"{result['table']} → {result['target']}: {result['verdict']}")
+    return f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:2em}} td,th{{padding:2px 8px;text-align:right}}
+tr.bad td{{color:#b00;font-weight:bold}} .legend span{{display:inline-block;width:12px;height:12px;margin:0 4px}}</style>
+<h1>{title}</h1>
+<p>load <code>{escape(result['load_key'])}</code>, generation {result['generation']}, checksums
+{'on' if result['checksum'] else 'off'}; mismatched shards: {result['mismatched'] or 'none'}</p>
+<p class="legend"><span style="background:#4e79a7"></span>source rows <span style="background:#59a14f"></span>target rows
+<span style="background:#e15759"></span>target rows of a mismatched shard</p>
+<svg width="{width}" height="{height + 50}" role="img">{''.join(bars)}</svg>
+<table><tr><th>shard</th><th>source</th><th>target</th><th>read</th><th>written</th><th>failed</th><th>verdict</th></tr>
+{rows}</table>
+"""
+
+
+def write_report(result: dict, directory: str | None = None) -> str:
+    """Write the HTML reconciliation report; returns its path."""
+    directory = directory or os.path.join(tempfile.gettempdir(), "airflow-sync-reports")
+    os.makedirs(directory, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{result['load_key']}.g{result['generation']}") + ".html"
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(reconcile_html(result))
+    return path
