@@ -104,6 +104,8 @@ def test_example_dag_copies_every_demo_table_row_for_row(airflow_home, demo_db, 
     for table, count in demo_db.items():  # the gates passed on verified counters
         assert xcoms[f"counters_{table}"]["verdict"] == "success"
         assert xcoms[f"counters_{table}"]["rows_written"] == count
+    for table in ("orders", "order_items"):
+        assert xcoms[f"reconcile_{table}"]["verdict"] == "ok" and xcoms[f"reconcile_{table}"]["checksum"]
     assert sorted(xcoms["report"].values()) == sorted(demo_db.values())
     assert xcoms["load_orders"]["shards"] == 11 and xcoms["load_orders"]["target"] == "demo.orders"
     assert xcoms["load_orders"]["shards_read"] == 11 and xcoms["load_orders"]["generation"] == 1
