@@ -49,21 +49,25 @@ def reconcile_html(result: dict) -> str:
                         f'{value:,}</title></rect>')
         bars.append(f'<text x="{x + bar_w}" y="{height + 38}" font-size="11" text-anchor="middle">{s["shard_id"]}'
                     f'{" ✗" if bad else ""}</text>')
+    def num(value):
+        return "–" if value is None else f"{value:,}"
+
     rows = "".join(
-        f"<tr class='{'bad' if s['problems'] else ''}'><td>{s['shard_id']}</td><td>{s['source_rows']:,}</td>"
-        f"<td>{s['target_rows']:,}</td><td>{s['records_read']}</td><td>{s['records_written']}</td>"
-        f"<td>{s['records_failed']}</td><td>{escape('; '.join(s['problems']) or 'ok')}</td></tr>" for s in shards)
+        f"<tr class='{'bad' if s['problems'] else ''}'><td>{s['shard_id']}</td><td>{num(s['source_rows'])}</td>"
+        f"<td>{num(s['target_rows'])}</td><td>{num(s['records_read'])}</td><td>{num(s['records_written'])}</td>"
+        f"<td>{num(s['records_failed'])}</td><td class='v'>{escape('; '.join(s['problems']) or 'ok')}</td></tr>"
+        for s in shards)
     title = escape(f"{result['table']} → {result['target']}: {result['verdict']}")
     return f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{padding:2px 8px;text-align:right}}
-tr.bad td{{color:#b00;font-weight:bold}} .legend span{{display:inline-block;width:12px;height:12px;margin:0 4px}}</style>
+tr.bad td{{color:#b00;font-weight:bold}} td.v,th.v{{text-align:left}} .legend span{{display:inline-block;width:12px;height:12px;margin:0 4px}}</style>
 <h1>{title}</h1>
 <p>load <code>{escape(result['load_key'])}</code>, generation {result['generation']}, checksums
 {'on' if result['checksum'] else 'off'}; mismatched shards: {result['mismatched'] or 'none'}</p>
 <p class="legend"><span style="background:#4e79a7"></span>source rows <span style="background:#59a14f"></span>target rows
 <span style="background:#e15759"></span>target rows of a mismatched shard</p>
 <svg width="{width}" height="{height + 50}" role="img">{''.join(bars)}</svg>
-<table><tr><th>shard</th><th>source</th><th>target</th><th>read</th><th>written</th><th>failed</th><th>verdict</th></tr>
+<table><tr><th>shard</th><th>source</th><th>target</th><th>read</th><th>written</th><th>failed</th><th class="v">verdict</th></tr>
 {rows}</table>
 """
 
