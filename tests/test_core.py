@@ -107,3 +107,17 @@ def test_throttle_holds_the_rate_over_totals():
     assert abs(now[0] - 2.0) < 1e-9  # 2000 records at 1000/s: exactly 2 s, whatever the chunking
     bytes_only = Throttle(bytes_per_second=1_000_000, clock=lambda: 0.0, sleep=slept.append)
     assert bytes_only.account(10, 500_000) == 0.5 and bytes_only.chunk_rows(100) == 100
+
+
+def test_shard_problems_name_each_discrepancy():
+    from types import SimpleNamespace
+
+    from airflow_sync_provider.core.reconcile import shard_problems
+
+    good = SimpleNamespace(records_read=5, records_written=5, records_failed=0)
+    assert shard_problems({"source_rows": 5, "target_rows": 5}, good) == []
+    assert shard_problems({"source_rows": 5, "target_rows": 4}, good) == ["source 5 != target 4"]
+    assert shard_problems({"source_rows": 5, "target_rows": 5, "source_checksum": "1", "target_checksum": "2"},
+                          good) == ["content checksum differs"]
+    bad = SimpleNamespace(records_read=5, records_written=4, records_failed=1)
+    assert shard_problems({"source_rows": 5, "target_rows": 5}, bad) == ["hook counters read 5 / written 4 / failed 1"]

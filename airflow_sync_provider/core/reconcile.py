@@ -9,8 +9,6 @@ clear error until the weight-string approach of docs/design-reconciliation.md is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from airflow_sync_provider.core.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
 from airflow_sync_provider.core.typemap import MySQLColumn
@@ -79,25 +77,18 @@ def target_predicates(plan: Plan, column: MySQLColumn | None) -> list[tuple[str,
     return out
 
 
-@dataclass(frozen=True)
-class ShardCount:
-    shard_id: int
-    source_rows: int
-    target_rows: int
-    records_read: int | None = None
-    records_written: int | None = None
-    records_failed: int | None = None
-
-    @property
-    def problems(self) -> list[str]:
-        out = []
-        if self.source_rows != self.target_rows:
-            out.append(f"source {self.source_rows} != target {self.target_rows}")
-        if self.records_written is not None and self.records_read != self.records_written:
-            out.append(f"read {self.records_read} != written {self.records_written}")
-        if self.records_failed:
-            out.append(f"{self.records_failed} failed")
-        return out
+def shard_problems(row: dict, counters=None) -> list[str]:
+    """Why one shard does not reconcile (empty when it does): source vs target rows, checksums
+    (None when not computed), and the load's hook counters (a ledger ShardState, if any)."""
+    out = []
+    if row["source_rows"] != row["target_rows"]:
+        out.append(f"source {row['source_rows']} != target {row['target_rows']}")
+    if row.get("source_checksum") != row.get("target_checksum"):
+        out.append("content checksum differs")
+    if counters is not None and (counters.records_read != counters.records_written or counters.records_failed):
+        out.append(f"hook counters read {counters.records_read} / written {counters.records_written} / "
+                   f"failed {counters.records_failed}")
+    return out
 
 
 def count_source(conn, plan: Plan) -> list[int]:

@@ -16,19 +16,20 @@ from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, SHARD_MISMATCH, Le
 from airflow_sync_provider.core.mysql_schema import read_table_schema
 from airflow_sync_provider.core.planning import Plan
 from airflow_sync_provider.core.reconcile import (
-    checksum_source, checksum_target, count_source, count_target, target_predicates,
+    checksum_source, checksum_target, count_source, count_target, shard_problems, target_predicates,
 )
 
 
 def _check_shards(spec: ReconcileSpec, plan: Plan, database: str, table: str, shard_ids: list[int]):
     """Runs on an executor: one source and one target connection for a queue of shards."""
-    sub = dataclasses.replace(plan, shards=tuple(s for s in plan.shards if s.id in set(shard_ids)))
+    wanted = set(shard_ids)
+    sub = dataclasses.replace(plan, shards=tuple(s for s in plan.shards if s.id in wanted))
     ch = target.client(spec.target)
     with mysql_reader.connect(spec.source) as conn:
         schema = read_table_schema(conn, plan.database, plan.table)
         column = schema.column(plan.split_column) if plan.split_column else None
         all_predicates = target_predicates(plan, column)
-        predicates = [all_predicates[i] for i, s in enumerate(plan.shards) if s.id in set(shard_ids)]
+        predicates = [all_predicates[i] for i, s in enumerate(plan.shards) if s.id in wanted]
         final = bool(schema.primary_key)
         if spec.checksum:
             source = checksum_source(conn, schema, sub)
@@ -65,22 +66,14 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
         row |= {"records_read": counters.records_read if counters else None,
                 "records_written": counters.records_written if counters else None,
                 "records_failed": counters.records_failed if counters else None}
-        problems = []
-        if row["source_rows"] != row["target_rows"]:
-            problems.append(f"source {row['source_rows']} != target {row['target_rows']}")
-        if row["source_checksum"] != row["target_checksum"]:
-            problems.append("content checksum differs")
-        if counters and (counters.records_read != counters.records_written or counters.records_failed):
-            problems.append(f"hook counters read {counters.records_read} / written {counters.records_written} / "
-                            f"failed {counters.records_failed}")
-        row["problems"] = problems
+        row["problems"] = shard_problems(row, counters)
         report.append(row)
     mismatched = [r["shard_id"] for r in report if r["problems"]]
-    for shard_id in mismatched:  # marked so that a re-import takes them
-        shard = state.shards[shard_id]
-        shard.status = SHARD_MISMATCH
-        shard.error = "; ".join(next(r["problems"] for r in report if r["shard_id"] == shard_id))
-        ledger.write_shard(state.load_key, state.generation, shard)
+    for row in report:  # mismatched shards are marked so that a re-import takes them
+        if row["problems"]:
+            shard = state.shards[row["shard_id"]]
+            shard.status, shard.error = SHARD_MISMATCH, "; ".join(row["problems"])
+            ledger.write_shard(state.load_key, state.generation, shard)
     verdict = "mismatch" if mismatched else "ok"
     ledger.write_reconciliation(state.load_key, state.generation, verdict, mismatched, spec.checksum, report)
     ch.close()
