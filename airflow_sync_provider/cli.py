@@ -13,14 +13,13 @@ when the options are absent, so no password need appear on a command line.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 
 from airflow_sync_provider.core import clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, spec_from_dict
+from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, reimport_spec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
 from airflow_sync_provider.core.mysql_reader import connect
 from airflow_sync_provider.core.mysql_schema import read_table_schema
@@ -92,11 +91,7 @@ def cmd_reimport(args) -> int:
     ch.close()
     if state is None:
         raise LookupError(f"no load {args.load!r} in {args.ledger_database}")
-    stored = dict(state.spec)  # saved without secrets: the endpoints come from the URLs again
-    stored.pop("result_path", None)
-    spec = spec_from_dict(stored)
-    spec = dataclasses.replace(spec, source=MySQLEndpoint.from_url(args.mysql_url), target=target, reimport="failed")
-    return _run_load(spec, args)
+    return _run_load(reimport_spec(state.spec, MySQLEndpoint.from_url(args.mysql_url), target), args)
 
 
 def cmd_status(args) -> int:
@@ -118,7 +113,8 @@ def cmd_status(args) -> int:
 
 def cmd_reconcile(args) -> int:
     spec = ReconcileSpec(source=MySQLEndpoint.from_url(args.mysql_url), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
-                         load_key=args.load, checksum=args.checksum, ledger_database=args.ledger_database)
+                         load_key=args.load, checksum=args.checksum, reimport=args.reimport,
+                         ledger_database=args.ledger_database)
     result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
     if result.get("status") != "success":
         print(f"airflow-sync: reconcile failed: {result.get('error')}", file=sys.stderr)
@@ -128,6 +124,9 @@ def cmd_reconcile(args) -> int:
         print(json.dumps(result, indent=2, default=str))
     else:
         print(reconcile_table(result["shards"]))
+        if result.get("before"):
+            print(f"first pass: shards {result['before']['mismatched']} mismatched; re-imported "
+                  f"{result['reimported']['rows']:,} rows into them")
         print(f"verdict: {result['verdict']}; mismatched shards: {result['mismatched'] or 'none'}; report {result['report']}")
     return 0 if result["verdict"] == "ok" else 3
 
@@ -183,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
 
-    reimport = sub.add_parser("reimport", help="re-read only the failed shards of an unfinished load, then publish")
+    reimport = sub.add_parser("reimport", help="re-read only the failed shards of an unfinished load, then publish; "
+                              "or the mismatched shards of a published load, replaced in place")
     _urls(reimport)
     reimport.add_argument("--load", required=True, help="load key")
     reimport.add_argument("--failed", action="store_true", required=True, help="only failed/unfinished shards")
@@ -194,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     _urls(reconcile)
     reconcile.add_argument("--load", required=True, help="load key")
     reconcile.add_argument("--checksum", action="store_true", help="also compare content checksums per shard")
+    reconcile.add_argument("--reimport", action="store_true",
+                           help="re-import mismatched shards into the published table, then compare again")
     reconcile.add_argument("--report-dir", help="where the HTML report goes")
     reconcile.add_argument("--master", default="local[2]")
     reconcile.add_argument("--json", action="store_true")

@@ -41,6 +41,19 @@ PEERS: dict[str, list[str]] = {
         "fastapi==0.115.14",
         "uvicorn==0.34.3",
     ],
+    # reladiff's ClickHouse driver (clickhouse-driver) is native-TCP only; bench/reladiff_peer.py
+    # plugs clickhouse-connect (HTTP) in instead, so neither the [clickhouse] extra nor the driver.
+    "reladiff": [
+        "reladiff==0.6.0",
+        "sqeleton==0.1.7",
+        "runtype==0.5.3",
+        "dsnparse==0.4.0",
+        "click==8.5.1",
+        "rich==15.0.0",
+        "toml==0.10.2",
+        "mysql-connector-python==26.10.0",
+        "clickhouse-connect==1.12.0",
+    ],
 }
 
 

@@ -9,9 +9,12 @@ import clickhouse_connect
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.mysql_schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
+from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN
 
 VERSION_COLUMN = "_version"
 SHARD_COLUMN = "_shard"
+# Writing the hidden weight column (MATERIALIZED: not in SELECT *, '' when a writer omits it).
+WEIGHT_SETTINGS = {"insert_allow_materialized_columns": 1}
 
 
 def client(endpoint: ClickHouseEndpoint, **kwargs):
@@ -22,28 +25,38 @@ def _columns(schema: TableSchema) -> list[str]:
     return [f"{ch_ident(m.name)} {m.ch_type}" for m in schema.mappings()]
 
 
+def _weight(weight: bool, hidden: bool) -> list[str]:
+    """The split column's collation weight (core/target_shards.py), for tables split on a collated string."""
+    if not weight:
+        return []
+    return [f"{ch_ident(SPLIT_WEIGHT_COLUMN)} String" + (" MATERIALIZED ''" if hidden else "")]
+
+
 def _order_by(schema: TableSchema) -> str:
     return "(" + ", ".join(ch_ident(c) for c in schema.primary_key) + ")" if schema.primary_key else "tuple()"
 
 
-def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None) -> str:
+def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None,
+                     weight: bool = False) -> str:
     """ReplacingMergeTree keyed by the primary key, versioned so re-loads replace old rows.
 
     A table without a primary key gets a plain MergeTree: ReplacingMergeTree with an empty
     sorting key would collapse every row into one. ``partition_by`` is a ClickHouse expression
-    (e.g. ``toYYYYMMDD(created_at)``) for period-scoped loads.
+    (e.g. ``toYYYYMMDD(created_at)``) for period-scoped loads. ``weight``: the table is loaded
+    split on a collated string and keeps each row's weight, hidden.
     """
-    cols = _columns(schema) + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0"]
+    cols = _columns(schema) + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0"] + _weight(weight, hidden=True)
     engine = f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)})" if schema.primary_key else "MergeTree"
     partition = f" PARTITION BY {partition_by}" if partition_by else ""
     return (f"CREATE TABLE {ch_table(database, table)} (\n  " + ",\n  ".join(cols)
             + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)}")
 
 
-def create_parts_sql(schema: TableSchema, database: str, table: str) -> str:
+def create_parts_sql(schema: TableSchema, database: str, table: str, weight: bool = False) -> str:
     """A load's working table: one partition per shard, so re-reading a shard first drops
     exactly what its earlier attempts wrote (no duplicates, no mutations)."""
-    cols = _columns(schema) + [f"{ch_ident(VERSION_COLUMN)} UInt64", f"{ch_ident(SHARD_COLUMN)} UInt32"]
+    cols = (_columns(schema) + _weight(weight, hidden=False)
+            + [f"{ch_ident(VERSION_COLUMN)} UInt64", f"{ch_ident(SHARD_COLUMN)} UInt32"])
     return (f"CREATE TABLE IF NOT EXISTS {ch_table(database, table)} (\n  " + ",\n  ".join(cols)
             + f"\n) ENGINE = MergeTree PARTITION BY {ch_ident(SHARD_COLUMN)} ORDER BY {_order_by(schema)}")
 
@@ -60,19 +73,23 @@ def table_exists(ch, database: str, table: str) -> bool:
     return bool(ch.command("EXISTS TABLE " + ch_table(database, table)))
 
 
-def copy_parts(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str) -> None:
+def copy_parts(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
+               weight: bool = False) -> None:
     """Server-side copy of the loaded rows (without the shard column) into ``table``."""
-    names = ", ".join(ch_ident(n) for n in [m.name for m in schema.mappings()] + [VERSION_COLUMN])
-    ch.command(f"INSERT INTO {ch_table(database, table)} ({names}) SELECT {names} FROM {ch_table(parts_db, parts)}")
+    names = [m.name for m in schema.mappings()] + [VERSION_COLUMN] + ([SPLIT_WEIGHT_COLUMN] if weight else [])
+    names = ", ".join(ch_ident(n) for n in names)
+    ch.command(f"INSERT INTO {ch_table(database, table)} ({names}) SELECT {names} FROM {ch_table(parts_db, parts)}",
+               settings=WEIGHT_SETTINGS if weight else None)
 
 
-def publish_full(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str) -> int:
+def publish_full(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
+                 weight: bool = False) -> int:
     """Copy into a shadow table and swap it in: readers see the old or the new table, never half."""
     shadow = f"{table}__shadow"
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, shadow)}")
-    ch.command(create_table_sql(schema, database, shadow))
-    copy_parts(ch, schema, parts, parts_db, database, shadow)
+    ch.command(create_table_sql(schema, database, shadow, weight=weight))
+    copy_parts(ch, schema, parts, parts_db, database, shadow, weight)
     rows = int(ch.command(f"SELECT count() FROM {ch_table(database, shadow)}"))
     if table_exists(ch, database, table):
         ch.command(f"EXCHANGE TABLES {ch_table(database, shadow)} AND {ch_table(database, table)}")
@@ -83,7 +100,7 @@ def publish_full(ch, schema: TableSchema, parts: str, parts_db: str, database: s
 
 
 def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
-                       partition_by: str, partitions: list[str]) -> int:
+                       partition_by: str, partitions: list[str], weight: bool = False) -> int:
     """Replace exactly ``partitions`` of ``table`` with the loaded rows (each partition atomically).
 
     Loaded rows outside those partitions mean the period filter and the partitions disagree:
@@ -92,10 +109,12 @@ def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, datab
     stage = f"{table}__stage"
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     if not table_exists(ch, database, table):
-        ch.command(create_table_sql(schema, database, table, partition_by))
+        ch.command(create_table_sql(schema, database, table, partition_by, weight))
+    elif weight:  # REPLACE PARTITION needs the same columns on both sides
+        ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS {_weight(True, True)[0]}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, stage)}")
-    ch.command(create_table_sql(schema, database, stage, partition_by))
-    copy_parts(ch, schema, parts, parts_db, database, stage)
+    ch.command(create_table_sql(schema, database, stage, partition_by, weight))
+    copy_parts(ch, schema, parts, parts_db, database, stage, weight)
     present = {r[0]: r[1] for r in ch.query(
         f"SELECT _partition_id, count() FROM {ch_table(database, stage)} GROUP BY _partition_id").result_rows}
     outside = sorted(set(present) - set(partitions))
@@ -111,3 +130,22 @@ def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, datab
             ch.command(f"ALTER TABLE {ch_table(database, table)} DROP PARTITION ID {pid}")
     ch.command(f"DROP TABLE {ch_table(database, stage)}")
     return sum(present.values())
+
+
+def publish_repair(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
+                   predicates: list[tuple[str, dict]], version: int, weight: bool = False) -> int:
+    """Replace some shards of a published table in place (re-import after a reconciliation).
+
+    The shards' rows, re-read with a newer ``version``, are inserted first: ReplacingMergeTree
+    keeps the newest version of a key, so a ``FINAL`` reader sees the source's values at once
+    and never misses a row. Then the shards' older rows are deleted (lightweight ``DELETE``):
+    superseded versions and rows the source no longer has. ``predicates`` are the shards on the
+    target (core/target_shards.py); their parameters agree where their names do.
+    """
+    rows = int(ch.command(f"SELECT count() FROM {ch_table(parts_db, parts)}"))
+    copy_parts(ch, schema, parts, parts_db, database, table, weight)
+    params = {k: v for _, p in predicates for k, v in p.items()} | {"repair_version": version}
+    shards = " OR ".join(f"({where})" for where, _ in predicates)
+    ch.command(f"DELETE FROM {ch_table(database, table)} WHERE ({shards}) AND {ch_ident(VERSION_COLUMN)} < "
+               "{repair_version:UInt64}", parameters=params)
+    return rows

@@ -86,12 +86,14 @@ class FullLoadSpec:
 
 @dataclass
 class ReconcileSpec:
-    """Compare a published load's shards: source vs target counts (and checksums) vs hook counters."""
+    """Compare a published load's shards: source vs target counts (and checksums) vs hook counters.
+    With ``reimport``, mismatched shards are re-imported into the published table and compared again."""
 
     source: MySQLEndpoint
     target: ClickHouseEndpoint
     load_key: str
     checksum: bool = False
+    reimport: bool = False
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     result_path: str = ""
     job: str = field(default="reconcile", init=False)
@@ -114,6 +116,14 @@ def spec_from_dict(data: dict):
         if key in data:
             data[key] = endpoint(**data[key])
     return cls(**data)
+
+
+def reimport_spec(stored: dict, source: MySQLEndpoint, target: ClickHouseEndpoint) -> FullLoadSpec:
+    """The full load that re-imports a load's failed or mismatched shards, from the spec the
+    ledger kept (without secrets: the endpoints are given again)."""
+    stored = {k: v for k, v in stored.items() if k not in ("result_path", "source", "target")}
+    return dataclasses.replace(spec_from_dict(stored | {"source": dataclasses.asdict(source),
+                                                        "target": dataclasses.asdict(target)}), reimport="failed")
 
 
 def public_dict(spec) -> dict:

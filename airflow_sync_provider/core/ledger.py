@@ -72,6 +72,9 @@ class LoadState:
     version: int
     spec: dict  # the job spec without secrets (for `airflow-sync reimport`)
     error: str = ""
+    # shards being re-imported into the published table (after a reconciliation found them
+    # mismatched); empty for a load that publishes by swapping or replacing partitions
+    repair: list[int] = field(default_factory=list)
     heartbeat: float = 0.0
     shards: dict[int, ShardState] = field(default_factory=dict)  # newest attempt per shard
 
@@ -143,7 +146,7 @@ class Ledger:
         self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('loads')} (
             load_key String, generation UInt32, status LowCardinality(String), source_table String,
             target_table String, plan String, parts_table String, version UInt64, spec String, error String,
-            updated_at DateTime64(6, 'UTC')
+            repair Array(UInt32), updated_at DateTime64(6, 'UTC')
         ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)""")
         self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('shards')} (
             load_key String, generation UInt32, shard_id UInt32, attempt UInt32, status LowCardinality(String),
@@ -171,9 +174,9 @@ class Ledger:
         self.ch.insert(self.table("loads"), [[
             state.load_key, state.generation, state.status, state.source_table, state.target_table,
             json.dumps(state.plan), state.parts_table, state.version, json.dumps(state.spec), state.error[:4000],
-            _ts(self._stamp()),
+            state.repair, _ts(self._stamp()),
         ]], column_names=["load_key", "generation", "status", "source_table", "target_table", "plan",
-                          "parts_table", "version", "spec", "error", "updated_at"])
+                          "parts_table", "version", "spec", "error", "repair", "updated_at"])
 
     def write_shard(self, load_key: str, generation: int, shard: ShardState) -> None:
         self.ch.insert(self.table("shards"), [[
@@ -188,13 +191,13 @@ class Ledger:
         """The newest generation of ``load_key`` with the newest attempt of each shard, or None."""
         rows = self.ch.query(
             f"SELECT generation, status, source_table, target_table, plan, parts_table, version, spec, error,"
-            f" toFloat64(updated_at) FROM {self.table('loads')} FINAL WHERE load_key = {{k:String}}"
+            f" toFloat64(updated_at), repair FROM {self.table('loads')} FINAL WHERE load_key = {{k:String}}"
             f" ORDER BY generation DESC LIMIT 1", parameters={"k": load_key}).result_rows
         if not rows:
             return None
-        gen, status, source, target, plan, parts, version, spec, error, heartbeat = rows[0]
+        gen, status, source, target, plan, parts, version, spec, error, heartbeat, repair = rows[0]
         state = LoadState(load_key, gen, status, source, target, json.loads(plan), parts, version,
-                          json.loads(spec), error, heartbeat)
+                          json.loads(spec), error, list(repair), heartbeat)
         for row in self.ch.query(
                 f"SELECT shard_id, attempt, status, where_sql, params, records_read, records_written,"
                 f" records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error"

@@ -14,7 +14,8 @@ import pymysql
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.planning import Plan, Shard
 from airflow_sync_provider.core.sql import mysql_ident
-from airflow_sync_provider.core.typemap import ColumnMapping, raw_converter
+from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN, mysql_weight_sql
+from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, raw_converter
 
 
 def connect(endpoint: MySQLEndpoint):
@@ -44,13 +45,21 @@ def arrow_schema(mappings: list[ColumnMapping]) -> pa.Schema:
     return pa.schema([pa.field(m.name, m.arrow_type, nullable=m.source.nullable) for m in mappings])
 
 
+# The split column's collation weight, read along when the split column is a collated string.
+WEIGHT_MAPPING = ColumnMapping(MySQLColumn(SPLIT_WEIGHT_COLUMN, "varbinary", "varbinary", False), "String", pa.binary())
+
+
 def read_shard(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
-               fetch_rows: int) -> Iterator[pa.RecordBatch]:
+               fetch_rows: int, weight: MySQLColumn | None = None) -> Iterator[pa.RecordBatch]:
     """The shard's rows through the plan's split index (FORCE INDEX: range access), ``fetch_rows``
-    at a time from an unbuffered cursor, so memory stays bounded whatever the shard's size."""
+    at a time from an unbuffered cursor, so memory stays bounded whatever the shard's size.
+    With ``weight`` (a collated split column) each row also carries its weight (WEIGHT_MAPPING)."""
+    columns = ", ".join(mysql_ident(m.name) for m in mappings)
+    if weight is not None:
+        columns += f", COALESCE({mysql_weight_sql(weight)}, '')"
+        mappings = [*mappings, WEIGHT_MAPPING]
     schema = arrow_schema(mappings)
     converters = [raw_converter(m) for m in mappings]
-    columns = ", ".join(mysql_ident(m.name) for m in mappings)
     sql = f"SELECT {columns} {plan.from_clause()} WHERE {shard.where}"
     conn = stream_connect(endpoint)
     try:

@@ -45,7 +45,8 @@ def read_table_schema(conn, database: str, table: str) -> TableSchema:
     with conn.cursor() as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,"
-            " DATETIME_PRECISION FROM information_schema.COLUMNS"
+            " DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, CHARACTER_SET_NAME, COLLATION_NAME"
+            " FROM information_schema.COLUMNS"
             " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
             (database, table),
         )
@@ -54,7 +55,8 @@ def read_table_schema(conn, database: str, table: str) -> TableSchema:
             raise TableNotFound(f"MySQL table {database}.{table} does not exist or has no columns visible to this user")
         columns = tuple(
             MySQLColumn(name=r[0], data_type=r[1].lower(), column_type=r[2], nullable=r[3] == "YES",
-                        precision=r[4], scale=r[5], fsp=r[6])
+                        precision=r[4], scale=r[5], fsp=r[6], char_length=r[7], charset=r[8],
+                        collation=r[9])
             for r in rows
         )
         cur.execute(

@@ -32,6 +32,9 @@ class MySQLColumn:
     precision: int | None = None
     scale: int | None = None
     fsp: int | None = None  # DATETIME_PRECISION
+    char_length: int | None = None  # CHARACTER_MAXIMUM_LENGTH of strings
+    charset: str | None = None
+    collation: str | None = None  # None for non-string columns
 
     @property
     def unsigned(self) -> bool:

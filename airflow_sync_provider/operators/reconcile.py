@@ -7,7 +7,7 @@ from airflow_sync_provider.core.reports import reconcile_table, write_report
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
-ON_MISMATCH = ("fail", "warn")
+ON_MISMATCH = ("fail", "warn", "reimport")
 
 
 class ReconcileOperator(SparkJobOperator):
@@ -17,8 +17,9 @@ class ReconcileOperator(SparkJobOperator):
 
     :param load_key: the load to check (e.g. ``{{ ti.xcom_pull('load_orders')['load_key'] }}``).
     :param checksum: also compare an order-independent sum of row hashes per shard.
-    :param on_mismatch: ``fail`` (default) or ``warn``. (``reimport`` of a published load's
-        mismatched shards is not built yet.)
+    :param on_mismatch: ``fail`` (default), ``warn``, or ``reimport``: re-import the mismatched
+        shards into the published table (in place: newer versions first, then the shards' older
+        rows deleted, so readers never miss a row), compare again, and fail if they still differ.
     :param report_dir: where the HTML report goes (default: a directory under the temp dir).
     """
 
@@ -30,8 +31,7 @@ class ReconcileOperator(SparkJobOperator):
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, report_dir: str | None = None, **kwargs):
         super().__init__(**kwargs)
         if on_mismatch not in ON_MISMATCH:
-            raise ValueError(f"on_mismatch must be one of {ON_MISMATCH}, got {on_mismatch!r} "
-                             "('reimport' of published loads is not available yet)")
+            raise ValueError(f"on_mismatch must be one of {ON_MISMATCH}, got {on_mismatch!r}")
         self.load_key = load_key
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id
@@ -43,7 +43,8 @@ class ReconcileOperator(SparkJobOperator):
     def build_spec(self, context) -> ReconcileSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         return ReconcileSpec(source=hook.source(), target=hook.target(), load_key=self.load_key,
-                             checksum=self.checksum, ledger_database=self.ledger_database)
+                             checksum=self.checksum, reimport=self.on_mismatch == "reimport",
+                             ledger_database=self.ledger_database)
 
     def summarize(self, result: dict) -> dict:
         self.log.info("Reconciliation of %s → %s:\n%s", result["table"], result["target"],
@@ -52,10 +53,14 @@ class ReconcileOperator(SparkJobOperator):
         self.log.info("Report: %s", report)
         summary = {k: result[k] for k in ("load_key", "generation", "verdict", "mismatched", "checksum")}
         summary["report"] = report
+        if result.get("before"):
+            self.log.info("First pass found shards %s mismatched; re-imported %s rows into them, then compared again",
+                          result["before"]["mismatched"], result["reimported"]["rows"])
+            summary |= {"mismatched_before": result["before"]["mismatched"], "reimported": result["reimported"]}
         if result["verdict"] != "ok":
             message = (f"load {result['load_key']!r}: shards {result['mismatched']} do not match "
                        f"({result['table']} → {result['target']}); see {report}")
-            if self.on_mismatch == "fail":
+            if self.on_mismatch in ("fail", "reimport"):
                 raise AirflowException(message)
             self.log.warning("%s", message)
         return summary

@@ -25,6 +25,7 @@ from airflow_sync_provider.core.mysql_schema import read_table_schema
 from airflow_sync_provider.core.planning import Plan, plan_table
 from airflow_sync_provider.core.reports import shard_table
 from airflow_sync_provider.core.sql import ch_table
+from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN, needs_weight, shard_predicates
 
 REPORT_EVERY_SECONDS = 1.0
 
@@ -47,8 +48,9 @@ def _retrying(action, wait_seconds: float):
             delay = min(delay * 2, 10)
 
 
-def _load_shard(spec, plan, mappings, ch, ledger, state, shard, attempt, throttle):
-    names = [m.name for m in mappings] + [target.VERSION_COLUMN, target.SHARD_COLUMN]
+def _load_shard(spec, plan, mappings, weight, ch, ledger, state, shard, attempt, throttle):
+    names = ([m.name for m in mappings] + ([SPLIT_WEIGHT_COLUMN] if weight else [])
+             + [target.VERSION_COLUMN, target.SHARD_COLUMN])
     record = ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time())
     pending, pending_rows, pending_bytes, reported = [], 0, 0, time.monotonic()
 
@@ -70,7 +72,8 @@ def _load_shard(spec, plan, mappings, ch, ledger, state, shard, attempt, throttl
     try:
         ledger.write_shard(state.load_key, state.generation, record)
         target.drop_shard(ch, spec.ledger_database, state.parts_table, shard.id)  # an earlier attempt's rows
-        for batch in mysql_reader.read_shard(spec.source, plan, mappings, shard, throttle.chunk_rows(spec.batch_rows)):
+        for batch in mysql_reader.read_shard(spec.source, plan, mappings, shard, throttle.chunk_rows(spec.batch_rows),
+                                             weight):
             record.records_read += batch.num_rows
             record.bytes += batch.nbytes
             pending.append(batch)
@@ -92,7 +95,7 @@ def _load_shard(spec, plan, mappings, ch, ledger, state, shard, attempt, throttl
     return record
 
 
-def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, state: LoadState, shard_ids: list[int]):
+def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, weight, state: LoadState, shard_ids: list[int]):
     """Runs on an executor: one channel = one source connection at a time, one throttle."""
     ch = target.client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
@@ -100,7 +103,7 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, state: LoadState, sh
     shards = {s.id: s for s in plan.shards}
     for shard_id in shard_ids:
         previous = state.shards.get(shard_id)
-        record = _load_shard(spec, plan, mappings, ch, ledger, state, shards[shard_id],
+        record = _load_shard(spec, plan, mappings, weight, ch, ledger, state, shards[shard_id],
                              (previous.attempt if previous else 0) + 1, throttle)
         yield vars(record) | {"seconds": record.seconds}
     ch.close()
@@ -109,9 +112,15 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, state: LoadState, sh
 def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadState, Plan]:
     state = ledger.state(spec.load_key)
     if spec.reimport == "failed":
-        if state is None or state.status == LOAD_PUBLISHED:
-            raise LoadFailed(f"load {spec.load_key!r} has no unpublished generation with failed shards to re-import"
-                             + (" (it is published; run it again for a fresh copy)" if state else ""))
+        if state is None:
+            raise LoadFailed(f"load {spec.load_key!r} is not in the ledger: nothing to re-import")
+        if state.status == LOAD_PUBLISHED:  # shards a reconciliation marked: repair them in place
+            if not state.failed():
+                raise LoadFailed(f"load {spec.load_key!r} is published and no shard is marked failed or mismatched "
+                                 "(a reconciliation marks mismatched shards); run it again for a fresh copy")
+            state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
+            state.version = time.time_ns()  # newer than every row the published copy holds
+            return state, Plan.from_dict(state.plan)
     if state is not None and state.status == LOAD_RUNNING:
         age = time.time() - state.heartbeat
         if age < spec.stale_after_seconds:
@@ -159,6 +168,20 @@ class _Progress(threading.Thread):
         ch.close()
 
 
+def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, weight: bool) -> int:
+    """Make the loaded rows visible: swap in a full copy, replace a period's partitions, or
+    repair the re-imported shards of a published table in place. Returns the rows published."""
+    args = (ch, schema, state.parts_table, spec.ledger_database, spec.target_database, spec.target_table)
+    if state.repair:
+        with mysql_reader.connect(spec.source) as conn:
+            predicates = shard_predicates(conn, ch, plan, schema, state.spec, spec.target_database, spec.target_table)
+        chosen = [p for shard, p in zip(plan.shards, predicates) if shard.id in state.repair]
+        return target.publish_repair(*args, chosen, state.version, weight)
+    if spec.partition_by:
+        return target.publish_partitions(*args, spec.partition_by, list(spec.replace_partitions), weight)
+    return target.publish_full(*args, weight)
+
+
 def run_full_load(spec: FullLoadSpec, spark) -> dict:
     started = time.time()
     ch = target.client(spec.target)
@@ -168,11 +191,14 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         schema = read_table_schema(conn, spec.source_database, spec.source_table)
     mappings = schema.mappings()
     state, plan = _start_or_resume(spec, ledger, schema)
-    ch.command(target.create_parts_sql(schema, spec.ledger_database, state.parts_table))
+    split = schema.column(plan.split_column) if plan.split_column else None
+    weight = split if needs_weight(split) else None  # collated key: rows carry their weight
+    ch.command(target.create_parts_sql(schema, spec.ledger_database, state.parts_table, weight is not None))
     ledger.write_load(state)
     todo = state.todo()
     print(f"[airflow-sync] load {state.load_key!r} generation {state.generation}: {len(todo)} of "
-          f"{len(plan.shards)} shards to read, {plan.channels} channel(s), split on {plan.split_column!r}", flush=True)
+          f"{len(plan.shards)} shards to read{' (repair of the published table)' if state.repair else ''}, "
+          f"{plan.channels} channel(s), split on {plan.split_column!r}", flush=True)
 
     per_shard = []
     if todo:
@@ -182,7 +208,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         progress.start()
         try:
             per_shard = (spark.sparkContext.parallelize(queues, channels)
-                         .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, mappings, state, q)))
+                         .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, mappings, weight, state, q)))
                          .collect())
         finally:
             progress.stop.set()
@@ -199,16 +225,13 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         raise LoadFailed(f"table {schema.qualified}: {state.error}. Nothing was published; re-import with "
                          f"reimport='failed' (airflow-sync reimport --load {spec.load_key!r} --failed)")
 
-    written = sum(s.records_written for s in state.shards.values())
-    if spec.partition_by:
-        landed = target.publish_partitions(ch, schema, state.parts_table, spec.ledger_database, spec.target_database,
-                                           spec.target_table, spec.partition_by, list(spec.replace_partitions))
-    else:
-        landed = target.publish_full(ch, schema, state.parts_table, spec.ledger_database, spec.target_database,
-                                     spec.target_table)
+    repaired = list(state.repair)
+    published = repaired or [s.id for s in plan.shards]
+    written = sum(s.records_written for s in state.shards.values() if s.shard_id in published)
+    landed = _publish(spec, ch, schema, plan, state, weight is not None)
     if landed != written:
         raise LoadFailed(f"table {schema.qualified}: {written} rows written but {landed} published")
-    state.status = LOAD_PUBLISHED
+    state.status, state.repair = LOAD_PUBLISHED, []
     ledger.write_load(state)
     ch.command(f"DROP TABLE IF EXISTS {ch_table(spec.ledger_database, state.parts_table)}")
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
@@ -222,6 +245,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         "rows": written,
         "shards": len(plan.shards),
         "shards_read": len(todo),
+        "repaired": repaired,
         "per_shard": [{k: s[k] for k in ("shard_id", "status", "attempt", "records_read", "records_written", "records_failed",
                                          "bytes", "seconds")} for s in per_shard],
         "channels": plan.channels,

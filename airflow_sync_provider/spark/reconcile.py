@@ -1,7 +1,9 @@
 """Reconciliation: every shard of a published load, source vs target (vs the hook counters).
 
 Executors count (and optionally checksum) their shards on both sides, inside the databases;
-the driver compares, marks mismatched shards in the ledger and records the verdict.
+the driver compares, marks mismatched shards in the ledger and records the verdict. With
+``reimport`` the mismatched shards are then re-imported into the published table (a repair
+run of the full load, same Spark session) and every shard is compared again.
 """
 
 from __future__ import annotations
@@ -11,25 +13,27 @@ import time
 
 from airflow_sync_provider.core import clickhouse_target as target
 from airflow_sync_provider.core import mysql_reader
-from airflow_sync_provider.core.jobspec import ReconcileSpec
-from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, SHARD_MISMATCH, Ledger
+from airflow_sync_provider.core.jobspec import ReconcileSpec, reimport_spec
+from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, SHARD_MISMATCH, Ledger, LoadState
 from airflow_sync_provider.core.mysql_schema import read_table_schema
 from airflow_sync_provider.core.planning import Plan
 from airflow_sync_provider.core.reconcile import (
-    checksum_source, checksum_target, count_source, count_target, shard_problems, target_predicates,
+    checksum_source, checksum_target, count_source, count_target, shard_problems,
 )
+from airflow_sync_provider.core.target_shards import shard_predicates
+from airflow_sync_provider.spark.full_load import run_full_load
 
 
-def _check_shards(spec: ReconcileSpec, plan: Plan, database: str, table: str, shard_ids: list[int]):
+def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, shard_ids: list[int]):
     """Runs on an executor: one source and one target connection for a queue of shards."""
+    database, table = state.target_table.split(".", 1)
     wanted = set(shard_ids)
     sub = dataclasses.replace(plan, shards=tuple(s for s in plan.shards if s.id in wanted))
     ch = target.client(spec.target)
     with mysql_reader.connect(spec.source) as conn:
         schema = read_table_schema(conn, plan.database, plan.table)
-        column = schema.column(plan.split_column) if plan.split_column else None
-        all_predicates = target_predicates(plan, column)
-        predicates = [all_predicates[i] for i, s in enumerate(plan.shards) if s.id in wanted]
+        everything = shard_predicates(conn, ch, plan, schema, state.spec, database, table)
+        predicates = [p for s, p in zip(plan.shards, everything) if s.id in wanted]
         final = bool(schema.primary_key)
         if spec.checksum:
             source = checksum_source(conn, schema, sub)
@@ -44,21 +48,23 @@ def _check_shards(spec: ReconcileSpec, plan: Plan, database: str, table: str, sh
                "target_checksum": None if t_sum is None else str(t_sum)}
 
 
-def run_reconcile(spec: ReconcileSpec, spark) -> dict:
-    started = time.time()
-    ch = target.client(spec.target)
-    ledger = Ledger(ch, spec.ledger_database)
-    state = ledger.state(spec.load_key)
+def _published(ledger: Ledger, load_key: str) -> LoadState:
+    state = ledger.state(load_key)
     if state is None or state.status != LOAD_PUBLISHED:
-        raise ValueError(f"load {spec.load_key!r} is not published ({state.status if state else 'unknown'}); "
+        raise ValueError(f"load {load_key!r} is not published ({state.status if state else 'unknown'}); "
                          "reconcile a finished load")
+    return state
+
+
+def _compare(spec: ReconcileSpec, spark, ledger: Ledger) -> dict:
+    """One pass over every shard; marks mismatched shards and records the verdict."""
+    state = _published(ledger, spec.load_key)
     plan = Plan.from_dict(state.plan)
-    database, table = state.target_table.split(".", 1)
     ids = [s.id for s in plan.shards]
     channels = max(1, min(plan.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]
     rows = (spark.sparkContext.parallelize(queues, channels)
-            .mapPartitions(lambda qs: (r for q in qs for r in _check_shards(spec, plan, database, table, q)))
+            .mapPartitions(lambda qs: (r for q in qs for r in _check_shards(spec, state, plan, q)))
             .collect())
     report = []
     for row in sorted(rows, key=lambda r: r["shard_id"]):
@@ -76,7 +82,23 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
             ledger.write_shard(state.load_key, state.generation, shard)
     verdict = "mismatch" if mismatched else "ok"
     ledger.write_reconciliation(state.load_key, state.generation, verdict, mismatched, spec.checksum, report)
-    ch.close()
     return {"load_key": state.load_key, "generation": state.generation, "table": state.source_table,
             "target": state.target_table, "verdict": verdict, "mismatched": mismatched, "checksum": spec.checksum,
-            "shards": report, "seconds": round(time.time() - started, 3)}
+            "shards": report, "stored_spec": state.spec}
+
+
+def run_reconcile(spec: ReconcileSpec, spark) -> dict:
+    started = time.time()
+    ch = target.client(spec.target)
+    ledger = Ledger(ch, spec.ledger_database)
+    result = _compare(spec, spark, ledger)
+    stored = result.pop("stored_spec")
+    if result["verdict"] != "ok" and spec.reimport:
+        print(f"[airflow-sync] reconcile: shards {result['mismatched']} mismatched; re-importing them", flush=True)
+        repair = run_full_load(reimport_spec(stored, spec.source, spec.target), spark)
+        before = {k: result[k] for k in ("verdict", "mismatched", "shards")}
+        result = _compare(spec, spark, ledger)
+        result.pop("stored_spec")
+        result |= {"before": before, "reimported": {k: repair[k] for k in ("repaired", "rows", "seconds")}}
+    ch.close()
+    return result | {"seconds": round(time.time() - started, 3)}

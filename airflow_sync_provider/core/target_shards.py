@@ -1,0 +1,200 @@
+"""A load's shards on the target: which ClickHouse rows belong to shard *i*.
+
+Reconciliation counts and checksums every shard on both sides, and re-importing a mismatched
+shard of a published table replaces exactly that shard's rows, so both need the planner's MySQL
+predicates evaluated in ClickHouse, with the same cut points (read back from the stored plan)
+and the same order:
+
+* integers, DECIMAL, FLOAT/DOUBLE, DATE, DATETIME/TIMESTAMP (UTC wall clock) and binary strings
+  are ordered by ClickHouse as by MySQL: the predicate translates one to one, with typed
+  server-side parameters.
+* TIME is stored as text (``[-]HH:MM:SS[.ffffff]``): compared as signed microseconds.
+* strings under a collation are compared by MySQL by collation (case/accent-insensitive, PAD
+  SPACE), by ClickHouse as bytes. A load split on such a column also stores each row's sort key,
+  MySQL's ``WEIGHT_STRING(col)``, in a hidden column (``MATERIALIZED``: not in ``SELECT *``);
+  bytes of weights order as the collation orders strings. The cuts' weights come from MySQL.
+  PAD SPACE collations compare as if the shorter string were padded with spaces, so both sides
+  are right-padded with the space's weight to one length in the query (trailing spaces, and
+  characters below the space such as a tab, then compare as MySQL compares them).
+* a period load (``where`` + replaced partitions) also restricts to those partitions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from airflow_sync_provider.core.planning import Plan
+from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
+from airflow_sync_provider.core.typemap import MySQLColumn
+
+SPLIT_WEIGHT_COLUMN = "_split_weight"
+
+_PARAM_TYPES = {
+    "tinyint": "Int128", "smallint": "Int128", "mediumint": "Int128", "int": "Int128", "integer": "Int128",
+    "bigint": "Int128", "year": "Int128", "bit": "Int128",
+    "float": "Float64", "double": "Float64", "real": "Float64",
+    "date": "Date32", "datetime": "DateTime64(6, 'UTC')", "timestamp": "DateTime64(6, 'UTC')",
+}
+BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+_COLLATED = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+class NotComparable(ValueError):
+    pass
+
+
+def needs_weight(column: MySQLColumn | None) -> bool:
+    """Is ``column`` a split column whose rows must carry their collation weight?"""
+    return column is not None and column.data_type in _COLLATED and column.collation is not None
+
+
+def mysql_weight_sql(column: MySQLColumn) -> str:
+    return f"WEIGHT_STRING({mysql_ident(column.name)})"
+
+
+def _collated(column: MySQLColumn, value_sql: str) -> str:
+    for name in (column.charset, column.collation):
+        if not _NAME.match(name or ""):
+            raise NotComparable(f"column {column.name!r}: unexpected character set/collation {name!r}")
+    return f"CAST({value_sql} AS CHAR CHARACTER SET {column.charset}) COLLATE {column.collation}"
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What MySQL says about a collated split column: the cuts' weights and padding."""
+
+    cuts: list[bytes] = field(default_factory=list)
+    space: bytes | None = None  # the space's weight for PAD SPACE collations, None for NO PAD
+
+
+def read_weights(conn, column: MySQLColumn, cuts: list) -> Weights:
+    """Ask MySQL (pymysql connection) for the cut points' weights and whether the collation pads."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {_collated(column, '%s')} = {_collated(column, '%s')},"
+                    f" WEIGHT_STRING({_collated(column, '%s')} AS CHAR(1))", ("a", "a ", ""))
+        pads, space = cur.fetchone()
+        weights = []
+        for cut in cuts:
+            cur.execute(f"SELECT WEIGHT_STRING({_collated(column, '%s')})", (cut,))
+            weights.append(bytes(cur.fetchone()[0]))
+    return Weights(weights, bytes(space) if pads else None)
+
+
+def cut_points(plan: Plan) -> list:
+    """The cuts the planner made, read back from the range shards (their leading parameters)."""
+    ranges = [s for s in plan.shards if "IS NULL" not in s.where]
+    if len(ranges) <= 1:
+        return []
+    return [ranges[0].params[0]] + [s.params[1] for s in ranges[1:-1]]
+
+
+def time_micros(text: str) -> int:
+    """``[-]HHH:MM:SS[.ffffff]`` → signed microseconds (TIME cuts as the target compares them)."""
+    sign = -1 if text.startswith("-") else 1
+    hours, minutes, seconds = text.lstrip("-").split(":")
+    whole, _, fraction = seconds.partition(".")
+    return sign * ((int(hours) * 3600 + int(minutes) * 60 + int(whole)) * 1_000_000 + int((fraction + "000000")[:6]))
+
+
+def _ch_time_micros(col: str) -> str:
+    parts = f"splitByChar(':', replaceOne({col}, '-', ''))"
+    return (f"if(startsWith({col}, '-'), -1, 1) * (toInt64({parts}[1]) * 3600000000 + toInt64({parts}[2]) * 60000000"
+            f" + toInt64(toDecimal64({parts}[3], 6) * 1000000))")
+
+
+@dataclass(frozen=True)
+class Period:
+    """The partitions a period load replaced (its rows on the target are exactly those)."""
+
+    partitions: tuple[str, ...]
+
+    @classmethod
+    def of_spec(cls, spec: dict) -> "Period | None":
+        return cls(tuple(spec["replace_partitions"])) if spec.get("partition_by") else None
+
+
+def target_predicates(plan: Plan, column: MySQLColumn | None, weights: Weights | None = None,
+                      period: Period | None = None, weight_width: int = 0) -> list[tuple[str, dict]]:
+    """One ClickHouse predicate with server-side parameters per shard, in plan order.
+
+    ``weights`` (from :func:`read_weights`) is required for collated string columns, with
+    ``weight_width`` ≥ the longest weight stored on the target (for PAD SPACE padding).
+    """
+    table = f"{plan.database}.{plan.table}"
+    cuts = cut_points(plan)
+    params: dict = {}
+    if column is None:
+        value, refs = None, []
+    elif needs_weight(column):
+        if weights is None:
+            raise NotComparable(f"table {table}: split column {column.name!r} is collated; its weights are needed")
+        if len(weights.cuts) != len(cuts):
+            raise NotComparable(f"table {table}: {len(cuts)} cuts but {len(weights.cuts)} weights")
+        value, refs = ch_ident(SPLIT_WEIGHT_COLUMN), [f"unhex({{c{i}:String}})" for i in range(len(cuts))]
+        params = {f"c{i}": w.hex() for i, w in enumerate(weights.cuts)}
+        if weights.space is not None:  # PAD SPACE: compare as if padded with spaces to one length
+            unit = len(weights.space)
+            width = unit * (-(-max([weight_width, *map(len, weights.cuts)]) // unit) + 1)
+            params |= {"pad": weights.space.hex(), "width": width}
+
+            def padded(sql):
+                return f"rightPad({sql}, {{width:UInt64}}, unhex({{pad:String}}))"
+
+            value, refs = padded(value), [padded(r) for r in refs]
+    elif column.data_type == "time":
+        value, refs = _ch_time_micros(ch_ident(column.name)), [f"{{c{i}:Int64}}" for i in range(len(cuts))]
+        params = {f"c{i}": time_micros(c) for i, c in enumerate(cuts)}
+    elif column.data_type in BINARY_TYPES:
+        value, refs = ch_ident(column.name), [f"unhex({{c{i}:String}})" for i in range(len(cuts))]
+        params = {f"c{i}": c for i, c in enumerate(cuts)}
+    elif column.data_type in ("decimal", "numeric"):
+        kind = f"Decimal({column.precision or 10}, {column.scale or 0})"
+        value, refs = ch_ident(column.name), [f"{{c{i}:{kind}}}" for i in range(len(cuts))]
+        params = {f"c{i}": c for i, c in enumerate(cuts)}
+    elif column.data_type in _PARAM_TYPES:
+        kind = _PARAM_TYPES[column.data_type]
+        value, refs = ch_ident(column.name), [f"{{c{i}:{kind}}}" for i in range(len(cuts))]
+        params = {f"c{i}": c for i, c in enumerate(cuts)}
+    else:
+        raise NotComparable(f"table {table}: split column {column.name!r} is {column.column_type}; ClickHouse "
+                            "cannot evaluate its shards (choose another split_column to reconcile this table)")
+
+    def used(where: str) -> dict:
+        return {k: v for k, v in params.items() if "{" + k + ":" in where}
+
+    out = []
+    if column is None:
+        out = [("1", {}) for _ in plan.shards]
+    else:
+        col = ch_ident(column.name)
+        if not cuts:
+            ranges = [f"isNotNull({col})"]
+        else:
+            ranges = [f"{value} < {refs[0]}"]
+            ranges += [f"{value} >= {refs[i]} AND {value} < {refs[i + 1]}" for i in range(len(cuts) - 1)]
+            ranges.append(f"{value} >= {refs[-1]}")
+        if cuts:  # NULL keys belong to the NULL shard alone (NULL comparisons are NULL, not false)
+            ranges = [f"isNotNull({col}) AND {r}" for r in ranges]
+        out = [(r, used(r)) for r in ranges] + [(f"isNull({col})", {})]
+    if period is not None:
+        out = [(f"({w}) AND _partition_id IN {{partitions:Array(String)}}", p | {"partitions": list(period.partitions)})
+               for w, p in out]
+    return out
+
+
+def weight_width(ch, database: str, table: str) -> int:
+    """The longest collation weight stored on the target (0 when the table has none)."""
+    return int(ch.command(f"SELECT max(length({ch_ident(SPLIT_WEIGHT_COLUMN)})) FROM {ch_table(database, table)}") or 0)
+
+
+def shard_predicates(conn, ch, plan: Plan, schema, spec: dict, database: str, table: str) -> list[tuple[str, dict]]:
+    """Everything :func:`target_predicates` needs, read from MySQL (``conn``) and the target."""
+    column = schema.column(plan.split_column) if plan.split_column else None
+    weights, width = None, 0
+    if needs_weight(column):
+        weights = read_weights(conn, column, cut_points(plan))
+        if weights.space is not None:
+            width = weight_width(ch, database, table)
+    return target_predicates(plan, column, weights, Period.of_spec(spec), width)
