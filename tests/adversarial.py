@@ -62,6 +62,17 @@ TABLES = {
                     "INSERT INTO {t} VALUES (X''), (X'00'), (X'27'), (X'5C'), (X'5C27'), (X'FF'), (X'C0AF')"]),
     "boolean_key": ("(id INT AUTO_INCREMENT PRIMARY KEY, f BOOLEAN NOT NULL, KEY ix_f (f))",
                     [f"INSERT INTO {{t}} (f) SELECT seq % 2 FROM seq_1_to_{N}"]),
+    # PAD SPACE with characters below the space (a tab sorts before 'a' + padding) and
+    # expansions ('ß' = 'ss', 'Æ' = 'AE') in strings of the column's full length
+    "pad_below_space": ("(id INT AUTO_INCREMENT PRIMARY KEY,"
+                        " s VARCHAR(6) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_520_ci NULL, KEY ix_s (s))",
+                        ["INSERT INTO {t} (s) SELECT ELT(1 + seq % 16, 'a', 'a ', 'a\t', 'a \t', 'A\t', 'ßßßßßß',"
+                         " 'ssssss', 'ßßßßßt', 'Æ', 'ae', 'AE ', 'b', 'a\n', '', ' ', NULL) FROM seq_1_to_1600"]),
+    # NO PAD: 'a' < 'a ' (and 'a\t' between them)
+    "nopad_ci": ("(id INT AUTO_INCREMENT PRIMARY KEY,"
+                 " s VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_nopad_ci NOT NULL, KEY ix_s (s))",
+                 ["INSERT INTO {t} (s) SELECT ELT(1 + seq % 8, 'a', 'a ', 'a\t', 'A', 'a  ', 'b', 'B ', '')"
+                  " FROM seq_1_to_1600"]),
     "time_key": ("(k TIME(3) PRIMARY KEY)",
                  [f"INSERT INTO {{t}} SELECT SEC_TO_TIME(CAST(seq AS SIGNED) * 1000 - 1500000) FROM seq_1_to_{N}",
                   "INSERT INTO {t} VALUES ('-838:59:59.000'), ('838:59:59.000')"]),
@@ -70,6 +81,7 @@ TABLES = {
 
 # Tables whose interesting column is a secondary index: split on it (the PK would win otherwise).
 SPLIT = {"double_key": "k", "date_key": "d", "varchar_ci_pad": "s", "emoji_general_ci": "s",
+         "pad_below_space": "s", "nopad_ci": "s",
          "nullable_key": "k", "all_equal": "k", "boolean_key": "f"}
 
 

@@ -60,3 +60,19 @@ def matrix(mysql_url):
     create_matrix(conn)
     yield conn
     conn.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A real Spark (local[2]) in the test process: the Spark layer's functions run on it
+    directly, without a spark-submit start-up per call (the spark-submit path has its own tests)."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2]").appName("airflow-sync tests")
+               .config("spark.ui.enabled", "false").getOrCreate())
+    yield session
+    session.stop()

@@ -240,7 +240,7 @@ def test_bad_configuration_fails_before_anything_runs(mysql_url, clickhouse_url)
 def test_reimport_without_an_unfinished_load_is_refused(mysql_conn, mysql_url, clickhouse_url):
     make_table(mysql_conn, "nothing_to_do", 10)
     result = spark_submit(spec_for(mysql_url, clickhouse_url, "nothing_to_do", load_key="test.none", reimport="failed"))
-    assert result["status"] == "failed" and "no unpublished generation" in result["error"]
+    assert result["status"] == "failed" and "nothing to re-import" in result["error"]
 
 
 def test_source_password_stays_out_of_the_ledger(mysql_conn, mysql_url, clickhouse_url, ch):
