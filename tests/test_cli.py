@@ -100,6 +100,16 @@ def test_reconcile_ok_then_mismatch_marks_the_shard_and_writes_a_report(mysql_co
     page = open(result["report"], encoding="utf-8").read()
     assert "mismatch" in page and "<svg" in page and "content checksum differs" in page
 
+    # re-import the mismatched shard into the published table, then compare again: ok
+    fixed = run(env, "reconcile", "--load", key, "--checksum", "--reimport", "--json", "--report-dir", str(tmp_path))
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    result = json.loads(fixed.stdout)
+    assert result["before"]["mismatched"] == [shard] and result["reimported"]["repaired"] == [shard]
+    assert result["verdict"] == "ok" and result["reimported"]["rows"] == result["shards"][shard]["source_rows"]
+    again = run(env, "reconcile", "--load", key, "--checksum", "--json", "--report-dir", str(tmp_path))
+    assert again.returncode == 0 and json.loads(again.stdout)["verdict"] == "ok"
+    assert assert_same_rows(mysql_conn, ch, "cli_db", "r") == 8000
+
 
 def _holds(conn, shard, row_id) -> bool:
     with conn.cursor() as cur:
