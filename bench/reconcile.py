@@ -4,7 +4,12 @@ the demo ``orders`` table (MariaDB → ClickHouse endpoint), set against the tim
 that made the copy; then the same after a small difference is injected into the target (one row
 deleted, one value changed), in one run on the same data and machine.
 
-    .venv/bin/python -m bench.reconcile [--rows 10000000] [--channels 2] [--keep]
+    .venv/bin/python -m bench.reconcile [--rows 10000000] [--channels 2] [--reladiff-threads 2] [--keep]
+
+reladiff's MySQL driver hard-codes ``charset="utf8"`` (utf8mb3 on MariaDB 10.11: emoji read as '?');
+bench/reladiff_peer.py connects it with utf8mb4 instead.
+Services: private MariaDB + chDB endpoint under $BENCH_STATE (default /tmp/airflow-sync-bench-reconcile),
+or MYSQL_URL / CLICKHOUSE_URL.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import pymysql
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.common import machine, services, timer, write_result
@@ -125,13 +132,33 @@ def run_peer(mysql_url, ch_url, db, table, columns, expect_rows: int, label: str
     if not result.get("ok"):
         out |= {"ok": False, "verdict": "failed", "error": str(result.get("error"))[:3000]}
         return out
+    print(f"  reladiff stats: {result.get('stats')}", flush=True)
     n = result["diff_rows"]
     stats = result.get("stats", {})
     detail = ", ".join(f"{k} {stats[k]}" for k in ("exclusive_A", "exclusive_B", "updated") if stats.get(k))
+    downloaded = (stats.get("internal") or {}).get("rows_downloaded")
+    if downloaded:
+        detail += f"{'; ' if detail else ''}{downloaded:,} rows downloaded"
     out |= {"verdict": f"{n} differing row(s)" + (f" ({detail})" if detail else ""), "ok": n == expect_rows}
     if n != expect_rows:
         out["error"] = f"{n} differing rows, expected {expect_rows}; sample {result.get('sample')}"
     return out
+
+
+def shards_holding(mysql_url, ch_url, load_key: str, ids) -> list[int]:
+    """The load's shards (from the plan in the ledger) whose predicate holds each of ``ids`` in the source."""
+    ch = ch_client(ch_url)
+    plan = Plan.from_dict(Ledger(ch).state(load_key).plan)
+    ch.close()
+    conn = mysql_conn(mysql_url)
+    found = []
+    with conn, conn.cursor() as cur:
+        for shard in plan.shards:
+            cur.execute(f"SELECT COUNT(*) {plan.from_clause()} WHERE ({shard.where}) AND `{KEY}` IN "
+                        f"({', '.join(['%s'] * len(ids))})", (*shard.params, *ids))
+            if cur.fetchone()[0]:
+                found.append(shard.id)
+    return found
 
 
 def inject(ch_url, table: str, rows: int) -> dict:
@@ -199,8 +226,14 @@ def main(argv=None):
         injected = inject(ch_url, table, rows)
         print(f"injected: deleted id {injected['deleted']}, changed status of id {injected['changed']} "
               f"({injected['seconds']:.1f} s)", flush=True)
-        after = [show(run_reconcile(mysql_url, ch_url, key, True, "mismatch",
-                                    "**ours**: reconcile, checksums, after the injected difference")),
+        injected["shards"] = shards_holding(mysql_url, ch_url, key, [injected["deleted"], injected["changed"]])
+        ours_after = show(run_reconcile(mysql_url, ch_url, key, True, "mismatch",
+                                        "**ours**: reconcile, checksums, after the injected difference"))
+        if ours_after.get("ok") and sorted(ours_after["mismatched"]) != sorted(injected["shards"]):
+            ours_after |= {"ok": False, "error": f"named shards {ours_after['mismatched']}, but the changed ids are "
+                                                 f"in shards {injected['shards']}"}
+            show(ours_after)
+        after = [ours_after,
                  show(run_peer(mysql_url, ch_url, db, table, extra, 2,
                                "reladiff, key + all columns, after the injected difference", args.reladiff_threads))]
         runs += after
@@ -262,8 +295,9 @@ def report(args, rows, runs, injected, gen_seconds, load_start, load_end, total)
     lines += ["", f"Rows 6–7 ran after the target was changed: `ALTER TABLE … DELETE WHERE id = {injected['deleted']}` "
                   f"and `ALTER TABLE … UPDATE status = '{TAMPERED}' WHERE id = {injected['changed']}` (both with "
                   f"`mutations_sync = 2`, {injected['seconds']:.1f} s, not timed in any path) — 2 rows differ. Expected "
-                  "verdicts: ours `ok`, `ok`, then `mismatch` naming the shard(s) holding those ids; reladiff 0, 0, then 2 "
-                  "rows (1 missing in the target, 1 updated)."]
+                  f"verdicts: ours `ok`, `ok`, then `mismatch` naming the shards holding those ids (per the load's plan: "
+                  f"{', '.join(map(str, injected.get('shards', [])))}); reladiff 0, 0, then 2 rows (1 missing in the "
+                  "target, 1 updated)."]
     mism = next((r for r in runs[5:] if r["kind"] == "ours"), None)
     if mism and mism.get("problems"):
         lines += ["", "Our mismatch report: " + "; ".join(f"shard {sid}: {', '.join(p)}"
@@ -271,14 +305,19 @@ def report(args, rows, runs, injected, gen_seconds, load_start, load_end, total)
     failed = [r for r in runs if not r.get("ok")]
     if failed:
         lines += ["", "**Checks that failed:**", ""]
-        lines += [f"* {r['path']}: `{(r.get('error') or '').splitlines()[-1] if r.get('error') else ''}`" for r in failed]
+        lines += [f"* {r['path']}: `{(r.get('error') or '')[:400]}`" for r in failed]
+    overhead = [r["wall"] - r["inner"] for r in runs if r["kind"] in ("load", "ours") and r.get("inner") is not None]
+    spread = f"{min(overhead):.1f}–{max(overhead):.1f} s" if overhead else "—"
     lines += ["", "Time / inner time per path:", "",
-              "* **ours** — *wall*: the `spark_submit(...)` call to its return: spark-submit and JVM start-up "
-              "(≈6 s on this machine, included), the package zip, the job, JVM shutdown. *Job*: the job's own "
-              "`result[\"seconds\"]` (start-up and shutdown excluded).",
+              "* **ours** — *wall*: the `spark_submit(...)` call to its return: spark-submit, JVM and SparkSession "
+              f"start-up (≈6 s on an idle machine), the package zip, the job, JVM shutdown; wall − job was {spread} "
+              "per run here. *Job*: the job's own `result[\"seconds\"]` (start-up and shutdown excluded).",
               "* **reladiff** — *wall*: `run_reladiff(...)` from bench/reladiff_peer.py, i.e. the worker subprocess in "
               "reladiff's own venv including interpreter start-up and imports; *inner*: the worker's `diff_seconds` "
               "(connect to result).",
+              "* **reladiff's MySQL session**: reladiff's MySQL driver (sqeleton 0.1.7) hard-codes `charset=\"utf8\"`, "
+              "a utf8mb3 session on MariaDB 10.11 in which 4-byte characters (the demo's emoji, ≈21% of rows) read as "
+              "`?`; bench/reladiff_peer.py registers a subclass that connects with utf8mb4 (as our job does).",
               "", "reladiff's mode (its `how` field):", ""]
     lines += [f"* {path}: {text}" for path, text in how.items()]
     lines += ["", "## Fairness: what each path computes", "",
@@ -305,8 +344,8 @@ def report(args, rows, runs, injected, gen_seconds, load_start, load_end, total)
               "parallel queries from our channels or reladiff's threads are serialised there, so absolute numbers "
               "against a real ClickHouse server would differ; MariaDB, the stand-in and the tools share the "
               "machine's 2 cores.",
-              "* Our wall times include spark-submit/JVM start-up (≈6 s) and shutdown; reladiff's include Python "
-              "start-up of its venv."]
+              "* Our wall times include spark-submit/JVM start-up (≈6 s on an idle machine; wall − job "
+              f"{spread} in this run) and shutdown; reladiff's include Python start-up of its venv (≈0.3–1 s)."]
     if rows != 10_000_000:
         lines += ["", f"_Note: this run used `--rows {rows:,}` (not the 10,000,000 default)._"]
     return lines

@@ -170,6 +170,19 @@ def _clickhouse_http_class():
     return ClickhouseHttp
 
 
+def _mysql_utf8mb4_class():
+    """reladiff's MySQL database with a utf8mb4 session: sqeleton hard-codes ``charset="utf8"``,
+    a utf8mb3 session on MariaDB 10.11, which reads every 4-byte character (emoji) as '?'."""
+    from reladiff.databases.mysql import MySQL
+    from sqeleton.databases.mysql import import_mysql
+
+    class MySQLUtf8mb4(MySQL):
+        def create_connection(self):
+            return import_mysql().connect(charset="utf8mb4", use_unicode=True, **self._args)
+
+    return MySQLUtf8mb4
+
+
 def _worker(ns) -> dict:
     import reladiff
     from reladiff import HashDiffer
@@ -181,7 +194,8 @@ def _worker(ns) -> dict:
         logging.basicConfig(level=logging_level.upper(), stream=sys.stderr)
 
     # reladiff's own registry plus the HTTP adapter; Connect_SetUTC sets MySQL's session to UTC.
-    connect = registry.Connect_SetUTC(dict(registry.DATABASE_BY_SCHEME, clickhouse_http=_clickhouse_http_class()))
+    connect = registry.Connect_SetUTC(dict(registry.DATABASE_BY_SCHEME, clickhouse_http=_clickhouse_http_class(),
+                                           mysql=_mysql_utf8mb4_class()))
     columns = tuple(c for c in (ns.columns or "").split(",") if c)
     start = time.perf_counter()
     db1 = connect({"driver": "mysql", "host": ns.mysql_host, "port": ns.mysql_port, "user": ns.mysql_user,

@@ -66,12 +66,14 @@ def matrix(mysql_url):
 def spark():
     """A real Spark (local[2]) in the test process: the Spark layer's functions run on it
     directly, without a spark-submit start-up per call (the spark-submit path has its own tests)."""
+    import logging
     import os
     import sys
 
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # no "closing down" lines after pytest closed its streams
     session = (SparkSession.builder.master("local[2]").appName("airflow-sync tests")
                .config("spark.ui.enabled", "false").getOrCreate())
     yield session

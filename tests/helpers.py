@@ -50,7 +50,8 @@ def source_rows(conn, database: str, table: str) -> dict:
     schema = read_table_schema(conn, database, table)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"SELECT {', '.join(mysql_ident(c.name) for c in schema.columns)} "
+        # FLOAT as DOUBLE: the text protocol prints FLOAT with 6 significant digits only
+        cur.execute(f"SELECT {', '.join(mysql_ident(c.name) + (' + 0e0' if c.data_type == 'float' else '') for c in schema.columns)} "
                     f"FROM {mysql_table(database, table)}")
         rows = [tuple(_normalise(v, c.data_type) for v, c in zip(r, schema.columns)) for r in cur.fetchall()]
     return _keyed(rows, schema)

@@ -35,6 +35,12 @@ ROWS = [
     " '2299-12-31', '2106-02-07 06:28:15', '2299-12-31 23:59:59.999999', '1970-01-01 00:00:01.000',"
     " '', '', 'c', '', '[]', b'0', X'', X'', '00:00:00.001', 2155, FALSE)",
     "(5" + ", NULL" * 26 + ")",
+    # FLOAT values MariaDB prints with 6 digits (123456792 → 1.23457e8), DOUBLEs both sides print
+    # in different notations (1e20, 1.5e-7, -0)
+    "(6" + ", NULL" * 9 + ", 123456789.125, 1e20" + ", NULL" * 15 + ")",
+    "(7" + ", NULL" * 9 + ", 0.1, 1.5e-7" + ", NULL" * 15 + ")",
+    "(8" + ", NULL" * 9 + ", 3.4028234e38, -0.0" + ", NULL" * 15 + ")",
+    "(9" + ", NULL" * 9 + ", -1.17549435e-38, 5e-324" + ", NULL" * 15 + ")",
 ]
 
 
@@ -50,7 +56,7 @@ def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_co
                         target_table="types_matrix", channels=2, batch_rows=1)
     result = spark_submit(spec, timeout=600)
     assert result["status"] == "success", result
-    assert result["rows"] == 3 and sum(s["records_written"] for s in result["per_shard"]) == 3
+    assert result["rows"] == len(ROWS) and sum(s["records_written"] for s in result["per_shard"]) == len(ROWS)
     assert_same_rows(mysql_conn, ch, "job_types", "types_matrix", target_database="job_types_ch")
 
 

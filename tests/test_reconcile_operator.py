@@ -41,3 +41,11 @@ def test_a_mismatch_that_survives_the_reimport_fails_the_task(tmp_path):
 def test_unknown_on_mismatch_is_refused():
     with pytest.raises(ValueError, match="on_mismatch must be one of"):
         ReconcileOperator(task_id="check", load_key="k", on_mismatch="ignore")
+
+
+def test_the_report_says_what_was_reimported(tmp_path):
+    from airflow_sync_provider.core.reports import reconcile_html
+
+    page = reconcile_html(result("ok", [], before=[0]))
+    assert "First pass: shards [0] mismatched; they were re-imported (5 rows)" in page
+    assert "First pass" not in reconcile_html(result("ok", []))

@@ -45,6 +45,13 @@ def arrow_schema(mappings: list[ColumnMapping]) -> pa.Schema:
     return pa.schema([pa.field(m.name, m.arrow_type, nullable=m.source.nullable) for m in mappings])
 
 
+def select_sql(mapping: ColumnMapping) -> str:
+    """How a column is selected. FLOAT is widened to DOUBLE: MariaDB's text protocol prints FLOAT
+    with 6 significant digits (123456792 → 1.23457e8), DOUBLE exactly (shortest round trip)."""
+    col = mysql_ident(mapping.name)
+    return f"{col} + 0e0" if mapping.source.data_type == "float" else col
+
+
 # The split column's collation weight, read along when the split column is a collated string.
 WEIGHT_MAPPING = ColumnMapping(MySQLColumn(SPLIT_WEIGHT_COLUMN, "varbinary", "varbinary", False), "String", pa.binary())
 
@@ -54,7 +61,7 @@ def read_shard(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping
     """The shard's rows through the plan's split index (FORCE INDEX: range access), ``fetch_rows``
     at a time from an unbuffered cursor, so memory stays bounded whatever the shard's size.
     With ``weight`` (a collated split column) each row also carries its weight (WEIGHT_MAPPING)."""
-    columns = ", ".join(mysql_ident(m.name) for m in mappings)
+    columns = ", ".join(select_sql(m) for m in mappings)
     if weight is not None:
         columns += f", COALESCE({mysql_weight_sql(weight)}, '')"
         mappings = [*mappings, WEIGHT_MAPPING]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from airflow_sync_provider.core.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
 from airflow_sync_provider.core.target_shards import BINARY_TYPES
+
+FLOAT_TYPES = {"float", "double", "real"}
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 
@@ -46,11 +48,45 @@ def count_target(ch, database: str, table: str, predicates: list[tuple[str, dict
 
 # --- content checksums: an order-independent sum of 64-bit row hashes, same text on both sides ---
 
+# Floats: both databases print the shortest round-trip digits of a DOUBLE, but in different
+# notations (MariaDB '1e20', '0.00000015'; ClickHouse '100000000000000000000', '1.5e-7'). Both
+# sides rewrite their text to one form: sign, significant digits, 'e', exponent (value =
+# 0.digits × 10^exponent); zero (and -0) is '0'. FLOAT is widened to DOUBLE first (exactly).
+
+def _mysql_float_text(col: str) -> str:
+    t = f"CAST({col} + 0e0 AS CHAR)"
+    a = f"TRIM(LEADING '-' FROM {t})"
+    m = f"SUBSTRING_INDEX({a}, 'e', 1)"
+    exponent = f"IF(LOCATE('e', {a}) > 0, CAST(SUBSTRING_INDEX({a}, 'e', -1) AS SIGNED), 0)"
+    whole = f"SUBSTRING_INDEX({m}, '.', 1)"
+    digits = f"CONCAT({whole}, IF(LOCATE('.', {m}) > 0, SUBSTRING_INDEX({m}, '.', -1), ''))"
+    stripped = f"TRIM(LEADING '0' FROM {digits})"
+    significant = f"TRIM(TRAILING '0' FROM {stripped})"
+    exp10 = f"CHAR_LENGTH({whole}) - (CHAR_LENGTH({digits}) - CHAR_LENGTH({stripped})) + {exponent}"
+    return f"IF({significant} = '', '0', CONCAT(IF(LEFT({t}, 1) = '-', '-', ''), {significant}, 'e', {exp10}))"
+
+
+def _clickhouse_float_text(col: str) -> str:
+    t = f"toString(toFloat64({col}))"
+    a = f"if(startsWith({t}, '-'), substring({t}, 2), {t})"
+    m = f"splitByChar('e', {a})[1]"
+    exponent = f"if(position({a}, 'e') > 0, toInt64(replaceOne(splitByChar('e', {a})[2], '+', '')), 0)"
+    whole = f"splitByChar('.', {m})[1]"
+    digits = f"concat({whole}, if(position({m}, '.') > 0, splitByChar('.', {m})[2], ''))"
+    stripped = f"replaceRegexpOne({digits}, '^0+', '')"
+    significant = f"replaceRegexpOne({stripped}, '0+$', '')"
+    exp10 = f"toInt64(length({whole})) - (toInt64(length({digits})) - toInt64(length({stripped}))) + {exponent}"
+    return (f"if(isNull({col}), NULL, if({significant} = '', '0', concat(if(startsWith({t}, '-'), '-', ''),"
+            f" {significant}, 'e', toString({exp10}))))")
+
+
 def _mysql_text(column: MySQLColumn) -> str:
     col = mysql_ident(column.name)
     t = column.data_type
     if t in BINARY_TYPES:
         return f"HEX({col})"
+    if t in FLOAT_TYPES:
+        return _mysql_float_text(col)
     if t == "time":  # as the loader stores it: [-]HH:MM:SS, then .ffffff unless zero
         return (f"CONCAT(SUBSTRING_INDEX(CAST({col} AS CHAR), '.', 1),"
                 f" IF(MICROSECOND({col}) = 0, '', CONCAT('.', LPAD(MICROSECOND({col}), 6, '0'))))")
@@ -64,6 +100,8 @@ def _clickhouse_text(mapping) -> str:
     t = mapping.source.data_type
     if t in BINARY_TYPES:
         return f"hex({col})"
+    if t in FLOAT_TYPES:
+        return _clickhouse_float_text(col)
     if t in ("decimal", "numeric"):
         return f"toDecimalString({col}, {mapping.source.scale or 0})"
     return f"toString({col})"

@@ -58,12 +58,16 @@ def reconcile_html(result: dict) -> str:
         f"<td>{num(s['records_failed'])}</td><td class='v'>{escape('; '.join(s['problems']) or 'ok')}</td></tr>"
         for s in shards)
     title = escape(f"{result['table']} → {result['target']}: {result['verdict']}")
+    repaired = ""
+    if result.get("before"):
+        repaired = (f"\n<p>First pass: shards {result['before']['mismatched']} mismatched; they were re-imported "
+                    f"({result['reimported']['rows']:,} rows) and every shard compared again (below).</p>")
     return f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{padding:2px 8px;text-align:right}}
 tr.bad td{{color:#b00;font-weight:bold}} td.v,th.v{{text-align:left}} .legend span{{display:inline-block;width:12px;height:12px;margin:0 4px}}</style>
 <h1>{title}</h1>
 <p>load <code>{escape(result['load_key'])}</code>, generation {result['generation']}, checksums
-{'on' if result['checksum'] else 'off'}; mismatched shards: {result['mismatched'] or 'none'}</p>
+{'on' if result['checksum'] else 'off'}; mismatched shards: {result['mismatched'] or 'none'}</p>{repaired}
 <p class="legend"><span style="background:#4e79a7"></span>source rows <span style="background:#59a14f"></span>target rows
 <span style="background:#e15759"></span>target rows of a mismatched shard</p>
 <svg width="{width}" height="{height + 50}" role="img">{''.join(bars)}</svg>
