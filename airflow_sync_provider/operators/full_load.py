@@ -19,7 +19,8 @@ class FullLoadOperator(SparkJobOperator):
     :param load_key: names the load in the ledger (default ``<dag>.<task>.<run_id>``): a retry
         resumes it and reads only unfinished shards; once published, the same key copies afresh.
     :param reimport: ``"failed"`` re-reads only the failed (or never finished) shards of an
-        unpublished load, then publishes.
+        unpublished load, then publishes; for a published load, the shards a reconciliation
+        marked ``mismatch`` are re-read and replaced in place in the published table.
     :param source_database: defaults to the MySQL connection's schema.
     :param target_database: defaults to the ClickHouse connection's schema, then the source database.
     :param target_table: defaults to ``table``.
