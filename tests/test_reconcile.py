@@ -276,3 +276,33 @@ def test_checksums_see_a_change_in_any_column_of_any_mapped_type(in_range, endpo
         ch.command(f"ALTER TABLE {scratch} UPDATE {name} = defaultValueOfArgumentType(assumeNotNull({name}))"
                    f" WHERE id = {row} SETTINGS mutations_sync = 2")
         assert checksum_target(ch, schema, FIX, "types_changed", predicates) != source, column.name
+
+
+def test_float_texts_agree_on_random_bit_patterns(in_range, endpoints, spark, ch):
+    """The float part of the row text (core/reconcile.py) is the same in MariaDB and ClickHouse
+    for any finite double (random bit patterns: subnormals, ±max, negative zero) and differs for
+    different values."""
+    import random
+    import struct
+
+    from airflow_sync_provider.core.reconcile import _clickhouse_float_text, _mysql_float_text
+
+    rng = random.Random(20261121)
+    values = [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 1e20, 1.5e-7, 0.1]
+    while len(values) < 3000:
+        value = struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0]
+        if value == value and abs(value) != float("inf"):
+            values.append(value)
+    with in_range.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {DB}.doubles")
+        cur.execute(f"CREATE TABLE {DB}.doubles (id INT PRIMARY KEY, d DOUBLE NOT NULL, f FLOAT NULL)")
+        cur.executemany(f"INSERT INTO {DB}.doubles VALUES (%s, %s, %s)",
+                        [(i, v, v if abs(v) < 3e38 else None) for i, v in enumerate(values)])
+        cur.execute(f"SELECT id, {_mysql_float_text('d')}, {_mysql_float_text('f')} FROM {DB}.doubles ORDER BY id")
+        source = [tuple(r) for r in cur.fetchall()]
+    key = load(endpoints, spark, "doubles", target_database=FIX)
+    target = [tuple(r) for r in ch.query(f"SELECT id, {_clickhouse_float_text('d')}, {_clickhouse_float_text('f')}"
+                                         f" FROM `{FIX}`.doubles FINAL ORDER BY id").result_rows]
+    assert source == target
+    assert len({r[1] for r in source}) == len({v if v else 0.0 for v in values})  # one text per value
+    assert reconcile(endpoints, spark, key)["verdict"] == "ok"

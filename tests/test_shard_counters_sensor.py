@@ -34,6 +34,8 @@ def test_verdict_rules():
     assert counters_verdict(state(shards=[shard(0), shard(1)]))[0] == "wait"
     assert counters_verdict(state(shards=[shard(0), shard(1), shard(2, "running")]))[0] == "wait"
     assert counters_verdict(state("published", [shard(0), shard(1), shard(2)]))[0] == "success"
+    verdict, message = counters_verdict(state("published", [shard(0), shard(1, "mismatch"), shard(2)]))
+    assert verdict == "failed" and "shards [1]" in message and "--failed" in message  # a reconciliation marked it
     verdict, message = counters_verdict(state("failed", [shard(0), shard(1, "failed", error="boom"), shard(2)]))
     assert verdict == "failed" and "[1]" in message and "boom" in message and "reimport --load 'k' --failed" in message
     verdict, message = counters_verdict(state("published", [shard(0), shard(1, read=10, written=9), shard(2)]))

@@ -106,8 +106,9 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     """('success' | 'wait' | 'failed', message) — the shard-counters sensor's decision.
 
     Success: every planned shard succeeded with read == written and failed == 0.
-    Failed (for good): the load failed or its job died (stale heartbeat), or a shard finished
-    with bad counters; the message names the shards and the re-import to run.
+    Failed (for good): the load failed or its job died (stale heartbeat), a shard finished with
+    bad counters, or a reconciliation marked shards of the published copy as mismatched; the
+    message names the shards and the re-import to run.
     """
     if state is None:
         return "wait", "no such load yet"
@@ -117,13 +118,15 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     done = [i for i in ids if i in state.shards and state.shards[i].status == SHARD_SUCCESS]
     if not bad_counters and len(done) == len(ids) and ids:
         return "success", f"all {len(ids)} shards succeeded, read == written, failed == 0"
-    ended = state.status == LOAD_FAILED or state.stale
+    # a published load with shards a reconciliation marked: its copy is known to be wrong there
+    ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED) or state.stale
     if bad_counters or (ended and len(done) < len(ids)):
         failed = sorted(set(state.failed()) | set(bad_counters) | ({i for i in ids if i not in done} if ended else set()))
         errors = "; ".join(f"shard {i}: {state.shards[i].error[:200]}" for i in failed
                            if i in state.shards and state.shards[i].error)
         why = "died (no heartbeat)" if state.stale else state.status
-        return "failed", (f"load {state.load_key!r} {why}: shards {failed} did not complete"
+        what = "differ from the source (reconciliation)" if state.status == LOAD_PUBLISHED else "did not complete"
+        return "failed", (f"load {state.load_key!r} {why}: shards {failed} {what}"
                           + (f" ({errors})" if errors else "")
                           + f". Re-import them: airflow-sync reimport --load {state.load_key!r} --failed"
                           + " (or FullLoadOperator(..., reimport='failed'))")
