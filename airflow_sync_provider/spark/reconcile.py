@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core import clickhouse_target as target
 from airflow_sync_provider.core import mysql_reader
@@ -35,12 +36,16 @@ def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, shard_ids: 
         everything = shard_predicates(conn, ch, plan, schema, state.spec, database, table)
         predicates = [p for s, p in zip(plan.shards, everything) if s.id in wanted]
         final = bool(schema.primary_key)
-        if spec.checksum:
-            source = checksum_source(conn, schema, sub)
-            dest = checksum_target(ch, schema, database, table, predicates, final)
-        else:
-            source = [(n, None) for n in count_source(conn, sub)]
-            dest = [(n, None) for n in count_target(ch, database, table, predicates, final)]
+        # the two databases work at the same time (each query runs inside its database)
+        with ThreadPoolExecutor(2) as pool:
+            if spec.checksum:
+                source = pool.submit(checksum_source, conn, schema, sub)
+                dest = pool.submit(checksum_target, ch, schema, database, table, predicates, final)
+                source, dest = source.result(), dest.result()
+            else:
+                source = pool.submit(count_source, conn, sub)
+                dest = pool.submit(count_target, ch, database, table, predicates, final)
+                source, dest = [(n, None) for n in source.result()], [(n, None) for n in dest.result()]
     ch.close()
     for shard, (s_rows, s_sum), (t_rows, t_sum) in zip(sub.shards, source, dest):
         yield {"shard_id": shard.id, "source_rows": s_rows, "target_rows": t_rows,
