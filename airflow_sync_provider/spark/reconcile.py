@@ -25,27 +25,25 @@ from airflow_sync_provider.core.target_shards import shard_predicates
 from airflow_sync_provider.spark.full_load import run_full_load
 
 
-def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, shard_ids: list[int]):
-    """Runs on an executor: one source and one target connection for a queue of shards."""
+def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, schema, predicates: dict, shard_ids: list[int]):
+    """Runs on an executor: one source and one target connection for a queue of shards;
+    ``predicates`` are the shards on the target, by shard id (computed once by the driver)."""
     database, table = state.target_table.split(".", 1)
     wanted = set(shard_ids)
     sub = dataclasses.replace(plan, shards=tuple(s for s in plan.shards if s.id in wanted))
+    mine = [predicates[s.id] for s in sub.shards]
+    final = bool(schema.primary_key)
     ch = target.client(spec.target)
-    with mysql_reader.connect(spec.source) as conn:
-        schema = read_table_schema(conn, plan.database, plan.table)
-        everything = shard_predicates(conn, ch, plan, schema, state.spec, database, table)
-        predicates = [p for s, p in zip(plan.shards, everything) if s.id in wanted]
-        final = bool(schema.primary_key)
-        # the two databases work at the same time (each query runs inside its database)
-        with ThreadPoolExecutor(2) as pool:
-            if spec.checksum:
-                source = pool.submit(checksum_source, conn, schema, sub)
-                dest = pool.submit(checksum_target, ch, schema, database, table, predicates, final)
-                source, dest = source.result(), dest.result()
-            else:
-                source = pool.submit(count_source, conn, sub)
-                dest = pool.submit(count_target, ch, database, table, predicates, final)
-                source, dest = [(n, None) for n in source.result()], [(n, None) for n in dest.result()]
+    # the two databases work at the same time (each query runs inside its database)
+    with mysql_reader.connect(spec.source) as conn, ThreadPoolExecutor(2) as pool:
+        if spec.checksum:
+            source = pool.submit(checksum_source, conn, schema, sub)
+            dest = pool.submit(checksum_target, ch, schema, database, table, mine, final)
+            source, dest = source.result(), dest.result()
+        else:
+            source = pool.submit(count_source, conn, sub)
+            dest = pool.submit(count_target, ch, database, table, mine, final)
+            source, dest = [(n, None) for n in source.result()], [(n, None) for n in dest.result()]
     ch.close()
     for shard, (s_rows, s_sum), (t_rows, t_sum) in zip(sub.shards, source, dest):
         yield {"shard_id": shard.id, "source_rows": s_rows, "target_rows": t_rows,
@@ -65,11 +63,16 @@ def _compare(spec: ReconcileSpec, spark, ledger: Ledger) -> dict:
     """One pass over every shard; marks mismatched shards and records the verdict."""
     state = _published(ledger, spec.load_key)
     plan = Plan.from_dict(state.plan)
+    database, table = state.target_table.split(".", 1)
+    with mysql_reader.connect(spec.source) as conn:
+        schema = read_table_schema(conn, plan.database, plan.table)
+        predicates = dict(zip((s.id for s in plan.shards),
+                              shard_predicates(conn, ledger.ch, plan, schema, state.spec, database, table)))
     ids = [s.id for s in plan.shards]
     channels = max(1, min(plan.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]
     rows = (spark.sparkContext.parallelize(queues, channels)
-            .mapPartitions(lambda qs: (r for q in qs for r in _check_shards(spec, state, plan, q)))
+            .mapPartitions(lambda qs: (r for q in qs for r in _check_shards(spec, state, plan, schema, predicates, q)))
             .collect())
     report = []
     for row in sorted(rows, key=lambda r: r["shard_id"]):
