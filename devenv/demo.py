@@ -26,7 +26,8 @@ from devenv.services import clickhouse_service, mysql_service
 DAG_ID = "sync_demo_full_load"
 
 
-def counts(mysql_url: str, clickhouse_url: str, database: str) -> list[tuple[str, int, int]]:
+def counts(mysql_url: str, clickhouse_url: str, database: str) -> list[tuple[str, int, int, str]]:
+    """Per demo table: source rows, target rows (FINAL), and the DAG's last reconciliation verdict."""
     ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
     conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(database=database))
     out = []
@@ -34,7 +35,11 @@ def counts(mysql_url: str, clickhouse_url: str, database: str) -> list[tuple[str
         for table in demo_data.DDL:
             cur.execute(f"SELECT COUNT(*) FROM {mysql_table(database, table)}")
             target = ch.command(f"SELECT count() FROM {ch_table(database, table)} FINAL")
-            out.append((table, cur.fetchone()[0], int(target)))
+            verdict = ch.query(
+                "SELECT verdict, checksum FROM airflow_sync.reconciliations WHERE startsWith(load_key, {p:String})"
+                " ORDER BY at DESC LIMIT 1", parameters={"p": f"{DAG_ID}.load_{table}."}).result_rows
+            checked = f"{verdict[0][0]}{' (checksums)' if verdict[0][1] else ''}" if verdict else "-"
+            out.append((table, cur.fetchone()[0], int(target), checked))
     return out
 
 
@@ -57,11 +62,11 @@ def main(argv=None) -> int:
         run = subprocess.run([*airflow, "dags", "test", DAG_ID], env=env)
         print(f"[demo] airflow dags test {DAG_ID}: exit {run.returncode} in {time.monotonic() - t:.1f} s")
         rows = counts(mysql_url, clickhouse_url, "demo")
-    print(f"\n{'table':<12} {'source':>10} {'target':>10}  match")
-    for table, source, target in rows:
-        print(f"{table:<12} {source:>10} {target:>10}  {'yes' if source == target else 'NO'}")
+    print(f"\n{'table':<12} {'source':>10} {'target':>10}  match  reconciliation")
+    for table, source, target, verdict in rows:
+        print(f"{table:<12} {source:>10} {target:>10}  {'yes' if source == target else 'NO ':<5}  {verdict}")
     print(f"[demo] total {time.monotonic() - started:.1f} s")
-    ok = run.returncode == 0 and all(s == t for _, s, t in rows)
+    ok = run.returncode == 0 and all(s == t and v.startswith("ok") for _, s, t, v in rows)
     return 0 if ok else 1
 
 
