@@ -14,7 +14,7 @@ from airflow_sync_provider.core import clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
-from airflow_sync_provider.core.submission import prepare, read_result, spark_env, spark_submit
+from airflow_sync_provider.core.submission import prepare, spark_env, spark_submit
 from devenv.clickhouse_http import ChdbEndpoint
 from tests.helpers import assert_same_rows
 

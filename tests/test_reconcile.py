@@ -306,3 +306,35 @@ def test_float_texts_agree_on_random_bit_patterns(in_range, endpoints, spark, ch
     assert source == target
     assert len({r[1] for r in source}) == len({v if v else 0.0 for v in values})  # one text per value
     assert reconcile(endpoints, spark, key)["verdict"] == "ok"
+
+
+def test_a_repair_that_crashes_after_publishing_resumes_without_duplicates(in_range, endpoints, spark, ch,
+                                                                           monkeypatch):
+    """A crash between the repair's publish and its ledger update: the resumed run publishes
+    again, and the table holds each row once (raw count, not only FINAL)."""
+    from airflow_sync_provider.core import clickhouse_target
+
+    key = load(endpoints, spark, "bigint_signed", target_database=FIX)
+    table = f"`{FIX}`.bigint_signed"
+    ch.command(f"ALTER TABLE {table} UPDATE v = -1 WHERE k = 0 SETTINGS mutations_sync = 2")
+    assert reconcile(endpoints, spark, key)["verdict"] == "mismatch"
+    repair = FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table="bigint_signed",
+                          target_database=FIX, target_table="bigint_signed", load_key=key, reimport="failed",
+                          stale_after_seconds=0)
+
+    publish = clickhouse_target.publish_repair
+
+    def publish_then_crash(*args, **kwargs):
+        publish(*args, **kwargs)
+        raise RuntimeError("driver killed after publishing")
+
+    monkeypatch.setattr(clickhouse_target, "publish_repair", publish_then_crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_full_load(repair, spark)
+    monkeypatch.undo()
+    assert Ledger(ch).state(key).repair  # the repair is still pending in the ledger
+    result = run_full_load(repair, spark)  # resumes: nothing left to read, publishes again
+    assert result["shards_read"] == 0 and result["repaired"]
+    total = source_count(in_range, "bigint_signed")
+    assert [int(n) for n in ch.command(f"SELECT count(), uniqExact(k) FROM {table}")] == [total, total]
+    assert reconcile(endpoints, spark, key)["verdict"] == "ok"

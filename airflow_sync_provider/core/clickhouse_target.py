@@ -141,11 +141,23 @@ def publish_repair(ch, schema: TableSchema, parts: str, parts_db: str, database:
     and never misses a row. Then the shards' older rows are deleted (lightweight ``DELETE``):
     superseded versions and rows the source no longer has. ``predicates`` are the shards on the
     target (core/target_shards.py); their parameters agree where their names do.
+
+    Idempotent, so a repair resumed after a crash duplicates nothing: ``version`` is this
+    repair's own, so rows carrying it were copied by an earlier attempt. All of them: skip the
+    copy; some (an ``INSERT … SELECT`` is not atomic): drop them first — the older versions are
+    still there then, because the delete only runs after a complete copy.
     """
+    final, version_column = ch_table(database, table), ch_ident(VERSION_COLUMN)
     rows = int(ch.command(f"SELECT count() FROM {ch_table(parts_db, parts)}"))
-    copy_parts(ch, schema, parts, parts_db, database, table, weight)
-    params = {k: v for _, p in predicates for k, v in p.items()} | {"repair_version": version}
+    mine = {"repair_version": version}
+    copied = int(ch.command(f"SELECT count() FROM {final} WHERE {version_column} = {{repair_version:UInt64}}",
+                            parameters=mine))
+    if copied and copied != rows:
+        ch.command(f"DELETE FROM {final} WHERE {version_column} = {{repair_version:UInt64}}", parameters=mine)
+    if copied != rows:
+        copy_parts(ch, schema, parts, parts_db, database, table, weight)
+    params = {k: v for _, p in predicates for k, v in p.items()} | mine
     shards = " OR ".join(f"({where})" for where, _ in predicates)
-    ch.command(f"DELETE FROM {ch_table(database, table)} WHERE ({shards}) AND {ch_ident(VERSION_COLUMN)} < "
-               "{repair_version:UInt64}", parameters=params)
+    ch.command(f"DELETE FROM {final} WHERE ({shards}) AND {version_column} < {{repair_version:UInt64}}",
+               parameters=params)
     return rows

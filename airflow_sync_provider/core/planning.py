@@ -26,7 +26,7 @@ import functools
 import datetime as dt
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from typing import Any, Protocol
 

@@ -164,7 +164,6 @@ def target_predicates(plan: Plan, column: MySQLColumn | None, weights: Weights |
     def used(where: str) -> dict:
         return {k: v for k, v in params.items() if "{" + k + ":" in where}
 
-    out = []
     if column is None:
         out = [("1", {}) for _ in plan.shards]
     else:
