@@ -78,6 +78,7 @@ def cmd_load(args) -> int:
         source=source, target=target, source_database=database, source_table=args.table,
         target_database=args.target_database or (target.database if target.database != "default" else database),
         target_table=args.target_table or args.table, load_key=args.load_key or "", channels=args.channels,
+        columns=args.column, exclude_columns=args.exclude_column or [],
         split_column=args.split_column, split_factor=args.split_factor, strategy=args.strategy,
         channel_record_speed=args.channel_record_speed, channel_byte_speed=args.channel_byte_speed,
         ledger_database=args.ledger_database)
@@ -166,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--target-database")
     load.add_argument("--target-table")
     load.add_argument("--load-key", help="ledger key (default: source → target names)")
+    load.add_argument("--column", action="append", help="copy only this column (repeat; key columns always stay)")
+    load.add_argument("--exclude-column", action="append", help="leave this column out (repeat)")
     load.add_argument("--channels", type=int, default=2)
     load.add_argument("--split-column")
     load.add_argument("--split-factor", type=int, default=DEFAULT_SPLIT_FACTOR)

@@ -1,7 +1,8 @@
 """Row-for-row comparison of a MySQL table with its ClickHouse copy (FINAL).
 
 Source values are brought to the documented target representation here, independently of
-the code under test (BIT → integer, TIME → text, binary strings compared as bytes).
+the code under test (BIT → integer, TIME → text, binary strings compared as bytes, zero and
+invalid dates — which pymysql returns as text — NULL).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def _normalise(value, data_type: str):
         return int.from_bytes(value, "big")
     if data_type == "time":
         return _time_text(value)
+    if data_type in ("date", "datetime", "timestamp") and isinstance(value, str):
+        return None
     if data_type in BINARY_TYPES and isinstance(value, str):
         return value.encode()
     return value

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict, read_spec, write_spec
 from airflow_sync_provider.core.sql import ch_ident, mysql_ident
-from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType, map_column, raw_converter
+from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType, map_column
 
 
 def col(data_type, column_type=None, nullable=False, **kw):
@@ -48,15 +48,6 @@ def test_type_mapping(column, ch_type, arrow_type):
 def test_unsupported_type_names_table_and_column():
     with pytest.raises(UnsupportedType, match=r"table db\.t, column 'c'.*geometry"):
         map_column(col("geometry"), "db.t")
-
-
-def test_raw_converters():
-    assert raw_converter(map_column(col("bit", "bit(9)")))(b"\x01\x02") == 258
-    to_text = raw_converter(map_column(col("time")))
-    assert to_text(b"-838:59:59.000") == "-838:59:59"
-    assert to_text(b"00:00:01.000005") == "00:00:01.000005"
-    assert to_text(b"12:00:00.5") == "12:00:00.500000"
-    assert raw_converter(map_column(col("int"))) is None
 
 
 @given(st.text(min_size=1).filter(lambda s: "\x00" not in s))
@@ -121,3 +112,12 @@ def test_shard_problems_name_each_discrepancy():
                           good) == ["content checksum differs"]
     bad = SimpleNamespace(records_read=5, records_written=4, records_failed=1)
     assert shard_problems({"source_rows": 5, "target_rows": 5}, bad) == ["hook counters read 5 / written 4 / failed 1"]
+
+
+def test_type_mapping_doc_is_the_rules_table():
+    from pathlib import Path
+
+    from airflow_sync_provider.core.typemap import markdown_table
+
+    doc = (Path(__file__).parent.parent / "docs" / "type-mapping.md").read_text()
+    assert markdown_table() in doc, "docs/type-mapping.md: paste core.typemap.markdown_table() into it"

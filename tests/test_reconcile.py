@@ -250,7 +250,9 @@ def test_reimport_of_a_published_load_without_mismatches_is_refused(in_range, en
 def test_checksums_see_a_change_in_any_column_of_any_mapped_type(in_range, endpoints, spark, ch):
     """Every mapped type (tests/test_full_load_job.py's matrix, float extremes included) checksums
     equal on an exact copy, and a newer version of one row with one column changed is seen."""
-    from airflow_sync_provider.core.reconcile import checksum_source, checksum_target
+    from airflow_sync_provider.core.reconcile import (
+        checksum_source, checksum_target, clickhouse_checksum_sql, mysql_checksum_sql,
+    )
     from tests.test_full_load_job import ROWS, TYPES_DDL
 
     with in_range.cursor() as cur:
@@ -262,9 +264,9 @@ def test_checksums_see_a_change_in_any_column_of_any_mapped_type(in_range, endpo
     assert reconcile(endpoints, spark, key)["verdict"] == "ok"
     schema = read_table_schema(in_range, DB, "types_matrix")
     plan = Plan.from_dict(Ledger(ch).state(key).plan)
-    source = checksum_source(in_range, schema, plan)
+    source = checksum_source(in_range, mysql_checksum_sql(schema, plan), plan)
     predicates = target_predicates(plan, schema.column(plan.split_column))
-    assert checksum_target(ch, schema, FIX, "types_matrix", predicates) == source
+    assert checksum_target(ch, clickhouse_checksum_sql(schema, FIX, "types_matrix"), predicates) == source
     table, scratch = f"`{FIX}`.types_matrix", f"`{FIX}`.types_changed"
     for column in schema.columns[1:]:
         name = f"`{column.name}`"
@@ -275,18 +277,20 @@ def test_checksums_see_a_change_in_any_column_of_any_mapped_type(in_range, endpo
         ch.command(f"INSERT INTO {scratch} SELECT * FROM {table}")
         ch.command(f"ALTER TABLE {scratch} UPDATE {name} = defaultValueOfArgumentType(assumeNotNull({name}))"
                    f" WHERE id = {row} SETTINGS mutations_sync = 2")
-        assert checksum_target(ch, schema, FIX, "types_changed", predicates) != source, column.name
+        assert checksum_target(ch, clickhouse_checksum_sql(schema, FIX, "types_changed"), predicates) != source, \
+            column.name
 
 
 def test_float_texts_agree_on_random_bit_patterns(in_range, endpoints, spark, ch):
-    """The float part of the row text (core/reconcile.py) is the same in MariaDB and ClickHouse
+    """The float part of the row text (core/typemap.py) is the same in MariaDB and ClickHouse
     for any finite double (random bit patterns: subnormals, ±max, negative zero) and differs for
     different values."""
     import random
     import struct
 
-    from airflow_sync_provider.core.reconcile import _clickhouse_float_text, _mysql_float_text
+    from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 
+    d, f = (map_column(MySQLColumn(name, kind, kind, True)) for name, kind in (("d", "double"), ("f", "float")))
     rng = random.Random(20261121)
     values = [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 1e20, 1.5e-7, 0.1]
     while len(values) < 3000:
@@ -298,10 +302,10 @@ def test_float_texts_agree_on_random_bit_patterns(in_range, endpoints, spark, ch
         cur.execute(f"CREATE TABLE {DB}.doubles (id INT PRIMARY KEY, d DOUBLE NOT NULL, f FLOAT NULL)")
         cur.executemany(f"INSERT INTO {DB}.doubles VALUES (%s, %s, %s)",
                         [(i, v, v if abs(v) < 3e38 else None) for i, v in enumerate(values)])
-        cur.execute(f"SELECT id, {_mysql_float_text('d')}, {_mysql_float_text('f')} FROM {DB}.doubles ORDER BY id")
+        cur.execute(f"SELECT id, {d.mysql_text('d')}, {f.mysql_text('f')} FROM {DB}.doubles ORDER BY id")
         source = [tuple(r) for r in cur.fetchall()]
     key = load(endpoints, spark, "doubles", target_database=FIX)
-    target = [tuple(r) for r in ch.query(f"SELECT id, {_clickhouse_float_text('d')}, {_clickhouse_float_text('f')}"
+    target = [tuple(r) for r in ch.query(f"SELECT id, {d.ch_text('d')}, {f.ch_text('f')}"
                                          f" FROM `{FIX}`.doubles FINAL ORDER BY id").result_rows]
     assert source == target
     assert len({r[1] for r in source}) == len({v if v else 0.0 for v in values})  # one text per value

@@ -13,6 +13,26 @@ from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN
 
 VERSION_COLUMN = "_version"
 SHARD_COLUMN = "_shard"
+DELETED_COLUMN = "_deleted"
+# Columns the target tables use for themselves (and ClickHouse's _partition_id, which period
+# reconciliation reads): a source column of the same name would collide with them.
+INTERNAL_COLUMNS = (VERSION_COLUMN, DELETED_COLUMN, SPLIT_WEIGHT_COLUMN, SHARD_COLUMN, "_partition_id")
+
+
+class ReservedColumn(ValueError):
+    pass
+
+
+def check_columns(schema: TableSchema) -> None:
+    """Refuse source columns named like the target's internal columns, before any work is done."""
+    clash = [c.name for c in schema.columns if c.name in INTERNAL_COLUMNS]
+    if clash:
+        keyed = [c for c in clash if c in schema.primary_key]
+        remedy = ("load through a view that renames them (key columns cannot be left out)" if keyed else
+                  f"leave them out (exclude_columns={clash!r} / --exclude-column) or load through a view that "
+                  "renames them")
+        raise ReservedColumn(f"table {schema.qualified}: column(s) {clash} have the names of the target's internal "
+                             f"columns {list(INTERNAL_COLUMNS)}; {remedy}")
 # Writing the hidden weight column (MATERIALIZED: not in SELECT *, '' when a writer omits it).
 WEIGHT_SETTINGS = {"insert_allow_materialized_columns": 1}
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS
+from airflow_sync_provider.core.mysql_schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Filter, SpeedLimits
 
 _SECRET_KEYS = {"password"}
@@ -38,6 +39,9 @@ class FullLoadSpec:
     channels: int | None = 2
     batch_rows: int = 65536
     batch_bytes: int = 64 * 1024 * 1024
+    # the columns copied: all (None) or these, minus exclude_columns (key columns always stay)
+    columns: list | None = None
+    exclude_columns: list = field(default_factory=list)
     split_column: str | None = None
     split_factor: int = DEFAULT_SPLIT_FACTOR
     strategy: str = "balanced"
@@ -101,6 +105,13 @@ class ReconcileSpec:
 
 SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls for cls in (FullLoadSpec, ReconcileSpec)}
 _ENDPOINTS = {"source": MySQLEndpoint, "target": ClickHouseEndpoint}
+
+
+def copied_schema(conn, spec: dict) -> TableSchema:
+    """The source table as a load copies it (its ``columns`` / ``exclude_columns``); ``spec`` is a
+    full load's spec as a dict (the ledger keeps it in that form)."""
+    schema = read_table_schema(conn, spec["source_database"], spec["source_table"])
+    return schema.select(spec.get("columns"), spec.get("exclude_columns") or ())
 
 
 def spec_to_dict(spec) -> dict:

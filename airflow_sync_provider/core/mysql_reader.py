@@ -15,7 +15,7 @@ from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.planning import Plan, Shard
 from airflow_sync_provider.core.sql import mysql_ident
 from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN, mysql_weight_sql
-from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, raw_converter
+from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, map_column
 
 
 def connect(endpoint: MySQLEndpoint):
@@ -45,35 +45,35 @@ def arrow_schema(mappings: list[ColumnMapping]) -> pa.Schema:
     return pa.schema([pa.field(m.name, m.arrow_type, nullable=m.source.nullable) for m in mappings])
 
 
-def select_sql(mapping: ColumnMapping) -> str:
-    """How a column is selected. FLOAT is widened to DOUBLE: MariaDB's text protocol prints FLOAT
-    with 6 significant digits (123456792 → 1.23457e8), DOUBLE exactly (shortest round trip)."""
-    col = mysql_ident(mapping.name)
-    return f"{col} + 0e0" if mapping.source.data_type == "float" else col
+def select_list(mappings: list[ColumnMapping], weight: MySQLColumn | None = None) -> str:
+    """The SELECT list of a shard read: each column's target value computed in MySQL (the type
+    rules' ``source_sql``), and with ``weight`` (a collated split column) its collation weight."""
+    columns = ", ".join(m.source_sql(mysql_ident(m.name)) for m in mappings)
+    if weight is not None:
+        columns += f", COALESCE({mysql_weight_sql(weight)}, '')"
+    return columns
 
 
 # The split column's collation weight, read along when the split column is a collated string.
-WEIGHT_MAPPING = ColumnMapping(MySQLColumn(SPLIT_WEIGHT_COLUMN, "varbinary", "varbinary", False), "String", pa.binary())
+WEIGHT_MAPPING = map_column(MySQLColumn(SPLIT_WEIGHT_COLUMN, "varbinary", "varbinary", False))
 
 
 def read_shard(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
-               fetch_rows: int, weight: MySQLColumn | None = None) -> Iterator[pa.RecordBatch]:
+               fetch_rows: int, columns_sql: str, weight: bool = False) -> Iterator[pa.RecordBatch]:
     """The shard's rows through the plan's split index (FORCE INDEX: range access), ``fetch_rows``
     at a time from an unbuffered cursor, so memory stays bounded whatever the shard's size.
-    With ``weight`` (a collated split column) each row also carries its weight (WEIGHT_MAPPING)."""
-    columns = ", ".join(select_sql(m) for m in mappings)
-    if weight is not None:
-        columns += f", COALESCE({mysql_weight_sql(weight)}, '')"
+    ``columns_sql`` is :func:`select_list` (built once by the driver); with ``weight`` each row
+    also carries the split column's collation weight (WEIGHT_MAPPING)."""
+    if weight:
         mappings = [*mappings, WEIGHT_MAPPING]
     schema = arrow_schema(mappings)
-    converters = [raw_converter(m) for m in mappings]
-    sql = f"SELECT {columns} {plan.from_clause()} WHERE {shard.where}"
+    sql = f"SELECT {columns_sql} {plan.from_clause()} WHERE {shard.where}"
     conn = stream_connect(endpoint)
     try:
         cur = conn.cursor()
         cur.execute(sql, shard.params)
         while rows := cur.fetchmany(fetch_rows):
-            yield _to_batch(rows, mappings, converters, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
+            yield _to_batch(rows, mappings, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
     finally:
         conn.close()
 
@@ -99,42 +99,25 @@ def _check(array: pa.Array, mapping: ColumnMapping, where: str) -> None:
                              f"{mapping.ch_type} range (1900-01-01 … 2299-12-31)")
 
 
-def _parse_temporal(values, mapping: ColumnMapping) -> pa.Array:
-    """Slow path for a batch Arrow could not cast: zero/invalid dates become NULL (as drivers do)."""
-    parse = dt.date.fromisoformat if mapping.source.data_type == "date" else dt.datetime.fromisoformat
-    out = []
-    for v in values:
-        try:
-            out.append(None if v is None else parse(v.decode() if isinstance(v, bytes) else v))
-        except ValueError:
-            out.append(None)
-    return pa.array(out, type=mapping.arrow_type)
-
-
-def _column(values, mapping: ColumnMapping, convert, where: str) -> pa.Array:
+def _column(values, mapping: ColumnMapping, where: str) -> pa.Array:
+    """Arrow casts the whole column from the text protocol (every conversion already happened in
+    the SELECT: core/typemap.py)."""
     target = mapping.arrow_type
     try:
-        if convert is not None:
-            return pa.array([convert(v) for v in values], type=target)
         raw = pa.array(values)  # str → string, bytes → binary, all None → null
         if raw.type == target:
             return raw
         if pa.types.is_binary(raw.type) and not pa.types.is_binary(target):
             raw = raw.cast(pa.string())  # validates UTF-8
-        try:
-            return raw.cast(target)
-        except pa.ArrowInvalid:
-            if mapping.source.data_type in ("date", "datetime", "timestamp"):
-                return _parse_temporal(values, mapping)
-            raise
+        return raw.cast(target)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
         raise ValueError(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: {exc}") from exc
 
 
-def _to_batch(rows, mappings, converters, schema, where: str) -> pa.RecordBatch:
+def _to_batch(rows, mappings, schema, where: str) -> pa.RecordBatch:
     arrays = []
-    for values, mapping, convert in zip(zip(*rows), mappings, converters):
-        array = _column(values, mapping, convert, where)
+    for values, mapping in zip(zip(*rows), mappings):
+        array = _column(values, mapping, where)
         _check(array, mapping, where)
         arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

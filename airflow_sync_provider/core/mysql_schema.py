@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, map_column
@@ -32,6 +33,25 @@ class TableSchema:
 
     def mappings(self) -> list[ColumnMapping]:
         return [map_column(c, self.qualified) for c in self.columns]
+
+    def select(self, columns=None, exclude=()) -> "TableSchema":
+        """The table as copied: only ``columns`` (all when None), without ``exclude``. Key
+        columns cannot be left out (the target is keyed and versioned by them); indexes that
+        touch a left-out column are dropped, so the planner never splits on one."""
+        names = [c.name for c in self.columns]
+        for name in [*(columns or ()), *exclude]:
+            if name not in names:
+                raise KeyError(f"table {self.qualified} has no column {name!r} (columns: {', '.join(names)})")
+        kept = [c for c in self.columns if (columns is None or c.name in columns) and c.name not in exclude]
+        kept_names = {c.name for c in kept}
+        missing_key = [k for k in self.primary_key if k not in kept_names]
+        if missing_key:
+            raise ValueError(f"table {self.qualified}: primary key column(s) {missing_key} cannot be left out "
+                             "(the target is keyed by them)")
+        if len(kept) == len(self.columns):
+            return self
+        return dataclasses.replace(self, columns=tuple(kept),
+                                   indexes=tuple(i for i in self.indexes if set(i.columns) <= kept_names))
 
     def column(self, name: str) -> MySQLColumn:
         for col in self.columns:

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 from airflow_sync_provider.core.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
-from airflow_sync_provider.core.target_shards import BINARY_TYPES
-
-FLOAT_TYPES = {"float", "double", "real"}
-from airflow_sync_provider.core.typemap import MySQLColumn
 
 
 def shard_problems(row: dict, counters=None) -> list[str]:
@@ -47,66 +43,12 @@ def count_target(ch, database: str, table: str, predicates: list[tuple[str, dict
 
 
 # --- content checksums: an order-independent sum of 64-bit row hashes, same text on both sides ---
-
-# Floats: both databases print the shortest round-trip digits of a DOUBLE, but in different
-# notations (MariaDB '1e20', '0.00000015'; ClickHouse '100000000000000000000', '1.5e-7'), and
-# rewriting the text costs MySQL ~16 float-to-text conversions per value. Instead both sides
-# write the exact binary value, computed with arithmetic that is exact in IEEE doubles: |x| =
-# m × 2^e with m in [1, 2) (the log2 estimate is corrected by one step either way), m × 2^52 is
-# an integer; text '[-]<m·2^52>p<e>', zero (and -0) '0'. FLOAT is widened to DOUBLE (exact).
-# Checked equal on 20,000 random bit patterns, subnormals and ±max included.
-
-def _mysql_float_text(col: str) -> str:
-    x = f"({col} + 0e0)"
-    a = f"ABS({x})"
-    e0 = f"LEAST(GREATEST(FLOOR(LOG2({a})), -1074), 1023)"
-    m0 = f"({a} / POW(2, {e0}))"
-    e = f"({e0} + ({m0} >= 2) - ({m0} < 1))"
-    mantissa = f"CAST({a} / POW(2, {e}) * 4503599627370496 AS UNSIGNED)"
-    return f"IF({x} = 0, '0', CONCAT(IF({x} < 0, '-', ''), {mantissa}, 'p', {e}))"
-
-
-def _clickhouse_float_text(col: str) -> str:
-    x = f"toFloat64({col})"
-    a = f"abs({x})"
-    e0 = f"least(greatest(toInt64(floor(log2({a}))), -1074), 1023)"
-    m0 = f"({a} / pow(2, {e0}))"
-    e = f"({e0} + ({m0} >= 2) - ({m0} < 1))"
-    mantissa = f"toUInt64({a} / pow(2, {e}) * 4503599627370496)"
-    return (f"if(isNull({col}), NULL, if({x} = 0, '0', concat(if({x} < 0, '-', ''), toString({mantissa}), 'p',"
-            f" toString({e}))))")
-
-
-def _mysql_text(column: MySQLColumn) -> str:
-    col = mysql_ident(column.name)
-    t = column.data_type
-    if t in BINARY_TYPES:
-        return f"HEX({col})"
-    if t in FLOAT_TYPES:
-        return _mysql_float_text(col)
-    if t == "time":  # as the loader stores it: [-]HH:MM:SS, then .ffffff unless zero
-        return (f"CONCAT(SUBSTRING_INDEX(CAST({col} AS CHAR), '.', 1),"
-                f" IF(MICROSECOND({col}) = 0, '', CONCAT('.', LPAD(MICROSECOND({col}), 6, '0'))))")
-    if t == "bit":
-        return f"CAST({col} + 0 AS CHAR)"
-    return f"CAST({col} AS CHAR CHARACTER SET utf8mb4)"
-
-
-def _clickhouse_text(mapping) -> str:
-    col = ch_ident(mapping.name)
-    t = mapping.source.data_type
-    if t in BINARY_TYPES:
-        return f"hex({col})"
-    if t in FLOAT_TYPES:
-        return _clickhouse_float_text(col)
-    if t in ("decimal", "numeric"):
-        return f"toDecimalString({col}, {mapping.source.scale or 0})"
-    return f"toString({col})"
-
+# The text of each value is its type rule's canonical text (core/typemap.py), computed in MySQL
+# from the same expression the loader reads, so every documented conversion is made on both sides.
 
 def mysql_checksum_sql(schema, plan: Plan) -> str:
     """``SELECT COUNT(*), SUM(hash)`` for one shard (append the shard's WHERE and params)."""
-    values = ", ".join(f"IF({mysql_ident(c.name)} IS NULL, 'N', CONCAT('V', {_mysql_text(c)}))" for c in schema.columns)
+    values = ", ".join(f"IFNULL(CONCAT('V', {m.mysql_text(mysql_ident(m.name))}), 'N')" for m in schema.mappings())
     row = f"CONCAT_WS(CHAR(31), {values})"
     return (f"SELECT COUNT(*), COALESCE(SUM(CAST(CONV(LEFT(MD5({row}), 16), 16, 10) AS UNSIGNED)), 0) "
             f"{plan.from_clause()} WHERE ")
@@ -114,15 +56,15 @@ def mysql_checksum_sql(schema, plan: Plan) -> str:
 
 def clickhouse_checksum_sql(schema, database: str, table: str, final: bool = True) -> str:
     """The same row text and hash in ClickHouse (append the shard's predicate)."""
-    values = ", ".join(f"ifNull(concat('V', {_clickhouse_text(m)}), 'N')" for m in schema.mappings())
+    values = ", ".join(f"ifNull(concat('V', {m.ch_text(ch_ident(m.name))}), 'N')" for m in schema.mappings())
     row = f"concatWithSeparator(char(31), {values})"
     digest = f"reinterpretAsUInt64(reverse(unhex(substring(hex(MD5({row})), 1, 16))))"
     return (f"SELECT count(), sum(toUInt128({digest})) FROM {ch_table(database, table)}"
             f"{' FINAL' if final else ''} WHERE ")
 
 
-def checksum_source(conn, schema, plan: Plan) -> list[tuple[int, int]]:
-    head = mysql_checksum_sql(schema, plan)
+def checksum_source(conn, head: str, plan: Plan) -> list[tuple[int, int]]:
+    """Every shard's count and checksum in MySQL; ``head`` is :func:`mysql_checksum_sql`."""
     out = []
     with conn.cursor() as cur:
         for shard in plan.shards:
@@ -132,7 +74,7 @@ def checksum_source(conn, schema, plan: Plan) -> list[tuple[int, int]]:
     return out
 
 
-def checksum_target(ch, schema, database: str, table: str, predicates, final: bool = True) -> list[tuple[int, int]]:
-    head = clickhouse_checksum_sql(schema, database, table, final)
+def checksum_target(ch, head: str, predicates) -> list[tuple[int, int]]:
+    """Every shard's count and checksum in ClickHouse; ``head`` is :func:`clickhouse_checksum_sql`."""
     return [tuple(int(v) for v in ch.query(head + where, parameters=params).result_rows[0])
             for where, params in predicates]

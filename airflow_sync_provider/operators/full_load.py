@@ -27,6 +27,8 @@ class FullLoadOperator(SparkJobOperator):
     :param channels: concurrent source connections (= concurrent Spark tasks); derived from the
         speed limits instead when a global limit is set (DataX: global ÷ per-channel).
     :param batch_rows, batch_bytes: an Arrow batch is written when either is reached.
+    :param columns: copy only these columns (default: all); key columns always stay.
+    :param exclude_columns: leave these columns out (e.g. a type without a ClickHouse mapping).
     :param split_column: column to shard on (default: primary key → unique → plain index).
     :param split_factor: shards per channel (DataX default 5); a NULL shard is added.
     :param strategy: ``balanced`` (index-ordered bounds, even shards) or ``equal`` (equal widths).
@@ -40,13 +42,14 @@ class FullLoadOperator(SparkJobOperator):
     """
 
     job = "full_load"
-    template_fields = ("table", "load_key", "source_database", "target_database", "target_table", "split_column",
+    template_fields = ("table", "load_key", "source_database", "target_database", "target_table", "columns", "exclude_columns", "split_column",
                        "where", "where_params", "replace_partitions")
 
     def __init__(self, *, table: str, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", load_key: str | None = None,
                  reimport: str | None = None, source_database: str | None = None,
                  target_database: str | None = None, target_table: str | None = None,
+                 columns: list | None = None, exclude_columns: list | None = None,
                  channels: int | None = 2, batch_rows: int = 65536, batch_bytes: int = 64 * 1024 * 1024,
                  split_column: str | None = None, split_factor: int = DEFAULT_SPLIT_FACTOR,
                  strategy: str = "balanced", byte_speed: int | None = None, record_speed: int | None = None,
@@ -63,6 +66,8 @@ class FullLoadOperator(SparkJobOperator):
         self.source_database = source_database
         self.target_database = target_database
         self.target_table = target_table
+        self.columns = columns
+        self.exclude_columns = exclude_columns
         self.channels = channels
         self.batch_rows = batch_rows
         self.batch_bytes = batch_bytes
@@ -91,7 +96,8 @@ class FullLoadOperator(SparkJobOperator):
         return FullLoadSpec(
             source=source, target=target, source_database=source_db, source_table=self.table,
             target_database=target_db, target_table=self.target_table or self.table, load_key=load_key,
-            reimport=self.reimport, channels=self.channels, batch_rows=self.batch_rows, batch_bytes=self.batch_bytes,
+            reimport=self.reimport, columns=list(self.columns) if self.columns else None,
+            exclude_columns=list(self.exclude_columns or []), channels=self.channels, batch_rows=self.batch_rows, batch_bytes=self.batch_bytes,
             split_column=self.split_column, split_factor=self.split_factor, strategy=self.strategy,
             byte_speed=self.byte_speed, record_speed=self.record_speed, channel_byte_speed=self.channel_byte_speed,
             channel_record_speed=self.channel_record_speed, where=self.where, where_params=list(self.where_params or []),

@@ -16,12 +16,11 @@ import pyarrow as pa
 from airflow_sync_provider.core import clickhouse_target as target
 from airflow_sync_provider.core import mysql_reader
 from airflow_sync_provider.core.flow_control import Throttle
-from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict
+from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState,
     ShardState,
 )
-from airflow_sync_provider.core.mysql_schema import read_table_schema
 from airflow_sync_provider.core.planning import Plan, plan_table
 from airflow_sync_provider.core.reports import shard_table
 from airflow_sync_provider.core.sql import ch_table
@@ -48,7 +47,7 @@ def _retrying(action, wait_seconds: float):
             delay = min(delay * 2, 10)
 
 
-def _load_shard(spec, plan, mappings, weight, ch, ledger, state, shard, attempt, throttle):
+def _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, shard, attempt, throttle):
     names = ([m.name for m in mappings] + ([SPLIT_WEIGHT_COLUMN] if weight else [])
              + [target.VERSION_COLUMN, target.SHARD_COLUMN])
     record = ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time())
@@ -73,7 +72,7 @@ def _load_shard(spec, plan, mappings, weight, ch, ledger, state, shard, attempt,
         ledger.write_shard(state.load_key, state.generation, record)
         target.drop_shard(ch, spec.ledger_database, state.parts_table, shard.id)  # an earlier attempt's rows
         for batch in mysql_reader.read_shard(spec.source, plan, mappings, shard, throttle.chunk_rows(spec.batch_rows),
-                                             weight):
+                                             columns_sql, weight is not None):
             record.records_read += batch.num_rows
             record.bytes += batch.nbytes
             pending.append(batch)
@@ -95,7 +94,8 @@ def _load_shard(spec, plan, mappings, weight, ch, ledger, state, shard, attempt,
     return record
 
 
-def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, weight, state: LoadState, shard_ids: list[int]):
+def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, weight, columns_sql: str, state: LoadState,
+                  shard_ids: list[int]):
     """Runs on an executor: one channel = one source connection at a time, one throttle."""
     ch = target.client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
@@ -103,7 +103,7 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, weight, state: LoadS
     shards = {s.id: s for s in plan.shards}
     for shard_id in shard_ids:
         previous = state.shards.get(shard_id)
-        record = _load_shard(spec, plan, mappings, weight, ch, ledger, state, shards[shard_id],
+        record = _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, shards[shard_id],
                              (previous.attempt if previous else 0) + 1, throttle)
         yield vars(record) | {"seconds": record.seconds}
     ch.close()
@@ -188,11 +188,13 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
     with mysql_reader.connect(spec.source) as conn:
-        schema = read_table_schema(conn, spec.source_database, spec.source_table)
+        schema = copied_schema(conn, spec_to_dict(spec))
+    target.check_columns(schema)
     mappings = schema.mappings()
     state, plan = _start_or_resume(spec, ledger, schema)
     split = schema.column(plan.split_column) if plan.split_column else None
     weight = split if needs_weight(split) else None  # collated key: rows carry their weight
+    columns_sql = mysql_reader.select_list(mappings, weight)  # every type rule's conversion, built once
     ch.command(target.create_parts_sql(schema, spec.ledger_database, state.parts_table, weight is not None))
     ledger.write_load(state)
     todo = state.todo()
@@ -208,7 +210,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         progress.start()
         try:
             per_shard = (spark.sparkContext.parallelize(queues, channels)
-                         .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, mappings, weight, state, q)))
+                         .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, mappings, weight, columns_sql, state, q)))
                          .collect())
         finally:
             progress.stop.set()

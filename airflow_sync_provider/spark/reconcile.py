@@ -14,35 +14,36 @@ from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core import clickhouse_target as target
 from airflow_sync_provider.core import mysql_reader
-from airflow_sync_provider.core.jobspec import ReconcileSpec, reimport_spec
+from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema, reimport_spec
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, SHARD_MISMATCH, Ledger, LoadState
-from airflow_sync_provider.core.mysql_schema import read_table_schema
 from airflow_sync_provider.core.planning import Plan
 from airflow_sync_provider.core.reconcile import (
-    checksum_source, checksum_target, count_source, count_target, shard_problems,
+    checksum_source, checksum_target, clickhouse_checksum_sql, count_source, count_target, mysql_checksum_sql,
+    shard_problems,
 )
 from airflow_sync_provider.core.target_shards import shard_predicates
 from airflow_sync_provider.spark.full_load import run_full_load
 
 
-def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, schema, predicates: dict, shard_ids: list[int]):
+def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, queries: dict, predicates: dict,
+                  shard_ids: list[int]):
     """Runs on an executor: one source and one target connection for a queue of shards;
-    ``predicates`` are the shards on the target, by shard id (computed once by the driver)."""
+    ``predicates`` are the shards on the target, by shard id, and ``queries`` the counting or
+    checksum statements (both built once by the driver)."""
     database, table = state.target_table.split(".", 1)
     wanted = set(shard_ids)
     sub = dataclasses.replace(plan, shards=tuple(s for s in plan.shards if s.id in wanted))
     mine = [predicates[s.id] for s in sub.shards]
-    final = bool(schema.primary_key)
     ch = target.client(spec.target)
     # the two databases work at the same time (each query runs inside its database)
     with mysql_reader.connect(spec.source) as conn, ThreadPoolExecutor(2) as pool:
         if spec.checksum:
-            source = pool.submit(checksum_source, conn, schema, sub)
-            dest = pool.submit(checksum_target, ch, schema, database, table, mine, final)
+            source = pool.submit(checksum_source, conn, queries["mysql"], sub)
+            dest = pool.submit(checksum_target, ch, queries["clickhouse"], mine)
             source, dest = source.result(), dest.result()
         else:
             source = pool.submit(count_source, conn, sub)
-            dest = pool.submit(count_target, ch, database, table, mine, final)
+            dest = pool.submit(count_target, ch, database, table, mine, queries["final"])
             source, dest = [(n, None) for n in source.result()], [(n, None) for n in dest.result()]
     ch.close()
     for shard, (s_rows, s_sum), (t_rows, t_sum) in zip(sub.shards, source, dest):
@@ -65,14 +66,19 @@ def _compare(spec: ReconcileSpec, spark, ledger: Ledger) -> dict:
     plan = Plan.from_dict(state.plan)
     database, table = state.target_table.split(".", 1)
     with mysql_reader.connect(spec.source) as conn:
-        schema = read_table_schema(conn, plan.database, plan.table)
+        schema = copied_schema(conn, state.spec)
         predicates = dict(zip((s.id for s in plan.shards),
                               shard_predicates(conn, ledger.ch, plan, schema, state.spec, database, table)))
+    final = bool(schema.primary_key)  # ReplacingMergeTree: newest version of each key only
+    queries = {"final": final}
+    if spec.checksum:
+        queries |= {"mysql": mysql_checksum_sql(schema, plan),
+                    "clickhouse": clickhouse_checksum_sql(schema, database, table, final)}
     ids = [s.id for s in plan.shards]
     channels = max(1, min(plan.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]
     rows = (spark.sparkContext.parallelize(queues, channels)
-            .mapPartitions(lambda qs: (r for q in qs for r in _check_shards(spec, state, plan, schema, predicates, q)))
+            .mapPartitions(lambda qs: (r for q in qs for r in _check_shards(spec, state, plan, queries, predicates, q)))
             .collect())
     report = []
     for row in sorted(rows, key=lambda r: r["shard_id"]):
