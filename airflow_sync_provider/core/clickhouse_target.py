@@ -6,6 +6,7 @@ import hashlib
 
 import clickhouse_connect
 
+from airflow_sync_provider.core.cdc.positions import SCHEME
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.mysql_schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
@@ -19,8 +20,27 @@ DELETED_COLUMN = "_deleted"
 INTERNAL_COLUMNS = (VERSION_COLUMN, DELETED_COLUMN, SPLIT_WEIGHT_COLUMN, SHARD_COLUMN, "_partition_id")
 
 
+TABLE_COMMENT = f"airflow_sync version={SCHEME}"  # what a table's _version means (core/cdc/positions.py)
+
+
 class ReservedColumn(ValueError):
     pass
+
+
+class OldLayout(RuntimeError):
+    """A target table written by an earlier release (wall-clock versions, no _deleted)."""
+
+
+def check_layout(ch, database: str, table: str) -> None:
+    """Refuse to add rows to a table whose ``_version`` is not in binlog order: an earlier
+    release stamped rows with wall-clock nanoseconds, which would out-rank every change."""
+    rows = ch.query("SELECT comment FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                    parameters={"d": database, "t": table}).result_rows
+    if rows and TABLE_COMMENT not in (rows[0][0] or ""):
+        raise OldLayout(f"table {database}.{table} was written by an earlier airflow-sync release: its _version "
+                        "values are wall-clock times that would out-rank every binlog-ordered change, and it has "
+                        "no _deleted column. Reload it in full (a full load replaces the table) before repairing, "
+                        "period-loading or applying changes to it")
 
 
 def check_columns(schema: TableSchema) -> None:
@@ -58,18 +78,22 @@ def _order_by(schema: TableSchema) -> str:
 
 def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None,
                      weight: bool = False) -> str:
-    """ReplacingMergeTree keyed by the primary key, versioned so re-loads replace old rows.
+    """ReplacingMergeTree keyed by the primary key, versioned in binlog order
+    (core/cdc/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
+    version and hides deleted keys; an older row arriving late never resurrects one.
 
     A table without a primary key gets a plain MergeTree: ReplacingMergeTree with an empty
     sorting key would collapse every row into one. ``partition_by`` is a ClickHouse expression
     (e.g. ``toYYYYMMDD(created_at)``) for period-scoped loads. ``weight``: the table is loaded
     split on a collated string and keeps each row's weight, hidden.
     """
-    cols = _columns(schema) + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0"] + _weight(weight, hidden=True)
-    engine = f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)})" if schema.primary_key else "MergeTree"
+    cols = (_columns(schema) + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
+            + _weight(weight, hidden=True))
+    engine = (f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)}, {ch_ident(DELETED_COLUMN)})" if schema.primary_key
+              else "MergeTree")
     partition = f" PARTITION BY {partition_by}" if partition_by else ""
     return (f"CREATE TABLE {ch_table(database, table)} (\n  " + ",\n  ".join(cols)
-            + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)}")
+            + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)} COMMENT {ch_string(TABLE_COMMENT)}")
 
 
 def create_parts_sql(schema: TableSchema, database: str, table: str, weight: bool = False) -> str:
@@ -130,7 +154,9 @@ def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, datab
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     if not table_exists(ch, database, table):
         ch.command(create_table_sql(schema, database, table, partition_by, weight))
-    elif weight:  # REPLACE PARTITION needs the same columns on both sides
+    else:
+        check_layout(ch, database, table)
+    if weight:  # REPLACE PARTITION needs the same columns on both sides
         ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS {_weight(True, True)[0]}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, stage)}")
     ch.command(create_table_sql(schema, database, stage, partition_by, weight))
@@ -153,31 +179,33 @@ def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, datab
 
 
 def publish_repair(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
-                   predicates: list[tuple[str, dict]], version: int, weight: bool = False) -> int:
+                   shards: list[tuple[str, dict, int]], weight: bool = False) -> int:
     """Replace some shards of a published table in place (re-import after a reconciliation).
 
-    The shards' rows, re-read with a newer ``version``, are inserted first: ReplacingMergeTree
-    keeps the newest version of a key, so a ``FINAL`` reader sees the source's values at once
-    and never misses a row. Then the shards' older rows are deleted (lightweight ``DELETE``):
-    superseded versions and rows the source no longer has. ``predicates`` are the shards on the
-    target (core/target_shards.py); their parameters agree where their names do.
+    ``shards``: each re-read shard's target predicate (core/target_shards.py; parameters agree
+    where their names do) and the version of its read. Its rows are inserted first:
+    ReplacingMergeTree keeps the newest version of a key, so a ``FINAL`` reader sees the
+    source's values at once and never misses a row. Then the shard's rows older than its read
+    are deleted (lightweight ``DELETE``): superseded versions and rows the source no longer had.
+    Rows newer than the read (changes CDC applied meanwhile) stay.
 
-    Idempotent, so a repair resumed after a crash duplicates nothing: ``version`` is this
-    repair's own, so rows carrying it were copied by an earlier attempt. All of them: skip the
-    copy; some (an ``INSERT … SELECT`` is not atomic): drop them first — the older versions are
-    still there then, because the delete only runs after a complete copy.
+    Idempotent, so a repair resumed after a crash duplicates nothing: the versions are this
+    repair's own (a repair's read outranks a snapshot at the same binlog position), so rows
+    carrying them were copied by an earlier attempt. All of them: skip the copy; some (an
+    ``INSERT … SELECT`` is not atomic): drop them first — the older versions are still there
+    then, because the deletes only run after a complete copy.
     """
+    check_layout(ch, database, table)
     final, version_column = ch_table(database, table), ch_ident(VERSION_COLUMN)
     rows = int(ch.command(f"SELECT count() FROM {ch_table(parts_db, parts)}"))
-    mine = {"repair_version": version}
-    copied = int(ch.command(f"SELECT count() FROM {final} WHERE {version_column} = {{repair_version:UInt64}}",
+    mine = {"repair_versions": sorted({v for *_, v in shards})}
+    copied = int(ch.command(f"SELECT count() FROM {final} WHERE {version_column} IN {{repair_versions:Array(UInt64)}}",
                             parameters=mine))
     if copied and copied != rows:
-        ch.command(f"DELETE FROM {final} WHERE {version_column} = {{repair_version:UInt64}}", parameters=mine)
+        ch.command(f"DELETE FROM {final} WHERE {version_column} IN {{repair_versions:Array(UInt64)}}", parameters=mine)
     if copied != rows:
         copy_parts(ch, schema, parts, parts_db, database, table, weight)
-    params = {k: v for _, p in predicates for k, v in p.items()} | mine
-    shards = " OR ".join(f"({where})" for where, _ in predicates)
-    ch.command(f"DELETE FROM {final} WHERE ({shards}) AND {version_column} < {{repair_version:UInt64}}",
-               parameters=params)
+    params = {k: v for _, p, _ in shards for k, v in p.items()} | {f"rv{i}": v for i, (*_, v) in enumerate(shards)}
+    older = " OR ".join(f"(({where}) AND {version_column} < {{rv{i}:UInt64}})" for i, (where, _, _) in enumerate(shards))
+    ch.command(f"DELETE FROM {final} WHERE {older}", parameters=params)
     return rows

@@ -54,6 +54,7 @@ class ShardState:
     started_at: float = 0.0
     finished_at: float | None = None
     error: str = ""
+    version: int = 0  # the _version of this attempt's rows (its read's snapshot, core/cdc/positions.py)
 
     @property
     def seconds(self) -> float:
@@ -69,9 +70,11 @@ class LoadState:
     target_table: str
     plan: dict
     parts_table: str
-    version: int
+    version: int  # the rows' version when the source has no binlog (else each shard's read sets it)
     spec: dict  # the job spec without secrets (for `airflow-sync reimport`)
     error: str = ""
+    # the source's binlog position when the load (or its repair) began: catch-up can start there
+    start_position: dict | None = None
     # shards being re-imported into the published table (after a reconciliation found them
     # mismatched); empty for a load that publishes by swapping or replacing partitions
     repair: list[int] = field(default_factory=list)
@@ -151,12 +154,14 @@ class Ledger:
             target_table String, plan String, parts_table String, version UInt64, spec String, error String,
             repair Array(UInt32), updated_at DateTime64(6, 'UTC')
         ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)""")
+        self.ch.command(f"ALTER TABLE {self.table('loads')} ADD COLUMN IF NOT EXISTS start_position String DEFAULT ''")
         self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('shards')} (
             load_key String, generation UInt32, shard_id UInt32, attempt UInt32, status LowCardinality(String),
             where_sql String, params String, records_read UInt64, records_written UInt64,
             records_failed UInt64, bytes UInt64, started_at DateTime64(6, 'UTC'),
             finished_at Nullable(DateTime64(6, 'UTC')), error String, updated_at DateTime64(6, 'UTC')
         ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)""")
+        self.ch.command(f"ALTER TABLE {self.table('shards')} ADD COLUMN IF NOT EXISTS version UInt64 DEFAULT 0")
 
     def write_reconciliation(self, load_key: str, generation: int, verdict: str, mismatched: list[int],
                              checksum: bool, report: list[dict]) -> None:
@@ -177,33 +182,34 @@ class Ledger:
         self.ch.insert(self.table("loads"), [[
             state.load_key, state.generation, state.status, state.source_table, state.target_table,
             json.dumps(state.plan), state.parts_table, state.version, json.dumps(state.spec), state.error[:4000],
-            state.repair, _ts(self._stamp()),
+            state.repair, json.dumps(state.start_position) if state.start_position else "", _ts(self._stamp()),
         ]], column_names=["load_key", "generation", "status", "source_table", "target_table", "plan",
-                          "parts_table", "version", "spec", "error", "repair", "updated_at"])
+                          "parts_table", "version", "spec", "error", "repair", "start_position", "updated_at"])
 
     def write_shard(self, load_key: str, generation: int, shard: ShardState) -> None:
         self.ch.insert(self.table("shards"), [[
             load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
             json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
-            shard.bytes, _ts(shard.started_at), _ts(shard.finished_at), shard.error[:4000], _ts(self._stamp()),
+            shard.bytes, _ts(shard.started_at), _ts(shard.finished_at), shard.error[:4000], shard.version,
+            _ts(self._stamp()),
         ]], column_names=["load_key", "generation", "shard_id", "attempt", "status", "where_sql", "params",
                           "records_read", "records_written", "records_failed", "bytes", "started_at",
-                          "finished_at", "error", "updated_at"])
+                          "finished_at", "error", "version", "updated_at"])
 
     def state(self, load_key: str) -> LoadState | None:
         """The newest generation of ``load_key`` with the newest attempt of each shard, or None."""
         rows = self.ch.query(
             f"SELECT generation, status, source_table, target_table, plan, parts_table, version, spec, error,"
-            f" toFloat64(updated_at), repair FROM {self.table('loads')} FINAL WHERE load_key = {{k:String}}"
+            f" toFloat64(updated_at), repair, start_position FROM {self.table('loads')} FINAL WHERE load_key = {{k:String}}"
             f" ORDER BY generation DESC LIMIT 1", parameters={"k": load_key}).result_rows
         if not rows:
             return None
-        gen, status, source, target, plan, parts, version, spec, error, heartbeat, repair = rows[0]
+        gen, status, source, target, plan, parts, version, spec, error, heartbeat, repair, start = rows[0]
         state = LoadState(load_key, gen, status, source, target, json.loads(plan), parts, version,
-                          json.loads(spec), error, list(repair), heartbeat)
+                          json.loads(spec), error, json.loads(start) if start else None, list(repair), heartbeat)
         for row in self.ch.query(
                 f"SELECT shard_id, attempt, status, where_sql, params, records_read, records_written,"
-                f" records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error"
+                f" records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error, version"
                 f" FROM {self.table('shards')} FINAL WHERE load_key = {{k:String}} AND generation = {{g:UInt32}}"
                 f" ORDER BY shard_id, attempt", parameters={"k": load_key, "g": gen}).result_rows:
             shard = ShardState(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:])

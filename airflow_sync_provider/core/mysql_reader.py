@@ -58,24 +58,20 @@ def select_list(mappings: list[ColumnMapping], weight: MySQLColumn | None = None
 WEIGHT_MAPPING = map_column(MySQLColumn(SPLIT_WEIGHT_COLUMN, "varbinary", "varbinary", False))
 
 
-def read_shard(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
+def read_shard(conn, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
                fetch_rows: int, columns_sql: str, weight: bool = False) -> Iterator[pa.RecordBatch]:
     """The shard's rows through the plan's split index (FORCE INDEX: range access), ``fetch_rows``
-    at a time from an unbuffered cursor, so memory stays bounded whatever the shard's size.
-    ``columns_sql`` is :func:`select_list` (built once by the driver); with ``weight`` each row
-    also carries the split column's collation weight (WEIGHT_MAPPING)."""
+    at a time from an unbuffered cursor (``conn``: :func:`stream_connect`), so memory stays
+    bounded whatever the shard's size. ``columns_sql`` is :func:`select_list` (built once by
+    the driver); with ``weight`` each row also carries the split column's collation weight."""
     if weight:
         mappings = [*mappings, WEIGHT_MAPPING]
     schema = arrow_schema(mappings)
-    sql = f"SELECT {columns_sql} {plan.from_clause()} WHERE {shard.where}"
-    conn = stream_connect(endpoint)
-    try:
-        cur = conn.cursor()
-        cur.execute(sql, shard.params)
-        while rows := cur.fetchmany(fetch_rows):
-            yield _to_batch(rows, mappings, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
-    finally:
-        conn.close()
+    cur = conn.cursor()
+    cur.execute(f"SELECT {columns_sql} {plan.from_clause()} WHERE {shard.where}", shard.params)
+    while rows := cur.fetchmany(fetch_rows):
+        yield _to_batch(rows, mappings, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
+    cur.close()
 
 
 # ClickHouse's Date32 / DateTime64 range; MySQL's is wider, and ClickHouse would clamp silently.

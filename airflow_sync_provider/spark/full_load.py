@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from airflow_sync_provider.core import clickhouse_target as target
 from airflow_sync_provider.core import mysql_reader
+from airflow_sync_provider.core.cdc.positions import current_position, snapshot_position
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
@@ -58,7 +59,7 @@ def _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, sh
         if not pending:
             return
         table = pa.Table.from_batches(pending)
-        table = table.append_column(target.VERSION_COLUMN, pa.array([state.version] * table.num_rows, pa.uint64()))
+        table = table.append_column(target.VERSION_COLUMN, pa.array([record.version] * table.num_rows, pa.uint64()))
         table = table.append_column(target.SHARD_COLUMN, pa.array([shard.id] * table.num_rows, pa.uint32()))
         try:
             ch.insert_arrow(state.parts_table, table.rename_columns(names), database=spec.ledger_database)
@@ -68,10 +69,15 @@ def _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, sh
         record.records_written += table.num_rows
         pending, pending_rows, pending_bytes = [], 0, 0
 
+    conn = None
     try:
         ledger.write_shard(state.load_key, state.generation, record)
         target.drop_shard(ch, spec.ledger_database, state.parts_table, shard.id)  # an earlier attempt's rows
-        for batch in mysql_reader.read_shard(spec.source, plan, mappings, shard, throttle.chunk_rows(spec.batch_rows),
+        conn = mysql_reader.stream_connect(spec.source)
+        # the rows' version: the binlog position this read's consistent snapshot saw
+        record.version = (snapshot_position(conn).snapshot_version(repair=bool(state.repair)) if state.start_position
+                          else state.version)
+        for batch in mysql_reader.read_shard(conn, plan, mappings, shard, throttle.chunk_rows(spec.batch_rows),
                                              columns_sql, weight is not None):
             record.records_read += batch.num_rows
             record.bytes += batch.nbytes
@@ -89,6 +95,9 @@ def _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, sh
         record.status = SHARD_SUCCESS
     except Exception as exc:
         record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
+    finally:
+        if conn is not None:
+            conn.close()
     record.finished_at = time.time()
     _retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
     return record
@@ -109,6 +118,28 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, weight, columns_sql:
     ch.close()
 
 
+def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
+    """The source's binlog position now (each shard's read then takes its own snapshot's), or,
+    for a source without a binlog (or without the privilege to see it), one version above
+    everything the target table holds: snapshot writers still outrank older copies, but the
+    copy cannot be a starting point for CDC."""
+    try:
+        with mysql_reader.connect(spec.source) as conn:
+            position = current_position(conn)
+    except Exception as exc:  # e.g. no REPLICATION CLIENT / BINLOG MONITOR privilege
+        print(f"[airflow-sync] binlog position unavailable ({type(exc).__name__}: {exc})", flush=True)
+        position = None
+    if position is not None:
+        return position.to_dict(), 0
+    print(f"[airflow-sync] table {spec.source_database}.{spec.source_table}: no binlog position; versions continue "
+          "above the target's highest, and this copy cannot start a CDC pipeline", flush=True)
+    top = 0
+    if target.table_exists(ch, spec.target_database, spec.target_table):
+        top = int(ch.command(f"SELECT max({target.VERSION_COLUMN}) FROM {ch_table(spec.target_database, spec.target_table)}")
+                  or 0)
+    return None, top + 1
+
+
 def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadState, Plan]:
     state = ledger.state(spec.load_key)
     if spec.reimport == "failed":
@@ -118,8 +149,9 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
             if not state.failed():
                 raise LoadFailed(f"load {spec.load_key!r} is published and no shard is marked failed or mismatched "
                                  "(a reconciliation marks mismatched shards); run it again for a fresh copy")
+            target.check_layout(ledger.ch, spec.target_database, spec.target_table)
             state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
-            state.version = time.time_ns()  # newer than every row the published copy holds
+            state.start_position, state.version = _binlog_start(spec, ledger.ch)
             return state, Plan.from_dict(state.plan)
     if state is not None and state.status == LOAD_RUNNING:
         age = time.time() - state.heartbeat
@@ -134,9 +166,11 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
         plan = plan_table(conn, schema, speed=spec.speed(), split_column=spec.split_column,
                           split_factor=spec.split_factor, strategy=spec.strategy, where=spec.filter())
     generation = state.generation + 1 if state else 1
+    start, version = _binlog_start(spec, ledger.ch)
     state = LoadState(spec.load_key, generation, LOAD_RUNNING, schema.qualified,
                       f"{spec.target_database}.{spec.target_table}", plan.to_dict(),
-                      target.parts_table_name(spec.load_key, generation), time.time_ns(), public_dict(spec))
+                      target.parts_table_name(spec.load_key, generation), version, public_dict(spec),
+                      start_position=start)
     return state, plan
 
 
@@ -175,8 +209,9 @@ def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, weigh
     if state.repair:
         with mysql_reader.connect(spec.source) as conn:
             predicates = shard_predicates(conn, ch, plan, schema, state.spec, spec.target_database, spec.target_table)
-        chosen = [p for shard, p in zip(plan.shards, predicates) if shard.id in state.repair]
-        return target.publish_repair(*args, chosen, state.version, weight)
+        chosen = [(where, params, state.shards[shard.id].version)
+                  for shard, (where, params) in zip(plan.shards, predicates) if shard.id in state.repair]
+        return target.publish_repair(*args, chosen, weight)
     if spec.partition_by:
         return target.publish_partitions(*args, spec.partition_by, list(spec.replace_partitions), weight)
     return target.publish_full(*args, weight)
@@ -252,6 +287,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
                                          "bytes", "seconds")} for s in per_shard],
         "channels": plan.channels,
         "split_column": plan.split_column,
+        "start_position": state.start_position,
         "strategy": plan.strategy,
         "warnings": list(plan.warnings),
         "seconds": round(time.time() - started, 3),

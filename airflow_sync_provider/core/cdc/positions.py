@@ -1,0 +1,157 @@
+"""Binlog positions, the one version scheme, and the source's binlog status per server flavour.
+
+**Versions.** Every writer to a target table ranks its rows by the source's binlog order:
+
+* a row change from the binlog gets ``(file_seq << 32 | event_start) + row_index``. A rows
+  event of n rows is longer than n bytes (every row image has at least a null bitmap), so
+  ``event_start + row_index`` stays below the next event's start: versions increase strictly
+  along the binlog, across events, transactions, file rotations (``file_seq`` is the number in
+  ``mysql-bin.000042``) and restarts (they rotate the file). No clock, no in-memory counter.
+* a snapshot read (full-load shard, bootstrap chunk, diff apply) that saw exactly the changes
+  before position P gets ``version(P) - 2``, and a repair's read ``version(P) - 1`` (so a
+  repair outranks the copy it repairs even when no change happened in between): above every
+  change before P (their versions are at most ``version(P) - 20``, an event header is 19
+  bytes), below every change at or after P.
+* a source without a binlog (full loads only, no CDC) has no order to follow: a load takes
+  one more than the highest version the target holds.
+
+Versions are only comparable on one server's binlog: after a failover to another server (its
+own file numbers and offsets) the copy must be re-bootstrapped (a fresh full load).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SCHEME = "binlog-v1"  # marks target tables whose _version follows this module
+_FILE = re.compile(r"^(.*)\.(\d+)$")
+
+
+class BinlogError(RuntimeError):
+    """The source cannot serve CDC as configured (binlog off, wrong format, purged file…)."""
+
+
+@dataclass(frozen=True, order=True)
+class BinlogPosition:
+    """A point between two events of one server's binlog: ``file`` and the byte offset ``pos``
+    of the next event; ``gtid`` is the server's GTID state there when known (informative)."""
+
+    file: str
+    pos: int
+    gtid: str = ""
+
+    def __post_init__(self):
+        file_seq(self.file)
+        if not 4 <= self.pos < 2 ** 32:
+            raise ValueError(f"binlog position {self.pos} out of range in {self.file}")
+
+    @property
+    def seq(self) -> int:
+        return file_seq(self.file)
+
+    def version(self) -> int:
+        """The version of the first row change at or after this position."""
+        return event_version(self.file, self.pos)
+
+    def snapshot_version(self, repair: bool = False) -> int:
+        """The version of a snapshot read that saw exactly the changes before this position."""
+        return self.version() - (1 if repair else 2)
+
+    def key(self) -> tuple[int, int]:
+        return self.seq, self.pos
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.pos}" + (f" (gtid {self.gtid})" if self.gtid else "")
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "pos": self.pos, "gtid": self.gtid}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "BinlogPosition | None":
+        return cls(data["file"], int(data["pos"]), data.get("gtid") or "") if data else None
+
+
+def file_seq(name: str) -> int:
+    match = _FILE.match(name or "")
+    if not match or int(match.group(2)) >= 2 ** 32:
+        raise ValueError(f"not a binlog file name: {name!r} (expected <base>.<number>)")
+    return int(match.group(2))
+
+
+def event_version(file: str, event_start: int, row_index: int = 0) -> int:
+    return (file_seq(file) << 32 | event_start) + row_index
+
+
+def version_position(version: int) -> tuple[int, int]:
+    """(file_seq, offset) a version came from (for messages and status)."""
+    return version >> 32, version & 0xFFFFFFFF
+
+
+# --- the source's flavour and its status statements ---
+
+@dataclass(frozen=True)
+class Flavor:
+    mariadb: bool
+    version: tuple[int, ...]
+
+    @classmethod
+    def parse(cls, version_text: str) -> "Flavor":
+        mariadb = "mariadb" in version_text.lower()
+        if mariadb and version_text.startswith("5.5.5-"):  # the replication handshake's prefix
+            version_text = version_text[6:]
+        numbers = tuple(int(n) for n in re.findall(r"\d+", version_text.split("-")[0])[:3])
+        return cls(mariadb, numbers)
+
+    def status_statement(self) -> str:
+        """The statement that shows the current binlog file and position."""
+        if self.mariadb:
+            return "SHOW BINLOG STATUS" if self.version >= (10, 5, 2) else "SHOW MASTER STATUS"
+        return "SHOW BINARY LOG STATUS" if self.version >= (8, 2) else "SHOW MASTER STATUS"
+
+    def gtid_statement(self) -> str | None:
+        return "SELECT @@GLOBAL.gtid_binlog_pos" if self.mariadb else "SELECT @@GLOBAL.gtid_executed"
+
+
+def flavor(conn) -> Flavor:
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        return Flavor.parse(cur.fetchone()[0])
+
+
+def current_position(conn, kind: Flavor | None = None) -> BinlogPosition | None:
+    """The source's binlog position now (None when the binlog is off). The GTID state is read
+    first, so it never claims more than the file/position does."""
+    kind = kind or flavor(conn)
+    with conn.cursor() as cur:
+        cur.execute(kind.gtid_statement())
+        gtid = (cur.fetchone() or [""])[0] or ""
+        cur.execute(kind.status_statement())
+        row = cur.fetchone()
+    if not row:
+        return None
+    return BinlogPosition(row[0], int(row[1]), str(gtid).replace("\n", ""))
+
+
+def snapshot_position(conn, kind: Flavor | None = None) -> BinlogPosition | None:
+    """Open a consistent-snapshot transaction on ``conn`` and return the binlog position it
+    corresponds to: the changes before it are exactly those the snapshot sees.
+
+    MariaDB reports that position itself (``binlog_snapshot_file`` / ``_position``, taken under
+    the commit order). MySQL has no such status: the position is read just before the snapshot
+    opens, so a change already written to the binlog but not yet committed in the engine when
+    the snapshot opens (a window of microseconds inside group commit) would be ranked below
+    the snapshot. docs/cdc.md says so; MariaDB sources do not have this window.
+    """
+    kind = kind or flavor(conn)
+    before = None if kind.mariadb else current_position(conn, kind)
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        if not kind.mariadb:
+            return before
+        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        status = {name.lower(): value for name, value in cur.fetchall()}
+    name, pos = status.get("binlog_snapshot_file"), status.get("binlog_snapshot_position")
+    if not name:
+        raise BinlogError("the source reports no binlog snapshot position (binlog off?)")
+    return BinlogPosition(name, int(pos))
