@@ -117,6 +117,11 @@ def table_exists(ch, database: str, table: str) -> bool:
     return bool(ch.command("EXISTS TABLE " + ch_table(database, table)))
 
 
+def column_names(ch, database: str, table: str) -> list[str]:
+    return [r[0] for r in ch.query("SELECT name FROM system.columns WHERE database = {d:String} AND table = {t:String}"
+                                   " ORDER BY position", parameters={"d": database, "t": table}).result_rows]
+
+
 def copy_parts(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
                weight: bool = False) -> None:
     """Server-side copy of the loaded rows (without the shard column) into ``table``."""

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
@@ -103,7 +104,62 @@ class ReconcileSpec:
     job: str = field(default="reconcile", init=False)
 
 
-SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls for cls in (FullLoadSpec, ReconcileSpec)}
+@dataclass
+class CdcApplySpec:
+    """Apply a pipeline's binlog changes to its ClickHouse copies, from its checkpoint.
+
+    A new pipeline starts from full loads (``start_from_loads``: their tables, and the earliest
+    binlog position they began at) or from ``start_position`` with ``tables``. A bounded run
+    (the default, an Airflow task) stops at ``stop_position``, by default the source's position
+    when it starts; ``service`` runs until stopped (or ``max_seconds``).
+    """
+
+    source: MySQLEndpoint
+    target: ClickHouseEndpoint
+    pipeline: str
+    tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
+    start_from_loads: list = field(default_factory=list)
+    start_position: dict | None = None
+    stop_position: dict | None = None
+    service: bool = False
+    max_seconds: float | None = None
+    lanes: int = 4  # apply lanes = concurrent Spark tasks writing to ClickHouse
+    vnodes: int = 256  # virtual nodes per lane on the hash ring
+    batch_events: int = 20_000
+    batch_seconds: float = 1.0
+    server_id: int = 0  # the replica id the binlog reader registers with (0: derived from the pipeline)
+    reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
+    ledger_database: str = DEFAULT_LEDGER_DATABASE
+    stale_after_seconds: float = STALE_AFTER_SECONDS
+    result_path: str = ""
+    job: str = field(default="cdc_apply", init=False)
+
+    def __post_init__(self):
+        if not self.pipeline:
+            raise ValueError("a CDC pipeline needs a name (pipeline=...)")
+        if self.lanes < 1 or self.batch_events < 1:
+            raise ValueError(f"pipeline {self.pipeline}: lanes and batch_events must be >= 1")
+        self.tables = [table_config(t) for t in self.tables]
+        if not self.server_id:  # stable per pipeline, clear of the usual small server ids
+            self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30
+
+
+def table_config(table) -> dict:
+    """``"db.table"`` or a dict → {source_database, source_table, target_database, target_table,
+    columns, exclude_columns} (targets default to the source's names)."""
+    if isinstance(table, str):
+        database, _, name = table.partition(".")
+        if not name:
+            raise ValueError(f"table {table!r}: give it as database.table")
+        table = {"source_database": database, "source_table": name}
+    out = {"source_database": table["source_database"], "source_table": table["source_table"],
+           "target_database": table.get("target_database") or table["source_database"],
+           "target_table": table.get("target_table") or table["source_table"],
+           "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or [])}
+    return out
+
+
+SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls for cls in (FullLoadSpec, ReconcileSpec, CdcApplySpec)}
 _ENDPOINTS = {"source": MySQLEndpoint, "target": ClickHouseEndpoint}
 
 

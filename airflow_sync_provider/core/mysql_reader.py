@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 
 import MySQLdb
 import MySQLdb.cursors
 import pyarrow as pa
-import pyarrow.compute as pc
 import pymysql
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.planning import Plan, Shard
 from airflow_sync_provider.core.sql import mysql_ident
 from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN, mysql_weight_sql
-from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, map_column
+from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, check_array, map_column
 
 
 def connect(endpoint: MySQLEndpoint):
@@ -74,27 +72,6 @@ def read_shard(conn, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
     cur.close()
 
 
-# ClickHouse's Date32 / DateTime64 range; MySQL's is wider, and ClickHouse would clamp silently.
-_CH_MIN, _CH_MAX = dt.datetime(1900, 1, 1), dt.datetime(2299, 12, 31, 23, 59, 59, 999999)
-
-
-def _check(array: pa.Array, mapping: ColumnMapping, where: str) -> None:
-    """Refuse values the target would store wrongly, naming the column (never a silent change)."""
-    if array.null_count and not mapping.source.nullable:
-        raise ValueError(
-            f"{where}, column {mapping.name!r}: {array.null_count} NULL values read from a NOT NULL "
-            f"{mapping.source.column_type} column — MySQL zero or invalid dates ('0000-00-00', '2025-00-10') "
-            "read as NULL and have no ClickHouse equivalent; fix those rows or load through a view that maps them")
-    if mapping.source.data_type in ("date", "datetime", "timestamp") and len(array) > array.null_count:
-        lo, hi = pc.min_max(array).values()
-        lo, hi = lo.as_py(), hi.as_py()
-        if not isinstance(lo, dt.datetime):
-            lo, hi = dt.datetime.combine(lo, dt.time()), dt.datetime.combine(hi, dt.time())
-        if lo < _CH_MIN or hi > _CH_MAX:
-            raise ValueError(f"{where}, column {mapping.name!r}: values from {lo} to {hi} fall outside ClickHouse's "
-                             f"{mapping.ch_type} range (1900-01-01 … 2299-12-31)")
-
-
 def _column(values, mapping: ColumnMapping, where: str) -> pa.Array:
     """Arrow casts the whole column from the text protocol (every conversion already happened in
     the SELECT: core/typemap.py)."""
@@ -114,6 +91,6 @@ def _to_batch(rows, mappings, schema, where: str) -> pa.RecordBatch:
     arrays = []
     for values, mapping in zip(zip(*rows), mappings):
         array = _column(values, mapping, where)
-        _check(array, mapping, where)
+        check_array(array, mapping, where)
         arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -9,6 +9,9 @@ thing everywhere:
   NULL (``TIMESTAMPADD(…, 0, col)`` is NULL for them), FLOAT is widened to DOUBLE (MariaDB's
   text protocol prints FLOAT with 6 digits), BIT and YEAR become integers (``YEAR '0000'`` is
   0), TIME becomes ``[-]HH:MM:SS[.ffffff]``.
+* ``from_binlog``: the same target value from what python-mysql-replication decodes out of a
+  row event (CDC), e.g. its YEAR 0 arrives as 1900, BIT as a string of bits, a zero TIMESTAMP
+  as the epoch, a BINARY(n) without its zero padding.
 * ``mysql_text`` / ``ch_text``: the canonical text of a target value computed in MySQL and in
   ClickHouse (checksums, the snapshot diff): identical for equal values.
 
@@ -26,9 +29,12 @@ Choices that are not obvious:
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 class UnsupportedType(ValueError):
@@ -72,6 +78,9 @@ class Rule:
     def source_sql(self, col_sql: str, col: MySQLColumn) -> str:
         return col_sql
 
+    def from_binlog(self, value, col: MySQLColumn):
+        return value
+
     def mysql_text(self, expr: str, col: MySQLColumn) -> str:
         return _cast_char(expr)
 
@@ -107,6 +116,9 @@ class YearRule(Rule):
     def source_sql(self, col_sql, col):
         return f"({col_sql} + 0)"
 
+    def from_binlog(self, value, col):
+        return 0 if value == 1900 else value  # stored 0 (YEAR 0000) decodes as 0 + 1900
+
 
 class BitRule(Rule):
     mysql = "BIT(n)"
@@ -120,6 +132,9 @@ class BitRule(Rule):
 
     def source_sql(self, col_sql, col):
         return f"({col_sql} + 0)"
+
+    def from_binlog(self, value, col):
+        return int(value, 2) if isinstance(value, str) else value  # decoded as a string of bits
 
 
 class DecimalRule(Rule):
@@ -181,6 +196,9 @@ class FloatRule(Rule):
 # no ClickHouse equivalent: they become NULL. Adding 0 days/seconds is NULL for exactly those
 # values in MySQL and MariaDB and keeps the type and precision of valid ones.
 
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
 class DateRule(Rule):
     mysql = "DATE"
     notes = "Date32 (1900-01-01 … 2299-12-31); zero and invalid dates become NULL"
@@ -209,6 +227,12 @@ class DateTimeRule(Rule):
     def source_sql(self, col_sql, col):
         return f"TIMESTAMPADD(SECOND, 0, {col_sql})"
 
+    def from_binlog(self, value, col):
+        # a zero TIMESTAMP is stored as 0 and decodes as the epoch, which a TIMESTAMP cannot hold
+        if col.data_type == "timestamp" and value == _EPOCH:
+            return None
+        return value
+
 
 class TimeRule(Rule):
     mysql = "TIME(fsp)"
@@ -225,6 +249,16 @@ class TimeRule(Rule):
         return (f"CONCAT(SUBSTRING_INDEX(CAST({col_sql} AS CHAR), '.', 1),"
                 f" IF(MICROSECOND({col_sql}) = 0, '', CONCAT('.', LPAD(MICROSECOND({col_sql}), 6, '0'))))")
 
+    def from_binlog(self, value, col):
+        if not isinstance(value, dt.timedelta):
+            return value
+        micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+        sign, micros = ("-" if micros < 0 else ""), abs(micros)
+        hours, rest = divmod(micros, 3_600_000_000)
+        minutes, rest = divmod(rest, 60_000_000)
+        seconds, fraction = divmod(rest, 1_000_000)
+        return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}" + (f".{fraction:06d}" if fraction else "")
+
 
 class StringRule(Rule):
     mysql = "CHAR / VARCHAR / TEXT family, ENUM, SET, JSON (any character set)"
@@ -237,6 +271,19 @@ class StringRule(Rule):
     def arrow_type(self, col):
         return pa.string()
 
+    def from_binlog(self, value, col):
+        if isinstance(value, (set, frozenset)):  # SET: its labels in definition order, as MySQL prints it
+            return ",".join(label for label in set_labels(col.column_type) if label in value)
+        if col.data_type == "char" and isinstance(value, str):
+            return value.rstrip(" ")  # as MySQL returns CHAR (without PAD_CHAR_TO_FULL_LENGTH)
+        return value
+
+
+def set_labels(column_type: str) -> list[str]:
+    """The labels of ``set('a','b')`` / ``enum(…)`` in definition order (quotes doubled inside)."""
+    body = column_type[column_type.index("(") + 1: column_type.rindex(")")]
+    return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", body)]
+
 
 class BinaryRule(Rule):
     mysql = "BINARY / VARBINARY / BLOB family"
@@ -247,6 +294,11 @@ class BinaryRule(Rule):
 
     def arrow_type(self, col):
         return pa.binary()
+
+    def from_binlog(self, value, col):
+        if col.data_type == "binary" and isinstance(value, bytes) and col.char_length:
+            return value.ljust(col.char_length, b"\0")  # the binlog drops BINARY(n)'s zero padding
+        return value
 
     def mysql_text(self, expr, col):
         return f"HEX({expr})"
@@ -290,6 +342,9 @@ class ColumnMapping:
     def source_sql(self, col_sql: str) -> str:
         return self.rule.source_sql(col_sql, self.source)
 
+    def from_binlog(self, value):
+        return None if value is None else self.rule.from_binlog(value, self.source)
+
     def mysql_text(self, col_sql: str) -> str:
         """Canonical text of the target value, computed in MySQL from the source column (NULL for NULL)."""
         return self.rule.mysql_text(self.source_sql(col_sql), self.source)
@@ -306,6 +361,29 @@ def map_column(col: MySQLColumn, table: str = "?") -> ColumnMapping:
             f"table {table}, column {col.name!r}: MySQL type {col.column_type!r} has no ClickHouse mapping; "
             "leave the column out (exclude_columns=[…] / --exclude-column) or cast it in a view")
     return ColumnMapping(col, rule)
+
+
+# ClickHouse's Date32 / DateTime64 range; MySQL's is wider, and ClickHouse would clamp silently.
+_CH_MIN, _CH_MAX = dt.datetime(1900, 1, 1), dt.datetime(2299, 12, 31, 23, 59, 59, 999999)
+
+
+def check_array(array: pa.Array, mapping: ColumnMapping, where: str) -> None:
+    """Refuse values the target would store wrongly, naming the column (never a silent change):
+    NULLs in a NOT NULL column (zero or invalid dates become NULL), dates ClickHouse would clamp."""
+    if array.null_count and not mapping.source.nullable:
+        raise ValueError(
+            f"{where}, column {mapping.name!r}: {array.null_count} NULL values read from a NOT NULL "
+            f"{mapping.source.column_type} column — MySQL zero or invalid dates ('0000-00-00', '2025-00-10') "
+            "read as NULL and have no ClickHouse equivalent; fix those rows or load through a view that maps them")
+    if mapping.source.data_type in ("date", "datetime", "timestamp") and len(array) > array.null_count:
+        lo, hi = pc.min_max(array).values()
+        lo, hi = lo.as_py(), hi.as_py()
+        if not isinstance(lo, dt.datetime):
+            lo, hi = dt.datetime.combine(lo, dt.time()), dt.datetime.combine(hi, dt.time())
+        if lo < _CH_MIN or hi > _CH_MAX:
+            raise ValueError(f"{where}, column {mapping.name!r}: values from {lo} to {hi} fall outside ClickHouse's "
+                             f"{mapping.ch_type} range (1900-01-01 … 2299-12-31)")
+
 
 
 def markdown_table() -> str:

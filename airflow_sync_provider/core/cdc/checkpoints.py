@@ -1,0 +1,112 @@
+"""A CDC pipeline's state in the ledger: checkpoint, tables, heartbeat, errors, counters.
+
+Like the load ledger (core/ledger.py) the tables live in the ClickHouse target and are
+append-only: a checkpoint is one INSERT of one row (atomic; never delete-then-insert), written
+only after every target write it covers has been acknowledged, and readers take the newest
+row (``FINAL``). Counters (events read, rows written, rows failed) are kept per pipeline,
+table and minute (patent S71/S72).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from airflow_sync_provider.core.cdc.positions import BinlogPosition
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, _ts
+from airflow_sync_provider.core.sql import ch_ident, ch_table
+
+PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_FAILED = "idle", "running", "failed"
+
+
+@dataclass
+class PipelineState:
+    pipeline: str
+    status: str = PIPELINE_IDLE
+    checkpoint: BinlogPosition | None = None  # everything before it is durable in the target
+    tables: list[dict] = field(default_factory=list)  # TableRoute arguments (source/target names, columns)
+    error: str = ""
+    source_position: BinlogPosition | None = None  # the source's position when last seen
+    source_time: float = 0.0  # the source's timestamp of the last applied transaction
+    events: int = 0  # row changes applied, in total
+    heartbeat: float = 0.0
+
+    @property
+    def stale(self) -> bool:
+        return self.status == PIPELINE_RUNNING and time.time() - self.heartbeat > STALE_AFTER_SECONDS
+
+    def to_dict(self) -> dict:
+        return {"pipeline": self.pipeline, "status": self.status, "stale": self.stale,
+                "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+                "tables": [f"{t['source_database']}.{t['source_table']}" for t in self.tables], "error": self.error,
+                "source_position": self.source_position.to_dict() if self.source_position else None,
+                "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat}
+
+
+class Checkpoints:
+    def __init__(self, client, database: str = DEFAULT_LEDGER_DATABASE):
+        self.ch, self.database = client, database
+        self._last = 0.0
+
+    def table(self, name: str) -> str:
+        return ch_table(self.database, name)
+
+    def ensure(self) -> None:
+        self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")
+        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('cdc_pipelines')} (
+            pipeline String, status LowCardinality(String), checkpoint String, tables String, error String,
+            source_position String, source_time Float64, events UInt64, updated_at DateTime64(6, 'UTC')
+        ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY pipeline""")
+        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('cdc_counters')} (
+            pipeline String, source_table String, minute DateTime('UTC'), events UInt64, rows_written UInt64,
+            rows_failed UInt64, at DateTime64(6, 'UTC')
+        ) ENGINE = MergeTree ORDER BY (pipeline, source_table, minute)""")
+
+    def _stamp(self) -> float:
+        self._last = max(time.time(), self._last + 1e-6)
+        return self._last
+
+    def write(self, state: PipelineState) -> None:
+        """Record the state; the checkpoint in it must already be durable in the target."""
+        state.heartbeat = self._stamp()
+        self.ch.insert(self.table("cdc_pipelines"), [[
+            state.pipeline, state.status, json.dumps(state.checkpoint.to_dict()) if state.checkpoint else "",
+            json.dumps(state.tables), state.error[:4000],
+            json.dumps(state.source_position.to_dict()) if state.source_position else "",
+            state.source_time, state.events, _ts(state.heartbeat),
+        ]], column_names=["pipeline", "status", "checkpoint", "tables", "error", "source_position", "source_time",
+                          "events", "updated_at"])
+
+    def state(self, pipeline: str) -> PipelineState | None:
+        rows = self.ch.query(
+            f"SELECT status, checkpoint, tables, error, source_position, source_time, events, toFloat64(updated_at)"
+            f" FROM {self.table('cdc_pipelines')} FINAL WHERE pipeline = {{p:String}}",
+            parameters={"p": pipeline}).result_rows
+        if not rows:
+            return None
+        status, checkpoint, tables, error, source, source_time, events, heartbeat = rows[0]
+        return PipelineState(pipeline, status, BinlogPosition.from_dict(json.loads(checkpoint) if checkpoint else None),
+                             json.loads(tables), error,
+                             BinlogPosition.from_dict(json.loads(source) if source else None), source_time, events,
+                             heartbeat)
+
+    def count(self, pipeline: str, per_table: dict[str, tuple[int, int, int]]) -> None:
+        """Add (events, rows written, rows failed) per source table to this minute's counters."""
+        now = time.time()
+        minute = _ts(now - now % 60)
+        rows = [[pipeline, table, minute, *counts, _ts(now)] for table, counts in per_table.items() if any(counts)]
+        if rows:
+            self.ch.insert(self.table("cdc_counters"), rows, column_names=[
+                "pipeline", "source_table", "minute", "events", "rows_written", "rows_failed", "at"])
+
+    def counters(self, pipeline: str, minutes: int = 10) -> list[dict]:
+        """Per table and minute, the newest ``minutes`` minutes with activity."""
+        result = self.ch.query(
+            f"SELECT source_table, minute, sum(events), sum(rows_written), sum(rows_failed)"
+            f" FROM {self.table('cdc_counters')} WHERE pipeline = {{p:String}}"
+            f" AND minute >= (SELECT max(minute) FROM {self.table('cdc_counters')} WHERE pipeline = {{p:String}})"
+            f" - INTERVAL {{m:UInt32}} MINUTE"
+            f" GROUP BY source_table, minute ORDER BY minute, source_table", parameters={"p": pipeline, "m": minutes})
+        return [{"table": t, "minute": m.isoformat() if hasattr(m, "isoformat") else str(m), "events": e,
+                 "rows_written": w, "rows_failed": f} for t, m, e, w, f in result.result_rows]

@@ -1,0 +1,242 @@
+"""CDC catch-up: binlog → ClickHouse, versions in binlog order, checkpoint after the write.
+
+Driver: find the pipeline's checkpoint (or its start: full loads' binlog positions), check the
+source, then read complete transactions in batches (a reader thread decodes the next batch
+while the current one is written). Each batch's changes are routed by hash(table, primary key)
+on a consistent-hash ring to apply lanes; the lanes write in parallel as Spark tasks, each
+lane's rows in binlog order. Only when every lane's write has been acknowledged does the
+checkpoint advance to the batch's end, so it is never ahead of durable data; a failed write
+leaves it before the batch, and the next run replays from there (same versions: idempotent).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import pyarrow as pa
+
+from airflow_sync_provider.core import clickhouse_target as target
+from airflow_sync_provider.core import mysql_reader
+from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute, batches, preflight
+from airflow_sync_provider.core.cdc.checkpoints import (
+    PIPELINE_FAILED, PIPELINE_IDLE, PIPELINE_RUNNING, Checkpoints, PipelineState,
+)
+from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
+from airflow_sync_provider.core.cdc.ring import HashRing
+from airflow_sync_provider.core.cdc.schema_changes import apply_ddl
+from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema, table_config
+from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
+
+
+class ApplyFailed(RuntimeError):
+    pass
+
+
+def _start(spec: CdcApplySpec, state: PipelineState | None, loads: Ledger) -> tuple[BinlogPosition, list[dict]]:
+    """Where a run starts and which tables it replicates."""
+    if state is not None and state.checkpoint is not None and not spec.reset:
+        known = {(t["source_database"], t["source_table"]) for t in state.tables}
+        added = [f"{t['source_database']}.{t['source_table']}" for t in spec.tables
+                 if (t["source_database"], t["source_table"]) not in known]
+        if added:
+            raise ApplyFailed(f"pipeline {spec.pipeline!r} replicates {sorted('.'.join(k) for k in known)}; adding "
+                              f"{added} to a running pipeline needs a bootstrap of them — for now run them as a "
+                              "pipeline of their own (or reset=True, starting again from fresh full loads of all)")
+        return state.checkpoint, state.tables
+    tables, starts = list(spec.tables), []
+    for key in spec.start_from_loads:
+        load = loads.state(key)
+        if load is None or load.status != LOAD_PUBLISHED:
+            raise ApplyFailed(f"pipeline {spec.pipeline!r}: full load {key!r} is "
+                              f"{load.status if load else 'not in the ledger'}; start from a published load")
+        if not load.start_position:
+            raise ApplyFailed(f"pipeline {spec.pipeline!r}: full load {key!r} recorded no binlog position (binlog "
+                              "off or not visible to its user when it ran); reload with binlog access to start CDC")
+        starts.append(BinlogPosition.from_dict(load.start_position))
+        source_db, source_table = load.source_table.split(".", 1)
+        target_db, target_table = load.target_table.split(".", 1)
+        tables.append(table_config({"source_database": source_db, "source_table": source_table,
+                                    "target_database": target_db, "target_table": target_table,
+                                    "columns": load.spec.get("columns"),
+                                    "exclude_columns": load.spec.get("exclude_columns")}))
+    if spec.start_position:
+        starts.append(BinlogPosition.from_dict(spec.start_position))
+    if not starts or not tables:
+        raise ApplyFailed(f"pipeline {spec.pipeline!r} has no checkpoint yet: start it from full loads of its "
+                          "tables (start_from_loads=[load keys]) or from start_position with tables")
+    return min(starts, key=BinlogPosition.key), tables
+
+
+def _routes(conn, ch, tables: list[dict]) -> dict[str, TableRoute]:
+    """One route per table: the source columns the target has now (a column the source gained
+    since reaches the target when its ALTER TABLE comes by in the binlog)."""
+    routes = {}
+    for table in tables:
+        database, name = table["target_database"], table["target_table"]
+        if not target.table_exists(ch, database, name):
+            raise ApplyFailed(f"table {table['source_database']}.{table['source_table']}: its target {database}.{name} "
+                              "does not exist; a full load creates it (start the pipeline from one)")
+        target.check_layout(ch, database, name)
+        present = set(target.column_names(ch, database, name))
+        schema = copied_schema(conn, table)
+        route = TableRoute(schema.select([c.name for c in schema.columns if c.name in present]), database, name, table)
+        routes[route.source] = route
+    return routes
+
+
+def _latest(route: TableRoute, rows, versions, deleted):
+    """Per key only its last change in the batch (the highest version: the one FINAL keeps)."""
+    last = {route.key_of(row): i for i, row in enumerate(rows)}
+    if len(last) == len(rows):
+        return rows, versions, deleted
+    keep = sorted(last.values())
+    return [rows[i] for i in keep], [versions[i] for i in keep], [deleted[i] for i in keep]
+
+
+def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int) -> list[list[tuple]]:
+    """Per lane: [(target database, target table, source table, Arrow IPC bytes)]."""
+    payloads = [[] for _ in range(lanes)]
+    for source, per_lane in batch.lanes.items():
+        route = routes[source]
+        for lane, changes in per_lane.items():
+            table = route.arrow(*_latest(route, *changes), f"table {source}, binlog {batch.start}…{batch.end}")
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+            payloads[lane].append((route.target_database, route.target_table, source, sink.getvalue().to_pybytes()))
+    return [p for p in payloads if p]
+
+
+def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
+    """Runs on an executor: one lane's tables, in order. Returns (source table, rows) per write."""
+    ch = target.client(endpoint)
+    try:
+        out = []
+        for database, table, source, data in items:
+            rows = pa.ipc.open_stream(data).read_all()
+            ch.insert_arrow(table, rows, database=database)
+            out.append((source, rows.num_rows))
+        return out
+    finally:
+        ch.close()
+
+
+class _Prefetch(threading.Thread):
+    """Decodes the next batch while the current one is written."""
+
+    def __init__(self, reader: BinlogReader, stop, spec: CdcApplySpec, deadline: float | None):
+        super().__init__(daemon=True)
+        self.reader, self.stop, self.spec, self.deadline = reader, stop, spec, deadline
+        self.out: queue.Queue = queue.Queue(maxsize=2)
+        self.halt = threading.Event()
+
+    def run(self):
+        try:
+            for batch in batches(self.reader, self.stop, self.spec.batch_events, self.spec.batch_seconds):
+                if self.deadline is not None and time.time() >= self.deadline:
+                    batch.done = True
+                self.out.put(batch)
+                if batch.done or batch.ddl or self.halt.is_set():
+                    break
+        except BaseException as exc:  # handed to the driver thread, which fails the run
+            self.out.put(exc)
+        finally:
+            self.reader.close()
+
+
+def _apply_batches(spec: CdcApplySpec, spark, prefetch: _Prefetch, routes, checkpoints: Checkpoints,
+                   state: PipelineState, totals: dict):
+    """Write the reader's batches lane by lane and advance the checkpoint after each; returns
+    the last batch (done: the stop was reached; ddl: the reader must restart after it)."""
+    while True:
+        batch = prefetch.out.get()
+        if isinstance(batch, BaseException):
+            raise batch
+        payloads = _lane_payloads(batch, routes, spec.lanes)
+        per_table = {source: [count, 0, 0] for source, count in batch.per_table.items()}
+        if payloads:
+            try:
+                results = (spark.sparkContext.parallelize(payloads, len(payloads))
+                           .map(lambda items: _write_lane(spec.target, items)).collect())
+            except Exception:
+                checkpoints.count(spec.pipeline, {t: [n, 0, n] for t, (n, _, _) in per_table.items()})
+                raise
+            for lane in results:
+                for source, rows in lane:
+                    per_table[source][1] += rows
+                    totals["rows_written"] += rows
+        totals["events"] += batch.events
+        # every write of the batch is acknowledged: now the checkpoint may pass it
+        state.checkpoint, state.events = batch.end, state.events + batch.events
+        state.source_time = batch.last_event_at or state.source_time
+        checkpoints.write(state)
+        checkpoints.count(spec.pipeline, per_table)
+        if batch.ddl or batch.done:
+            return batch
+
+
+def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
+    started = time.time()
+    ch = target.client(spec.target)
+    checkpoints = Checkpoints(ch, spec.ledger_database)
+    checkpoints.ensure()
+    loads = Ledger(ch, spec.ledger_database)
+    loads.ensure()
+    state = checkpoints.state(spec.pipeline)
+    if state is not None and state.status == PIPELINE_RUNNING and time.time() - state.heartbeat < spec.stale_after_seconds:
+        raise ApplyFailed(f"pipeline {spec.pipeline!r} is running elsewhere (last report "
+                          f"{time.time() - state.heartbeat:.0f} s ago); two appliers must not run one pipeline")
+    start, tables = _start(spec, state, loads)
+    with mysql_reader.connect(spec.source) as conn:
+        routes = _routes(conn, ch, tables)
+        preflight(conn, start, spec.source.user)
+        stop = BinlogPosition.from_dict(spec.stop_position) or (None if spec.service else current_position(conn))
+    state = PipelineState(spec.pipeline, PIPELINE_RUNNING, start, tables, "", stop,
+                          state.source_time if state else 0.0, state.events if state and not spec.reset else 0)
+    checkpoints.write(state)
+    print(f"[airflow-sync] pipeline {spec.pipeline!r}: {len(routes)} table(s) from {start} to "
+          f"{stop or 'until stopped'}, {spec.lanes} lane(s)", flush=True)
+
+    ring = HashRing(spec.lanes, spec.vnodes)
+    totals = {"events": 0, "rows_written": 0}
+    deadline = started + spec.max_seconds if spec.max_seconds else None
+    try:
+        while True:
+            reader = BinlogReader(spec.source, state.checkpoint, routes, ring, spec.server_id, blocking=spec.service)
+            prefetch = _Prefetch(reader, stop, spec, deadline)
+            prefetch.start()
+            try:
+                batch = _apply_batches(spec, spark, prefetch, routes, checkpoints, state, totals)
+            finally:
+                prefetch.halt.set()
+                while prefetch.is_alive():  # unblock a reader waiting to hand over a batch
+                    try:
+                        prefetch.out.get(timeout=0.1)
+                    except queue.Empty:
+                        pass
+            if batch.ddl:
+                table, statement, after = batch.ddl
+                with mysql_reader.connect(spec.source) as conn:
+                    routes[table] = apply_ddl(conn, ch, routes[table], statement, after)
+                state.checkpoint = after
+                checkpoints.write(state)
+                print(f"[airflow-sync] pipeline {spec.pipeline!r}: {table} changed at {after}: {statement[:200]}",
+                      flush=True)
+            if batch.done:
+                break
+    except BaseException as exc:
+        state.status, state.error = PIPELINE_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
+        checkpoints.write(state)  # the checkpoint stays at the last durable batch
+        ch.close()
+        if isinstance(exc, (BinlogError, ApplyFailed, ValueError)):
+            raise
+        raise ApplyFailed(f"pipeline {spec.pipeline!r} stopped at checkpoint {state.checkpoint}: "
+                          f"{type(exc).__name__}: {exc}. Run it again to replay from there") from exc
+    state.status, state.error = PIPELINE_IDLE, ""
+    checkpoints.write(state)
+    ch.close()
+    return {"pipeline": spec.pipeline, "tables": sorted(routes), "start": start.to_dict(),
+            "checkpoint": state.checkpoint.to_dict(), "stop": stop.to_dict() if stop else None,
+            **totals, "lanes": spec.lanes, "seconds": round(time.time() - started, 3)}
