@@ -16,19 +16,22 @@ def get_provider_info() -> dict:
                     "airflow_sync_provider.operators.spark_job",
                     "airflow_sync_provider.operators.full_load",
                     "airflow_sync_provider.operators.reconcile",
+                    "airflow_sync_provider.operators.cdc_apply",
                 ],
             }
         ],
         "sensors": [
             {
                 "integration-name": "MySQL to ClickHouse sync",
-                "python-modules": ["airflow_sync_provider.sensors.shard_counters"],
+                "python-modules": ["airflow_sync_provider.sensors.shard_counters",
+                                   "airflow_sync_provider.sensors.binlog_position"],
             }
         ],
         "triggers": [
             {
                 "integration-name": "MySQL to ClickHouse sync",
-                "python-modules": ["airflow_sync_provider.triggers.shard_counters"],
+                "python-modules": ["airflow_sync_provider.triggers.shard_counters",
+                                   "airflow_sync_provider.triggers.binlog_position"],
             }
         ],
         "hooks": [

@@ -5,6 +5,9 @@
   airflow-sync status   --load KEY [--json]
   airflow-sync reimport --load KEY --failed
   airflow-sync reconcile --load KEY [--checksum] [--json]   (exit 3 on a mismatch)
+  airflow-sync cdc apply  --pipeline P [--start-from-load KEY …]   (catch up to the source's position now)
+  airflow-sync cdc run    --pipeline P [--max-seconds S]          (a long-running service)
+  airflow-sync cdc status --pipeline P [--json]
 
 Passwords may come from the environment instead: ``MYSQL_URL`` and ``CLICKHOUSE_URL`` are used
 when the options are absent, so no password need appear on a command line.
@@ -16,10 +19,13 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from airflow_sync_provider.core import clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, reimport_spec
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.positions import current_position
+from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec, ReconcileSpec, reimport_spec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
 from airflow_sync_provider.core.mysql_reader import connect
 from airflow_sync_provider.core.mysql_schema import read_table_schema
@@ -132,6 +138,66 @@ def cmd_reconcile(args) -> int:
     return 0 if result["verdict"] == "ok" else 3
 
 
+def _cdc_spec(args, service: bool) -> CdcApplySpec:
+    return CdcApplySpec(source=MySQLEndpoint.from_url(args.mysql_url), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
+                        pipeline=args.pipeline, tables=args.table or [], start_from_loads=args.start_from_load or [],
+                        lanes=args.lanes, batch_events=args.batch_events, reset=args.reset, service=service,
+                        max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
+                        ledger_database=args.ledger_database)
+
+
+def cmd_cdc_apply(args) -> int:
+    spec = _cdc_spec(args, service=args.cdc_command == "run")
+    result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    elif result.get("status") == "success":
+        print(f"pipeline {result['pipeline']!r}: {result['events']:,} row changes applied, checkpoint "
+              f"{result['checkpoint']['file']}:{result['checkpoint']['pos']}, {result['seconds']:.1f} s")
+    else:
+        print(f"airflow-sync: cdc {args.cdc_command} failed: {result.get('error')}", file=sys.stderr)
+    return 0 if result.get("status") == "success" else 1
+
+
+def cmd_cdc_status(args) -> int:
+    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
+    try:
+        ledger = Checkpoints(ch, args.ledger_database)
+        ledger.ensure()
+        state = ledger.state(args.pipeline)
+        if state is None:
+            raise LookupError(f"no pipeline {args.pipeline!r} in {args.ledger_database}")
+        counters = ledger.counters(args.pipeline)
+    finally:
+        ch.close()
+    status = state.to_dict() | {"counters": counters}
+    if args.mysql_url:  # lag against the source now
+        with connect(MySQLEndpoint.from_url(args.mysql_url)) as conn:
+            now = current_position(conn)
+        behind = state.checkpoint is not None and state.checkpoint.key() < now.key()
+        status |= {"source_now": now.to_dict(), "caught_up": not behind,
+                   "lag_seconds": round(time.time() - state.source_time, 1) if behind and state.source_time else 0.0,
+                   "lag_bytes": (now.pos - state.checkpoint.pos if now.file == state.checkpoint.file else None)
+                   if behind else 0}
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+        return 0
+    print(f"pipeline {state.pipeline!r}: {state.status}{' (stale: no heartbeat)' if state.stale else ''}; "
+          f"checkpoint {state.checkpoint}; {state.events:,} row changes applied")
+    if "source_now" in status:
+        print(f"source now {now}; " + ("caught up" if status["caught_up"] else
+                                      f"behind by {status['lag_seconds']} s" + (f", {status['lag_bytes']:,} bytes"
+                                                                                if status["lag_bytes"] else "")))
+    if state.error:
+        print(f"last error: {state.error}")
+    if counters:
+        print(f"{'minute':<26} {'table':<30} {'events':>9} {'written':>9} {'failed':>7}")
+        for row in counters:
+            print(f"{row['minute']:<26} {row['table']:<30} {row['events']:>9,} {row['rows_written']:>9,} "
+                  f"{row['rows_failed']:>7,}")
+    return 0
+
+
 def _urls(parser, mysql=True):
     if mysql:
         parser.add_argument("--mysql-url", default=os.environ.get("MYSQL_URL"),
@@ -203,13 +269,41 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("--master", default="local[2]")
     reconcile.add_argument("--json", action="store_true")
     reconcile.set_defaults(func=cmd_reconcile)
+
+    cdc = sub.add_parser("cdc", help="change data capture: apply the binlog to the copies, or show a pipeline")
+    cdc_sub = cdc.add_subparsers(dest="cdc_command", required=True)
+    for name, text in (("apply", "catch up from the checkpoint to the source's position now, then exit"),
+                       ("run", "apply continuously (a long-running service) until stopped or --max-seconds")):
+        command = cdc_sub.add_parser(name, help=text)
+        _urls(command)
+        command.add_argument("--pipeline", required=True)
+        command.add_argument("--start-from-load", action="append",
+                             help="a new pipeline: a full-load key whose table it replicates (repeat)")
+        command.add_argument("--table", action="append", help="db.table (with a start position from a load)")
+        command.add_argument("--lanes", type=int, default=4)
+        command.add_argument("--batch-events", type=int, default=20_000)
+        command.add_argument("--reset", action="store_true", help="forget the checkpoint; start from the loads again")
+        if name == "run":
+            command.add_argument("--max-seconds", type=float, help="stop after this long (default: never)")
+        command.add_argument("--master", default="local[2]")
+        command.add_argument("--json", action="store_true")
+        command.set_defaults(func=cmd_cdc_apply)
+    status = cdc_sub.add_parser("status", help="checkpoint, source position, lag, counters, last error")
+    status.add_argument("--mysql-url", default=os.environ.get("MYSQL_URL"),
+                        help="the source, for lag (default: $MYSQL_URL; optional)")
+    status.add_argument("--clickhouse-url", default=os.environ.get("CLICKHOUSE_URL"))
+    status.add_argument("--ledger-database", default=DEFAULT_LEDGER_DATABASE)
+    status.add_argument("--pipeline", required=True)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_cdc_status)
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     for name in ("mysql_url", "clickhouse_url"):
-        if hasattr(args, name) and not getattr(args, name):
+        optional = name == "mysql_url" and getattr(args, "cdc_command", None) == "status"
+        if hasattr(args, name) and not getattr(args, name) and not optional:
             option = name.replace("_", "-")
             print(f"airflow-sync: error: --{option} or ${name.upper()} is required", file=sys.stderr)
             return 2

@@ -296,7 +296,9 @@ class BinaryRule(Rule):
         return pa.binary()
 
     def from_binlog(self, value, col):
-        if col.data_type == "binary" and isinstance(value, bytes) and col.char_length:
+        if isinstance(value, str):  # the reader decodes b"" with the "binary" charset to ""
+            value = value.encode()
+        if col.data_type == "binary" and col.char_length:
             return value.ljust(col.char_length, b"\0")  # the binlog drops BINARY(n)'s zero padding
         return value
 

@@ -16,7 +16,8 @@ def run_job(job_function, argv=None) -> None:
     parser.add_argument("--spec", required=True, help="path of the 0600 job-spec JSON file")
     args = parser.parse_args(argv)
     spec = read_spec(args.spec)
-    spark = build_session(f"airflow-sync {spec.job} {getattr(spec, 'source_table', '') or getattr(spec, 'load_key', '')}")
+    name = getattr(spec, 'source_table', '') or getattr(spec, 'load_key', '') or getattr(spec, 'pipeline', '')
+    spark = build_session(f"airflow-sync {spec.job} {name}")
     try:
         result = {"status": "success", **job_function(spec, spark)}
     except Exception as exc:

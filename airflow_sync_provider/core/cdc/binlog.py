@@ -5,11 +5,12 @@ MariaDB alike: with ``is_mariadb=True`` the library ignores both unless given a 
 and offset are what versions are made of anyway. It cuts batches only at transaction
 boundaries, so a checkpoint is always a position a new reader can start from.
 
-Two decoding defects of python-mysql-replication 1.0.17 are corrected here, for every reader
-in the process: a DATE the server accepted under a lax ``sql_mode`` ('2025-02-30') raised
-ValueError and killed the stream (it now decodes as NULL, as the full load stores it); and
-strings were decoded with Python codecs that are not MySQL's (utf16 without a BOM as
-little-endian, latin1 as strict cp1252). Values are then brought to the target's form by the
+Three decoding defects of python-mysql-replication 1.0.17 are corrected here, for every reader
+in the process (found by tests/test_type_domain.py): a DATE the server accepted under a lax
+``sql_mode`` ('2025-02-30') raised ValueError and killed the stream (it now decodes as NULL,
+as the full load stores it); negative TIME values with a fraction came out wrong; and strings
+were decoded with Python codecs that are not MySQL's (utf16 without a BOM as little-endian,
+latin1 as strict cp1252). Values are then brought to the target's form by the
 type rules' ``from_binlog`` (core/typemap.py), the same rules the full load follows.
 """
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication import row_event as _row_event
+from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import (
     HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent,
 )
@@ -62,8 +64,28 @@ def _read_date_or_null(self):
         return None
 
 
+def _read_time2(self, column):
+    """TIME(fsp) as MySQL packs it (my_time_packed_from_binary): the library decoded negative
+    times with a fraction wrongly (-1:02:03.9 came out as -1:02:03.1)."""
+    fsp = column.fsp or 0
+    size = (fsp + 1) // 2
+    raw = self.packet.read(3 + size)
+    if size == 3:
+        packed = int.from_bytes(raw, "big") - 0x800000000000
+    else:
+        intpart, frac = int.from_bytes(raw[:3], "big") - 0x800000, int.from_bytes(raw[3:], "big") if size else 0
+        if intpart < 0 and frac:
+            intpart, frac = intpart + 1, frac - (1 << (8 * size))
+        packed = (intpart << 24) + frac * (10_000 if size == 1 else 100)
+    sign, packed = (-1 if packed < 0 else 1), abs(packed)
+    hms, micros = packed >> 24, packed % (1 << 24)
+    return sign * dt.timedelta(hours=(hms >> 12) % 1024, minutes=(hms >> 6) % 64, seconds=hms % 64,
+                               microseconds=micros)
+
+
 _row_event.RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
 _row_event.RowsEvent._RowsEvent__read_date = _read_date_or_null
+_row_event.RowsEvent._RowsEvent__read_time2 = _read_time2
 
 # --- row changes → versioned target rows ---
 
@@ -89,11 +111,14 @@ class TableRoute:
     def source(self) -> str:
         return self.schema.qualified
 
-    def row(self, values: dict) -> tuple:
+    def row(self, values: dict, none_sources: dict | None = None) -> tuple:
         missing = [n for n in self.names if n not in values]
         if missing:
             raise BinlogError(f"table {self.source}: the binlog rows lack columns {missing} "
                               "(binlog_row_image must be FULL and binlog_row_metadata FULL)")
+        if none_sources:  # the reader decodes an empty SET as None; MySQL shows ''
+            values = {k: "" if v is None and none_sources.get(k) == NONE_SOURCE.EMPTY_SET else v
+                      for k, v in values.items()}
         return tuple(m.from_binlog(values[m.name]) for m in self.mappings)
 
     def key_of(self, row: tuple) -> tuple:
@@ -226,12 +251,13 @@ class BinlogReader:
         for index, change in enumerate(event.rows):
             version = event_version(self.stream.log_file, start, index)
             if isinstance(event, UpdateRowsEvent):
-                before, after = route.row(change["before_values"]), route.row(change["after_values"])
+                before = route.row(change["before_values"], change.get("before_none_sources"))
+                after = route.row(change["after_values"], change.get("after_none_sources"))
                 if route.key_of(before) != route.key_of(after):  # a key change: the old key is gone
                     self._pending.append(self._item(route, before, version, True))
                 self._pending.append(self._item(route, after, version, False))
             else:
-                self._pending.append(self._item(route, route.row(change["values"]), version,
+                self._pending.append(self._item(route, route.row(change["values"], change.get("none_sources")), version,
                                                 isinstance(event, DeleteRowsEvent)))
 
     def _item(self, route: TableRoute, row: tuple, version: int, deleted: bool):

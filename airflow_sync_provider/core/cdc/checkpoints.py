@@ -110,3 +110,42 @@ class Checkpoints:
             f" GROUP BY source_table, minute ORDER BY minute, source_table", parameters={"p": pipeline, "m": minutes})
         return [{"table": t, "minute": m.isoformat() if hasattr(m, "isoformat") else str(m), "events": e,
                  "rows_written": w, "rows_failed": f} for t, m, e, w, f in result.result_rows]
+
+
+def check_position(target_endpoint, pipeline: str, position: BinlogPosition | None = None,
+                   max_lag_seconds: float | None = None, source_endpoint=None,
+                   database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
+    """('success' | 'wait' | 'failed', message, summary) — the binlog position sensor's decision.
+
+    Success when the pipeline's checkpoint has reached ``position``, or (``max_lag_seconds``)
+    when it is at the source's current position or its last applied change is at most that
+    old. Failed when the pipeline reports an error (its last run failed): re-run it first.
+    """
+    from airflow_sync_provider.core import clickhouse_target, mysql_reader
+    from airflow_sync_provider.core.cdc.positions import current_position
+
+    ch = clickhouse_target.client(target_endpoint)
+    try:
+        ledger = Checkpoints(ch, database)
+        ledger.ensure()
+        state = ledger.state(pipeline)
+    finally:
+        ch.close()
+    summary = {"pipeline": pipeline, "target_position": position.to_dict() if position else None}
+    if state is None or state.checkpoint is None:
+        return "wait", f"pipeline {pipeline!r} has no checkpoint yet", summary
+    summary |= {"checkpoint": state.checkpoint.to_dict(), "status": state.status, "events": state.events}
+    if state.status == PIPELINE_FAILED:
+        return "failed", (f"pipeline {pipeline!r} failed at checkpoint {state.checkpoint}: {state.error} — fix the "
+                          "cause and run it again (it replays from the checkpoint)"), summary
+    if position is not None:
+        if state.checkpoint.key() >= position.key():
+            return "success", f"pipeline {pipeline!r} reached {position} (checkpoint {state.checkpoint})", summary
+        return "wait", f"pipeline {pipeline!r} at {state.checkpoint}, waiting for {position}", summary
+    with mysql_reader.connect(source_endpoint) as conn:
+        now = current_position(conn)
+    lag = 0.0 if state.checkpoint.key() >= now.key() else max(0.0, time.time() - state.source_time)
+    summary |= {"source_position": now.to_dict(), "lag_seconds": round(lag, 3)}
+    if lag <= (max_lag_seconds or 0.0):
+        return "success", f"pipeline {pipeline!r} lags {lag:.1f} s (bound {max_lag_seconds} s)", summary
+    return "wait", f"pipeline {pipeline!r} lags {lag:.1f} s behind the source (bound {max_lag_seconds} s)", summary

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow_sync_provider.compat import AirflowFailException, BaseSensorOperator, PokeReturnValue
+from airflow_sync_provider.core.cdc.checkpoints import check_position
+from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.mysql_reader import connect
+from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
+from airflow_sync_provider.triggers.binlog_position import BinlogPositionTrigger
+
+
+def check(pipeline: str, position: dict | None, max_lag_seconds: float | None, clickhouse_conn_id: str,
+          mysql_conn_id: str, ledger_database: str):
+    hook = SyncEndpointsHook(mysql_conn_id, clickhouse_conn_id)
+    source = hook.source() if max_lag_seconds is not None else None
+    return check_position(hook.target(), pipeline, BinlogPosition.from_dict(position), max_lag_seconds, source,
+                          ledger_database)
+
+
+class BinlogPositionSensor(BaseSensorOperator):
+    """Waits until a CDC pipeline's applied checkpoint reaches a binlog position, or its lag is
+    under a bound. Fails fast when the pipeline reports an error.
+
+    :param pipeline: the pipeline (``CdcApplyOperator(pipeline=…)``).
+    :param position: ``{"file": …, "pos": …}`` to reach, e.g. from XCom
+        (``{{ ti.xcom_pull('bootstrap')['end'] }}``). Neither it nor ``max_lag_seconds``:
+        the source's current position, read at the first poke (MySQL ≥ 8.2 ``SHOW BINARY LOG
+        STATUS``, older ``SHOW MASTER STATUS``, MariaDB ``SHOW BINLOG STATUS``).
+    :param max_lag_seconds: succeed instead when the pipeline is this close to the source.
+    Works in ``poke`` and ``reschedule`` mode, or ``deferrable=True`` (trigger).
+    """
+
+    template_fields = ("pipeline", "position")
+    ui_color = "#c8e6c9"
+
+    def __init__(self, *, pipeline: str, position: dict | None = None, max_lag_seconds: float | None = None,
+                 mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
+                 ledger_database: str = DEFAULT_LEDGER_DATABASE, deferrable: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.position = position
+        self.max_lag_seconds = max_lag_seconds
+        self.mysql_conn_id = mysql_conn_id
+        self.clickhouse_conn_id = clickhouse_conn_id
+        self.ledger_database = ledger_database
+        self.deferrable = deferrable
+
+    def _target(self, context) -> dict | None:
+        """The position to reach: given, or the source's at the first poke (kept in XCom so a
+        rescheduled poke waits for the same one)."""
+        if self.position or self.max_lag_seconds is not None:
+            return self.position or None
+        ti = context.get("ti") if context else None
+        stored = ti.xcom_pull(task_ids=self.task_id, key="target_position") if ti else None
+        if stored:
+            return stored
+        with connect(SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id).source()) as conn:
+            self.position = current_position(conn).to_dict()
+        if ti:
+            ti.xcom_push(key="target_position", value=self.position)
+        return self.position
+
+    def _check(self, context):
+        return check(self.pipeline, self._target(context), self.max_lag_seconds, self.clickhouse_conn_id,
+                     self.mysql_conn_id, self.ledger_database)
+
+    def poke(self, context):
+        verdict, message, summary = self._check(context)
+        if verdict == "failed":
+            raise AirflowFailException(message)
+        self.log.info("%s", message)
+        return PokeReturnValue(is_done=verdict == "success", xcom_value=summary)
+
+    def execute(self, context):
+        if not self.deferrable:
+            return super().execute(context)
+        verdict, message, summary = self._check(context)  # no deferral when the answer is already known
+        if verdict == "wait":
+            self.defer(trigger=BinlogPositionTrigger(self.pipeline, self._target(context), self.max_lag_seconds,
+                                                     self.clickhouse_conn_id, self.mysql_conn_id,
+                                                     self.ledger_database, self.poke_interval),
+                       method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
+        return self.execute_complete(context, {"status": verdict, "message": message, "summary": summary})
+
+    def execute_complete(self, context, event: dict):
+        if event["status"] == "failed":
+            raise AirflowFailException(event["message"])
+        self.log.info("%s", event["message"])
+        return event["summary"]
