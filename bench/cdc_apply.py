@@ -48,6 +48,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.common import machine, services, timer, write_result
@@ -304,8 +305,15 @@ def verify_rows(mysql_url, ch_url) -> dict:
         ch.close()
 
 
+def batches(ch, pipeline: str) -> int:
+    """Batches a pipeline has written: one counters row per table and batch (a plain MergeTree)."""
+    return int(ch.command(f"SELECT count() FROM {ch_table(DEFAULT_LEDGER_DATABASE, 'cdc_counters')} "
+                          "WHERE pipeline = {p:String}", parameters={"p": pipeline}))
+
+
 def run_ours(mysql_url, ch_url, args, pipeline, load_key, stop, expect_summary) -> dict:
-    spec = cdc_spec(mysql_url, ch_url, pipeline, args, start_from_loads=[load_key], stop_position=stop)
+    spec = cdc_spec(mysql_url, ch_url, pipeline, args, start_from_loads=[load_key], stop_position=stop,
+                    batch_seconds=args.batch_seconds)
     with ProcessSampler(interval=1.0) as sampler, timer() as wall:
         result = spark_submit(spec, timeout=JOB_TIMEOUT)
     out = {"wall": wall["seconds"], "result": result, "sampler": sampler, "ok": result.get("status") == "success"}
@@ -314,6 +322,7 @@ def run_ours(mysql_url, ch_url, args, pipeline, load_key, stop, expect_summary) 
         return out
     out["inner"] = float(result["seconds"])
     ch = ch_client(ch_url)
+    out["batches"] = batches(ch, pipeline)
     out["summary"] = target_summary(ch, TARGET_DB)
     out["fingerprint"] = fingerprint(ch, TARGET_DB)
     ch.close()
@@ -497,6 +506,7 @@ def run_lag(mysql_url, ch_url, args, pipeline, next_id: int) -> dict:
                 box["result"] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
         box["wall"] = wall["seconds"]
 
+    batches_before = batches(ch, pipeline)
     launched = time.time()
     job = threading.Thread(target=submit, daemon=True)
     job.start()
@@ -545,13 +555,14 @@ def run_lag(mysql_url, ch_url, args, pipeline, next_id: int) -> dict:
     lags = [lag for _, lag, _ in samples]
     steady = [lag for at, lag, _ in samples if at >= 5.0]
     out |= {"ok": result.get("status") == "success", "result": result, "wall": box.get("wall"),
-            "writer": writer, "samples": len(samples), "p50": percentile(lags, 0.5), "p99": percentile(lags, 0.99),
+            "writer": writer, "samples": len(samples), "lower_bounds": sum(1 for *_, lower in samples if lower),
+            "p50": percentile(lags, 0.5), "p99": percentile(lags, 0.99),
             "max": max(lags) if lags else None, "steady_p50": percentile(steady, 0.5),
             "steady_p99": percentile(steady, 0.99), "steady_samples": len(steady),
             "first_visible": (first_visible - writer.first_commit) if first_visible and writer.first_commit else None,
             "written": writer.changes.total if writer.changes else 0, "achieved": writer.achieved,
             "writer_seconds": (writer.stopped - writer.started) if writer.started else 0,
-            "lag_series": samples}
+            "lag_series": samples, "batches": batches(ch, pipeline) - batches_before}
     if not out["ok"]:
         out["error"] = str(result.get("error"))[:4000]
     ch.close()
@@ -581,6 +592,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="≈100k changes and a 20 s lag phase")
     parser.add_argument("--lanes", type=int, default=CdcApplySpec.__dataclass_fields__["lanes"].default)
     parser.add_argument("--batch-events", type=int, default=CdcApplySpec.__dataclass_fields__["batch_events"].default)
+    parser.add_argument("--batch-seconds", type=float, default=CdcApplySpec.__dataclass_fields__["batch_seconds"].default,
+                        help="batch_seconds of the bounded run (the service run uses 0.5, as `airflow-sync cdc run`)")
     parser.add_argument("--lag-seconds", type=float, default=None, help="max_seconds of the service run (60; quick 20)")
     parser.add_argument("--write-rate", type=float, default=2000.0, help="row changes/s during the lag phase")
     parser.add_argument("--replicator-cap", type=float, default=None,
@@ -700,7 +713,8 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
         rc = ours["rows_check"]
         check = ("count, Σ amount, Σ id equal; " if ours["summary_ok"] else f"**summary differs**: {ours['summary']}; ") + \
             (f"row-for-row equal ({rc['rows']:,} rows)" if rc["ok"] else f"**row-for-row differs**: {rc['error'][:300]}")
-        lines.append(f"| **ours**: `spark_submit(CdcApplySpec(lanes={args.lanes}, batch_events={args.batch_events:,}))`, "
+        lines.append(f"| **ours**: `spark_submit(CdcApplySpec(lanes={args.lanes}, batch_events={args.batch_events:,}, "
+                     f"batch_seconds={args.batch_seconds:g}))`, "
                      f"bounded | {res['events']:,} read | {ours['wall']:.1f} | {fmt_rate(ours_rate)} | {ours['inner']:.1f} | "
                      f"{fmt_rate(ours_inner)} | 1.00× | {check} | {ours['sampler'].contention()} |")
     else:
@@ -730,7 +744,9 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
     if ours["ok"]:
         res = ours["result"]
         lines += ["", f"Ours in detail: {res['events']:,} row changes read (generated: {n:,}), "
-                      f"{res['rows_written']:,} rows written (the last change per key in each batch), {res['lanes']} lanes; "
+                      f"{res['rows_written']:,} rows written (the last change per key in each batch), {res['lanes']} lanes, "
+                      f"{ours['batches']:,} batches (≈{res['events'] / max(1, ours['batches']):,.0f} changes each; "
+                      f"batch_events={args.batch_events:,}, batch_seconds={args.batch_seconds:g}); "
                       f"≈{ours['wall'] - ours['inner']:.1f} s spark-submit/JVM start-up and shutdown (wall − in-job); "
                       f"checkpoint {res['checkpoint']['file']}:{res['checkpoint']['pos']}. Row-for-row check "
                       f"(tests/helpers.assert_same_rows: every source row vs the target FINAL) took "
@@ -769,7 +785,8 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
                   "|---|---|---|---|---|---|---|---|",
                   f"| `spark_submit(CdcApplySpec(service=True, max_seconds={args.lag_seconds:.0f}, batch_seconds=0.5, "
                   f"lanes={args.lanes}))`: {res.get('status')}, {applied:,} changes applied in "
-                  f"{res.get('seconds') or 0:.1f} s in-job ({fmt_rate(rate(applied, res.get('seconds')))}/s), "
+                  f"{res.get('seconds') or 0:.1f} s in-job ({fmt_rate(rate(applied, res.get('seconds')))}/s) in "
+                  f"{lag.get('batches', 0):,} batches, "
                   f"wall {lag['wall'] or 0:.1f} s | {lag['written']:,}, {lag['writer_seconds']:.1f} s, "
                   f"**{lag['achieved']:,.0f}/s** ({w.transactions:,} transactions) | {lag['samples']} | "
                   f"**{f2(lag['p50'])}** | **{f2(lag['p99'])}** | {f2(lag['max'])} | {f2(lag['steady_p50'])} / "

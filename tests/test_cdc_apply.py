@@ -228,3 +228,211 @@ def test_live_writes_caught_up_by_bounded_runs_match_the_source_row_for_row(mysq
     assert assert_same_rows(mysql_conn, ch, DB, "lines", TARGET) > 10
     _same_as_a_fresh_full_load(endpoints, spark, ch, "mixed", "fresh")
     _same_as_a_fresh_full_load(endpoints, spark, ch, "lines", "fresh")
+
+
+KILLS = [("cdc.batch-read", 1), ("cdc.lane-write", 1), ("cdc.written", 1), ("cdc.checkpointed", 1),
+         ("cdc.batch-read", 3), ("cdc.lane-write", 4), ("cdc.written", 2), ("cdc.checkpointed", 3),
+         ("cdc.written", 4), ("cdc.batch-read", 5)]
+
+
+def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact(mysql_url, mysql_conn, ch,
+                                                                                endpoints, monkeypatch):
+    """SIGKILL of the apply job (spark-submit) mid-read, mid-write (a lane's Python worker),
+    between the write and the checkpoint, and right after it. After each kill every
+    transaction the checkpoint covers is in the target; the next run resumes; in the end the
+    copy is exact."""
+    from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
+    import time
+
+    from airflow_sync_provider.core.submission import spark_submit
+
+    _create(mysql_conn, f"CREATE TABLE {DB}.kills (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(10) NULL)")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.kills SELECT seq, seq, 'init' FROM {DB}.seq_1_to_500")
+    key = full_load_submitted(endpoints, "kills")
+    committed = []  # (binlog position after the commit, ids inserted by the transaction)
+    deleted = set()  # ids a later transaction deletes again (the final comparison covers them)
+    next_id = [1000]
+
+    def write(transactions):
+        with mysql_conn.cursor() as cur:
+            for i in range(transactions):
+                ids = list(range(next_id[0], next_id[0] + 60))
+                next_id[0] += 60
+                cur.execute("BEGIN")
+                cur.executemany(f"INSERT INTO {DB}.kills VALUES (%s, %s, NULL)", [(n, n) for n in ids])
+                cur.execute(f"UPDATE {DB}.kills SET v = v + 1, note = 'upd' WHERE id %% 7 = %s AND id < %s",
+                            (i % 7, ids[0]))
+                cur.execute(f"DELETE FROM {DB}.kills WHERE id = %s", (ids[0] - 61,))
+                cur.execute("COMMIT")
+                deleted.add(ids[0] - 61)
+                committed.append((current_position(mysql_conn), ids))
+
+    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kills", start_from_loads=[key],
+                        lanes=2, batch_events=150, stale_after_seconds=0)
+    for point, count in KILLS:
+        write(12)
+        monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", f"{point}:{count}")
+        began = time.monotonic()
+        result = spark_submit(spec, timeout=300)
+        print(f"kill at {point}:{count}: {time.monotonic() - began:.1f} s", flush=True)
+        assert result["status"] == "failed", (point, count, result)
+        state = Checkpoints(ch).state("kills")
+        assert state is not None and state.checkpoint is not None
+        present = {r[0] for r in ch.query(f"SELECT id FROM {TARGET}.kills FINAL").result_rows}
+        covered = [ids for position, ids in committed if position.key() <= state.checkpoint.key()]
+        lost = [i for ids in covered for i in ids if i not in present and i not in deleted]
+        assert not lost, f"after a kill at {point}:{count} the checkpoint {state.checkpoint} is ahead of the data: {lost[:5]}"
+        spec.start_from_loads = []  # later runs resume from the checkpoint
+    monkeypatch.delenv("AIRFLOW_SYNC_CRASH_AT")
+    final = spark_submit(spec, timeout=300)
+    assert final["status"] == "success", final
+    assert BinlogPosition.from_dict(final["checkpoint"]).key() >= committed[-1][0].key()
+    inserted = {i for _, ids in committed for i in ids}
+    assert assert_same_rows(mysql_conn, ch, DB, "kills", TARGET) == 500 + len(inserted - deleted)
+
+
+def full_load_submitted(endpoints, table):
+    from airflow_sync_provider.core.submission import spark_submit
+
+    key = f"cdc.{table}"
+    result = spark_submit(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB,
+                                       source_table=table, target_database=TARGET, target_table=table, load_key=key,
+                                       channels=1), timeout=300)
+    assert result["status"] == "success", result
+    return key
+
+
+def _seed(mysql_conn, table, rows=200):
+    _create(mysql_conn, f"CREATE TABLE {DB}.{table} (id INT PRIMARY KEY, v INT NULL, s VARCHAR(20) NULL)")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.{table} SELECT seq, seq, CONCAT('s', seq) FROM {DB}.seq_1_to_{rows}")
+
+
+def test_column_changes_reach_the_target_and_a_key_change_stops_clearly(mysql_conn, ch, endpoints, spark):
+    from airflow_sync_provider.core.cdc.positions import BinlogError
+
+    _seed(mysql_conn, "ddl")
+    key = full_load(endpoints, spark, "ddl")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"UPDATE {DB}.ddl SET v = -v WHERE id <= 5")
+        cur.execute(f"ALTER TABLE {DB}.ddl ADD COLUMN price DECIMAL(30, 10) NULL, ADD COLUMN at DATETIME(3) NULL")
+        cur.execute(f"INSERT INTO {DB}.ddl VALUES (1001, 1, 'new', 12345678901234567890.0123456789, "
+                    "'2024-02-29 23:59:59.999')")
+        cur.execute(f"UPDATE {DB}.ddl SET price = id / 3 WHERE id <= 20")
+        cur.execute(f"ALTER TABLE {DB}.ddl MODIFY v BIGINT NULL")  # widening
+        cur.execute(f"UPDATE {DB}.ddl SET v = 9223372036854775807 WHERE id = 7")
+        cur.execute(f"ALTER TABLE {DB}.ddl DROP COLUMN s")
+        cur.execute(f"INSERT INTO {DB}.ddl (id, v, price) VALUES (1002, 2, 0.5)")
+    result = apply(endpoints, spark, "ddl", start_from_loads=[key], reset=True)
+    assert result["events"] >= 5 + 1 + 20 + 1 + 1
+    assert assert_same_rows(mysql_conn, ch, DB, "ddl", TARGET) == 202
+    assert "s" not in {r[0] for r in ch.query(f"SELECT name FROM system.columns WHERE database = '{TARGET}' "
+                                               "AND table = 'ddl'").result_rows}
+    with mysql_conn.cursor() as cur:  # a new primary key cannot be followed: stop before its rows
+        cur.execute(f"ALTER TABLE {DB}.ddl DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)")
+        cur.execute(f"INSERT INTO {DB}.ddl (id, v, price) VALUES (1002, 3, 0.5)")
+    before = Checkpoints(ch).state("ddl").checkpoint
+    with pytest.raises(BinlogError, match=r"table cdc\.ddl, DDL at mysql-bin\.\d+:\d+: 'ALTER TABLE cdc\.ddl DROP PRIMARY"
+                                          r".*changes the primary key \['id'\] → \['id', 'v'\].*Re-bootstrap"):
+        apply(endpoints, spark, "ddl")
+    state = Checkpoints(ch).state("ddl")
+    assert state.status == "failed" and state.checkpoint.key() >= before.key()
+    assert ch.command(f"SELECT count() FROM {TARGET}.ddl FINAL WHERE id = 1002") == 1  # nothing of the new shape
+
+
+def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exact(tmp_path, ch, clickhouse_url,
+                                                                                   spark):
+    """A private MariaDB: FLUSH BINARY LOGS and a restart between and during runs."""
+    import threading
+
+    import pymysql
+
+    from airflow_sync_provider.core.cdc.positions import BinlogPosition
+    from devenv.mariadb import MariaDB
+
+    server = MariaDB(tmp_path / "restart").start()
+    try:
+        endpoints = (MySQLEndpoint.from_url(server.url), ClickHouseEndpoint.from_url(clickhouse_url))
+
+        def connect():
+            conn = pymysql.connect(**endpoints[0].connect_args(), autocommit=True)
+            conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+            return conn
+
+        conn = connect()
+        with conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {DB}.rot")
+            cur.execute(f"CREATE TABLE {DB}.rot (id INT PRIMARY KEY, v INT NOT NULL)")
+            cur.execute(f"INSERT INTO {DB}.rot SELECT seq, 0 FROM {DB}.seq_1_to_300")
+        key = full_load(endpoints, spark, "rot", "cdc.rot")
+        first = apply(endpoints, spark, "rot", start_from_loads=[key], reset=True)
+
+        def changes(round_):
+            with conn.cursor() as cur:
+                cur.execute(f"UPDATE {DB}.rot SET v = {round_} WHERE id % 3 = {round_ % 3}")
+                cur.execute(f"INSERT INTO {DB}.rot VALUES ({1000 + round_}, {round_})")
+                cur.execute(f"DELETE FROM {DB}.rot WHERE id = {round_ + 1}")
+
+        changes(1)
+        conn.cursor().execute("FLUSH BINARY LOGS")
+        changes(2)
+        top = ch.command(f"SELECT max(_version) FROM {TARGET}.rot")
+        conn.close()
+        server.stop()
+        server.start()  # a restart opens a new binlog file
+        conn = connect()
+        changes(3)
+        second = apply(endpoints, spark, "rot")
+        assert second["start"] == first["checkpoint"]
+        files = [BinlogPosition.from_dict(r[k]).seq for r, k in ((first, "checkpoint"), (second, "checkpoint"))]
+        assert files[1] >= files[0] + 2  # the run crossed the rotation and the restart
+        # a restart while a service run reads: the run may fail; its checkpoint stays good
+        stopper = threading.Timer(3, lambda: (server.stop(), server.start()))
+        stopper.start()
+        changes(4)
+        try:
+            apply(endpoints, spark, "rot", service=True, max_seconds=8, batch_seconds=0.5)
+        except Exception as exc:  # the connection was lost mid-run
+            print(f"service run ended by the restart: {type(exc).__name__}: {exc}")
+        stopper.join()
+        conn = connect()
+        changes(5)
+        apply(endpoints, spark, "rot", stale_after_seconds=0)
+        assert ch.command(f"SELECT min(_version) FROM {TARGET}.rot FINAL WHERE v = 5") > top  # newer file, higher
+        with pymysql.connect(**endpoints[0].connect_args(), autocommit=True) as check:
+            assert assert_same_rows(check, ch, DB, "rot", TARGET) == 300 + 5 - 5
+    finally:
+        server.stop()
+
+
+def test_reconciliation_and_repair_keep_working_on_a_table_cdc_writes(mysql_conn, ch, endpoints, spark):
+    """A table split on a collated key (its rows carry their collation weight): CDC inserts,
+    updates, deletes and key changes; reconciliation with checksums says ok (deleted rows are
+    not counted), finds a damaged shard, and the repair leaves an exact copy."""
+    from airflow_sync_provider.core.jobspec import ReconcileSpec
+    from airflow_sync_provider.spark.reconcile import run_reconcile
+
+    _create(mysql_conn, f"CREATE TABLE {DB}.people (email VARCHAR(40) COLLATE utf8mb4_unicode_ci PRIMARY KEY, "
+                        "n INT NOT NULL)")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.people SELECT CONCAT(IF(seq % 2, 'Ä', 'a'), seq, '@x'), seq "
+                    f"FROM {DB}.seq_1_to_3000")
+    key = full_load(endpoints, spark, "people")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.people VALUES ('zz@x', 1), ('ÄÄ@x', 2), ('b @x', 3)")
+        cur.execute(f"UPDATE {DB}.people SET n = -n WHERE n % 10 = 0")
+        cur.execute(f"DELETE FROM {DB}.people WHERE n % 7 = 0")
+        cur.execute(f"UPDATE {DB}.people SET email = CONCAT('moved-', email) WHERE n % 11 = 0")
+    apply(endpoints, spark, "people", start_from_loads=[key], reset=True)
+    assert assert_same_rows(mysql_conn, ch, DB, "people", TARGET) == 3003 - 3000 // 7
+    assert ch.command(f"SELECT countIf(_deleted = 1) FROM {TARGET}.people") > 0
+    check = ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key=key, checksum=True)
+    result = run_reconcile(check, spark)
+    assert result["verdict"] == "ok", [s for s in result["shards"] if s["problems"]]
+    ch.command(f"INSERT INTO {TARGET}.people (email, n, _version) SELECT email, n + 1, _version + 1 "
+               f"FROM {TARGET}.people FINAL WHERE n = 5")  # damage one row
+    check.reimport = True
+    repaired = run_reconcile(check, spark)
+    assert repaired["before"]["verdict"] == "mismatch" and repaired["verdict"] == "ok"
+    assert assert_same_rows(mysql_conn, ch, DB, "people", TARGET) == 3003 - 3000 // 7

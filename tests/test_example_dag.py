@@ -156,3 +156,33 @@ def test_daily_period_dag_backfills_one_day_idempotently(airflow_home, demo_db, 
     assert partitions == [("20250103",), ("20250104",)]
     raw, distinct = ch.query("SELECT count(), uniqExact(id) FROM demo.orders_daily").result_rows[0]
     assert raw == distinct  # the re-run replaced the day; nothing doubled
+
+
+def test_cdc_example_dag_keeps_the_copy_current_across_runs(airflow_home, demo_db, mysql_conn, ch):
+    """Run 1 loads customers and catches up; changes on the source; run 2 skips the load and
+    applies them (sensor deferred on the checkpoint, reconciliation ok both times)."""
+    home, env = airflow_home
+
+    def run():
+        result = run_dag(env, "sync_demo_cdc")
+        assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+        with sqlite3.connect(Path(home) / "airflow.db") as db:
+            return {task: json.loads(value) for task, value in db.execute(
+                "SELECT task_id, value FROM xcom WHERE dag_id = 'sync_demo_cdc' AND key = 'return_value' "
+                "AND run_id = (SELECT run_id FROM dag_run WHERE dag_id = 'sync_demo_cdc' "
+                "ORDER BY id DESC LIMIT 1)")}
+
+    first = run()
+    assert first["start_customers"]["rows"] == demo_db["customers"] and first["reconcile"]["verdict"] == "ok"
+    with mysql_conn.cursor() as cur:
+        number = "CAST(SUBSTRING_INDEX(id, '-', -1) AS UNSIGNED)"
+        cur.execute(f"UPDATE demo.customers SET name = CONCAT(name, ' (moved)') WHERE {number} % 10 = 0")
+        cur.execute(f"DELETE FROM demo.customers WHERE {number} % 13 = 0")
+        cur.execute("INSERT INTO demo.customers SELECT CONCAT('Cdc-', seq), 'New', NULL, NOW(6) FROM demo.seq_1_to_50")
+        cur.execute("SELECT COUNT(*) FROM demo.customers")
+        count = cur.fetchone()[0]
+    second = run()
+    assert second["start_customers"].get("skipped") and second["catch_up"]["events"] >= 50
+    assert second["caught_up"]["checkpoint"] == second["catch_up"]["checkpoint"]
+    assert second["reconcile"]["verdict"] == "ok" and second["report"]["verdict"] == "ok"
+    assert assert_same_rows(mysql_conn, ch, "demo", "customers") == count

@@ -117,9 +117,17 @@ def table_exists(ch, database: str, table: str) -> bool:
     return bool(ch.command("EXISTS TABLE " + ch_table(database, table)))
 
 
-def column_names(ch, database: str, table: str) -> list[str]:
-    return [r[0] for r in ch.query("SELECT name FROM system.columns WHERE database = {d:String} AND table = {t:String}"
-                                   " ORDER BY position", parameters={"d": database, "t": table}).result_rows]
+def column_types(ch, database: str, table: str) -> dict[str, str]:
+    """The table's columns and their ClickHouse types, in order."""
+    return dict(ch.query("SELECT name, type FROM system.columns WHERE database = {d:String} AND table = {t:String}"
+                         " ORDER BY position", parameters={"d": database, "t": table}).result_rows)
+
+
+def sorting_key(ch, database: str, table: str) -> list[str]:
+    """The ORDER BY columns (the copy's key: the MySQL primary key when it was loaded)."""
+    key = ch.command("SELECT sorting_key FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                     parameters={"d": database, "t": table})
+    return [k.strip().strip("()`") for k in str(key or "").split(",") if k.strip().strip("()")]
 
 
 def copy_parts(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,

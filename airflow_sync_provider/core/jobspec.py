@@ -155,7 +155,9 @@ def table_config(table) -> dict:
     out = {"source_database": table["source_database"], "source_table": table["source_table"],
            "target_database": table.get("target_database") or table["source_database"],
            "target_table": table.get("target_table") or table["source_table"],
-           "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or [])}
+           "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or []),
+           # a full load split on a collated string keeps each row's collation weight: so must CDC
+           "split_column": table.get("split_column")}
     return out
 
 

@@ -82,6 +82,19 @@ def read_weights(conn, column: MySQLColumn, cuts: list) -> Weights:
     return Weights(weights, bytes(space) if pads else None)
 
 
+def weights_of(conn, column: MySQLColumn, values: list, chunk: int = 500) -> list[bytes]:
+    """MySQL's ``WEIGHT_STRING`` of each value under ``column``'s collation (b'' for NULL): what
+    a full load stores in ``_split_weight``, for rows written by CDC (pymysql connection)."""
+    out: list[bytes] = []
+    expr = f"COALESCE(WEIGHT_STRING({_collated(column, '%s')}), '')"
+    with conn.cursor() as cur:
+        for start in range(0, len(values), chunk):
+            part = values[start:start + chunk]
+            cur.execute("SELECT " + ", ".join([expr] * len(part)), part)
+            out += [bytes(w) for w in cur.fetchone()]
+    return out
+
+
 def cut_points(plan: Plan) -> list:
     """The cuts the planner made, read back from the range shards (their leading parameters)."""
     ranges = [s for s in plan.shards if "IS NULL" not in s.where]

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from airflow_sync_provider.core.jobspec import FullLoadSpec
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.clickhouse_target import client
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, LOAD_PUBLISHED, Ledger
 from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR
 from airflow_sync_provider.core.reports import shard_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
@@ -39,6 +40,8 @@ class FullLoadOperator(SparkJobOperator):
     :param partition_by: ClickHouse PARTITION BY expression of the target, e.g. ``toYYYYMMDD(created_at)``.
     :param replace_partitions: partition ids the period owns, e.g. ``["{{ ds_nodash }}"]``.
     :param ledger_database: ClickHouse database of the ledger (default ``airflow_sync``).
+    :param skip_if_published: when ``load_key`` is already published, do nothing and return its
+        summary (e.g. the full load a CDC pipeline starts from, in a scheduled DAG).
     """
 
     job = "full_load"
@@ -56,7 +59,7 @@ class FullLoadOperator(SparkJobOperator):
                  channel_byte_speed: int | None = None, channel_record_speed: int | None = None,
                  where: str | None = None, where_params: list | None = None, partition_by: str | None = None,
                  replace_partitions: list | None = None, ledger_database: str = DEFAULT_LEDGER_DATABASE,
-                 **kwargs):
+                 skip_if_published: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.table = table
         self.mysql_conn_id = mysql_conn_id
@@ -83,6 +86,7 @@ class FullLoadOperator(SparkJobOperator):
         self.partition_by = partition_by
         self.replace_partitions = replace_partitions
         self.ledger_database = ledger_database
+        self.skip_if_published = skip_if_published
 
     def build_spec(self, context) -> FullLoadSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
@@ -105,6 +109,23 @@ class FullLoadOperator(SparkJobOperator):
             ledger_database=self.ledger_database,
         )
 
+    def execute(self, context):
+        if self.skip_if_published:
+            spec = self.build_spec(context)
+            ch = client(spec.target)
+            try:
+                state = Ledger(ch, spec.ledger_database).state(spec.load_key)
+            finally:
+                ch.close()
+            if state is not None and state.status == LOAD_PUBLISHED:
+                self.log.info("Load %r is published (generation %d); skipping", spec.load_key, state.generation)
+                return {"load_key": spec.load_key, "generation": state.generation, "table": state.source_table,
+                        "target": state.target_table, "rows": sum(s.records_written for s in state.shards.values()),
+                        "shards": len(state.plan["shards"]), "shards_read": 0, "channels": state.plan.get("channels"),
+                        "split_column": state.plan.get("split_column"), "strategy": state.plan.get("strategy"),
+                        "start_position": state.start_position, "seconds": 0.0, "skipped": True}
+        return super().execute(context)
+
     def summarize(self, result: dict) -> dict:
         for warning in result.get("warnings", []):
             self.log.warning("%s", warning)
@@ -113,4 +134,4 @@ class FullLoadOperator(SparkJobOperator):
         self.log.info("Loaded %s → %s: %d rows, %d shards (%d read now), %.1f s", result["table"], result["target"],
                       result["rows"], result["shards"], result["shards_read"], result["seconds"])
         return {k: result[k] for k in ("load_key", "generation", "table", "target", "rows", "shards", "shards_read",
-                                       "channels", "split_column", "strategy", "seconds")}
+                                       "channels", "split_column", "strategy", "start_position", "seconds")}

@@ -26,8 +26,10 @@ from airflow_sync_provider.core.cdc.checkpoints import (
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.schema_changes import apply_ddl
+from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema, table_config
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
+from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN, weights_of
 
 
 class ApplyFailed(RuntimeError):
@@ -60,7 +62,8 @@ def _start(spec: CdcApplySpec, state: PipelineState | None, loads: Ledger) -> tu
         tables.append(table_config({"source_database": source_db, "source_table": source_table,
                                     "target_database": target_db, "target_table": target_table,
                                     "columns": load.spec.get("columns"),
-                                    "exclude_columns": load.spec.get("exclude_columns")}))
+                                    "exclude_columns": load.spec.get("exclude_columns"),
+                                    "split_column": load.plan.get("split_column")}))
     if spec.start_position:
         starts.append(BinlogPosition.from_dict(spec.start_position))
     if not starts or not tables:
@@ -79,9 +82,12 @@ def _routes(conn, ch, tables: list[dict]) -> dict[str, TableRoute]:
             raise ApplyFailed(f"table {table['source_database']}.{table['source_table']}: its target {database}.{name} "
                               "does not exist; a full load creates it (start the pipeline from one)")
         target.check_layout(ch, database, name)
-        present = set(target.column_names(ch, database, name))
+        present = set(target.column_types(ch, database, name))
         schema = copied_schema(conn, table)
         route = TableRoute(schema.select([c.name for c in schema.columns if c.name in present]), database, name, table)
+        route.key = target.sorting_key(ch, database, name)  # the copy's key (a later key change is refused)
+        if SPLIT_WEIGHT_COLUMN in present and table.get("split_column"):
+            route.weight = schema.column(table["split_column"])
         routes[route.source] = route
     return routes
 
@@ -95,32 +101,49 @@ def _latest(route: TableRoute, rows, versions, deleted):
     return [rows[i] for i in keep], [versions[i] for i in keep], [deleted[i] for i in keep]
 
 
-def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int) -> list[list[tuple]]:
+def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endpoint) -> list[list[tuple]]:
     """Per lane: [(target database, target table, source table, Arrow IPC bytes)]."""
     payloads = [[] for _ in range(lanes)]
+    conn = None
     for source, per_lane in batch.lanes.items():
         route = routes[source]
         for lane, changes in per_lane.items():
-            table = route.arrow(*_latest(route, *changes), f"table {source}, binlog {batch.start}…{batch.end}")
+            rows, versions, deleted = _latest(route, *changes)
+            table = route.arrow(rows, versions, deleted, f"table {source}, binlog {batch.start}…{batch.end}")
+            if route.weight is not None:  # rows of a table split on a collated key carry their weight
+                conn = conn or mysql_reader.connect(source_endpoint)
+                values = table.column(route.weight.name).to_pylist()
+                table = table.append_column(SPLIT_WEIGHT_COLUMN, pa.array(weights_of(conn, route.weight, values),
+                                                                          pa.binary()))
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, table.schema) as writer:
                 writer.write_table(table)
             payloads[lane].append((route.target_database, route.target_table, source, sink.getvalue().to_pybytes()))
+    if conn is not None:
+        conn.close()
     return [p for p in payloads if p]
+
+
+_CLIENTS: dict = {}  # per Python worker (Spark reuses workers): a client costs ~0.1 s to open
 
 
 def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
     """Runs on an executor: one lane's tables, in order. Returns (source table, rows) per write."""
-    ch = target.client(endpoint)
+    ch = _CLIENTS.get(endpoint)
+    if ch is None:
+        ch = _CLIENTS[endpoint] = target.client(endpoint)
+    out = []
     try:
-        out = []
         for database, table, source, data in items:
             rows = pa.ipc.open_stream(data).read_all()
-            ch.insert_arrow(table, rows, database=database)
+            ch.insert_arrow(table, rows, database=database,
+                            settings=target.WEIGHT_SETTINGS if SPLIT_WEIGHT_COLUMN in rows.column_names else None)
             out.append((source, rows.num_rows))
-        return out
-    finally:
-        ch.close()
+            crash_point("cdc.lane-write")
+    except Exception:
+        _CLIENTS.pop(endpoint, None).close()  # a broken connection is not reused
+        raise
+    return out
 
 
 class _Prefetch(threading.Thread):
@@ -134,7 +157,10 @@ class _Prefetch(threading.Thread):
 
     def run(self):
         try:
-            for batch in batches(self.reader, self.stop, self.spec.batch_events, self.spec.batch_seconds):
+            # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
+            # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
+            seconds = self.spec.batch_seconds if self.spec.service else max(self.spec.batch_seconds, 30.0)
+            for batch in batches(self.reader, self.stop, self.spec.batch_events, seconds):
                 if self.deadline is not None and time.time() >= self.deadline:
                     batch.done = True
                 self.out.put(batch)
@@ -154,7 +180,8 @@ def _apply_batches(spec: CdcApplySpec, spark, prefetch: _Prefetch, routes, check
         batch = prefetch.out.get()
         if isinstance(batch, BaseException):
             raise batch
-        payloads = _lane_payloads(batch, routes, spec.lanes)
+        crash_point("cdc.batch-read")
+        payloads = _lane_payloads(batch, routes, spec.lanes, spec.source)
         per_table = {source: [count, 0, 0] for source, count in batch.per_table.items()}
         if payloads:
             try:
@@ -167,11 +194,13 @@ def _apply_batches(spec: CdcApplySpec, spark, prefetch: _Prefetch, routes, check
                 for source, rows in lane:
                     per_table[source][1] += rows
                     totals["rows_written"] += rows
+        crash_point("cdc.written")
         totals["events"] += batch.events
         # every write of the batch is acknowledged: now the checkpoint may pass it
         state.checkpoint, state.events = batch.end, state.events + batch.events
         state.source_time = batch.last_event_at or state.source_time
         checkpoints.write(state)
+        crash_point("cdc.checkpointed")
         checkpoints.count(spec.pipeline, per_table)
         if batch.ddl or batch.done:
             return batch

@@ -37,7 +37,7 @@ from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.mysql_schema import TableSchema
-from airflow_sync_provider.core.typemap import check_array
+from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 
 # --- corrections to python-mysql-replication's decoding (see the module docstring) ---
 
@@ -98,6 +98,7 @@ class TableRoute:
     target_database: str
     target_table: str
     config: dict = field(default_factory=dict)  # the pipeline's table entry (names, columns)
+    weight: MySQLColumn | None = None  # the collated split column whose weight rows carry
 
     def __post_init__(self):
         self.mappings = self.schema.mappings()

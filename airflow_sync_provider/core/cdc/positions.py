@@ -68,7 +68,15 @@ class BinlogPosition:
         return {"file": self.file, "pos": self.pos, "gtid": self.gtid}
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "BinlogPosition | None":
+    def from_dict(cls, data: dict | str | None) -> "BinlogPosition | None":
+        """From ``{"file", "pos"[, "gtid"]}`` or the text ``file:pos`` (e.g. a rendered template)."""
+        if isinstance(data, str):
+            if data.strip().startswith("{"):  # a dict rendered by a template
+                import ast
+
+                return cls.from_dict(ast.literal_eval(data.strip()))
+            file, _, pos = data.strip().rpartition(":")
+            return cls(file, int(pos)) if file else None
         return cls(data["file"], int(data["pos"]), data.get("gtid") or "") if data else None
 
 

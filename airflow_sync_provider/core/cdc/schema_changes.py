@@ -46,28 +46,35 @@ def widens(old: str, new: str) -> bool:
 
 
 def apply_ddl(conn, ch, route: TableRoute, statement: str, position: BinlogPosition) -> TableRoute:
-    """Align the target of ``route`` with the source table's columns after ``statement``."""
+    """Align the target of ``route`` with the source table's columns after ``statement``.
+
+    The target is compared with the source table's *current* definition: a catch-up far behind
+    gets all later column changes at the first DDL it meets (columns appear early and are NULL
+    until rows carry them), and one that cannot be followed is refused there already."""
     where = f"table {route.source}, DDL at {position}: {statement[:300]!r}"
     schema = copied_schema(conn, route.config or {"source_database": route.schema.database,
                                                   "source_table": route.schema.table})
-    if tuple(schema.primary_key) != tuple(route.schema.primary_key):
-        raise BinlogError(f"{where} changes the primary key {list(route.schema.primary_key)} → "
+    if list(schema.primary_key) != route.key:
+        raise BinlogError(f"{where} changes the primary key {route.key} → "
                           f"{list(schema.primary_key)}; the copy is keyed by it. Re-bootstrap the table (a fresh full "
                           "load) and start its pipeline again")
     target.check_columns(schema)
-    old = {m.name: m for m in route.schema.mappings()}
-    new = {m.name: m for m in schema.mappings()}
+    present = {k: v for k, v in target.column_types(ch, route.target_database, route.target_table).items()
+               if k not in target.INTERNAL_COLUMNS}
     table = ch_table(route.target_database, route.target_table)
     changes = []
-    for name, mapping in new.items():
-        if name not in old:
-            changes.append(f"ADD COLUMN IF NOT EXISTS {ch_ident(name)} {mapping.ch_type}")
-        elif mapping.ch_type != old[name].ch_type:
-            if not widens(old[name].ch_type, mapping.ch_type):
-                raise BinlogError(f"{where} changes column {name!r} from {old[name].ch_type} to {mapping.ch_type}, "
-                                  "which the copy cannot hold without rewriting it; re-bootstrap the table")
-            changes.append(f"MODIFY COLUMN {ch_ident(name)} {mapping.ch_type}")
-    changes += [f"DROP COLUMN IF EXISTS {ch_ident(name)}" for name in old if name not in new]
+    for mapping in schema.mappings():
+        old = present.get(mapping.name)
+        if old is None:
+            changes.append(f"ADD COLUMN IF NOT EXISTS {ch_ident(mapping.name)} {mapping.ch_type}")
+        elif old != mapping.ch_type:
+            if not widens(old, mapping.ch_type):
+                raise BinlogError(f"{where}: the source's column {mapping.name!r} is now {mapping.source.column_type} "
+                                  f"({mapping.ch_type}) and the copy's {old}, which cannot hold every new value "
+                                  "without rewriting the copy; re-bootstrap the table")
+            changes.append(f"MODIFY COLUMN {ch_ident(mapping.name)} {mapping.ch_type}")
+    names = {m.name for m in schema.mappings()}
+    changes += [f"DROP COLUMN IF EXISTS {ch_ident(name)}" for name in present if name not in names]
     for change in changes:
         ch.command(f"ALTER TABLE {table} {change}")
-    return TableRoute(schema, route.target_database, route.target_table, route.config)
+    return TableRoute(schema, route.target_database, route.target_table, route.config, route.weight)
