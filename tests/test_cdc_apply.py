@@ -436,3 +436,47 @@ def test_reconciliation_and_repair_keep_working_on_a_table_cdc_writes(mysql_conn
     repaired = run_reconcile(check, spark)
     assert repaired["before"]["verdict"] == "mismatch" and repaired["verdict"] == "ok"
     assert assert_same_rows(mysql_conn, ch, DB, "people", TARGET) == 3003 - 3000 // 7
+
+
+def test_preflight_refuses_with_what_to_do(mysql_url, mysql_conn, ch, endpoints, spark):
+    """Missing row metadata, no binlog privileges, a table without a key, a purged checkpoint."""
+    import pymysql
+
+    from airflow_sync_provider.core.cdc.positions import BinlogError, current_position
+
+    _seed(mysql_conn, "pre")
+    key = full_load(endpoints, spark, "pre")
+    with mysql_conn.cursor() as cur:
+        cur.execute("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+    try:
+        with pytest.raises(BinlogError, match=r"binlog_row_metadata=MINIMAL.*binlog_row_metadata=FULL"):
+            apply(endpoints, spark, "pre", start_from_loads=[key], reset=True)
+    finally:
+        with mysql_conn.cursor() as cur:
+            cur.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'no_repl'@'127.0.0.1' IDENTIFIED BY 'pw'")
+        cur.execute(f"GRANT SELECT ON {DB}.* TO 'no_repl'@'127.0.0.1'")
+    weak = MySQLEndpoint(endpoints[0].host, endpoints[0].port, "no_repl", "pw")
+    with pytest.raises(BinlogError, match=r"user 'no_repl' may not read the binlog.*REPLICATION SLAVE"):
+        run_cdc_apply(CdcApplySpec(source=weak, target=endpoints[1], pipeline="pre.weak", start_from_loads=[key]),
+                      spark)
+    _create(mysql_conn, f"CREATE TABLE {DB}.nokey (a INT, b INT)")
+    full_load(endpoints, spark, "nokey")
+    with pytest.raises(BinlogError, match=r"table cdc\.nokey has no primary key"):
+        apply(endpoints, spark, "pre.nokey", tables=[{"source_database": DB, "source_table": "nokey",
+                                                      "target_database": TARGET}],
+              start_position=current_position(mysql_conn).to_dict())
+    apply(endpoints, spark, "pre", start_from_loads=[key], reset=True)  # a good start
+    with mysql_conn.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute(f"UPDATE {DB}.pre SET v = 0 WHERE id = 1")
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute(f"PURGE BINARY LOGS TO '{current_position(mysql_conn).file}'")
+    with pytest.raises(BinlogError, match=r"binlog file mysql-bin\.\d+ holding the checkpoint .* was purged.*"
+                                          r"Re-bootstrap.*reset=True"):
+        apply(endpoints, spark, "pre")
+    assert Checkpoints(ch).state("pre").status == "failed"
+    key2 = full_load(endpoints, spark, "pre", "cdc.pre.again")  # the re-bootstrap
+    apply(endpoints, spark, "pre", start_from_loads=[key2], reset=True)
+    assert assert_same_rows(pymysql.connect(**endpoints[0].connect_args()), ch, DB, "pre", TARGET) == 200

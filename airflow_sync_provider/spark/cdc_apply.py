@@ -218,43 +218,22 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
         raise ApplyFailed(f"pipeline {spec.pipeline!r} is running elsewhere (last report "
                           f"{time.time() - state.heartbeat:.0f} s ago); two appliers must not run one pipeline")
     start, tables = _start(spec, state, loads)
-    with mysql_reader.connect(spec.source) as conn:
-        routes = _routes(conn, ch, tables)
-        preflight(conn, start, spec.source.user)
-        stop = BinlogPosition.from_dict(spec.stop_position) or (None if spec.service else current_position(conn))
-    state = PipelineState(spec.pipeline, PIPELINE_RUNNING, start, tables, "", stop,
-                          state.source_time if state else 0.0, state.events if state and not spec.reset else 0)
-    checkpoints.write(state)
-    print(f"[airflow-sync] pipeline {spec.pipeline!r}: {len(routes)} table(s) from {start} to "
-          f"{stop or 'until stopped'}, {spec.lanes} lane(s)", flush=True)
-
-    ring = HashRing(spec.lanes, spec.vnodes)
+    previous = state
+    state = PipelineState(spec.pipeline, PIPELINE_RUNNING, start, tables, "", None,
+                          previous.source_time if previous else 0.0,
+                          previous.events if previous and not spec.reset else 0)
     totals = {"events": 0, "rows_written": 0}
-    deadline = started + spec.max_seconds if spec.max_seconds else None
+    stop = None
     try:
-        while True:
-            reader = BinlogReader(spec.source, state.checkpoint, routes, ring, spec.server_id, blocking=spec.service)
-            prefetch = _Prefetch(reader, stop, spec, deadline)
-            prefetch.start()
-            try:
-                batch = _apply_batches(spec, spark, prefetch, routes, checkpoints, state, totals)
-            finally:
-                prefetch.halt.set()
-                while prefetch.is_alive():  # unblock a reader waiting to hand over a batch
-                    try:
-                        prefetch.out.get(timeout=0.1)
-                    except queue.Empty:
-                        pass
-            if batch.ddl:
-                table, statement, after = batch.ddl
-                with mysql_reader.connect(spec.source) as conn:
-                    routes[table] = apply_ddl(conn, ch, routes[table], statement, after)
-                state.checkpoint = after
-                checkpoints.write(state)
-                print(f"[airflow-sync] pipeline {spec.pipeline!r}: {table} changed at {after}: {statement[:200]}",
-                      flush=True)
-            if batch.done:
-                break
+        with mysql_reader.connect(spec.source) as conn:
+            routes = _routes(conn, ch, tables)
+            preflight(conn, start, spec.source.user)
+            stop = BinlogPosition.from_dict(spec.stop_position) or (None if spec.service else current_position(conn))
+        state.source_position = stop
+        checkpoints.write(state)
+        print(f"[airflow-sync] pipeline {spec.pipeline!r}: {len(routes)} table(s) from {start} to "
+              f"{stop or 'until stopped'}, {spec.lanes} lane(s)", flush=True)
+        _run(spec, spark, routes, checkpoints, state, stop, totals, started)
     except BaseException as exc:
         state.status, state.error = PIPELINE_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
         checkpoints.write(state)  # the checkpoint stays at the last durable batch
@@ -269,3 +248,33 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     return {"pipeline": spec.pipeline, "tables": sorted(routes), "start": start.to_dict(),
             "checkpoint": state.checkpoint.to_dict(), "stop": stop.to_dict() if stop else None,
             **totals, "lanes": spec.lanes, "seconds": round(time.time() - started, 3)}
+
+
+def _run(spec: CdcApplySpec, spark, routes, checkpoints: Checkpoints, state: PipelineState, stop, totals: dict,
+         started: float) -> None:
+    """Readers from the checkpoint until the stop (a new reader after each DDL)."""
+    ring = HashRing(spec.lanes, spec.vnodes)
+    deadline = started + spec.max_seconds if spec.max_seconds else None
+    while True:
+        reader = BinlogReader(spec.source, state.checkpoint, routes, ring, spec.server_id, blocking=spec.service)
+        prefetch = _Prefetch(reader, stop, spec, deadline)
+        prefetch.start()
+        try:
+            batch = _apply_batches(spec, spark, prefetch, routes, checkpoints, state, totals)
+        finally:
+            prefetch.halt.set()
+            while prefetch.is_alive():  # unblock a reader waiting to hand over a batch
+                try:
+                    prefetch.out.get(timeout=0.1)
+                except queue.Empty:
+                    pass
+        if batch.ddl:
+            table, statement, after = batch.ddl
+            with mysql_reader.connect(spec.source) as conn:
+                routes[table] = apply_ddl(conn, checkpoints.ch, routes[table], statement, after)
+            state.checkpoint = after
+            checkpoints.write(state)
+            print(f"[airflow-sync] pipeline {spec.pipeline!r}: {table} changed at {after}: {statement[:200]}",
+                  flush=True)
+        if batch.done:
+            return
