@@ -114,7 +114,9 @@ class FullLoadOperator(SparkJobOperator):
             spec = self.build_spec(context)
             ch = client(spec.target)
             try:
-                state = Ledger(ch, spec.ledger_database).state(spec.load_key)
+                ledger = Ledger(ch, spec.ledger_database)
+                ledger.ensure()
+                state = ledger.state(spec.load_key)
             finally:
                 ch.close()
             if state is not None and state.status == LOAD_PUBLISHED:
