@@ -1,7 +1,7 @@
 """CDC catch-up: binlog → ClickHouse, versions in binlog order, checkpoint after the write.
 
 Driver: find the pipeline's checkpoint (or its start: full loads' binlog positions), check the
-source, then read complete transactions in batches (a reader thread decodes the next batch
+source, then read complete transactions in batches (a reader process decodes the next batches
 while the current one is written). Each batch's changes are routed by hash(table, primary key)
 on a consistent-hash ring to apply lanes; the lanes write in parallel as Spark tasks, each
 lane's rows in binlog order. Only when every lane's write has been acknowledged does the
@@ -11,9 +11,10 @@ leaves it before the batch, and the next run replays from there (same versions: 
 
 from __future__ import annotations
 
+import multiprocessing
 import queue
-import threading
 import time
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -146,42 +147,83 @@ def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
     return out
 
 
-class _Prefetch(threading.Thread):
-    """Decodes the next batch while the current one is written."""
+@dataclass
+class _Decoded:
+    """A batch as the reader process hands it to the driver: positions, counts, lane payloads."""
 
-    def __init__(self, reader: BinlogReader, stop, spec: CdcApplySpec, deadline: float | None):
-        super().__init__(daemon=True)
-        self.reader, self.stop, self.spec, self.deadline = reader, stop, spec, deadline
-        self.out: queue.Queue = queue.Queue(maxsize=2)
-        self.halt = threading.Event()
+    start: BinlogPosition
+    end: BinlogPosition
+    events: int
+    per_table: dict
+    ddl: tuple | None
+    done: bool
+    last_event_at: float
+    payloads: list
 
-    def run(self):
+
+def _read_batches(spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline, out, halt) -> None:
+    """The reader process: decode complete transactions from ``start`` and turn them into lane
+    payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
+    try:
+        reader = BinlogReader(spec.source, start, routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
+                              blocking=spec.service)
+        # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
+        # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
+        seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
         try:
-            # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
-            # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
-            seconds = self.spec.batch_seconds if self.spec.service else max(self.spec.batch_seconds, 30.0)
-            for batch in batches(self.reader, self.stop, self.spec.batch_events, seconds):
-                if self.deadline is not None and time.time() >= self.deadline:
+            for batch in batches(reader, stop, spec.batch_events, seconds):
+                if deadline is not None and time.time() >= deadline:
                     batch.done = True
-                self.out.put(batch)
-                if batch.done or batch.ddl or self.halt.is_set():
+                out.put(_Decoded(batch.start, batch.end, batch.events, dict(batch.per_table), batch.ddl, batch.done,
+                                 batch.last_event_at, _lane_payloads(batch, routes, spec.lanes, spec.source)))
+                if batch.done or batch.ddl or halt.is_set():
                     break
-        except BaseException as exc:  # handed to the driver thread, which fails the run
-            self.out.put(exc)
         finally:
-            self.reader.close()
+            reader.close()
+    except BaseException as exc:  # handed to the driver, which fails the run
+        out.put(ApplyFailed(f"binlog reader: {type(exc).__name__}: {exc}") if not isinstance(exc, BinlogError)
+                else exc)
 
 
-def _apply_batches(spec: CdcApplySpec, spark, prefetch: _Prefetch, routes, checkpoints: Checkpoints,
-                   state: PipelineState, totals: dict):
+class _Reader:
+    """Runs :func:`_read_batches` in a process of its own (decoding is pure Python and would
+    otherwise share the driver's interpreter with the writes' bookkeeping)."""
+
+    def __init__(self, spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline):
+        context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
+        self.out, self.halt = context.Queue(maxsize=2), context.Event()
+        self.process = context.Process(target=_read_batches, args=(spec, routes, start, stop, deadline, self.out,
+                                                                    self.halt), daemon=True)
+        self.process.start()
+
+    def get(self):
+        while True:
+            try:
+                return self.out.get(timeout=5)
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise ApplyFailed(f"the binlog reader process died (exit code {self.process.exitcode})") from None
+
+    def close(self):
+        self.halt.set()
+        while self.process.is_alive():  # unblock a reader waiting to hand over a batch
+            try:
+                self.out.get(timeout=0.1)
+            except queue.Empty:
+                self.process.join(0.1)
+        self.process.join()
+
+
+def _apply_batches(spec: CdcApplySpec, spark, reader: _Reader, checkpoints: Checkpoints, state: PipelineState,
+                   totals: dict) -> _Decoded:
     """Write the reader's batches lane by lane and advance the checkpoint after each; returns
     the last batch (done: the stop was reached; ddl: the reader must restart after it)."""
     while True:
-        batch = prefetch.out.get()
+        batch = reader.get()
         if isinstance(batch, BaseException):
             raise batch
         crash_point("cdc.batch-read")
-        payloads = _lane_payloads(batch, routes, spec.lanes, spec.source)
+        payloads = batch.payloads
         per_table = {source: [count, 0, 0] for source, count in batch.per_table.items()}
         if payloads:
             try:
@@ -253,21 +295,13 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
 def _run(spec: CdcApplySpec, spark, routes, checkpoints: Checkpoints, state: PipelineState, stop, totals: dict,
          started: float) -> None:
     """Readers from the checkpoint until the stop (a new reader after each DDL)."""
-    ring = HashRing(spec.lanes, spec.vnodes)
     deadline = started + spec.max_seconds if spec.max_seconds else None
     while True:
-        reader = BinlogReader(spec.source, state.checkpoint, routes, ring, spec.server_id, blocking=spec.service)
-        prefetch = _Prefetch(reader, stop, spec, deadline)
-        prefetch.start()
+        reader = _Reader(spec, routes, state.checkpoint, stop, deadline)
         try:
-            batch = _apply_batches(spec, spark, prefetch, routes, checkpoints, state, totals)
+            batch = _apply_batches(spec, spark, reader, checkpoints, state, totals)
         finally:
-            prefetch.halt.set()
-            while prefetch.is_alive():  # unblock a reader waiting to hand over a batch
-                try:
-                    prefetch.out.get(timeout=0.1)
-                except queue.Empty:
-                    pass
+            reader.close()
         if batch.ddl:
             table, statement, after = batch.ddl
             with mysql_reader.connect(spec.source) as conn:
