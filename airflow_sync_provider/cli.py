@@ -64,16 +64,22 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _run_load(spec: FullLoadSpec, args) -> int:
+def _submit(spec, args, what: str, done) -> int:
+    """spark-submit ``spec``; print the result as JSON or ``done(result)``'s line (or the error)."""
     result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     elif result.get("status") == "success":
-        print(f"loaded {result['table']} → {result['target']}: {result['rows']:,} rows, {result['shards']} shards "
-              f"({result['shards_read']} read now), {result['seconds']:.1f} s; load key {result['load_key']!r}")
+        print(done(result))
     else:
-        print(f"airflow-sync: load failed: {result.get('error')}", file=sys.stderr)
+        print(f"airflow-sync: {what} failed: {result.get('error')}", file=sys.stderr)
     return 0 if result.get("status") == "success" else 1
+
+
+def _run_load(spec: FullLoadSpec, args) -> int:
+    return _submit(spec, args, "load", lambda r: (
+        f"loaded {r['table']} → {r['target']}: {r['rows']:,} rows, {r['shards']} shards ({r['shards_read']} read "
+        f"now), {r['seconds']:.1f} s; load key {r['load_key']!r}"))
 
 
 def cmd_load(args) -> int:
@@ -147,16 +153,9 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
 
 
 def cmd_cdc_apply(args) -> int:
-    spec = _cdc_spec(args, service=args.cdc_command == "run")
-    result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    elif result.get("status") == "success":
-        print(f"pipeline {result['pipeline']!r}: {result['events']:,} row changes applied, checkpoint "
-              f"{result['checkpoint']['file']}:{result['checkpoint']['pos']}, {result['seconds']:.1f} s")
-    else:
-        print(f"airflow-sync: cdc {args.cdc_command} failed: {result.get('error')}", file=sys.stderr)
-    return 0 if result.get("status") == "success" else 1
+    return _submit(_cdc_spec(args, service=args.cdc_command == "run"), args, f"cdc {args.cdc_command}", lambda r: (
+        f"pipeline {r['pipeline']!r}: {r['events']:,} row changes applied, checkpoint "
+        f"{r['checkpoint']['file']}:{r['checkpoint']['pos']}, {r['seconds']:.1f} s"))
 
 
 def cmd_cdc_status(args) -> int:

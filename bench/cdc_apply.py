@@ -51,7 +51,7 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
-from bench.common import machine, services, timer, write_result
+from bench.common import fmt_rate, fmt_ratio, machine, services, timer, write_result
 from bench.full_load import ProcessSampler
 from devenv.peers import peer_venv
 
@@ -575,14 +575,6 @@ def run_lag(mysql_url, ch_url, args, pipeline, next_id: int) -> dict:
 
 def rate(n, seconds) -> float | None:
     return n / seconds if n and seconds else None
-
-
-def fmt_rate(value) -> str:
-    return f"{value:,.0f}" if value else "—"
-
-
-def fmt_ratio(a, b) -> str:
-    return f"{a / b:.2f}×" if a and b else "—"
 
 
 def main(argv=None):

@@ -45,3 +45,11 @@ def write_result(name: str, text: str) -> Path:
     path.write_text(text)
     print(text)
     return path
+
+
+def fmt_rate(value) -> str:
+    return f"{value:,.0f}" if value else "—"
+
+
+def fmt_ratio(a, b) -> str:
+    return f"{a / b:.2f}×" if a and b else "—"

@@ -28,7 +28,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
-from bench.common import REPO, machine, services, timer, write_result
+from bench.common import REPO, fmt_rate, fmt_ratio, machine, services, timer, write_result
 from devenv import demo_data
 from devenv.peers import peer_venv
 
@@ -366,14 +366,6 @@ def run_replicator(mysql_url, ch_url, db, rows, threads: int, timeout: float) ->
 
 def rate(rows, seconds) -> float | None:
     return rows / seconds if seconds else None
-
-
-def fmt_rate(value) -> str:
-    return f"{value:,.0f}" if value else "—"
-
-
-def fmt_ratio(a, b) -> str:
-    return f"{a / b:.2f}×" if a and b else "—"
 
 
 def main(argv=None):
