@@ -230,9 +230,11 @@ def test_live_writes_caught_up_by_bounded_runs_match_the_source_row_for_row(mysq
     _same_as_a_fresh_full_load(endpoints, spark, ch, "lines", "fresh")
 
 
+# every phase of the first and the second batch of a run: decoded, a lane's worker mid-write,
+# written but not checkpointed, checkpointed
 KILLS = [("cdc.batch-read", 1), ("cdc.lane-write", 1), ("cdc.written", 1), ("cdc.checkpointed", 1),
-         ("cdc.batch-read", 3), ("cdc.lane-write", 4), ("cdc.written", 2), ("cdc.checkpointed", 3),
-         ("cdc.written", 4), ("cdc.batch-read", 5)]
+         ("cdc.batch-read", 2), ("cdc.lane-write", 2), ("cdc.written", 2), ("cdc.checkpointed", 2),
+         ("cdc.lane-write", 1), ("cdc.written", 1)]
 
 
 def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact(mysql_url, mysql_conn, ch,
@@ -269,9 +271,9 @@ def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact
                 committed.append((current_position(mysql_conn), ids))
 
     spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kills", start_from_loads=[key],
-                        lanes=2, batch_events=150, stale_after_seconds=0)
+                        lanes=2, batch_events=60, stale_after_seconds=0)  # about a transaction per batch
     for point, count in KILLS:
-        write(12)
+        write(6)
         monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", f"{point}:{count}")
         began = time.monotonic()
         result = spark_submit(spec, timeout=300)

@@ -103,7 +103,7 @@ def _latest(route: TableRoute, rows, versions, deleted):
 
 
 def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endpoint) -> list[list[tuple]]:
-    """Per lane: [(target database, target table, source table, Arrow IPC bytes)]."""
+    """Per lane (index = lane): [(target database, target table, source table, Arrow IPC bytes)]."""
     payloads = [[] for _ in range(lanes)]
     conn = None
     for source, per_lane in batch.lanes.items():
@@ -122,7 +122,7 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
             payloads[lane].append((route.target_database, route.target_table, source, sink.getvalue().to_pybytes()))
     if conn is not None:
         conn.close()
-    return [p for p in payloads if p]
+    return payloads
 
 
 _CLIENTS: dict = {}  # per Python worker (Spark reuses workers): a client costs ~0.1 s to open
@@ -214,16 +214,38 @@ class _Reader:
         self.process.join()
 
 
+def _merged(reader: _Reader, limit: int = 8) -> _Decoded:
+    """The next batch, merged with the batches already waiting behind it (in order, up to a DDL
+    or the end): when writing is slower than reading, one write and one checkpoint cover them
+    all, so the applier keeps up instead of falling behind by a Spark job per batch."""
+    batch = reader.get()
+    if isinstance(batch, BaseException):
+        raise batch
+    while not (batch.ddl or batch.done) and limit > 1:
+        try:
+            more = reader.out.get_nowait()
+        except queue.Empty:
+            return batch
+        if isinstance(more, BaseException):
+            raise more
+        per_table = dict(batch.per_table)
+        for source, count in more.per_table.items():
+            per_table[source] = per_table.get(source, 0) + count
+        batch = _Decoded(batch.start, more.end, batch.events + more.events, per_table, more.ddl, more.done,
+                         more.last_event_at or batch.last_event_at,
+                         [a + b for a, b in zip(batch.payloads, more.payloads)])
+        limit -= 1
+    return batch
+
+
 def _apply_batches(spec: CdcApplySpec, spark, reader: _Reader, checkpoints: Checkpoints, state: PipelineState,
                    totals: dict) -> _Decoded:
     """Write the reader's batches lane by lane and advance the checkpoint after each; returns
     the last batch (done: the stop was reached; ddl: the reader must restart after it)."""
     while True:
-        batch = reader.get()
-        if isinstance(batch, BaseException):
-            raise batch
+        batch = _merged(reader)
         crash_point("cdc.batch-read")
-        payloads = batch.payloads
+        payloads = [lane for lane in batch.payloads if lane]
         per_table = {source: [count, 0, 0] for source, count in batch.per_table.items()}
         if payloads:
             try:
