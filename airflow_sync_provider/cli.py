@@ -5,6 +5,7 @@
   airflow-sync status   --load KEY [--json]
   airflow-sync reimport --load KEY --failed
   airflow-sync reconcile --load KEY [--checksum] [--json]   (exit 3 on a mismatch)
+  airflow-sync cdc bootstrap --pipeline P --table DB.NAME …     (chunked snapshot under live writes)
   airflow-sync cdc apply  --pipeline P [--start-from-load KEY …]   (catch up to the source's position now)
   airflow-sync cdc run    --pipeline P [--max-seconds S]          (a long-running service)
   airflow-sync cdc status --pipeline P [--json]
@@ -25,7 +26,7 @@ from airflow_sync_provider.core import clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import current_position
-from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec, ReconcileSpec, reimport_spec
+from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec, reimport_spec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
 from airflow_sync_provider.core.mysql_reader import connect
 from airflow_sync_provider.core.mysql_schema import read_table_schema
@@ -158,6 +159,20 @@ def cmd_cdc_apply(args) -> int:
         f"{r['checkpoint']['file']}:{r['checkpoint']['pos']}, {r['seconds']:.1f} s"))
 
 
+def cmd_cdc_bootstrap(args) -> int:
+    spec = CdcBootstrapSpec(source=MySQLEndpoint.from_url(args.mysql_url),
+                            target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
+                            tables=args.table, channels=args.channels, chunk_rows=args.chunk_rows,
+                            watermark_table=args.watermark_table, restart=args.restart,
+                            ledger_database=args.ledger_database)
+    return _submit(spec, args, "cdc bootstrap", lambda r: "\n".join(
+        [f"bootstrapped {t['table']} → {t['target']}: {t['rows']:,} rows in {t['chunks']} chunks "
+         f"({t['rows_read_now']:,} rows read now), {t['seconds']:.1f} s" for t in r["tables"]]
+        + [f"pipeline {r['pipeline']!r}: from {r['start_position']['file']}:{r['start_position']['pos']} to "
+           f"{r['end_position']['file']}:{r['end_position']['pos']}; `airflow-sync cdc apply --pipeline "
+           f"{r['pipeline']}` catches it up"]))
+
+
 def cmd_cdc_status(args) -> int:
     ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
     try:
@@ -287,6 +302,18 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--master", default="local[2]")
         command.add_argument("--json", action="store_true")
         command.set_defaults(func=cmd_cdc_apply)
+    boot = cdc_sub.add_parser("bootstrap", help="copy tables chunk by chunk under live writes (no locks; resumable) "
+                                                "and hand them to the pipeline's catch-up")
+    _urls(boot)
+    boot.add_argument("--pipeline", required=True)
+    boot.add_argument("--table", action="append", required=True, help="db.table (repeat)")
+    boot.add_argument("--channels", type=int, default=2)
+    boot.add_argument("--chunk-rows", type=int, default=50_000)
+    boot.add_argument("--watermark-table", help="MySQL only: db.table the job may create and write (exact positions)")
+    boot.add_argument("--restart", action="store_true", help="start again instead of resuming")
+    boot.add_argument("--master", default="local[2]")
+    boot.add_argument("--json", action="store_true")
+    boot.set_defaults(func=cmd_cdc_bootstrap)
     status = cdc_sub.add_parser("status", help="checkpoint, source position, lag, counters, last error")
     status.add_argument("--mysql-url", default=os.environ.get("MYSQL_URL"),
                         help="the source, for lag (default: $MYSQL_URL; optional)")

@@ -144,6 +144,65 @@ class CdcApplySpec:
             self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30
 
 
+@dataclass
+class CdcBootstrapSpec:
+    """Copy a pipeline's tables while the source keeps changing, and hand them to its catch-up.
+
+    Each table is read in primary-key chunks (``chunk_rows``) inside the planner's shards,
+    ``channels`` shards at a time, each chunk in a consistent snapshot of its own, written
+    straight into the live target with its snapshot's version (docs/cdc-bootstrap.md). The
+    table then joins ``pipeline`` from the binlog position its bootstrap began at.
+    ``watermark_table`` (MySQL only, ``db.table`` the job may create and write) closes the
+    snapshot-position window MySQL leaves open; MariaDB reports the exact position itself.
+    """
+
+    source: MySQLEndpoint
+    target: ClickHouseEndpoint
+    pipeline: str
+    tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
+    channels: int = 2
+    chunk_rows: int = 50_000
+    split_factor: int = DEFAULT_SPLIT_FACTOR
+    strategy: str = "balanced"
+    batch_rows: int = 65536
+    channel_record_speed: int | None = None
+    channel_byte_speed: int | None = None
+    watermark_table: str | None = None
+    restart: bool = False  # start the tables' bootstraps again instead of resuming unfinished ones
+    ledger_database: str = DEFAULT_LEDGER_DATABASE
+    ledger_wait_seconds: float = 300.0
+    stale_after_seconds: float = STALE_AFTER_SECONDS
+    result_path: str = ""
+    job: str = field(default="cdc_bootstrap", init=False)
+
+    def __post_init__(self):
+        if not self.pipeline:
+            raise ValueError("a CDC bootstrap needs its pipeline's name (pipeline=...)")
+        if not self.tables:
+            raise ValueError(f"pipeline {self.pipeline}: name the tables to bootstrap (tables=['db.table', ...])")
+        if self.chunk_rows < 1 or self.channels < 1:
+            raise ValueError(f"pipeline {self.pipeline}: chunk_rows and channels must be >= 1")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        self.tables = [table_config(t) for t in self.tables]
+
+    def load_spec(self, table: dict, split_column: str) -> FullLoadSpec:
+        """The table's copy as the ledger, reconciliation and re-import know it (a full load's
+        spec): one load key per pipeline and table."""
+        return FullLoadSpec(
+            self.source, self.target, table["source_database"], table["source_table"], table["target_database"],
+            table["target_table"], load_key=bootstrap_load_key(self.pipeline, table), channels=self.channels,
+            batch_rows=self.batch_rows, columns=table.get("columns"), exclude_columns=table["exclude_columns"],
+            split_column=split_column, split_factor=self.split_factor, strategy=self.strategy,
+            channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
+            ledger_database=self.ledger_database, ledger_wait_seconds=self.ledger_wait_seconds,
+            stale_after_seconds=self.stale_after_seconds)
+
+
+def bootstrap_load_key(pipeline: str, table: dict) -> str:
+    return f"cdc:{pipeline}:{table['source_database']}.{table['source_table']}"
+
+
 def table_config(table) -> dict:
     """``"db.table"`` or a dict → {source_database, source_table, target_database, target_table,
     columns, exclude_columns} (targets default to the source's names)."""
@@ -161,7 +220,8 @@ def table_config(table) -> dict:
     return out
 
 
-SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls for cls in (FullLoadSpec, ReconcileSpec, CdcApplySpec)}
+SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls
+              for cls in (FullLoadSpec, ReconcileSpec, CdcApplySpec, CdcBootstrapSpec)}
 _ENDPOINTS = {"source": MySQLEndpoint, "target": ClickHouseEndpoint}
 
 

@@ -55,6 +55,10 @@ class ShardState:
     finished_at: float | None = None
     error: str = ""
     version: int = 0  # the _version of this attempt's rows (its read's snapshot, core/cdc/positions.py)
+    # bootstrap (chunked) shards: chunks finished and the last key they covered (JSON form,
+    # core/cdc/chunks.py): a resumed shard continues after it
+    chunks: int = 0
+    resume_key: list | None = None
 
     @property
     def seconds(self) -> float:
@@ -161,7 +165,9 @@ class Ledger:
             records_failed UInt64, bytes UInt64, started_at DateTime64(6, 'UTC'),
             finished_at Nullable(DateTime64(6, 'UTC')), error String, updated_at DateTime64(6, 'UTC')
         ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)""")
-        self.ch.command(f"ALTER TABLE {self.table('shards')} ADD COLUMN IF NOT EXISTS version UInt64 DEFAULT 0")
+        self.ch.command(f"ALTER TABLE {self.table('shards')} ADD COLUMN IF NOT EXISTS version UInt64 DEFAULT 0,"
+                        " ADD COLUMN IF NOT EXISTS chunks UInt32 DEFAULT 0,"
+                        " ADD COLUMN IF NOT EXISTS resume_key String DEFAULT ''")
 
     def write_reconciliation(self, load_key: str, generation: int, verdict: str, mismatched: list[int],
                              checksum: bool, report: list[dict]) -> None:
@@ -191,10 +197,10 @@ class Ledger:
             load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
             json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
             shard.bytes, _ts(shard.started_at), _ts(shard.finished_at), shard.error[:4000], shard.version,
-            _ts(self._stamp()),
+            shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "", _ts(self._stamp()),
         ]], column_names=["load_key", "generation", "shard_id", "attempt", "status", "where_sql", "params",
                           "records_read", "records_written", "records_failed", "bytes", "started_at",
-                          "finished_at", "error", "version", "updated_at"])
+                          "finished_at", "error", "version", "chunks", "resume_key", "updated_at"])
 
     def state(self, load_key: str) -> LoadState | None:
         """The newest generation of ``load_key`` with the newest attempt of each shard, or None."""
@@ -209,10 +215,12 @@ class Ledger:
                           json.loads(spec), error, json.loads(start) if start else None, list(repair), heartbeat)
         for row in self.ch.query(
                 f"SELECT shard_id, attempt, status, where_sql, params, records_read, records_written,"
-                f" records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error, version"
+                f" records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error, version, chunks,"
+                f" resume_key"
                 f" FROM {self.table('shards')} FINAL WHERE load_key = {{k:String}} AND generation = {{g:UInt32}}"
                 f" ORDER BY shard_id, attempt", parameters={"k": load_key, "g": gen}).result_rows:
-            shard = ShardState(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:])
+            shard = ShardState(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:-1],
+                               json.loads(row[-1]) if row[-1] else None)
             state.shards[shard.shard_id] = shard  # ordered by attempt: the newest wins
         return state
 

@@ -11,7 +11,7 @@ import pymysql
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.planning import Plan, Shard
-from airflow_sync_provider.core.sql import mysql_ident
+from airflow_sync_provider.core.sql import mysql_ident, mysql_table
 from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN, mysql_weight_sql
 from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, check_array, map_column
 
@@ -70,6 +70,31 @@ def read_shard(conn, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
     while rows := cur.fetchmany(fetch_rows):
         yield _to_batch(rows, mappings, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
     cur.close()
+
+
+def read_chunk(conn, plan: Plan, mappings: list[ColumnMapping], shard: Shard, key, after: list | None, limit: int,
+               fetch_rows: int, columns_sql: str, weight: bool = False, holder: dict | None = None
+               ) -> Iterator[pa.RecordBatch]:
+    """One bootstrap chunk (core/cdc/chunks.py): the shard's next ``limit`` rows in key order
+    after the key ``after``, through the primary key. ``holder["last"]`` is set to the chunk's
+    last key (bindable values) and ``holder["rows"]`` to its row count."""
+    if weight:
+        mappings = [*mappings, WEIGHT_MAPPING]
+    schema = arrow_schema(mappings)
+    where, params = key.after(after)
+    cur = conn.cursor()
+    cur.execute(f"SELECT {columns_sql}, {key.raw_select()} FROM {mysql_table(plan.database, plan.table)}"
+                f" FORCE INDEX (PRIMARY) WHERE ({shard.where}) AND ({where}) ORDER BY {key.order_by()} LIMIT {int(limit)}",
+                (*shard.params, *params))
+    width, rows_seen, last = len(mappings), 0, None
+    while rows := cur.fetchmany(fetch_rows):
+        rows_seen += len(rows)
+        last = rows[-1][width:]
+        yield _to_batch(rows, mappings, schema,  # the trailing key columns are not converted
+                        f"table {plan.database}.{plan.table}, shard {shard.id}")
+    cur.close()
+    if holder is not None:
+        holder["rows"], holder["last"] = rows_seen, key.from_raw(last) if last is not None else None
 
 
 def _column(values, mapping: ColumnMapping, where: str) -> pa.Array:

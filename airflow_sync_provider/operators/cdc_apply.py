@@ -61,5 +61,5 @@ class CdcApplyOperator(SparkJobOperator):
         self.log.info("Pipeline %s: %d row changes applied (%d rows written) from %s to %s in %.1f s",
                       result["pipeline"], result["events"], result["rows_written"], result["start"],
                       result["checkpoint"], result["seconds"])
-        return {k: result[k] for k in ("pipeline", "tables", "start", "checkpoint", "stop", "events", "rows_written",
+        return {k: result[k] for k in ("pipeline", "tables", "joined", "start", "checkpoint", "stop", "events", "rows_written",
                                        "seconds")}

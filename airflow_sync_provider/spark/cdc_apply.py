@@ -11,6 +11,7 @@ leaves it before the batch, and the next run replays from there (same versions: 
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import queue
 import time
@@ -22,7 +23,7 @@ from airflow_sync_provider.core import clickhouse_target as target
 from airflow_sync_provider.core import mysql_reader
 from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute, batches, preflight
 from airflow_sync_provider.core.cdc.checkpoints import (
-    PIPELINE_FAILED, PIPELINE_IDLE, PIPELINE_RUNNING, Checkpoints, PipelineState,
+    PIPELINE_FAILED, PIPELINE_IDLE, PIPELINE_RUNNING, Checkpoints, PipelineState, PipelineTable,
 )
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.cdc.ring import HashRing
@@ -37,18 +38,9 @@ class ApplyFailed(RuntimeError):
     pass
 
 
-def _start(spec: CdcApplySpec, state: PipelineState | None, loads: Ledger) -> tuple[BinlogPosition, list[dict]]:
-    """Where a run starts and which tables it replicates."""
-    if state is not None and state.checkpoint is not None and not spec.reset:
-        known = {(t["source_database"], t["source_table"]) for t in state.tables}
-        added = [f"{t['source_database']}.{t['source_table']}" for t in spec.tables
-                 if (t["source_database"], t["source_table"]) not in known]
-        if added:
-            raise ApplyFailed(f"pipeline {spec.pipeline!r} replicates {sorted('.'.join(k) for k in known)}; adding "
-                              f"{added} to a running pipeline needs a bootstrap of them — for now run them as a "
-                              "pipeline of their own (or reset=True, starting again from fresh full loads of all)")
-        return state.checkpoint, state.tables
-    tables, starts = list(spec.tables), []
+def _register(spec: CdcApplySpec, checkpoints: Checkpoints, loads: Ledger, fresh: bool) -> None:
+    """Tables named by the run (full loads, or tables with a start position) join the pipeline
+    from where their copies began; a table already in it keeps its place."""
     for key in spec.start_from_loads:
         load = loads.state(key)
         if load is None or load.status != LOAD_PUBLISHED:
@@ -57,20 +49,48 @@ def _start(spec: CdcApplySpec, state: PipelineState | None, loads: Ledger) -> tu
         if not load.start_position:
             raise ApplyFailed(f"pipeline {spec.pipeline!r}: full load {key!r} recorded no binlog position (binlog "
                               "off or not visible to its user when it ran); reload with binlog access to start CDC")
-        starts.append(BinlogPosition.from_dict(load.start_position))
         source_db, source_table = load.source_table.split(".", 1)
         target_db, target_table = load.target_table.split(".", 1)
-        tables.append(table_config({"source_database": source_db, "source_table": source_table,
-                                    "target_database": target_db, "target_table": target_table,
-                                    "columns": load.spec.get("columns"),
-                                    "exclude_columns": load.spec.get("exclude_columns"),
-                                    "split_column": load.plan.get("split_column")}))
-    if spec.start_position:
-        starts.append(BinlogPosition.from_dict(spec.start_position))
-    if not starts or not tables:
-        raise ApplyFailed(f"pipeline {spec.pipeline!r} has no checkpoint yet: start it from full loads of its "
-                          "tables (start_from_loads=[load keys]) or from start_position with tables")
-    return min(starts, key=BinlogPosition.key), tables
+        checkpoints.register(spec.pipeline, table_config({
+            "source_database": source_db, "source_table": source_table, "target_database": target_db,
+            "target_table": target_table, "columns": load.spec.get("columns"),
+            "exclude_columns": load.spec.get("exclude_columns"), "split_column": load.plan.get("split_column")}),
+            BinlogPosition.from_dict(load.start_position))
+    known = {t.name for t in checkpoints.tables(spec.pipeline)}
+    for table in spec.tables:
+        name = f"{table['source_database']}.{table['source_table']}"
+        if name in known:
+            continue
+        if not spec.start_position:
+            raise ApplyFailed(f"pipeline {spec.pipeline!r}: table {name} is not part of it; bootstrap it "
+                              "(CdcBootstrapOperator / airflow-sync cdc bootstrap), start from its full load "
+                              "(start_from_loads) or give start_position")
+        checkpoints.register(spec.pipeline, table, BinlogPosition.from_dict(spec.start_position))
+    if fresh and not checkpoints.tables(spec.pipeline):
+        raise ApplyFailed(f"pipeline {spec.pipeline!r} has no tables yet: bootstrap them (CdcBootstrapOperator), "
+                          "start from full loads of them (start_from_loads=[load keys]) or give start_position "
+                          "with tables")
+
+
+def _start(spec: CdcApplySpec, state: PipelineState | None, checkpoints: Checkpoints,
+           loads: Ledger) -> tuple[BinlogPosition, list[dict]]:
+    """Where a run starts and the tables already streaming (the others join during the run)."""
+    fresh = state is None or state.checkpoint is None or spec.reset
+    if state is not None and state.tables and not checkpoints.tables(spec.pipeline):
+        for table in state.tables:  # a pipeline from before cdc_tables existed
+            checkpoints.write_table(spec.pipeline, PipelineTable(table, state.checkpoint, joined=True))
+    if spec.reset:
+        checkpoints.forget_tables(spec.pipeline)
+    _register(spec, checkpoints, loads, fresh)
+    tables = checkpoints.tables(spec.pipeline)
+    if not fresh:
+        return state.checkpoint, [t.config for t in tables if t.joined]
+    start = min((t.since for t in tables), key=BinlogPosition.key)  # a new pipeline: every table joins now
+    for table in tables:
+        if not table.joined:
+            table.joined = True
+            checkpoints.write_table(spec.pipeline, table)
+    return start, [t.config for t in tables]
 
 
 def _routes(conn, ch, tables: list[dict]) -> dict[str, TableRoute]:
@@ -238,10 +258,10 @@ def _merged(reader: _Reader, limit: int = 8) -> _Decoded:
     return batch
 
 
-def _apply_batches(spec: CdcApplySpec, spark, reader: _Reader, checkpoints: Checkpoints, state: PipelineState,
-                   totals: dict) -> _Decoded:
-    """Write the reader's batches lane by lane and advance the checkpoint after each; returns
-    the last batch (done: the stop was reached; ddl: the reader must restart after it)."""
+def _apply_batches(spec: CdcApplySpec, spark, reader: _Reader, record, totals: dict, poll) -> _Decoded | None:
+    """Write the reader's batches lane by lane and ``record`` each once all its writes are
+    acknowledged; returns the last batch (done: the stop was reached; ddl: the reader must
+    restart after it), or None when ``poll()`` says tables are waiting to join."""
     while True:
         batch = _merged(reader)
         crash_point("cdc.batch-read")
@@ -252,7 +272,7 @@ def _apply_batches(spec: CdcApplySpec, spark, reader: _Reader, checkpoints: Chec
                 results = (spark.sparkContext.parallelize(payloads, len(payloads))
                            .map(lambda items: _write_lane(spec.target, items)).collect())
             except Exception:
-                checkpoints.count(spec.pipeline, {t: [n, 0, n] for t, (n, _, _) in per_table.items()})
+                record(None, {t: [n, 0, n] for t, (n, _, _) in per_table.items()})
                 raise
             for lane in results:
                 for source, rows in lane:
@@ -260,14 +280,68 @@ def _apply_batches(spec: CdcApplySpec, spark, reader: _Reader, checkpoints: Chec
                     totals["rows_written"] += rows
         crash_point("cdc.written")
         totals["events"] += batch.events
-        # every write of the batch is acknowledged: now the checkpoint may pass it
-        state.checkpoint, state.events = batch.end, state.events + batch.events
-        state.source_time = batch.last_event_at or state.source_time
-        checkpoints.write(state)
+        record(batch, per_table)  # every write of the batch is acknowledged: now the checkpoint may pass it
         crash_point("cdc.checkpointed")
-        checkpoints.count(spec.pipeline, per_table)
         if batch.ddl or batch.done:
             return batch
+        if poll():
+            return None
+
+
+def _follow(spec: CdcApplySpec, spark, routes: dict, start: BinlogPosition, stop, deadline, record, totals: dict,
+            checkpoints: Checkpoints, poll=lambda: False) -> bool:
+    """Apply ``routes``' changes from ``start`` until ``stop`` (True) or until ``poll()`` asks to
+    stop early (False), a new reader after each DDL."""
+    position = start
+    while True:
+        reader = _Reader(spec, routes, position, stop, deadline)
+        try:
+            batch = _apply_batches(spec, spark, reader, record, totals, poll)
+        finally:
+            reader.close()
+        if batch is None:
+            return False
+        position = batch.end
+        if batch.ddl:
+            table, statement, after = batch.ddl
+            with mysql_reader.connect(spec.source) as conn:
+                routes[table] = apply_ddl(conn, checkpoints.ch, routes[table], statement, after)
+            position = after
+            record(dataclasses.replace(batch, end=after, events=0, last_event_at=0.0, ddl=None), {})
+            print(f"[airflow-sync] pipeline {spec.pipeline!r}: {table} changed at {after}: {statement[:200]}",
+                  flush=True)
+        if batch.done:
+            return True
+
+
+def _join(spec: CdcApplySpec, spark, ch, checkpoints: Checkpoints, state: PipelineState, routes: dict,
+          totals: dict) -> list[str]:
+    """Tables registered since the stream started (a bootstrap under way, a full load) join it:
+    each first replays its own changes from where its copy began up to the checkpoint."""
+    joined = []
+    for table in checkpoints.tables(spec.pipeline):
+        if table.joined:
+            continue
+        with mysql_reader.connect(spec.source) as conn:
+            route = _routes(conn, ch, [table.config])
+        if table.since.key() < state.checkpoint.key():
+            print(f"[airflow-sync] pipeline {spec.pipeline!r}: {table.name} replays {table.since} … "
+                  f"{state.checkpoint} before joining", flush=True)
+
+            def record(batch, per_table, table=table):
+                if batch is not None:
+                    table.since = batch.end
+                    checkpoints.write_table(spec.pipeline, table)
+                checkpoints.count(spec.pipeline, per_table)
+
+            _follow(spec, spark, route, table.since, state.checkpoint, None, record, totals, checkpoints)
+        table.joined, table.since = True, state.checkpoint
+        checkpoints.write_table(spec.pipeline, table)
+        routes.update(route)
+        state.tables.append(table.config)
+        joined.append(table.name)
+        print(f"[airflow-sync] pipeline {spec.pipeline!r}: {table.name} joined at {state.checkpoint}", flush=True)
+    return joined
 
 
 def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
@@ -281,14 +355,15 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     if state is not None and state.status == PIPELINE_RUNNING and time.time() - state.heartbeat < spec.stale_after_seconds:
         raise ApplyFailed(f"pipeline {spec.pipeline!r} is running elsewhere (last report "
                           f"{time.time() - state.heartbeat:.0f} s ago); two appliers must not run one pipeline")
-    start, tables = _start(spec, state, loads)
     previous = state
-    state = PipelineState(spec.pipeline, PIPELINE_RUNNING, start, tables, "", None,
+    state = PipelineState(spec.pipeline, PIPELINE_RUNNING, None, [], "", None,
                           previous.source_time if previous else 0.0,
                           previous.events if previous and not spec.reset else 0)
-    totals = {"events": 0, "rows_written": 0}
-    stop = None
+    totals = {"events": 0, "rows_written": 0, "joined": []}
+    stop, start, routes = None, None, {}
     try:
+        start, tables = _start(spec, previous, checkpoints, loads)
+        state.checkpoint, state.tables = start, tables
         with mysql_reader.connect(spec.source) as conn:
             routes = _routes(conn, ch, tables)
             preflight(conn, start, spec.source.user)
@@ -297,10 +372,11 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
         checkpoints.write(state)
         print(f"[airflow-sync] pipeline {spec.pipeline!r}: {len(routes)} table(s) from {start} to "
               f"{stop or 'until stopped'}, {spec.lanes} lane(s)", flush=True)
-        _run(spec, spark, routes, checkpoints, state, stop, totals, started)
+        _run(spec, spark, ch, routes, checkpoints, state, stop, totals, started)
     except BaseException as exc:
         state.status, state.error = PIPELINE_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
-        checkpoints.write(state)  # the checkpoint stays at the last durable batch
+        if state.checkpoint is not None:
+            checkpoints.write(state)  # the checkpoint stays at the last durable batch
         ch.close()
         if isinstance(exc, (BinlogError, ApplyFailed, ValueError)):
             raise
@@ -314,23 +390,30 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
             **totals, "lanes": spec.lanes, "seconds": round(time.time() - started, 3)}
 
 
-def _run(spec: CdcApplySpec, spark, routes, checkpoints: Checkpoints, state: PipelineState, stop, totals: dict,
+JOIN_POLL_SECONDS = 2.0  # how often a running pipeline looks for tables waiting to join
+
+
+def _run(spec: CdcApplySpec, spark, ch, routes, checkpoints: Checkpoints, state: PipelineState, stop, totals: dict,
          started: float) -> None:
-    """Readers from the checkpoint until the stop (a new reader after each DDL)."""
+    """Follow the binlog from the checkpoint until the stop; tables registered meanwhile join."""
     deadline = started + spec.max_seconds if spec.max_seconds else None
-    while True:
-        reader = _Reader(spec, routes, state.checkpoint, stop, deadline)
-        try:
-            batch = _apply_batches(spec, spark, reader, checkpoints, state, totals)
-        finally:
-            reader.close()
-        if batch.ddl:
-            table, statement, after = batch.ddl
-            with mysql_reader.connect(spec.source) as conn:
-                routes[table] = apply_ddl(conn, checkpoints.ch, routes[table], statement, after)
-            state.checkpoint = after
+
+    def record(batch, per_table):
+        if batch is not None:
+            state.checkpoint, state.events = batch.end, state.events + batch.events
+            state.source_time = batch.last_event_at or state.source_time
             checkpoints.write(state)
-            print(f"[airflow-sync] pipeline {spec.pipeline!r}: {table} changed at {after}: {statement[:200]}",
-                  flush=True)
-        if batch.done:
+        checkpoints.count(spec.pipeline, per_table)
+
+    polled = [time.monotonic()]
+
+    def waiting() -> bool:
+        if time.monotonic() - polled[0] < JOIN_POLL_SECONDS:
+            return False
+        polled[0] = time.monotonic()
+        return any(not t.joined for t in checkpoints.tables(spec.pipeline))
+
+    while True:
+        totals["joined"] += _join(spec, spark, ch, checkpoints, state, routes, totals)
+        if _follow(spec, spark, routes, state.checkpoint, stop, deadline, record, totals, checkpoints, waiting):
             return

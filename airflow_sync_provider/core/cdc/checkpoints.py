@@ -1,5 +1,11 @@
 """A CDC pipeline's state in the ledger: checkpoint, tables, heartbeat, errors, counters.
 
+Tables join a pipeline through ``cdc_tables``: a bootstrap (or a full load given to
+``start_from_loads``) registers its table with the binlog position its copy began at
+(``since``); the applier replays that table alone from there up to the pipeline's checkpoint
+(or from its own start for a new pipeline) and then marks it joined, so the others never wait
+for it and it never misses a change (docs/cdc-bootstrap.md).
+
 Like the load ledger (core/ledger.py) the tables live in the ClickHouse target and are
 append-only: a checkpoint is one INSERT of one row (atomic; never delete-then-insert), written
 only after every target write it covers has been acknowledged, and readers take the newest
@@ -44,6 +50,20 @@ class PipelineState:
                 "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat}
 
 
+@dataclass
+class PipelineTable:
+    """A table of a pipeline: its route config (core/jobspec.table_config) and, until it has
+    joined the pipeline's stream, the position up to which its changes are durable."""
+
+    config: dict
+    since: BinlogPosition | None
+    joined: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.config['source_database']}.{self.config['source_table']}"
+
+
 class Checkpoints:
     def __init__(self, client, database: str = DEFAULT_LEDGER_DATABASE):
         self.ch, self.database = client, database
@@ -62,6 +82,10 @@ class Checkpoints:
             pipeline String, source_table String, minute DateTime('UTC'), events UInt64, rows_written UInt64,
             rows_failed UInt64, at DateTime64(6, 'UTC')
         ) ENGINE = MergeTree ORDER BY (pipeline, source_table, minute)""")
+        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('cdc_tables')} (
+            pipeline String, source_table String, config String, since String, joined UInt8,
+            updated_at DateTime64(6, 'UTC')
+        ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (pipeline, source_table)""")
 
     def _stamp(self) -> float:
         self._last = max(time.time(), self._last + 1e-6)
@@ -90,6 +114,40 @@ class Checkpoints:
                              json.loads(tables), error,
                              BinlogPosition.from_dict(json.loads(source) if source else None), source_time, events,
                              heartbeat)
+
+    def tables(self, pipeline: str) -> list[PipelineTable]:
+        rows = self.ch.query(f"SELECT config, since, joined FROM {self.table('cdc_tables')} FINAL"
+                             f" WHERE pipeline = {{p:String}} ORDER BY source_table", parameters={"p": pipeline}).result_rows
+        return [PipelineTable(json.loads(config), BinlogPosition.from_dict(json.loads(since) if since else None),
+                              bool(joined)) for config, since, joined in rows]
+
+    def write_table(self, pipeline: str, table: PipelineTable) -> None:
+        self.ch.insert(self.table("cdc_tables"), [[
+            pipeline, table.name, json.dumps(table.config), json.dumps(table.since.to_dict()) if table.since else "",
+            int(table.joined), _ts(self._stamp())]],
+            column_names=["pipeline", "source_table", "config", "since", "joined", "updated_at"])
+
+    def register(self, pipeline: str, config: dict, since: BinlogPosition) -> PipelineTable:
+        """Add a table whose copy began at ``since`` (a table already streaming stays as it is)."""
+        known = {t.name: t for t in self.tables(pipeline)}
+        table = PipelineTable(config, since)
+        if table.name in known and known[table.name].joined:
+            return known[table.name]
+        self.write_table(pipeline, table)
+        return table
+
+    def forget_tables(self, pipeline: str) -> None:
+        self.ch.command(f"DELETE FROM {self.table('cdc_tables')} WHERE pipeline = {{p:String}}",
+                        parameters={"p": pipeline})
+
+    def position(self, pipeline: str) -> BinlogPosition | None:
+        """Up to where every table of the pipeline is durable: its checkpoint, or a table still
+        replaying towards it (None before the first checkpoint)."""
+        state = self.state(pipeline)
+        if state is None or state.checkpoint is None:
+            return None
+        behind = [t.since for t in self.tables(pipeline) if not t.joined and t.since is not None]
+        return min([state.checkpoint, *behind], key=BinlogPosition.key)
 
     def count(self, pipeline: str, per_table: dict[str, tuple[int, int, int]]) -> None:
         """Add (events, rows written, rows failed) per source table to this minute's counters."""
@@ -129,22 +187,23 @@ def check_position(target_endpoint, pipeline: str, position: BinlogPosition | No
         ledger = Checkpoints(ch, database)
         ledger.ensure()
         state = ledger.state(pipeline)
+        reached = ledger.position(pipeline)
     finally:
         ch.close()
     summary = {"pipeline": pipeline, "target_position": position.to_dict() if position else None}
-    if state is None or state.checkpoint is None:
+    if state is None or reached is None:
         return "wait", f"pipeline {pipeline!r} has no checkpoint yet", summary
-    summary |= {"checkpoint": state.checkpoint.to_dict(), "status": state.status, "events": state.events}
+    summary |= {"checkpoint": reached.to_dict(), "status": state.status, "events": state.events}
     if state.status == PIPELINE_FAILED:
         return "failed", (f"pipeline {pipeline!r} failed at checkpoint {state.checkpoint}: {state.error} — fix the "
                           "cause and run it again (it replays from the checkpoint)"), summary
     if position is not None:
-        if state.checkpoint.key() >= position.key():
-            return "success", f"pipeline {pipeline!r} reached {position} (checkpoint {state.checkpoint})", summary
-        return "wait", f"pipeline {pipeline!r} at {state.checkpoint}, waiting for {position}", summary
+        if reached.key() >= position.key():
+            return "success", f"pipeline {pipeline!r} reached {position} (checkpoint {reached})", summary
+        return "wait", f"pipeline {pipeline!r} at {reached}, waiting for {position}", summary
     with mysql_reader.connect(source_endpoint) as conn:
         now = current_position(conn)
-    lag = 0.0 if state.checkpoint.key() >= now.key() else max(0.0, time.time() - state.source_time)
+    lag = 0.0 if reached.key() >= now.key() else max(0.0, time.time() - state.source_time)
     summary |= {"source_position": now.to_dict(), "lag_seconds": round(lag, 3)}
     if lag <= (max_lag_seconds or 0.0):
         return "success", f"pipeline {pipeline!r} lags {lag:.1f} s (bound {max_lag_seconds} s)", summary

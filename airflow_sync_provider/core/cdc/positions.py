@@ -141,19 +141,28 @@ def current_position(conn, kind: Flavor | None = None) -> BinlogPosition | None:
     return BinlogPosition(row[0], int(row[1]), str(gtid).replace("\n", ""))
 
 
-def snapshot_position(conn, kind: Flavor | None = None) -> BinlogPosition | None:
-    """Open a consistent-snapshot transaction on ``conn`` and return the binlog position it
-    corresponds to: the changes before it are exactly those the snapshot sees.
+def snapshot_position(conn, kind: Flavor | None = None, fence: str | None = None) -> BinlogPosition | None:
+    """Open a consistent-snapshot transaction on ``conn`` and return a binlog position P such that
+    the snapshot sees every change before P (changes after P may or may not be visible: they
+    outrank the snapshot's rows, so either way the newest value wins).
 
-    MariaDB reports that position itself (``binlog_snapshot_file`` / ``_position``, taken under
-    the commit order). MySQL has no such status: the position is read just before the snapshot
-    opens, so a change already written to the binlog but not yet committed in the engine when
-    the snapshot opens (a window of microseconds inside group commit) would be ranked below
-    the snapshot. docs/cdc.md says so; MariaDB sources do not have this window.
+    MariaDB reports the snapshot's own position (``binlog_snapshot_file`` / ``_position``,
+    taken under the commit order). MySQL has no such status: P is read before the snapshot
+    opens, but a transaction already in the binlog before P may not yet be committed in the
+    engine (binlog write precedes engine commit in group commit) and so be invisible to the
+    snapshot while ranking below it. ``fence`` (a quoted MySQL table, see
+    :func:`ensure_fence`) closes that window: a write committed after reading P returns only
+    once every transaction before it in the binlog is committed in the engine too
+    (``binlog_order_commits=ON``), so the snapshot opened after it sees all of them.
+    Without a fence on MySQL the window (microseconds inside group commit) stays open;
+    docs/cdc-bootstrap.md says so.
     """
     kind = kind or flavor(conn)
     before = None if kind.mariadb else current_position(conn, kind)
     with conn.cursor() as cur:
+        if fence and not kind.mariadb:
+            cur.execute(f"INSERT INTO {fence} (id, at) VALUES (1, NOW(6)) ON DUPLICATE KEY UPDATE at = NOW(6)")
+            cur.execute("COMMIT")
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         if not kind.mariadb:
             return before
@@ -163,3 +172,14 @@ def snapshot_position(conn, kind: Flavor | None = None) -> BinlogPosition | None
     if not name:
         raise BinlogError("the source reports no binlog snapshot position (binlog off?)")
     return BinlogPosition(name, int(pos))
+
+
+def ensure_fence(conn, table: str) -> None:
+    """Create the watermark (fence) table ``table`` (quoted) and check that commits reach the
+    engine in binlog order, which the fence relies on (MySQL; MariaDB needs no fence)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.binlog_order_commits")
+        if not int(cur.fetchone()[0]):
+            raise BinlogError("binlog_order_commits is OFF on the source: engine commits may then overtake the "
+                              "binlog order and the watermark cannot fence a snapshot; turn it ON")
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {table} (id TINYINT PRIMARY KEY, at DATETIME(6)) ENGINE = InnoDB")

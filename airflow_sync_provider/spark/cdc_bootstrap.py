@@ -1,0 +1,262 @@
+"""CDC bootstrap: a lock-free, parallel, resumable chunked snapshot under live writes.
+
+Driver, per table: record the source's binlog position P0, plan shards on the primary key's
+first column, create the target if it is missing and register the table with the pipeline
+(it replays the table's changes from P0). Executors: one channel reads its shards chunk by
+chunk (core/cdc/chunks.py); each chunk is one consistent snapshot whose binlog position P
+gives its rows the version of a snapshot at P, written straight into the live target: every
+change after P outranks them, every change before P is in them. After the last chunk, rows
+older than any bootstrap read (an earlier copy's keys the source no longer has) are deleted.
+docs/cdc-bootstrap.md argues why every row ends with its latest value.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+
+from airflow_sync_provider.core import clickhouse_target as target
+from airflow_sync_provider.core import mysql_reader
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.chunks import ChunkKey
+from airflow_sync_provider.core.cdc.positions import (
+    BinlogError, BinlogPosition, current_position, ensure_fence, flavor, snapshot_position,
+)
+from airflow_sync_provider.core.crash_points import crash_point
+from airflow_sync_provider.core.flow_control import Throttle
+from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, FullLoadSpec, copied_schema, public_dict
+from airflow_sync_provider.core.ledger import (
+    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState,
+    ShardState,
+)
+from airflow_sync_provider.core.planning import Plan, plan_table
+from airflow_sync_provider.core.reports import shard_table
+from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
+from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN, needs_weight
+from airflow_sync_provider.spark.full_load import LoadFailed, _Progress, _retrying
+
+
+class BootstrapFailed(LoadFailed):
+    pass
+
+
+def _fence(spec: CdcBootstrapSpec) -> str | None:
+    if not spec.watermark_table:
+        return None
+    database, _, table = spec.watermark_table.partition(".")
+    return mysql_table(database, table)
+
+
+def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key: ChunkKey, mappings, weight: bool,
+                     columns_sql: str, ch, ledger: Ledger, state: LoadState, shard, conn, kind, throttle):
+    previous = state.shards.get(shard.id)
+    record = ShardState(shard.id, (previous.attempt if previous else 0) + 1, SHARD_RUNNING, shard.where,
+                        list(shard.params), started_at=time.time())
+    if previous is not None:  # resume after the last finished chunk, its counters kept
+        for name in ("records_read", "records_written", "bytes", "chunks", "resume_key", "version"):
+            setattr(record, name, getattr(previous, name))
+    names = [m.name for m in mappings] + ([SPLIT_WEIGHT_COLUMN] if weight else []) + [target.VERSION_COLUMN]
+    settings = target.WEIGHT_SETTINGS if weight else None
+    fence = _fence(spec)
+    after = key.decode(record.resume_key)
+    try:
+        ledger.write_shard(state.load_key, state.generation, record)
+        while True:
+            version = snapshot_position(conn, kind, fence).snapshot_version()
+            holder, batches, nbytes = {}, [], 0
+            for batch in mysql_reader.read_chunk(conn, plan, mappings, shard, key, after, spec.chunk_rows,
+                                                 min(spec.batch_rows, spec.chunk_rows), columns_sql, weight, holder):
+                batches.append(batch)
+                nbytes += batch.nbytes
+                throttle.account(batch.num_rows, batch.nbytes)
+            cur = conn.cursor()
+            cur.execute("COMMIT")  # the chunk's snapshot ends: no read view is held between chunks
+            cur.close()
+            rows = holder["rows"]
+            if rows:
+                table = pa.Table.from_batches(batches)
+                table = table.append_column(target.VERSION_COLUMN, pa.array([version] * rows, pa.uint64()))
+                try:
+                    ch.insert_arrow(load.target_table, table.rename_columns(names), database=load.target_database,
+                                    settings=settings)
+                except Exception:
+                    record.records_failed += rows
+                    raise
+            # the chunk is durable: count it once and move the resume point past it
+            record.records_read += rows
+            record.records_written += rows
+            record.bytes += nbytes
+            record.chunks += 1
+            record.version = version
+            if rows:
+                after = holder["last"]
+                record.resume_key = key.encode(after)
+            crash_point("bootstrap.chunk-written")
+            ledger.write_shard(state.load_key, state.generation, record)
+            if rows < spec.chunk_rows:
+                break
+        record.status = SHARD_SUCCESS
+    except Exception as exc:
+        record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
+    record.finished_at = time.time()
+    _retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
+    return record
+
+
+def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, state, shard_ids):
+    """Runs on an executor: one source connection and one throttle for a queue of shards."""
+    ch = target.client(spec.target)
+    ledger = Ledger(ch, spec.ledger_database)
+    throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
+    shards = {s.id: s for s in plan.shards}
+    conn = mysql_reader.stream_connect(spec.source)
+    kind = flavor(conn)
+    try:
+        for shard_id in shard_ids:
+            record = _bootstrap_shard(spec, load, plan, key, mappings, weight, columns_sql, ch, ledger, state,
+                                      shards[shard_id], conn, kind, throttle)
+            if record.status != SHARD_SUCCESS:  # the connection may be broken: a fresh one
+                conn.close()
+                conn = mysql_reader.stream_connect(spec.source)
+            yield vars(record) | {"seconds": record.seconds}
+    finally:
+        conn.close()
+        ch.close()
+
+
+def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkpoints: Checkpoints, conn, schema,
+                     key: ChunkKey) -> tuple[FullLoadSpec, LoadState, Plan]:
+    load = spec.load_spec(table, key.names[0])
+    state = ledger.state(load.load_key)
+    if state is not None and state.status == LOAD_RUNNING:
+        age = time.time() - state.heartbeat
+        if age < spec.stale_after_seconds:
+            raise BootstrapFailed(f"the bootstrap of {schema.qualified} for pipeline {spec.pipeline!r} is running "
+                                  f"elsewhere (last report {age:.0f} s ago); retry after {spec.stale_after_seconds:.0f}"
+                                  " s without a report if that job is dead")
+    if state is not None and state.status != LOAD_PUBLISHED and not spec.restart:
+        state.status, state.error = LOAD_RUNNING, ""
+        return load, state, Plan.from_dict(state.plan)  # resume: same shards, chunks after their resume keys
+    start = current_position(conn)
+    if start is None:
+        raise BinlogError(f"table {schema.qualified}: the source has no binlog (log_bin is OFF), so there are no "
+                          "changes to catch up with after a bootstrap; copy it with FullLoadOperator instead")
+    plan = plan_table(conn, schema, speed=load.speed(), split_column=key.names[0], split_factor=spec.split_factor,
+                      strategy=spec.strategy)
+    state = LoadState(load.load_key, (state.generation + 1) if state else 1, LOAD_RUNNING, schema.qualified,
+                      f"{load.target_database}.{load.target_table}", plan.to_dict(), "", 0, public_dict(load),
+                      start_position=start.to_dict())
+    return load, state, plan
+
+
+def _prepare_target(ch, schema, load: FullLoadSpec, weight: bool) -> None:
+    database, table = load.target_database, load.target_table
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+    if not target.table_exists(ch, database, table):
+        ch.command(target.create_table_sql(schema, database, table, weight=weight))
+        return
+    target.check_layout(ch, database, table)
+    missing = [m.name for m in schema.mappings() if m.name not in target.column_types(ch, database, table)]
+    if missing:
+        raise BootstrapFailed(f"table {schema.qualified}: its copy {database}.{table} lacks column(s) {missing}; "
+                              "drop the copy (the bootstrap creates it) or copy those columns out (exclude_columns)")
+    if weight:
+        ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS "
+                   f"{ch_ident(SPLIT_WEIGHT_COLUMN)} String MATERIALIZED ''")
+
+
+def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition) -> int:
+    """Delete the copy's rows older than every bootstrap read: keys an earlier copy had that the
+    source no longer has (rows the chunks read, and changes after P0, all rank higher)."""
+    final = ch_table(load.target_database, load.target_table)
+    where = f"{ch_ident(target.VERSION_COLUMN)} < {{v:UInt64}}"
+    params = {"v": start.snapshot_version()}
+    stale = int(ch.command(f"SELECT count() FROM {final} WHERE {where}", parameters=params))
+    if stale:
+        ch.command(f"DELETE FROM {final} WHERE {where}", parameters=params)
+    return stale
+
+
+def _bootstrap_table(spec: CdcBootstrapSpec, spark, ch, ledger: Ledger, checkpoints: Checkpoints,
+                     table: dict) -> dict:
+    started = time.time()
+    with mysql_reader.connect(spec.source) as conn:
+        schema = copied_schema(conn, table)
+        target.check_columns(schema)
+        key = ChunkKey.of(schema)
+        if spec.watermark_table and not flavor(conn).mariadb:
+            ensure_fence(conn, _fence(spec))
+        load, state, plan = _start_or_resume(spec, table, ledger, checkpoints, conn, schema, key)
+    mappings = schema.mappings()
+    split = schema.column(plan.split_column)
+    weight = needs_weight(split)  # a collated key: rows carry their weight, as full loads write them
+    columns_sql = mysql_reader.select_list(mappings, split if weight else None)
+    _prepare_target(ch, schema, load, weight)
+    start = BinlogPosition.from_dict(state.start_position)
+    # the table joins the pipeline now: its changes from P0 on are applied while the chunks run
+    checkpoints.register(spec.pipeline, table | {"split_column": plan.split_column}, start)
+    ledger.write_load(state)
+    todo = state.todo()
+    before = {i: (s.records_read, s.chunks) for i, s in state.shards.items()}  # finished chunks of earlier runs
+    print(f"[airflow-sync] bootstrap {schema.qualified} (pipeline {spec.pipeline!r}, from {start}): {len(todo)} of "
+          f"{len(plan.shards)} shards to read in chunks of {spec.chunk_rows:,} rows, {plan.channels} channel(s)",
+          flush=True)
+    per_shard = []
+    if todo:
+        channels = min(plan.channels, len(todo))
+        queues = [todo[i::channels] for i in range(channels)]
+        progress = _Progress(load, state, todo)
+        progress.start()
+        try:
+            per_shard = (spark.sparkContext.parallelize(queues, channels)
+                         .mapPartitions(lambda qs: (r for q in qs for r in _bootstrap_channel(
+                             spec, load, plan, key, mappings, weight, columns_sql, state, q)))
+                         .collect())
+        except Exception as exc:  # e.g. an executor died: record it, so a retry resumes at once
+            state.status, state.error = LOAD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
+            _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+            raise BootstrapFailed(f"table {schema.qualified}: the bootstrap job failed ({type(exc).__name__}: "
+                                  f"{str(exc)[:500]}); run it again: it resumes after each shard's last finished "
+                                  "chunk") from exc
+        finally:
+            progress.stop.set()
+            progress.join()
+    state = ledger.state(load.load_key)
+    failed = [s["id"] for s in state.plan["shards"]
+              if s["id"] not in state.shards or state.shards[s["id"]].status != SHARD_SUCCESS]
+    if failed:
+        errors = "; ".join(f"shard {i}: {state.shards[i].error}" for i in failed if i in state.shards)
+        state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
+        _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+        raise BootstrapFailed(f"table {schema.qualified}: {state.error}. Run the bootstrap again: it resumes after "
+                              "each shard's last finished chunk")
+    dropped = _drop_older(ch, load, start)
+    state.status = LOAD_PUBLISHED
+    ledger.write_load(state)
+    shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
+    print(shard_table(shards), flush=True)
+    return {"table": schema.qualified, "target": f"{load.target_database}.{load.target_table}",
+            "load_key": load.load_key, "generation": state.generation, "start_position": start.to_dict(),
+            "rows": sum(s.records_written for s in state.shards.values()),
+            "rows_read_now": sum(r["records_read"] - before.get(r["shard_id"], (0, 0))[0] for r in per_shard),
+            "chunks": sum(s.chunks for s in state.shards.values()),
+            "chunks_read_now": sum(r["chunks"] - before.get(r["shard_id"], (0, 0))[1] for r in per_shard),
+            "shards": len(plan.shards), "shards_read": len(todo), "older_rows_dropped": dropped,
+            "split_column": plan.split_column, "seconds": round(time.time() - started, 3)}
+
+
+def run_cdc_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
+    started = time.time()
+    ch = target.client(spec.target)
+    ledger, checkpoints = Ledger(ch, spec.ledger_database), Checkpoints(ch, spec.ledger_database)
+    ledger.ensure()
+    checkpoints.ensure()
+    tables = [_bootstrap_table(spec, spark, ch, ledger, checkpoints, table) for table in spec.tables]
+    with mysql_reader.connect(spec.source) as conn:
+        end = current_position(conn)
+    ch.close()
+    start = min((BinlogPosition.from_dict(t["start_position"]) for t in tables), key=BinlogPosition.key)
+    return {"pipeline": spec.pipeline, "tables": tables, "rows": sum(t["rows"] for t in tables),
+            "start_position": start.to_dict(), "end_position": end.to_dict(),
+            "seconds": round(time.time() - started, 3)}
