@@ -159,8 +159,9 @@ def test_daily_period_dag_backfills_one_day_idempotently(airflow_home, demo_db, 
 
 
 def test_cdc_example_dag_keeps_the_copy_current_across_runs(airflow_home, demo_db, mysql_conn, ch):
-    """Run 1 loads customers and catches up; changes on the source; run 2 skips the load and
-    applies them (the sensor deferred on the checkpoint); the copy equals the source."""
+    """Run 1 bootstraps orders and order_items, catches up, waits for the bootstrap's end and
+    reconciles with checksums; the source changes; run 2 skips the bootstrap and applies the
+    changes (the sensor deferred on the checkpoint); both copies equal the source."""
     home, env = airflow_home
 
     def run():
@@ -173,17 +174,26 @@ def test_cdc_example_dag_keeps_the_copy_current_across_runs(airflow_home, demo_d
                 "ORDER BY id DESC LIMIT 1)")}
 
     first = run()
-    assert first["start_customers"]["rows"] == demo_db["customers"]
+    assert [t["rows"] for t in first["bootstrap"]["tables"]] == [demo_db["orders"], demo_db["order_items"]]
+    assert first["catch_up"]["start"] == first["bootstrap"]["start_position"]
+    assert first["reconcile_orders"]["verdict"] == first["reconcile_order_items"]["verdict"] == "ok"
     assert first["report"]["checkpoint"] == first["catch_up"]["checkpoint"]
-    with mysql_conn.cursor() as cur:
-        number = "CAST(SUBSTRING_INDEX(id, '-', -1) AS UNSIGNED)"
-        cur.execute(f"UPDATE demo.customers SET name = CONCAT(name, ' (moved)') WHERE {number} % 10 = 0")
-        cur.execute(f"DELETE FROM demo.customers WHERE {number} % 13 = 0")
-        cur.execute("INSERT INTO demo.customers SELECT CONCAT('Cdc-', seq), 'New', NULL, NOW(6) FROM demo.seq_1_to_50")
-        cur.execute("SELECT COUNT(*) FROM demo.customers")
-        count = cur.fetchone()[0]
+    with mysql_conn.cursor() as cur:  # changes, undone at the end (other tests count the demo tables)
+        cur.execute("INSERT INTO demo.orders SELECT 1000000000 + seq, 'Cdc-1', seq, NULL, NOW(3), NULL, 'new', NULL,"
+                    " 1, NULL FROM demo.seq_1_to_50")
+        cur.execute("INSERT INTO demo.order_items SELECT 1000000000 + seq, 1, 'SKU-CDC', 1.5, 2 FROM demo.seq_1_to_50")
+        cur.execute("UPDATE demo.orders SET note = CONCAT('moved ', id), discount = NULL WHERE id % 97 = 0")
+        cur.execute("UPDATE demo.order_items SET qty = qty + 1 WHERE order_id % 89 = 0")
+        cur.execute("DELETE FROM demo.orders WHERE id > 1000000040")
+        cur.execute("UPDATE demo.orders SET id = 2000000000 WHERE id = 1000000001")  # a key change
     second = run()
-    assert second["start_customers"].get("skipped") and second["catch_up"]["events"] >= 50
+    assert all(t["skipped"] for t in second["bootstrap"]["tables"]) and second["catch_up"]["events"] >= 150
     assert second["caught_up"]["checkpoint"] == second["catch_up"]["checkpoint"]
     assert second["report"]["events"] == second["catch_up"]["events"]
-    assert assert_same_rows(mysql_conn, ch, "demo", "customers") == count
+    try:
+        assert assert_same_rows(mysql_conn, ch, "demo", "orders", "demo_cdc") == demo_db["orders"] + 40
+        assert assert_same_rows(mysql_conn, ch, "demo", "order_items", "demo_cdc") == demo_db["order_items"] + 50
+    finally:
+        with mysql_conn.cursor() as cur:
+            cur.execute("DELETE FROM demo.orders WHERE id > 1000000000")
+            cur.execute("DELETE FROM demo.order_items WHERE order_id > 1000000000")

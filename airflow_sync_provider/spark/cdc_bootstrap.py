@@ -129,6 +129,8 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
                      key: ChunkKey) -> tuple[FullLoadSpec, LoadState, Plan]:
     load = spec.load_spec(table, key.names[0])
     state = ledger.state(load.load_key)
+    if state is not None and state.status == LOAD_PUBLISHED and not spec.restart:
+        return load, state, Plan.from_dict(state.plan)  # bootstrapped already: the pipeline keeps it current
     if state is not None and state.status == LOAD_RUNNING:
         age = time.time() - state.heartbeat
         if age < spec.stale_after_seconds:
@@ -188,6 +190,12 @@ def _bootstrap_table(spec: CdcBootstrapSpec, spark, ch, ledger: Ledger, checkpoi
         if spec.watermark_table and not flavor(conn).mariadb:
             ensure_fence(conn, _fence(spec))
         load, state, plan = _start_or_resume(spec, table, ledger, checkpoints, conn, schema, key)
+    if state.status == LOAD_PUBLISHED:
+        print(f"[airflow-sync] {schema.qualified} was bootstrapped for pipeline {spec.pipeline!r} already "
+              f"(generation {state.generation}); skipped (restart=True bootstraps it again)", flush=True)
+        checkpoints.register(spec.pipeline, table | {"split_column": plan.split_column},
+                             BinlogPosition.from_dict(state.start_position))  # no-op while it is in the pipeline
+        return _summary(state, load, schema, plan, {}, [], 0, started) | {"skipped": True}
     mappings = schema.mappings()
     split = schema.column(plan.split_column)
     weight = needs_weight(split)  # a collated key: rows carry their weight, as full loads write them
@@ -236,13 +244,18 @@ def _bootstrap_table(spec: CdcBootstrapSpec, spark, ch, ledger: Ledger, checkpoi
     ledger.write_load(state)
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
     print(shard_table(shards), flush=True)
+    return _summary(state, load, schema, plan, before, per_shard, dropped, started) | {"shards_read": len(todo)}
+
+
+def _summary(state: LoadState, load: FullLoadSpec, schema, plan: Plan, before: dict, per_shard: list, dropped: int,
+             started: float) -> dict:
     return {"table": schema.qualified, "target": f"{load.target_database}.{load.target_table}",
-            "load_key": load.load_key, "generation": state.generation, "start_position": start.to_dict(),
+            "load_key": load.load_key, "generation": state.generation, "start_position": state.start_position,
             "rows": sum(s.records_written for s in state.shards.values()),
             "rows_read_now": sum(r["records_read"] - before.get(r["shard_id"], (0, 0))[0] for r in per_shard),
             "chunks": sum(s.chunks for s in state.shards.values()),
             "chunks_read_now": sum(r["chunks"] - before.get(r["shard_id"], (0, 0))[1] for r in per_shard),
-            "shards": len(plan.shards), "shards_read": len(todo), "older_rows_dropped": dropped,
+            "shards": len(plan.shards), "shards_read": 0, "older_rows_dropped": dropped, "skipped": False,
             "split_column": plan.split_column, "seconds": round(time.time() - started, 3)}
 
 

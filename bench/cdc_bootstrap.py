@@ -1,0 +1,218 @@
+"""CDC bootstrap bench: rows/s of our bootstrap of the demo ``orders`` while a writer changes it,
+vs our full load of the same table and mysql-ch-replicator's initial copy, in one run; and the
+catch-up lag once the bootstrap ends.
+
+    .venv/bin/python -m bench.cdc_bootstrap [--rows 10000000] [--quick] [--keep]
+
+1. ours, full load: ``spark_submit(FullLoadSpec(channels=2))`` of a quiet source.
+2. ours, bootstrap: ``spark_submit(CdcBootstrapSpec(channels=2))`` while ``devenv.demo_writer``
+   makes ~500 row changes/s on ``orders`` and ``order_items`` (inserts, updates, deletes, key
+   changes, a transaction held open 1.5 s every 3 s), and — as soon as the bootstrap has
+   registered the table — the pipeline's catch-up runs as a service (``airflow-sync cdc run``
+   equivalent, its own spark-submit) on the same two cores. *Lag after the bootstrap*: from the
+   bootstrap's end until the pipeline's position has reached the bootstrap's end position. Then
+   the writer stops, the service catches up to the source, and reconciliation with checksums
+   (``ReconcileSpec(checksum=True)`` on the bootstrap's load key) must say ok.
+3. mysql-ch-replicator 0.1.16 initial copy (``db_replicator --initial_only``, 2 workers) of the
+   quiet source (bench/full_load.py's runner).
+
+Services: private MariaDB + chDB endpoint under $BENCH_STATE (default
+/tmp/airflow-sync-bench-bootstrap); the chDB endpoint runs one statement at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import pymysql
+
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
+from airflow_sync_provider.core.submission import prepare, spark_env, spark_submit
+from bench.common import fmt_rate, fmt_ratio, machine, services, timer, write_result
+from bench.full_load import ProcessSampler, ch_client, run_ours, run_replicator
+from devenv import demo_data
+from devenv.demo_writer import DemoWriter
+
+DB = "bench_boot"
+TARGET_DB = "bench_boot_cdc"
+PIPELINE = "bench_boot"
+
+
+def _position(mysql_url) -> BinlogPosition:
+    conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
+    with conn:
+        return current_position(conn)
+
+
+class _Service:
+    """The pipeline's catch-up as a service: its own spark-submit, stopped with SIGTERM at the end."""
+
+    def __init__(self, spec: CdcApplySpec):
+        self.tmp = tempfile.TemporaryDirectory(prefix="bench-boot-service-")
+        cmd = prepare(spec, self.tmp.name)
+        self.log = open(os.path.join(self.tmp.name, "service.log"), "w")
+        self.proc = subprocess.Popen(cmd, env={**os.environ, **spark_env()}, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+        with open(self.log.name) as fh:
+            text = fh.read()
+        self.tmp.cleanup()
+        return text
+
+
+def _wait_position(ch_url, target: BinlogPosition, timeout: float) -> float | None:
+    """Seconds until the pipeline's position reaches ``target`` (None: not within ``timeout``)."""
+    ch = ch_client(ch_url)
+    checkpoints = Checkpoints(ch)
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < timeout:
+            reached = checkpoints.position(PIPELINE)
+            if reached is not None and reached.key() >= target.key():
+                return time.monotonic() - started
+            time.sleep(0.1)
+    finally:
+        ch.close()
+    return None
+
+
+def run_bootstrap(mysql_url, ch_url, args) -> dict:
+    source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
+    table = {"source_database": DB, "source_table": "orders", "target_database": TARGET_DB}
+    spec = CdcBootstrapSpec(source=source, target=target, pipeline=PIPELINE, tables=[table],
+                            channels=args.channels, chunk_rows=args.chunk_rows)
+    writer = DemoWriter(mysql_url, database=DB, rate=args.writer_rate)
+    writer.start()
+    box, service = {}, None
+    with ProcessSampler() as sampler:
+        runner = threading.Thread(target=lambda: box.update(result=spark_submit(spec), ended=time.monotonic()))
+        with timer() as wall:
+            runner.start()
+            ch = ch_client(ch_url)
+            checkpoints = Checkpoints(ch)
+            checkpoints.ensure()
+            while runner.is_alive() and not checkpoints.tables(PIPELINE):
+                time.sleep(0.2)
+            ch.close()
+            service = _Service(CdcApplySpec(source=source, target=target, pipeline=PIPELINE, service=True,
+                                            lanes=2, batch_seconds=0.5))
+            runner.join()
+    result = box["result"]
+    assert result.get("status") == "success", result
+    lag = _wait_position(ch_url, BinlogPosition.from_dict(result["end_position"]), 600)
+    lag_after_end = None if lag is None else time.monotonic() - box["ended"]
+    writer.stop()
+    final = _position(mysql_url)
+    drain = _wait_position(ch_url, final, 600)
+    log = service.stop()
+    assert drain is not None, f"the catch-up service did not reach {final}:\n{log[-3000:]}"
+    checked = spark_submit(ReconcileSpec(source=source, target=target, load_key=result["tables"][0]["load_key"],
+                                         checksum=True))
+    assert checked.get("status") == "success", checked
+    boot = result["tables"][0]
+    return {"wall": wall["seconds"], "inner": float(result["seconds"]), "rows": boot["rows"], "chunks": boot["chunks"],
+            "shards": boot["shards"], "sampler": sampler, "lag": lag_after_end, "drain": drain,
+            "writer_changes": writer.changes, "writer_rate": writer.changes / wall["seconds"],
+            "held": writer.held, "verdict": checked["verdict"], "mismatched": checked["mismatched"]}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--quick", action="store_true", help="1M rows")
+    parser.add_argument("--channels", type=int, default=2)
+    parser.add_argument("--chunk-rows", type=int, default=50_000)
+    parser.add_argument("--writer-rate", type=float, default=500)
+    parser.add_argument("--replicator-cap", type=float, default=1200.0)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args(argv)
+    rows = 1_000_000 if args.quick else args.rows
+    started, load_start = time.monotonic(), os.getloadavg()
+    with services("bootstrap") as (mysql_url, ch_url):
+        with timer() as gen:
+            counts = demo_data.generate(mysql_url, DB, orders=rows, customers=10_000, item_orders=100_000)
+        assert counts["orders"] == rows, counts
+        print(f"generated {DB}.orders: {rows:,} rows in {gen['seconds']:.1f} s", flush=True)
+        ch = ch_client(ch_url)
+        for name in ("bench_full_load", TARGET_DB):
+            ch.command(f"DROP DATABASE IF EXISTS {name}")
+        ch.command("CREATE DATABASE bench_full_load")
+        for table, column in (("cdc_pipelines", "pipeline"), ("cdc_tables", "pipeline")):
+            if int(ch.command(f"EXISTS TABLE airflow_sync.{table}")):
+                ch.command(f"DELETE FROM airflow_sync.{table} WHERE {column} = '{PIPELINE}'")
+        ch.close()
+        full = run_ours(mysql_url, ch_url, DB, rows, args.channels)
+        print(f"full load: {full['wall']:.1f} s wall, {full['inner']:.1f} s job", flush=True)
+        replicator = run_replicator(mysql_url, ch_url, DB, rows, 2, args.replicator_cap)
+        print(f"mysql-ch-replicator initial copy: {replicator.get('wall')} s", flush=True)
+        boot = run_bootstrap(mysql_url, ch_url, args)
+        print(f"bootstrap: {boot['wall']:.1f} s wall, {boot['inner']:.1f} s job, lag after it {boot['lag']} s, "
+              f"verdict {boot['verdict']}", flush=True)
+        if not args.keep:
+            conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
+            with conn, conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{DB}`")
+                cur.execute("RESET MASTER")
+    total = time.monotonic() - started
+    write_result("cdc_bootstrap" + ("_quick" if args.quick else ""),
+                 "\n".join(report(args, rows, full, replicator, boot, load_start, os.getloadavg(), total)) + "\n")
+
+
+def report(args, rows, full, replicator, boot, load_start, load_end, total) -> list[str]:
+    def rate(seconds):
+        return rows / seconds if seconds else None
+
+    lines = [f"# CDC bootstrap bench ({rows:,} rows)", "",
+             f"Machine: {machine()}. ClickHouse: the chDB endpoint (one statement at a time). One run, "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load_start[0]:.2f} → "
+             f"{load_end[0]:.2f}; total {total:.0f} s.", "",
+             "| path | source | wall s | rows/s (wall) | in-job s | rows/s (in-job) | bootstrap ÷ this (wall / in-job) |",
+             "|---|---|---|---|---|---|---|",
+             f"| **ours: bootstrap**, {args.channels} channels, chunks of {args.chunk_rows:,} | writer at "
+             f"{boot['writer_rate']:,.0f} changes/s + catch-up service running | {boot['wall']:.1f} | "
+             f"{fmt_rate(rate(boot['wall']))} | {boot['inner']:.1f} | {fmt_rate(rate(boot['inner']))} | 1.00× / 1.00× |",
+             f"| ours: full load, {args.channels} channels | quiet | {full['wall']:.1f} | {fmt_rate(rate(full['wall']))} | "
+             f"{full['inner']:.1f} | {fmt_rate(rate(full['inner']))} | {fmt_ratio(full['wall'], boot['wall'])} / "
+             f"{fmt_ratio(full['inner'], boot['inner'])} |"]
+    if replicator.get("wall"):
+        lines.append(f"| mysql-ch-replicator initial copy, 2 workers | quiet | {replicator['wall']:.1f} | "
+                     f"{fmt_rate(rate(replicator['wall']))} | — | — | {fmt_ratio(replicator['wall'], boot['wall'])} / — |")
+    else:
+        lines.append(f"| mysql-ch-replicator initial copy | quiet | > {args.replicator_cap:.0f} (stopped) | | | | |")
+    lag = f"{boot['lag']:.1f} s" if boot["lag"] is not None else "not reached"
+    lines += ["",
+              f"* Bootstrap: {boot['rows']:,} rows in {boot['chunks']} chunks over {boot['shards']} shards; the writer "
+              f"made {boot['writer_changes']:,} row changes meanwhile ({boot['held']} transactions held open 1.5 s). "
+              f"Reconciliation with checksums after catch-up: **{boot['verdict']}**"
+              + (f" (mismatched shards {boot['mismatched']})" if boot["mismatched"] else "") + ".",
+              f"* Catch-up lag after the bootstrap ended (until the pipeline passed the bootstrap's end position): "
+              f"**{lag}**; after the writer stopped the pipeline reached the source's position in {boot['drain']:.1f} s.",
+              f"* Goals: ≥ 0.9× our full load — {fmt_ratio(full['wall'], boot['wall'])} wall, "
+              f"{fmt_ratio(full['inner'], boot['inner'])} in-job; ≥ 3× mysql-ch-replicator — "
+              f"{fmt_ratio(replicator.get('wall'), boot['wall'])} wall; lag < 5 s — {lag}.",
+              f"* CPU seconds per process group during the bootstrap: {boot['sampler'].contention()}",
+              "* The full load and mysql-ch-replicator copy a quiet source; the bootstrap shares the two cores with "
+              "the writer's MariaDB work and the catch-up service (a second spark-submit applying the changes).", ""]
+    return lines
+
+
+if __name__ == "__main__":
+    main()
