@@ -63,6 +63,21 @@ def test_poke_waits_for_a_given_position_succeeds_and_fails_fast(ledger):
         sensor("p.given", position=target).poke({})
 
 
+def test_a_table_still_replaying_towards_the_checkpoint_holds_the_sensor_back(ledger):
+    """A table added to the pipeline (a bootstrap) counts from where its own replay is until it
+    has joined the stream: the pipeline's position is the lower of the two."""
+    from airflow_sync_provider.core.cdc.checkpoints import PipelineTable
+
+    at(ledger, "p.joining", BinlogPosition("mysql-bin.000007", 900))
+    table = PipelineTable({"source_database": "db", "source_table": "added"}, BinlogPosition("mysql-bin.000007", 300))
+    ledger.write_table("p.joining", table)
+    assert ledger.position("p.joining") == BinlogPosition("mysql-bin.000007", 300)
+    assert sensor("p.joining", position="mysql-bin.000007:900").poke({}).is_done is False
+    table.since, table.joined = BinlogPosition("mysql-bin.000007", 900), True
+    ledger.write_table("p.joining", table)
+    assert sensor("p.joining", position="mysql-bin.000007:900").poke({}).is_done
+
+
 def test_without_a_position_the_sources_position_at_the_first_poke_is_the_goal(ledger, mysql_conn):
     behind = current_position(mysql_conn)
     with mysql_conn.cursor() as cur:

@@ -3,6 +3,7 @@ to catch-up, compared with the source row for row."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -108,10 +109,16 @@ def test_collated_string_key_pages_without_skipping_or_repeating_a_row(mysql_con
     assert assert_same_rows(mysql_conn, ch, DB, "names") == rows
 
 
-def test_killed_mid_bootstrap_resumes_after_the_last_finished_chunk(mysql_conn, ch, endpoints, monkeypatch):
+def test_killed_mid_bootstrap_resumes_after_the_last_finished_chunk(mysql_conn, mysql_url, clickhouse_url, ch,
+                                                                     endpoints, monkeypatch):
     """The job (spark-submit) is killed by SIGKILL in an executor right after a chunk's rows are
-    written and before the ledger records them. The re-run reads only the unfinished chunks
-    (the killed one again), the ledger counts every row once, and the copy is exact."""
+    written and before the ledger records them. The re-run (through the CLI) reads only the
+    unfinished chunks (the killed one again), the ledger counts every row once, and the copy is
+    exact."""
+    import json
+    import subprocess
+    import sys
+
     from airflow_sync_provider.core.submission import spark_submit
 
     _create(mysql_conn, f"CREATE TABLE {DB}.crash (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL)")
@@ -126,7 +133,12 @@ def test_killed_mid_bootstrap_resumes_after_the_last_finished_chunk(mysql_conn, 
     recorded = sum(s.records_read for s in state.shards.values())
     assert state.status == "failed" and recorded == 3 * 500  # three chunks recorded, the fourth written only
     monkeypatch.delenv("AIRFLOW_SYNC_CRASH_AT")
-    resumed = spark_submit(spec, timeout=300)
+    cli = subprocess.run([sys.executable, "-m", "airflow_sync_provider.cli", "cdc", "bootstrap", "--pipeline", "crash",
+                          "--table", f"{DB}.crash", "--chunk-rows", "500", "--channels", "1", "--json"],
+                         env={**os.environ, "MYSQL_URL": mysql_url, "CLICKHOUSE_URL": clickhouse_url},
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    resumed = json.loads(cli.stdout)
     assert resumed["status"] == "success", resumed
     table = resumed["tables"][0]
     assert table["rows_read_now"] == 6000 - recorded and table["rows"] == 6000
