@@ -5,11 +5,11 @@ catch-up lag once the bootstrap ends.
     .venv/bin/python -m bench.cdc_bootstrap [--rows 10000000] [--quick] [--keep]
 
 1. ours, full load: ``spark_submit(FullLoadSpec(channels=2))`` of a quiet source.
-2. ours, bootstrap: ``spark_submit(CdcBootstrapSpec(channels=2))`` while ``devenv.demo_writer``
-   makes ~500 row changes/s on ``orders`` and ``order_items`` (inserts, updates, deletes, key
-   changes, a transaction held open 1.5 s every 3 s), and — as soon as the bootstrap has
-   registered the table — the pipeline's catch-up runs as a service (``airflow-sync cdc run``
-   equivalent, its own spark-submit) on the same two cores. *Lag after the bootstrap*: from the
+2. ours, bootstrap of the quiet source (the copy path alone), then again while
+   ``devenv.demo_writer`` makes ~500 row changes/s on ``orders`` and ``order_items`` (inserts,
+   updates, deletes, key changes, a transaction held open 1.5 s every 3 s) and the pipeline's
+   catch-up runs as a service (``airflow-sync cdc run`` equivalent, its own spark-submit, started
+   before the bootstrap and waiting for the table to join) on the same two cores. *Lag after the bootstrap*: from the
    bootstrap's end until the pipeline's position has reached the bootstrap's end position. Then
    the writer stops, the service catches up to the source, and reconciliation with checksums
    (``ReconcileSpec(checksum=True)`` on the bootstrap's load key) must say ok.
@@ -27,7 +27,6 @@ import os
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 
 import pymysql
@@ -44,7 +43,7 @@ from devenv.demo_writer import DemoWriter
 
 DB = "bench_boot"
 TARGET_DB = "bench_boot_cdc"
-PIPELINE = "bench_boot"
+PIPELINE = f"bench_boot_{time.strftime('%Y%m%d%H%M%S')}"  # a fresh pipeline (and load keys) per run
 
 
 def _position(mysql_url) -> BinlogPosition:
@@ -78,13 +77,14 @@ class _Service:
         return text
 
 
-def _wait_position(ch_url, target: BinlogPosition, timeout: float) -> float | None:
-    """Seconds until the pipeline's position reaches ``target`` (None: not within ``timeout``)."""
+def _wait_position(ch_url, target: BinlogPosition, timeout: float, service: "_Service") -> float | None:
+    """Seconds until the pipeline's position reaches ``target`` (None: not within ``timeout``
+    or the service ended)."""
     ch = ch_client(ch_url)
     checkpoints = Checkpoints(ch)
     started = time.monotonic()
     try:
-        while time.monotonic() - started < timeout:
+        while time.monotonic() - started < timeout and service.proc.poll() is None:
             reached = checkpoints.position(PIPELINE)
             if reached is not None and reached.key() >= target.key():
                 return time.monotonic() - started
@@ -94,34 +94,49 @@ def _wait_position(ch_url, target: BinlogPosition, timeout: float) -> float | No
     return None
 
 
+def run_quiet_bootstrap(mysql_url, ch_url, args) -> dict:
+    """The bootstrap alone on a quiet source (no writer, no catch-up): the copy path itself."""
+    table = {"source_database": DB, "source_table": "orders", "target_database": TARGET_DB + "_quiet"}
+    spec = CdcBootstrapSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
+                            pipeline=PIPELINE + "_quiet", tables=[table], channels=args.channels,
+                            chunk_rows=args.chunk_rows)
+    with ProcessSampler() as sampler, timer() as wall:
+        result = spark_submit(spec)
+    assert result.get("status") == "success", result
+    return {"wall": wall["seconds"], "inner": float(result["seconds"]), "rows": result["rows"],
+            "chunks": result["tables"][0]["chunks"], "sampler": sampler}
+
+
 def run_bootstrap(mysql_url, ch_url, args) -> dict:
+    """The bootstrap under a writer, with the pipeline's catch-up service already running (it
+    waits for the table to join, then replays its changes from the bootstrap's start)."""
     source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
     table = {"source_database": DB, "source_table": "orders", "target_database": TARGET_DB}
     spec = CdcBootstrapSpec(source=source, target=target, pipeline=PIPELINE, tables=[table],
                             channels=args.channels, chunk_rows=args.chunk_rows)
+    service = _Service(CdcApplySpec(source=source, target=target, pipeline=PIPELINE, service=True, lanes=2,
+                                    batch_seconds=0.5))
+    ch = ch_client(ch_url)
+    checkpoints = Checkpoints(ch)
+    checkpoints.ensure()
+    waited = time.monotonic()
+    while (checkpoints.state(PIPELINE) is None or checkpoints.state(PIPELINE).status != "running"):
+        assert service.proc.poll() is None and time.monotonic() - waited < 300, service.stop()[-3000:]
+        time.sleep(0.5)
+    ch.close()
     writer = DemoWriter(mysql_url, database=DB, rate=args.writer_rate)
     writer.start()
-    box, service = {}, None
-    with ProcessSampler() as sampler:
-        runner = threading.Thread(target=lambda: box.update(result=spark_submit(spec), ended=time.monotonic()))
-        with timer() as wall:
-            runner.start()
-            ch = ch_client(ch_url)
-            checkpoints = Checkpoints(ch)
-            checkpoints.ensure()
-            while runner.is_alive() and not checkpoints.tables(PIPELINE):
-                time.sleep(0.2)
-            ch.close()
-            service = _Service(CdcApplySpec(source=source, target=target, pipeline=PIPELINE, service=True,
-                                            lanes=2, batch_seconds=0.5))
-            runner.join()
-    result = box["result"]
-    assert result.get("status") == "success", result
-    lag = _wait_position(ch_url, BinlogPosition.from_dict(result["end_position"]), 600)
+    writer_started, box = time.monotonic(), {}
+    with ProcessSampler() as sampler, timer() as wall:
+        result = spark_submit(spec)
+        box["ended"] = time.monotonic()
+    assert result.get("status") == "success", (result, service.stop()[-3000:])
+    lag = _wait_position(ch_url, BinlogPosition.from_dict(result["end_position"]), 600, service)
     lag_after_end = None if lag is None else time.monotonic() - box["ended"]
     writer.stop()
+    writer_seconds = time.monotonic() - writer_started
     final = _position(mysql_url)
-    drain = _wait_position(ch_url, final, 600)
+    drain = _wait_position(ch_url, final, 600, service)
     log = service.stop()
     assert drain is not None, f"the catch-up service did not reach {final}:\n{log[-3000:]}"
     checked = spark_submit(ReconcileSpec(source=source, target=target, load_key=result["tables"][0]["load_key"],
@@ -130,7 +145,7 @@ def run_bootstrap(mysql_url, ch_url, args) -> dict:
     boot = result["tables"][0]
     return {"wall": wall["seconds"], "inner": float(result["seconds"]), "rows": boot["rows"], "chunks": boot["chunks"],
             "shards": boot["shards"], "sampler": sampler, "lag": lag_after_end, "drain": drain,
-            "writer_changes": writer.changes, "writer_rate": writer.changes / wall["seconds"],
+            "writer_changes": writer.changes, "writer_rate": writer.changes / writer_seconds,
             "held": writer.held, "verdict": checked["verdict"], "mismatched": checked["mismatched"]}
 
 
@@ -152,17 +167,16 @@ def main(argv=None):
         assert counts["orders"] == rows, counts
         print(f"generated {DB}.orders: {rows:,} rows in {gen['seconds']:.1f} s", flush=True)
         ch = ch_client(ch_url)
-        for name in ("bench_full_load", TARGET_DB):
+        for name in ("bench_full_load", TARGET_DB, TARGET_DB + "_quiet"):
             ch.command(f"DROP DATABASE IF EXISTS {name}")
         ch.command("CREATE DATABASE bench_full_load")
-        for table, column in (("cdc_pipelines", "pipeline"), ("cdc_tables", "pipeline")):
-            if int(ch.command(f"EXISTS TABLE airflow_sync.{table}")):
-                ch.command(f"DELETE FROM airflow_sync.{table} WHERE {column} = '{PIPELINE}'")
         ch.close()
         full = run_ours(mysql_url, ch_url, DB, rows, args.channels)
         print(f"full load: {full['wall']:.1f} s wall, {full['inner']:.1f} s job", flush=True)
         replicator = run_replicator(mysql_url, ch_url, DB, rows, 2, args.replicator_cap)
         print(f"mysql-ch-replicator initial copy: {replicator.get('wall')} s", flush=True)
+        quiet = run_quiet_bootstrap(mysql_url, ch_url, args)
+        print(f"bootstrap, quiet source: {quiet['wall']:.1f} s wall, {quiet['inner']:.1f} s job", flush=True)
         boot = run_bootstrap(mysql_url, ch_url, args)
         print(f"bootstrap: {boot['wall']:.1f} s wall, {boot['inner']:.1f} s job, lag after it {boot['lag']} s, "
               f"verdict {boot['verdict']}", flush=True)
@@ -173,10 +187,10 @@ def main(argv=None):
                 cur.execute("RESET MASTER")
     total = time.monotonic() - started
     write_result("cdc_bootstrap" + ("_quick" if args.quick else ""),
-                 "\n".join(report(args, rows, full, replicator, boot, load_start, os.getloadavg(), total)) + "\n")
+                 "\n".join(report(args, rows, full, replicator, boot, quiet, load_start, os.getloadavg(), total)) + "\n")
 
 
-def report(args, rows, full, replicator, boot, load_start, load_end, total) -> list[str]:
+def report(args, rows, full, replicator, boot, quiet, load_start, load_end, total) -> list[str]:
     def rate(seconds):
         return rows / seconds if seconds else None
 
@@ -191,7 +205,10 @@ def report(args, rows, full, replicator, boot, load_start, load_end, total) -> l
              f"{fmt_rate(rate(boot['wall']))} | {boot['inner']:.1f} | {fmt_rate(rate(boot['inner']))} | 1.00× / 1.00× |",
              f"| ours: full load, {args.channels} channels | quiet | {full['wall']:.1f} | {fmt_rate(rate(full['wall']))} | "
              f"{full['inner']:.1f} | {fmt_rate(rate(full['inner']))} | {fmt_ratio(full['wall'], boot['wall'])} / "
-             f"{fmt_ratio(full['inner'], boot['inner'])} |"]
+             f"{fmt_ratio(full['inner'], boot['inner'])} |",
+             f"| ours: bootstrap, same settings | quiet (no writer, no catch-up) | {quiet['wall']:.1f} | "
+             f"{fmt_rate(rate(quiet['wall']))} | {quiet['inner']:.1f} | {fmt_rate(rate(quiet['inner']))} | "
+             f"{fmt_ratio(quiet['wall'], boot['wall'])} / {fmt_ratio(quiet['inner'], boot['inner'])} |"]
     if replicator.get("wall"):
         lines.append(f"| mysql-ch-replicator initial copy, 2 workers | quiet | {replicator['wall']:.1f} | "
                      f"{fmt_rate(rate(replicator['wall']))} | — | — | {fmt_ratio(replicator['wall'], boot['wall'])} / — |")
@@ -205,10 +222,11 @@ def report(args, rows, full, replicator, boot, load_start, load_end, total) -> l
               + (f" (mismatched shards {boot['mismatched']})" if boot["mismatched"] else "") + ".",
               f"* Catch-up lag after the bootstrap ended (until the pipeline passed the bootstrap's end position): "
               f"**{lag}**; after the writer stopped the pipeline reached the source's position in {boot['drain']:.1f} s.",
-              f"* Goals: ≥ 0.9× our full load — {fmt_ratio(full['wall'], boot['wall'])} wall, "
-              f"{fmt_ratio(full['inner'], boot['inner'])} in-job; ≥ 3× mysql-ch-replicator — "
+              f"* Goals: ≥ 0.9× our full load — under writes {fmt_ratio(full['wall'], boot['wall'])} wall, "
+              f"{fmt_ratio(full['inner'], boot['inner'])} in-job; quiet {fmt_ratio(full['wall'], quiet['wall'])} wall, "
+              f"{fmt_ratio(full['inner'], quiet['inner'])} in-job; ≥ 3× mysql-ch-replicator — "
               f"{fmt_ratio(replicator.get('wall'), boot['wall'])} wall; lag < 5 s — {lag}.",
-              f"* CPU seconds per process group during the bootstrap: {boot['sampler'].contention()}",
+              f"* Load average during the bootstrap under writes / CPU of processes not in the bench: {boot['sampler'].contention()}",
               "* The full load and mysql-ch-replicator copy a quiet source; the bootstrap shares the two cores with "
               "the writer's MariaDB work and the catch-up service (a second spark-submit applying the changes).", ""]
     return lines

@@ -167,6 +167,11 @@ def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact
         covered = [ids for position, ids in committed if position.key() <= state.checkpoint.key()]
         lost = [i for ids in covered for i in ids if i not in present and i not in deleted]
         assert not lost, f"after a kill at {point}:{count} the checkpoint {state.checkpoint} is ahead of the data: {lost[:5]}"
+        # the binlog reader process does not outlive a killed driver (it would hold its connection)
+        deadline = time.monotonic() + 10
+        while _orphan_readers() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _orphan_readers(), f"binlog reader processes left behind by a kill at {point}:{count}"
         spec.start_from_loads = []  # later runs resume from the checkpoint
     monkeypatch.delenv("AIRFLOW_SYNC_CRASH_AT")
     final = spark_submit(spec, timeout=300)
@@ -185,6 +190,24 @@ def full_load_submitted(endpoints, table):
                                        channels=1), timeout=300)
     assert result["status"] == "success", result
     return key
+
+
+def _orphan_readers() -> list[int]:
+    """Spawned (multiprocessing) Python processes whose parent died: a reader left behind."""
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read()
+            with open(f"/proc/{pid}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"spawn_main" in cmd and ppid == 1:
+            found.append(int(pid))
+    return found
 
 
 def _seed(mysql_conn, table, rows=200):

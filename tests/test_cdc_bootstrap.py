@@ -177,35 +177,38 @@ class _Churn(threading.Thread):
 
 def test_a_table_added_to_a_running_pipeline_joins_it_and_both_stay_exact(mysql_url, mysql_conn, ch, endpoints,
                                                                          spark):
-    """Catch-up runs as a service for table A while a writer changes A and B; B is bootstrapped
-    into the same pipeline meanwhile. The service picks B up by itself (replaying B's changes
-    from its bootstrap's start) without a restart; both copies end exact."""
+    """Catch-up runs as a service started before the pipeline has any table (it waits); table A
+    is bootstrapped and becomes its first table; while a writer changes A and B, B is
+    bootstrapped into the same pipeline. The service picks B up by itself (replaying B's
+    changes from its bootstrap's start) without a restart; both copies end exact."""
     for name in ("grow_a", "grow_b"):
         _create(mysql_conn, f"CREATE TABLE {DB}.{name} (id INT PRIMARY KEY, v INT NOT NULL)")
         with mysql_conn.cursor() as cur:
             cur.execute(f"INSERT INTO {DB}.{name} SELECT seq, seq FROM {DB}.seq_1_to_3000")
-    bootstrap(endpoints, spark, "grow", ["grow_a"], chunk_rows=1000, channels=1)
-    churn = _Churn(mysql_url, ["grow_a", "grow_b"])
     results = {}
     service = threading.Thread(target=lambda: results.setdefault("service", apply(
-        endpoints, spark, "grow", service=True, max_seconds=30, batch_seconds=0.5)))
-    churn.start()
+        endpoints, spark, "grow", service=True, max_seconds=40, batch_seconds=0.5)))
     service.start()
-    time.sleep(3)
+    time.sleep(1)
+    assert Checkpoints(ch).state("grow").status == "running"  # waiting for a table, heartbeat on
     # one channel: the service's lane writes keep a task slot of local[2] meanwhile
+    bootstrap(endpoints, spark, "grow", ["grow_a"], chunk_rows=1000, channels=1)
+    churn = _Churn(mysql_url, ["grow_a", "grow_b"])
+    churn.start()
+    time.sleep(3)
     added = bootstrap(endpoints, spark, "grow", ["grow_b"], chunk_rows=300, channels=1, split_factor=2)
     time.sleep(3)
     churn.stop.set()
     churn.join()
     assert churn.error is None, churn.error
     end = current_position(mysql_conn)
-    service.join(60)
+    service.join(90)
     assert "service" in results, "the catch-up service did not finish"
     checkpoints = Checkpoints(ch)
     assert {t.name: t.joined for t in checkpoints.tables("grow")} == {f"{DB}.grow_a": True, f"{DB}.grow_b": True}
     assert checkpoints.position("grow").key() >= end.key()
     assert added["start_position"]["pos"] and churn.changes > 500
-    assert results["service"]["joined"] == [f"{DB}.grow_b"]  # it started with A alone; B joined the running service
+    assert results["service"]["joined"] == [f"{DB}.grow_b"]  # A was its first table; B joined it running
     assert assert_same_rows(mysql_conn, ch, DB, "grow_a") > 2000
     assert assert_same_rows(mysql_conn, ch, DB, "grow_b") > 2000
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import queue
 import time
 from dataclasses import dataclass
@@ -181,7 +182,20 @@ class _Decoded:
     payloads: list
 
 
-def _read_batches(spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline, out, halt) -> None:
+def _hand_over(out, item, halt, parent: int) -> bool:
+    """Put ``item`` on the queue; False when the driver stopped us or is gone (killed: the
+    reader must not outlive it holding a binlog connection)."""
+    while not halt.is_set() and os.getppid() == parent:
+        try:
+            out.put(item, timeout=1.0)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _read_batches(spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline, out, halt,
+                  parent: int) -> None:
     """The reader process: decode complete transactions from ``start`` and turn them into lane
     payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
     try:
@@ -194,15 +208,16 @@ def _read_batches(spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop,
             for batch in batches(reader, stop, spec.batch_events, seconds):
                 if deadline is not None and time.time() >= deadline:
                     batch.done = True
-                out.put(_Decoded(batch.start, batch.end, batch.events, dict(batch.per_table), batch.ddl, batch.done,
-                                 batch.last_event_at, _lane_payloads(batch, routes, spec.lanes, spec.source)))
-                if batch.done or batch.ddl or halt.is_set():
+                decoded = _Decoded(batch.start, batch.end, batch.events, dict(batch.per_table), batch.ddl,
+                                   batch.done, batch.last_event_at,
+                                   _lane_payloads(batch, routes, spec.lanes, spec.source))
+                if not _hand_over(out, decoded, halt, parent) or batch.done or batch.ddl:
                     break
         finally:
             reader.close()
     except BaseException as exc:  # handed to the driver, which fails the run
-        out.put(ApplyFailed(f"binlog reader: {type(exc).__name__}: {exc}") if not isinstance(exc, BinlogError)
-                else exc)
+        _hand_over(out, ApplyFailed(f"binlog reader: {type(exc).__name__}: {exc}") if not isinstance(exc, BinlogError)
+                   else exc, halt, parent)
 
 
 class _Reader:
@@ -213,7 +228,7 @@ class _Reader:
         context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
         self.out, self.halt = context.Queue(maxsize=2), context.Event()
         self.process = context.Process(target=_read_batches, args=(spec, routes, start, stop, deadline, self.out,
-                                                                    self.halt), daemon=True)
+                                                                    self.halt, os.getpid()), daemon=True)
         self.process.start()
 
     def get(self):
@@ -362,6 +377,7 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     totals = {"events": 0, "rows_written": 0, "joined": []}
     stop, start, routes = None, None, {}
     try:
+        _await_tables(spec, checkpoints, state, previous, started)
         start, tables = _start(spec, previous, checkpoints, loads)
         state.checkpoint, state.tables = start, tables
         with mysql_reader.connect(spec.source) as conn:
@@ -391,6 +407,23 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
 
 
 JOIN_POLL_SECONDS = 2.0  # how often a running pipeline looks for tables waiting to join
+
+
+def _await_tables(spec: CdcApplySpec, checkpoints: Checkpoints, state: PipelineState, previous, started: float):
+    """A service started for a new pipeline before any table joined it (e.g. ahead of the
+    bootstrap) waits for the first table instead of failing; bounded runs do not wait."""
+    if not spec.service or spec.tables or spec.start_from_loads or (previous and previous.checkpoint):
+        return
+    announced = False
+    while not checkpoints.tables(spec.pipeline):
+        if spec.max_seconds and time.time() - started > spec.max_seconds:
+            raise ApplyFailed(f"pipeline {spec.pipeline!r}: no table joined within {spec.max_seconds:.0f} s")
+        if not announced:
+            print(f"[airflow-sync] pipeline {spec.pipeline!r}: waiting for a table to join (a bootstrap or a full "
+                  "load given to start_from_loads)", flush=True)
+            announced = True
+        checkpoints.write(state)  # heartbeat: a second service for this pipeline refuses to start
+        time.sleep(JOIN_POLL_SECONDS)
 
 
 def _run(spec: CdcApplySpec, spark, ch, routes, checkpoints: Checkpoints, state: PipelineState, stop, totals: dict,

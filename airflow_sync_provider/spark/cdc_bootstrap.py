@@ -130,7 +130,10 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
     load = spec.load_spec(table, key.names[0])
     state = ledger.state(load.load_key)
     if state is not None and state.status == LOAD_PUBLISHED and not spec.restart:
-        return load, state, Plan.from_dict(state.plan)  # bootstrapped already: the pipeline keeps it current
+        if target.table_exists(checkpoints.ch, load.target_database, load.target_table):
+            return load, state, Plan.from_dict(state.plan)  # bootstrapped already: the pipeline keeps it current
+        print(f"[airflow-sync] {schema.qualified}: its copy {load.target_database}.{load.target_table} is gone; "
+              "bootstrapping it again", flush=True)
     if state is not None and state.status == LOAD_RUNNING:
         age = time.time() - state.heartbeat
         if age < spec.stale_after_seconds:
