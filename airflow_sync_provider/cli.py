@@ -308,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--pipeline", required=True)
     boot.add_argument("--table", action="append", required=True, help="db.table (repeat)")
     boot.add_argument("--channels", type=int, default=2)
-    boot.add_argument("--chunk-rows", type=int, default=50_000)
+    boot.add_argument("--chunk-rows", type=int, default=100_000)
     boot.add_argument("--watermark-table", help="MySQL only: db.table the job may create and write (exact positions)")
     boot.add_argument("--restart", action="store_true", help="start again instead of resuming")
     boot.add_argument("--master", default="local[2]")

@@ -154,7 +154,7 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--quick", action="store_true", help="1M rows")
     parser.add_argument("--channels", type=int, default=2)
-    parser.add_argument("--chunk-rows", type=int, default=50_000)
+    parser.add_argument("--chunk-rows", type=int, default=100_000)
     parser.add_argument("--writer-rate", type=float, default=500)
     parser.add_argument("--replicator-cap", type=float, default=1200.0)
     parser.add_argument("--keep", action="store_true")

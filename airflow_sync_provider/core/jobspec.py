@@ -161,7 +161,7 @@ class CdcBootstrapSpec:
     pipeline: str
     tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
     channels: int = 2
-    chunk_rows: int = 50_000
+    chunk_rows: int = 100_000
     split_factor: int = DEFAULT_SPLIT_FACTOR
     strategy: str = "balanced"
     batch_rows: int = 65536

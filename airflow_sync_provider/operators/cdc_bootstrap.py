@@ -29,7 +29,7 @@ class CdcBootstrapOperator(SparkJobOperator):
     template_fields = ("pipeline", "tables")
 
     def __init__(self, *, pipeline: str, tables: list, mysql_conn_id: str = "mysql_default",
-                 clickhouse_conn_id: str = "clickhouse_default", channels: int = 2, chunk_rows: int = 50_000,
+                 clickhouse_conn_id: str = "clickhouse_default", channels: int = 2, chunk_rows: int = 100_000,
                  split_factor: int | None = None, watermark_table: str | None = None, restart: bool = False,
                  channel_record_speed: int | None = None, channel_byte_speed: int | None = None,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):

@@ -64,28 +64,29 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
         ledger.write_shard(state.load_key, state.generation, record)
         while True:
             version = snapshot_position(conn, kind, fence).snapshot_version()
-            holder, batches, nbytes = {}, [], 0
+            holder, nbytes, written = {}, 0, 0
+            # each batch goes to the copy as it is read (memory: one batch, whatever chunk_rows is);
+            # the chunk counts only once all of it is written (a crash re-reads it whole)
             for batch in mysql_reader.read_chunk(conn, plan, mappings, shard, key, after, spec.chunk_rows,
                                                  min(spec.batch_rows, spec.chunk_rows), columns_sql, weight, holder):
-                batches.append(batch)
+                table = pa.Table.from_batches([batch])
+                table = table.append_column(target.VERSION_COLUMN, pa.array([version] * batch.num_rows, pa.uint64()))
+                try:
+                    ch.insert_arrow(load.target_table, table.rename_columns(names), database=load.target_database,
+                                    settings=settings)
+                except Exception:
+                    record.records_failed += batch.num_rows
+                    raise
+                written += batch.num_rows
                 nbytes += batch.nbytes
                 throttle.account(batch.num_rows, batch.nbytes)
             cur = conn.cursor()
             cur.execute("COMMIT")  # the chunk's snapshot ends: no read view is held between chunks
             cur.close()
             rows = holder["rows"]
-            if rows:
-                table = pa.Table.from_batches(batches)
-                table = table.append_column(target.VERSION_COLUMN, pa.array([version] * rows, pa.uint64()))
-                try:
-                    ch.insert_arrow(load.target_table, table.rename_columns(names), database=load.target_database,
-                                    settings=settings)
-                except Exception:
-                    record.records_failed += rows
-                    raise
             # the chunk is durable: count it once and move the resume point past it
             record.records_read += rows
-            record.records_written += rows
+            record.records_written += written
             record.bytes += nbytes
             record.chunks += 1
             record.version = version
