@@ -181,7 +181,8 @@ def main(argv=None) -> int:
             if writer.is_alive() and seen.get("bootstrap") in ("success", "failed"):
                 writer.stop()
                 print(f"[demo] writer stopped: {writer.changes:,} row changes in {writer.transactions:,} transactions "
-                      f"(+{writer.held} held open for {writer.hold_seconds:.1f} s) while the bootstrap ran", flush=True)
+                      f"(+{writer.held} held open for {writer.hold_seconds:.1f} s) from the DAG's start to the bootstrap's end; "
+                      "catch-up applies those after the bootstrap's start position", flush=True)
 
         codes.append(run_dag(env, home, CDC_DAG, log_path, stop_writer))
         if writer.is_alive():
