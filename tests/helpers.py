@@ -84,3 +84,13 @@ def assert_same_rows(conn, ch, database: str, table: str, target_database: str |
     changed = [k for k in source if source[k] != target[k]]
     assert not changed, f"{table}: {len(changed)} rows differ, e.g.\n{_short(source[changed[0]])} !=\n{_short(target[changed[0]])}"
     return sum(source.values()) if isinstance(source, Counter) else len(source)
+
+
+def recreate_tables(conn, database: str, *ddls: str) -> None:
+    """Create ``database`` if missing and (re)create each ``CREATE TABLE database.name (…)``."""
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {database}")
+        for ddl in ddls:
+            name = ddl.split("(")[0].split(".")[-1].strip()
+            cur.execute(f"DROP TABLE IF EXISTS {database}.{name}")
+            cur.execute(ddl)

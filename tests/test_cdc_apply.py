@@ -10,7 +10,7 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.full_load import run_full_load
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
-from tests.helpers import assert_same_rows
+from tests.helpers import assert_same_rows, recreate_tables
 
 pytestmark = pytest.mark.slow
 DB, TARGET = "cdc", "cdc_ch"
@@ -63,12 +63,7 @@ MIXED_DDL, LINES_DDL = mixed_ddl(DB), lines_ddl(DB)
 
 
 def _create(mysql_conn, *ddls):
-    with mysql_conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
-        for ddl in ddls:
-            name = ddl.split("(")[0].split(".")[-1].strip()
-            cur.execute(f"DROP TABLE IF EXISTS {DB}.{name}")
-            cur.execute(ddl)
+    recreate_tables(mysql_conn, DB, *ddls)
 
 
 def _same_as_a_fresh_full_load(endpoints, spark, ch, table: str, suffix: str):

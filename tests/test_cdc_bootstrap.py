@@ -20,7 +20,7 @@ from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
-from tests.helpers import assert_same_rows
+from tests.helpers import assert_same_rows, recreate_tables
 
 pytestmark = pytest.mark.slow
 DB = "boot"
@@ -32,12 +32,7 @@ def endpoints(mysql_url, clickhouse_url):
 
 
 def _create(mysql_conn, *ddls):
-    with mysql_conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
-        for ddl in ddls:
-            name = ddl.split("(")[0].split(".")[-1].strip()
-            cur.execute(f"DROP TABLE IF EXISTS {DB}.{name}")
-            cur.execute(ddl)
+    recreate_tables(mysql_conn, DB, *ddls)
 
 
 def bootstrap(endpoints, spark, pipeline, tables, **kwargs):
