@@ -108,8 +108,10 @@ class ReconcileSpec:
 class CdcApplySpec:
     """Apply a pipeline's binlog changes to its ClickHouse copies, from its checkpoint.
 
-    A new pipeline starts from full loads (``start_from_loads``: their tables, and the earliest
-    binlog position they began at) or from ``start_position`` with ``tables``. A bounded run
+    Tables join a pipeline from where their copies began: by a bootstrap (``CdcBootstrapSpec``,
+    which registers them), from full loads (``start_from_loads``) or from ``start_position`` with
+    ``tables``; a new pipeline starts at the earliest of those positions, a running one replays a
+    new table up to its checkpoint before streaming it with the others. A bounded run
     (the default, an Airflow task) stops at ``stop_position``, by default the source's position
     when it starts; ``service`` runs until stopped (or ``max_seconds``).
     """

@@ -15,8 +15,9 @@ class CdcApplyOperator(SparkJobOperator):
     whose writes ClickHouse acknowledged.
 
     :param pipeline: the pipeline's name in the ledger (its checkpoint, tables, counters).
-    :param start_from_loads: for a new pipeline: full-load keys whose tables it replicates,
-        starting at the earliest binlog position those loads began at.
+    :param start_from_loads: full-load keys whose tables join the pipeline from the binlog
+        position those loads began at (tables bootstrapped by ``CdcBootstrapOperator`` join by
+        themselves; a running pipeline replays a new table up to its checkpoint first).
     :param tables: ``["db.table", …]`` or dicts with target names, with ``start_position``.
     :param start_position: ``{"file": …, "pos": …}`` for a new pipeline without full loads.
     :param stop_position: stop here instead of at the source's position at start.

@@ -1,7 +1,7 @@
 """CDC catch-up: binlog → ClickHouse, versions in binlog order, checkpoint after the write.
 
-Driver: find the pipeline's checkpoint (or its start: full loads' binlog positions), check the
-source, then read complete transactions in batches (a reader process decodes the next batches
+Driver: find the pipeline's checkpoint (or, for a new pipeline, the earliest position its
+tables' copies began at: core/cdc/checkpoints.py's ``cdc_tables``), check the source, then read complete transactions in batches (a reader process decodes the next batches
 while the current one is written). Each batch's changes are routed by hash(table, primary key)
 on a consistent-hash ring to apply lanes; the lanes write in parallel as Spark tasks, each
 lane's rows in binlog order. Only when every lane's write has been acknowledged does the
