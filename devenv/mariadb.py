@@ -68,16 +68,32 @@ class MariaDB:
     def _user_args(self) -> list[str]:
         return ["--user=root"] if os.geteuid() == 0 else []
 
+    def _install(self, attempts: int = 3) -> None:
+        """mariadb-install-db, retried on a wiped data dir: on a fresh CI machine it once failed
+        for one of two concurrent test workers (the other succeeded), so a transient failure
+        gets another try and a lasting one an error that shows the tool's own output."""
+        log = self.base / "install.log"
+        for attempt in range(1, attempts + 1):
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            done = subprocess.run(
+                ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}",
+                 "--auth-root-authentication-method=normal", "--skip-test-db", *self._user_args()],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )
+            with log.open("a") as out:
+                out.write(f"--- attempt {attempt}: exit {done.returncode}\n{done.stdout}\n")
+            if done.returncode == 0:
+                return
+            time.sleep(attempt)
+        tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+        raise RuntimeError(f"mariadb-install-db failed {attempts} times (full output in {log}):\n{tail}")
+
     def start(self, timeout: float = 60) -> "MariaDB":
         ensure_installed()
         self.base.mkdir(parents=True, exist_ok=True)
         fresh = not (self.datadir / "mysql").exists()
         if fresh:
-            subprocess.run(
-                ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}",
-                 "--auth-root-authentication-method=normal", "--skip-test-db", *self._user_args()],
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            )
+            self._install()
         args = [
             "mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
             f"--socket={self.socket}", "--bind-address=127.0.0.1", f"--pid-file={self.base / 'mysqld.pid'}",
@@ -107,7 +123,19 @@ class MariaDB:
                     cur.execute("CREATE USER IF NOT EXISTS 'root'@%s", (host,))
                     cur.execute("ALTER USER 'root'@%s IDENTIFIED BY %s", (host, ROOT_PASSWORD))
                     cur.execute("GRANT ALL ON *.* TO 'root'@%s WITH GRANT OPTION", (host,))
+        self._check_tcp_reaches_this_server()
         return self
+
+    def _check_tcp_reaches_this_server(self) -> None:
+        """The URL's port must lead to this data dir, not to another test worker's server that
+        took the same port (free_port() only finds a port that was free a moment ago)."""
+        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password=ROOT_PASSWORD) as conn:
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@datadir")
+                datadir = Path(cur.fetchone()[0]).resolve()
+        if datadir != self.datadir.resolve():
+            self.stop()
+            raise RuntimeError(f"port {self.port} leads to the MariaDB of {datadir}, not {self.datadir}")
 
     def stop(self) -> None:
         stop_process(self.proc)  # SIGTERM = clean InnoDB shutdown

@@ -246,12 +246,13 @@ def test_column_changes_reach_the_target_and_a_key_change_stops_clearly(mysql_co
 
 def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exact(tmp_path, ch, clickhouse_url,
                                                                                    spark):
-    """A private MariaDB: FLUSH BINARY LOGS and a restart between and during runs."""
+    """A private MariaDB: FLUSH BINARY LOGS and a restart between and during runs, then a purge
+    of the checkpoint's file."""
     import threading
 
     import pymysql
 
-    from airflow_sync_provider.core.cdc.positions import BinlogPosition
+    from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
     from devenv.mariadb import MariaDB
 
     server = MariaDB(tmp_path / "restart").start()
@@ -305,6 +306,20 @@ def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exa
         assert ch.command(f"SELECT min(_version) FROM {TARGET}.rot FINAL WHERE v = 5") > top  # newer file, higher
         with pymysql.connect(**endpoints[0].connect_args(), autocommit=True) as check:
             assert assert_same_rows(check, ch, DB, "rot", TARGET) == 300 + 5 - 5
+        # the checkpoint's file purged: refused with what to do, until a re-bootstrap
+        with conn.cursor() as cur:
+            cur.execute("FLUSH BINARY LOGS")
+            changes(6)
+            cur.execute("FLUSH BINARY LOGS")
+            cur.execute(f"PURGE BINARY LOGS TO '{current_position(conn).file}'")
+        with pytest.raises(BinlogError, match=r"binlog file mysql-bin\.\d+ holding the checkpoint .* was purged.*"
+                                              r"Re-bootstrap.*reset=True"):
+            apply(endpoints, spark, "rot")
+        assert Checkpoints(ch).state("rot").status == "failed"
+        again = full_load(endpoints, spark, "rot", "cdc.rot.again")
+        apply(endpoints, spark, "rot", start_from_loads=[again], reset=True)
+        with pymysql.connect(**endpoints[0].connect_args(), autocommit=True) as check:
+            assert assert_same_rows(check, ch, DB, "rot", TARGET) == 300 + 6 - 6
     finally:
         server.stop()
 
@@ -342,9 +357,8 @@ def test_reconciliation_and_repair_keep_working_on_a_table_cdc_writes(mysql_conn
 
 
 def test_preflight_refuses_with_what_to_do(mysql_url, mysql_conn, ch, endpoints, spark):
-    """Missing row metadata, no binlog privileges, a table without a key, a purged checkpoint."""
-    import pymysql
-
+    """Missing row metadata, no binlog privileges, a table without a key (a purged checkpoint:
+    in the rotation test, on its private server, as a purge would hit other tests' positions)."""
     from airflow_sync_provider.core.cdc.positions import BinlogError, current_position
 
     _seed(mysql_conn, "pre")
@@ -370,16 +384,3 @@ def test_preflight_refuses_with_what_to_do(mysql_url, mysql_conn, ch, endpoints,
         apply(endpoints, spark, "pre.nokey", tables=[{"source_database": DB, "source_table": "nokey",
                                                       "target_database": TARGET}],
               start_position=current_position(mysql_conn).to_dict())
-    apply(endpoints, spark, "pre", start_from_loads=[key], reset=True)  # a good start
-    with mysql_conn.cursor() as cur:
-        cur.execute("FLUSH BINARY LOGS")
-        cur.execute(f"UPDATE {DB}.pre SET v = 0 WHERE id = 1")
-        cur.execute("FLUSH BINARY LOGS")
-        cur.execute(f"PURGE BINARY LOGS TO '{current_position(mysql_conn).file}'")
-    with pytest.raises(BinlogError, match=r"binlog file mysql-bin\.\d+ holding the checkpoint .* was purged.*"
-                                          r"Re-bootstrap.*reset=True"):
-        apply(endpoints, spark, "pre")
-    assert Checkpoints(ch).state("pre").status == "failed"
-    key2 = full_load(endpoints, spark, "pre", "cdc.pre.again")  # the re-bootstrap
-    apply(endpoints, spark, "pre", start_from_loads=[key2], reset=True)
-    assert assert_same_rows(pymysql.connect(**endpoints[0].connect_args()), ch, DB, "pre", TARGET) == 200
