@@ -201,6 +201,64 @@ class CdcBootstrapSpec:
             stale_after_seconds=self.stale_after_seconds)
 
 
+@dataclass
+class SnapshotDiffSpec:
+    """Compare an old snapshot (a ClickHouse table: the copy, ``FINAL``, deleted rows excluded)
+    with a new one (the MySQL source table, read in the planner's shards, or another ClickHouse
+    table) by key; flag every key identical / changed / new / deleted (core/diff.py), write the
+    change set to ClickHouse and, with ``on_change="apply"``, apply it to the old table with
+    versions of the shared scheme.
+
+    ``source`` is needed when the new side is MySQL (``source_table``) or to version an apply
+    by the binlog; ``new_table`` ("db.table" on ClickHouse) replaces ``source_table``.
+    """
+
+    target: ClickHouseEndpoint
+    old_table: str  # "db.table" on ClickHouse
+    source: MySQLEndpoint | None = None
+    source_database: str = ""
+    source_table: str = ""
+    new_table: str = ""  # "db.table" on ClickHouse, instead of a MySQL source table
+    key_columns: list[str] | None = None  # default: the MySQL primary key / the old table's sorting key
+    compare_columns: list[str] | None = None  # default: every non-key column
+    ignore_columns: list[str] = field(default_factory=list)
+    tolerances: dict = field(default_factory=dict)  # {column: abs | {"abs": x, "rel": y}} (floats)
+    on_change: str = "warn"  # "fail" | "warn" | "apply"
+    diff_key: str = ""  # the diff's name in the ledger and the change set (default: from the tables)
+    changes_table: str = ""  # "db.table" (default: <old_table>__changes)
+    channels: int = 2
+    split_factor: int = 4
+    split_column: str | None = None
+    bucket_rows: int = 50_000  # the most rows one comparison holds (per side)
+    fetch_rows: int = 10_000
+    sample_rows: int = 20  # per flag, in the HTML report
+    report_dir: str = ""
+    ledger_database: str = DEFAULT_LEDGER_DATABASE
+    result_path: str = ""
+    job: str = field(default="snapshot_diff", init=False)
+
+    def __post_init__(self):
+        if self.on_change not in ("fail", "warn", "apply"):
+            raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {self.on_change!r}")
+        if bool(self.source_table) == bool(self.new_table):
+            raise ValueError("give the new snapshot as source_database/source_table (MySQL) or new_table "
+                             "(ClickHouse), exactly one")
+        if self.source_table and self.source is None:
+            raise ValueError(f"table {self.source_database}.{self.source_table}: a MySQL source needs its endpoint")
+        for name in ("old_table", "new_table", "changes_table"):
+            value = getattr(self, name)
+            if value and "." not in value:
+                raise ValueError(f"{name} {value!r}: give it as database.table")
+        if self.channels < 1 or self.bucket_rows < 1:
+            raise ValueError("channels and bucket_rows must be at least 1")
+        self.diff_key = self.diff_key or f"diff:{self.new_name}->{self.old_table}"
+        self.changes_table = self.changes_table or f"{self.old_table}__changes"
+
+    @property
+    def new_name(self) -> str:
+        return self.new_table or f"{self.source_database}.{self.source_table}"
+
+
 def bootstrap_load_key(pipeline: str, table: dict) -> str:
     return f"cdc:{pipeline}:{table['source_database']}.{table['source_table']}"
 
@@ -223,7 +281,7 @@ def table_config(table) -> dict:
 
 
 SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls
-              for cls in (FullLoadSpec, ReconcileSpec, CdcApplySpec, CdcBootstrapSpec)}
+              for cls in (FullLoadSpec, ReconcileSpec, CdcApplySpec, CdcBootstrapSpec, SnapshotDiffSpec)}
 _ENDPOINTS = {"source": MySQLEndpoint, "target": ClickHouseEndpoint}
 
 
@@ -244,7 +302,7 @@ def spec_from_dict(data: dict):
     if cls is None:
         raise ValueError(f"unknown job in spec; expected one of {sorted(SPEC_TYPES)}")
     for key, endpoint in _ENDPOINTS.items():
-        if key in data:
+        if data.get(key) is not None:
             data[key] = endpoint(**data[key])
     return cls(**data)
 

@@ -46,20 +46,26 @@ def count_target(ch, database: str, table: str, predicates: list[tuple[str, dict
 # The text of each value is its type rule's canonical text (core/typemap.py), computed in MySQL
 # from the same expression the loader reads, so every documented conversion is made on both sides.
 
+def mysql_row_hash(mappings) -> str:
+    """A row's 64-bit hash in MySQL: MD5 of its values' canonical texts (NULL as 'N')."""
+    values = ", ".join(f"IFNULL(CONCAT('V', {m.mysql_text(mysql_ident(m.name))}), 'N')" for m in mappings)
+    return f"CAST(CONV(LEFT(MD5(CONCAT_WS(CHAR(31), {values})), 16), 16, 10) AS UNSIGNED)"
+
+
+def ch_row_hash(mappings) -> str:
+    """The same row text and hash in ClickHouse."""
+    values = ", ".join(f"ifNull(concat('V', {m.ch_text(ch_ident(m.name))}), 'N')" for m in mappings)
+    return f"reinterpretAsUInt64(reverse(unhex(substring(hex(MD5(concatWithSeparator(char(31), {values}))), 1, 16))))"
+
+
 def mysql_checksum_sql(schema, plan: Plan) -> str:
     """``SELECT COUNT(*), SUM(hash)`` for one shard (append the shard's WHERE and params)."""
-    values = ", ".join(f"IFNULL(CONCAT('V', {m.mysql_text(mysql_ident(m.name))}), 'N')" for m in schema.mappings())
-    row = f"CONCAT_WS(CHAR(31), {values})"
-    return (f"SELECT COUNT(*), COALESCE(SUM(CAST(CONV(LEFT(MD5({row}), 16), 16, 10) AS UNSIGNED)), 0) "
-            f"{plan.from_clause()} WHERE ")
+    return f"SELECT COUNT(*), COALESCE(SUM({mysql_row_hash(schema.mappings())}), 0) {plan.from_clause()} WHERE "
 
 
 def clickhouse_checksum_sql(schema, database: str, table: str, final: bool = True) -> str:
-    """The same row text and hash in ClickHouse (append the shard's predicate)."""
-    values = ", ".join(f"ifNull(concat('V', {m.ch_text(ch_ident(m.name))}), 'N')" for m in schema.mappings())
-    row = f"concatWithSeparator(char(31), {values})"
-    digest = f"reinterpretAsUInt64(reverse(unhex(substring(hex(MD5({row})), 1, 16))))"
-    return (f"SELECT count(), sum(toUInt128({digest})) FROM {ch_table(database, table)}"
+    """The same count and checksum in ClickHouse (append the shard's predicate)."""
+    return (f"SELECT count(), sum(toUInt128({ch_row_hash(schema.mappings())})) FROM {ch_table(database, table)}"
             f"{' FINAL' if final else ''} WHERE ")
 
 

@@ -1,4 +1,4 @@
-"""Reports a person reads: the per-shard table of a load."""
+"""Reports a person reads: a load's per-shard table, reconciliation and snapshot-diff pages."""
 
 from __future__ import annotations
 
@@ -78,10 +78,69 @@ tr.bad td{{color:#b00;font-weight:bold}} td.v,th.v{{text-align:left}} .legend sp
 
 def write_report(result: dict, directory: str | None = None) -> str:
     """Write the HTML reconciliation report; returns its path."""
-    directory = directory or os.path.join(tempfile.gettempdir(), "airflow-sync-reports")
-    os.makedirs(directory, exist_ok=True)
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{result['load_key']}.g{result['generation']}") + ".html"
-    path = os.path.join(directory, name)
+    path = _page_path(f"{result['load_key']}.g{result['generation']}", directory)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(reconcile_html(result))
+    return path
+
+
+def _page_path(name: str, directory: str | None) -> str:
+    directory = directory or os.path.join(tempfile.gettempdir(), "airflow-sync-reports")
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, re.sub(r"[^A-Za-z0-9._-]+", "_", name) + ".html")
+
+
+def diff_html(result: dict, shards: list[dict], samples: dict) -> str:
+    """Counts per flag, what pruning saved, and sample rows per flag with changed cells marked."""
+    from html import escape
+
+    counts = result["counts"]
+    title = escape(f"{result['new']} → {result['old']}: {result['verdict']}")
+    flags = "".join(f"<tr><td class='v'>{f}</td><td>{counts[f]:,}</td></tr>" for f in counts)
+    read = (f"{result['rows_read_old'] + result['rows_read_new']:,} rows read row by row "
+            f"(old {result['rows_read_old']:,}, new {result['rows_read_new']:,}) of "
+            f"{result['rows_old'] + result['rows_new']:,}; {result['shards_read']} of {result['shards']} shards, "
+            f"{result['buckets_read']} buckets")
+    keys, compared = result["keys"], result["compared"]
+
+    def cell(value):
+        return escape("NULL" if value is None else repr(value) if isinstance(value, (bytes, str)) else str(value))
+
+    sections = []
+    for flag, rows in samples.items():
+        if not rows:
+            continue
+        head = "".join(f"<th>{escape(k)}</th>" for k in keys) + "".join(f"<th>{escape(c)}</th>" for c in compared)
+        body = []
+        for row in rows:
+            cells = "".join(f"<td>{cell(row[k])}</td>" for k in keys)
+            for c in compared:
+                old, new = row[f"old__{c}"], row[f"new__{c}"]
+                if c in row["changed"]:
+                    cells += f"<td class='chg'><s>{cell(old)}</s> → {cell(new)}</td>"
+                else:
+                    cells += f"<td>{cell(new if flag != 'deleted' else old)}</td>"
+            body.append(f"<tr>{cells}</tr>")
+        sections.append(f"<h2>{flag}: {counts[flag]:,} (first {len(rows)})</h2><table><tr>{head}</tr>{''.join(body)}</table>")
+    per_shard = "".join(
+        f"<tr><td>{s['shard_id']}</td><td>{s['old_rows']:,}</td><td>{s['new_rows']:,}</td>"
+        f"<td>{s['buckets_read']}/{s['buckets']}</td><td>{s['rows_read_old'] + s['rows_read_new']:,}</td>"
+        f"<td>{s['changed']:,}</td><td>{s['new']:,}</td><td>{s['deleted']:,}</td></tr>" for s in shards)
+    return f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:2em}} td,th{{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}}
+td.v{{text-align:left}} td.chg{{background:#ffe0e0}} s{{color:#888}}</style>
+<h1>{title}</h1>
+<p>diff <code>{escape(result['diff_key'])}</code>, run <code>{escape(result['run_id'])}</code>; change set in
+<code>{escape(result['changes_table'])}</code>; compared columns: {escape(', '.join(compared) or '(none)')}</p>
+<table>{flags}</table><p>{read}</p>
+{''.join(sections)}
+<h2>shards</h2><table><tr><th>shard</th><th>old</th><th>new</th><th>buckets read</th><th>rows read</th>
+<th>changed</th><th>new</th><th>deleted</th></tr>{per_shard}</table>
+"""
+
+
+def write_diff_report(result: dict, shards: list[dict], samples: dict, directory: str | None = None) -> str:
+    path = _page_path(f"{result['diff_key']}.{result['run_id']}", directory)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(diff_html(result, shards, samples))
     return path

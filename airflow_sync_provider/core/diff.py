@@ -1,0 +1,200 @@
+"""Snapshot diff semantics (Kettle's "Merge rows (diff)"): which rows are identical, changed,
+new or deleted between an old and a new snapshot keyed by a primary key, and why.
+
+Both snapshots are cast to one canonical schema first (the type rules of core/typemap.py:
+the loader's own Arrow types), then compared column by column:
+
+* NULL-safe: NULL = NULL, NULL ≠ anything else ('' included);
+* DECIMAL by value at the column's scale, DATETIME at its precision (microseconds), binary as
+  bytes, strings byte-exact (a case change under a ``_ci`` collation *is* a change);
+* floats by exact value, optionally within an absolute / relative tolerance per column.
+  -0.0 equals 0.0: MySQL (``-0e0 = 0``), ClickHouse and IEEE compare them equal and
+  reconciliation's checksum text writes both as ``0``, so calling them different would flag
+  rows that every consumer sees as equal; NaN (only a ClickHouse table can hold one) equals NaN.
+
+Keys are matched byte-exact too: the copy on ClickHouse is keyed by bytes, so a key whose case
+changed under a ``_ci`` collation is the old key ``deleted`` plus the new key ``new``. A key
+present twice on one side is an error naming the key, never a silent pairing.
+
+Pruning: rows are assigned to buckets by ``CRC32(key text) % B``, computed inside each
+database on the checksum text (core/reconcile.py), which is identical for equal values on both
+sides. Buckets whose count and checksum agree are identical without being read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+IDENTICAL, CHANGED, NEW, DELETED = "identical", "changed", "new", "deleted"
+FLAGS = (IDENTICAL, CHANGED, NEW, DELETED)
+ON_CHANGE = ("fail", "warn", "apply")
+MAX_BUCKETS = 1024  # per shard: each differing bucket is one spill file while a shard is read
+
+
+class DiffError(ValueError):
+    pass
+
+
+class DuplicateKey(DiffError):
+    pass
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Floats within ``abs`` of each other, or within ``rel`` × the larger magnitude, are equal."""
+
+    abs: float = 0.0
+    rel: float = 0.0
+
+    @classmethod
+    def of(cls, value) -> "Tolerance":
+        if isinstance(value, Tolerance):
+            return value
+        if isinstance(value, (int, float)):
+            return cls(abs=float(value))
+        unknown = set(value) - {"abs", "rel"}
+        if unknown:
+            raise DiffError(f"a tolerance has 'abs' and/or 'rel', not {sorted(unknown)}")
+        return cls(float(value.get("abs", 0)), float(value.get("rel", 0)))
+
+
+@dataclass(frozen=True)
+class DiffColumns:
+    """The key, the compared columns and every column carried along (an apply writes whole rows)."""
+
+    keys: tuple[str, ...]
+    compared: tuple[str, ...]
+    carried: tuple[str, ...]
+    tolerances: dict = field(default_factory=dict)
+
+    @classmethod
+    def resolve(cls, table: str, columns: list[str], keys: list[str], compare_columns=None, ignore_columns=(),
+                tolerances=None, float_columns=()) -> "DiffColumns":
+        """Validate the user's choice against the table's ``columns`` (naming what is wrong)."""
+        if not keys:
+            raise DiffError(f"table {table} has no primary key: a diff needs key_columns to pair the rows")
+        for what, names in (("key column", keys), ("compare_columns", compare_columns or ()),
+                            ("ignore_columns", ignore_columns), ("tolerances", tolerances or {})):
+            missing = [n for n in names if n not in columns]
+            if missing:
+                raise DiffError(f"table {table}: {what} {missing} not among its columns {columns}")
+        both = set(compare_columns or ()) & set(ignore_columns)
+        if both:
+            raise DiffError(f"table {table}: {sorted(both)} both compared and ignored")
+        chosen = compare_columns or [c for c in columns if c not in keys]
+        compared = tuple(c for c in chosen if c not in keys and c not in ignore_columns)
+        tolerances = {c: Tolerance.of(t) for c, t in (tolerances or {}).items()}
+        not_float = [c for c in tolerances if c not in float_columns]
+        if not_float:
+            raise DiffError(f"table {table}: tolerances apply to FLOAT/DOUBLE columns only, not {not_float}")
+        return cls(tuple(keys), compared, tuple(columns), tolerances)
+
+
+def bucket_count(rows: int, bucket_rows: int) -> int:
+    """Buckets for a shard of ``rows``: about ``bucket_rows`` each (the most a comparison holds)."""
+    return max(1, min(MAX_BUCKETS, math.ceil(rows / max(1, bucket_rows))))
+
+
+def differing_buckets(old: dict[int, tuple[int, int]], new: dict[int, tuple[int, int]]) -> list[int]:
+    """Buckets whose (count, checksum) differ, including buckets only one side has."""
+    return sorted(b for b in set(old) | set(new) if old.get(b) != new.get(b))
+
+
+def _key_rows(table: pa.Table, keys: tuple[str, ...], side: str, where: str) -> dict:
+    columns = [table.column(k).to_pylist() for k in keys]
+    index: dict = {}
+    for i, key in enumerate(zip(*columns)):
+        if index.setdefault(key, i) != i:
+            shown = ", ".join(f"{k}={v!r}" for k, v in zip(keys, key))
+            raise DuplicateKey(f"{where}: key ({shown}) appears more than once in the {side} snapshot; a diff "
+                               "pairs rows by a unique key (choose key_columns that are unique)")
+    return index
+
+
+def _differs(a: pa.Array, b: pa.Array, tolerance: Tolerance | None) -> pa.Array:
+    """Per row: does the old value ``a`` differ from the new value ``b`` (NULL-safe)?"""
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    if pa.types.is_floating(a.type):
+        a, b = a.cast(pa.float64()), b.cast(pa.float64())
+        if tolerance is not None and (tolerance.abs or tolerance.rel):
+            gap = pc.abs(pc.subtract(a, b))
+            allowed = pc.max_element_wise(pa.scalar(tolerance.abs),
+                                          pc.multiply(pa.scalar(tolerance.rel),
+                                                      pc.max_element_wise(pc.abs(a), pc.abs(b))))
+            equal = pc.or_(pc.equal(a, b), pc.less_equal(gap, allowed))
+        else:
+            equal = pc.equal(a, b)  # IEEE: -0.0 == 0.0
+        equal = pc.or_(equal, pc.and_(pc.is_nan(a), pc.is_nan(b)))
+    else:
+        equal = pc.equal(a, b)
+    return pc.invert(pc.or_(pc.fill_null(equal, False), both_null))
+
+
+@dataclass
+class BucketDiff:
+    counts: Counter
+    changes: pa.Table | None  # the change-set rows (flag, changed, keys, old__/new__ columns); None if none
+    upserts: pa.Table | None  # new-side rows to write (new and changed)
+    tombstones: pa.Table | None  # old-side rows to delete
+
+
+def old_name(column: str) -> str:
+    return f"old__{column}"
+
+
+def new_name(column: str) -> str:
+    return f"new__{column}"
+
+
+def compare(old: pa.Table, new: pa.Table, columns: DiffColumns, where: str = "diff") -> BucketDiff:
+    """Pair ``old`` and ``new`` (same canonical schema) by key and flag every key."""
+    old_at = _key_rows(old, columns.keys, "old", where)
+    new_at = _key_rows(new, columns.keys, "new", where)
+    both = [k for k in new_at if k in old_at]
+    oi = pa.array([old_at[k] for k in both], pa.int64())
+    ni = pa.array([new_at[k] for k in both], pa.int64())
+    differs = {c: _differs(old.column(c).take(oi), new.column(c).take(ni), columns.tolerances.get(c))
+               for c in columns.compared}
+    changed_lists = [[] for _ in both]
+    for c, mask in differs.items():
+        for i in pc.indices_nonzero(mask).to_pylist():
+            changed_lists[i].append(c)
+    changed = [i for i, names in enumerate(changed_lists) if names]
+    added = [i for k, i in new_at.items() if k not in old_at]
+    gone = [i for k, i in old_at.items() if k not in new_at]
+    counts = Counter({IDENTICAL: len(both) - len(changed), CHANGED: len(changed), NEW: len(added),
+                      DELETED: len(gone)})
+    if not (changed or added or gone):
+        return BucketDiff(counts, None, None, None)
+    # the change set: rows in flag order; the old / new index of each (None where a side has none)
+    old_idx = [oi[i].as_py() for i in changed] + [None] * len(added) + gone
+    new_idx = [ni[i].as_py() for i in changed] + added + [None] * len(gone)
+    flags = [CHANGED] * len(changed) + [NEW] * len(added) + [DELETED] * len(gone)
+    lists = [changed_lists[i] for i in changed] + [[] for _ in added] + [[] for _ in gone]
+    old_take, new_take = pa.array(old_idx, pa.int64()), pa.array(new_idx, pa.int64())
+    present = pa.array([i for i in new_idx if i is not None], pa.int64())  # changed + new, then deleted
+    key_values = [pa.concat_arrays([new.column(k).take(present).combine_chunks(),
+                                    old.column(k).take(pa.array(gone, pa.int64())).combine_chunks()])
+                  for k in columns.keys]
+    arrays = [pa.array(flags, pa.string()), pa.array(lists, pa.list_(pa.string())), *key_values]
+    names = ["flag", "changed", *columns.keys]
+    for c in columns.compared:
+        arrays += [old.column(c).take(old_take), new.column(c).take(new_take)]
+        names += [old_name(c), new_name(c)]
+    changes = pa.Table.from_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
+                                   names=names)
+    upserts = new.take(pa.array([ni[i].as_py() for i in changed] + added, pa.int64())) if changed or added else None
+    tombstones = old.take(pa.array(gone, pa.int64())) if gone else None
+    return BucketDiff(counts, changes, upserts, tombstones)
+
+
+def nullable(ch_type: str) -> str:
+    """The change set holds NULL where a side has no row."""
+    if ch_type.startswith(("Nullable(", "LowCardinality(Nullable(")):
+        return ch_type
+    return f"Nullable({ch_type})"
