@@ -5,6 +5,7 @@
   airflow-sync status   --load KEY [--json]
   airflow-sync reimport --load KEY --failed
   airflow-sync reconcile --load KEY [--checksum] [--json]   (exit 3 on a mismatch)
+  airflow-sync diff --old DB.TABLE (--table DB.NAME | --new DB.TABLE) [--apply | --fail]   (exit 3 on changes with --fail)
   airflow-sync cdc bootstrap --pipeline P --table DB.NAME …     (chunked snapshot under live writes)
   airflow-sync cdc apply  --pipeline P [--start-from-load KEY …]   (catch up to the source's position now)
   airflow-sync cdc run    --pipeline P [--max-seconds S]          (a long-running service)
@@ -26,12 +27,14 @@ from airflow_sync_provider.core import clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import current_position
-from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec, reimport_spec
+from airflow_sync_provider.core.jobspec import (
+    CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
+)
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
 from airflow_sync_provider.core.mysql_reader import connect
 from airflow_sync_provider.core.mysql_schema import read_table_schema
 from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
-from airflow_sync_provider.core.reports import reconcile_table, shard_table, write_report
+from airflow_sync_provider.core.reports import diff_summary, reconcile_table, shard_table, write_diff_report, write_report
 from airflow_sync_provider.core.submission import spark_submit
 
 
@@ -143,6 +146,33 @@ def cmd_reconcile(args) -> int:
                   f"{result['reimported']['rows']:,} rows into them")
         print(f"verdict: {result['verdict']}; mismatched shards: {result['mismatched'] or 'none'}; report {result['report']}")
     return 0 if result["verdict"] == "ok" else 3
+
+
+def cmd_diff(args) -> int:
+    database, _, table = (args.table or "").partition(".")
+    on_change = "apply" if args.apply else "fail" if args.fail else "warn"
+    tolerances = {}
+    for item in args.tolerance or []:
+        column, _, value = item.partition("=")
+        tolerances[column] = float(value)
+    spec = SnapshotDiffSpec(
+        target=ClickHouseEndpoint.from_url(args.clickhouse_url), old_table=args.old,
+        source=MySQLEndpoint.from_url(args.mysql_url) if args.table else None, source_database=database,
+        source_table=table, new_table=args.new or "", key_columns=args.key or None,
+        compare_columns=args.compare or None, ignore_columns=args.ignore or [], tolerances=tolerances,
+        on_change=on_change, diff_key=args.diff_key or "", changes_table=args.changes_table or "",
+        channels=args.channels, ledger_database=args.ledger_database)
+    result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
+    if result.get("status") != "success":
+        print(f"airflow-sync: diff failed: {result.get('error')}", file=sys.stderr)
+        return 1
+    result["report"] = write_diff_report(result, args.report_dir)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(diff_summary(result))
+        print(f"change set: {result['changes_table']} (diff_key {result['diff_key']!r}); report {result['report']}")
+    return 3 if args.fail and result["verdict"] == "changed" else 0
 
 
 def _cdc_spec(args, service: bool) -> CdcApplySpec:
@@ -283,6 +313,28 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("--master", default="local[2]")
     reconcile.add_argument("--json", action="store_true")
     reconcile.set_defaults(func=cmd_reconcile)
+
+    diff = sub.add_parser("diff", help="compare a ClickHouse table with the MySQL table (or another ClickHouse "
+                                       "table) by key: identical / changed / new / deleted; write the change set")
+    _urls(diff)
+    diff.add_argument("--old", required=True, help="the old snapshot: db.table on ClickHouse (e.g. the copy)")
+    new_side = diff.add_mutually_exclusive_group(required=True)
+    new_side.add_argument("--table", help="the new snapshot: db.table in MySQL")
+    new_side.add_argument("--new", help="the new snapshot: db.table on ClickHouse")
+    diff.add_argument("--key", action="append", help="key column (repeat; default: the primary key)")
+    diff.add_argument("--compare", action="append", help="compare only this column (repeat)")
+    diff.add_argument("--ignore", action="append", help="leave this column out of the comparison (repeat)")
+    diff.add_argument("--tolerance", action="append", metavar="COLUMN=ABS", help="float tolerance (repeat)")
+    mode = diff.add_mutually_exclusive_group()
+    mode.add_argument("--apply", action="store_true", help="upsert new/changed rows and tombstone deleted keys")
+    mode.add_argument("--fail", action="store_true", help="exit 3 when anything differs")
+    diff.add_argument("--diff-key", help="the diff's name in the ledger (default: from the tables)")
+    diff.add_argument("--changes-table", help="db.table for the change set (default: <old>__changes)")
+    diff.add_argument("--channels", type=int, default=2)
+    diff.add_argument("--report-dir", help="where the HTML report goes")
+    diff.add_argument("--master", default="local[2]")
+    diff.add_argument("--json", action="store_true")
+    diff.set_defaults(func=cmd_diff)
 
     cdc = sub.add_parser("cdc", help="change data capture: apply the binlog to the copies, or show a pipeline")
     cdc_sub = cdc.add_subparsers(dest="cdc_command", required=True)

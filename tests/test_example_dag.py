@@ -197,3 +197,41 @@ def test_cdc_example_dag_keeps_the_copy_current_across_runs(airflow_home, demo_d
         with mysql_conn.cursor() as cur:
             cur.execute("DELETE FROM demo.orders WHERE id > 1000000000")
             cur.execute("DELETE FROM demo.order_items WHERE order_id > 1000000000")
+
+
+def test_snapshot_diff_dag_seeds_then_applies_each_days_changes(airflow_home, demo_db, mysql_conn, ch):
+    """Run 1 creates the copy (every row new) and the verify task finds it identical; the source
+    changes; run 2 flags exactly those changes, applies them, and the copy equals the source."""
+    home, env = airflow_home
+
+    def run():
+        result = run_dag(env, "sync_demo_snapshot_diff")
+        assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+        with sqlite3.connect(Path(home) / "airflow.db") as db:
+            return {task: json.loads(value) for task, value in db.execute(
+                "SELECT task_id, value FROM xcom WHERE dag_id = 'sync_demo_snapshot_diff' AND key = 'return_value' "
+                "AND run_id = (SELECT run_id FROM dag_run WHERE dag_id = 'sync_demo_snapshot_diff' "
+                "ORDER BY id DESC LIMIT 1)")}
+
+    ch.command("DROP TABLE IF EXISTS demo_diff.orders")
+    first = run()
+    assert first["diff_and_apply"]["counts"]["new"] == demo_db["orders"]
+    assert first["verify"]["verdict"] == "identical"
+    assert Path(first["verify"]["report"]).read_text().count("identical") >= 1
+    with mysql_conn.cursor() as cur:  # changes, undone at the end (other tests count the demo tables)
+        cur.execute("INSERT INTO demo.orders SELECT 1100000000 + seq, 'Diff-1', seq, NULL, NOW(3), NULL, 'new', "
+                    "NULL, 1, NULL FROM demo.seq_1_to_30")
+        cur.execute("UPDATE demo.orders SET note = CONCAT('diffed ', id) WHERE id BETWEEN 11 AND 30")
+        cur.execute("CREATE TABLE demo.orders_kept_for_diff AS SELECT * FROM demo.orders WHERE id BETWEEN 31 AND 35")
+        cur.execute("DELETE FROM demo.orders WHERE id BETWEEN 31 AND 35")
+    try:
+        second = run()
+        assert {k: v for k, v in second["diff_and_apply"]["counts"].items() if k != "identical"} == \
+            {"changed": 20, "new": 30, "deleted": 5}
+        assert second["verify"]["verdict"] == "identical"
+        assert assert_same_rows(mysql_conn, ch, "demo", "orders", "demo_diff") == demo_db["orders"] + 25
+    finally:
+        with mysql_conn.cursor() as cur:
+            cur.execute("DELETE FROM demo.orders WHERE id > 1100000000")
+            cur.execute("INSERT INTO demo.orders SELECT * FROM demo.orders_kept_for_diff")
+            cur.execute("DROP TABLE demo.orders_kept_for_diff")

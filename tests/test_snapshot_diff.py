@@ -221,3 +221,30 @@ def test_empty_sides_and_duplicate_keys(mysql_conn, ch, endpoints, spark):
     ch.command(f"DELETE FROM {TARGET}.dup WHERE v = 'again'")
     done = run_snapshot_diff(spec, spark)
     assert done["counts"] == {"identical": 500, "changed": 0, "new": 0, "deleted": 0}, done["counts"]
+
+
+def test_tolerances_ignored_columns_and_a_source_without_binlog_access(mysql_conn, ch, endpoints, spark):
+    """Floats within the tolerance and ignored columns are identical (and not applied); a user
+    who may not read the binlog position still applies, one version above the copy's highest."""
+    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.tol (id INT PRIMARY KEY, v DOUBLE NOT NULL, "
+                                    "w VARCHAR(5) NULL, note VARCHAR(10) NULL)")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.tol SELECT seq, seq / 3, 'w', 'n' FROM {DB}.seq_1_to_1000")
+        cur.execute("CREATE USER IF NOT EXISTS 'diff_reader'@'127.0.0.1' IDENTIFIED BY 'pw'")
+        cur.execute(f"GRANT SELECT ON {DB}.* TO 'diff_reader'@'127.0.0.1'")
+    _load(endpoints, spark, "tol", "dif.tol")
+    top = ch.command(f"SELECT max(_version) FROM {TARGET}.tol")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"UPDATE {DB}.tol SET v = v + 0.001 WHERE id <= 5")  # within the tolerance
+        cur.execute(f"UPDATE {DB}.tol SET v = v + 1 WHERE id = 6")
+        cur.execute(f"UPDATE {DB}.tol SET note = 'ignored' WHERE id = 7")
+        cur.execute(f"UPDATE {DB}.tol SET w = NULL WHERE id = 8")
+    weak = MySQLEndpoint(endpoints[0].host, endpoints[0].port, "diff_reader", "pw")
+    result = run_snapshot_diff(SnapshotDiffSpec(target=endpoints[1], old_table=f"{TARGET}.tol", source=weak,
+                                                source_database=DB, source_table="tol", tolerances={"v": 0.01},
+                                                ignore_columns=["note"], on_change="apply"), spark)
+    assert result["counts"] == {"identical": 998, "changed": 2, "new": 0, "deleted": 0}
+    assert result["compared"] == ["v", "w"] and result["version"] == top + 1
+    copy = dict(ch.query(f"SELECT id, (v, w, note, _version) FROM {TARGET}.tol FINAL WHERE id <= 8").result_rows)
+    assert copy[6][0] == pytest.approx(3.0) and copy[6][3] == top + 1 and copy[8][1] is None
+    assert copy[1][0] == pytest.approx(1 / 3) and copy[7][2] == "n"  # tolerated and ignored: left alone

@@ -185,7 +185,7 @@ class Ledger:
         self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('diffs')} (
             diff_key String, run_id String, verdict LowCardinality(String), old_table String, new_table String,
             counts Map(String, UInt64), rows_old UInt64, rows_new UInt64, rows_read_old UInt64, rows_read_new UInt64,
-            shards UInt32, shards_read UInt32, version UInt64, report String, at DateTime64(6, 'UTC')
+            shards UInt32, shards_read UInt32, version UInt64, at DateTime64(6, 'UTC')
         ) ENGINE = MergeTree ORDER BY (diff_key, at)""")
         self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('diff_shards')} (
             diff_key String, run_id String, shard_id UInt32, old_rows UInt64, new_rows UInt64, buckets UInt32,
@@ -195,10 +195,10 @@ class Ledger:
         r = result
         self.ch.insert(self.table("diffs"), [[
             r["diff_key"], r["run_id"], r["verdict"], r["old"], r["new"], r["counts"], r["rows_old"], r["rows_new"],
-            r["rows_read_old"], r["rows_read_new"], r["shards"], r["shards_read"], r["version"] or 0, r["report"],
+            r["rows_read_old"], r["rows_read_new"], r["shards"], r["shards_read"], r["version"] or 0,
             _ts(self._stamp())]], column_names=["diff_key", "run_id", "verdict", "old_table", "new_table", "counts",
                                                "rows_old", "rows_new", "rows_read_old", "rows_read_new", "shards",
-                                               "shards_read", "version", "report", "at"])
+                                               "shards_read", "version", "at"])
         names = ["shard_id", "old_rows", "new_rows", "buckets", "buckets_read", "rows_read_old", "rows_read_new",
                  "identical", "changed", "new", "deleted", "seconds"]
         self.ch.insert(self.table("diff_shards"), [[r["diff_key"], r["run_id"], *(s[n] for n in names)] for s in shards],

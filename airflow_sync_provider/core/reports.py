@@ -104,7 +104,7 @@ def diff_html(result: dict, shards: list[dict], samples: dict) -> str:
     keys, compared = result["keys"], result["compared"]
 
     def cell(value):
-        return escape("NULL" if value is None else repr(value) if isinstance(value, (bytes, str)) else str(value))
+        return escape("NULL" if value is None else str(value))
 
     sections = []
     for flag, rows in samples.items():
@@ -139,8 +139,18 @@ td.v{{text-align:left}} td.chg{{background:#ffe0e0}} s{{color:#888}}</style>
 """
 
 
-def write_diff_report(result: dict, shards: list[dict], samples: dict, directory: str | None = None) -> str:
+def write_diff_report(result: dict, directory: str | None = None) -> str:
+    """Write a snapshot diff's HTML page (``result`` as the job returns it); returns its path."""
     path = _page_path(f"{result['diff_key']}.{result['run_id']}", directory)
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(diff_html(result, shards, samples))
+        fh.write(diff_html(result, result["shard_results"], result["samples"]))
     return path
+
+
+def diff_summary(result: dict) -> str:
+    """One line per flag and what pruning saved, for logs and the command line."""
+    counts = result["counts"]
+    return (f"{result['new']} → {result['old']}: {result['verdict']}; "
+            + ", ".join(f"{flag} {n:,}" for flag, n in counts.items())
+            + f"; read row by row: {result['rows_read_old'] + result['rows_read_new']:,} of "
+              f"{result['rows_old'] + result['rows_new']:,} rows ({result['shards_read']}/{result['shards']} shards)")

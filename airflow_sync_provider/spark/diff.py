@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from airflow_sync_provider.core import clickhouse_target as target
 from airflow_sync_provider.core import mysql_reader
-from airflow_sync_provider.core.cdc.positions import current_position
+from airflow_sync_provider.core.cdc.positions import position_if_readable
 from airflow_sync_provider.core.diff import (
     CHANGED, DELETED, FLAGS, IDENTICAL, NEW, DiffColumns, DiffError, bucket_count, compare, differing_buckets,
     new_name, nullable, old_name,
@@ -36,7 +36,6 @@ from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.mysql_schema import read_table_schema
 from airflow_sync_provider.core.planning import Plan, Shard, SpeedLimits, plan_table
 from airflow_sync_provider.core.reconcile import ch_row_hash, mysql_row_hash
-from airflow_sync_provider.core.reports import write_diff_report
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
 from airflow_sync_provider.core.target_shards import (
     SPLIT_WEIGHT_COLUMN, needs_weight, read_weights, target_predicates, weight_width,
@@ -288,6 +287,17 @@ def _copy_split_column(ledger: Ledger, old_table: str) -> str | None:
     return json.loads(rows[0][0]).get("split_column")
 
 
+def _create_copy(spec: SnapshotDiffSpec, ch) -> dict:
+    with mysql_reader.connect(spec.source) as conn:
+        schema = read_table_schema(conn, spec.source_database, spec.source_table)
+    target.check_columns(schema)
+    database, table = _split(spec.old_table)
+    print(f"[airflow-sync] diff {spec.diff_key}: creating {spec.old_table} (it did not exist)", flush=True)
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+    ch.command(target.create_table_sql(schema, database, table))
+    return target.column_types(ch, database, table)
+
+
 def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) -> dict:
     """Columns, canonical schema, shards and version when the new snapshot is the MySQL table."""
     with mysql_reader.connect(spec.source) as conn:
@@ -321,7 +331,7 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) 
             weights = read_weights(conn, column, _cuts(plan))
             width = weight_width(ch, database, name) if weights.space is not None else 0
         predicates = dict(zip((s.id for s in plan.shards), target_predicates(plan, column, weights, None, width or 0)))
-        position = current_position(conn)
+        position = position_if_readable(conn, table)
     weight = weight_col is not None
     columns_sql = mysql_reader.select_list(list(mappings.values())) + ", {bucket}"
     if weight:
@@ -413,7 +423,9 @@ def _samples(ch, spec: SnapshotDiffSpec, run_id: str) -> dict:
         result = ch.query(f"SELECT * EXCEPT (diff_key, run_id) FROM {table} WHERE diff_key = {{k:String}} AND "
                           f"run_id = {{r:String}} AND flag = {{f:String}} LIMIT {int(spec.sample_rows)}",
                           parameters={"k": spec.diff_key, "r": run_id, "f": flag})
-        out[flag] = [dict(zip(result.column_names, row)) for row in result.result_rows]
+        # JSON-safe for the result file; the report shows them as text
+        out[flag] = [{k: (v if k == "changed" or v is None else repr(v) if isinstance(v, (bytes, str)) else str(v))
+                      for k, v in zip(result.column_names, row)} for row in result.result_rows]
     return out
 
 
@@ -423,6 +435,8 @@ def run_snapshot_diff(spec: SnapshotDiffSpec, spark) -> dict:
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
     old_types = target.column_types(ch, *_split(spec.old_table))
+    if not old_types and spec.on_change == "apply" and spec.source_table:
+        old_types = _create_copy(spec, ch)  # a first run seeds the copy: every row is new
     if not old_types:
         raise DiffError(f"the old snapshot {spec.old_table} does not exist on ClickHouse")
     found = _resolve_clickhouse(spec, ch, old_types) if spec.new_table else _resolve_mysql(spec, ch, ledger, old_types)
@@ -452,7 +466,7 @@ def run_snapshot_diff(spec: SnapshotDiffSpec, spark) -> dict:
         "buckets_read": sum(s["buckets_read"] for s in shards), "version": version,
         "changes_table": spec.changes_table, "keys": list(ctx.columns.keys), "compared": list(ctx.columns.compared),
     }
-    result["report"] = write_diff_report(result, shards, _samples(ch, spec, run_id), spec.report_dir or None)
     ledger.write_diff(result, shards)
+    samples = _samples(ch, spec, run_id)
     ch.close()
-    return result | {"shard_results": shards, "seconds": round(time.time() - started, 3)}
+    return result | {"shard_results": shards, "samples": samples, "seconds": round(time.time() - started, 3)}

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from airflow_sync_provider.core import clickhouse_target as target
 from airflow_sync_provider.core import mysql_reader
-from airflow_sync_provider.core.cdc.positions import current_position, snapshot_position
+from airflow_sync_provider.core.cdc.positions import position_if_readable, snapshot_position
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
@@ -123,16 +123,10 @@ def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
     for a source without a binlog (or without the privilege to see it), one version above
     everything the target table holds: snapshot writers still outrank older copies, but the
     copy cannot be a starting point for CDC."""
-    try:
-        with mysql_reader.connect(spec.source) as conn:
-            position = current_position(conn)
-    except Exception as exc:  # e.g. no REPLICATION CLIENT / BINLOG MONITOR privilege
-        print(f"[airflow-sync] binlog position unavailable ({type(exc).__name__}: {exc})", flush=True)
-        position = None
+    with mysql_reader.connect(spec.source) as conn:
+        position = position_if_readable(conn, f"{spec.source_database}.{spec.source_table}")
     if position is not None:
         return position.to_dict(), 0
-    print(f"[airflow-sync] table {spec.source_database}.{spec.source_table}: no binlog position; versions continue "
-          "above the target's highest, and this copy cannot start a CDC pipeline", flush=True)
     top = 0
     if target.table_exists(ch, spec.target_database, spec.target_table):
         top = int(ch.command(f"SELECT max({target.VERSION_COLUMN}) FROM {ch_table(spec.target_database, spec.target_table)}")

@@ -141,6 +141,20 @@ def current_position(conn, kind: Flavor | None = None) -> BinlogPosition | None:
     return BinlogPosition(row[0], int(row[1]), str(gtid).replace("\n", ""))
 
 
+def position_if_readable(conn, table: str) -> BinlogPosition | None:
+    """:func:`current_position`, or None (with a note naming ``table``) when the source has no
+    binlog or the user may not see it: snapshot writers then version above the target's rows."""
+    try:
+        position = current_position(conn)
+    except Exception as exc:  # e.g. no REPLICATION CLIENT / BINLOG MONITOR privilege
+        print(f"[airflow-sync] table {table}: binlog position unavailable ({type(exc).__name__}: {exc})", flush=True)
+        return None
+    if position is None:
+        print(f"[airflow-sync] table {table}: the source has no binlog; versions continue above the target's "
+              "highest", flush=True)
+    return position
+
+
 def snapshot_position(conn, kind: Flavor | None = None, fence: str | None = None) -> BinlogPosition | None:
     """Open a consistent-snapshot transaction on ``conn`` and return a binlog position P such that
     the snapshot sees every change before P (changes after P may or may not be visible: they
