@@ -27,7 +27,7 @@ import pymysql
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import Ledger
-from airflow_sync_provider.core.planning import Plan
+from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.common import machine, services, timer, write_result

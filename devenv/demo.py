@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pymysql
 
-from airflow_sync_provider.core import clickhouse_target
+from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.sql import ch_table, mysql_table
 from devenv import demo_data

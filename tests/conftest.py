@@ -5,7 +5,7 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from airflow_sync_provider.core import clickhouse_target
+from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from devenv import demo_data
 from devenv.services import clickhouse_service, mysql_service

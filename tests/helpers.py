@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
-from airflow_sync_provider.core.clickhouse_target import VERSION_COLUMN
-from airflow_sync_provider.core.mysql_schema import read_table_schema
+from airflow_sync_provider.core.target.clickhouse import VERSION_COLUMN
+from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident, mysql_table
 
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}

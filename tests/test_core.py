@@ -103,7 +103,7 @@ def test_throttle_holds_the_rate_over_totals():
 def test_shard_problems_name_each_discrepancy():
     from types import SimpleNamespace
 
-    from airflow_sync_provider.core.reconcile import shard_problems
+    from airflow_sync_provider.core.verify.reconcile import shard_problems
 
     good = SimpleNamespace(records_read=5, records_written=5, records_failed=0)
     assert shard_problems({"source_rows": 5, "target_rows": 5}, good) == []

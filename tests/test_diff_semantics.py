@@ -1,4 +1,4 @@
-"""core/diff.py: flags and changed columns against a plain-Python reference (hypothesis), the
+"""core/verify/diff.py: flags and changed columns against a plain-Python reference (hypothesis), the
 equality rules one by one, and the column choices users make."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_sync_provider.core.diff import (
+from airflow_sync_provider.core.verify.diff import (
     CHANGED, DELETED, IDENTICAL, NEW, DiffColumns, DiffError, DuplicateKey, Tolerance, bucket_count, compare,
     differing_buckets,
 )

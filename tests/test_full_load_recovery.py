@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from airflow_sync_provider.core import clickhouse_target
+from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters

@@ -14,10 +14,10 @@ import pytest
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import SHARD_MISMATCH, Ledger
-from airflow_sync_provider.core.mysql_schema import read_table_schema
-from airflow_sync_provider.core.planning import Plan
-from airflow_sync_provider.core.reconcile import count_target
-from airflow_sync_provider.core.target_shards import read_weights, cut_points, target_predicates, weight_width
+from airflow_sync_provider.core.source.schema import read_table_schema
+from airflow_sync_provider.core.source.planning import Plan
+from airflow_sync_provider.core.verify.reconcile import count_target
+from airflow_sync_provider.core.target.shards import read_weights, cut_points, target_predicates, weight_width
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from tests.adversarial import DB, SPLIT, TABLES
@@ -250,7 +250,7 @@ def test_reimport_of_a_published_load_without_mismatches_is_refused(in_range, en
 def test_checksums_see_a_change_in_any_column_of_any_mapped_type(in_range, endpoints, spark, ch):
     """Every mapped type (tests/test_full_load_job.py's matrix, float extremes included) checksums
     equal on an exact copy, and a newer version of one row with one column changed is seen."""
-    from airflow_sync_provider.core.reconcile import (
+    from airflow_sync_provider.core.verify.reconcile import (
         checksum_source, checksum_target, clickhouse_checksum_sql, mysql_checksum_sql,
     )
     from tests.test_full_load_job import ROWS, TYPES_DDL
@@ -316,7 +316,7 @@ def test_a_repair_that_crashes_after_publishing_resumes_without_duplicates(in_ra
                                                                            monkeypatch):
     """A crash between the repair's publish and its ledger update: the resumed run publishes
     again, and the table holds each row once (raw count, not only FINAL)."""
-    from airflow_sync_provider.core import clickhouse_target
+    from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 
     key = load(endpoints, spark, "bigint_signed", target_database=FIX)
     table = f"`{FIX}`.bigint_signed"

@@ -44,7 +44,7 @@ def test_unknown_on_mismatch_is_refused():
 
 
 def test_the_report_says_what_was_reimported(tmp_path):
-    from airflow_sync_provider.core.reports import reconcile_html
+    from airflow_sync_provider.core.verify.reports import reconcile_html
 
     page = reconcile_html(result("ok", [], before=[0]))
     assert "First pass: shards [0] mismatched; they were re-imported (5 rows)" in page

@@ -64,7 +64,7 @@ def _next_double(x: float) -> float:
 
 def _negative_zero(ch, table: str, where: str) -> None:
     """MariaDB stores -0e0 as 0; ClickHouse keeps -0.0: the copy's row gets it (a newer version).
-    The diff must call it equal to the source's 0.0 (core/diff.py says why)."""
+    The diff must call it equal to the source's 0.0 (core/verify/diff.py says why)."""
     copy = f"{TARGET}.{table}"
     ch.command(f"INSERT INTO {copy} SELECT * REPLACE (negate(toFloat64(0)) AS f, _version + 1 AS _version) FROM {copy} FINAL "
                f"WHERE {where}")

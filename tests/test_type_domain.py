@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core import typemap
-from airflow_sync_provider.core.clickhouse_target import ReservedColumn
+from airflow_sync_provider.core.target.clickhouse import ReservedColumn
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
@@ -152,7 +152,7 @@ def _edge_rows(columns) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def target(endpoints):
-    from airflow_sync_provider.core.clickhouse_target import client
+    from airflow_sync_provider.core.target.clickhouse import client
 
     ch = client(endpoints[1])
     yield ch

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS
-from airflow_sync_provider.core.mysql_schema import TableSchema, read_table_schema
-from airflow_sync_provider.core.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Filter, SpeedLimits
+from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
+from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Filter, SpeedLimits
 
 _SECRET_KEYS = {"password"}
 
@@ -205,7 +205,7 @@ class CdcBootstrapSpec:
 class SnapshotDiffSpec:
     """Compare an old snapshot (a ClickHouse table: the copy, ``FINAL``, deleted rows excluded)
     with a new one (the MySQL source table, read in the planner's shards, or another ClickHouse
-    table) by key; flag every key identical / changed / new / deleted (core/diff.py), write the
+    table) by key; flag every key identical / changed / new / deleted (core/verify/diff.py), write the
     change set to ClickHouse and, with ``on_change="apply"``, apply it to the old table with
     versions of the shared scheme.
 

@@ -252,7 +252,7 @@ class Ledger:
 
 def check_counters(endpoint, load_key: str, database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
     """Read ``load_key`` from the ledger and judge it: (verdict, message, summary for XCom)."""
-    from airflow_sync_provider.core.clickhouse_target import client
+    from airflow_sync_provider.core.target.clickhouse import client
 
     ch = client(endpoint)
     try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
-from airflow_sync_provider.core.reports import reconcile_table, write_report
+from airflow_sync_provider.core.verify.reports import reconcile_table, write_report
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
-from airflow_sync_provider.core.reports import diff_summary, write_diff_report
+from airflow_sync_provider.core.verify.reports import diff_summary, write_diff_report
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 

@@ -6,7 +6,7 @@ from airflow_sync_provider.compat import AirflowFailException, BaseSensorOperato
 from airflow_sync_provider.core.cdc.checkpoints import check_position
 from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
-from airflow_sync_provider.core.mysql_reader import connect
+from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.triggers.binlog_position import BinlogPositionTrigger
 

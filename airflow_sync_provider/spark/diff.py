@@ -3,7 +3,7 @@
 Driver: resolve the columns and the canonical schema, plan shards on the source (the planner;
 evaluated on ClickHouse as reconciliation does), fix the apply's version and clear the
 previous change set of this diff. Executors, per shard: count and checksum both sides by
-``CRC32(key) % B`` bucket inside the databases (core/diff.py); a shard whose buckets all agree
+``CRC32(key) % B`` bucket inside the databases (core/verify/diff.py); a shard whose buckets all agree
 is identical without a row being read. The rows of the differing buckets are read once per
 side, spilled to one Arrow file per bucket, and compared bucket by bucket, so memory holds one
 bucket (``bucket_rows``) whatever the table's size. Each bucket's changes go to the change set,
@@ -24,20 +24,20 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_sync_provider.core import clickhouse_target as target
-from airflow_sync_provider.core import mysql_reader
+from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.cdc.positions import position_if_readable
-from airflow_sync_provider.core.diff import (
+from airflow_sync_provider.core.verify.diff import (
     CHANGED, DELETED, FLAGS, IDENTICAL, NEW, DiffColumns, DiffError, bucket_count, compare, differing_buckets,
     new_name, nullable, old_name,
 )
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
-from airflow_sync_provider.core.mysql_schema import read_table_schema
-from airflow_sync_provider.core.planning import Plan, Shard, SpeedLimits, plan_table
-from airflow_sync_provider.core.reconcile import ch_row_hash, mysql_row_hash
+from airflow_sync_provider.core.source.schema import read_table_schema
+from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, plan_table
+from airflow_sync_provider.core.verify.reconcile import ch_row_hash, mysql_row_hash
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
-from airflow_sync_provider.core.target_shards import (
+from airflow_sync_provider.core.target.shards import (
     SPLIT_WEIGHT_COLUMN, needs_weight, read_weights, target_predicates, weight_width,
 )
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
@@ -343,13 +343,13 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) 
 
 
 def _cuts(plan: Plan):
-    from airflow_sync_provider.core.target_shards import cut_points
+    from airflow_sync_provider.core.target.shards import cut_points
 
     return cut_points(plan)
 
 
 def _one_shard(plan: Plan, conn) -> Plan:
-    from airflow_sync_provider.core.planning import _explain_rows
+    from airflow_sync_provider.core.source.planning import _explain_rows
 
     one = Plan(plan.database, plan.table, None, None, plan.strategy, 1, 1, (Shard(0, "1=1"),), plan.warnings)
     return dataclasses.replace(one, shards=(Shard(0, "1=1", (), _explain_rows(conn, one, one.shards[0])),))

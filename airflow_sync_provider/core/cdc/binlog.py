@@ -36,7 +36,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, event_version
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.mysql_schema import TableSchema
+from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 
 # --- corrections to python-mysql-replication's decoding (see the module docstring) ---

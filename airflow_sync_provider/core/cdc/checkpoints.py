@@ -179,7 +179,8 @@ def check_position(target_endpoint, pipeline: str, position: BinlogPosition | No
     when it is at the source's current position or its last applied change is at most that
     old. Failed when the pipeline reports an error (its last run failed): re-run it first.
     """
-    from airflow_sync_provider.core import clickhouse_target, mysql_reader
+    from airflow_sync_provider.core.source import reader as mysql_reader
+    from airflow_sync_provider.core.target import clickhouse as clickhouse_target
     from airflow_sync_provider.core.cdc.positions import current_position
 
     ch = clickhouse_target.client(target_endpoint)

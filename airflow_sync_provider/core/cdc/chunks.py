@@ -20,7 +20,7 @@ import base64
 from dataclasses import dataclass
 from decimal import Decimal
 
-from airflow_sync_provider.core.mysql_schema import TableSchema
+from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import mysql_ident
 from airflow_sync_provider.core.typemap import MySQLColumn
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from airflow_sync_provider.core import clickhouse_target as target
+from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.cdc.binlog import TableRoute
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.jobspec import copied_schema

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from typing import Any, Protocol
 
-from airflow_sync_provider.core.mysql_schema import TableSchema
+from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import mysql_ident, mysql_table
 from airflow_sync_provider.core.typemap import MySQLColumn
 

@@ -17,7 +17,7 @@ changed under a ``_ci`` collation is the old key ``deleted`` plus the new key ``
 present twice on one side is an error naming the key, never a silent pairing.
 
 Pruning: rows are assigned to buckets by ``CRC32(key text) % B``, computed inside each
-database on the checksum text (core/reconcile.py), which is identical for equal values on both
+database on the checksum text (core/verify/reconcile.py), which is identical for equal values on both
 sides. Buckets whose count and checksum agree are identical without being read.
 """
 

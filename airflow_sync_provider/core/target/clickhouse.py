@@ -8,9 +8,9 @@ import clickhouse_connect
 
 from airflow_sync_provider.core.cdc.positions import SCHEME
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
-from airflow_sync_provider.core.mysql_schema import TableSchema
+from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
-from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN
+from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
 
 VERSION_COLUMN = "_version"
 SHARD_COLUMN = "_shard"
@@ -66,7 +66,7 @@ def _columns(schema: TableSchema) -> list[str]:
 
 
 def _weight(weight: bool, hidden: bool) -> list[str]:
-    """The split column's collation weight (core/target_shards.py), for tables split on a collated string."""
+    """The split column's collation weight (core/target/shards.py), for tables split on a collated string."""
     if not weight:
         return []
     return [f"{ch_ident(SPLIT_WEIGHT_COLUMN)} String" + (" MATERIALIZED ''" if hidden else "")]
@@ -195,7 +195,7 @@ def publish_repair(ch, schema: TableSchema, parts: str, parts_db: str, database:
                    shards: list[tuple[str, dict, int]], weight: bool = False) -> int:
     """Replace some shards of a published table in place (re-import after a reconciliation).
 
-    ``shards``: each re-read shard's target predicate (core/target_shards.py; parameters agree
+    ``shards``: each re-read shard's target predicate (core/target/shards.py; parameters agree
     where their names do) and the version of its read. Its rows are inserted first:
     ReplacingMergeTree keeps the newest version of a key, so a ``FINAL`` reader sees the
     source's values at once and never misses a row. Then the shard's rows older than its read

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from airflow_sync_provider.core.planning import Plan
+from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
 from airflow_sync_provider.core.typemap import MySQLColumn
 

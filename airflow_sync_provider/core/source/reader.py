@@ -10,9 +10,9 @@ import pyarrow as pa
 import pymysql
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.planning import Plan, Shard
+from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.sql import mysql_ident, mysql_table
-from airflow_sync_provider.core.target_shards import SPLIT_WEIGHT_COLUMN, mysql_weight_sql
+from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, mysql_weight_sql
 from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, check_array, map_column
 
 

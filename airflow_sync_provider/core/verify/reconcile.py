@@ -1,12 +1,12 @@
 """Reconciliation: per-shard counts and content checksums on both sides, and what differs.
 
-The shards are the load's own (core/target_shards.py evaluates them on the target). Both
+The shards are the load's own (core/target/shards.py evaluates them on the target). Both
 databases compute the numbers themselves; only one row per shard travels.
 """
 
 from __future__ import annotations
 
-from airflow_sync_provider.core.planning import Plan
+from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
 
 

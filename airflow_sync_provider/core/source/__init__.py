@@ -1,0 +1,1 @@
+"""The MySQL side: table schemas, the shard planner, the bulk reader."""

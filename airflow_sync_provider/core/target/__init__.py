@@ -1,0 +1,1 @@
+"""The ClickHouse side: table layout and publishing, shards evaluated on the target."""

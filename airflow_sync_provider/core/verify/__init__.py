@@ -1,0 +1,1 @@
+"""Checking copies: reconciliation (counts, checksums), the snapshot diff, reports."""
