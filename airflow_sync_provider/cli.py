@@ -23,19 +23,19 @@ import os
 import sys
 import time
 
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import current_position
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import (
     CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
 )
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
+from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
-from airflow_sync_provider.core.verify.reports import diff_summary, reconcile_table, shard_table, write_diff_report, write_report
 from airflow_sync_provider.core.submission import spark_submit
+from airflow_sync_provider.core.target import clickhouse as clickhouse_target
+from airflow_sync_provider.core.verify.reports import diff_summary, reconcile_table, shard_table, write_diff_report, write_report
 
 
 def _print_plan(plan: Plan) -> None:

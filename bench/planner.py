@@ -13,9 +13,9 @@ import pymysql
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.source.planning import MySQLKeyIndex, SpeedLimits, index_ordered_cuts, plan_table
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.source.planning import MySQLKeyIndex, SpeedLimits, index_ordered_cuts, plan_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.common import machine, services, timer, write_result
 from devenv import demo_data

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pymysql
 
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.sql import ch_table, mysql_table
+from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.airflow_env import REPO, airflow_env
 from devenv.demo_writer import DemoWriter

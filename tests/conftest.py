@@ -5,8 +5,8 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.services import clickhouse_service, mysql_service
 

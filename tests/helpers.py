@@ -10,9 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
-from airflow_sync_provider.core.target.clickhouse import VERSION_COLUMN
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident, mysql_table
+from airflow_sync_provider.core.target.clickhouse import VERSION_COLUMN
 
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
 from airflow_sync_provider.core.submission import prepare, spark_env, spark_submit
+from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv.clickhouse_http import ChdbEndpoint
 from tests.helpers import assert_same_rows
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_sync_provider.core.source.schema import Index, TableSchema
 from airflow_sync_provider.core.source.planning import (
     Plan, PlanError, SpeedLimits, choose_split_column, equal_width_cuts, index_ordered_cuts, shards_from_cuts,
 )
+from airflow_sync_provider.core.source.schema import Index, TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 

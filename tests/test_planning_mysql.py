@@ -12,8 +12,8 @@ from pymysql.constants import SERVER_STATUS
 import pytest
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.source.planning import SpeedLimits, explain, plan_table
+from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import mysql_table
 from tests.adversarial import DB, SPLIT, TABLES, WEIRD
 

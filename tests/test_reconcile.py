@@ -14,10 +14,10 @@ import pytest
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import SHARD_MISMATCH, Ledger
-from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.source.planning import Plan
-from airflow_sync_provider.core.verify.reconcile import count_target
+from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.target.shards import read_weights, cut_points, target_predicates, weight_width
+from airflow_sync_provider.core.verify.reconcile import count_target
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from tests.adversarial import DB, SPLIT, TABLES

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core import typemap
-from airflow_sync_provider.core.target.clickhouse import ReservedColumn
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.target.clickhouse import ReservedColumn
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from tests.helpers import assert_same_rows

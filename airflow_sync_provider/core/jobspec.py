@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS
-from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Filter, SpeedLimits
+from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 
 _SECRET_KEYS = {"password"}
 

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from airflow_sync_provider.core.jobspec import FullLoadSpec
-from airflow_sync_provider.core.target.clickhouse import client
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, LOAD_PUBLISHED, Ledger
 from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR
+from airflow_sync_provider.core.target.clickhouse import client
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.operators.spark_job import SparkJobOperator

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute, batches, preflight
 from airflow_sync_provider.core.cdc.checkpoints import (
     PIPELINE_FAILED, PIPELINE_IDLE, PIPELINE_RUNNING, Checkpoints, PipelineState, PipelineTable,
@@ -32,6 +30,8 @@ from airflow_sync_provider.core.cdc.schema_changes import apply_ddl
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema, table_config
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
+from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
 
 

@@ -16,8 +16,6 @@ import time
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey
 from airflow_sync_provider.core.cdc.positions import (
@@ -30,10 +28,12 @@ from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState,
     ShardState,
 )
+from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
-from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
+from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
+from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.full_load import LoadFailed, _Progress, _retrying
 
 

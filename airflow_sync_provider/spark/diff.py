@@ -15,7 +15,9 @@ position read at the diff's start, so any later change outranks them).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import resource
 import tempfile
 import time
 import uuid
@@ -24,23 +26,23 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.cdc.positions import position_if_readable
-from airflow_sync_provider.core.verify.diff import (
-    CHANGED, DELETED, FLAGS, IDENTICAL, NEW, DiffColumns, DiffError, bucket_count, compare, differing_buckets,
-    new_name, nullable, old_name,
-)
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, explain, plan_table
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, plan_table
-from airflow_sync_provider.core.verify.reconcile import ch_row_hash, mysql_row_hash
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
+from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import (
-    SPLIT_WEIGHT_COLUMN, needs_weight, read_weights, target_predicates, weight_width,
+    SPLIT_WEIGHT_COLUMN, cut_points, needs_weight, read_weights, target_predicates, weight_width,
 )
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
+from airflow_sync_provider.core.verify.diff import (
+    CHANGED, DELETED, FLAGS, IDENTICAL, MAX_BUCKETS, NEW, DiffColumns, DiffError, bucket_count, compare,
+    differing_buckets, new_name, nullable, old_name,
+)
+from airflow_sync_provider.core.verify.reconcile import ch_row_hash, mysql_row_hash
 
 BUCKET = "_diff_bucket"  # an alias no table column should shadow
 _BUCKET_MAPPING = map_column(MySQLColumn(BUCKET, "int", "int unsigned", False))
@@ -149,7 +151,13 @@ def _read_mysql(ctx: _Context, shard: Shard, buckets: int, wanted: list[int], wh
 
 
 def _spill(tables, directory: str, side: str) -> int:
-    """Write each bucket's rows to its own Arrow file; returns the rows read."""
+    """Write each bucket's rows to its own Arrow file; returns the rows read. One open file per
+    differing bucket (up to MAX_BUCKETS): the soft limit on open files is raised to allow it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = MAX_BUCKETS + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard),
+                                                    hard))
     writers, rows = {}, 0
     try:
         for table in tables:
@@ -280,11 +288,7 @@ def _copy_split_column(ledger: Ledger, old_table: str) -> str | None:
     rows = ledger.ch.query(f"SELECT plan FROM {ledger.table('loads')} FINAL WHERE target_table = {{t:String}}"
                            " AND status = 'published' ORDER BY updated_at DESC LIMIT 1",
                            parameters={"t": old_table}).result_rows
-    if not rows:
-        return None
-    import json
-
-    return json.loads(rows[0][0]).get("split_column")
+    return json.loads(rows[0][0]).get("split_column") if rows else None
 
 
 def _create_copy(spec: SnapshotDiffSpec, ch) -> dict:
@@ -328,7 +332,7 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) 
             column = None
         weights = width = None
         if needs_weight(column):
-            weights = read_weights(conn, column, _cuts(plan))
+            weights = read_weights(conn, column, cut_points(plan))
             width = weight_width(ch, database, name) if weights.space is not None else 0
         predicates = dict(zip((s.id for s in plan.shards), target_predicates(plan, column, weights, None, width or 0)))
         position = position_if_readable(conn, table)
@@ -342,17 +346,10 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) 
             "ch_types": {m.name: m.ch_type for m in mappings.values()}}
 
 
-def _cuts(plan: Plan):
-    from airflow_sync_provider.core.target.shards import cut_points
-
-    return cut_points(plan)
-
-
 def _one_shard(plan: Plan, conn) -> Plan:
-    from airflow_sync_provider.core.source.planning import _explain_rows
-
     one = Plan(plan.database, plan.table, None, None, plan.strategy, 1, 1, (Shard(0, "1=1"),), plan.warnings)
-    return dataclasses.replace(one, shards=(Shard(0, "1=1", (), _explain_rows(conn, one, one.shards[0])),))
+    rows = explain(conn, one, one.shards[0]).get("rows")  # sets the bucket count; corrected by the true count
+    return dataclasses.replace(one, shards=(Shard(0, "1=1", (), int(rows or 0)),))
 
 
 def _resolve_clickhouse(spec: SnapshotDiffSpec, ch, old_types: dict) -> dict:

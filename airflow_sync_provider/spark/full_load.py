@@ -13,8 +13,6 @@ import time
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.cdc.positions import position_if_readable, snapshot_position
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
@@ -22,10 +20,12 @@ from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState,
     ShardState,
 )
+from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
-from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.core.sql import ch_table
+from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight, shard_predicates
+from airflow_sync_provider.core.verify.reports import shard_table
 
 REPORT_EVERY_SECONDS = 1.0
 

@@ -12,16 +12,16 @@ import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema, reimport_spec
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, SHARD_MISMATCH, Ledger, LoadState
+from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan
+from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.shards import shard_predicates
 from airflow_sync_provider.core.verify.reconcile import (
     checksum_source, checksum_target, clickhouse_checksum_sql, count_source, count_target, mysql_checksum_sql,
     shard_problems,
 )
-from airflow_sync_provider.core.target.shards import shard_predicates
 from airflow_sync_provider.spark.full_load import run_full_load
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 
-from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.cdc.binlog import TableRoute
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.jobspec import copied_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.target import clickhouse as target
 
 _INT = re.compile(r"^(U?)Int(\d+)$")
 _DEC = re.compile(r"^Decimal\((\d+), (\d+)\)$")
