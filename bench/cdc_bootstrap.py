@@ -35,7 +35,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
-from airflow_sync_provider.core.submission import prepare, spark_env, spark_submit
+from airflow_sync_provider.core.submission import prepare, spark_submit
 from bench.common import fmt_rate, fmt_ratio, machine, services, timer, write_result
 from bench.full_load import ProcessSampler, ch_client, run_ours, run_replicator
 from devenv import demo_data
@@ -57,9 +57,9 @@ class _Service:
 
     def __init__(self, spec: CdcApplySpec):
         self.tmp = tempfile.TemporaryDirectory(prefix="bench-boot-service-")
-        cmd = prepare(spec, self.tmp.name)
+        cmd, env = prepare(spec, self.tmp.name)
         self.log = open(os.path.join(self.tmp.name, "service.log"), "w")
-        self.proc = subprocess.Popen(cmd, env={**os.environ, **spark_env()}, stdout=self.log,
+        self.proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self) -> str:

@@ -13,7 +13,7 @@ import pytest
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
-from airflow_sync_provider.core.submission import prepare, spark_env, spark_submit
+from airflow_sync_provider.core.submission import prepare, spark_submit
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv.clickhouse_http import ChdbEndpoint
 from tests.helpers import assert_same_rows
@@ -42,8 +42,8 @@ def spec_for(mysql_url, clickhouse_url, table, **kwargs) -> FullLoadSpec:
 def start_job(spec, workdir) -> subprocess.Popen:
     """spark-submit in its own process group, so SIGKILL reaches the JVM and the Python workers."""
     os.makedirs(workdir, exist_ok=True)
-    cmd = prepare(spec, str(workdir))
-    return subprocess.Popen(cmd, env={**os.environ, **spark_env()}, stdout=subprocess.DEVNULL,
+    cmd, env = prepare(spec, str(workdir))
+    return subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 

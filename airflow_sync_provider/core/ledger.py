@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import socket
 import time
 from dataclasses import dataclass, field
 
@@ -59,6 +60,7 @@ class ShardState:
     # core/cdc/chunks.py): a resumed shard continues after it
     chunks: int = 0
     resume_key: list | None = None
+    executor: str = ""  # where the attempt ran: host name / address (executor_address)
 
     @property
     def seconds(self) -> float:
@@ -167,7 +169,8 @@ class Ledger:
         ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)""")
         self.ch.command(f"ALTER TABLE {self.table('shards')} ADD COLUMN IF NOT EXISTS version UInt64 DEFAULT 0,"
                         " ADD COLUMN IF NOT EXISTS chunks UInt32 DEFAULT 0,"
-                        " ADD COLUMN IF NOT EXISTS resume_key String DEFAULT ''")
+                        " ADD COLUMN IF NOT EXISTS resume_key String DEFAULT '',"
+                        " ADD COLUMN IF NOT EXISTS executor String DEFAULT ''")
 
     def write_reconciliation(self, load_key: str, generation: int, verdict: str, mismatched: list[int],
                              checksum: bool, report: list[dict]) -> None:
@@ -204,6 +207,22 @@ class Ledger:
         self.ch.insert(self.table("diff_shards"), [[r["diff_key"], r["run_id"], *(s[n] for n in names)] for s in shards],
                        column_names=["diff_key", "run_id", *names])
 
+    def write_job_result(self, key: str, result: dict) -> None:
+        """A cluster-mode job's result (its driver cannot write a file the submitter reads)."""
+        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('job_results')} (
+            result_key String, result String, at DateTime64(6, 'UTC')
+        ) ENGINE = MergeTree ORDER BY result_key TTL toDateTime(at) + INTERVAL 30 DAY""")
+        self.ch.insert(self.table("job_results"), [[key, json.dumps(result, default=str), _ts(self._stamp())]],
+                       column_names=["result_key", "result", "at"])
+
+    def job_result(self, key: str) -> dict:
+        try:
+            rows = self.ch.query(f"SELECT result FROM {self.table('job_results')} WHERE result_key = {{k:String}} "
+                                 "ORDER BY at DESC LIMIT 1", parameters={"k": key}).result_rows
+        except Exception:  # no table yet: the job never got as far as writing
+            return {}
+        return json.loads(rows[0][0]) if rows else {}
+
     def _stamp(self) -> float:
         """Strictly increasing report times from this writer (ReplacingMergeTree keeps the newest)."""
         self._last = max(_now(), self._last + 1e-6)
@@ -222,10 +241,11 @@ class Ledger:
             load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
             json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
             shard.bytes, _ts(shard.started_at), _ts(shard.finished_at), shard.error[:4000], shard.version,
-            shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "", _ts(self._stamp()),
+            shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "", shard.executor,
+            _ts(self._stamp()),
         ]], column_names=["load_key", "generation", "shard_id", "attempt", "status", "where_sql", "params",
                           "records_read", "records_written", "records_failed", "bytes", "started_at",
-                          "finished_at", "error", "version", "chunks", "resume_key", "updated_at"])
+                          "finished_at", "error", "version", "chunks", "resume_key", "executor", "updated_at"])
 
     def state(self, load_key: str) -> LoadState | None:
         """The newest generation of ``load_key`` with the newest attempt of each shard, or None."""
@@ -241,13 +261,25 @@ class Ledger:
         for row in self.ch.query(
                 f"SELECT shard_id, attempt, status, where_sql, params, records_read, records_written,"
                 f" records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error, version, chunks,"
-                f" resume_key"
+                f" resume_key, executor"
                 f" FROM {self.table('shards')} FINAL WHERE load_key = {{k:String}} AND generation = {{g:UInt32}}"
                 f" ORDER BY shard_id, attempt", parameters={"k": load_key, "g": gen}).result_rows:
-            shard = ShardState(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:-1],
-                               json.loads(row[-1]) if row[-1] else None)
+            shard = ShardState(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:-2],
+                               json.loads(row[-2]) if row[-2] else None, row[-1])
             state.shards[shard.shard_id] = shard  # ordered by attempt: the newest wins
         return state
+
+
+def executor_address(host: str, port: int) -> str:
+    """This process's host name and the address it reaches ``host`` from: on a cluster, which
+    executor (host, network) ran a shard."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, port))  # UDP: picks the route, sends nothing
+            address = probe.getsockname()[0]
+        except OSError:
+            address = "?"
+    return f"{socket.gethostname()}/{address}"
 
 
 def check_counters(endpoint, load_key: str, database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:

@@ -1,22 +1,41 @@
-"""What a submission needs besides the submitter: the job scripts, the package zip, the result.
+"""What a submission needs besides the submitter: the job scripts, the package zip, the spec
+and where the result comes back, for each way Spark can run the driver.
+
+* **client mode** (``local[*]``, ``spark://`` standalone, YARN/Kubernetes client): the driver
+  runs where spark-submit runs. The spec, passwords included, is a 0600 file in a 0700
+  directory; the job writes its result next to it.
+* **cluster mode** (YARN, Kubernetes): the driver runs on the cluster and cannot read files on
+  the submitting host. The spec travels with the submission (``--files``) *without* passwords;
+  the driver reads them from its environment, which the cluster sets (``SECRET_ENV``: on
+  Kubernetes from a secret, ``spark.kubernetes.driver.secretKeyRef``; on YARN from the
+  cluster's own configuration), and writes its result to the ledger on ClickHouse under a key
+  the submitter then reads. Nothing secret is on any command line or in a staged file.
 
 Airflow submits through SparkSubmitHook (operators/spark_job.py); the CLI, benchmarks and tests
-use ``spark_submit`` here, which runs the same scripts with the same spec-file convention.
+use ``spark_submit`` here, which runs the same scripts with the same conventions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import uuid
 import zipfile
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import airflow_sync_provider
-from airflow_sync_provider.core.jobspec import write_spec
+from airflow_sync_provider.core.jobspec import spec_to_dict, write_private_json, write_spec
+
+# Where a cluster-mode driver finds the passwords (environment variables the cluster sets).
+SECRET_ENV = {"source": "AIRFLOW_SYNC_MYSQL_PASSWORD", "target": "AIRFLOW_SYNC_CLICKHOUSE_PASSWORD"}
+# The keys of a Kubernetes secret holding them (``kubernetes_secret=`` names the secret).
+K8S_SECRET_KEYS = {"source": "mysql-password", "target": "clickhouse-password"}
 
 
 def job_script(job: str) -> str:
@@ -41,35 +60,99 @@ def read_result(path: str) -> dict:
         return {}
 
 
-def spark_env(python: str | None = None) -> dict:
-    """Environment for spark-submit: Python workers use ``python`` (default: this interpreter)."""
+def spark_env(python: str | None = None, master: str = "local") -> dict:
+    """Environment for a client-mode spark-submit: Python workers use ``python`` (default: this
+    interpreter). Only a local master is pinned to the loopback address: a cluster's executors
+    must reach the driver, which then binds the host's address (or ``SPARK_LOCAL_IP`` /
+    ``spark.driver.host`` as the deployment sets them)."""
     python = python or sys.executable
-    return {
+    env = {
         "PYSPARK_PYTHON": python,
         "PYSPARK_DRIVER_PYTHON": python,
         "PATH": os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")]),
-        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
     }
+    if master.startswith("local"):
+        env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+    elif os.environ.get("SPARK_LOCAL_IP"):
+        env["SPARK_LOCAL_IP"] = os.environ["SPARK_LOCAL_IP"]
+    return env
 
 
-def prepare(spec, workdir: str, master: str = "local[2]", conf: dict | None = None) -> list[str]:
-    """Write the spec (0600) into ``workdir`` and return the spark-submit command for it."""
-    spec.result_path = os.path.join(workdir, "result.json")
+@dataclass
+class Submission:
+    """What spark-submit gets for one job: everything but the master and the application."""
+
+    application_args: list[str]
+    files: str | None = None
+    py_files: str | None = None
+    env_vars: dict = field(default_factory=dict)
+    conf: dict = field(default_factory=dict)
+    result_path: str = ""  # client mode: the job writes its result here
+    result_key: str = ""  # cluster mode: the job writes its result to the ledger under this key
+
+
+def is_cluster(deploy_mode: str | None) -> bool:
+    return (deploy_mode or "client") == "cluster"
+
+
+def stage(spec, workdir: str, master: str, deploy_mode: str | None = None, pyspark_python: str | None = None,
+          kubernetes_secret: str | None = None) -> Submission:
+    """Write the spec into ``workdir`` (created 0700) for ``master`` / ``deploy_mode``."""
+    py_files = package_zip(workdir)
     spec_path = os.path.join(workdir, "spec.json")
-    write_spec(spec, spec_path)
+    if not is_cluster(deploy_mode):
+        spec.result_path = os.path.join(workdir, "result.json")
+        write_spec(spec, spec_path)  # 0600, passwords included: read by the local driver only
+        return Submission(["--spec", spec_path], py_files=py_files, env_vars=spark_env(pyspark_python, master),
+                          result_path=spec.result_path)
+    if master.startswith(("local", "spark://")):
+        raise ValueError(f"cluster deploy mode needs YARN or Kubernetes, not {master!r}: Spark runs Python "
+                         "drivers of a standalone cluster in client mode only")
+    spec.result_path = ""
+    data = spec_to_dict(spec)
+    for side in SECRET_ENV:
+        if data.get(side):
+            data[side]["password"] = ""  # the cluster supplies it (SECRET_ENV)
+    write_private_json(spec_path, data)
+    os.chmod(spec_path, 0o644)  # no secret inside; the cluster's staging copies it
+    key = uuid.uuid4().hex
+    conf = {"spark.pyspark.python": pyspark_python} if pyspark_python else {}
+    if kubernetes_secret:
+        for side, variable in SECRET_ENV.items():
+            conf[f"spark.kubernetes.driver.secretKeyRef.{variable}"] = f"{kubernetes_secret}:{K8S_SECRET_KEYS[side]}"
+    return Submission(["--spec", "spec.json", "--secrets-from-env", "--result-key", key], files=spec_path,
+                      py_files=py_files, conf=conf, result_key=key)
+
+
+def secrets_from_env(spec) -> None:
+    """A cluster-mode driver: fill the spec's passwords from the environment the cluster set."""
+    for side, variable in SECRET_ENV.items():
+        endpoint = getattr(spec, side, None)
+        if endpoint is None:
+            continue
+        if variable not in os.environ:
+            raise RuntimeError(f"the job runs in cluster deploy mode: its driver needs ${variable} (the {side}'s "
+                               "password) in its environment — on Kubernetes give the operator kubernetes_secret=; "
+                               "on YARN set it in the cluster's configuration (never on the spark-submit command line)")
+        setattr(spec, side, dataclasses.replace(endpoint, password=os.environ[variable]))
+
+
+def prepare(spec, workdir: str, master: str = "local[2]", conf: dict | None = None) -> tuple[list[str], dict]:
+    """Stage ``spec`` in ``workdir`` (client mode); returns the spark-submit command and its environment."""
+    staged = stage(spec, workdir, master)
     cmd = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", master,
-           "--py-files", package_zip(workdir)]
+           "--py-files", staged.py_files]
     for key, value in {"spark.ui.enabled": "false", "spark.log.level": "WARN", **(conf or {})}.items():
         cmd += ["--conf", f"{key}={value}"]
-    return cmd + [job_script(spec.job), "--spec", spec_path]
+    return cmd + [job_script(spec.job), *staged.application_args], staged.env_vars
 
 
 def spark_submit(spec, master: str = "local[2]", conf: dict | None = None, timeout: float | None = None,
                  log=None) -> dict:
-    """spark-submit ``spec``'s job without Airflow; returns the job's result (status, error, …)."""
+    """spark-submit ``spec``'s job without Airflow (client mode); returns the job's result."""
     with tempfile.TemporaryDirectory(prefix="airflow-sync-") as tmp:
-        cmd = prepare(spec, tmp, master, conf)
-        run = subprocess.run(cmd, env={**os.environ, **spark_env()}, stdout=log or subprocess.PIPE,
+        cmd, env = prepare(spec, tmp, master, conf)
+        run = subprocess.run(cmd, env={**os.environ, **env}, stdout=log or subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
         result = read_result(spec.result_path)
         if not result:

@@ -3,40 +3,51 @@
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_sync_provider.compat import AirflowException, BaseOperator
-from airflow_sync_provider.core.jobspec import public_dict, write_spec
-from airflow_sync_provider.core.submission import job_script, package_zip, read_result, spark_env
+from airflow_sync_provider.core.jobspec import public_dict
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.submission import Submission, job_script, read_result, stage
+from airflow_sync_provider.core.target.clickhouse import client as clickhouse_client
 
 DEFAULT_CONF = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
 
 
 class SparkJobOperator(BaseOperator):
-    """Submits one of this package's Spark jobs.
+    """Submits one of this package's Spark jobs, in client or cluster deploy mode.
 
-    Secrets never reach argv: the spec (with passwords) is a 0600 file in a 0700 temporary
-    directory that is removed afterwards; spark-submit gets only ``--spec <path>``.
+    Secrets never reach argv. Client mode (the driver runs here): the spec, with passwords, is a
+    0600 file in a 0700 temporary directory that is removed afterwards; spark-submit gets only
+    ``--spec <path>``. Cluster mode (YARN, Kubernetes: the driver runs on the cluster): the spec
+    travels with ``--files`` without passwords, the driver takes them from its environment
+    (``kubernetes_secret=`` on Kubernetes; the cluster's configuration on YARN; see
+    core/submission.py) and reports its result to the ledger, where this operator reads it.
     Subclasses implement ``build_spec(context)`` and may override ``summarize(result)``.
 
-    :param spark_conn_id: a ``spark`` connection; its host is the master (``local[*]`` locally).
-    :param spark_conf: extra ``--conf`` entries (never put secrets here: they are on argv).
+    :param spark_conn_id: a ``spark`` connection; its host is the master (``local[*]``,
+        ``spark://host:7077``, ``yarn``, ``k8s://https://…``), extra ``deploy-mode``.
+    :param spark_conf: extra ``--conf`` entries (never put secrets here: they are on argv). On a
+        cluster in client mode, executors must reach this host: set ``spark.driver.host`` if its
+        name does not resolve there.
     :param pyspark_python: interpreter for Python workers; defaults to this one, which has the
-        package installed.
+        package installed (on a cluster it must exist on every worker).
+    :param kubernetes_secret: Kubernetes cluster mode: the secret with keys ``mysql-password``
+        and ``clickhouse-password`` that the driver's environment is filled from.
     """
 
     job: str = ""
     ui_color = "#fde2b0"
 
     def __init__(self, *, spark_conn_id: str = "spark_default", spark_conf: dict | None = None,
-                 pyspark_python: str | None = None, **kwargs):
+                 pyspark_python: str | None = None, kubernetes_secret: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.spark_conn_id = spark_conn_id
         self.spark_conf = spark_conf
         self.pyspark_python = pyspark_python
+        self.kubernetes_secret = kubernetes_secret
 
     def build_spec(self, context):
         raise NotImplementedError
@@ -44,29 +55,45 @@ class SparkJobOperator(BaseOperator):
     def summarize(self, result: dict) -> dict:
         return result
 
+    def submit_hook(self, spec, workdir: str) -> tuple[SparkSubmitHook, Submission]:
+        """The hook that submits ``spec`` staged in ``workdir`` for the connection's deployment."""
+        where = SparkSubmitHook(conn_id=self.spark_conn_id)._connection  # master and deploy mode
+        staged = stage(spec, workdir, where["master"], where["deploy_mode"], self.pyspark_python,
+                       self.kubernetes_secret)
+        hook = SparkSubmitHook(
+            conn_id=self.spark_conn_id,
+            conf={**DEFAULT_CONF, **staged.conf, **(self.spark_conf or {})},
+            files=staged.files,
+            py_files=staged.py_files,
+            application_args=staged.application_args,
+            name=f"airflow-sync-{self.job}-{self.task_id}",
+            # client mode: spark-submit ships in the interpreter's bin directory (pip's pyspark);
+            # cluster mode: the cluster's own environment (the hook would put these on argv)
+            env_vars=staged.env_vars or None,
+        )
+        return hook, staged
+
     def execute(self, context):
         spec = self.build_spec(context)
         self.log.info("Job spec (secrets masked): %s", json.dumps(public_dict(spec), default=str))
         with tempfile.TemporaryDirectory(prefix="airflow-sync-") as tmp:  # created 0700
-            spec.result_path = os.path.join(tmp, "result.json")
-            spec_path = os.path.join(tmp, "spec.json")
-            write_spec(spec, spec_path)
-            hook = SparkSubmitHook(
-                conn_id=self.spark_conn_id,
-                conf={**DEFAULT_CONF, **(self.spark_conf or {})},
-                py_files=package_zip(tmp),
-                application_args=["--spec", spec_path],
-                name=f"airflow-sync-{self.job}-{self.task_id}",
-                # spark-submit ships in the interpreter's bin directory (pip's pyspark)
-                env_vars=spark_env(self.pyspark_python),
-            )
+            hook, staged = self.submit_hook(spec, tmp)
             try:
                 hook.submit(application=job_script(self.job))
             except AirflowException as exc:
-                error = read_result(spec.result_path).get("error")
+                error = self._result(spec, staged).get("error")
                 raise AirflowException(f"{self.job} job failed: {error or exc}") from None
-            result = read_result(spec.result_path)
+            result = self._result(spec, staged)
         if result.get("status") != "success":
             raise AirflowException(f"{self.job} job wrote no success result: {result}")
         return self.summarize(result)
 
+    @staticmethod
+    def _result(spec, staged: Submission) -> dict:
+        if staged.result_path:
+            return read_result(staged.result_path)
+        ch = clickhouse_client(spec.target)
+        try:
+            return Ledger(ch, spec.ledger_database).job_result(staged.result_key)
+        finally:
+            ch.close()

@@ -8,26 +8,45 @@ import sys
 import traceback
 
 from airflow_sync_provider.core.jobspec import read_spec, write_private_json
+from airflow_sync_provider.core.submission import secrets_from_env
 from airflow_sync_provider.spark.session import build_session
+
+
+def _report(spec, result_key: str, result: dict) -> None:
+    """Client mode: a file next to the spec; cluster mode: the ledger, under ``result_key``."""
+    if spec.result_path:
+        write_private_json(spec.result_path, result)
+    if result_key:
+        from airflow_sync_provider.core.ledger import Ledger
+        from airflow_sync_provider.core.target.clickhouse import client
+
+        ch = client(spec.target)
+        try:
+            Ledger(ch, spec.ledger_database).write_job_result(result_key, result)
+        finally:
+            ch.close()
 
 
 def run_job(job_function, argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--spec", required=True, help="path of the 0600 job-spec JSON file")
+    parser.add_argument("--spec", required=True, help="path of the job-spec JSON file")
+    parser.add_argument("--secrets-from-env", action="store_true",
+                        help="cluster deploy mode: the passwords come from the driver's environment")
+    parser.add_argument("--result-key", default="", help="cluster deploy mode: report the result to the ledger")
     args = parser.parse_args(argv)
     spec = read_spec(args.spec)
+    if args.secrets_from_env:
+        secrets_from_env(spec)
     name = getattr(spec, 'source_table', '') or getattr(spec, 'load_key', '') or getattr(spec, 'pipeline', '')
     spark = build_session(f"airflow-sync {spec.job} {name}")
     try:
         result = {"status": "success", **job_function(spec, spark)}
     except Exception as exc:
         # The operator raises this text, so the task log shows the job's own error.
-        if spec.result_path:
-            write_private_json(spec.result_path, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        _report(spec, args.result_key, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
         traceback.print_exc()
         spark.stop()
         sys.exit(1)
-    if spec.result_path:
-        write_private_json(spec.result_path, result)
+    _report(spec, args.result_key, result)
     print("airflow-sync result: " + json.dumps(result, default=str)[:2000], flush=True)
     spark.stop()

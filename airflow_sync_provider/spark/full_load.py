@@ -18,7 +18,7 @@ from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState,
-    ShardState,
+    ShardState, executor_address,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
@@ -51,7 +51,8 @@ def _retrying(action, wait_seconds: float):
 def _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, shard, attempt, throttle):
     names = ([m.name for m in mappings] + ([SPLIT_WEIGHT_COLUMN] if weight else [])
              + [target.VERSION_COLUMN, target.SHARD_COLUMN])
-    record = ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time())
+    record = ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time(),
+                        executor=executor_address(spec.source.host, spec.source.port))
     pending, pending_rows, pending_bytes, reported = [], 0, 0, time.monotonic()
 
     def flush():
@@ -103,6 +104,16 @@ def _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, sh
     return record
 
 
+def _finished_meanwhile(ledger: Ledger, state: LoadState, shard_id: int, previous) -> ShardState | None:
+    """A shard this job already loaded: Spark re-runs a channel whose executor was lost (a worker
+    died), and the shards it had finished before are not read again."""
+    now = ledger.state(state.load_key)
+    shard = now.shards.get(shard_id) if now is not None and now.generation == state.generation else None
+    if shard is not None and shard.status == SHARD_SUCCESS and shard.attempt > (previous.attempt if previous else 0):
+        return shard
+    return None
+
+
 def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, weight, columns_sql: str, state: LoadState,
                   shard_ids: list[int]):
     """Runs on an executor: one channel = one source connection at a time, one throttle."""
@@ -112,6 +123,10 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, weight, columns_sql:
     shards = {s.id: s for s in plan.shards}
     for shard_id in shard_ids:
         previous = state.shards.get(shard_id)
+        done = _finished_meanwhile(ledger, state, shard_id, previous)
+        if done is not None:
+            yield vars(done) | {"seconds": done.seconds}
+            continue
         record = _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, shards[shard_id],
                              (previous.attempt if previous else 0) + 1, throttle)
         yield vars(record) | {"seconds": record.seconds}

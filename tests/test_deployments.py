@@ -1,0 +1,141 @@
+"""The spark-submit command for each deployment (as Airflow's own Spark provider tests do): local,
+standalone client, YARN cluster and Kubernetes cluster; where the spec and the secrets go; and a
+cluster-mode driver run for real (spec without passwords, passwords from its environment, result
+through the ledger)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from airflow.providers.apache.spark.hooks import spark_submit as spark_submit_module
+
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.jobspec import ReconcileSpec, read_spec
+from airflow_sync_provider.core.submission import SECRET_ENV, job_script, stage
+from airflow_sync_provider.operators.reconcile import ReconcileOperator
+
+MYSQL_SECRET, CH_SECRET = "my-Secret-41", "ch-Secret-42"
+CONNECTIONS = {
+    "local": {"conn_type": "spark", "host": "local[2]"},
+    "standalone": {"conn_type": "spark", "host": "spark://10.1.2.3", "port": 7077},
+    "yarn_cluster": {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster", "queue": "etl"}},
+    "k8s_cluster": {"conn_type": "spark", "host": "k8s://https://k8s.example:443",
+                    "extra": {"deploy-mode": "cluster", "namespace": "sync"}},
+}
+
+
+def _spec() -> ReconcileSpec:
+    return ReconcileSpec(source=MySQLEndpoint("db.example", 3306, "reader", MYSQL_SECRET),
+                         target=ClickHouseEndpoint("ch.example", 8123, "sync", CH_SECRET), load_key="k")
+
+
+def _command(monkeypatch, tmp_path, name, **operator_args):
+    for conn_id, conn in CONNECTIONS.items():
+        monkeypatch.setenv(f"AIRFLOW_CONN_SPARK_{conn_id.upper()}", json.dumps(conn))
+    monkeypatch.setattr(spark_submit_module, "kube_client", object(), raising=False)  # a Kubernetes API we cannot run
+    operator = ReconcileOperator(task_id="t", load_key="k", spark_conn_id=f"spark_{name}", **operator_args)
+    spec = _spec()
+    hook, staged = operator.submit_hook(spec, str(tmp_path))
+    command = hook._build_spark_submit_command(job_script("reconcile"))
+    joined = " ".join(command)
+    assert MYSQL_SECRET not in joined and CH_SECRET not in joined
+    return command, staged, hook
+
+
+def _conf(command) -> dict:
+    return dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--conf")
+
+
+def _after_application(command) -> list[str]:
+    return command[command.index(job_script("reconcile")) + 1:]
+
+
+def test_local_client_mode_keeps_the_spec_private_on_this_host(monkeypatch, tmp_path):
+    command, staged, hook = _command(monkeypatch, tmp_path, "local")
+    assert command[command.index("--master") + 1] == "local[2]" and "--deploy-mode" not in command
+    assert command[command.index("--py-files") + 1] == str(tmp_path / "airflow_sync_provider.zip")
+    assert _after_application(command) == ["--spec", str(tmp_path / "spec.json")]
+    assert stat.S_IMODE(os.stat(tmp_path / "spec.json").st_mode) == 0o600
+    assert read_spec(str(tmp_path / "spec.json")).source.password == MYSQL_SECRET  # read by the local driver only
+    assert hook._env["SPARK_LOCAL_IP"] == "127.0.0.1" and hook._env["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_standalone_client_mode_lets_executors_reach_the_driver(monkeypatch, tmp_path):
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    command, staged, hook = _command(monkeypatch, tmp_path, "standalone",
+                                     spark_conf={"spark.driver.host": "airflow-worker-1"})
+    assert command[command.index("--master") + 1] == "spark://10.1.2.3:7077" and "--deploy-mode" not in command
+    assert "SPARK_LOCAL_IP" not in hook._env  # a loopback driver address would be unreachable from the workers
+    assert _conf(command)["spark.driver.host"] == "airflow-worker-1"
+    assert _after_application(command) == ["--spec", str(tmp_path / "spec.json")]
+
+
+def test_yarn_cluster_mode_ships_the_spec_without_secrets(monkeypatch, tmp_path):
+    command, staged, hook = _command(monkeypatch, tmp_path, "yarn_cluster")
+    assert command[command.index("--master") + 1] == "yarn"
+    assert command[command.index("--deploy-mode") + 1] == "cluster" and command[command.index("--queue") + 1] == "etl"
+    assert command[command.index("--files") + 1] == str(tmp_path / "spec.json")
+    assert _after_application(command) == ["--spec", "spec.json", "--secrets-from-env", "--result-key",
+                                           staged.result_key]
+    assert not any(k.startswith("spark.yarn.appMasterEnv") for k in _conf(command))  # nothing of this host's env
+    shipped = json.loads((tmp_path / "spec.json").read_text())
+    assert shipped["source"]["password"] == shipped["target"]["password"] == "" and shipped["result_path"] == ""
+    assert MYSQL_SECRET not in (tmp_path / "spec.json").read_text()
+
+
+def test_kubernetes_cluster_mode_takes_the_passwords_from_a_secret(monkeypatch, tmp_path):
+    command, staged, hook = _command(monkeypatch, tmp_path, "k8s_cluster", kubernetes_secret="sync-secrets",
+                                     pyspark_python="/opt/venv/bin/python")
+    assert command[command.index("--master") + 1] == "k8s://https://k8s.example:443"
+    assert command[command.index("--deploy-mode") + 1] == "cluster"
+    conf = _conf(command)
+    assert conf["spark.kubernetes.namespace"] == "sync" and conf["spark.pyspark.python"] == "/opt/venv/bin/python"
+    assert conf[f"spark.kubernetes.driver.secretKeyRef.{SECRET_ENV['source']}"] == "sync-secrets:mysql-password"
+    assert conf[f"spark.kubernetes.driver.secretKeyRef.{SECRET_ENV['target']}"] == "sync-secrets:clickhouse-password"
+    assert command[command.index("--files") + 1] == str(tmp_path / "spec.json")
+    assert not any(k.startswith("spark.kubernetes.driverEnv") for k in conf)
+
+
+def test_standalone_cluster_mode_is_refused_for_python(tmp_path):
+    with pytest.raises(ValueError, match="standalone cluster in client mode only"):
+        stage(_spec(), str(tmp_path), "spark://h:7077", "cluster")
+
+
+@pytest.mark.slow
+def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path, mysql_url, clickhouse_url, demo_db):
+    """What a YARN/Kubernetes driver does, run here: the staged spec (no passwords) in another
+    working directory, the passwords from the environment, the result through the ledger."""
+    from airflow_sync_provider.core.ledger import Ledger
+    from airflow_sync_provider.core.submission import spark_submit
+    from airflow_sync_provider.core.target.clickhouse import client
+    from airflow_sync_provider.core.jobspec import FullLoadSpec
+
+    source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
+    load = spark_submit(FullLoadSpec(source=source, target=target, source_database="demo", source_table="customers",
+                                     target_database="deploy", target_table="customers", load_key="deploy.customers"))
+    assert load["status"] == "success", load
+    staged_dir, driver_dir = tmp_path / "submitter", tmp_path / "driver"
+    staged_dir.mkdir(mode=0o700)
+    driver_dir.mkdir()
+    staged = stage(ReconcileSpec(source=source, target=target, load_key="deploy.customers", checksum=True),
+                   str(staged_dir), "yarn", "cluster")
+    (driver_dir / "spec.json").write_bytes((staged_dir / "spec.json").read_bytes())  # what --files does
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV.values()}
+    spark = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "local[1]",
+             "--py-files", staged.py_files, job_script("reconcile"), *staged.application_args]
+    missing = subprocess.run(spark, cwd=driver_dir, env=env | {"SPARK_LOCAL_IP": "127.0.0.1"}, capture_output=True,
+                             text=True, timeout=300)
+    assert missing.returncode != 0 and SECRET_ENV["source"] in missing.stdout + missing.stderr
+    env |= {SECRET_ENV["source"]: source.password, SECRET_ENV["target"]: target.password,
+            "SPARK_LOCAL_IP": "127.0.0.1"}
+    run = subprocess.run(spark, cwd=driver_dir, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    ch = client(target)
+    result = Ledger(ch).job_result(staged.result_key)
+    ch.close()
+    assert result["status"] == "success" and result["verdict"] == "ok" and result["checksum"]
