@@ -5,7 +5,7 @@ Operators, sensors, hooks and triggers import Airflow names from here only.
 
 from __future__ import annotations
 
-from airflow.sdk import BaseHook, BaseOperator, BaseSensorOperator
+from airflow.sdk import Asset, BaseHook, BaseOperator, BaseSensorOperator
 
 try:
     from airflow.sdk.bases.sensor import PokeReturnValue
@@ -22,5 +22,5 @@ try:
 except ImportError:  # pragma: no cover
     from airflow.sdk.bases.trigger import BaseTrigger, TriggerEvent
 
-__all__ = ["AirflowException", "AirflowFailException", "BaseHook", "BaseOperator", "BaseSensorOperator",
+__all__ = ["AirflowException", "Asset", "AirflowFailException", "BaseHook", "BaseOperator", "BaseSensorOperator",
            "BaseTrigger", "PokeReturnValue", "TriggerEvent"]

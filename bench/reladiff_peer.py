@@ -52,7 +52,7 @@ def _split_url(url: str, default_port: int, default_user: str) -> dict:
 def run_reladiff(mysql_url: str, ch_url: str, mysql_db: str, table: str, ch_db: str, ch_table: str,
                  key_column: str, columns=None, threads: int = 2, timeout: float = 3600, *,
                  bisection_factor: int = BISECTION_FACTOR, bisection_threshold: int = BISECTION_THRESHOLD,
-                 final: bool = True) -> dict:
+                 final: bool = True, skip_sort_results: bool = False) -> dict:
     """Diff ``mysql_db.table`` (MySQL/MariaDB) against ``ch_db.ch_table`` (ClickHouse over HTTP).
 
     ``columns=None`` compares the key column only (row presence: comparable to a count check, but
@@ -61,6 +61,12 @@ def run_reladiff(mysql_url: str, ch_url: str, mysql_db: str, table: str, ch_db: 
     ``diff_seconds`` (inside the worker, connect to result, without interpreter start-up),
     ``stats`` (reladiff's rows_A/rows_B/exclusive_A/exclusive_B/updated/…) and ``error`` if not ok.
     ``diff_rows`` counts distinct keys reported (missing, extra or changed).
+
+    ``skip_sort_results``: reladiff's own option (CLI ``--skip-sort-results``). reladiff 0.6.0 sorts
+    each downloaded segment's differing rows by the whole row tuple, which raises ``TypeError: '<'
+    not supported between instances of 'str' and 'NoneType'`` when a changed row has NULL in one
+    version and a value in the other (erezsh/reladiff#81, fixed after 0.6.0); skipping the sort
+    changes only the order of the rows reported, not which.
     """
     from devenv.peers import peer_venv, venv_python
 
@@ -78,6 +84,8 @@ def run_reladiff(mysql_url: str, ch_url: str, mysql_db: str, table: str, ch_db: 
         args += ["--columns", ",".join(columns)]
     if not final:
         args.append("--no-final")
+    if skip_sort_results:
+        args.append("--skip-sort-results")
     env = dict(os.environ, **{_ENV_MYSQL_PASSWORD: my["password"], _ENV_CH_PASSWORD: ch["password"]})
     env.pop("PYTHONPATH", None)  # the peer venv must not see the project's packages
     start = time.perf_counter()
@@ -209,7 +217,8 @@ def _worker(ns) -> dict:
         t2 = reladiff.connect_to_table(db2, (ns.ch_db, ns.ch_table), ns.key, extra_columns=columns)
         # As the CLI with --threads N: N connections per database, 2N diffing workers.
         differ = HashDiffer(bisection_factor=ns.bisection_factor, bisection_threshold=ns.bisection_threshold,
-                            threaded=True, max_threadpool_size=ns.threads * 2)
+                            threaded=True, max_threadpool_size=ns.threads * 2,
+                            skip_sort_results=ns.skip_sort_results)
         with differ.diff_tables(t1, t2) as diff:
             stats = diff.get_stats_dict()  # consumes the diff
             sample = [[sign, [str(v) for v in values]] for sign, values in diff.result_list[:10]]
@@ -225,7 +234,8 @@ def _worker(ns) -> dict:
                 f"key-range segment, bisection factor {ns.bisection_factor}, threshold {ns.bisection_threshold} "
                 f"rows (below: download and compare); {ns.threads} connections per database, "
                 f"{ns.threads * 2} diff workers; ClickHouse over HTTP (clickhouse-connect adapter)"
-                + (", final=1" if ns.final else ", no FINAL")),
+                + (", final=1" if ns.final else ", no FINAL")
+                + (", skip_sort_results" if ns.skip_sort_results else "")),
         "stats": {k: v for k, v in stats.items() if k != "stats"} | {"internal": stats.get("stats", {})},
         "sample": sample,
     }
@@ -247,6 +257,7 @@ def _worker_main(argv) -> None:
     p.add_argument("--bisection-factor", type=int, default=BISECTION_FACTOR)
     p.add_argument("--bisection-threshold", type=int, default=BISECTION_THRESHOLD)
     p.add_argument("--no-final", dest="final", action="store_false")
+    p.add_argument("--skip-sort-results", action="store_true")
     print(json.dumps(_worker(p.parse_args(argv)), default=str), flush=True)
 
 

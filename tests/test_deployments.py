@@ -111,7 +111,7 @@ def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path,
     """What a YARN/Kubernetes driver does, run here: the staged spec (no passwords) in another
     working directory, the passwords from the environment, the result through the ledger."""
     from airflow_sync_provider.core.ledger import Ledger
-    from airflow_sync_provider.core.submission import spark_submit
+    from airflow_sync_provider.core.submission import spark_env, spark_submit
     from airflow_sync_provider.core.target.clickhouse import client
     from airflow_sync_provider.core.jobspec import FullLoadSpec
 
@@ -125,14 +125,12 @@ def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path,
     staged = stage(ReconcileSpec(source=source, target=target, load_key="deploy.customers", checksum=True),
                    str(staged_dir), "yarn", "cluster")
     (driver_dir / "spec.json").write_bytes((staged_dir / "spec.json").read_bytes())  # what --files does
-    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV.values()}
+    env = {k: v for k, v in {**os.environ, **spark_env()}.items() if k not in SECRET_ENV.values()}
     spark = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "local[1]",
              "--py-files", staged.py_files, job_script("reconcile"), *staged.application_args]
-    missing = subprocess.run(spark, cwd=driver_dir, env=env | {"SPARK_LOCAL_IP": "127.0.0.1"}, capture_output=True,
-                             text=True, timeout=300)
+    missing = subprocess.run(spark, cwd=driver_dir, env=env, capture_output=True, text=True, timeout=300)
     assert missing.returncode != 0 and SECRET_ENV["source"] in missing.stdout + missing.stderr
-    env |= {SECRET_ENV["source"]: source.password, SECRET_ENV["target"]: target.password,
-            "SPARK_LOCAL_IP": "127.0.0.1"}
+    env |= {SECRET_ENV["source"]: source.password, SECRET_ENV["target"]: target.password}
     run = subprocess.run(spark, cwd=driver_dir, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     ch = client(target)

@@ -42,6 +42,10 @@ def airflow_home(tmp_path_factory, secret_urls):
     env = airflow_env(home, *secret_urls)
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True,
                    stdout=subprocess.DEVNULL, timeout=300)
+    # the asset-scheduled consumer must be known and unpaused for a load to queue a run of it
+    for command in (["dags", "reserialize"], ["dags", "unpause", "sync_demo_orders_consumer"]):
+        subprocess.run([sys.executable, "-m", "airflow", *command], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     return home, env
 
 
@@ -110,6 +114,17 @@ def test_example_dag_copies_every_demo_table_row_for_row(airflow_home, demo_db, 
     assert sorted(xcoms["report"].values()) == sorted(demo_db.values())
     assert xcoms["load_orders"]["shards"] == 11 and xcoms["load_orders"]["target"] == "demo.orders"
     assert xcoms["load_orders"]["shards_read"] == 11 and xcoms["load_orders"]["generation"] == 1
+    # the load's outlet asset: an event with the load's summary, and a run of the consumer queued
+    with sqlite3.connect(Path(home) / "airflow.db") as db:
+        extras = [json.loads(e) for (e,) in db.execute(
+            "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+            "WHERE a.uri = 'clickhouse://sync_clickhouse/demo/orders'")]
+        queued = db.execute("SELECT target_dag_id FROM asset_dag_run_queue").fetchall()
+    assert [e.get("rows") for e in extras] == [demo_db["orders"]], extras
+    assert ("sync_demo_orders_consumer",) in queued
+    consumer = run_dag(env, "sync_demo_orders_consumer")
+    assert consumer.returncode == 0, (consumer.stdout + consumer.stderr)[-3000:]
+    assert f"demo.orders on ClickHouse: {demo_db['orders']:,} rows" in consumer.stdout + consumer.stderr
 
 
 FAILING_DAG = '''

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from airflow_sync_provider.assets import clickhouse_table, mysql_table, qualified, target_of
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
@@ -49,6 +50,9 @@ class CdcApplyOperator(SparkJobOperator):
         self.batch_events = batch_events
         self.reset = reset
         self.ledger_database = ledger_database
+        named = tables if isinstance(tables, (list, tuple)) else []
+        self.declare_assets([mysql_table(mysql_conn_id, *q) for t in named if (q := qualified(t))],
+                            [clickhouse_table(clickhouse_conn_id, *q) for t in named if (q := target_of(t))])
 
     def build_spec(self, context) -> CdcApplySpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from airflow_sync_provider.assets import clickhouse_table, mysql_table, namespace, qualified, target_of
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
@@ -46,6 +47,13 @@ class CdcBootstrapOperator(SparkJobOperator):
         self.channel_record_speed = channel_record_speed
         self.channel_byte_speed = channel_byte_speed
         self.ledger_database = ledger_database
+        tables = tables if isinstance(tables, (list, tuple)) else []
+        self.declare_assets([mysql_table(mysql_conn_id, *q) for t in tables if (q := qualified(t))],
+                            [clickhouse_table(clickhouse_conn_id, *q) for t in tables if (q := target_of(t))])
+
+    def lineage(self, spec, result):
+        return ([(namespace("mysql", spec.source), t["table"]) for t in result["tables"]],
+                [(namespace("clickhouse", spec.target), t["target"], t["rows"]) for t in result["tables"]])
 
     def build_spec(self, context) -> CdcBootstrapSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)

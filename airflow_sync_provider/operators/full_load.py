@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from airflow_sync_provider.assets import clickhouse_table, is_static, mysql_table, namespace
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, LOAD_PUBLISHED, Ledger
 from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR
@@ -87,6 +88,16 @@ class FullLoadOperator(SparkJobOperator):
         self.replace_partitions = replace_partitions
         self.ledger_database = ledger_database
         self.skip_if_published = skip_if_published
+        target_table = target_table or table
+        self.declare_assets(
+            [mysql_table(mysql_conn_id, source_database, table) if is_static(source_database, table) else None],
+            [clickhouse_table(clickhouse_conn_id, target_database, target_table)
+             if is_static(target_database, target_table) else None])
+
+    def lineage(self, spec, result):
+        return ([(namespace("mysql", spec.source), f"{spec.source_database}.{spec.source_table}")],
+                [(namespace("clickhouse", spec.target), f"{spec.target_database}.{spec.target_table}",
+                  result.get("rows"))])
 
     def build_spec(self, context) -> FullLoadSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)

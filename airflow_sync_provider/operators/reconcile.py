@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from airflow_sync_provider.assets import namespace
 from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
@@ -45,6 +46,10 @@ class ReconcileOperator(SparkJobOperator):
         return ReconcileSpec(source=hook.source(), target=hook.target(), load_key=self.load_key,
                              checksum=self.checksum, reimport=self.on_mismatch == "reimport",
                              ledger_database=self.ledger_database)
+
+    def lineage(self, spec, result):
+        return [(namespace("mysql", spec.source), result["table"]), (namespace("clickhouse", spec.target),
+                                                                     result["target"])], []
 
     def summarize(self, result: dict) -> dict:
         self.log.info("Reconciliation of %s → %s:\n%s", result["table"], result["target"],

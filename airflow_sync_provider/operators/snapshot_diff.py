@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from airflow_sync_provider.assets import clickhouse_table, mysql_table, namespace, qualified
 from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
@@ -64,6 +65,21 @@ class SnapshotDiffOperator(SparkJobOperator):
         self.bucket_rows = bucket_rows
         self.ledger_database = ledger_database
         self.report_dir = report_dir
+        old, new = qualified(old_table), qualified(new_table) if new_table else None
+        changes = qualified(changes_table) if changes_table else (old and (old[0], f"{old[1]}__changes"))
+        self.declare_assets(
+            [mysql_table(mysql_conn_id, *q) for q in [qualified(source_table)] if source_table and q]
+            + [clickhouse_table(clickhouse_conn_id, *q) for q in (old, new) if q],
+            [clickhouse_table(clickhouse_conn_id, *q) for q in [changes, old if on_change == "apply" else None] if q])
+
+    def lineage(self, spec, result):
+        ch = namespace("clickhouse", spec.target)
+        new = (namespace("mysql", spec.source), spec.new_name) if spec.source_table else (ch, spec.new_table)
+        changed = sum(n for flag, n in result["counts"].items() if flag != "identical")
+        outputs = [(ch, spec.changes_table, changed)]
+        if spec.on_change == "apply":
+            outputs.append((ch, spec.old_table, changed))
+        return [new, (ch, spec.old_table)], outputs
 
     def build_spec(self, context) -> SnapshotDiffSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)

@@ -7,7 +7,8 @@ import tempfile
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_sync_provider.compat import AirflowException, BaseOperator
+from airflow_sync_provider.assets import openlineage
+from airflow_sync_provider.compat import AirflowException, Asset, BaseOperator
 from airflow_sync_provider.core.jobspec import public_dict
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.submission import Submission, job_script, read_result, stage
@@ -55,6 +56,23 @@ class SparkJobOperator(BaseOperator):
     def summarize(self, result: dict) -> dict:
         return result
 
+    def lineage(self, spec, result: dict) -> tuple[list, list]:
+        """The tables the run read and wrote: ([(namespace, name)], [(namespace, name, rows)])."""
+        return [], []
+
+    def declare_assets(self, inlets: list, outlets: list) -> None:
+        """Inlets and outlets for the tables named when the DAG is parsed (airflow_sync_provider/
+        assets.py), unless the DAG author gave their own."""
+        if not self.inlets:
+            self.inlets = [a for a in inlets if a is not None]
+        if not self.outlets:
+            self.outlets = [a for a in outlets if a is not None]
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """OpenLineage: input MySQL tables, output ClickHouse tables with rows written."""
+        inputs, outputs = getattr(self, "_lineage", ([], []))
+        return openlineage(inputs, outputs)
+
     def submit_hook(self, spec, workdir: str) -> tuple[SparkSubmitHook, Submission]:
         """The hook that submits ``spec`` staged in ``workdir`` for the connection's deployment."""
         where = SparkSubmitHook(conn_id=self.spark_conn_id)._connection  # master and deploy mode
@@ -86,7 +104,14 @@ class SparkJobOperator(BaseOperator):
             result = self._result(spec, staged)
         if result.get("status") != "success":
             raise AirflowException(f"{self.job} job wrote no success result: {result}")
-        return self.summarize(result)
+        self._lineage = self.lineage(spec, result)
+        summary = self.summarize(result)
+        for asset in self.outlets:  # what the downstream DAGs see on the asset event
+            events = context.get("outlet_events") if hasattr(context, "get") else None
+            if events is not None and isinstance(asset, Asset):
+                events[asset].extra = {k: summary[k] for k in ("load_key", "rows", "verdict", "counts", "checkpoint")
+                                       if k in summary}
+        return summary
 
     @staticmethod
     def _result(spec, staged: Submission) -> dict:
