@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pymysql
@@ -15,6 +13,7 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from devenv.airflow_env import REPO, airflow_env
+from tests.airflow_run import ArgvWatcher, run_dag
 from tests.helpers import assert_same_rows
 
 MYSQL_SECRET = "Pw-7f3c9d-s3cret"
@@ -47,36 +46,6 @@ def airflow_home(tmp_path_factory, secret_urls):
         subprocess.run([sys.executable, "-m", "airflow", *command], env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     return home, env
-
-
-class ArgvWatcher(threading.Thread):
-    """Samples every process's command line (what `ps` shows) while a run is going on."""
-
-    def __init__(self, secrets):
-        super().__init__(daemon=True)
-        self.secrets, self.seen, self.leaks, self.stop = secrets, 0, [], threading.Event()
-
-    def run(self):
-        while not self.stop.is_set():
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit():
-                    continue
-                try:
-                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                except OSError:
-                    continue
-                if "spark" in argv:
-                    self.seen += 1
-                self.leaks += [argv for s in self.secrets if s in argv]
-            self.stop.wait(0.05)
-
-
-def run_dag(env, dag_id, dags_folder=None):
-    env = dict(env)
-    if dags_folder:
-        env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags_folder)
-    return subprocess.run([sys.executable, "-m", "airflow", "dags", "test", dag_id], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=900)
 
 
 def test_example_dag_copies_every_demo_table_row_for_row(airflow_home, demo_db, mysql_conn, ch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 
 import pymysql
@@ -117,3 +118,63 @@ def test_a_worker_killed_mid_load_ends_exact_and_no_shard_counts_twice(cluster, 
     finally:
         cluster.start_worker("b")  # for whatever runs next on the cluster
         cluster.wait_for_workers(2)
+
+
+CLUSTER_DAG = '''
+import datetime as dt
+from airflow.sdk import DAG
+from airflow_sync_provider.operators.full_load import FullLoadOperator
+with DAG(dag_id="sync_on_the_cluster", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False):
+    FullLoadOperator(task_id="load", table="orders", source_database="clu", target_database="clu_af",
+                     mysql_conn_id="sync_mysql", clickhouse_conn_id="sync_clickhouse", channels=4,
+                     spark_conf={"spark.driver.host": "%(host)s", "spark.driver.bindAddress": "%(host)s"})
+'''
+MYSQL_SECRET, CLICKHOUSE_SECRET = "Clu-Pw-7a1e-s3cret", "Clu-Ch-55d0-s3cret"
+
+
+def test_an_airflow_task_on_the_cluster_puts_no_secret_on_any_command_line(cluster, endpoints, big_table, ch,
+                                                                          tmp_path):
+    """FullLoadOperator through `airflow dags test` with the spark connection on the cluster:
+    every process on this machine, in every namespace (spark-submit, the driver, the master,
+    both workers, their executors and Python workers), is watched for the passwords."""
+    from devenv.airflow_env import airflow_env, connection_env
+    from tests.airflow_run import ArgvWatcher, run_dag
+
+    with big_table.cursor() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'clu_reader'@'127.0.0.1' IDENTIFIED BY %s", (MYSQL_SECRET,))
+        cur.execute("GRANT SELECT, REPLICATION CLIENT ON *.* TO 'clu_reader'@'127.0.0.1'")
+    mysql, clickhouse = endpoints
+    env = airflow_env(tmp_path / "airflow", f"mysql://clu_reader:{MYSQL_SECRET}@{mysql.host}:{mysql.port}/",
+                      f"http://default:{CLICKHOUSE_SECRET}@{clickhouse.host}:{clickhouse.port}/")
+    env |= connection_env(f"mysql://clu_reader:{MYSQL_SECRET}@{mysql.host}:{mysql.port}/",
+                          f"http://default:{CLICKHOUSE_SECRET}@{clickhouse.host}:{clickhouse.port}/", database=DB,
+                          master=cluster.url)
+    env.pop("SPARK_LOCAL_IP")
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL,
+                   timeout=300)
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "cluster.py").write_text(CLUSTER_DAG % {"host": cluster.host_ip})
+    watcher = ArgvWatcher([MYSQL_SECRET, CLICKHOUSE_SECRET])
+    watcher.start()
+    try:
+        run = run_dag(env, "sync_on_the_cluster", dags_folder=tmp_path / "dags")
+    finally:
+        watcher.stop.set()
+        watcher.join()
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-5000:]
+    assert assert_same_rows(big_table, ch, DB, "orders", "clu_af") == ROWS
+    assert watcher.seen > 0 and watcher.leaks == []
+    assert MYSQL_SECRET not in log and CLICKHOUSE_SECRET not in log
+    workers = [p for p in os.listdir("/proc") if p.isdigit() and _in_namespace(p, cluster)]
+    assert workers, "nothing was running in worker b's namespace"
+
+
+def _in_namespace(pid: str, cluster) -> bool:
+    """Is process ``pid`` inside worker b's network namespace (where its executor ran)?"""
+    try:
+        mine = os.readlink(f"/proc/{pid}/ns/net")
+        theirs = os.readlink(f"/proc/{cluster.procs['worker-b'].pid}/ns/net")
+    except (OSError, KeyError):
+        return False
+    return mine == theirs
