@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -55,3 +56,24 @@ def test_docker_compose_services_and_settings():
     dockerfile = (REPO / airflow["build"]["dockerfile"]).read_text()
     assert "pip install" in dockerfile and "/opt/airflow-sync" in dockerfile
     assert (REPO / airflow["build"]["context"] / "pyproject.toml").exists()
+
+
+def test_docker_compose_spark_settings_are_what_the_cluster_fixture_needed():
+    """devenv/spark_cluster.py showed what a client-mode driver on another host needs; the
+    compose stack must provide the same: a driver address the executors resolve (not loopback),
+    the master where the connection points, databases by reachable names, one image (interpreter
+    and package) for the driver and the executors."""
+    services = yaml.safe_load((REPO / "docker-compose.yaml").read_text())["services"]
+    airflow, master, worker = services["airflow"], services["spark-master"], services["spark-worker"]
+    env = airflow["environment"]
+    assert env["SPARK_LOCAL_HOSTNAME"] == airflow["hostname"]  # executors connect back to this name
+    assert env.get("SPARK_LOCAL_IP", "") not in ("127.0.0.1", "localhost")
+    spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
+    assert f"{spark['host']}:{spark['port']}" == f"spark://{master['hostname']}:7077"
+    assert master["command"][master["command"].index("--host") + 1] == master["hostname"]
+    assert f"spark://{master['hostname']}:7077" in worker["command"]
+    assert worker["environment"]["SPARK_LOCAL_HOSTNAME"] == worker["hostname"]  # the driver reaches executors
+    for name in ("AIRFLOW_CONN_SYNC_MYSQL", "AIRFLOW_CONN_SYNC_CLICKHOUSE"):
+        host = json.loads(env[name])["host"]
+        assert host in services and host not in ("localhost", "127.0.0.1")  # executors connect to these too
+    assert master["image"] == worker["image"] == airflow["image"]  # same Python path, same package
