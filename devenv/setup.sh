@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the demo and the tests need on a fresh Debian/Ubuntu machine:
-# Debian packages (MariaDB server, Java, MariaDB client headers for mysqlclient), the venv
+# Debian packages (MariaDB server, Java, MariaDB client headers for mysqlclient, iproute2), the venv
 # in .venv, and this package with its test extra. Idempotent and quick when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,7 @@ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(m
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 pkg-config --exists libmariadb 2>/dev/null || need_apt+=(libmariadb-dev pkg-config)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_apt+=(iproute2)  # the cluster tests' network namespace
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[setup] apt-get install ${need_apt[*]}"

@@ -100,6 +100,7 @@ def test_a_worker_killed_mid_load_ends_exact_and_no_shard_counts_twice(cluster, 
     else:
         job.kill()
         pytest.fail("worker b never finished a shard")
+    finished_by_b = {s.shard_id for s in mine if s.status == "success"}
     cluster.kill_worker("b")
     try:
         job.wait(600)
@@ -115,6 +116,8 @@ def test_a_worker_killed_mid_load_ends_exact_and_no_shard_counts_twice(cluster, 
         assert state.status == "published"
         assert sum(s.records_written for s in state.shards.values()) == ROWS  # each shard counted once
         assert all(s.records_read == s.records_written and not s.records_failed for s in state.shards.values())
+        # the shards worker b had finished were not read again when Spark re-ran its channel elsewhere
+        assert all(state.shards[i].executor.endswith("/" + cluster.netns.ns_ip) for i in finished_by_b)
     finally:
         cluster.start_worker("b")  # for whatever runs next on the cluster
         cluster.wait_for_workers(2)
