@@ -134,3 +134,24 @@ def test_buckets():
     assert bucket_count(0, 50_000) == 1 and bucket_count(120_000, 50_000) == 3
     assert bucket_count(10**12, 1) == 1024  # bounded: one spill file per differing bucket
     assert differing_buckets({0: (1, 5), 1: (2, 7)}, {0: (1, 5), 1: (2, 8), 2: (1, 1)}) == [1, 2]
+
+
+def test_the_operator_fails_on_changes_only_when_asked(tmp_path):
+    from airflow_sync_provider.compat import AirflowException
+    from airflow_sync_provider.operators.snapshot_diff import SnapshotDiffOperator
+
+    result = {"diff_key": "d", "run_id": "r", "old": "c.t", "new": "s.t", "verdict": "changed",
+              "counts": {IDENTICAL: 8, CHANGED: 1, NEW: 0, DELETED: 1}, "rows_old": 10, "rows_new": 9,
+              "rows_read_old": 4, "rows_read_new": 3, "shards": 2, "shards_read": 1, "buckets_read": 1,
+              "changes_table": "c.t__changes", "keys": ["id"], "compared": ["v"],
+              "shard_results": [{"shard_id": 0, "old_rows": 10, "new_rows": 9, "buckets": 1, "buckets_read": 1,
+                                 "rows_read_old": 4, "rows_read_new": 3, CHANGED: 1, NEW: 0, DELETED: 1}],
+              "samples": {CHANGED: [{"id": "1", "changed": ["v"], "old__v": "1", "new__v": "2"}],
+                          DELETED: [{"id": "2", "changed": [], "old__v": "5", "new__v": None}], NEW: []}}
+    kwargs = dict(source_table="s.t", old_table="c.t", report_dir=str(tmp_path))
+    warned = SnapshotDiffOperator(task_id="w", **kwargs).summarize(result)
+    assert warned["counts"][CHANGED] == 1
+    page = open(warned["report"]).read()
+    assert "<td class='chg'><s>1</s> → 2</td>" in page and "deleted: 1 (first 1)" in page
+    with pytest.raises(AirflowException, match=r"snapshot diff 'd'.*changed 1.*deleted 1"):
+        SnapshotDiffOperator(task_id="f", on_change="fail", **kwargs).summarize(result)

@@ -213,6 +213,8 @@ def test_snapshot_diff_dag_seeds_then_applies_each_days_changes(airflow_home, de
         assert {k: v for k, v in second["diff_and_apply"]["counts"].items() if k != "identical"} == \
             {"changed": 20, "new": 30, "deleted": 5}
         assert second["verify"]["verdict"] == "identical"
+        page = Path(second["diff_and_apply"]["report"]).read_text()
+        assert "changed: 20" in page and "<td class='chg'><s>" in page  # changed cells marked old → new
         assert assert_same_rows(mysql_conn, ch, "demo", "orders", "demo_diff") == demo_db["orders"] + 25
     finally:
         with mysql_conn.cursor() as cur:

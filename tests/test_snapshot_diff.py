@@ -141,6 +141,7 @@ def test_bigint_key_every_kind_of_change_gets_exactly_its_flag(mysql_conn, ch, e
     with mysql_conn.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.wide SELECT seq, {_values_sql()} FROM {DB}.seq_1_to_{ROWS}")
         cur.execute(f"UPDATE {DB}.wide SET s = NULL WHERE id IN (130, 131)")
+        cur.execute(f"UPDATE {DB}.wide SET s = '' WHERE id = 132")
         cur.execute(f"UPDATE {DB}.wide SET f = 0 WHERE id = 140")
     load_key = _load(endpoints, spark, "wide", "dif.wide", split_factor=4)
     _negative_zero(ch, "wide", "id = 140")
@@ -149,8 +150,9 @@ def test_bigint_key_every_kind_of_change_gets_exactly_its_flag(mysql_conn, ch, e
         # NULL → value, NULL → '' (the copy holds NULL for rows 130 and 131)
         cur.execute(f"UPDATE {DB}.wide SET s = 'filled' WHERE id = 130")
         cur.execute(f"UPDATE {DB}.wide SET s = '' WHERE id = 131")
+        cur.execute(f"UPDATE {DB}.wide SET s = NULL WHERE id = 132")  # '' → NULL
         cur.execute(f"INSERT INTO {DB}.wide (id, i, s) VALUES ({ROWS + 1}, 1, 'new'), ({ROWS + 2}, NULL, NULL)")
-    expected |= {(130,): ("changed", ["s"]), (131,): ("changed", ["s"]),
+    expected |= {(130,): ("changed", ["s"]), (131,): ("changed", ["s"]), (132,): ("changed", ["s"]),
                  (ROWS + 1,): ("new", []), (ROWS + 2,): ("new", [])}
     _finish_and_check(endpoints, spark, ch, mysql_conn, "wide", ["id"], load_key, expected)
 
@@ -162,6 +164,7 @@ def test_composite_collated_key_case_change_is_a_delete_and_a_new_key(mysql_conn
         cur.execute(f"INSERT INTO {DB}.comp SELECT seq % 100, CONCAT('k', seq), {_values_sql()} "
                     f"FROM {DB}.seq_1_to_{ROWS}")
         cur.execute(f"UPDATE {DB}.comp SET s = NULL WHERE k IN ('k130', 'k131')")
+        cur.execute(f"UPDATE {DB}.comp SET s = '' WHERE k = 'k132'")
         cur.execute(f"UPDATE {DB}.comp SET f = 0 WHERE k = 'k140'")
     load_key = _load(endpoints, spark, "comp", "dif.comp", split_factor=3)
     _negative_zero(ch, "comp", "k = 'k140'")
@@ -169,9 +172,10 @@ def test_composite_collated_key_case_change_is_a_delete_and_a_new_key(mysql_conn
     with mysql_conn.cursor() as cur:
         cur.execute(f"UPDATE {DB}.comp SET s = 'filled' WHERE k = 'k130'")
         cur.execute(f"UPDATE {DB}.comp SET s = '' WHERE k = 'k131'")
+        cur.execute(f"UPDATE {DB}.comp SET s = NULL WHERE k = 'k132'")  # '' → NULL
         cur.execute(f"UPDATE {DB}.comp SET k = 'K160' WHERE k = 'k160'")  # the same key to MySQL, not to bytes
         cur.execute(f"INSERT INTO {DB}.comp (g, k, i) VALUES (7, 'new-key', 1)")
-    expected |= {(30, "k130"): ("changed", ["s"]), (31, "k131"): ("changed", ["s"]),
+    expected |= {(30, "k130"): ("changed", ["s"]), (31, "k131"): ("changed", ["s"]), (32, "k132"): ("changed", ["s"]),
                  (60, "k160"): ("deleted", []), (60, "K160"): ("new", []), (7, "new-key"): ("new", [])}
     _finish_and_check(endpoints, spark, ch, mysql_conn, "comp", ["g", "k"], load_key, expected)
 
