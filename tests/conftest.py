@@ -10,6 +10,20 @@ from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.services import clickhouse_service, mysql_service
 
+# The longest files first: `--dist loadfile` hands files to the two workers in this order, so
+# the short ones fill in at the end instead of one long file running alone.
+HEAVY_FIRST = ("test_spark_cluster.py", "test_example_dag.py", "test_cdc_apply.py", "test_cdc_bootstrap.py",
+               "test_reconcile.py", "test_snapshot_diff.py", "test_full_load_recovery.py", "test_type_domain.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return HEAVY_FIRST.index(name) if name in HEAVY_FIRST else len(HEAVY_FIRST)
+
+    items.sort(key=rank)  # stable: the order inside a file, and of the other files, is kept
+
+
 DEMO_DB = "demo"
 DEMO_ORDERS = 20_000
 

@@ -107,18 +107,19 @@ def test_standalone_cluster_mode_is_refused_for_python(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path, mysql_url, clickhouse_url, demo_db):
+def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path, mysql_url, clickhouse_url, demo_db,
+                                                                      spark):
     """What a YARN/Kubernetes driver does, run here: the staged spec (no passwords) in another
     working directory, the passwords from the environment, the result through the ledger."""
     from airflow_sync_provider.core.ledger import Ledger
-    from airflow_sync_provider.core.submission import spark_env, spark_submit
+    from airflow_sync_provider.core.submission import spark_env
+    from airflow_sync_provider.spark.full_load import run_full_load
     from airflow_sync_provider.core.target.clickhouse import client
     from airflow_sync_provider.core.jobspec import FullLoadSpec
 
     source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
-    load = spark_submit(FullLoadSpec(source=source, target=target, source_database="demo", source_table="customers",
-                                     target_database="deploy", target_table="customers", load_key="deploy.customers"))
-    assert load["status"] == "success", load
+    run_full_load(FullLoadSpec(source=source, target=target, source_database="demo", source_table="customers",
+                               target_database="deploy", target_table="customers", load_key="deploy.customers"), spark)
     staged_dir, driver_dir = tmp_path / "submitter", tmp_path / "driver"
     staged_dir.mkdir(mode=0o700)
     driver_dir.mkdir()

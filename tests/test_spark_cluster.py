@@ -13,7 +13,9 @@ import pymysql
 import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec, reimport_spec
+from airflow_sync_provider.core.jobspec import (
+    CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
+)
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.submission import prepare, read_result, spark_submit
 from devenv.spark_cluster import NamespaceUnavailable, SparkCluster
@@ -21,6 +23,7 @@ from tests.helpers import assert_same_rows, recreate_tables
 
 pytestmark = pytest.mark.slow
 DB, TARGET, ROWS = "clu", "clu_ch", 1_000_000
+MID = 200_000  # the kill and Airflow tests: what they check does not need the 1M rows
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +52,9 @@ def big_table(mysql_url):
         cur.execute(f"INSERT INTO {DB}.orders SELECT seq, CONCAT('customer-', seq % 5000), seq / 100, "
                     f"TIMESTAMPADD(SECOND, seq, '2024-01-01'), IF(seq % 7 = 0, NULL, REPEAT('n', seq % 50)) "
                     f"FROM {DB}.seq_1_to_{ROWS}")
+        cur.execute(f"DROP TABLE IF EXISTS {DB}.mid")
+        cur.execute(f"CREATE TABLE {DB}.mid LIKE {DB}.orders")
+        cur.execute(f"INSERT INTO {DB}.mid SELECT * FROM {DB}.orders WHERE id <= {MID}")
     yield conn
     conn.close()
 
@@ -59,9 +65,9 @@ def submit(cluster, spec, timeout=900):
     return result
 
 
-def _load(endpoints, key, **kwargs):
-    return FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table="orders",
-                        target_database=TARGET, target_table="orders", load_key=key, channels=4, **kwargs)
+def _load(endpoints, key, table="orders", **kwargs):
+    return FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=table,
+                        target_database=TARGET, target_table=table, load_key=key, channels=4, **kwargs)
 
 
 def test_full_load_and_reconciliation_run_on_both_workers(cluster, endpoints, big_table, ch):
@@ -75,14 +81,35 @@ def test_full_load_and_reconciliation_run_on_both_workers(cluster, endpoints, bi
     checked = submit(cluster, ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key="clu.orders",
                                             checksum=True))
     assert checked["verdict"] == "ok", checked["shards"]
-    diff = submit(cluster, SnapshotDiffSpec(target=endpoints[1], old_table=f"{TARGET}.orders", source=endpoints[0],
-                                            source_database=DB, source_table="orders"))
-    assert diff["verdict"] == "identical" and diff["counts"]["identical"] == ROWS
+
+
+def test_cdc_bootstrap_and_catch_up_run_on_the_cluster(cluster, endpoints, big_table, ch):
+    """The CDC jobs too: a bootstrap whose chunks run on both workers, then catch-up of inserts,
+    updates, deletes and a key change (the binlog read by the driver through the veth pair)."""
+    recreate_tables(big_table, DB, f"CREATE TABLE {DB}.small (id INT PRIMARY KEY, v VARCHAR(20) NULL)")
+    with big_table.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.small SELECT seq, CONCAT('v', seq) FROM {DB}.seq_1_to_40000")
+    boot = submit(cluster, CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="clu",
+                                            tables=[f"{DB}.small"], channels=2, chunk_rows=5000))
+    assert boot["tables"][0]["rows"] == 40_000
+    with big_table.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.small VALUES (50001, 'new'), (50002, NULL)")
+        cur.execute(f"UPDATE {DB}.small SET v = CONCAT(v, '!') WHERE id % 100 = 0")
+        cur.execute(f"DELETE FROM {DB}.small WHERE id % 333 = 0")
+        cur.execute(f"UPDATE {DB}.small SET id = 60000 WHERE id = 7")
+    applied = submit(cluster, CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="clu", lanes=2))
+    assert applied["events"] >= 400 + 120 + 2
+    assert assert_same_rows(big_table, ch, DB, "small") == 40_000 + 2 - 40_000 // 333
+    state = Ledger(ch).state(boot["tables"][0]["load_key"])
+    assert {s.executor.split("/")[1] for s in state.shards.values()} == {cluster.host_ip, cluster.netns.ns_ip}
+    diff = submit(cluster, SnapshotDiffSpec(target=endpoints[1], old_table=f"{DB}.small", source=endpoints[0],
+                                            source_database=DB, source_table="small", split_factor=2))
+    assert diff["verdict"] == "identical" and diff["counts"]["identical"] == 40_000 + 2 - 40_000 // 333
 
 
 def test_a_worker_killed_mid_load_ends_exact_and_no_shard_counts_twice(cluster, endpoints, big_table, ch, tmp_path):
     # slowed down (DataX flow control) so that the kill lands mid-shard
-    spec = _load(endpoints, "clu.orders.kill", split_factor=3, channel_record_speed=30_000)
+    spec = _load(endpoints, "clu.mid.kill", "mid", split_factor=3, channel_record_speed=6_000)
     cmd, env = prepare(spec, str(tmp_path), cluster.url, cluster.driver_conf)
     log = (tmp_path / "job.log").open("w")
     job = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
@@ -109,12 +136,12 @@ def test_a_worker_killed_mid_load_ends_exact_and_no_shard_counts_twice(cluster, 
         if result.get("status") != "success":  # it may fail naming the shards; a re-import finishes it
             assert "shard" in result.get("error", ""), result
             submit(cluster, reimport_spec(ledger.state(spec.load_key).spec, endpoints[0], endpoints[1]))
-        assert assert_same_rows(big_table, ch, DB, "orders", TARGET) == ROWS
-        raw = ch.command(f"SELECT count() FROM {TARGET}.orders")
-        assert raw == ROWS  # nothing doubled, not even unmerged
+        assert assert_same_rows(big_table, ch, DB, "mid", TARGET) == MID
+        raw = ch.command(f"SELECT count() FROM {TARGET}.mid")
+        assert raw == MID  # nothing doubled, not even unmerged
         state = ledger.state(spec.load_key)
         assert state.status == "published"
-        assert sum(s.records_written for s in state.shards.values()) == ROWS  # each shard counted once
+        assert sum(s.records_written for s in state.shards.values()) == MID  # each shard counted once
         assert all(s.records_read == s.records_written and not s.records_failed for s in state.shards.values())
         # the shards worker b had finished were not read again when Spark re-ran its channel elsewhere
         assert all(state.shards[i].executor.endswith("/" + cluster.netns.ns_ip) for i in finished_by_b)
@@ -128,7 +155,7 @@ import datetime as dt
 from airflow.sdk import DAG
 from airflow_sync_provider.operators.full_load import FullLoadOperator
 with DAG(dag_id="sync_on_the_cluster", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False):
-    FullLoadOperator(task_id="load", table="orders", source_database="clu", target_database="clu_af",
+    FullLoadOperator(task_id="load", table="mid", source_database="clu", target_database="clu_af",
                      mysql_conn_id="sync_mysql", clickhouse_conn_id="sync_clickhouse", channels=4,
                      spark_conf={"spark.driver.host": "%(host)s", "spark.driver.bindAddress": "%(host)s"})
 '''
@@ -166,7 +193,7 @@ def test_an_airflow_task_on_the_cluster_puts_no_secret_on_any_command_line(clust
         watcher.join()
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-5000:]
-    assert assert_same_rows(big_table, ch, DB, "orders", "clu_af") == ROWS
+    assert assert_same_rows(big_table, ch, DB, "mid", "clu_af") == MID
     assert watcher.seen > 0 and watcher.leaks == []
     assert MYSQL_SECRET not in log and CLICKHOUSE_SECRET not in log
     workers = [p for p in os.listdir("/proc") if p.isdigit() and _in_namespace(p, cluster)]

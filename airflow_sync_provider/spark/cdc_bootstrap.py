@@ -26,7 +26,7 @@ from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, FullLoadSpec, copied_schema, public_dict
 from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState,
-    ShardState,
+    ShardState, executor_address,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
@@ -52,7 +52,8 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
                      columns_sql: str, ch, ledger: Ledger, state: LoadState, shard, conn, kind, throttle):
     previous = state.shards.get(shard.id)
     record = ShardState(shard.id, (previous.attempt if previous else 0) + 1, SHARD_RUNNING, shard.where,
-                        list(shard.params), started_at=time.time())
+                        list(shard.params), started_at=time.time(),
+                        executor=executor_address(spec.source.host, spec.source.port))
     if previous is not None:  # resume after the last finished chunk, its counters kept
         for name in ("records_read", "records_written", "bytes", "chunks", "resume_key", "version"):
             setattr(record, name, getattr(previous, name))
