@@ -64,15 +64,15 @@ def test_bootstrap_under_live_writes_then_catch_up_is_exact_and_reconciles(mysql
         cur.execute(f"INSERT INTO {DB}.`lines` SELECT a.seq, b.seq, a.seq / 100, NULL FROM {DB}.seq_1_to_2000 a, {DB}.seq_0_to_4 b")
     with writer:
         time.sleep(1)
-        result = bootstrap(endpoints, spark, "live", ["mixed", "lines"], channels=2, split_factor=2)
-        caught = apply(endpoints, spark, "live", batch_events=2000)
+        result = bootstrap(endpoints, spark, "boot-live", ["mixed", "lines"], channels=2, split_factor=2)
+        caught = apply(endpoints, spark, "boot-live", batch_events=2000)
         time.sleep(1)
     assert writer.error is None, writer.error
     assert writer.held >= 2 and writer.changes >= 1000, (writer.held, writer.changes)
     tables = {t["table"]: t for t in result["tables"]}
     assert tables[f"{DB}.mixed"]["chunks"] >= 8 and tables[f"{DB}.lines"]["chunks"] >= 7
     assert caught["start"] == result["start_position"]
-    apply(endpoints, spark, "live")
+    apply(endpoints, spark, "boot-live")
     assert assert_same_rows(mysql_conn, ch, DB, "mixed") > 10_000
     assert assert_same_rows(mysql_conn, ch, DB, "lines") > 9_000
     for table in tables.values():
