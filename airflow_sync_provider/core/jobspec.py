@@ -21,6 +21,9 @@ from airflow_sync_provider.core.source.schema import TableSchema, read_table_sch
 _SECRET_KEYS = {"password"}
 
 
+READERS = ("auto", "native", "mysqlclient")
+
+
 @dataclass
 class FullLoadSpec:
     """Copy one MySQL table (or one period of it) into a ClickHouse table, published atomically.
@@ -40,6 +43,9 @@ class FullLoadSpec:
     channels: int | None = 2
     batch_rows: int = 65536
     batch_bytes: int = 64 * 1024 * 1024
+    # how shards are read (core/source/reader.py): "auto" (Arrow-native unless a probe of the
+    # table's first rows disagrees with mysqlclient), "native", or "mysqlclient"
+    reader: str = "auto"
     # the columns copied: all (None) or these, minus exclude_columns (key columns always stay)
     columns: list | None = None
     exclude_columns: list = field(default_factory=list)
@@ -73,6 +79,8 @@ class FullLoadSpec:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.reimport not in (None, "failed"):
             raise ValueError(f"reimport must be None or 'failed', got {self.reimport!r}")
+        if self.reader not in READERS:
+            raise ValueError(f"reader must be one of {READERS}, got {self.reader!r} (table {self.source_table})")
         if bool(self.partition_by) != bool(self.replace_partitions) or (self.partition_by and not self.where):
             raise ValueError(f"table {self.source_table}: a period load needs where, partition_by and "
                              "replace_partitions together (e.g. where='created_at >= %s AND created_at < %s', "

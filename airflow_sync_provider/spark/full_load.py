@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.positions import position_if_readable, snapshot_position
+from airflow_sync_provider.core.cdc.positions import flavor, position_if_readable, snapshot_position
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
@@ -24,7 +25,11 @@ from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight, shard_predicates
+from airflow_sync_provider.core.target.shards import (
+    SPLIT_WEIGHT_COLUMN, NotComparable, Weights, cut_points, needs_weight, read_weights, shard_predicates,
+    target_predicates, weight_width,
+)
+from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
 
 REPORT_EVERY_SECONDS = 1.0
@@ -48,12 +53,43 @@ def _retrying(action, wait_seconds: float):
             delay = min(delay * 2, 10)
 
 
-def _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, shard, attempt, throttle):
-    names = ([m.name for m in mappings] + ([SPLIT_WEIGHT_COLUMN] if weight else [])
-             + [target.VERSION_COLUMN, target.SHARD_COLUMN])
+@dataclass(frozen=True)
+class _Copy:
+    """How every channel copies its shards, decided once by the driver."""
+
+    mappings: list
+    weight: MySQLColumn | None  # a collated split column: rows carry its collation weight
+    text_sql: str  # the mysqlclient reader's SELECT list
+    native_sql: str | None  # the Arrow-native reader's, None when mysqlclient reads
+    mariadb: bool  # the native read takes MariaDB's own snapshot position (else one read before)
+    direct: bool  # the working table has the final layout (core/target/clickhouse.py)
+    split: MySQLColumn | None = None
+    weights: Weights | None = None  # the cuts' collation weights, for the direct layout's deletes
+
+    def names(self) -> list[str]:
+        return ([m.name for m in self.mappings] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
+                + [target.VERSION_COLUMN] + ([] if self.direct else [target.SHARD_COLUMN]))
+
+
+def _clear_shard(copy: _Copy, plan: Plan, ch, database: str, working: str, shard) -> None:
+    """Remove what earlier attempts of ``shard`` wrote to the working table."""
+    if not copy.direct:
+        target.drop_shard(ch, database, working, shard.id)
+        return
+    width = weight_width(ch, database, working) if copy.weights is not None else 0
+    index = [s.id for s in plan.shards].index(shard.id)
+    where, params = target_predicates(plan, copy.split, copy.weights, None, width)[index]
+    ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
+
+
+def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, throttle, rewrite: bool):
+    """Copy one shard; ``rewrite``: an earlier attempt of it may have written rows."""
+    names = copy.names()
+    settings = target.WEIGHT_SETTINGS if copy.direct and copy.weight else None
     record = ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time(),
                         executor=executor_address(spec.source.host, spec.source.port))
     pending, pending_rows, pending_bytes, reported = [], 0, 0, time.monotonic()
+    repair = bool(state.repair)
 
     def flush():
         nonlocal pending, pending_rows, pending_bytes
@@ -61,25 +97,22 @@ def _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, sh
             return
         table = pa.Table.from_batches(pending)
         table = table.append_column(target.VERSION_COLUMN, pa.array([record.version] * table.num_rows, pa.uint64()))
-        table = table.append_column(target.SHARD_COLUMN, pa.array([shard.id] * table.num_rows, pa.uint32()))
+        if not copy.direct:
+            table = table.append_column(target.SHARD_COLUMN, pa.array([shard.id] * table.num_rows, pa.uint32()))
         try:
-            ch.insert_arrow(state.parts_table, table.rename_columns(names), database=spec.ledger_database)
+            ch.insert_arrow(state.parts_table, table.rename_columns(names), database=spec.ledger_database,
+                            settings=settings)
         except Exception:
             record.records_failed += table.num_rows
             raise
         record.records_written += table.num_rows
         pending, pending_rows, pending_bytes = [], 0, 0
 
-    conn = None
-    try:
-        ledger.write_shard(state.load_key, state.generation, record)
-        target.drop_shard(ch, spec.ledger_database, state.parts_table, shard.id)  # an earlier attempt's rows
-        conn = mysql_reader.stream_connect(spec.source)
-        # the rows' version: the binlog position this read's consistent snapshot saw
-        record.version = (snapshot_position(conn).snapshot_version(repair=bool(state.repair)) if state.start_position
-                          else state.version)
-        for batch in mysql_reader.read_shard(conn, plan, mappings, shard, throttle.chunk_rows(spec.batch_rows),
-                                             columns_sql, weight is not None):
+    def copy_rows(batches, version_of):
+        nonlocal pending_rows, pending_bytes, reported
+        for batch in batches:
+            if record.version is None:
+                record.version = version_of()  # the rows' version: the position their snapshot saw
             record.records_read += batch.num_rows
             record.bytes += batch.nbytes
             pending.append(batch)
@@ -93,29 +126,67 @@ def _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, sh
                 ledger.write_shard(state.load_key, state.generation, record)
                 reported = time.monotonic()
         flush()
+
+    def read_text():
+        conn = mysql_reader.stream_connect(spec.source)
+        try:
+            record.version = (snapshot_position(conn).snapshot_version(repair=repair) if state.start_position
+                              else state.version)
+            copy_rows(mysql_reader.read_shard(conn, plan, copy.mappings, shard, throttle.chunk_rows(spec.batch_rows),
+                                              copy.text_sql, copy.weight is not None), None)
+        finally:
+            conn.close()
+
+    def read_native():
+        holder, version = {}, state.version
+        if state.start_position and not copy.mariadb:  # MySQL: the position just before the snapshot
+            with mysql_reader.connect(spec.source) as conn:
+                version = snapshot_position(conn).snapshot_version(repair=repair)
+        snapshot = bool(state.start_position) and copy.mariadb
+        if not snapshot:
+            record.version = version
+        copy_rows(mysql_reader.read_shard_native(spec.source, plan, copy.mappings, shard,
+                                                 throttle.chunk_rows(spec.batch_rows), copy.native_sql,
+                                                 copy.weight is not None, snapshot, holder),
+                  lambda: holder["snapshot"] - (1 if repair else 2))
+
+    try:
+        ledger.write_shard(state.load_key, state.generation, record)
+        if rewrite or not copy.direct:
+            _clear_shard(copy, plan, ch, spec.ledger_database, state.parts_table, shard)
+        record.version = None
+        if copy.native_sql is None:
+            read_text()
+        else:
+            try:
+                read_native()
+            except mysql_reader.NativeReadError as exc:
+                print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); reading it again "
+                      "with mysqlclient", flush=True)
+                record.records_read = record.records_written = record.bytes = 0
+                record.version, pending[:] = None, []
+                _clear_shard(copy, plan, ch, spec.ledger_database, state.parts_table, shard)
+                read_text()
+            if record.version is None:  # no rows: a text read gives the empty snapshot its position
+                read_text()
         record.status = SHARD_SUCCESS
     except Exception as exc:
         record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
-    finally:
-        if conn is not None:
-            conn.close()
+        record.version = record.version or 0
     record.finished_at = time.time()
     _retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
     return record
 
 
-def _finished_meanwhile(ledger: Ledger, state: LoadState, shard_id: int, previous) -> ShardState | None:
-    """A shard this job already loaded: Spark re-runs a channel whose executor was lost (a worker
-    died), and the shards it had finished before are not read again."""
+def _in_ledger(ledger: Ledger, state: LoadState, shard_id: int) -> ShardState | None:
+    """The shard's newest attempt in the ledger now (this generation). Spark re-runs a channel
+    whose executor was lost (a worker died): shards it finished are not read again, and the one
+    it was reading is cleared first."""
     now = ledger.state(state.load_key)
-    shard = now.shards.get(shard_id) if now is not None and now.generation == state.generation else None
-    if shard is not None and shard.status == SHARD_SUCCESS and shard.attempt > (previous.attempt if previous else 0):
-        return shard
-    return None
+    return now.shards.get(shard_id) if now is not None and now.generation == state.generation else None
 
 
-def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, weight, columns_sql: str, state: LoadState,
-                  shard_ids: list[int]):
+def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState, shard_ids: list[int]):
     """Runs on an executor: one channel = one source connection at a time, one throttle."""
     ch = target.client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
@@ -123,12 +194,13 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, mappings, weight, columns_sql:
     shards = {s.id: s for s in plan.shards}
     for shard_id in shard_ids:
         previous = state.shards.get(shard_id)
-        done = _finished_meanwhile(ledger, state, shard_id, previous)
-        if done is not None:
-            yield vars(done) | {"seconds": done.seconds}
+        now = _in_ledger(ledger, state, shard_id)
+        if now is not None and now.status == SHARD_SUCCESS and now.attempt > (previous.attempt if previous else 0):
+            yield vars(now) | {"seconds": now.seconds}
             continue
-        record = _load_shard(spec, plan, mappings, weight, columns_sql, ch, ledger, state, shards[shard_id],
-                             (previous.attempt if previous else 0) + 1, throttle)
+        attempt = max(now.attempt if now else 0, previous.attempt if previous else 0) + 1
+        record = _load_shard(spec, plan, copy, ch, ledger, state, shards[shard_id], attempt, throttle,
+                             rewrite=now is not None)
         yield vars(record) | {"seconds": record.seconds}
     ch.close()
 
@@ -183,6 +255,36 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
     return state, plan
 
 
+def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> tuple[_Copy, str]:
+    """The reader (and why) and the working table's layout for this load."""
+    mappings = schema.mappings()
+    split = schema.column(plan.split_column) if plan.split_column else None
+    weight = split if needs_weight(split) else None  # collated key: rows carry their weight
+    # a full reload writes straight into a table of the final layout, unless ClickHouse cannot
+    # tell a shard's rows apart (then a re-read shard could not be cleared); a resumed load
+    # keeps the layout it started with
+    direct, weights = not state.repair and not spec.partition_by, None
+    if direct and target.table_exists(ch, spec.ledger_database, state.parts_table):
+        direct = not target.is_parts_layout(ch, spec.ledger_database, state.parts_table)
+    with mysql_reader.connect(spec.source) as conn:
+        if direct:
+            try:
+                weights = read_weights(conn, split, cut_points(plan)) if weight is not None else None
+                target_predicates(plan, split, weights)
+            except NotComparable:
+                direct, weights = False, None
+        mariadb = flavor(conn).mariadb
+    if spec.reader == "mysqlclient":
+        reader, note = mysql_reader.MYSQLCLIENT, "mysqlclient (reader='mysqlclient')"
+    elif spec.reader == "native":
+        reader, note = mysql_reader.NATIVE, "Arrow-native (connectorx; reader='native')"
+    else:
+        reader, note = mysql_reader.choose_reader(spec.source, plan, mappings, schema.primary_key, weight)
+    native_sql = mysql_reader.native_select_list(mappings, weight) if reader == mysql_reader.NATIVE else None
+    return _Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
+                 split, weights), note
+
+
 class _Progress(threading.Thread):
     """Driver-side: keeps the load's heartbeat and logs each shard as it finishes."""
 
@@ -211,9 +313,13 @@ class _Progress(threading.Thread):
         ch.close()
 
 
-def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, weight: bool) -> int:
+def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy: _Copy) -> int:
     """Make the loaded rows visible: swap in a full copy, replace a period's partitions, or
     repair the re-imported shards of a published table in place. Returns the rows published."""
+    if copy.direct:
+        return target.publish_working(ch, spec.ledger_database, state.parts_table, spec.target_database,
+                                      spec.target_table)
+    weight = copy.weight is not None
     args = (ch, schema, state.parts_table, spec.ledger_database, spec.target_database, spec.target_table)
     if state.repair:
         with mysql_reader.connect(spec.source) as conn:
@@ -234,17 +340,17 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     with mysql_reader.connect(spec.source) as conn:
         schema = copied_schema(conn, spec_to_dict(spec))
     target.check_columns(schema)
-    mappings = schema.mappings()
     state, plan = _start_or_resume(spec, ledger, schema)
-    split = schema.column(plan.split_column) if plan.split_column else None
-    weight = split if needs_weight(split) else None  # collated key: rows carry their weight
-    columns_sql = mysql_reader.select_list(mappings, weight)  # every type rule's conversion, built once
-    ch.command(target.create_parts_sql(schema, spec.ledger_database, state.parts_table, weight is not None))
+    copy, reader_note = _plan_copy(spec, ch, schema, plan, state)
+    ch.command(target.create_working_sql(schema, spec.ledger_database, state.parts_table, copy.weight is not None,
+                                         copy.direct))
     ledger.write_load(state)
     todo = state.todo()
     print(f"[airflow-sync] load {state.load_key!r} generation {state.generation}: {len(todo)} of "
           f"{len(plan.shards)} shards to read{' (repair of the published table)' if state.repair else ''}, "
           f"{plan.channels} channel(s), split on {plan.split_column!r}", flush=True)
+    print(f"[airflow-sync] reader: {reader_note}; working table: "
+          f"{'final layout, published by a swap' if copy.direct else 'one partition per shard'}", flush=True)
 
     per_shard = []
     if todo:
@@ -254,7 +360,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         progress.start()
         try:
             per_shard = (spark.sparkContext.parallelize(queues, channels)
-                         .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, mappings, weight, columns_sql, state, q)))
+                         .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, copy, state, q)))
                          .collect())
         finally:
             progress.stop.set()
@@ -274,7 +380,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     repaired = list(state.repair)
     published = repaired or [s.id for s in plan.shards]
     written = sum(s.records_written for s in state.shards.values() if s.shard_id in published)
-    landed = _publish(spec, ch, schema, plan, state, weight is not None)
+    landed = _publish(spec, ch, schema, plan, state, copy)
     if landed != written:
         raise LoadFailed(f"table {schema.qualified}: {written} rows written but {landed} published")
     state.status, state.repair = LOAD_PUBLISHED, []
@@ -298,6 +404,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         "split_column": plan.split_column,
         "start_position": state.start_position,
         "strategy": plan.strategy,
+        "reader": reader_note,
         "warnings": list(plan.warnings),
         "seconds": round(time.time() - started, 3),
     }

@@ -77,7 +77,7 @@ def _order_by(schema: TableSchema) -> str:
 
 
 def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None,
-                     weight: bool = False) -> str:
+                     weight: bool = False, if_not_exists: bool = False) -> str:
     """ReplacingMergeTree keyed by the primary key, versioned in binlog order
     (core/cdc/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
     version and hides deleted keys; an older row arriving late never resurrects one.
@@ -92,12 +92,26 @@ def create_table_sql(schema: TableSchema, database: str, table: str, partition_b
     engine = (f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)}, {ch_ident(DELETED_COLUMN)})" if schema.primary_key
               else "MergeTree")
     partition = f" PARTITION BY {partition_by}" if partition_by else ""
-    return (f"CREATE TABLE {ch_table(database, table)} (\n  " + ",\n  ".join(cols)
-            + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)} COMMENT {ch_string(TABLE_COMMENT)}")
+    return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{ch_table(database, table)} (\n  "
+            + ",\n  ".join(cols) + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)} COMMENT {ch_string(TABLE_COMMENT)}")
+
+
+def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> str:
+    """A load's working table. ``direct`` (a full reload): already the final table's layout, so
+    publishing is a swap and no copy; a re-read shard first deletes what its earlier attempts
+    wrote (by the shard's target predicate, core/target/shards.py). Otherwise (period loads,
+    repairs, split columns ClickHouse cannot compare) the parts layout."""
+    if direct:
+        return create_table_sql(schema, database, table, weight=weight, if_not_exists=True)
+    return create_parts_sql(schema, database, table, weight)
+
+
+def is_parts_layout(ch, database: str, table: str) -> bool:
+    return SHARD_COLUMN in column_types(ch, database, table)
 
 
 def create_parts_sql(schema: TableSchema, database: str, table: str, weight: bool = False) -> str:
-    """A load's working table: one partition per shard, so re-reading a shard first drops
+    """A load's parts table: one partition per shard, so re-reading a shard first drops
     exactly what its earlier attempts wrote (no duplicates, no mutations)."""
     cols = (_columns(schema) + _weight(weight, hidden=False)
             + [f"{ch_ident(VERSION_COLUMN)} UInt64", f"{ch_ident(SHARD_COLUMN)} UInt32"])
@@ -153,6 +167,19 @@ def publish_full(ch, schema: TableSchema, parts: str, parts_db: str, database: s
         ch.command(f"DROP TABLE {ch_table(database, shadow)}")
     else:
         ch.command(f"RENAME TABLE {ch_table(database, shadow)} TO {ch_table(database, table)}")
+    return rows
+
+
+def publish_working(ch, working_db: str, working: str, database: str, table: str) -> int:
+    """Swap a direct working table (final layout) in as ``table``: readers see the old or the new
+    table, never half; nothing is copied."""
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+    rows = int(ch.command(f"SELECT count() FROM {ch_table(working_db, working)}"))
+    if table_exists(ch, database, table):
+        ch.command(f"EXCHANGE TABLES {ch_table(working_db, working)} AND {ch_table(database, table)}")
+        ch.command(f"DROP TABLE {ch_table(working_db, working)}")
+    else:
+        ch.command(f"RENAME TABLE {ch_table(working_db, working)} TO {ch_table(database, table)}")
     return rows
 
 
