@@ -43,8 +43,9 @@ def start_job(spec, workdir) -> subprocess.Popen:
     """spark-submit in its own process group, so SIGKILL reaches the JVM and the Python workers."""
     os.makedirs(workdir, exist_ok=True)
     cmd, env = prepare(spec, str(workdir))
-    return subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    with open(os.path.join(workdir, "job.log"), "wb") as log:  # kept for a failing test's reader
+        return subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
 
 def wait_for(predicate, timeout=120, interval=0.2):

@@ -46,6 +46,9 @@ class FullLoadSpec:
     # how shards are read (core/source/reader.py): "auto" (Arrow-native unless a probe of the
     # table's first rows disagrees with mysqlclient), "native", or "mysqlclient"
     reader: str = "auto"
+    # a load estimated at no more rows than this is copied by the driver (its channels as
+    # threads): starting executors (the SparkContext, Python workers) costs more than it saves
+    driver_copy_rows: int = 300_000
     # the columns copied: all (None) or these, minus exclude_columns (key columns always stay)
     columns: list | None = None
     exclude_columns: list = field(default_factory=list)

@@ -18,11 +18,15 @@ use ``spark_submit`` here, which runs the same scripts with the same conventions
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import marshal
 import os
+import struct
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 import zipfile
 from dataclasses import dataclass, field
@@ -43,12 +47,23 @@ def job_script(job: str) -> str:
 
 
 def package_zip(directory: str) -> str:
-    """Zip this package so executors on any cluster import the same code (``--py-files``)."""
+    """Zip this package so executors on any cluster import the same code (``--py-files``).
+
+    Each module's bytecode goes along (``mod.pyc`` next to ``mod.py``, which zipimport uses when
+    its recorded source time matches): a zip import would otherwise compile every module in
+    every Python worker. Workers on another Python version ignore it and compile."""
     root = Path(airflow_sync_provider.__file__).parent
     path = os.path.join(directory, "airflow_sync_provider.zip")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for file in root.rglob("*.py"):
-            zf.write(file, Path("airflow_sync_provider") / file.relative_to(root))
+        for file in sorted(root.rglob("*.py")):
+            name = str(Path("airflow_sync_provider") / file.relative_to(root))
+            source = file.read_bytes()
+            stamp = time.localtime(int(file.stat().st_mtime) & ~1)[:6]  # zip times have 2-second steps
+            zf.writestr(zipfile.ZipInfo(name, stamp), source, zipfile.ZIP_DEFLATED)
+            code = compile(source, name, "exec", dont_inherit=True)
+            header = (importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(time.mktime(stamp + (0, 0, -1))) & 0xFFFFFFFF,
+                                                                 len(source) & 0xFFFFFFFF))
+            zf.writestr(zipfile.ZipInfo(name[:-3] + ".pyc", stamp), header + marshal.dumps(code), zipfile.ZIP_DEFLATED)
     return path
 
 

@@ -9,7 +9,7 @@ import traceback
 
 from airflow_sync_provider.core.jobspec import read_spec, write_private_json
 from airflow_sync_provider.core.submission import secrets_from_env
-from airflow_sync_provider.spark.session import build_session
+from airflow_sync_provider.spark.session import LazySession
 
 
 def _report(spec, result_key: str, result: dict) -> None:
@@ -27,7 +27,9 @@ def _report(spec, result_key: str, result: dict) -> None:
             ch.close()
 
 
-def run_job(job_function, argv=None) -> None:
+def run_job(job_function, argv=None, lazy_session: bool = False) -> None:
+    """Run ``job_function(spec, spark)``. With ``lazy_session`` it gets a :class:`LazySession`
+    and builds the session itself only if it needs executors; otherwise a ready SparkSession."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", required=True, help="path of the job-spec JSON file")
     parser.add_argument("--secrets-from-env", action="store_true",
@@ -38,15 +40,15 @@ def run_job(job_function, argv=None) -> None:
     if args.secrets_from_env:
         secrets_from_env(spec)
     name = getattr(spec, 'source_table', '') or getattr(spec, 'load_key', '') or getattr(spec, 'pipeline', '')
-    spark = build_session(f"airflow-sync {spec.job} {name}")
+    session = LazySession(f"airflow-sync {spec.job} {name}")
     try:
-        result = {"status": "success", **job_function(spec, spark)}
+        result = {"status": "success", **job_function(spec, session if lazy_session else session.get())}
     except Exception as exc:
         # The operator raises this text, so the task log shows the job's own error.
         _report(spec, args.result_key, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
         traceback.print_exc()
-        spark.stop()
+        session.stop()
         sys.exit(1)
     _report(spec, args.result_key, result)
     print("airflow-sync result: " + json.dumps(result, default=str)[:2000], flush=True)
-    spark.stop()
+    session.stop()

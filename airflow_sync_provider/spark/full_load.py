@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from airflow_sync_provider.core.ledger import (
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
+from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import (
@@ -31,6 +33,7 @@ from airflow_sync_provider.core.target.shards import (
 )
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
+from airflow_sync_provider.spark.session import lazy
 
 REPORT_EVERY_SECONDS = 1.0
 
@@ -178,23 +181,23 @@ def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, thro
     return record
 
 
-def _in_ledger(ledger: Ledger, state: LoadState, shard_id: int) -> ShardState | None:
-    """The shard's newest attempt in the ledger now (this generation). Spark re-runs a channel
-    whose executor was lost (a worker died): shards it finished are not read again, and the one
+def _channel_start(ledger: Ledger, state: LoadState) -> LoadState:
+    """The load as the ledger has it when a channel starts. Spark re-runs a channel whose
+    executor was lost (a worker died): shards it finished are then not read again, and the one
     it was reading is cleared first."""
     now = ledger.state(state.load_key)
-    return now.shards.get(shard_id) if now is not None and now.generation == state.generation else None
+    return now if now is not None and now.generation == state.generation else state
 
 
 def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState, shard_ids: list[int]):
-    """Runs on an executor: one channel = one source connection at a time, one throttle."""
+    """Runs on an executor (or a driver thread): one channel = one source connection at a time, one throttle."""
     ch = target.client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
     shards = {s.id: s for s in plan.shards}
+    at_start = _retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
     for shard_id in shard_ids:
-        previous = state.shards.get(shard_id)
-        now = _in_ledger(ledger, state, shard_id)
+        previous, now = state.shards.get(shard_id), at_start.shards.get(shard_id)
         if now is not None and now.status == SHARD_SUCCESS and now.attempt > (previous.attempt if previous else 0):
             yield vars(now) | {"seconds": now.seconds}
             continue
@@ -333,12 +336,17 @@ def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy:
 
 
 def run_full_load(spec: FullLoadSpec, spark) -> dict:
+    """``spark``: a SparkSession or a :class:`LazySession` (spark_jobs/full_load.py), which is
+    started while the driver plans, and not at all when the driver copies the table alone."""
     started = time.time()
+    session = lazy(spark)
     ch = target.client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
     with mysql_reader.connect(spec.source) as conn:
         schema = copied_schema(conn, spec_to_dict(spec))
+        if table_rows(conn, spec.source_database, spec.source_table) > spec.driver_copy_rows:
+            session.start()  # the SparkContext comes up while the driver plans
     target.check_columns(schema)
     state, plan = _start_or_resume(spec, ledger, schema)
     copy, reader_note = _plan_copy(spec, ch, schema, plan, state)
@@ -352,21 +360,36 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     print(f"[airflow-sync] reader: {reader_note}; working table: "
           f"{'final layout, published by a swap' if copy.direct else 'one partition per shard'}", flush=True)
 
+    phases = {"prepare": time.time() - started}  # where the job's time went (bench/, the task log)
     per_shard = []
     if todo:
         channels = min(plan.channels, len(todo))
         queues = [todo[i::channels] for i in range(channels)]  # round-robin, like DataX task groups
+        estimate = sum(s.estimated_rows or 0 for s in plan.shards if s.id in todo)
+        in_driver = estimate <= spec.driver_copy_rows and not session.started
+        print(f"[airflow-sync] copying about {estimate:,} rows in {channels} channel(s) "
+              + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
         progress = _Progress(spec, state, todo)
         progress.start()
         try:
-            per_shard = (spark.sparkContext.parallelize(queues, channels)
-                         .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, copy, state, q)))
-                         .collect())
+            if in_driver:  # the channels as threads: connectorx and HTTP release the GIL
+                with ThreadPoolExecutor(channels) as pool:
+                    per_shard = [r for rs in pool.map(lambda q: list(_load_channel(spec, plan, copy, state, q)), queues)
+                                 for r in rs]
+            else:
+                per_shard = (session.get().sparkContext.parallelize(queues, channels)
+                             .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, copy, state, q)))
+                             .collect())
+        except Exception as exc:  # a channel's task failed outright: say so in the ledger
+            state.status, state.error = LOAD_FAILED, f"Spark job failed: {type(exc).__name__}: {exc}"[:4000]
+            _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+            raise
         finally:
             progress.stop.set()
             progress.join()
 
-    state = ledger.state(spec.load_key)
+    phases["copy"] = time.time() - started - phases["prepare"]
+    state = _retrying(lambda: ledger.state(spec.load_key), spec.ledger_wait_seconds)
     failed = [i for i in (s["id"] for s in state.plan["shards"]) if i not in state.shards
               or state.shards[i].status != SHARD_SUCCESS]
     if failed:
@@ -389,6 +412,8 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
     print(shard_table(shards), flush=True)
     ch.close()
+    phases["publish"] = time.time() - started - phases["prepare"] - phases["copy"]
+    print("[airflow-sync] seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()), flush=True)
     return {
         "load_key": state.load_key,
         "generation": state.generation,
@@ -406,5 +431,6 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         "strategy": plan.strategy,
         "reader": reader_note,
         "warnings": list(plan.warnings),
+        "phases": {k: round(v, 3) for k, v in phases.items()},
         "seconds": round(time.time() - started, 3),
     }
