@@ -377,7 +377,10 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
                     per_shard = [r for rs in pool.map(lambda q: list(_load_channel(spec, plan, copy, state, q)), queues)
                                  for r in rs]
             else:
-                per_shard = (session.get().sparkContext.parallelize(queues, channels)
+                waited = time.time()
+                context = session.get().sparkContext
+                phases["spark_start"] = time.time() - waited  # the session's start-up not hidden behind planning
+                per_shard = (context.parallelize(queues, channels)
                              .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, copy, state, q)))
                              .collect())
         except Exception as exc:  # a channel's task failed outright: say so in the ledger
@@ -388,7 +391,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
             progress.stop.set()
             progress.join()
 
-    phases["copy"] = time.time() - started - phases["prepare"]
+    phases["copy"] = time.time() - started - phases["prepare"] - phases.get("spark_start", 0.0)
     state = _retrying(lambda: ledger.state(spec.load_key), spec.ledger_wait_seconds)
     failed = [i for i in (s["id"] for s in state.plan["shards"]) if i not in state.shards
               or state.shards[i].status != SHARD_SUCCESS]
@@ -412,7 +415,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
     print(shard_table(shards), flush=True)
     ch.close()
-    phases["publish"] = time.time() - started - phases["prepare"] - phases["copy"]
+    phases["publish"] = time.time() - started - sum(phases.values())
     print("[airflow-sync] seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()), flush=True)
     return {
         "load_key": state.load_key,
