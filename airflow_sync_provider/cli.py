@@ -27,7 +27,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import (
-    CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
+    CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, READERS, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
 )
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
 from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
@@ -97,7 +97,7 @@ def cmd_load(args) -> int:
         columns=args.column, exclude_columns=args.exclude_column or [],
         split_column=args.split_column, split_factor=args.split_factor, strategy=args.strategy,
         channel_record_speed=args.channel_record_speed, channel_byte_speed=args.channel_byte_speed,
-        ledger_database=args.ledger_database)
+        ledger_database=args.ledger_database, reader=args.reader, driver_copy_rows=args.driver_copy_rows)
     return _run_load(spec, args)
 
 
@@ -285,6 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--strategy", choices=STRATEGIES, default="balanced")
     load.add_argument("--channel-record-speed", type=int)
     load.add_argument("--channel-byte-speed", type=int)
+    load.add_argument("--reader", choices=READERS, default="auto",
+                      help="auto (Arrow-native unless a probe disagrees with mysqlclient), native or mysqlclient")
+    load.add_argument("--driver-copy-rows", type=int, default=300_000,
+                      help="tables estimated at no more rows are copied by the driver, without executors")
     load.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     load.add_argument("--json", action="store_true")
     load.set_defaults(func=cmd_load)

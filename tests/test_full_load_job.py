@@ -44,7 +44,9 @@ ROWS = [
 ]
 
 
-def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_conn, ch):
+@pytest.mark.parametrize("reader", ["auto", "mysqlclient"])
+def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_conn, ch, reader):
+    """Both readers (the Arrow-native default and the mysqlclient fallback) through spark-submit."""
     with mysql_conn.cursor() as cur:
         cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
         cur.execute("USE job_types")
@@ -53,9 +55,11 @@ def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_co
         cur.execute("INSERT INTO types_matrix VALUES " + ", ".join(ROWS))
     spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
                         source_database="job_types", source_table="types_matrix", target_database="job_types_ch",
-                        target_table="types_matrix", channels=2, batch_rows=1)
+                        target_table="types_matrix", channels=2, batch_rows=1, reader=reader,
+                        load_key=f"types-{reader}")
     result = spark_submit(spec, timeout=600)
     assert result["status"] == "success", result
+    assert result["reader"].startswith("Arrow-native" if reader == "auto" else "mysqlclient"), result["reader"]
     assert result["rows"] == len(ROWS) and sum(s["records_written"] for s in result["per_shard"]) == len(ROWS)
     assert_same_rows(mysql_conn, ch, "job_types", "types_matrix", target_database="job_types_ch")
 
@@ -64,16 +68,17 @@ LOADED = ["we`ird tab'le ñ", "varchar_ci_pad", "emoji_4byte", "binary_key", "co
           "nullable_key", "decimal_65_30", "quoted_values"]
 
 
-@pytest.mark.parametrize("strategy, tables", [("balanced", LOADED),
-                                             ("equal", ["decimal_65_30", "composite_pk", "nullable_key"])])
-def test_adversarial_tables_load_row_for_row(matrix, mysql_url, clickhouse_url, ch, strategy, tables):
+@pytest.mark.parametrize("strategy, tables, reader", [
+    ("balanced", LOADED, "auto"), ("equal", ["decimal_65_30", "composite_pk", "nullable_key"], "mysqlclient")])
+def test_adversarial_tables_load_row_for_row(matrix, mysql_url, clickhouse_url, ch, strategy, tables, reader):
     """Shards from the planner feed the real load: every row arrives once (no_index: a MergeTree copy)."""
     from tests.adversarial import DB, SPLIT
 
     for name in tables:
         spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
                             source_database=DB, source_table=name, target_database=f"{DB}_{strategy}",
-                            target_table=name, channels=2, split_column=SPLIT.get(name), strategy=strategy)
+                            target_table=name, channels=2, split_column=SPLIT.get(name), strategy=strategy,
+                            reader=reader)
         result = spark_submit(spec, timeout=600)
         assert result["status"] == "success", (name, result)
         total = assert_same_rows(matrix, ch, DB, name, target_database=f"{DB}_{strategy}")
@@ -100,3 +105,78 @@ def test_zero_and_out_of_range_dates_fail_naming_the_column(mysql_conn, mysql_ur
             assert result["status"] == "failed"
             error = result["error"]
             assert f"job_types.{name}" in error and "column 'd'" in error and why in error, error
+
+
+class PanicException(BaseException):
+    """Stands in for pyo3's PanicException (connectorx panics on values it cannot decode)."""
+
+
+def test_a_native_reader_failure_mid_shard_is_read_again_with_mysqlclient(mysql_conn, mysql_url, clickhouse_url, ch,
+                                                                           monkeypatch):
+    """connectorx fails after a shard's first batch was written: the shard is cleared and read
+    again by mysqlclient; the copy is exact and counts no row twice. In the driver (no Spark)."""
+    import connectorx
+
+    from airflow_sync_provider.spark.full_load import run_full_load
+
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
+        cur.execute("CREATE OR REPLACE TABLE job_types.flaky (id INT PRIMARY KEY, v DECIMAL(12, 2), s VARCHAR(20))")
+        cur.execute("INSERT INTO job_types.flaky SELECT seq, seq / 7, CONCAT('s', seq) FROM job_types.seq_1_to_5000")
+    real = connectorx.read_sql
+    calls = []
+
+    class FailsAfterOneBatch:
+        def __init__(self, stream):
+            self.stream, self.sent = stream, 0
+
+        def read_next_batch(self):
+            if self.sent:
+                raise PanicException("Could not retrieve `Decimal`: a stand-in failure")
+            self.sent += 1
+            return self.stream.read_next_batch()
+
+        def close(self):
+            self.stream.close()
+
+    def read_sql(url, query, **kwargs):
+        calls.append("probe" if "LIMIT" in query else "shard")
+        stream = real(url, query, **kwargs)
+        return FailsAfterOneBatch(stream) if calls.count("shard") == 1 and calls[-1] == "shard" else stream
+
+    monkeypatch.setattr(connectorx, "read_sql", read_sql)
+    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
+                        source_database="job_types", source_table="flaky", target_database="job_types_ch",
+                        target_table="flaky", channels=1, split_factor=2, batch_rows=1000, load_key="test.flaky")
+    result = run_full_load(spec, None)
+    assert result["reader"].startswith("Arrow-native")
+    assert calls.count("shard") >= 2  # the failed shard went to mysqlclient, the others stayed native
+    assert result["rows"] == 5000 and sum(s["records_read"] for s in result["per_shard"]) == 5000
+    assert assert_same_rows(mysql_conn, ch, "job_types", "flaky", target_database="job_types_ch") == 5000
+    assert ch.command("SELECT count() FROM job_types_ch.flaky") == 5000  # raw rows: nothing doubled
+
+
+def test_the_probe_falls_back_when_the_native_reader_disagrees(mysql_conn, mysql_url, clickhouse_url, ch, monkeypatch):
+    """A native read that differs from mysqlclient's on the first rows is not used."""
+    import pyarrow as pa
+
+    from airflow_sync_provider.core.source import reader
+    from airflow_sync_provider.spark.full_load import run_full_load
+
+    real = reader._native_stream
+
+    def off_by_one(*args, **kwargs):
+        for batch in real(*args, **kwargs):
+            yield batch.set_column(0, batch.schema.field(0), pa.compute.add(batch.column(0), pa.scalar(1, batch.column(0).type)))
+
+    monkeypatch.setattr(reader, "_native_stream", off_by_one)
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
+        cur.execute("CREATE OR REPLACE TABLE job_types.probed (id INT PRIMARY KEY, s VARCHAR(20))")
+        cur.execute("INSERT INTO job_types.probed SELECT seq, CONCAT('s', seq) FROM job_types.seq_1_to_300")
+    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
+                        source_database="job_types", source_table="probed", target_database="job_types_ch",
+                        target_table="probed", load_key="test.probed")
+    result = run_full_load(spec, None)
+    assert result["reader"] == "the native reader read the first rows differently from mysqlclient"
+    assert assert_same_rows(mysql_conn, ch, "job_types", "probed", target_database="job_types_ch") == 300

@@ -67,7 +67,8 @@ def submit(cluster, spec, timeout=900):
 
 def _load(endpoints, key, table="orders", **kwargs):
     return FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=table,
-                        target_database=TARGET, target_table=table, load_key=key, channels=4, **kwargs)
+                        target_database=TARGET, target_table=table, load_key=key, channels=4,
+                        driver_copy_rows=0, **kwargs)  # on the executors, however small
 
 
 def test_full_load_and_reconciliation_run_on_both_workers(cluster, endpoints, big_table, ch):
@@ -156,7 +157,7 @@ from airflow.sdk import DAG
 from airflow_sync_provider.operators.full_load import FullLoadOperator
 with DAG(dag_id="sync_on_the_cluster", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False):
     FullLoadOperator(task_id="load", table="mid", source_database="clu", target_database="clu_af",
-                     mysql_conn_id="sync_mysql", clickhouse_conn_id="sync_clickhouse", channels=4,
+                     mysql_conn_id="sync_mysql", clickhouse_conn_id="sync_clickhouse", channels=4, driver_copy_rows=0,
                      spark_conf={"spark.driver.host": "%(host)s", "spark.driver.bindAddress": "%(host)s"})
 '''
 MYSQL_SECRET, CLICKHOUSE_SECRET = "Clu-Pw-7a1e-s3cret", "Clu-Ch-55d0-s3cret"

@@ -43,6 +43,10 @@ class FullLoadOperator(SparkJobOperator):
     :param ledger_database: ClickHouse database of the ledger (default ``airflow_sync``).
     :param skip_if_published: when ``load_key`` is already published, do nothing and return its
         summary (e.g. the full load a CDC pipeline starts from, in a scheduled DAG).
+    :param reader: ``auto`` (default: Arrow-native, unless a probe of the first rows disagrees with
+        mysqlclient; the task log says which ran), ``native`` or ``mysqlclient``.
+    :param driver_copy_rows: tables estimated at no more rows are copied by the Spark driver
+        alone, without starting executors (0: always on executors).
     """
 
     job = "full_load"
@@ -60,7 +64,7 @@ class FullLoadOperator(SparkJobOperator):
                  channel_byte_speed: int | None = None, channel_record_speed: int | None = None,
                  where: str | None = None, where_params: list | None = None, partition_by: str | None = None,
                  replace_partitions: list | None = None, ledger_database: str = DEFAULT_LEDGER_DATABASE,
-                 skip_if_published: bool = False, **kwargs):
+                 skip_if_published: bool = False, reader: str = "auto", driver_copy_rows: int = 300_000, **kwargs):
         super().__init__(**kwargs)
         self.table = table
         self.mysql_conn_id = mysql_conn_id
@@ -88,6 +92,8 @@ class FullLoadOperator(SparkJobOperator):
         self.replace_partitions = replace_partitions
         self.ledger_database = ledger_database
         self.skip_if_published = skip_if_published
+        self.reader = reader
+        self.driver_copy_rows = driver_copy_rows
         target_table = target_table or table
         self.declare_assets(
             [mysql_table(mysql_conn_id, source_database, table) if is_static(source_database, table) else None],
@@ -117,7 +123,7 @@ class FullLoadOperator(SparkJobOperator):
             byte_speed=self.byte_speed, record_speed=self.record_speed, channel_byte_speed=self.channel_byte_speed,
             channel_record_speed=self.channel_record_speed, where=self.where, where_params=list(self.where_params or []),
             partition_by=self.partition_by, replace_partitions=list(self.replace_partitions or []),
-            ledger_database=self.ledger_database,
+            ledger_database=self.ledger_database, reader=self.reader, driver_copy_rows=self.driver_copy_rows,
         )
 
     def execute(self, context):
