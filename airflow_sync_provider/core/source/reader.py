@@ -269,11 +269,12 @@ def choose_reader(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapp
     try:
         cur = conn.cursor()
         cur.execute(f"SELECT {select_list(mappings, weight)}{tail}")
-        text = _to_batch(cur.fetchall(), full, schema, where)
+        rows = cur.fetchall()
         cur.close()
     finally:
         conn.close()
-    mine = pa.Table.from_batches(native, schema=schema)
-    if not mine.equals(pa.Table.from_batches([text])):
+    text = pa.Table.from_batches([_to_batch(rows, full, schema, where)] if rows else [], schema=schema)
+    mine = pa.Table.from_batches([b for b in native if b.num_rows], schema=schema)
+    if not mine.equals(text):
         return MYSQLCLIENT, "the native reader read the first rows differently from mysqlclient"
     return NATIVE, f"Arrow-native (connectorx, binary protocol); {len(mine)} probe rows equal mysqlclient's"
