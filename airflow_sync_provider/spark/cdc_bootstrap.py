@@ -49,7 +49,8 @@ def _fence(spec: CdcBootstrapSpec) -> str | None:
 
 
 def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key: ChunkKey, mappings, weight: bool,
-                     columns_sql: str, ch, ledger: Ledger, state: LoadState, shard, conn, kind, throttle):
+                     columns_sql: str, native_sql: str | None, ch, ledger: Ledger, state: LoadState, shard, conn,
+                     kind, throttle):
     previous = state.shards.get(shard.id)
     record = ShardState(shard.id, (previous.attempt if previous else 0) + 1, SHARD_RUNNING, shard.where,
                         list(shard.params), started_at=time.time(),
@@ -64,23 +65,42 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
     try:
         ledger.write_shard(state.load_key, state.generation, record)
         while True:
-            version = snapshot_position(conn, kind, fence).snapshot_version()
             holder, nbytes, written = {}, 0, 0
-            # each batch goes to the copy as it is read (memory: one batch, whatever chunk_rows is);
-            # the chunk counts only once all of it is written (a crash re-reads it whole)
-            for batch in mysql_reader.read_chunk(conn, plan, mappings, shard, key, after, spec.chunk_rows,
-                                                 min(spec.batch_rows, spec.chunk_rows), columns_sql, weight, holder):
-                table = pa.Table.from_batches([batch])
-                table = table.append_column(target.VERSION_COLUMN, pa.array([version] * batch.num_rows, pa.uint64()))
-                try:
-                    ch.insert_arrow(load.target_table, table.rename_columns(names), database=load.target_database,
-                                    settings=settings)
-                except Exception:
-                    record.records_failed += batch.num_rows
-                    raise
-                written += batch.num_rows
-                nbytes += batch.nbytes
-                throttle.account(batch.num_rows, batch.nbytes)
+            # the chunk's snapshot and its version: MariaDB's own position of the snapshot (read
+            # inside the native SELECT), else the position taken before it (core/cdc/positions.py)
+            native = native_sql is not None
+            version = (None if native and kind.mariadb
+                       else snapshot_position(conn, kind, fence).snapshot_version())
+            if native:
+                batches = mysql_reader.read_chunk_native(
+                    spec.source, plan, mappings, shard, key, after, spec.chunk_rows,
+                    min(spec.batch_rows, spec.chunk_rows), native_sql, weight, version is None, holder)
+            else:
+                batches = mysql_reader.read_chunk(conn, plan, mappings, shard, key, after, spec.chunk_rows,
+                                                  min(spec.batch_rows, spec.chunk_rows), columns_sql, weight, holder)
+            try:
+                # each batch goes to the copy as it is read (memory: one batch, whatever chunk_rows
+                # is); the chunk counts only once all of it is written (a crash re-reads it whole)
+                for batch in batches:
+                    if version is None:
+                        version = holder["snapshot"] - 2
+                    table = pa.Table.from_batches([batch])
+                    table = table.append_column(target.VERSION_COLUMN,
+                                                pa.array([version] * batch.num_rows, pa.uint64()))
+                    try:
+                        ch.insert_arrow(load.target_table, table.rename_columns(names),
+                                        database=load.target_database, settings=settings)
+                    except Exception:
+                        record.records_failed += batch.num_rows
+                        raise
+                    written += batch.num_rows
+                    nbytes += batch.nbytes
+                    throttle.account(batch.num_rows, batch.nbytes)
+            except mysql_reader.NativeReadError as exc:  # this chunk again (its rows rank the same), by mysqlclient
+                print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); mysqlclient reads "
+                      "the rest of the shard", flush=True)
+                native_sql = None
+                continue
             cur = conn.cursor()
             cur.execute("COMMIT")  # the chunk's snapshot ends: no read view is held between chunks
             cur.close()
@@ -90,7 +110,7 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
             record.records_written += written
             record.bytes += nbytes
             record.chunks += 1
-            record.version = version
+            record.version = version if version is not None else record.version
             if rows:
                 after = holder["last"]
                 record.resume_key = key.encode(after)
@@ -106,7 +126,7 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
     return record
 
 
-def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, state, shard_ids):
+def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, native_sql, state, shard_ids):
     """Runs on an executor: one source connection and one throttle for a queue of shards."""
     ch = target.client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
@@ -116,8 +136,8 @@ def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, sta
     kind = flavor(conn)
     try:
         for shard_id in shard_ids:
-            record = _bootstrap_shard(spec, load, plan, key, mappings, weight, columns_sql, ch, ledger, state,
-                                      shards[shard_id], conn, kind, throttle)
+            record = _bootstrap_shard(spec, load, plan, key, mappings, weight, columns_sql, native_sql, ch, ledger,
+                                      state, shards[shard_id], conn, kind, throttle)
             if record.status != SHARD_SUCCESS:  # the connection may be broken: a fresh one
                 conn.close()
                 conn = mysql_reader.stream_connect(spec.source)
@@ -205,6 +225,10 @@ def _bootstrap_table(spec: CdcBootstrapSpec, spark, ch, ledger: Ledger, checkpoi
     split = schema.column(plan.split_column)
     weight = needs_weight(split)  # a collated key: rows carry their weight, as full loads write them
     columns_sql = mysql_reader.select_list(mappings, split if weight else None)
+    reader, note = mysql_reader.choose_reader(spec.source, plan, mappings, schema.primary_key, split if weight else None)
+    native_sql = (mysql_reader.native_select_list(mappings, split if weight else None)
+                  if reader == mysql_reader.NATIVE else None)
+    print(f"[airflow-sync] {schema.qualified}: reader {note}", flush=True)
     _prepare_target(ch, schema, load, weight)
     start = BinlogPosition.from_dict(state.start_position)
     # the table joins the pipeline now: its changes from P0 on are applied while the chunks run
@@ -224,7 +248,7 @@ def _bootstrap_table(spec: CdcBootstrapSpec, spark, ch, ledger: Ledger, checkpoi
         try:
             per_shard = (spark.sparkContext.parallelize(queues, channels)
                          .mapPartitions(lambda qs: (r for q in qs for r in _bootstrap_channel(
-                             spec, load, plan, key, mappings, weight, columns_sql, state, q)))
+                             spec, load, plan, key, mappings, weight, columns_sql, native_sql, state, q)))
                          .collect())
         except Exception as exc:  # e.g. an executor died: record it, so a retry resumes at once
             state.status, state.error = LOAD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]

@@ -67,6 +67,12 @@ class ChunkKey:
         """The key columns as stored (appended to a chunk's SELECT list, read back by ``from_raw``)."""
         return ", ".join(mysql_ident(c.name) for c in self.columns)
 
+    def native_raw_select(self) -> str:
+        """:meth:`raw_select` for the Arrow-native reader: what mysqlclient would return (text,
+        except integers and bytes), so :meth:`from_raw` reads both alike."""
+        return ", ".join(mysql_ident(c.name) if c.data_type in _INTEGER | _BYTES
+                         else f"CAST({mysql_ident(c.name)} AS CHAR)" for c in self.columns)
+
     def after(self, last: list | None) -> tuple[str, tuple]:
         """(SQL, params): rows whose key sorts after ``last`` (everything when None)."""
         if last is None:

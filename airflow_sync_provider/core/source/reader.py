@@ -238,6 +238,32 @@ def read_shard_native(endpoint: MySQLEndpoint, plan: Plan, mappings: list[Column
         yield native_batch(batch, mappings, schema, where)
 
 
+def read_chunk_native(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard, key, after,
+                      limit: int, fetch_rows: int, columns_sql: str, weight: bool = False, snapshot: bool = False,
+                      holder: dict | None = None) -> Iterator[pa.RecordBatch]:
+    """:func:`read_chunk` through connectorx; ``snapshot`` as in :func:`read_shard_native`."""
+    if weight:
+        mappings = [*mappings, WEIGHT_MAPPING]
+    schema = arrow_schema(mappings)
+    where, params = key.after(after)
+    extra = f", {SNAPSHOT_COLUMN_SQL}" if snapshot else ""
+    query = (f"SELECT {columns_sql}, {key.native_raw_select()}{extra} FROM {mysql_table(plan.database, plan.table)}"
+             f" FORCE INDEX (PRIMARY) WHERE {mysql_inline(f'({shard.where}) AND ({where})', (*shard.params, *params))}"
+             f" ORDER BY {key.order_by()} LIMIT {int(limit)}")
+    width, rows_seen, last = len(mappings), 0, None
+    for batch in _native_stream(endpoint, plan.database, query, fetch_rows):
+        if not batch.num_rows:
+            continue
+        if snapshot and holder is not None and "snapshot" not in holder:
+            holder["snapshot"] = batch.column(batch.num_columns - 1)[0].as_py()
+        rows_seen += batch.num_rows
+        last = [batch.column(i)[batch.num_rows - 1].as_py() for i in range(width, width + len(key.columns))]
+        yield native_batch(batch.select(range(width)), mappings, schema,
+                          f"table {plan.database}.{plan.table}, shard {shard.id}")
+    if holder is not None:
+        holder["rows"], holder["last"] = rows_seen, key.from_raw(last) if last is not None else None
+
+
 def native_batch(batch: pa.RecordBatch, mappings: list[ColumnMapping], schema: pa.Schema, where: str) -> pa.RecordBatch:
     arrays = []
     for raw, mapping in zip(batch.columns, mappings):
