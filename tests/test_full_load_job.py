@@ -180,3 +180,26 @@ def test_the_probe_falls_back_when_the_native_reader_disagrees(mysql_conn, mysql
     result = run_full_load(spec, None)
     assert result["reader"] == "the native reader read the first rows differently from mysqlclient"
     assert assert_same_rows(mysql_conn, ch, "job_types", "probed", target_database="job_types_ch") == 300
+
+
+def test_publishing_again_after_a_crash_between_swap_and_drop_keeps_the_new_copy(mysql_conn, ch):
+    """The working table holds the old copy after the swap: a resumed publish drops it instead
+    of swapping the old copy back in."""
+    from airflow_sync_provider.core.source.schema import read_table_schema
+    from airflow_sync_provider.core.target import clickhouse as target
+
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
+        cur.execute("CREATE OR REPLACE TABLE job_types.swapped (id INT PRIMARY KEY, v INT)")
+    schema = read_table_schema(mysql_conn, "job_types", "swapped")
+    ch.command("CREATE DATABASE IF NOT EXISTS job_swap")
+    for table in ("work", "live"):
+        ch.command(f"DROP TABLE IF EXISTS job_swap.{table}")
+    ch.command(target.create_working_sql(schema, "job_swap", "work", False, True))
+    ch.command("INSERT INTO job_swap.work (id, v) SELECT number, 1 FROM numbers(5)")  # the new copy
+    ch.command(target.create_table_sql(schema, "job_swap", "live"))
+    ch.command("INSERT INTO job_swap.live (id, v) SELECT number, 0 FROM numbers(3)")  # the old copy
+    ch.command("EXCHANGE TABLES job_swap.work AND job_swap.live")  # ... and the job died here
+    assert target.publish_working(ch, "job_swap", "work", "job_swap", "live") == 5
+    assert ch.query("SELECT count(), min(v) FROM job_swap.live").result_rows == [(5, 1)]
+    assert not target.table_exists(ch, "job_swap", "work")

@@ -85,7 +85,40 @@ def _clear_shard(copy: _Copy, plan: Plan, ch, database: str, working: str, shard
     ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
 
 
-def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, throttle, rewrite: bool):
+class _Inserts:
+    """At most one insert in flight per channel, on its own ClickHouse session, while the channel
+    reads the next rows: reading (MySQL, connectorx) and writing (ClickHouse) overlap. In order,
+    and always waited for before a shard's outcome is recorded (no write lands after it)."""
+
+    def __init__(self, ch):
+        self.ch = ch
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="insert")
+        self.future = None
+
+    def submit(self, insert) -> None:
+        self.wait()
+        self.future = self.pool.submit(insert, self.ch)
+
+    def wait(self) -> None:
+        future, self.future = self.future, None
+        if future is not None:
+            future.result()
+
+    def settle(self) -> None:
+        """Wait without raising (the shard already failed)."""
+        try:
+            self.wait()
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        self.settle()
+        self.pool.shutdown()
+        self.ch.close()
+
+
+def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, throttle, rewrite: bool,
+                inserts: _Inserts):
     """Copy one shard; ``rewrite``: an earlier attempt of it may have written rows."""
     names = copy.names()
     settings = target.WEIGHT_SETTINGS if copy.direct and copy.weight else None
@@ -99,16 +132,21 @@ def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, thro
         if not pending:
             return
         table = pa.Table.from_batches(pending)
-        table = table.append_column(target.VERSION_COLUMN, pa.array([record.version] * table.num_rows, pa.uint64()))
+        rows = table.num_rows
+        table = table.append_column(target.VERSION_COLUMN, pa.repeat(pa.scalar(record.version, pa.uint64()), rows))
         if not copy.direct:
-            table = table.append_column(target.SHARD_COLUMN, pa.array([shard.id] * table.num_rows, pa.uint32()))
-        try:
-            ch.insert_arrow(state.parts_table, table.rename_columns(names), database=spec.ledger_database,
-                            settings=settings)
-        except Exception:
-            record.records_failed += table.num_rows
-            raise
-        record.records_written += table.num_rows
+            table = table.append_column(target.SHARD_COLUMN, pa.repeat(pa.scalar(shard.id, pa.uint32()), rows))
+        table = table.rename_columns(names)
+
+        def insert(client):
+            try:
+                client.insert_arrow(state.parts_table, table, database=spec.ledger_database, settings=settings)
+            except Exception:
+                record.records_failed += rows
+                raise
+            record.records_written += rows
+
+        inserts.submit(insert)
         pending, pending_rows, pending_bytes = [], 0, 0
 
     def copy_rows(batches, version_of):
@@ -129,6 +167,7 @@ def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, thro
                 ledger.write_shard(state.load_key, state.generation, record)
                 reported = time.monotonic()
         flush()
+        inserts.wait()
 
     def read_text():
         conn = mysql_reader.stream_connect(spec.source)
@@ -166,6 +205,7 @@ def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, thro
             except mysql_reader.NativeReadError as exc:
                 print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); reading it again "
                       "with mysqlclient", flush=True)
+                inserts.wait()
                 record.records_read = record.records_written = record.bytes = 0
                 record.version, pending[:] = None, []
                 _clear_shard(copy, plan, ch, spec.ledger_database, state.parts_table, shard)
@@ -174,6 +214,7 @@ def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, thro
                 read_text()
         record.status = SHARD_SUCCESS
     except Exception as exc:
+        inserts.settle()
         record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
         record.version = record.version or 0
     record.finished_at = time.time()
@@ -196,6 +237,7 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState,
     throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
     shards = {s.id: s for s in plan.shards}
     at_start = _retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
+    inserts = _Inserts(target.client(spec.target))
     for shard_id in shard_ids:
         previous, now = state.shards.get(shard_id), at_start.shards.get(shard_id)
         if now is not None and now.status == SHARD_SUCCESS and now.attempt > (previous.attempt if previous else 0):
@@ -203,8 +245,9 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState,
             continue
         attempt = max(now.attempt if now else 0, previous.attempt if previous else 0) + 1
         record = _load_shard(spec, plan, copy, ch, ledger, state, shards[shard_id], attempt, throttle,
-                             rewrite=now is not None)
+                             now is not None, inserts)
         yield vars(record) | {"seconds": record.seconds}
+    inserts.close()
     ch.close()
 
 
@@ -406,7 +449,12 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     repaired = list(state.repair)
     published = repaired or [s.id for s in plan.shards]
     written = sum(s.records_written for s in state.shards.values() if s.shard_id in published)
-    landed = _publish(spec, ch, schema, plan, state, copy)
+    try:
+        landed = _publish(spec, ch, schema, plan, state, copy)
+    except Exception as exc:  # e.g. the target went away: recorded, and publishing again is safe
+        state.status, state.error = LOAD_FAILED, f"publishing failed: {type(exc).__name__}: {exc}"[:4000]
+        _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+        raise
     if landed != written:
         raise LoadFailed(f"table {schema.qualified}: {written} rows written but {landed} published")
     state.status, state.repair = LOAD_PUBLISHED, []

@@ -77,7 +77,7 @@ def _order_by(schema: TableSchema) -> str:
 
 
 def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None,
-                     weight: bool = False, if_not_exists: bool = False) -> str:
+                     weight: bool = False, if_not_exists: bool = False, marker: str = "") -> str:
     """ReplacingMergeTree keyed by the primary key, versioned in binlog order
     (core/cdc/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
     version and hides deleted keys; an older row arriving late never resurrects one.
@@ -93,7 +93,7 @@ def create_table_sql(schema: TableSchema, database: str, table: str, partition_b
               else "MergeTree")
     partition = f" PARTITION BY {partition_by}" if partition_by else ""
     return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{ch_table(database, table)} (\n  "
-            + ",\n  ".join(cols) + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)} COMMENT {ch_string(TABLE_COMMENT)}")
+            + ",\n  ".join(cols) + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)} COMMENT {ch_string(TABLE_COMMENT + marker)}")
 
 
 def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> str:
@@ -101,8 +101,8 @@ def create_working_sql(schema: TableSchema, database: str, table: str, weight: b
     publishing is a swap and no copy; a re-read shard first deletes what its earlier attempts
     wrote (by the shard's target predicate, core/target/shards.py). Otherwise (period loads,
     repairs, split columns ClickHouse cannot compare) the parts layout."""
-    if direct:
-        return create_table_sql(schema, database, table, weight=weight, if_not_exists=True)
+    if direct:  # the comment names the load's working table: publish_working sees a swap that happened
+        return create_table_sql(schema, database, table, weight=weight, if_not_exists=True, marker=_marker(table))
     return create_parts_sql(schema, database, table, weight)
 
 
@@ -170,10 +170,24 @@ def publish_full(ch, schema: TableSchema, parts: str, parts_db: str, database: s
     return rows
 
 
+def _marker(working: str) -> str:
+    return f" load={working}"
+
+
+def _comment(ch, database: str, table: str) -> str:
+    rows = ch.query("SELECT comment FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                    parameters={"d": database, "t": table}).result_rows
+    return rows[0][0] or "" if rows else ""
+
+
 def publish_working(ch, working_db: str, working: str, database: str, table: str) -> int:
     """Swap a direct working table (final layout) in as ``table``: readers see the old or the new
-    table, never half; nothing is copied."""
+    table, never half; nothing is copied. Idempotent: after a crash between the swap and the
+    drop, the working table holds the *old* copy, and is dropped rather than swapped back."""
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+    if _comment(ch, database, table).endswith(_marker(working)):  # swapped in already
+        ch.command(f"DROP TABLE IF EXISTS {ch_table(working_db, working)}")
+        return int(ch.command(f"SELECT count() FROM {ch_table(database, table)}"))
     rows = int(ch.command(f"SELECT count() FROM {ch_table(working_db, working)}"))
     if table_exists(ch, database, table):
         ch.command(f"EXCHANGE TABLES {ch_table(working_db, working)} AND {ch_table(database, table)}")
