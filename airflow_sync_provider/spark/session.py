@@ -10,6 +10,10 @@ def build_session(app_name: str):
     return SparkSession.builder.appName(app_name).getOrCreate()
 
 
+def _warm(_) -> None:
+    import airflow_sync_provider.spark.full_load  # noqa: F401  (pyarrow, connectorx, clickhouse-connect)
+
+
 class LazySession:
     """A SparkSession built only when a job needs executors, in the background if asked early.
 
@@ -34,7 +38,11 @@ class LazySession:
 
     def _build(self) -> None:
         try:
-            self._session = build_session(self.app_name)
+            session = build_session(self.app_name)
+            # start the Python workers (reused by the job's tasks) and load our modules in them
+            context = session.sparkContext
+            context.parallelize(range(context.defaultParallelism), context.defaultParallelism).foreach(_warm)
+            self._session = session
         except BaseException as exc:  # re-raised by get()
             self._error = exc
 
