@@ -91,8 +91,8 @@ def test_a_full_load_ranks_each_shard_by_its_reads_binlog_position(small_table, 
     stored = {int(v) for (v,) in ch.query("SELECT DISTINCT _version FROM versions_ch.t").result_rows}
     assert stored <= {s.version for s in shards} and stored
     assert all(start.snapshot_version() <= v < after.version() - 20 for v in stored)
-    assert ch.command("SELECT comment FROM system.tables WHERE database = 'versions_ch' AND name = 't'") \
-        == "airflow_sync version=binlog-v1"
+    comment = ch.command("SELECT comment FROM system.tables WHERE database = 'versions_ch' AND name = 't'")
+    assert comment.startswith("airflow_sync version=binlog-v1 ")  # then the load that published it
 
 
 @pytest.mark.slow
