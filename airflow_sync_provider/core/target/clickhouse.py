@@ -34,9 +34,7 @@ class OldLayout(RuntimeError):
 def check_layout(ch, database: str, table: str) -> None:
     """Refuse to add rows to a table whose ``_version`` is not in binlog order: an earlier
     release stamped rows with wall-clock nanoseconds, which would out-rank every change."""
-    rows = ch.query("SELECT comment FROM system.tables WHERE database = {d:String} AND name = {t:String}",
-                    parameters={"d": database, "t": table}).result_rows
-    if rows and TABLE_COMMENT not in (rows[0][0] or ""):
+    if table_exists(ch, database, table) and TABLE_COMMENT not in _comment(ch, database, table):
         raise OldLayout(f"table {database}.{table} was written by an earlier airflow-sync release: its _version "
                         "values are wall-clock times that would out-rank every binlog-ordered change, and it has "
                         "no _deleted column. Reload it in full (a full load replaces the table) before repairing, "
@@ -161,12 +159,17 @@ def publish_full(ch, schema: TableSchema, parts: str, parts_db: str, database: s
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, shadow)}")
     ch.command(create_table_sql(schema, database, shadow, weight=weight))
     copy_parts(ch, schema, parts, parts_db, database, shadow, weight)
-    rows = int(ch.command(f"SELECT count() FROM {ch_table(database, shadow)}"))
+    return _swap_in(ch, database, shadow, database, table)
+
+
+def _swap_in(ch, source_db: str, source: str, database: str, table: str) -> int:
+    """``source`` becomes ``table`` atomically (the old table is dropped); returns its rows."""
+    rows = int(ch.command(f"SELECT count() FROM {ch_table(source_db, source)}"))
     if table_exists(ch, database, table):
-        ch.command(f"EXCHANGE TABLES {ch_table(database, shadow)} AND {ch_table(database, table)}")
-        ch.command(f"DROP TABLE {ch_table(database, shadow)}")
+        ch.command(f"EXCHANGE TABLES {ch_table(source_db, source)} AND {ch_table(database, table)}")
+        ch.command(f"DROP TABLE {ch_table(source_db, source)}")
     else:
-        ch.command(f"RENAME TABLE {ch_table(database, shadow)} TO {ch_table(database, table)}")
+        ch.command(f"RENAME TABLE {ch_table(source_db, source)} TO {ch_table(database, table)}")
     return rows
 
 
@@ -188,13 +191,7 @@ def publish_working(ch, working_db: str, working: str, database: str, table: str
     if _comment(ch, database, table).endswith(_marker(working)):  # swapped in already
         ch.command(f"DROP TABLE IF EXISTS {ch_table(working_db, working)}")
         return int(ch.command(f"SELECT count() FROM {ch_table(database, table)}"))
-    rows = int(ch.command(f"SELECT count() FROM {ch_table(working_db, working)}"))
-    if table_exists(ch, database, table):
-        ch.command(f"EXCHANGE TABLES {ch_table(working_db, working)} AND {ch_table(database, table)}")
-        ch.command(f"DROP TABLE {ch_table(working_db, working)}")
-    else:
-        ch.command(f"RENAME TABLE {ch_table(working_db, working)} TO {ch_table(database, table)}")
-    return rows
+    return _swap_in(ch, working_db, working, database, table)
 
 
 def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
