@@ -121,3 +121,12 @@ def test_type_mapping_doc_is_the_rules_table():
 
     doc = (Path(__file__).parent.parent / "docs" / "type-mapping.md").read_text()
     assert markdown_table() in doc, "docs/type-mapping.md: paste core.typemap.markdown_table() into it"
+
+
+def test_native_reader_errors_never_carry_the_password():
+    from airflow_sync_provider.core.endpoints import MySQLEndpoint
+    from airflow_sync_provider.core.source.reader import _redacted
+
+    endpoint = MySQLEndpoint(password="p@ss word/1")
+    error = RuntimeError("cannot connect to mysql://root:p%40ss%20word%2F1@host/db (p@ss word/1)\nmore")
+    assert _redacted(error, endpoint) == "cannot connect to mysql://root:***@host/db (***)"

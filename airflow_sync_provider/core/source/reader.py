@@ -188,6 +188,14 @@ def _native_url(endpoint: MySQLEndpoint, database: str) -> str:
             f"{endpoint.port}/{quote(database, safe='')}")
 
 
+def _redacted(exc: BaseException, endpoint: MySQLEndpoint) -> str:
+    """connectorx's message, first line, without the password (its URL carries it)."""
+    text = (str(exc).splitlines() or [type(exc).__name__])[0][:500]
+    for secret in {endpoint.password, quote(endpoint.password, safe="")} - {""}:
+        text = text.replace(secret, "***")
+    return text
+
+
 def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
     """connectorx's batches of ``query``, run inside a consistent snapshot with UTC sessions."""
     pre = ["SET time_zone = '+00:00'", "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
@@ -199,7 +207,7 @@ def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_row
         except BaseException as exc:  # pyo3's PanicException is a BaseException
             if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
                 raise
-            raise NativeReadError(str(exc).splitlines()[0][:500]) from exc
+            raise NativeReadError(_redacted(exc, endpoint)) from exc
         while True:
             try:
                 batch = stream.read_next_batch()
@@ -208,7 +216,7 @@ def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_row
             except BaseException as exc:
                 if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
                     raise
-                raise NativeReadError(str(exc).splitlines()[0][:500]) from exc
+                raise NativeReadError(_redacted(exc, endpoint)) from exc
             yield batch
     finally:
         if stream is not None:
