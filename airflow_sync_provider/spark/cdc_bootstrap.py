@@ -225,9 +225,8 @@ def _bootstrap_table(spec: CdcBootstrapSpec, spark, ch, ledger: Ledger, checkpoi
     split = schema.column(plan.split_column)
     weight = needs_weight(split)  # a collated key: rows carry their weight, as full loads write them
     columns_sql = mysql_reader.select_list(mappings, split if weight else None)
-    reader, note = mysql_reader.choose_reader(spec.source, plan, mappings, schema.primary_key, split if weight else None)
-    native_sql = (mysql_reader.native_select_list(mappings, split if weight else None)
-                  if reader == mysql_reader.NATIVE else None)
+    native_sql, note = mysql_reader.native_reader("auto", spec.source, plan, mappings, schema.primary_key,
+                                                  split if weight else None)
     print(f"[airflow-sync] {schema.qualified}: reader {note}", flush=True)
     _prepare_target(ch, schema, load, weight)
     start = BinlogPosition.from_dict(state.start_position)

@@ -238,17 +238,19 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState,
     shards = {s.id: s for s in plan.shards}
     at_start = _retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
     inserts = _Inserts(target.client(spec.target))
-    for shard_id in shard_ids:
-        previous, now = state.shards.get(shard_id), at_start.shards.get(shard_id)
-        if now is not None and now.status == SHARD_SUCCESS and now.attempt > (previous.attempt if previous else 0):
-            yield vars(now) | {"seconds": now.seconds}
-            continue
-        attempt = max(now.attempt if now else 0, previous.attempt if previous else 0) + 1
-        record = _load_shard(spec, plan, copy, ch, ledger, state, shards[shard_id], attempt, throttle,
-                             now is not None, inserts)
-        yield vars(record) | {"seconds": record.seconds}
-    inserts.close()
-    ch.close()
+    try:
+        for shard_id in shard_ids:
+            previous, now = state.shards.get(shard_id), at_start.shards.get(shard_id)
+            if now is not None and now.status == SHARD_SUCCESS and now.attempt > (previous.attempt if previous else 0):
+                yield vars(now) | {"seconds": now.seconds}
+                continue
+            attempt = max(now.attempt if now else 0, previous.attempt if previous else 0) + 1
+            record = _load_shard(spec, plan, copy, ch, ledger, state, shards[shard_id], attempt, throttle,
+                                 now is not None, inserts)
+            yield vars(record) | {"seconds": record.seconds}
+    finally:
+        inserts.close()
+        ch.close()
 
 
 def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
@@ -320,13 +322,7 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> 
             except NotComparable:
                 direct, weights = False, None
         mariadb = flavor(conn).mariadb
-    if spec.reader == "mysqlclient":
-        reader, note = mysql_reader.MYSQLCLIENT, "mysqlclient (reader='mysqlclient')"
-    elif spec.reader == "native":
-        reader, note = mysql_reader.NATIVE, "Arrow-native (connectorx; reader='native')"
-    else:
-        reader, note = mysql_reader.choose_reader(spec.source, plan, mappings, schema.primary_key, weight)
-    native_sql = mysql_reader.native_select_list(mappings, weight) if reader == mysql_reader.NATIVE else None
+    native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
     return _Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
                  split, weights), note
 

@@ -11,7 +11,9 @@ def build_session(app_name: str):
 
 
 def _warm(_) -> None:
-    import airflow_sync_provider.spark.full_load  # noqa: F401  (pyarrow, connectorx, clickhouse-connect)
+    import importlib
+
+    importlib.import_module("airflow_sync_provider.spark.full_load")  # pyarrow, connectorx, clickhouse-connect
 
 
 class LazySession:

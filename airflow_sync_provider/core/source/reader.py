@@ -312,3 +312,15 @@ def choose_reader(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapp
     if not mine.equals(text):
         return MYSQLCLIENT, "the native reader read the first rows differently from mysqlclient"
     return NATIVE, f"Arrow-native (connectorx, binary protocol); {len(mine)} probe rows equal mysqlclient's"
+
+
+def native_reader(choice: str, endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], key: list[str],
+                  weight: MySQLColumn | None = None) -> tuple[str | None, str]:
+    """The native reader's SELECT list, or None when mysqlclient reads, and why (for the task
+    log): ``choice`` is a spec's ``reader`` (auto: :func:`choose_reader`'s probe decides)."""
+    if choice == MYSQLCLIENT:
+        return None, "mysqlclient (reader='mysqlclient')"
+    if choice == NATIVE:
+        return native_select_list(mappings, weight), "Arrow-native (connectorx; reader='native')"
+    reader, note = choose_reader(endpoint, plan, mappings, key, weight)
+    return (native_select_list(mappings, weight) if reader == NATIVE else None), note
