@@ -30,12 +30,15 @@ from airflow_sync_provider.core.jobspec import (
     CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, READERS, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
 )
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
-from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
+from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, MIN_SHARD_ROWS, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.submission import spark_submit
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.verify.reports import diff_summary, reconcile_table, shard_table, write_diff_report, write_report
+
+SPLIT_FACTOR_HELP = (f"shards per channel (default: {DEFAULT_SPLIT_FACTOR}, fewer when a shard would hold under "
+                     f"{MIN_SHARD_ROWS:,} rows)")
 
 
 def _print_plan(plan: Plan) -> None:
@@ -261,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--table", required=True)
     plan.add_argument("--split-column")
     plan.add_argument("--channels", type=int, default=None, help="concurrent source connections (default 1)")
-    plan.add_argument("--split-factor", type=int, default=DEFAULT_SPLIT_FACTOR)
+    plan.add_argument("--split-factor", type=int, help=SPLIT_FACTOR_HELP)
     plan.add_argument("--strategy", choices=STRATEGIES, default="balanced")
     plan.add_argument("--byte-speed", type=int, help="global bytes/s limit (needs --channel-byte-speed)")
     plan.add_argument("--record-speed", type=int, help="global records/s limit (needs --channel-record-speed)")
@@ -281,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--exclude-column", action="append", help="leave this column out (repeat)")
     load.add_argument("--channels", type=int, default=2)
     load.add_argument("--split-column")
-    load.add_argument("--split-factor", type=int, default=DEFAULT_SPLIT_FACTOR)
+    load.add_argument("--split-factor", type=int, help=SPLIT_FACTOR_HELP)
     load.add_argument("--strategy", choices=STRATEGIES, default="balanced")
     load.add_argument("--channel-record-speed", type=int)
     load.add_argument("--channel-byte-speed", type=int)

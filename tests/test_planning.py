@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.source.planning import (
-    Plan, PlanError, SpeedLimits, choose_split_column, equal_width_cuts, index_ordered_cuts, shards_from_cuts,
+    DEFAULT_SPLIT_FACTOR, MIN_SHARD_ROWS, Plan, PlanError, SpeedLimits, auto_split_factor, choose_split_column,
+    equal_width_cuts, index_ordered_cuts, shards_from_cuts,
 )
 from airflow_sync_provider.core.source.schema import Index, TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn
@@ -182,3 +183,14 @@ def test_plan_json_round_trip():
                                            "`k` < CAST(%s AS DECIMAL(65, 30))",
                                            "params": ["1.5", "2.25"],
                                            "estimated_rows": None}
+
+
+@given(st.integers(0, 10**9), st.integers(1, 64))
+def test_auto_split_factor_keeps_shards_above_the_floor_and_channels_busy(rows, channels):
+    factor = auto_split_factor(rows, channels)
+    assert 1 <= factor <= DEFAULT_SPLIT_FACTOR
+    # shards hold at least the floor unless that would leave a channel without a shard
+    assert factor == 1 or rows // (channels * factor) >= MIN_SHARD_ROWS
+    # and the full factor once the table is large enough for it
+    if rows >= channels * DEFAULT_SPLIT_FACTOR * MIN_SHARD_ROWS:
+        assert factor == DEFAULT_SPLIT_FACTOR

@@ -12,7 +12,7 @@ from pymysql.constants import SERVER_STATUS
 import pytest
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.source.planning import SpeedLimits, explain, plan_table
+from airflow_sync_provider.core.source.planning import MIN_SHARD_ROWS, SpeedLimits, explain, plan_table
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import mysql_table
 from tests.adversarial import DB, SPLIT, TABLES, WEIRD
@@ -85,6 +85,29 @@ def test_balanced_keeps_shards_even_on_skewed_keys(matrix):
     _, balanced = check_plan(matrix, "skewed", "balanced")
     ratio = lambda counts: max(counts[:-1]) / (sum(counts) / len(counts[:-1]))  # noqa: E731
     assert ratio(balanced) <= 1.5 < ratio(equal), (balanced, equal)
+
+
+def test_an_automatic_split_factor_gives_small_tables_one_shard_per_channel(matrix):
+    """Per-shard costs (ledger writes, a connection, an insert) outweigh splitting a small table:
+    with split_factor=None a table gets fewer shards, never below one per channel, and the
+    shards still partition it exactly."""
+    with matrix.cursor() as cur:
+        cur.execute(f"CREATE TABLE {DB}.auto_small (k BIGINT PRIMARY KEY, v INT)")
+        cur.execute(f"INSERT INTO {DB}.auto_small SELECT seq, seq FROM seq_1_to_{MIN_SHARD_ROWS}")
+        cur.execute(f"ANALYZE TABLE {DB}.auto_small")
+        cur.fetchall()
+    schema = read_table_schema(matrix, DB, "auto_small")
+    for channels, ranges in [(1, 1), (2, 2), (3, 3)]:
+        plan = plan_table(matrix, schema, speed=SpeedLimits(channels=channels))
+        assert len(plan.shards) == ranges + 1 and plan.split_factor == 1, (channels, plan.shards)
+    with matrix.cursor() as cur:  # 4 × the floor: two shards per channel with 2 channels
+        cur.execute(f"INSERT INTO {DB}.auto_small SELECT seq, seq FROM seq_{MIN_SHARD_ROWS + 1}_to_{4 * MIN_SHARD_ROWS}")
+        cur.execute(f"ANALYZE TABLE {DB}.auto_small")
+        cur.fetchall()
+    plan = plan_table(matrix, schema, speed=SpeedLimits(channels=2))
+    assert plan.split_factor == 2 and len(plan.shards) == 5, plan.shards
+    assert len(plan_table(matrix, schema, speed=SpeedLimits(channels=2), split_factor=5).shards) == 11  # as asked
+    check_plan(matrix, "auto_small", "balanced", channels=2, split_factor=2)
 
 
 def test_no_backslash_escapes_and_binary_strings(mysql_url, matrix):

@@ -53,7 +53,7 @@ class FullLoadSpec:
     columns: list | None = None
     exclude_columns: list = field(default_factory=list)
     split_column: str | None = None
-    split_factor: int = DEFAULT_SPLIT_FACTOR
+    split_factor: int | None = None  # shards per channel; None: planning.auto_split_factor
     strategy: str = "balanced"
     # DataX flow control: global and per-channel bytes/s and records/s (None = unlimited)
     byte_speed: int | None = None

@@ -142,6 +142,40 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     return "wait", f"{len(done)}/{len(ids)} shards done"
 
 
+_TIME = "DateTime64(6, 'UTC')"
+# The ledger's tables: (column, ClickHouse type), in the order the writers below give values.
+_LOADS = (
+    ("load_key", "String"), ("generation", "UInt32"), ("status", "LowCardinality(String)"), ("source_table", "String"),
+    ("target_table", "String"), ("plan", "String"), ("parts_table", "String"), ("version", "UInt64"),
+    ("spec", "String"), ("error", "String"), ("repair", "Array(UInt32)"), ("start_position", "String"),
+    ("updated_at", _TIME),
+)
+_SHARDS = (
+    ("load_key", "String"), ("generation", "UInt32"), ("shard_id", "UInt32"), ("attempt", "UInt32"),
+    ("status", "LowCardinality(String)"), ("where_sql", "String"), ("params", "String"), ("records_read", "UInt64"),
+    ("records_written", "UInt64"), ("records_failed", "UInt64"), ("bytes", "UInt64"), ("started_at", _TIME),
+    ("finished_at", f"Nullable({_TIME})"), ("error", "String"), ("version", "UInt64"), ("chunks", "UInt32"),
+    ("resume_key", "String"), ("executor", "String"), ("updated_at", _TIME),
+)
+_RECONCILIATIONS = (
+    ("load_key", "String"), ("generation", "UInt32"), ("verdict", "LowCardinality(String)"),
+    ("mismatched", "Array(UInt32)"), ("checksum", "Bool"), ("report", "String"), ("at", _TIME),
+)
+_DIFFS = (
+    ("diff_key", "String"), ("run_id", "String"), ("verdict", "LowCardinality(String)"), ("old_table", "String"),
+    ("new_table", "String"), ("counts", "Map(String, UInt64)"), ("rows_old", "UInt64"), ("rows_new", "UInt64"),
+    ("rows_read_old", "UInt64"), ("rows_read_new", "UInt64"), ("shards", "UInt32"), ("shards_read", "UInt32"),
+    ("version", "UInt64"), ("at", _TIME),
+)
+_DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these names
+    ("diff_key", "String"), ("run_id", "String"), ("shard_id", "UInt32"), ("old_rows", "UInt64"),
+    ("new_rows", "UInt64"), ("buckets", "UInt32"), ("buckets_read", "UInt32"), ("rows_read_old", "UInt64"),
+    ("rows_read_new", "UInt64"), ("identical", "UInt64"), ("changed", "UInt64"), ("new", "UInt64"),
+    ("deleted", "UInt64"), ("seconds", "Float64"),
+)
+_JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", _TIME))
+
+
 class Ledger:
     """Reads and writes the ledger through a clickhouse-connect client."""
 
@@ -155,65 +189,47 @@ class Ledger:
 
     def ensure(self) -> None:
         self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")
-        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('loads')} (
-            load_key String, generation UInt32, status LowCardinality(String), source_table String,
-            target_table String, plan String, parts_table String, version UInt64, spec String, error String,
-            repair Array(UInt32), updated_at DateTime64(6, 'UTC')
-        ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)""")
+        self._create("loads", _LOADS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)")
+        self._create("shards", _SHARDS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)")
+        # ledgers made by earlier releases: the columns added since
         self.ch.command(f"ALTER TABLE {self.table('loads')} ADD COLUMN IF NOT EXISTS start_position String DEFAULT ''")
-        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('shards')} (
-            load_key String, generation UInt32, shard_id UInt32, attempt UInt32, status LowCardinality(String),
-            where_sql String, params String, records_read UInt64, records_written UInt64,
-            records_failed UInt64, bytes UInt64, started_at DateTime64(6, 'UTC'),
-            finished_at Nullable(DateTime64(6, 'UTC')), error String, updated_at DateTime64(6, 'UTC')
-        ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)""")
         self.ch.command(f"ALTER TABLE {self.table('shards')} ADD COLUMN IF NOT EXISTS version UInt64 DEFAULT 0,"
                         " ADD COLUMN IF NOT EXISTS chunks UInt32 DEFAULT 0,"
                         " ADD COLUMN IF NOT EXISTS resume_key String DEFAULT '',"
                         " ADD COLUMN IF NOT EXISTS executor String DEFAULT ''")
 
+    def _create(self, name: str, columns: tuple, engine: str) -> None:
+        body = ", ".join(f"{ch_ident(n)} {t}" for n, t in columns)
+        self.ch.command(f"CREATE TABLE IF NOT EXISTS {self.table(name)} ({body}) ENGINE = {engine}")
+
+    def _insert(self, name: str, rows: list, columns: tuple) -> None:
+        # with the column types given, clickhouse-connect skips its DESCRIBE TABLE round trip
+        self.ch.insert(self.table(name), rows, column_names=[n for n, _ in columns],
+                       column_type_names=[t for _, t in columns])
+
     def write_reconciliation(self, load_key: str, generation: int, verdict: str, mismatched: list[int],
                              checksum: bool, report: list[dict]) -> None:
-        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('reconciliations')} (
-            load_key String, generation UInt32, verdict LowCardinality(String), mismatched Array(UInt32),
-            checksum Bool, report String, at DateTime64(6, 'UTC')
-        ) ENGINE = MergeTree ORDER BY (load_key, generation, at)""")
-        self.ch.insert(self.table("reconciliations"),
-                       [[load_key, generation, verdict, mismatched, checksum, json.dumps(report), _ts(self._stamp())]],
-                       column_names=["load_key", "generation", "verdict", "mismatched", "checksum", "report", "at"])
+        self._create("reconciliations", _RECONCILIATIONS, "MergeTree ORDER BY (load_key, generation, at)")
+        self._insert("reconciliations", [[load_key, generation, verdict, mismatched, checksum, json.dumps(report),
+                                           _ts(self._stamp())]], _RECONCILIATIONS)
 
     def write_diff(self, result: dict, shards: list[dict]) -> None:
         """A snapshot diff's run: per-flag counts and what was read row by row, per shard too
         (a shard whose checksums agreed shows 0 rows read: pruned)."""
-        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('diffs')} (
-            diff_key String, run_id String, verdict LowCardinality(String), old_table String, new_table String,
-            counts Map(String, UInt64), rows_old UInt64, rows_new UInt64, rows_read_old UInt64, rows_read_new UInt64,
-            shards UInt32, shards_read UInt32, version UInt64, at DateTime64(6, 'UTC')
-        ) ENGINE = MergeTree ORDER BY (diff_key, at)""")
-        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('diff_shards')} (
-            diff_key String, run_id String, shard_id UInt32, old_rows UInt64, new_rows UInt64, buckets UInt32,
-            buckets_read UInt32, rows_read_old UInt64, rows_read_new UInt64, identical UInt64, changed UInt64,
-            new UInt64, deleted UInt64, seconds Float64
-        ) ENGINE = MergeTree ORDER BY (diff_key, run_id, shard_id)""")
+        self._create("diffs", _DIFFS, "MergeTree ORDER BY (diff_key, at)")
+        self._create("diff_shards", _DIFF_SHARDS, "MergeTree ORDER BY (diff_key, run_id, shard_id)")
         r = result
-        self.ch.insert(self.table("diffs"), [[
+        self._insert("diffs", [[
             r["diff_key"], r["run_id"], r["verdict"], r["old"], r["new"], r["counts"], r["rows_old"], r["rows_new"],
             r["rows_read_old"], r["rows_read_new"], r["shards"], r["shards_read"], r["version"] or 0,
-            _ts(self._stamp())]], column_names=["diff_key", "run_id", "verdict", "old_table", "new_table", "counts",
-                                               "rows_old", "rows_new", "rows_read_old", "rows_read_new", "shards",
-                                               "shards_read", "version", "at"])
-        names = ["shard_id", "old_rows", "new_rows", "buckets", "buckets_read", "rows_read_old", "rows_read_new",
-                 "identical", "changed", "new", "deleted", "seconds"]
-        self.ch.insert(self.table("diff_shards"), [[r["diff_key"], r["run_id"], *(s[n] for n in names)] for s in shards],
-                       column_names=["diff_key", "run_id", *names])
+            _ts(self._stamp())]], _DIFFS)
+        self._insert("diff_shards", [[r["diff_key"], r["run_id"], *(s[n] for n, _ in _DIFF_SHARDS[2:])] for s in shards],
+                     _DIFF_SHARDS)
 
     def write_job_result(self, key: str, result: dict) -> None:
         """A cluster-mode job's result (its driver cannot write a file the submitter reads)."""
-        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('job_results')} (
-            result_key String, result String, at DateTime64(6, 'UTC')
-        ) ENGINE = MergeTree ORDER BY result_key TTL toDateTime(at) + INTERVAL 30 DAY""")
-        self.ch.insert(self.table("job_results"), [[key, json.dumps(result, default=str), _ts(self._stamp())]],
-                       column_names=["result_key", "result", "at"])
+        self._create("job_results", _JOB_RESULTS, "MergeTree ORDER BY result_key TTL toDateTime(at) + INTERVAL 30 DAY")
+        self._insert("job_results", [[key, json.dumps(result, default=str), _ts(self._stamp())]], _JOB_RESULTS)
 
     def job_result(self, key: str) -> dict:
         try:
@@ -229,23 +245,20 @@ class Ledger:
         return self._last
 
     def write_load(self, state: LoadState) -> None:
-        self.ch.insert(self.table("loads"), [[
+        self._insert("loads", [[
             state.load_key, state.generation, state.status, state.source_table, state.target_table,
             json.dumps(state.plan), state.parts_table, state.version, json.dumps(state.spec), state.error[:4000],
             state.repair, json.dumps(state.start_position) if state.start_position else "", _ts(self._stamp()),
-        ]], column_names=["load_key", "generation", "status", "source_table", "target_table", "plan",
-                          "parts_table", "version", "spec", "error", "repair", "start_position", "updated_at"])
+        ]], _LOADS)
 
     def write_shard(self, load_key: str, generation: int, shard: ShardState) -> None:
-        self.ch.insert(self.table("shards"), [[
+        self._insert("shards", [[
             load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
             json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
             shard.bytes, _ts(shard.started_at), _ts(shard.finished_at), shard.error[:4000], shard.version,
             shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "", shard.executor,
             _ts(self._stamp()),
-        ]], column_names=["load_key", "generation", "shard_id", "attempt", "status", "where_sql", "params",
-                          "records_read", "records_written", "records_failed", "bytes", "started_at",
-                          "finished_at", "error", "version", "chunks", "resume_key", "executor", "updated_at"])
+        ]], _SHARDS)
 
     def state(self, load_key: str) -> LoadState | None:
         """The newest generation of ``load_key`` with the newest attempt of each shard, or None."""

@@ -3,7 +3,6 @@ from __future__ import annotations
 from airflow_sync_provider.assets import clickhouse_table, is_static, mysql_table, namespace
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, LOAD_PUBLISHED, Ledger
-from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR
 from airflow_sync_provider.core.target.clickhouse import client
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
@@ -32,7 +31,8 @@ class FullLoadOperator(SparkJobOperator):
     :param columns: copy only these columns (default: all); key columns always stay.
     :param exclude_columns: leave these columns out (e.g. a type without a ClickHouse mapping).
     :param split_column: column to shard on (default: primary key → unique → plain index).
-    :param split_factor: shards per channel (DataX default 5); a NULL shard is added.
+    :param split_factor: shards per channel; default: DataX's 5, fewer for a table whose shards would
+        hold under 50,000 rows (``planning.auto_split_factor``). A NULL shard is added.
     :param strategy: ``balanced`` (index-ordered bounds, even shards) or ``equal`` (equal widths).
     :param byte_speed, record_speed: global limits (bytes/s, records/s).
     :param channel_byte_speed, channel_record_speed: per-channel limits.
@@ -59,7 +59,7 @@ class FullLoadOperator(SparkJobOperator):
                  target_database: str | None = None, target_table: str | None = None,
                  columns: list | None = None, exclude_columns: list | None = None,
                  channels: int | None = 2, batch_rows: int = 65536, batch_bytes: int = 64 * 1024 * 1024,
-                 split_column: str | None = None, split_factor: int = DEFAULT_SPLIT_FACTOR,
+                 split_column: str | None = None, split_factor: int | None = None,
                  strategy: str = "balanced", byte_speed: int | None = None, record_speed: int | None = None,
                  channel_byte_speed: int | None = None, channel_record_speed: int | None = None,
                  where: str | None = None, where_params: list | None = None, partition_by: str | None = None,

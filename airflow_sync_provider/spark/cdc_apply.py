@@ -146,14 +146,9 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
     return payloads
 
 
-_CLIENTS: dict = {}  # per Python worker (Spark reuses workers): a client costs ~0.1 s to open
-
-
 def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
     """Runs on an executor: one lane's tables, in order. Returns (source table, rows) per write."""
-    ch = _CLIENTS.get(endpoint)
-    if ch is None:
-        ch = _CLIENTS[endpoint] = target.client(endpoint)
+    ch = target.shared_client(endpoint)
     out = []
     try:
         for database, table, source, data in items:
@@ -163,7 +158,7 @@ def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
             out.append((source, rows.num_rows))
             crash_point("cdc.lane-write")
     except Exception:
-        _CLIENTS.pop(endpoint, None).close()  # a broken connection is not reused
+        target.discard_shared(endpoint)  # a broken connection is not reused
         raise
     return out
 

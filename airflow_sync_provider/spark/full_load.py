@@ -86,9 +86,9 @@ def _clear_shard(copy: _Copy, plan: Plan, ch, database: str, working: str, shard
 
 
 class _Inserts:
-    """At most one insert in flight per channel, on its own ClickHouse session, while the channel
-    reads the next rows: reading (MySQL, connectorx) and writing (ClickHouse) overlap. In order,
-    and always waited for before a shard's outcome is recorded (no write lands after it)."""
+    """At most one insert in flight per channel while the channel reads the next rows: reading
+    (MySQL, connectorx) and writing (ClickHouse) overlap. In order, and always waited for before a
+    shard's outcome is recorded (no write lands after it)."""
 
     def __init__(self, ch):
         self.ch = ch
@@ -114,7 +114,6 @@ class _Inserts:
     def close(self) -> None:
         self.settle()
         self.pool.shutdown()
-        self.ch.close()
 
 
 def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, throttle, rewrite: bool,
@@ -232,12 +231,12 @@ def _channel_start(ledger: Ledger, state: LoadState) -> LoadState:
 
 def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState, shard_ids: list[int]):
     """Runs on an executor (or a driver thread): one channel = one source connection at a time, one throttle."""
-    ch = target.client(spec.target)
+    ch = target.shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
     shards = {s.id: s for s in plan.shards}
     at_start = _retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
-    inserts = _Inserts(target.client(spec.target))
+    inserts = _Inserts(ch)
     try:
         for shard_id in shard_ids:
             previous, now = state.shards.get(shard_id), at_start.shards.get(shard_id)
@@ -250,7 +249,6 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState,
             yield vars(record) | {"seconds": record.seconds}
     finally:
         inserts.close()
-        ch.close()
 
 
 def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
@@ -336,8 +334,7 @@ class _Progress(threading.Thread):
         self.stop = threading.Event()
 
     def run(self):
-        ch = target.client(self.spec.target)
-        ledger = Ledger(ch, self.spec.ledger_database)
+        ledger = Ledger(target.shared_client(self.spec.target), self.spec.ledger_database)
         seen = set()
         while not self.stop.wait(2.0):
             try:
@@ -352,7 +349,6 @@ class _Progress(threading.Thread):
                     print(f"[airflow-sync] shard {shard.shard_id} {shard.status}: {shard.records_written:,} rows, "
                           f"{shard.bytes / 1e6:.1f} MB, {shard.seconds:.1f} s"
                           + (f" — {shard.error}" if shard.error else ""), flush=True)
-        ch.close()
 
 
 def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy: _Copy) -> int:
@@ -379,7 +375,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     started while the driver plans, and not at all when the driver copies the table alone."""
     started = time.time()
     session = lazy(spark)
-    ch = target.client(spec.target)
+    ch = target.shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
     with mysql_reader.connect(spec.source) as conn:
@@ -458,7 +454,6 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     ch.command(f"DROP TABLE IF EXISTS {ch_table(spec.ledger_database, state.parts_table)}")
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
     print(shard_table(shards), flush=True)
-    ch.close()
     phases["publish"] = time.time() - started - sum(phases.values())
     print("[airflow-sync] seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()), flush=True)
     return {

@@ -35,6 +35,10 @@ from airflow_sync_provider.core.sql import mysql_ident, mysql_table
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 DEFAULT_SPLIT_FACTOR = 5  # DataX: shards = channels × split_factor (+1 NULL shard)
+# An automatic split factor (split_factor=None) stays below DEFAULT_SPLIT_FACTOR so that a shard
+# holds at least this many rows (estimated): each shard costs ledger writes, a source
+# connection and an insert (≈0.1 s), which on a small table outweighs what splitting it buys.
+MIN_SHARD_ROWS = 50_000
 EVEN_ENOUGH = 1.2  # balanced keeps equal-width cuts when estimated max/mean rows per shard is at most this
 STRATEGIES = ("equal", "balanced")
 
@@ -344,20 +348,25 @@ class MySQLKeyIndex:
 # --- the plan ----------------------------------------------------------------------------
 
 def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, split_column: str | None = None,
-               split_factor: int = DEFAULT_SPLIT_FACTOR, strategy: str = "balanced",
+               split_factor: int | None = None, strategy: str = "balanced",
                where: Filter | None = None, estimate: bool = True) -> Plan:
     """Plan the shards of ``schema``'s table over an open pymysql connection (session time
     zone UTC, as the readers use, so TIMESTAMP cuts mean the same instants).
 
     ``where`` restricts the load to some rows (a period); every shard carries it, and cuts are
-    taken among the matching rows (split on the period column so that stays an index range)."""
+    taken among the matching rows (split on the period column so that stays an index range).
+    ``split_factor``: shards per channel; None chooses :func:`auto_split_factor`."""
     where = where or Filter()
     if strategy not in STRATEGIES:
         raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if split_factor < 1:
+    if split_factor is not None and split_factor < 1:
         raise PlanError(f"split_factor must be at least 1, got {split_factor}")
     channels = (speed or SpeedLimits(channels=1)).channel_count()
     column_name, index, warnings = choose_split_column(schema, split_column)
+    if split_factor is None:
+        whole = Plan(schema.database, schema.table, None, None, strategy, 1, 1, ())
+        split_factor = 1 if column_name is None else auto_split_factor(
+            _explain_rows(conn, whole, where.apply(Shard(0, "1=1"))), channels)
     if column_name is None:
         shards = [where.apply(Shard(0, "1=1"))]
         plan = Plan(schema.database, schema.table, None, None, strategy, 1, split_factor, (), tuple(warnings))
@@ -393,6 +402,12 @@ def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, s
         shards = [s if s.estimated_rows is not None else dataclasses.replace(s, estimated_rows=_explain_rows(conn, plan, s))
                   for s in shards]
     return dataclasses.replace(plan, shards=tuple(shards))
+
+
+def auto_split_factor(estimated_rows: int, channels: int) -> int:
+    """Shards per channel for a table of about ``estimated_rows``: DataX's 5, fewer when shards
+    would hold under MIN_SHARD_ROWS rows, never under one per channel (channels stay busy)."""
+    return max(1, min(DEFAULT_SPLIT_FACTOR, estimated_rows // (channels * MIN_SHARD_ROWS)))
 
 
 def explain(conn, plan: Plan, shard: Shard) -> dict:
