@@ -78,7 +78,7 @@ def test_reconcile_ok_then_mismatch_marks_the_shard_and_writes_a_report(mysql_co
         cur.execute("INSERT INTO r SELECT seq, seq / 100, IF(seq % 3 = 0, NULL, CONCAT('n', seq)) FROM seq_1_to_8000")
     env = dict(os.environ, MYSQL_URL=mysql_url.rstrip("/") + "/cli_db", CLICKHOUSE_URL=clickhouse_url)
     key = "cli.reconcile"
-    assert run(env, "load", "--table", "r", "--load-key", key, "--channels", "2").returncode == 0
+    assert run(env, "load", "--table", "r", "--load-key", key, "--channels", "2", "--split-factor", "5").returncode == 0
 
     ok = run(env, "reconcile", "--load", key, "--checksum", "--json", "--report-dir", str(tmp_path))
     assert ok.returncode == 0, ok.stderr[-2000:]

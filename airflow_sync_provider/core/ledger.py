@@ -176,8 +176,8 @@ _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these na
 _JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", _TIME))
 
 
-class Ledger:
-    """Reads and writes the ledger through a clickhouse-connect client."""
+class LedgerTables:
+    """Append-only tables in the target's ledger database, through a clickhouse-connect client."""
 
     def __init__(self, client, database: str = DEFAULT_LEDGER_DATABASE):
         self.ch = client
@@ -186,6 +186,24 @@ class Ledger:
 
     def table(self, name: str) -> str:
         return ch_table(self.database, name)
+
+    def _stamp(self) -> float:
+        """Strictly increasing report times from this writer (ReplacingMergeTree keeps the newest)."""
+        self._last = max(_now(), self._last + 1e-6)
+        return self._last
+
+    def _create(self, name: str, columns: tuple, engine: str) -> None:
+        body = ", ".join(f"{ch_ident(n)} {t}" for n, t in columns)
+        self.ch.command(f"CREATE TABLE IF NOT EXISTS {self.table(name)} ({body}) ENGINE = {engine}")
+
+    def _insert(self, name: str, rows: list, columns: tuple) -> None:
+        # with the column types given, clickhouse-connect skips its DESCRIBE TABLE round trip
+        self.ch.insert(self.table(name), rows, column_names=[n for n, _ in columns],
+                       column_type_names=[t for _, t in columns])
+
+
+class Ledger(LedgerTables):
+    """Loads and their shards (hook counters), reconciliations, diffs and cluster-mode results."""
 
     def ensure(self) -> None:
         self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")
@@ -197,15 +215,6 @@ class Ledger:
                         " ADD COLUMN IF NOT EXISTS chunks UInt32 DEFAULT 0,"
                         " ADD COLUMN IF NOT EXISTS resume_key String DEFAULT '',"
                         " ADD COLUMN IF NOT EXISTS executor String DEFAULT ''")
-
-    def _create(self, name: str, columns: tuple, engine: str) -> None:
-        body = ", ".join(f"{ch_ident(n)} {t}" for n, t in columns)
-        self.ch.command(f"CREATE TABLE IF NOT EXISTS {self.table(name)} ({body}) ENGINE = {engine}")
-
-    def _insert(self, name: str, rows: list, columns: tuple) -> None:
-        # with the column types given, clickhouse-connect skips its DESCRIBE TABLE round trip
-        self.ch.insert(self.table(name), rows, column_names=[n for n, _ in columns],
-                       column_type_names=[t for _, t in columns])
 
     def write_reconciliation(self, load_key: str, generation: int, verdict: str, mismatched: list[int],
                              checksum: bool, report: list[dict]) -> None:
@@ -238,11 +247,6 @@ class Ledger:
         except Exception:  # no table yet: the job never got as far as writing
             return {}
         return json.loads(rows[0][0]) if rows else {}
-
-    def _stamp(self) -> float:
-        """Strictly increasing report times from this writer (ReplacingMergeTree keeps the newest)."""
-        self._last = max(_now(), self._last + 1e-6)
-        return self._last
 
     def write_load(self, state: LoadState) -> None:
         self._insert("loads", [[

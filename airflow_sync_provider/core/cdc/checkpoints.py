@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, _ts
-from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, LedgerTables, _ts
+from airflow_sync_provider.core.sql import ch_ident
 
 PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_FAILED = "idle", "running", "failed"
 
@@ -64,43 +64,38 @@ class PipelineTable:
         return f"{self.config['source_database']}.{self.config['source_table']}"
 
 
-class Checkpoints:
-    def __init__(self, client, database: str = DEFAULT_LEDGER_DATABASE):
-        self.ch, self.database = client, database
-        self._last = 0.0
+_TIME = "DateTime64(6, 'UTC')"
+_PIPELINES = (
+    ("pipeline", "String"), ("status", "LowCardinality(String)"), ("checkpoint", "String"), ("tables", "String"),
+    ("error", "String"), ("source_position", "String"), ("source_time", "Float64"), ("events", "UInt64"),
+    ("updated_at", _TIME),
+)
+_COUNTERS = (
+    ("pipeline", "String"), ("source_table", "String"), ("minute", "DateTime('UTC')"), ("events", "UInt64"),
+    ("rows_written", "UInt64"), ("rows_failed", "UInt64"), ("at", _TIME),
+)
+_TABLES = (
+    ("pipeline", "String"), ("source_table", "String"), ("config", "String"), ("since", "String"),
+    ("joined", "UInt8"), ("updated_at", _TIME),
+)
 
-    def table(self, name: str) -> str:
-        return ch_table(self.database, name)
 
+class Checkpoints(LedgerTables):
     def ensure(self) -> None:
         self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")
-        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('cdc_pipelines')} (
-            pipeline String, status LowCardinality(String), checkpoint String, tables String, error String,
-            source_position String, source_time Float64, events UInt64, updated_at DateTime64(6, 'UTC')
-        ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY pipeline""")
-        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('cdc_counters')} (
-            pipeline String, source_table String, minute DateTime('UTC'), events UInt64, rows_written UInt64,
-            rows_failed UInt64, at DateTime64(6, 'UTC')
-        ) ENGINE = MergeTree ORDER BY (pipeline, source_table, minute)""")
-        self.ch.command(f"""CREATE TABLE IF NOT EXISTS {self.table('cdc_tables')} (
-            pipeline String, source_table String, config String, since String, joined UInt8,
-            updated_at DateTime64(6, 'UTC')
-        ) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (pipeline, source_table)""")
-
-    def _stamp(self) -> float:
-        self._last = max(time.time(), self._last + 1e-6)
-        return self._last
+        self._create("cdc_pipelines", _PIPELINES, "ReplacingMergeTree(updated_at) ORDER BY pipeline")
+        self._create("cdc_counters", _COUNTERS, "MergeTree ORDER BY (pipeline, source_table, minute)")
+        self._create("cdc_tables", _TABLES, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, source_table)")
 
     def write(self, state: PipelineState) -> None:
         """Record the state; the checkpoint in it must already be durable in the target."""
         state.heartbeat = self._stamp()
-        self.ch.insert(self.table("cdc_pipelines"), [[
+        self._insert("cdc_pipelines", [[
             state.pipeline, state.status, json.dumps(state.checkpoint.to_dict()) if state.checkpoint else "",
             json.dumps(state.tables), state.error[:4000],
             json.dumps(state.source_position.to_dict()) if state.source_position else "",
             state.source_time, state.events, _ts(state.heartbeat),
-        ]], column_names=["pipeline", "status", "checkpoint", "tables", "error", "source_position", "source_time",
-                          "events", "updated_at"])
+        ]], _PIPELINES)
 
     def state(self, pipeline: str) -> PipelineState | None:
         rows = self.ch.query(
@@ -122,10 +117,9 @@ class Checkpoints:
                               bool(joined)) for config, since, joined in rows]
 
     def write_table(self, pipeline: str, table: PipelineTable) -> None:
-        self.ch.insert(self.table("cdc_tables"), [[
+        self._insert("cdc_tables", [[
             pipeline, table.name, json.dumps(table.config), json.dumps(table.since.to_dict()) if table.since else "",
-            int(table.joined), _ts(self._stamp())]],
-            column_names=["pipeline", "source_table", "config", "since", "joined", "updated_at"])
+            int(table.joined), _ts(self._stamp())]], _TABLES)
 
     def register(self, pipeline: str, config: dict, since: BinlogPosition) -> PipelineTable:
         """Add a table whose copy began at ``since`` (a table already streaming stays as it is)."""
@@ -155,8 +149,7 @@ class Checkpoints:
         minute = _ts(now - now % 60)
         rows = [[pipeline, table, minute, *counts, _ts(now)] for table, counts in per_table.items() if any(counts)]
         if rows:
-            self.ch.insert(self.table("cdc_counters"), rows, column_names=[
-                "pipeline", "source_table", "minute", "events", "rows_written", "rows_failed", "at"])
+            self._insert("cdc_counters", rows, _COUNTERS)
 
     def counters(self, pipeline: str, minutes: int = 10) -> list[dict]:
         """Per table and minute, the newest ``minutes`` minutes with activity."""
