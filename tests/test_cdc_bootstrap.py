@@ -66,7 +66,8 @@ def test_bootstrap_under_live_writes_then_catch_up_is_exact_and_reconciles(mysql
         time.sleep(1)
         result = bootstrap(endpoints, spark, "boot-live", ["mixed", "lines"], channels=2, split_factor=2)
         caught = apply(endpoints, spark, "boot-live", batch_events=2000)
-        time.sleep(1)
+        while writer.changes < 1000 and writer.error is None:  # changes after `caught` too: the last apply's
+            time.sleep(0.2)
     assert writer.error is None, writer.error
     assert writer.held >= 2 and writer.changes >= 1000, (writer.held, writer.changes)
     tables = {t["table"]: t for t in result["tables"]}
