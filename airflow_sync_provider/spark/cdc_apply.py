@@ -6,9 +6,10 @@ read complete transactions in batches (a reader process decodes the next batches
 current one is written). Each batch's changes are routed by hash(table, primary key) on a
 consistent-hash ring to apply lanes; the lanes write in parallel, each lane's rows in binlog
 order: as Spark tasks for a large batch, as threads of the driver for one of at most
-``driver_write_rows`` changes (a Spark job would cost more than the write). Only when every lane's write has been acknowledged does the
-checkpoint advance to the batch's end, so it is never ahead of durable data; a failed write
-leaves it before the batch, and the next run replays from there (same versions: idempotent).
+``driver_write_rows`` changes (a Spark job would cost more than the write). Only when every
+lane's write has been acknowledged does the checkpoint advance to the batch's end, so it is
+never ahead of durable data; a failed write leaves it before the batch, and the next run
+replays from there (same versions: idempotent).
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
 
 
 def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
-    """Runs on an executor: one lane's tables, in order. Returns (source table, rows) per write."""
+    """On an executor or a driver thread: one lane's tables, in order. Returns (source table, rows) per write."""
     ch = target.shared_client(endpoint)
     out = []
     for database, table, source, data in items:
