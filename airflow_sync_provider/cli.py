@@ -181,7 +181,8 @@ def cmd_diff(args) -> int:
 def _cdc_spec(args, service: bool) -> CdcApplySpec:
     return CdcApplySpec(source=MySQLEndpoint.from_url(args.mysql_url), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
                         pipeline=args.pipeline, tables=args.table or [], start_from_loads=args.start_from_load or [],
-                        lanes=args.lanes, batch_events=args.batch_events, reset=args.reset, service=service,
+                        lanes=args.lanes, batch_events=args.batch_events, driver_write_rows=args.driver_write_rows,
+                        reset=args.reset, service=service,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database)
 
@@ -355,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--table", action="append", help="db.table (with a start position from a load)")
         command.add_argument("--lanes", type=int, default=4)
         command.add_argument("--batch-events", type=int, default=20_000)
+        command.add_argument("--driver-write-rows", type=int, default=500_000,
+                             help="batches up to this many row changes are written by the driver (0: Spark tasks)")
         command.add_argument("--reset", action="store_true", help="forget the checkpoint; start from the loads again")
         if name == "run":
             command.add_argument("--max-seconds", type=float, help="stop after this long (default: never)")

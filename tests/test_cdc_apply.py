@@ -81,11 +81,15 @@ def _same_as_a_fresh_full_load(endpoints, spark, ch, table: str, suffix: str):
 
 
 def test_live_writes_caught_up_by_bounded_runs_match_the_source_row_for_row(mysql_url, mysql_conn, ch, endpoints,
-                                                                           spark):
+                                                                           spark, monkeypatch, capsys):
     """A writer at ~500 row changes/s for 20 s; the tables are fully loaded while it writes, and
-    catch-up runs as several bounded runs meanwhile. Afterwards FINAL equals the source and a
-    fresh full load."""
+    catch-up runs as several bounded runs meanwhile, each range split between two reader
+    processes (at any size here). Afterwards FINAL equals the source and a fresh full load."""
     import time
+
+    from airflow_sync_provider.spark import cdc_apply
+
+    monkeypatch.setattr(cdc_apply, "SPLIT_MIN_BYTES", 0)
 
     _create(mysql_conn, MIXED_DDL, LINES_DDL)
     with Writer(mysql_url) as writer:
@@ -98,6 +102,7 @@ def test_live_writes_caught_up_by_bounded_runs_match_the_source_row_for_row(mysq
         written = writer.changes
     assert writer.error is None, writer.error
     runs.append(apply(endpoints, spark, "live"))
+    assert capsys.readouterr().out.count("read by 2 processes") >= 3
     assert len(runs) >= 4 and written >= 5000 and sum(r["events"] for r in runs) >= written * 0.8
     for first, second in zip(runs, runs[1:]):  # each run resumes exactly where the previous one stopped
         assert second["start"] == first["checkpoint"]
@@ -107,8 +112,9 @@ def test_live_writes_caught_up_by_bounded_runs_match_the_source_row_for_row(mysq
     _same_as_a_fresh_full_load(endpoints, spark, ch, "lines", "fresh")
 
 
-# every phase of the first and the second batch of a run: decoded, a lane's worker mid-write,
-# written but not checkpointed, checkpointed
+# every phase of the first and the second batch of a run: decoded, a lane mid-write, written
+# but not checkpointed, checkpointed; the first five with the lanes as threads of the driver,
+# the rest as Spark tasks (a lane's Python worker killed mid-write)
 KILLS = [("cdc.batch-read", 1), ("cdc.lane-write", 1), ("cdc.written", 1), ("cdc.checkpointed", 1),
          ("cdc.batch-read", 2), ("cdc.lane-write", 2), ("cdc.written", 2), ("cdc.checkpointed", 2),
          ("cdc.lane-write", 1), ("cdc.written", 1)]
@@ -150,7 +156,8 @@ def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact
     spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kills", start_from_loads=[key],
                         lanes=2, batch_events=60, stale_after_seconds=0)  # about a transaction per batch
     orphans_before = set(_orphan_readers())  # e.g. of other runs on this machine
-    for point, count in KILLS:
+    for i, (point, count) in enumerate(KILLS):
+        spec.driver_write_rows = CdcApplySpec.driver_write_rows if i < 5 else 0
         write(6)
         monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", f"{point}:{count}")
         began = time.monotonic()
@@ -245,10 +252,12 @@ def test_column_changes_reach_the_target_and_a_key_change_stops_clearly(mysql_co
 
 
 def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exact(tmp_path, ch, clickhouse_url,
-                                                                                   spark):
-    """A private MariaDB: FLUSH BINARY LOGS and a restart between and during runs, then a purge
-    of the checkpoint's file."""
+                                                                                   spark, monkeypatch):
+    """A private MariaDB: FLUSH BINARY LOGS and a restart between and during runs (one run read
+    by two processes split across the files), then a purge of the checkpoint's file."""
     import threading
+
+    from airflow_sync_provider.spark import cdc_apply
 
     import pymysql
 
@@ -287,7 +296,9 @@ def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exa
         server.start()  # a restart opens a new binlog file
         conn = connect()
         changes(3)
-        second = apply(endpoints, spark, "rot")
+        with monkeypatch.context() as split:
+            split.setattr(cdc_apply, "SPLIT_MIN_BYTES", 0)
+            second = apply(endpoints, spark, "rot")
         assert second["start"] == first["checkpoint"]
         files = [BinlogPosition.from_dict(r[k]).seq for r, k in ((first, "checkpoint"), (second, "checkpoint"))]
         assert files[1] >= files[0] + 2  # the run crossed the rotation and the restart

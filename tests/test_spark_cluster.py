@@ -98,7 +98,8 @@ def test_cdc_bootstrap_and_catch_up_run_on_the_cluster(cluster, endpoints, big_t
         cur.execute(f"UPDATE {DB}.small SET v = CONCAT(v, '!') WHERE id % 100 = 0")
         cur.execute(f"DELETE FROM {DB}.small WHERE id % 333 = 0")
         cur.execute(f"UPDATE {DB}.small SET id = 60000 WHERE id = 7")
-    applied = submit(cluster, CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="clu", lanes=2))
+    applied = submit(cluster, CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="clu", lanes=2,
+                                           driver_write_rows=0))  # the lanes as tasks on the workers
     assert applied["events"] >= 400 + 120 + 2
     assert assert_same_rows(big_table, ch, DB, "small") == 40_000 + 2 - 40_000 // 333
     state = Ledger(ch).state(boot["tables"][0]["load_key"])

@@ -73,6 +73,53 @@ def _spec(mysql_url, clickhouse_url, key, **kwargs):
                         target_table="t", load_key=key, channels=2, split_factor=2, **kwargs)
 
 
+def _transactions(sizes, file="mysql-bin.000007", start=4):
+    """SHOW BINLOG EVENTS rows of transactions whose rows events have these sizes (MariaDB's shape)."""
+    rows, pos = [], start
+    for n, size in enumerate(sizes):
+        for kind, length, info in (("Gtid", 42, f"BEGIN GTID 0-1-{n}"), ("Table_map", 60, "table_id: 25 (d.t)"),
+                                   ("Update_rows_v1", size, "table_id: 25 flags: STMT_END_F"),
+                                   ("Xid", 31, f"COMMIT /* xid={n} */")):
+            rows.append((file, pos, kind, pos + length, info))
+            pos += length
+    return rows
+
+
+@given(st.lists(st.integers(100, 5000), min_size=1, max_size=60), st.integers(2, 4))
+def test_a_backlog_is_cut_after_commits_into_shares_of_its_row_bytes(sizes, parts):
+    from airflow_sync_provider.core.cdc.binlog import split_backlog
+
+    events = _transactions(sizes)
+    cuts = split_backlog(events, parts, min_bytes=0)
+    commits = {BinlogPosition(f, end) for f, _, kind, end, _ in events if kind == "Xid"}
+    assert set(cuts) <= commits and cuts == sorted(cuts, key=BinlogPosition.key) and len(cuts) < parts
+    assert len(set(cuts)) == len(cuts) and all(c.key() < (7, events[-1][3]) for c in cuts)  # no empty last part
+    # each part but the last holds at least its share of the row bytes (it ends at the first commit past it)
+    weight, total = 0, sum(sizes)
+    done = {}
+    for f, pos, kind, end, _ in events:
+        weight += (end - pos) if kind.startswith("Update_rows") else 0
+        done[BinlogPosition(f, end)] = weight
+    shares = [done[c] for c in cuts]
+    assert all(share >= total / parts * (k + 1) for k, share in enumerate(shares))
+    if max(sizes) * parts <= total:  # no single transaction larger than a share: every cut is made
+        assert len(cuts) == parts - 1
+
+
+def test_a_small_backlog_is_not_split_and_a_ddl_keeps_it_whole():
+    from airflow_sync_provider.core.cdc.binlog import split_backlog
+
+    events = _transactions([1000] * 10)
+    assert split_backlog(events, 2, min_bytes=20_000) == []
+    assert split_backlog(events, 1, min_bytes=0) == []
+    assert split_backlog(events, 2, min_bytes=0) == [BinlogPosition("mysql-bin.000007", events[4 * 5 - 1][3])]
+    ddl = ("mysql-bin.000007", events[-1][3], "Query", events[-1][3] + 80, "use `d`; ALTER TABLE t ADD COLUMN x INT")
+    assert split_backlog(events[:20] + [ddl] + _transactions([1000] * 10, start=ddl[3]), 2, min_bytes=0) is None
+    commit = ("mysql-bin.000007", ddl[1], "Query", ddl[1] + 30, "COMMIT")  # a non-transactional table's commit
+    assert split_backlog(events[:20] + [commit] + _transactions([1000] * 10, start=commit[3]), 2, min_bytes=0)
+
+
+
 @pytest.mark.slow
 def test_a_full_load_ranks_each_shard_by_its_reads_binlog_position(small_table, mysql_conn, ch, mysql_url,
                                                                    clickhouse_url, spark):

@@ -136,10 +136,16 @@ class CdcApplySpec:
     stop_position: dict | None = None
     service: bool = False
     max_seconds: float | None = None
-    lanes: int = 4  # apply lanes = concurrent Spark tasks writing to ClickHouse
+    lanes: int = 4  # apply lanes = concurrent writers to ClickHouse (Spark tasks or driver threads)
     vnodes: int = 256  # virtual nodes per lane on the hash ring
     batch_events: int = 20_000
     batch_seconds: float = 1.0
+    # a batch of at most this many row changes is written by lane threads in the driver: a Spark
+    # job per batch costs more than it saves (and the SparkContext is not started for it); larger
+    # batches go to executors once the session is up. 0: always executors
+    driver_write_rows: int = 500_000
+    # reader processes a bounded run's backlog is split between (spark/cdc_apply.py: _cuts)
+    readers: int = 2
     server_id: int = 0  # the replica id the binlog reader registers with (0: derived from the pipeline)
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
     ledger_database: str = DEFAULT_LEDGER_DATABASE
@@ -150,8 +156,9 @@ class CdcApplySpec:
     def __post_init__(self):
         if not self.pipeline:
             raise ValueError("a CDC pipeline needs a name (pipeline=...)")
-        if self.lanes < 1 or self.batch_events < 1:
-            raise ValueError(f"pipeline {self.pipeline}: lanes and batch_events must be >= 1")
+        if self.lanes < 1 or self.batch_events < 1 or self.readers < 1 or self.driver_write_rows < 0:
+            raise ValueError(f"pipeline {self.pipeline}: lanes, batch_events and readers must be >= 1, "
+                             "driver_write_rows >= 0")
         self.tables = [table_config(t) for t in self.tables]
         if not self.server_id:  # stable per pipeline, clear of the usual small server ids
             self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30

@@ -22,9 +22,11 @@ class CdcApplyOperator(SparkJobOperator):
     :param tables: ``["db.table", …]`` or dicts with target names, with ``start_position``.
     :param start_position: ``{"file": …, "pos": …}`` for a new pipeline without full loads.
     :param stop_position: stop here instead of at the source's position at start.
-    :param lanes: apply lanes (concurrent Spark tasks writing); keys are routed on a
-        consistent-hash ring with ``vnodes`` virtual nodes per lane.
+    :param lanes: apply lanes (concurrent writers); keys are routed on a consistent-hash ring
+        with ``vnodes`` virtual nodes per lane.
     :param batch_events: row changes per batch (a checkpoint after each).
+    :param driver_write_rows: a batch of at most this many row changes is written by the
+        driver's lane threads, a larger one by Spark tasks (0: always Spark tasks).
     :param reset: forget the checkpoint and start again from ``start_from_loads`` (after a
         re-bootstrap, e.g. when the checkpoint's binlog file was purged).
     """
@@ -35,7 +37,8 @@ class CdcApplyOperator(SparkJobOperator):
     def __init__(self, *, pipeline: str, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", start_from_loads: list | None = None,
                  tables: list | None = None, start_position: dict | None = None, stop_position: dict | None = None,
-                 lanes: int = 4, vnodes: int = 256, batch_events: int = 20_000, reset: bool = False,
+                 lanes: int = 4, vnodes: int = 256, batch_events: int = 20_000, driver_write_rows: int = 500_000,
+                 reset: bool = False,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
@@ -48,6 +51,7 @@ class CdcApplyOperator(SparkJobOperator):
         self.lanes = lanes
         self.vnodes = vnodes
         self.batch_events = batch_events
+        self.driver_write_rows = driver_write_rows
         self.reset = reset
         self.ledger_database = ledger_database
         named = tables if isinstance(tables, (list, tuple)) else []
@@ -59,7 +63,8 @@ class CdcApplyOperator(SparkJobOperator):
         return CdcApplySpec(source=hook.source(), target=hook.target(), pipeline=self.pipeline,
                             tables=list(self.tables or []), start_from_loads=list(self.start_from_loads or []),
                             start_position=self.start_position, stop_position=self.stop_position, lanes=self.lanes,
-                            vnodes=self.vnodes, batch_events=self.batch_events, reset=self.reset,
+                            vnodes=self.vnodes, batch_events=self.batch_events,
+                            driver_write_rows=self.driver_write_rows, reset=self.reset,
                             ledger_database=self.ledger_database)
 
     def summarize(self, result: dict) -> dict:

@@ -1,12 +1,15 @@
 """CDC catch-up: binlog → ClickHouse, versions in binlog order, checkpoint after the write.
 
 Driver: find the pipeline's checkpoint (or, for a new pipeline, the earliest position its
-tables' copies began at: core/cdc/checkpoints.py's ``cdc_tables``), check the source, then read complete transactions in batches (a reader process decodes the next batches
-while the current one is written). Each batch's changes are routed by hash(table, primary key)
-on a consistent-hash ring to apply lanes; the lanes write in parallel as Spark tasks, each
-lane's rows in binlog order. Only when every lane's write has been acknowledged does the
-checkpoint advance to the batch's end, so it is never ahead of durable data; a failed write
-leaves it before the batch, and the next run replays from there (same versions: idempotent).
+tables' copies began at: core/cdc/checkpoints.py's ``cdc_tables``), check the source, then
+read complete transactions in batches (a reader process decodes the next batches while the
+current one is written). Each batch's changes are routed by hash(table, primary key) on a
+consistent-hash ring to apply lanes; the lanes write in parallel, each lane's rows in binlog
+order: as Spark tasks for a large batch, as threads of the driver for one of at most
+``driver_write_rows`` changes (a Spark job would cost more than the write). Only when every
+lane's write has been acknowledged does the checkpoint advance to the batch's end, so it is
+never ahead of durable data; a failed write leaves it before the batch, and the next run
+replays from there (same versions: idempotent).
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import multiprocessing
 import os
 import queue
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute, batches, preflight
+from airflow_sync_provider.core.cdc.binlog import (
+    BinlogReader, TableRoute, backlog_events, batches, preflight, split_backlog,
+)
 from airflow_sync_provider.core.cdc.checkpoints import (
     PIPELINE_FAILED, PIPELINE_IDLE, PIPELINE_RUNNING, Checkpoints, PipelineState, PipelineTable,
 )
@@ -33,6 +39,7 @@ from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
+from airflow_sync_provider.spark.session import LazySession, lazy
 
 
 class ApplyFailed(RuntimeError):
@@ -147,20 +154,27 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
 
 
 def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
-    """Runs on an executor: one lane's tables, in order. Returns (source table, rows) per write."""
+    """On an executor or a driver thread: one lane's tables, in order. Returns (source table, rows) per write."""
     ch = target.shared_client(endpoint)
     out = []
-    try:
-        for database, table, source, data in items:
-            rows = pa.ipc.open_stream(data).read_all()
-            ch.insert_arrow(table, rows, database=database,
-                            settings=target.WEIGHT_SETTINGS if SPLIT_WEIGHT_COLUMN in rows.column_names else None)
-            out.append((source, rows.num_rows))
-            crash_point("cdc.lane-write")
-    except Exception:
-        target.discard_shared(endpoint)  # a broken connection is not reused
-        raise
+    for database, table, source, data in items:
+        rows = pa.ipc.open_stream(data).read_all()
+        ch.insert_arrow(table, rows, database=database,
+                        settings=target.WEIGHT_SETTINGS if SPLIT_WEIGHT_COLUMN in rows.column_names else None)
+        out.append((source, rows.num_rows))
+        crash_point("cdc.lane-write")
     return out
+
+
+def _write_lanes(spec: CdcApplySpec, session: LazySession, payloads: list, changes: int) -> list:
+    """Every lane's writes, in parallel; returns when all are acknowledged."""
+    if changes > spec.driver_write_rows:
+        session.start()  # in the background: until it is up, the driver writes these too
+        if session.ready or spec.driver_write_rows == 0:
+            return (session.get().sparkContext.parallelize(payloads, len(payloads))
+                    .map(lambda items: _write_lane(spec.target, items)).collect())
+    with ThreadPoolExecutor(len(payloads), thread_name_prefix="lane") as pool:
+        return list(pool.map(lambda items: _write_lane(spec.target, items), payloads))
 
 
 @dataclass
@@ -219,9 +233,9 @@ class _Reader:
     """Runs :func:`_read_batches` in a process of its own (decoding is pure Python and would
     otherwise share the driver's interpreter with the writes' bookkeeping)."""
 
-    def __init__(self, spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline):
+    def __init__(self, spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline, ahead: int = 2):
         context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
-        self.out, self.halt = context.Queue(maxsize=2), context.Event()
+        self.out, self.halt = context.Queue(maxsize=ahead), context.Event()
         self.process = context.Process(target=_read_batches, args=(spec, routes, start, stop, deadline, self.out,
                                                                     self.halt, os.getpid()), daemon=True)
         self.process.start()
@@ -244,7 +258,47 @@ class _Reader:
         self.process.join()
 
 
-def _merged(reader: _Reader, limit: int = 8) -> _Decoded:
+class _Readers:
+    """The range split between reader processes at ``cuts`` (core/cdc/binlog.split_backlog),
+    each decoding its part at once; their batches are handed on in binlog order, so the
+    checkpoint still only moves forward over applied batches. A later part's reader decodes
+    ahead into a deeper queue while the earlier parts are applied."""
+
+    AHEAD = 32  # batches a later part's reader may decode ahead (≈ 2–3 MB each at 20k changes)
+
+    def __init__(self, spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline,
+                 cuts: list[BinlogPosition]):
+        bounds = [start, *cuts, stop]
+        self.ends = bounds[1:]
+        self.readers = []
+        try:
+            for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+                self.readers.append(_Reader(spec, routes, a, b, deadline, 2 if i == 0 else self.AHEAD))
+        except BaseException:
+            self.close()
+            raise
+        self.part = 0
+
+    def _handed_on(self, item):
+        """A part's last batch ends at its cut: the next part follows, so it is not the end."""
+        if (isinstance(item, _Decoded) and item.done and self.part < len(self.readers) - 1
+                and item.end.key() == self.ends[self.part].key()):
+            self.part += 1
+            return dataclasses.replace(item, done=False)
+        return item
+
+    def get(self):
+        return self._handed_on(self.readers[self.part].get())
+
+    def get_nowait(self):
+        return self._handed_on(self.readers[self.part].out.get_nowait())
+
+    def close(self):
+        for reader in self.readers:
+            reader.close()
+
+
+def _merged(reader: _Readers, limit: int = 8) -> _Decoded:
     """The next batch, merged with the batches already waiting behind it (in order, up to a DDL
     or the end): when writing is slower than reading, one write and one checkpoint cover them
     all, so the applier keeps up instead of falling behind by a Spark job per batch."""
@@ -253,7 +307,7 @@ def _merged(reader: _Reader, limit: int = 8) -> _Decoded:
         raise batch
     while not (batch.ddl or batch.done) and limit > 1:
         try:
-            more = reader.out.get_nowait()
+            more = reader.get_nowait()
         except queue.Empty:
             return batch
         if isinstance(more, BaseException):
@@ -268,7 +322,7 @@ def _merged(reader: _Reader, limit: int = 8) -> _Decoded:
     return batch
 
 
-def _apply_batches(spec: CdcApplySpec, spark, reader: _Reader, record, totals: dict, poll) -> _Decoded | None:
+def _apply_batches(spec: CdcApplySpec, session: LazySession, reader: _Readers, record, totals: dict, poll) -> _Decoded | None:
     """Write the reader's batches lane by lane and ``record`` each once all its writes are
     acknowledged; returns the last batch (done: the stop was reached; ddl: the reader must
     restart after it), or None when ``poll()`` says tables are waiting to join."""
@@ -279,8 +333,7 @@ def _apply_batches(spec: CdcApplySpec, spark, reader: _Reader, record, totals: d
         per_table = {source: [count, 0, 0] for source, count in batch.per_table.items()}
         if payloads:
             try:
-                results = (spark.sparkContext.parallelize(payloads, len(payloads))
-                           .map(lambda items: _write_lane(spec.target, items)).collect())
+                results = _write_lanes(spec, session, payloads, batch.events)
             except Exception:
                 record(None, {t: [n, 0, n] for t, (n, _, _) in per_table.items()})
                 raise
@@ -298,15 +351,31 @@ def _apply_batches(spec: CdcApplySpec, spark, reader: _Reader, record, totals: d
             return None
 
 
-def _follow(spec: CdcApplySpec, spark, routes: dict, start: BinlogPosition, stop, deadline, record, totals: dict,
+SPLIT_MIN_BYTES = 4 << 20  # a bounded range with fewer row-event bytes is read by one process
+
+
+def _cuts(spec: CdcApplySpec, start: BinlogPosition, stop, deadline) -> list[BinlogPosition]:
+    """Where a bounded range is split between ``spec.readers`` reader processes (none for a
+    service, whose end is open, or a range with a DDL on it)."""
+    if stop is None or deadline is not None or spec.readers < 2 or stop.key() <= start.key():
+        return []
+    with mysql_reader.connect(spec.source) as conn:
+        cuts = split_backlog(backlog_events(conn, start, stop), spec.readers, SPLIT_MIN_BYTES) or []
+    if cuts:
+        print(f"[airflow-sync] pipeline {spec.pipeline!r}: {start} … {stop} read by {len(cuts) + 1} processes, split "
+              f"at {', '.join(map(str, cuts))}", flush=True)
+    return cuts
+
+
+def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, start: BinlogPosition, stop, deadline, record, totals: dict,
             checkpoints: Checkpoints, poll=lambda: False) -> bool:
     """Apply ``routes``' changes from ``start`` until ``stop`` (True) or until ``poll()`` asks to
-    stop early (False), a new reader after each DDL."""
+    stop early (False), new readers after each DDL."""
     position = start
     while True:
-        reader = _Reader(spec, routes, position, stop, deadline)
+        reader = _Readers(spec, routes, position, stop, deadline, _cuts(spec, position, stop, deadline))
         try:
-            batch = _apply_batches(spec, spark, reader, record, totals, poll)
+            batch = _apply_batches(spec, session, reader, record, totals, poll)
         finally:
             reader.close()
         if batch is None:
@@ -324,7 +393,7 @@ def _follow(spec: CdcApplySpec, spark, routes: dict, start: BinlogPosition, stop
             return True
 
 
-def _join(spec: CdcApplySpec, spark, ch, checkpoints: Checkpoints, state: PipelineState, routes: dict,
+def _join(spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoints, state: PipelineState, routes: dict,
           totals: dict) -> list[str]:
     """Tables registered since the stream started (a bootstrap under way, a full load) join it:
     each first replays its own changes from where its copy began up to the checkpoint."""
@@ -344,7 +413,7 @@ def _join(spec: CdcApplySpec, spark, ch, checkpoints: Checkpoints, state: Pipeli
                     checkpoints.write_table(spec.pipeline, table)
                 checkpoints.count(spec.pipeline, per_table)
 
-            _follow(spec, spark, route, table.since, state.checkpoint, None, record, totals, checkpoints)
+            _follow(spec, session, route, table.since, state.checkpoint, None, record, totals, checkpoints)
         table.joined, table.since = True, state.checkpoint
         checkpoints.write_table(spec.pipeline, table)
         routes.update(route)
@@ -355,7 +424,10 @@ def _join(spec: CdcApplySpec, spark, ch, checkpoints: Checkpoints, state: Pipeli
 
 
 def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
+    """``spark``: a SparkSession or a :class:`LazySession` (spark_jobs/cdc_apply.py), built only
+    when a batch is too large for the driver to write (``driver_write_rows``)."""
     started = time.time()
+    session = lazy(spark)
     ch = target.client(spec.target)
     checkpoints = Checkpoints(ch, spec.ledger_database)
     checkpoints.ensure()
@@ -383,7 +455,7 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
         checkpoints.write(state)
         print(f"[airflow-sync] pipeline {spec.pipeline!r}: {len(routes)} table(s) from {start} to "
               f"{stop or 'until stopped'}, {spec.lanes} lane(s)", flush=True)
-        _run(spec, spark, ch, routes, checkpoints, state, stop, totals, started)
+        _run(spec, session, ch, routes, checkpoints, state, stop, totals, started)
     except BaseException as exc:
         state.status, state.error = PIPELINE_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
         if state.checkpoint is not None:
@@ -421,7 +493,7 @@ def _await_tables(spec: CdcApplySpec, checkpoints: Checkpoints, state: PipelineS
         time.sleep(JOIN_POLL_SECONDS)
 
 
-def _run(spec: CdcApplySpec, spark, ch, routes, checkpoints: Checkpoints, state: PipelineState, stop, totals: dict,
+def _run(spec: CdcApplySpec, session: LazySession, ch, routes, checkpoints: Checkpoints, state: PipelineState, stop, totals: dict,
          started: float) -> None:
     """Follow the binlog from the checkpoint until the stop; tables registered meanwhile join."""
     deadline = started + spec.max_seconds if spec.max_seconds else None
@@ -442,6 +514,6 @@ def _run(spec: CdcApplySpec, spark, ch, routes, checkpoints: Checkpoints, state:
         return any(not t.joined for t in checkpoints.tables(spec.pipeline))
 
     while True:
-        totals["joined"] += _join(spec, spark, ch, checkpoints, state, routes, totals)
-        if _follow(spec, spark, routes, state.checkpoint, stop, deadline, record, totals, checkpoints, waiting):
+        totals["joined"] += _join(spec, session, ch, checkpoints, state, routes, totals)
+        if _follow(spec, session, routes, state.checkpoint, stop, deadline, record, totals, checkpoints, waiting):
             return

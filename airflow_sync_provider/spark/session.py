@@ -21,7 +21,7 @@ class LazySession:
 
     Building one costs seconds (the SparkContext, then the Python workers' start-up on the
     first task). A full load starts it while it plans, and never for a table small enough to
-    copy in the driver.
+    copy in the driver; a CDC run at its first batch too large to write from the driver.
     """
 
     def __init__(self, app_name: str):
@@ -58,6 +58,11 @@ class LazySession:
     @property
     def started(self) -> bool:
         return self._thread is not None
+
+    @property
+    def ready(self) -> bool:
+        """Built: get() returns at once."""
+        return self._session is not None
 
     def stop(self) -> None:
         if self._thread is not None:

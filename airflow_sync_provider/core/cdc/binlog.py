@@ -33,7 +33,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, event_version
+from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, event_version, file_seq
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.schema import TableSchema
@@ -271,6 +271,49 @@ def batches(reader: BinlogReader, stop: BinlogPosition | None, max_events: int, 
         yield batch
         if batch.done:
             return
+
+
+# --- splitting a backlog between reader processes ---
+
+_ROWS_EVENT = re.compile(r"^(Write|Update|Delete)_rows")
+_USE_PREFIX = re.compile(r"^\s*use\s+`(?:[^`]|``)*`\s*;\s*", re.IGNORECASE)
+
+
+def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | None:
+    """Cut points (positions right after a commit) that split the row-event bytes of ``events``
+    — (file, pos, type, end_pos, info) rows of SHOW BINLOG EVENTS, in binlog order — into about
+    ``parts`` equal shares. ``[]``: too little to split (under ``min_bytes``); None: a DDL
+    statement lies in the range, so its reading must stay in one piece (the routes change there)."""
+    ends, weight = [], 0  # (position after a commit, row-event bytes before it)
+    for file, pos, kind, end_pos, info in events:
+        if _ROWS_EVENT.match(kind):
+            weight += end_pos - pos
+        elif kind == "Xid" or kind == "Query" and _USE_PREFIX.sub("", info or "").strip().upper() == "COMMIT":
+            ends.append((BinlogPosition(file, end_pos), weight))
+        elif kind == "Query" and _DDL.match(_USE_PREFIX.sub("", info or "")):
+            return None
+    if parts < 2 or weight < min_bytes:
+        return []
+    cuts, share = [], weight / parts
+    for position, before in ends:
+        if before >= share * (len(cuts) + 1) and before < weight:
+            cuts.append(position)
+            if len(cuts) == parts - 1:
+                break
+    return cuts
+
+
+def backlog_events(conn, start: BinlogPosition, stop: BinlogPosition):
+    """SHOW BINLOG EVENTS from ``start`` (an event boundary: a checkpoint) up to ``stop``."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        files = [row[0] for row in cur.fetchall() if start.seq <= file_seq(row[0]) <= stop.seq]
+        for file in files:
+            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, start.pos if file == start.file else 4))
+            for name, pos, kind, _server, end_pos, info in cur.fetchall():
+                if (file_seq(name), pos) >= stop.key():
+                    return
+                yield name, pos, kind, end_pos, info
 
 
 def preflight(conn, start: BinlogPosition | None, user: str = "") -> list[str]:

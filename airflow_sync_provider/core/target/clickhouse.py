@@ -75,14 +75,6 @@ def shared_client(endpoint: ClickHouseEndpoint):
         return ch
 
 
-def discard_shared(endpoint: ClickHouseEndpoint) -> None:
-    """Forget the shared client (after a failure the next user opens a fresh one)."""
-    with _SHARED_LOCK:
-        ch = _SHARED.pop(endpoint, None)
-    if ch is not None:
-        ch.close()
-
-
 def _columns(schema: TableSchema) -> list[str]:
     return [f"{ch_ident(m.name)} {m.ch_type}" for m in schema.mappings()]
 
