@@ -359,8 +359,7 @@ def _cuts(spec: CdcApplySpec, start: BinlogPosition, stop, deadline) -> list[Bin
     service, whose end is open, or a range with a DDL on it)."""
     if stop is None or deadline is not None or spec.readers < 2 or stop.key() <= start.key():
         return []
-    with mysql_reader.connect(spec.source) as conn:
-        cuts = split_backlog(backlog_events(conn, start, stop), spec.readers, SPLIT_MIN_BYTES) or []
+    cuts = split_backlog(backlog_events(spec.source, start, stop), spec.readers, SPLIT_MIN_BYTES) or []
     if cuts:
         print(f"[airflow-sync] pipeline {spec.pipeline!r}: {start} … {stop} read by {len(cuts) + 1} processes, split "
               f"at {', '.join(map(str, cuts))}", flush=True)

@@ -303,17 +303,24 @@ def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | 
     return cuts
 
 
-def backlog_events(conn, start: BinlogPosition, stop: BinlogPosition):
-    """SHOW BINLOG EVENTS from ``start`` (an event boundary: a checkpoint) up to ``stop``."""
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        files = [row[0] for row in cur.fetchall() if start.seq <= file_seq(row[0]) <= stop.seq]
-        for file in files:
-            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, start.pos if file == start.file else 4))
-            for name, pos, kind, _server, end_pos, info in cur.fetchall():
-                if (file_seq(name), pos) >= stop.key():
-                    return
-                yield name, pos, kind, end_pos, info
+def backlog_events(endpoint: MySQLEndpoint, start: BinlogPosition, stop: BinlogPosition):
+    """SHOW BINLOG EVENTS from ``start`` (an event boundary: a checkpoint) up to ``stop``. Raw
+    bytes: an Info column quotes statements, binary values and all."""
+    import pymysql
+
+    conn = pymysql.connect(**endpoint.connect_args(), use_unicode=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            files = [row[0].decode() for row in cur.fetchall()]
+            for file in [f for f in files if start.seq <= file_seq(f) <= stop.seq]:
+                cur.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, start.pos if file == start.file else 4))
+                for name, pos, kind, _server, end_pos, info in cur.fetchall():
+                    if (file_seq(name.decode()), pos) >= stop.key():
+                        return
+                    yield file, pos, kind.decode(), end_pos, (info or b"").decode(errors="replace")
+    finally:
+        conn.close()
 
 
 def preflight(conn, start: BinlogPosition | None, user: str = "") -> list[str]:
