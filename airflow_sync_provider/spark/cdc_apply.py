@@ -273,7 +273,9 @@ class _Readers:
         self.readers = []
         try:
             for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
-                self.readers.append(_Reader(spec, routes, a, b, deadline, 2 if i == 0 else self.AHEAD))
+                # each its own replica id: the server drops a second connection under the same one
+                part = dataclasses.replace(spec, server_id=spec.server_id + i)
+                self.readers.append(_Reader(part, routes, a, b, deadline, 2 if i == 0 else self.AHEAD))
         except BaseException:
             self.close()
             raise
