@@ -107,6 +107,9 @@ class TableRoute:
         if not self.key:
             raise BinlogError(f"table {self.schema.qualified} has no primary key: CDC needs one to know which "
                               "target row a change replaces (give it a primary key, or keep it on full loads)")
+        # per row and value on the hot path: resolved once
+        self._converters = [(m.name, m.rule.from_binlog, m.source) for m in self.mappings]
+        self._key_at = [self.names.index(k) for k in self.key]
 
     @property
     def source(self) -> str:
@@ -120,10 +123,11 @@ class TableRoute:
         if none_sources:  # the reader decodes an empty SET as None; MySQL shows ''
             values = {k: "" if v is None and none_sources.get(k) == NONE_SOURCE.EMPTY_SET else v
                       for k, v in values.items()}
-        return tuple(m.from_binlog(values[m.name]) for m in self.mappings)
+        return tuple(None if (value := values[name]) is None else convert(value, column)
+                     for name, convert, column in self._converters)
 
     def key_of(self, row: tuple) -> tuple:
-        return tuple(row[self.names.index(k)] for k in self.key)
+        return tuple(row[i] for i in self._key_at)
 
     def arrow(self, rows: list[tuple], versions: list[int], deleted: list[int], where: str) -> pa.Table:
         """Rows with their versions and tombstone flags as an Arrow table for the target; values
