@@ -355,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="a new pipeline: a full-load key whose table it replicates (repeat)")
         command.add_argument("--table", action="append", help="db.table (with a start position from a load)")
         command.add_argument("--lanes", type=int, default=4)
-        command.add_argument("--batch-events", type=int, default=20_000)
+        command.add_argument("--batch-events", type=int, default=50_000)
         command.add_argument("--driver-write-rows", type=int, default=500_000,
                              help="batches up to this many row changes are written by the driver (0: Spark tasks)")
         command.add_argument("--reset", action="store_true", help="forget the checkpoint; start from the loads again")

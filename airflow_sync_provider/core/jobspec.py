@@ -138,7 +138,7 @@ class CdcApplySpec:
     max_seconds: float | None = None
     lanes: int = 4  # apply lanes = concurrent writers to ClickHouse (Spark tasks or driver threads)
     vnodes: int = 256  # virtual nodes per lane on the hash ring
-    batch_events: int = 20_000
+    batch_events: int = 50_000  # a bounded run: fewer, larger batches cost fewer checkpoints and writes
     batch_seconds: float = 1.0
     # a batch of at most this many row changes is written by lane threads in the driver: a Spark
     # job per batch costs more than it saves (and the SparkContext is not started for it); larger

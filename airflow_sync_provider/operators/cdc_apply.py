@@ -37,7 +37,7 @@ class CdcApplyOperator(SparkJobOperator):
     def __init__(self, *, pipeline: str, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", start_from_loads: list | None = None,
                  tables: list | None = None, start_position: dict | None = None, stop_position: dict | None = None,
-                 lanes: int = 4, vnodes: int = 256, batch_events: int = 20_000, driver_write_rows: int = 500_000,
+                 lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, driver_write_rows: int = 500_000,
                  reset: bool = False,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
         super().__init__(**kwargs)
