@@ -291,8 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--channel-byte-speed", type=int)
     load.add_argument("--reader", choices=READERS, default="auto",
                       help="auto (Arrow-native unless a probe disagrees with mysqlclient), native or mysqlclient")
-    load.add_argument("--driver-copy-rows", type=int, default=300_000,
-                      help="tables estimated at no more rows are copied by the driver, without executors")
+    load.add_argument("--driver-copy-rows", type=int, default=None,
+                      help="tables estimated at no more rows are copied by the driver, without executors "
+                           "(default: 300,000 on a cluster, every table on a local master; 0: always executors)")
     load.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     load.add_argument("--json", action="store_true")
     load.set_defaults(func=cmd_load)

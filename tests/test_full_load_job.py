@@ -44,9 +44,10 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize("reader", ["auto", "mysqlclient"])
-def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_conn, ch, reader):
-    """Both readers (the Arrow-native default and the mysqlclient fallback) through spark-submit."""
+@pytest.mark.parametrize("reader, driver_copy_rows", [("auto", None), ("mysqlclient", 0)])
+def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_conn, ch, reader, driver_copy_rows):
+    """Both readers (the Arrow-native default and the mysqlclient fallback) through spark-submit,
+    the channels as threads of the driver (the default on a local master) and as Spark tasks."""
     with mysql_conn.cursor() as cur:
         cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
         cur.execute("USE job_types")
@@ -56,7 +57,7 @@ def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_co
     spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
                         source_database="job_types", source_table="types_matrix", target_database="job_types_ch",
                         target_table="types_matrix", channels=2, batch_rows=1, reader=reader,
-                        load_key=f"types-{reader}")
+                        driver_copy_rows=driver_copy_rows, load_key=f"types-{reader}")
     result = spark_submit(spec, timeout=600)
     assert result["status"] == "success", result
     assert result["reader"].startswith("Arrow-native" if reader == "auto" else "mysqlclient"), result["reader"]

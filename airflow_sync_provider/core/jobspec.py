@@ -47,8 +47,10 @@ class FullLoadSpec:
     # table's first rows disagrees with mysqlclient), "native", or "mysqlclient"
     reader: str = "auto"
     # a load estimated at no more rows than this is copied by the driver (its channels as
-    # threads): starting executors (the SparkContext, Python workers) costs more than it saves
-    driver_copy_rows: int = 300_000
+    # threads): starting executors (the SparkContext, Python workers) costs more than it saves.
+    # None: 300,000 on a cluster, every table on a local master (its executors would be
+    # processes of the same machine: the cost without the spread); 0: always executors
+    driver_copy_rows: int | None = None
     # the columns copied: all (None) or these, minus exclude_columns (key columns always stay)
     columns: list | None = None
     exclude_columns: list = field(default_factory=list)

@@ -46,7 +46,8 @@ class FullLoadOperator(SparkJobOperator):
     :param reader: ``auto`` (default: Arrow-native, unless a probe of the first rows disagrees with
         mysqlclient; the task log says which ran), ``native`` or ``mysqlclient``.
     :param driver_copy_rows: tables estimated at no more rows are copied by the Spark driver
-        alone, without starting executors (0: always on executors).
+        alone, without starting executors (default: 300,000 on a cluster, every table on a local
+        master; 0: always on executors).
     """
 
     job = "full_load"
@@ -64,7 +65,7 @@ class FullLoadOperator(SparkJobOperator):
                  channel_byte_speed: int | None = None, channel_record_speed: int | None = None,
                  where: str | None = None, where_params: list | None = None, partition_by: str | None = None,
                  replace_partitions: list | None = None, ledger_database: str = DEFAULT_LEDGER_DATABASE,
-                 skip_if_published: bool = False, reader: str = "auto", driver_copy_rows: int = 300_000, **kwargs):
+                 skip_if_published: bool = False, reader: str = "auto", driver_copy_rows: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.table = table
         self.mysql_conn_id = mysql_conn_id

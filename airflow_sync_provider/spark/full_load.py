@@ -1,13 +1,16 @@
-"""Full load: shards read by ``channels`` concurrent Spark tasks, written as Arrow batches.
+"""Full load: shards read by ``channels`` concurrent channels, written as Arrow batches.
 
 Driver: find or start the load in the ledger, plan (or reuse the stored plan when resuming),
 hand each channel its queue of unfinished shards, report progress, publish when every shard
-has succeeded. Executors: one channel = one source connection draining its queue; per shard,
-drop what earlier attempts wrote, stream the rows, write Arrow batches, report counters.
+has succeeded. Channels run as Spark tasks on a cluster's executors, or as threads of the
+driver for a small table or on a local master (``driver_copy_rows``): one channel = one source
+connection draining its queue; per shard, drop what earlier attempts wrote, stream the rows,
+write Arrow batches, report counters.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +39,7 @@ from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.session import lazy
 
 REPORT_EVERY_SECONDS = 1.0
+DRIVER_COPY_ROWS = 300_000  # on a cluster: tables up to this size are copied by the driver
 
 
 class LoadFailed(RuntimeError):
@@ -378,9 +382,12 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     ch = target.shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
+    driver_rows = spec.driver_copy_rows
+    if driver_rows is None:
+        driver_rows = math.inf if session.local else DRIVER_COPY_ROWS
     with mysql_reader.connect(spec.source) as conn:
         schema = copied_schema(conn, spec_to_dict(spec))
-        if table_rows(conn, spec.source_database, spec.source_table) > spec.driver_copy_rows:
+        if table_rows(conn, spec.source_database, spec.source_table) > driver_rows:
             session.start()  # the SparkContext comes up while the driver plans
     target.check_columns(schema)
     state, plan = _start_or_resume(spec, ledger, schema)
@@ -401,7 +408,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         channels = min(plan.channels, len(todo))
         queues = [todo[i::channels] for i in range(channels)]  # round-robin, like DataX task groups
         estimate = sum(s.estimated_rows or 0 for s in plan.shards if s.id in todo)
-        in_driver = estimate <= spec.driver_copy_rows and not session.started
+        in_driver = estimate <= driver_rows and not session.started
         print(f"[airflow-sync] copying about {estimate:,} rows in {channels} channel(s) "
               + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
         progress = _Progress(spec, state, todo)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import threading
 
 
@@ -64,6 +65,12 @@ class LazySession:
         """Built: get() returns at once."""
         return self._session is not None
 
+    @property
+    def local(self) -> bool:
+        """A local master: executors would run on this machine (spark-submit tells its Python
+        driver the master in $MASTER; known without starting anything)."""
+        return os.environ.get("MASTER", "").startswith("local")
+
     def stop(self) -> None:
         if self._thread is not None:
             self._thread.join()
@@ -83,6 +90,10 @@ class ReadySession(LazySession):
 
     def get(self):
         return self._session
+
+    @property
+    def local(self) -> bool:
+        return self._session.sparkContext.master.startswith("local")
 
     def stop(self) -> None:
         pass  # not ours to stop
