@@ -233,13 +233,15 @@ def _channel_start(ledger: Ledger, state: LoadState) -> LoadState:
     return now if now is not None and now.generation == state.generation else state
 
 
-def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState, shard_ids: list[int]):
+def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState, shard_ids: list[int],
+                  in_driver: bool = False):
     """Runs on an executor (or a driver thread): one channel = one source connection at a time, one throttle."""
     ch = target.shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
     shards = {s.id: s for s in plan.shards}
-    at_start = _retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
+    # a driver thread runs once, right after the driver read the ledger: nothing to look up
+    at_start = state if in_driver else _retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
     inserts = _Inserts(ch)
     try:
         for shard_id in shard_ids:
@@ -403,7 +405,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
           f"{'final layout, published by a swap' if copy.direct else 'one partition per shard'}", flush=True)
 
     phases = {"prepare": time.time() - started}  # where the job's time went (bench/, the task log)
-    per_shard = []
+    per_shard, in_driver = [], False
     if todo:
         channels = min(plan.channels, len(todo))
         queues = [todo[i::channels] for i in range(channels)]  # round-robin, like DataX task groups
@@ -416,8 +418,8 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         try:
             if in_driver:  # the channels as threads: connectorx and HTTP release the GIL
                 with ThreadPoolExecutor(channels) as pool:
-                    per_shard = [r for rs in pool.map(lambda q: list(_load_channel(spec, plan, copy, state, q)), queues)
-                                 for r in rs]
+                    per_shard = [r for rs in pool.map(lambda q: list(_load_channel(spec, plan, copy, state, q, True)),
+                                                      queues) for r in rs]
             else:
                 waited = time.time()
                 context = session.get().sparkContext
@@ -434,7 +436,11 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
             progress.join()
 
     phases["copy"] = time.time() - started - phases["prepare"] - phases.get("spark_start", 0.0)
-    state = _retrying(lambda: ledger.state(spec.load_key), spec.ledger_wait_seconds)
+    if in_driver:  # the channels' own records, as they wrote them to the ledger
+        for record in per_shard:
+            state.shards[record["shard_id"]] = ShardState(**{k: v for k, v in record.items() if k != "seconds"})
+    else:  # what the executors reported, attempts of re-run tasks included
+        state = _retrying(lambda: ledger.state(spec.load_key), spec.ledger_wait_seconds)
     failed = [i for i in (s["id"] for s in state.plan["shards"]) if i not in state.shards
               or state.shards[i].status != SHARD_SUCCESS]
     if failed:

@@ -92,8 +92,8 @@ class ReadySession(LazySession):
         return self._session
 
     @property
-    def local(self) -> bool:
-        return self._session.sparkContext.master.startswith("local")
+    def local(self) -> bool:  # no session at all (a caller copying in-process): the driver copies
+        return self._session is None or self._session.sparkContext.master.startswith("local")
 
     def stop(self) -> None:
         pass  # not ours to stop
