@@ -264,7 +264,7 @@ class _Readers:
     checkpoint still only moves forward over applied batches. A later part's reader decodes
     ahead into a deeper queue while the earlier parts are applied."""
 
-    AHEAD = 32  # batches a later part's reader may decode ahead (≈ 2–3 MB each at 20k changes)
+    AHEAD = 32  # batches a later part's reader may decode ahead (≈ 5–7 MB each at 50k changes)
 
     def __init__(self, spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline,
                  cuts: list[BinlogPosition]):

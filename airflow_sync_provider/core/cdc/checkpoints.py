@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, LedgerTables, _ts
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, _TIME, LedgerTables, _ts
 from airflow_sync_provider.core.sql import ch_ident
 
 PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_FAILED = "idle", "running", "failed"
@@ -64,7 +64,6 @@ class PipelineTable:
         return f"{self.config['source_database']}.{self.config['source_table']}"
 
 
-_TIME = "DateTime64(6, 'UTC')"
 _PIPELINES = (
     ("pipeline", "String"), ("status", "LowCardinality(String)"), ("checkpoint", "String"), ("tables", "String"),
     ("error", "String"), ("source_position", "String"), ("source_time", "Float64"), ("events", "UInt64"),
