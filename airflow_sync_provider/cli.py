@@ -39,6 +39,8 @@ from airflow_sync_provider.core.verify.reports import diff_summary, reconcile_ta
 
 SPLIT_FACTOR_HELP = (f"shards per channel (default: {DEFAULT_SPLIT_FACTOR}, fewer when a shard would hold under "
                      f"{MIN_SHARD_ROWS:,} rows)")
+DRIVER_COPY_ROWS_HELP = ("tables estimated at no more rows are copied by the driver's own channels, without executors "
+                         "(default: 300,000 on a cluster, every table on a local master; 0: always executors)")
 
 
 def _print_plan(plan: Plan) -> None:
@@ -198,7 +200,7 @@ def cmd_cdc_bootstrap(args) -> int:
                             target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
                             tables=args.table, channels=args.channels, chunk_rows=args.chunk_rows,
                             watermark_table=args.watermark_table, restart=args.restart,
-                            ledger_database=args.ledger_database)
+                            ledger_database=args.ledger_database, driver_copy_rows=args.driver_copy_rows)
     return _submit(spec, args, "cdc bootstrap", lambda r: "\n".join(
         [f"bootstrapped {t['table']} → {t['target']}: {t['rows']:,} rows in {t['chunks']} chunks "
          f"({t['rows_read_now']:,} rows read now), {t['seconds']:.1f} s" for t in r["tables"]]
@@ -291,9 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--channel-byte-speed", type=int)
     load.add_argument("--reader", choices=READERS, default="auto",
                       help="auto (Arrow-native unless a probe disagrees with mysqlclient), native or mysqlclient")
-    load.add_argument("--driver-copy-rows", type=int, default=None,
-                      help="tables estimated at no more rows are copied by the driver, without executors "
-                           "(default: 300,000 on a cluster, every table on a local master; 0: always executors)")
+    load.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
     load.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     load.add_argument("--json", action="store_true")
     load.set_defaults(func=cmd_load)
@@ -374,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--chunk-rows", type=int, default=100_000)
     boot.add_argument("--watermark-table", help="MySQL only: db.table the job may create and write (exact positions)")
     boot.add_argument("--restart", action="store_true", help="start again instead of resuming")
+    boot.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
     boot.add_argument("--master", default="local[2]")
     boot.add_argument("--json", action="store_true")
     boot.set_defaults(func=cmd_cdc_bootstrap)

@@ -4,4 +4,4 @@ from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.entry import run_job
 
 if __name__ == "__main__":
-    run_job(run_cdc_bootstrap)
+    run_job(run_cdc_bootstrap, lazy_session=True)

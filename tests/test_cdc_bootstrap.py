@@ -3,6 +3,7 @@ to catch-up, compared with the source row for row."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import threading
@@ -105,41 +106,53 @@ def test_collated_string_key_pages_without_skipping_or_repeating_a_row(mysql_con
     assert assert_same_rows(mysql_conn, ch, DB, "names") == rows
 
 
+@pytest.mark.parametrize("channels_in", ["executors", "driver"])
 def test_killed_mid_bootstrap_resumes_after_the_last_finished_chunk(mysql_conn, mysql_url, clickhouse_url, ch,
-                                                                     endpoints, monkeypatch):
-    """The job (spark-submit) is killed by SIGKILL in an executor right after a chunk's rows are
-    written and before the ledger records them. The re-run (through the CLI) reads only the
-    unfinished chunks (the killed one again), the ledger counts every row once, and the copy is
-    exact."""
+                                                                     endpoints, monkeypatch, channels_in):
+    """The job (spark-submit) is killed by SIGKILL in the channel right after a chunk's rows are
+    written and before the ledger records them: in an executor (the driver records the failure)
+    or in the driver itself (nothing records it: the load's heartbeat goes stale). The re-run
+    (through the CLI, or once stale) reads only the unfinished chunks (the killed one again), the
+    ledger counts every row once, and the copy is exact."""
     import json
     import subprocess
     import sys
 
     from airflow_sync_provider.core.submission import spark_submit
 
-    _create(mysql_conn, f"CREATE TABLE {DB}.crash (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL)")
+    table = f"crash_{channels_in}"
+    _create(mysql_conn, f"CREATE TABLE {DB}.{table} (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL)")
     with mysql_conn.cursor() as cur:
-        cur.execute(f"INSERT INTO {DB}.crash SELECT seq, CONCAT('v', seq) FROM {DB}.seq_1_to_6000")
-    spec = CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="crash", tables=[f"{DB}.crash"],
-                            chunk_rows=500, channels=1, split_factor=2)
+        cur.execute(f"INSERT INTO {DB}.{table} SELECT seq, CONCAT('v', seq) FROM {DB}.seq_1_to_6000")
+    spec = CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline=table, tables=[f"{DB}.{table}"],
+                            chunk_rows=500, channels=1, split_factor=2,
+                            driver_copy_rows=0 if channels_in == "executors" else None)
     monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", "bootstrap.chunk-written:4")
     killed = spark_submit(spec, timeout=300)
     assert killed["status"] == "failed"
-    state = Ledger(ch).state("cdc:crash:boot.crash")
+    state = Ledger(ch).state(f"cdc:{table}:boot.{table}")
     recorded = sum(s.records_read for s in state.shards.values())
-    assert state.status == "failed" and recorded == 3 * 500  # three chunks recorded, the fourth written only
+    assert recorded == 3 * 500  # three chunks recorded, the fourth written only
     monkeypatch.delenv("AIRFLOW_SYNC_CRASH_AT")
-    cli = subprocess.run([sys.executable, "-m", "airflow_sync_provider.cli", "cdc", "bootstrap", "--pipeline", "crash",
-                          "--table", f"{DB}.crash", "--chunk-rows", "500", "--channels", "1", "--json"],
-                         env={**os.environ, "MYSQL_URL": mysql_url, "CLICKHOUSE_URL": clickhouse_url},
-                         capture_output=True, text=True, timeout=300)
-    assert cli.returncode == 0, cli.stderr[-3000:]
-    resumed = json.loads(cli.stdout)
+    if channels_in == "executors":
+        assert state.status == "failed"
+        cli = subprocess.run([sys.executable, "-m", "airflow_sync_provider.cli", "cdc", "bootstrap", "--pipeline",
+                              table, "--table", f"{DB}.{table}", "--chunk-rows", "500", "--channels", "1", "--json",
+                              "--driver-copy-rows", "0"],
+                             env={**os.environ, "MYSQL_URL": mysql_url, "CLICKHOUSE_URL": clickhouse_url},
+                             capture_output=True, text=True, timeout=300)
+        assert cli.returncode == 0, cli.stderr[-3000:]
+        resumed = json.loads(cli.stdout)
+    else:
+        assert state.status == "running"  # until its heartbeat is stale, another run must wait
+        busy = spark_submit(spec, timeout=300)
+        assert busy["status"] == "failed" and "running elsewhere" in busy["error"], busy
+        resumed = spark_submit(dataclasses.replace(spec, stale_after_seconds=1), timeout=300)
     assert resumed["status"] == "success", resumed
-    table = resumed["tables"][0]
-    assert table["rows_read_now"] == 6000 - recorded and table["rows"] == 6000
-    assert table["chunks_read_now"] == table["chunks"] - 3
-    assert assert_same_rows(mysql_conn, ch, DB, "crash") == 6000
+    result = resumed["tables"][0]
+    assert result["rows_read_now"] == 6000 - recorded and result["rows"] == 6000
+    assert result["chunks_read_now"] == result["chunks"] - 3
+    assert assert_same_rows(mysql_conn, ch, DB, table) == 6000
 
 
 class _Churn(threading.Thread):

@@ -91,7 +91,8 @@ def test_cdc_bootstrap_and_catch_up_run_on_the_cluster(cluster, endpoints, big_t
     with big_table.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.small SELECT seq, CONCAT('v', seq) FROM {DB}.seq_1_to_40000")
     boot = submit(cluster, CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="clu",
-                                            tables=[f"{DB}.small"], channels=2, chunk_rows=5000))
+                                            tables=[f"{DB}.small"], channels=2, chunk_rows=5000,
+                                            driver_copy_rows=0))  # the chunks as tasks on the workers
     assert boot["tables"][0]["rows"] == 40_000
     with big_table.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.small VALUES (50001, 'new'), (50002, NULL)")

@@ -191,6 +191,7 @@ class CdcBootstrapSpec:
     channel_byte_speed: int | None = None
     watermark_table: str | None = None
     restart: bool = False  # start the tables' bootstraps again instead of resuming unfinished ones
+    driver_copy_rows: int | None = None  # as for a full load: tables copied by the driver's own channels
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     ledger_wait_seconds: float = 300.0
     stale_after_seconds: float = STALE_AFTER_SECONDS

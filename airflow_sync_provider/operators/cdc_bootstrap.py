@@ -24,6 +24,9 @@ class CdcBootstrapOperator(SparkJobOperator):
     :param watermark_table: MySQL sources only: a ``db.table`` the job may create and write,
         which makes each chunk's binlog position exact (MariaDB reports it without one).
     :param restart: start again instead of resuming an unfinished bootstrap.
+    :param driver_copy_rows: tables estimated at no more rows are read by the Spark driver's own
+        channels (threads), without executors; default: 300,000 on a cluster, every table on a
+        local master; 0: always Spark tasks.
     """
 
     job = "cdc_bootstrap"
@@ -33,7 +36,7 @@ class CdcBootstrapOperator(SparkJobOperator):
                  clickhouse_conn_id: str = "clickhouse_default", channels: int = 2, chunk_rows: int = 100_000,
                  split_factor: int | None = None, watermark_table: str | None = None, restart: bool = False,
                  channel_record_speed: int | None = None, channel_byte_speed: int | None = None,
-                 ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
+                 ledger_database: str = DEFAULT_LEDGER_DATABASE, driver_copy_rows: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.tables = tables
@@ -47,6 +50,7 @@ class CdcBootstrapOperator(SparkJobOperator):
         self.channel_record_speed = channel_record_speed
         self.channel_byte_speed = channel_byte_speed
         self.ledger_database = ledger_database
+        self.driver_copy_rows = driver_copy_rows
         tables = tables if isinstance(tables, (list, tuple)) else []
         self.declare_assets([mysql_table(mysql_conn_id, *q) for t in tables if (q := qualified(t))],
                             [clickhouse_table(clickhouse_conn_id, *q) for t in tables if (q := target_of(t))])
@@ -63,7 +67,7 @@ class CdcBootstrapOperator(SparkJobOperator):
                                 watermark_table=self.watermark_table, restart=self.restart,
                                 channel_record_speed=self.channel_record_speed,
                                 channel_byte_speed=self.channel_byte_speed, ledger_database=self.ledger_database,
-                                **extra)
+                                driver_copy_rows=self.driver_copy_rows, **extra)
 
     def summarize(self, result: dict) -> dict:
         for table in result["tables"]:

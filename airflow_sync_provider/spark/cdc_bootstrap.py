@@ -2,8 +2,9 @@
 
 Driver, per table: record the source's binlog position P0, plan shards on the primary key's
 first column, create the target if it is missing and register the table with the pipeline
-(it replays the table's changes from P0). Executors: one channel reads its shards chunk by
-chunk (core/cdc/chunks.py); each chunk is one consistent snapshot whose binlog position P
+(it replays the table's changes from P0). Channels (Spark tasks, or threads of the driver as
+for a full load: spark/channels.py): one channel reads its shards chunk by chunk
+(core/cdc/chunks.py); each chunk is one consistent snapshot whose binlog position P
 gives its rows the version of a snapshot at P, written straight into the live target: every
 change after P outranks them, every change before P is in them. After the last chunk, rows
 older than any bootstrap read (an earlier copy's keys the source no longer has) are deleted.
@@ -34,7 +35,12 @@ from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.spark.full_load import LoadFailed, _Progress, _retrying
+from airflow_sync_provider.core.source.schema import table_rows
+from airflow_sync_provider.spark.channels import (
+    Inserts, Progress, driver_copy_limit, retrying, run_channels,
+)
+from airflow_sync_provider.spark.full_load import LoadFailed
+from airflow_sync_provider.spark.session import lazy
 
 
 class BootstrapFailed(LoadFailed):
@@ -50,7 +56,7 @@ def _fence(spec: CdcBootstrapSpec) -> str | None:
 
 def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key: ChunkKey, mappings, weight: bool,
                      columns_sql: str, native_sql: str | None, ch, ledger: Ledger, state: LoadState, shard, conn,
-                     kind, throttle):
+                     kind, throttle, inserts: Inserts):
     previous = state.shards.get(shard.id)
     record = ShardState(shard.id, (previous.attempt if previous else 0) + 1, SHARD_RUNNING, shard.where,
                         list(shard.params), started_at=time.time(),
@@ -66,6 +72,7 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
         ledger.write_shard(state.load_key, state.generation, record)
         while True:
             holder, nbytes, written = {}, 0, 0
+            version_column = None
             # the chunk's snapshot and its version: MariaDB's own position of the snapshot (read
             # inside the native SELECT), else the position taken before it (core/cdc/positions.py)
             native = native_sql is not None
@@ -79,26 +86,24 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
                 batches = mysql_reader.read_chunk(conn, plan, mappings, shard, key, after, spec.chunk_rows,
                                                   min(spec.batch_rows, spec.chunk_rows), columns_sql, weight, holder)
             try:
-                # each batch goes to the copy as it is read (memory: one batch, whatever chunk_rows
-                # is); the chunk counts only once all of it is written (a crash re-reads it whole)
+                # each batch goes to the copy while the next is read (memory: two batches, whatever
+                # chunk_rows is); the chunk counts only once all of it is written (a crash re-reads it whole)
                 for batch in batches:
                     if version is None:
                         version = holder["snapshot"] - 2
+                    rows = batch.num_rows
                     table = pa.Table.from_batches([batch])
-                    table = table.append_column(target.VERSION_COLUMN,
-                                                pa.array([version] * batch.num_rows, pa.uint64()))
-                    try:
-                        ch.insert_arrow(load.target_table, table.rename_columns(names),
-                                        database=load.target_database, settings=settings)
-                    except Exception:
-                        record.records_failed += batch.num_rows
-                        raise
-                    written += batch.num_rows
+                    table = table.append_column(target.VERSION_COLUMN, pa.repeat(pa.scalar(version, pa.uint64()), rows))
+                    inserts.submit(lambda client, table=table.rename_columns(names), rows=rows: _insert(
+                        client, load, table, settings, record, rows))
+                    written += rows
                     nbytes += batch.nbytes
-                    throttle.account(batch.num_rows, batch.nbytes)
+                    throttle.account(rows, batch.nbytes)
+                inserts.wait()
             except mysql_reader.NativeReadError as exc:  # this chunk again (its rows rank the same), by mysqlclient
                 print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); mysqlclient reads "
                       "the rest of the shard", flush=True)
+                inserts.wait()
                 native_sql = None
                 continue
             cur = conn.cursor()
@@ -120,16 +125,27 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
                 break
         record.status = SHARD_SUCCESS
     except Exception as exc:
+        inserts.settle()
         record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
     record.finished_at = time.time()
-    _retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
+    retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
     return record
 
 
+def _insert(client, load: FullLoadSpec, table: pa.Table, settings, record: ShardState, rows: int) -> None:
+    try:
+        client.insert_arrow(load.target_table, table, database=load.target_database, settings=settings)
+    except Exception:
+        record.records_failed += rows
+        raise
+
+
 def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, native_sql, state, shard_ids):
-    """Runs on an executor: one source connection and one throttle for a queue of shards."""
-    ch = target.client(spec.target)
+    """Runs on an executor or a driver thread: one source connection, one throttle and one
+    insert in flight for a queue of shards."""
+    ch = target.shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
+    inserts = Inserts(ch)
     throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
     shards = {s.id: s for s in plan.shards}
     conn = mysql_reader.stream_connect(spec.source)
@@ -137,14 +153,14 @@ def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, nat
     try:
         for shard_id in shard_ids:
             record = _bootstrap_shard(spec, load, plan, key, mappings, weight, columns_sql, native_sql, ch, ledger,
-                                      state, shards[shard_id], conn, kind, throttle)
+                                      state, shards[shard_id], conn, kind, throttle, inserts)
             if record.status != SHARD_SUCCESS:  # the connection may be broken: a fresh one
                 conn.close()
                 conn = mysql_reader.stream_connect(spec.source)
             yield vars(record) | {"seconds": record.seconds}
     finally:
+        inserts.close()
         conn.close()
-        ch.close()
 
 
 def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkpoints: Checkpoints, conn, schema,
@@ -205,7 +221,7 @@ def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition) -> int:
     return stale
 
 
-def _bootstrap_table(spec: CdcBootstrapSpec, spark, ch, ledger: Ledger, checkpoints: Checkpoints,
+def _bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpoints: Checkpoints,
                      table: dict) -> dict:
     started = time.time()
     with mysql_reader.connect(spec.source) as conn:
@@ -215,6 +231,10 @@ def _bootstrap_table(spec: CdcBootstrapSpec, spark, ch, ledger: Ledger, checkpoi
         if spec.watermark_table and not flavor(conn).mariadb:
             ensure_fence(conn, _fence(spec))
         load, state, plan = _start_or_resume(spec, table, ledger, checkpoints, conn, schema, key)
+        in_driver = (table_rows(conn, table["source_database"], table["source_table"])
+                     <= driver_copy_limit(spec.driver_copy_rows, session))
+    if not in_driver and state.status != LOAD_PUBLISHED:
+        session.start()  # the SparkContext comes up while the driver prepares
     if state.status == LOAD_PUBLISHED:
         print(f"[airflow-sync] {schema.qualified} was bootstrapped for pipeline {spec.pipeline!r} already "
               f"(generation {state.generation}); skipped (restart=True bootstraps it again)", flush=True)
@@ -236,35 +256,29 @@ def _bootstrap_table(spec: CdcBootstrapSpec, spark, ch, ledger: Ledger, checkpoi
     todo = state.todo()
     before = {i: (s.records_read, s.chunks) for i, s in state.shards.items()}  # finished chunks of earlier runs
     print(f"[airflow-sync] bootstrap {schema.qualified} (pipeline {spec.pipeline!r}, from {start}): {len(todo)} of "
-          f"{len(plan.shards)} shards to read in chunks of {spec.chunk_rows:,} rows, {plan.channels} channel(s)",
-          flush=True)
+          f"{len(plan.shards)} shards to read in chunks of {spec.chunk_rows:,} rows, {plan.channels} channel(s) "
+          + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
     per_shard = []
     if todo:
         channels = min(plan.channels, len(todo))
         queues = [todo[i::channels] for i in range(channels)]
-        progress = _Progress(load, state, todo)
-        progress.start()
         try:
-            per_shard = (spark.sparkContext.parallelize(queues, channels)
-                         .mapPartitions(lambda qs: (r for q in qs for r in _bootstrap_channel(
-                             spec, load, plan, key, mappings, weight, columns_sql, native_sql, state, q)))
-                         .collect())
+            with Progress(load, state, todo):
+                per_shard = run_channels(session, queues, lambda q, _: _bootstrap_channel(
+                    spec, load, plan, key, mappings, weight, columns_sql, native_sql, state, q), in_driver)
         except Exception as exc:  # e.g. an executor died: record it, so a retry resumes at once
             state.status, state.error = LOAD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
-            _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+            retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
             raise BootstrapFailed(f"table {schema.qualified}: the bootstrap job failed ({type(exc).__name__}: "
                                   f"{str(exc)[:500]}); run it again: it resumes after each shard's last finished "
                                   "chunk") from exc
-        finally:
-            progress.stop.set()
-            progress.join()
     state = ledger.state(load.load_key)
     failed = [s["id"] for s in state.plan["shards"]
               if s["id"] not in state.shards or state.shards[s["id"]].status != SHARD_SUCCESS]
     if failed:
         errors = "; ".join(f"shard {i}: {state.shards[i].error}" for i in failed if i in state.shards)
         state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
-        _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+        retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
         raise BootstrapFailed(f"table {schema.qualified}: {state.error}. Run the bootstrap again: it resumes after "
                               "each shard's last finished chunk")
     dropped = _drop_older(ch, load, start)
@@ -288,15 +302,17 @@ def _summary(state: LoadState, load: FullLoadSpec, schema, plan: Plan, before: d
 
 
 def run_cdc_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
+    """``spark``: a SparkSession or a :class:`LazySession`, started only for a table whose
+    channels run as Spark tasks (spark/channels.py)."""
     started = time.time()
-    ch = target.client(spec.target)
+    session = lazy(spark)
+    ch = target.shared_client(spec.target)
     ledger, checkpoints = Ledger(ch, spec.ledger_database), Checkpoints(ch, spec.ledger_database)
     ledger.ensure()
     checkpoints.ensure()
-    tables = [_bootstrap_table(spec, spark, ch, ledger, checkpoints, table) for table in spec.tables]
+    tables = [_bootstrap_table(spec, session, ch, ledger, checkpoints, table) for table in spec.tables]
     with mysql_reader.connect(spec.source) as conn:
         end = current_position(conn)
-    ch.close()
     start = min((BinlogPosition.from_dict(t["start_position"]) for t in tables), key=BinlogPosition.key)
     return {"pipeline": spec.pipeline, "tables": tables, "rows": sum(t["rows"] for t in tables),
             "start_position": start.to_dict(), "end_position": end.to_dict(),

@@ -10,10 +10,7 @@ write Arrow batches, report counters.
 
 from __future__ import annotations
 
-import math
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -36,28 +33,16 @@ from airflow_sync_provider.core.target.shards import (
 )
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
+from airflow_sync_provider.spark.channels import (
+    Inserts, Progress, driver_copy_limit, retrying, run_channels,
+)
 from airflow_sync_provider.spark.session import lazy
 
 REPORT_EVERY_SECONDS = 1.0
-DRIVER_COPY_ROWS = 300_000  # on a cluster: tables up to this size are copied by the driver
 
 
 class LoadFailed(RuntimeError):
     pass
-
-
-def _retrying(action, wait_seconds: float):
-    """Run a ledger write, retrying while the target is unreachable (a failure must be recorded)."""
-    deadline = time.monotonic() + wait_seconds
-    delay = 0.5
-    while True:
-        try:
-            return action()
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 10)
 
 
 @dataclass(frozen=True)
@@ -89,39 +74,8 @@ def _clear_shard(copy: _Copy, plan: Plan, ch, database: str, working: str, shard
     ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
 
 
-class _Inserts:
-    """At most one insert in flight per channel while the channel reads the next rows: reading
-    (MySQL, connectorx) and writing (ClickHouse) overlap. In order, and always waited for before a
-    shard's outcome is recorded (no write lands after it)."""
-
-    def __init__(self, ch):
-        self.ch = ch
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="insert")
-        self.future = None
-
-    def submit(self, insert) -> None:
-        self.wait()
-        self.future = self.pool.submit(insert, self.ch)
-
-    def wait(self) -> None:
-        future, self.future = self.future, None
-        if future is not None:
-            future.result()
-
-    def settle(self) -> None:
-        """Wait without raising (the shard already failed)."""
-        try:
-            self.wait()
-        except Exception:
-            pass
-
-    def close(self) -> None:
-        self.settle()
-        self.pool.shutdown()
-
-
 def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, throttle, rewrite: bool,
-                inserts: _Inserts):
+                inserts: Inserts):
     """Copy one shard; ``rewrite``: an earlier attempt of it may have written rows."""
     names = copy.names()
     settings = target.WEIGHT_SETTINGS if copy.direct and copy.weight else None
@@ -221,7 +175,7 @@ def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, thro
         record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
         record.version = record.version or 0
     record.finished_at = time.time()
-    _retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
+    retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
     return record
 
 
@@ -241,8 +195,8 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState,
     throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
     shards = {s.id: s for s in plan.shards}
     # a driver thread runs once, right after the driver read the ledger: nothing to look up
-    at_start = state if in_driver else _retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
-    inserts = _Inserts(ch)
+    at_start = state if in_driver else retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
+    inserts = Inserts(ch)
     try:
         for shard_id in shard_ids:
             previous, now = state.shards.get(shard_id), at_start.shards.get(shard_id)
@@ -331,32 +285,6 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> 
                  split, weights), note
 
 
-class _Progress(threading.Thread):
-    """Driver-side: keeps the load's heartbeat and logs each shard as it finishes."""
-
-    def __init__(self, spec: FullLoadSpec, state: LoadState, todo: list[int]):
-        super().__init__(daemon=True)
-        self.spec, self.state, self.todo = spec, state, set(todo)
-        self.stop = threading.Event()
-
-    def run(self):
-        ledger = Ledger(target.shared_client(self.spec.target), self.spec.ledger_database)
-        seen = set()
-        while not self.stop.wait(2.0):
-            try:
-                ledger.write_load(self.state)  # heartbeat
-                current = ledger.state(self.state.load_key)
-            except Exception as exc:  # the target may be briefly unreachable; the shards record it
-                print(f"[airflow-sync] progress: ledger unreachable ({type(exc).__name__})", flush=True)
-                continue
-            for shard in sorted(current.shards.values(), key=lambda s: s.shard_id):
-                if shard.shard_id in self.todo and shard.status != SHARD_RUNNING and shard.shard_id not in seen:
-                    seen.add(shard.shard_id)
-                    print(f"[airflow-sync] shard {shard.shard_id} {shard.status}: {shard.records_written:,} rows, "
-                          f"{shard.bytes / 1e6:.1f} MB, {shard.seconds:.1f} s"
-                          + (f" — {shard.error}" if shard.error else ""), flush=True)
-
-
 def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy: _Copy) -> int:
     """Make the loaded rows visible: swap in a full copy, replace a period's partitions, or
     repair the re-imported shards of a published table in place. Returns the rows published."""
@@ -384,9 +312,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     ch = target.shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
-    driver_rows = spec.driver_copy_rows
-    if driver_rows is None:
-        driver_rows = math.inf if session.local else DRIVER_COPY_ROWS
+    driver_rows = driver_copy_limit(spec.driver_copy_rows, session)
     with mysql_reader.connect(spec.source) as conn:
         schema = copied_schema(conn, spec_to_dict(spec))
         if table_rows(conn, spec.source_database, spec.source_table) > driver_rows:
@@ -413,40 +339,31 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         in_driver = estimate <= driver_rows and not session.started
         print(f"[airflow-sync] copying about {estimate:,} rows in {channels} channel(s) "
               + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
-        progress = _Progress(spec, state, todo)
-        progress.start()
         try:
-            if in_driver:  # the channels as threads: connectorx and HTTP release the GIL
-                with ThreadPoolExecutor(channels) as pool:
-                    per_shard = [r for rs in pool.map(lambda q: list(_load_channel(spec, plan, copy, state, q, True)),
-                                                      queues) for r in rs]
-            else:
-                waited = time.time()
-                context = session.get().sparkContext
-                phases["spark_start"] = time.time() - waited  # the session's start-up not hidden behind planning
-                per_shard = (context.parallelize(queues, channels)
-                             .mapPartitions(lambda qs: (r for q in qs for r in _load_channel(spec, plan, copy, state, q)))
-                             .collect())
+            with Progress(spec, state, todo):
+                if not in_driver:
+                    waited = time.time()
+                    session.get()
+                    phases["spark_start"] = time.time() - waited  # the session's start-up not hidden behind planning
+                per_shard = run_channels(session, queues, lambda q, driver: _load_channel(spec, plan, copy, state, q,
+                                                                                           driver), in_driver)
         except Exception as exc:  # a channel's task failed outright: say so in the ledger
             state.status, state.error = LOAD_FAILED, f"Spark job failed: {type(exc).__name__}: {exc}"[:4000]
-            _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+            retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
             raise
-        finally:
-            progress.stop.set()
-            progress.join()
 
     phases["copy"] = time.time() - started - phases["prepare"] - phases.get("spark_start", 0.0)
     if in_driver:  # the channels' own records, as they wrote them to the ledger
         for record in per_shard:
             state.shards[record["shard_id"]] = ShardState(**{k: v for k, v in record.items() if k != "seconds"})
     else:  # what the executors reported, attempts of re-run tasks included
-        state = _retrying(lambda: ledger.state(spec.load_key), spec.ledger_wait_seconds)
+        state = retrying(lambda: ledger.state(spec.load_key), spec.ledger_wait_seconds)
     failed = [i for i in (s["id"] for s in state.plan["shards"]) if i not in state.shards
               or state.shards[i].status != SHARD_SUCCESS]
     if failed:
         errors = "; ".join(f"shard {i}: {state.shards[i].error}" for i in failed if i in state.shards)
         state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
-        _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+        retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
         print(shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]), flush=True)
         raise LoadFailed(f"table {schema.qualified}: {state.error}. Nothing was published; re-import with "
                          f"reimport='failed' (airflow-sync reimport --load {spec.load_key!r} --failed)")
@@ -458,7 +375,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
         landed = _publish(spec, ch, schema, plan, state, copy)
     except Exception as exc:  # e.g. the target went away: recorded, and publishing again is safe
         state.status, state.error = LOAD_FAILED, f"publishing failed: {type(exc).__name__}: {exc}"[:4000]
-        _retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
+        retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
         raise
     if landed != written:
         raise LoadFailed(f"table {schema.qualified}: {written} rows written but {landed} published")

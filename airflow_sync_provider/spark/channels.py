@@ -1,0 +1,121 @@
+"""Channels: where a copy's shards are read and written, and the driver-side machinery around them.
+
+A full load and a CDC bootstrap both hand each channel a queue of shards. Channels run as
+Spark tasks on a cluster's executors, or as threads of the driver for a small table or on a
+local master: executors of ``local[N]`` would be processes of this same machine, adding the
+SparkContext's start-up and CPU while spreading nothing (connectorx and the HTTP inserts
+release the GIL, so the threads do run in parallel).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
+
+from airflow_sync_provider.core.ledger import SHARD_RUNNING, Ledger, LoadState
+from airflow_sync_provider.core.target import clickhouse as target
+
+DRIVER_COPY_ROWS = 300_000  # on a cluster: tables up to this size are copied by the driver
+
+
+def driver_copy_limit(configured: int | None, session) -> float:
+    """Tables estimated at no more rows are copied by the driver (``driver_copy_rows``; None: all
+    of them on a local master, :data:`DRIVER_COPY_ROWS` on a cluster; 0: never)."""
+    if configured is not None:
+        return configured
+    return math.inf if session.local else DRIVER_COPY_ROWS
+
+
+def run_channels(session, queues: list[list[int]], channel: Callable[[list[int], bool], Iterator[dict]],
+                 in_driver: bool) -> list[dict]:
+    """Every channel's per-shard records: ``channel(queue, in_driver)`` for each queue, as a thread
+    of the driver or as one Spark task (``session``: a :class:`LazySession`)."""
+    if in_driver:
+        with ThreadPoolExecutor(len(queues), thread_name_prefix="channel") as pool:
+            return [r for records in pool.map(lambda q: list(channel(q, True)), queues) for r in records]
+    context = session.get().sparkContext
+    return (context.parallelize(queues, len(queues))
+            .mapPartitions(lambda qs: (r for q in qs for r in channel(q, False)))
+            .collect())
+
+
+def retrying(action, wait_seconds: float):
+    """Run a ledger write, retrying while the target is unreachable (a failure must be recorded)."""
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.5
+    while True:
+        try:
+            return action()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 10)
+
+
+class Inserts:
+    """At most one insert in flight per channel while the channel reads the next rows: reading
+    (MySQL, connectorx) and writing (ClickHouse) overlap. In order, and always waited for before a
+    shard's (or chunk's) outcome is recorded (no write lands after it)."""
+
+    def __init__(self, ch):
+        self.ch = ch
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="insert")
+        self.future = None
+
+    def submit(self, insert) -> None:
+        self.wait()
+        self.future = self.pool.submit(insert, self.ch)
+
+    def wait(self) -> None:
+        future, self.future = self.future, None
+        if future is not None:
+            future.result()
+
+    def settle(self) -> None:
+        """Wait without raising (the shard already failed)."""
+        try:
+            self.wait()
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        self.settle()
+        self.pool.shutdown()
+
+
+class Progress(threading.Thread):
+    """Driver-side: keeps the load's heartbeat and logs each shard as it finishes."""
+
+    def __init__(self, spec, state: LoadState, todo: list[int]):
+        super().__init__(daemon=True)
+        self.spec, self.state, self.todo = spec, state, set(todo)
+        self.stop = threading.Event()
+
+    def run(self):
+        ledger = Ledger(target.shared_client(self.spec.target), self.spec.ledger_database)
+        seen = set()
+        while not self.stop.wait(2.0):
+            try:
+                ledger.write_load(self.state)  # heartbeat
+                current = ledger.state(self.state.load_key)
+            except Exception as exc:  # the target may be briefly unreachable; the shards record it
+                print(f"[airflow-sync] progress: ledger unreachable ({type(exc).__name__})", flush=True)
+                continue
+            for shard in sorted(current.shards.values(), key=lambda s: s.shard_id):
+                if shard.shard_id in self.todo and shard.status != SHARD_RUNNING and shard.shard_id not in seen:
+                    seen.add(shard.shard_id)
+                    print(f"[airflow-sync] shard {shard.shard_id} {shard.status}: {shard.records_written:,} rows, "
+                          f"{shard.bytes / 1e6:.1f} MB, {shard.seconds:.1f} s"
+                          + (f" — {shard.error}" if shard.error else ""), flush=True)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.join()
