@@ -37,7 +37,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
 from airflow_sync_provider.core.submission import prepare, spark_submit
 from bench.common import fmt_rate, fmt_ratio, machine, services, timer, write_result
-from bench.full_load import ProcessSampler, ch_client, run_ours, run_replicator
+from bench.full_load import GROUPS, TICKS, ProcessSampler, ch_client, run_ours, run_replicator
 from devenv import demo_data
 from devenv.demo_writer import DemoWriter
 
@@ -227,6 +227,11 @@ def report(args, rows, full, replicator, boot, quiet, load_start, load_end, tota
               f"{fmt_ratio(full['inner'], quiet['inner'])} in-job; ≥ 3× mysql-ch-replicator — "
               f"{fmt_ratio(replicator.get('wall'), boot['wall'])} wall; lag < 5 s — {lag}.",
               f"* Load average during the bootstrap under writes / CPU of processes not in the bench: {boot['sampler'].contention()}",
+              "* CPU seconds per process group while each bootstrap ran, quiet → under writes (the under-writes "
+              "column includes the catch-up service's JVM and Python driver; the writer runs in the bench's own "
+              "process and is not counted): " + "; ".join(
+                  f"{group} {quiet['sampler'].group_ticks.get(group, 0) / TICKS:.1f} → "
+                  f"{boot['sampler'].group_ticks.get(group, 0) / TICKS:.1f}" for group in GROUPS) + ".",
               "* The full load and mysql-ch-replicator copy a quiet source; the bootstrap shares the two cores with "
               "the writer's MariaDB work and the catch-up service (a second spark-submit applying the changes).", ""]
     return lines

@@ -65,6 +65,23 @@ def test_local_client_mode_keeps_the_spec_private_on_this_host(monkeypatch, tmp_
     assert hook._env["SPARK_LOCAL_IP"] == "127.0.0.1" and hook._env["PYSPARK_PYTHON"] == sys.executable
 
 
+def test_jobs_that_compute_in_python_start_a_lean_driver_jvm(monkeypatch, tmp_path):
+    """A full load's driver JVM only launches Python: C1 and the serial collector (half the CPU to
+    start); reconciliation computes in Spark SQL and keeps the defaults; a user's conf wins."""
+    from airflow_sync_provider.core.jobspec import FullLoadSpec
+    from airflow_sync_provider.core.submission import LIGHT_DRIVER_JAVA_OPTIONS, prepare
+
+    load = FullLoadSpec(_spec().source, _spec().target, "d", "t", "d", "t")
+    for name in ("load", "own", "reconcile"):
+        (tmp_path / name).mkdir()
+    command, _ = prepare(load, str(tmp_path / "load"))
+    assert _conf(command)["spark.driver.extraJavaOptions"] == LIGHT_DRIVER_JAVA_OPTIONS
+    command, _ = prepare(load, str(tmp_path / "own"), conf={"spark.driver.extraJavaOptions": "-Xmx2g"})
+    assert _conf(command)["spark.driver.extraJavaOptions"] == "-Xmx2g"
+    command, _, _ = _command(monkeypatch, tmp_path / "reconcile", "local")
+    assert "spark.driver.extraJavaOptions" not in _conf(command)
+
+
 def test_standalone_client_mode_lets_executors_reach_the_driver(monkeypatch, tmp_path):
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     command, staged, hook = _command(monkeypatch, tmp_path, "standalone",

@@ -106,6 +106,19 @@ class Submission:
     result_key: str = ""  # cluster mode: the job writes its result to the ledger under this key
 
 
+# Jobs whose driver JVM only launches Python and schedules a few tasks (the rows flow through
+# Python channels and lanes): C1-compiled and with the serial collector it starts on about half
+# the CPU (a spark-submit running nothing: 4.0 -> 2.2 CPU seconds, 2.5 -> 1.9 s wall). Jobs that
+# compute in Spark SQL (reconcile, snapshot diff) keep the JVM's defaults.
+LIGHT_DRIVER_JOBS = ("full_load", "cdc_bootstrap", "cdc_apply")
+LIGHT_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def driver_conf(job: str) -> dict:
+    """``--conf`` for a client-mode driver of ``job`` (a caller's own conf overrides it)."""
+    return {"spark.driver.extraJavaOptions": LIGHT_DRIVER_JAVA_OPTIONS} if job in LIGHT_DRIVER_JOBS else {}
+
+
 def is_cluster(deploy_mode: str | None) -> bool:
     return (deploy_mode or "client") == "cluster"
 
@@ -119,7 +132,7 @@ def stage(spec, workdir: str, master: str, deploy_mode: str | None = None, pyspa
         spec.result_path = os.path.join(workdir, "result.json")
         write_spec(spec, spec_path)  # 0600, passwords included: read by the local driver only
         return Submission(["--spec", spec_path], py_files=py_files, env_vars=spark_env(pyspark_python, master),
-                          result_path=spec.result_path)
+                          conf=driver_conf(spec.job), result_path=spec.result_path)
     if master.startswith(("local", "spark://")):
         raise ValueError(f"cluster deploy mode needs YARN or Kubernetes, not {master!r}: Spark runs Python "
                          "drivers of a standalone cluster in client mode only")
@@ -157,7 +170,7 @@ def prepare(spec, workdir: str, master: str = "local[2]", conf: dict | None = No
     staged = stage(spec, workdir, master)
     cmd = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", master,
            "--py-files", staged.py_files]
-    for key, value in {"spark.ui.enabled": "false", "spark.log.level": "WARN", **(conf or {})}.items():
+    for key, value in {"spark.ui.enabled": "false", "spark.log.level": "WARN", **staged.conf, **(conf or {})}.items():
         cmd += ["--conf", f"{key}={value}"]
     return cmd + [job_script(spec.job), *staged.application_args], staged.env_vars
 
