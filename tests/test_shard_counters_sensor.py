@@ -127,3 +127,25 @@ def test_stale_heartbeat_counts_as_dead(ledger_conn, monkeypatch):
         write(Ledger(ledger_conn.ch), "s.dead", "running", [shard(0), shard(1, "running")])
     with pytest.raises(AirflowFailException, match="died"):
         sensor("s.dead").poke({})
+
+
+def test_a_ledger_of_an_earlier_release_gains_the_columns_added_since(ch):
+    """ensure() on a ledger whose tables lack columns added later (as the first releases wrote
+    them) adds those columns, keeps the rows, and a job then reads and writes it as usual."""
+    old = Ledger(ch, "ledger_old_release")
+    ch.command("DROP DATABASE IF EXISTS ledger_old_release")
+    ch.command("CREATE DATABASE ledger_old_release")
+    first = [(n, t) for n, t in ledger_module._LOADS if n != "start_position"]
+    old._create("loads", tuple(first), "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)")
+    ch.command("INSERT INTO ledger_old_release.loads (load_key, generation, status, plan, spec) "
+               "VALUES ('old', 1, 'published', '{\"shards\": []}', '{}')")
+    old.ensure()
+    columns = {t: set(c.split(",")) for t, c in ch.query(
+        "SELECT table, arrayStringConcat(groupArray(name), ',') FROM system.columns "
+        "WHERE database = 'ledger_old_release' GROUP BY table").result_rows}
+    assert columns == {"loads": {n for n, _ in ledger_module._LOADS}, "shards": {n for n, _ in ledger_module._SHARDS}}
+    assert old.state("old").status == "published" and old.state("old").start_position is None
+    write(old, "new", "running", [shard(0)])
+    assert old.state("new").shards[0].records_written == 10
+    old.ensure()  # up to date: nothing to do
+    ch.command("DROP DATABASE ledger_old_release")

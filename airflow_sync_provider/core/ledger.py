@@ -196,6 +196,23 @@ class LedgerTables:
         body = ", ".join(f"{ch_ident(n)} {t}" for n, t in columns)
         self.ch.command(f"CREATE TABLE IF NOT EXISTS {self.table(name)} ({body}) ENGINE = {engine}")
 
+    def _ensure_tables(self, tables: list[tuple[str, tuple, str]]) -> None:
+        """Create the missing ones of ``(name, columns, engine)`` and add the columns a table made
+        by an earlier release lacks: one round trip when everything is there (every job starts so)."""
+        present: dict[str, set[str]] = {}
+        for table, column in self.ch.query("SELECT table, name FROM system.columns WHERE database = {d:String}",
+                                           parameters={"d": self.database}).result_rows:
+            present.setdefault(table, set()).add(column)
+        if not present:
+            self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")
+        for name, columns, engine in tables:
+            if name not in present:
+                self._create(name, columns, engine)
+                continue
+            missing = [f"ADD COLUMN IF NOT EXISTS {ch_ident(n)} {t}" for n, t in columns if n not in present[name]]
+            if missing:
+                self.ch.command(f"ALTER TABLE {self.table(name)} {', '.join(missing)}")
+
     def _insert(self, name: str, rows: list, columns: tuple) -> None:
         # with the column types given, clickhouse-connect skips its DESCRIBE TABLE round trip
         self.ch.insert(self.table(name), rows, column_names=[n for n, _ in columns],
@@ -206,15 +223,10 @@ class Ledger(LedgerTables):
     """Loads and their shards (hook counters), reconciliations, diffs and cluster-mode results."""
 
     def ensure(self) -> None:
-        self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")
-        self._create("loads", _LOADS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)")
-        self._create("shards", _SHARDS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)")
-        # ledgers made by earlier releases: the columns added since
-        self.ch.command(f"ALTER TABLE {self.table('loads')} ADD COLUMN IF NOT EXISTS start_position String DEFAULT ''")
-        self.ch.command(f"ALTER TABLE {self.table('shards')} ADD COLUMN IF NOT EXISTS version UInt64 DEFAULT 0,"
-                        " ADD COLUMN IF NOT EXISTS chunks UInt32 DEFAULT 0,"
-                        " ADD COLUMN IF NOT EXISTS resume_key String DEFAULT '',"
-                        " ADD COLUMN IF NOT EXISTS executor String DEFAULT ''")
+        self._ensure_tables([
+            ("loads", _LOADS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)"),
+            ("shards", _SHARDS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)"),
+        ])
 
     def write_reconciliation(self, load_key: str, generation: int, verdict: str, mismatched: list[int],
                              checksum: bool, report: list[dict]) -> None:
@@ -256,13 +268,16 @@ class Ledger(LedgerTables):
         ]], _LOADS)
 
     def write_shard(self, load_key: str, generation: int, shard: ShardState) -> None:
+        self.write_shards(load_key, generation, [shard])
+
+    def write_shards(self, load_key: str, generation: int, shards: list[ShardState]) -> None:
         self._insert("shards", [[
             load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
             json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
             shard.bytes, _ts(shard.started_at), _ts(shard.finished_at), shard.error[:4000], shard.version,
             shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "", shard.executor,
             _ts(self._stamp()),
-        ]], _SHARDS)
+        ] for shard in shards], _SHARDS)
 
     def state(self, load_key: str) -> LoadState | None:
         """The newest generation of ``load_key`` with the newest attempt of each shard, or None."""

@@ -7,6 +7,9 @@ import json
 import sys
 import traceback
 
+import pandas  # noqa: F401  pyarrow imports it at its first conversion (0.3 s): load it with the other
+# libraries, at the process's start-up, rather than inside the job's first shard
+
 from airflow_sync_provider.core.jobspec import read_spec, write_private_json
 from airflow_sync_provider.core.submission import secrets_from_env
 from airflow_sync_provider.spark.session import LazySession

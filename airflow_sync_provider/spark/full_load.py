@@ -74,13 +74,19 @@ def _clear_shard(copy: _Copy, plan: Plan, ch, database: str, working: str, shard
     ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
 
 
+def _running(spec: FullLoadSpec, shard, attempt: int) -> ShardState:
+    return ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time(),
+                      executor=executor_address(spec.source.host, spec.source.port))
+
+
 def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, throttle, rewrite: bool,
-                inserts: Inserts):
-    """Copy one shard; ``rewrite``: an earlier attempt of it may have written rows."""
+                inserts: Inserts, announced: ShardState | None = None):
+    """Copy one shard; ``rewrite``: an earlier attempt of it may have written rows; ``announced``:
+    its running record, already in the ledger."""
     names = copy.names()
     settings = target.WEIGHT_SETTINGS if copy.direct and copy.weight else None
-    record = ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time(),
-                        executor=executor_address(spec.source.host, spec.source.port))
+    record = announced or _running(spec, shard, attempt)
+    record.started_at = time.time()
     pending, pending_rows, pending_bytes, reported = [], 0, 0, time.monotonic()
     repair = bool(state.repair)
 
@@ -150,7 +156,8 @@ def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, thro
                   lambda: holder["snapshot"] - (1 if repair else 2))
 
     try:
-        ledger.write_shard(state.load_key, state.generation, record)
+        if announced is None:  # recorded before any row is written: a re-read then clears the shard first
+            ledger.write_shard(state.load_key, state.generation, record)
         if rewrite or not copy.direct:
             _clear_shard(copy, plan, ch, spec.ledger_database, state.parts_table, shard)
         record.version = None
@@ -188,8 +195,9 @@ def _channel_start(ledger: Ledger, state: LoadState) -> LoadState:
 
 
 def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState, shard_ids: list[int],
-                  in_driver: bool = False):
-    """Runs on an executor (or a driver thread): one channel = one source connection at a time, one throttle."""
+                  in_driver: bool = False, announced: dict | None = None):
+    """Runs on an executor (or a driver thread): one channel = one source connection at a time, one throttle.
+    ``announced``: the shards' running records the driver wrote for its threads."""
     ch = target.shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
@@ -205,7 +213,7 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState,
                 continue
             attempt = max(now.attempt if now else 0, previous.attempt if previous else 0) + 1
             record = _load_shard(spec, plan, copy, ch, ledger, state, shards[shard_id], attempt, throttle,
-                                 now is not None, inserts)
+                                 now is not None, inserts, (announced or {}).get(shard_id))
             yield vars(record) | {"seconds": record.seconds}
     finally:
         inserts.close()
@@ -341,12 +349,18 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
               + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
         try:
             with Progress(spec, state, todo):
-                if not in_driver:
+                announced = None
+                if in_driver:  # one ledger write for every shard's running record (else one per shard)
+                    by_id = {s.id: s for s in plan.shards}
+                    announced = {i: _running(spec, by_id[i], (state.shards[i].attempt if i in state.shards else 0) + 1)
+                                 for i in todo}
+                    ledger.write_shards(state.load_key, state.generation, list(announced.values()))
+                else:
                     waited = time.time()
                     session.get()
                     phases["spark_start"] = time.time() - waited  # the session's start-up not hidden behind planning
-                per_shard = run_channels(session, queues, lambda q, driver: _load_channel(spec, plan, copy, state, q,
-                                                                                           driver), in_driver)
+                per_shard = run_channels(session, queues, lambda q, driver: _load_channel(
+                    spec, plan, copy, state, q, driver, announced), in_driver)
         except Exception as exc:  # a channel's task failed outright: say so in the ledger
             state.status, state.error = LOAD_FAILED, f"Spark job failed: {type(exc).__name__}: {exc}"[:4000]
             retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)

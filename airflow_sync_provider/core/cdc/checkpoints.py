@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, _TIME, LedgerTables, _ts
-from airflow_sync_provider.core.sql import ch_ident
 
 PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_FAILED = "idle", "running", "failed"
 
@@ -81,10 +80,11 @@ _TABLES = (
 
 class Checkpoints(LedgerTables):
     def ensure(self) -> None:
-        self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")
-        self._create("cdc_pipelines", _PIPELINES, "ReplacingMergeTree(updated_at) ORDER BY pipeline")
-        self._create("cdc_counters", _COUNTERS, "MergeTree ORDER BY (pipeline, source_table, minute)")
-        self._create("cdc_tables", _TABLES, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, source_table)")
+        self._ensure_tables([
+            ("cdc_pipelines", _PIPELINES, "ReplacingMergeTree(updated_at) ORDER BY pipeline"),
+            ("cdc_counters", _COUNTERS, "MergeTree ORDER BY (pipeline, source_table, minute)"),
+            ("cdc_tables", _TABLES, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, source_table)"),
+        ])
 
     def write(self, state: PipelineState) -> None:
         """Record the state; the checkpoint in it must already be durable in the target."""
