@@ -4,7 +4,8 @@ catch-up lag once the bootstrap ends.
 
     .venv/bin/python -m bench.cdc_bootstrap [--rows 10000000] [--quick] [--keep]
 
-1. ours, full load: ``spark_submit(FullLoadSpec(channels=2))`` of a quiet source.
+1. ours, full load: ``spark_submit(FullLoadSpec(channels=2))`` of a quiet source, and again while
+   the writer below runs (no catch-up: the copy path's cost under the same writes).
 2. ours, bootstrap of the quiet source (the copy path alone), then again while
    ``devenv.demo_writer`` makes ~500 row changes/s on ``orders`` and ``order_items`` (inserts,
    updates, deletes, key changes, a transaction held open 1.5 s every 3 s) and the pipeline's
@@ -34,7 +35,7 @@ import pymysql
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
+from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.submission import prepare, spark_submit
 from bench.common import fmt_rate, fmt_ratio, machine, services, timer, write_result
 from bench.full_load import GROUPS, TICKS, ProcessSampler, ch_client, run_ours, run_replicator
@@ -107,6 +108,23 @@ def run_quiet_bootstrap(mysql_url, ch_url, args) -> dict:
             "chunks": result["tables"][0]["chunks"], "sampler": sampler}
 
 
+def run_full_load_under_writes(mysql_url, ch_url, args) -> dict:
+    """Our full load of the same table while the writer runs: what the writes cost the copy path
+    alone (its copy is not kept current: that is what the bootstrap adds)."""
+    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
+                        source_database=DB, source_table="orders", target_database="bench_full_load",
+                        target_table="orders_under_writes", channels=args.channels)
+    writer = DemoWriter(mysql_url, database=DB, rate=args.writer_rate)
+    writer.start()
+    try:
+        with ProcessSampler() as sampler, timer() as wall:
+            result = spark_submit(spec)
+    finally:
+        writer.stop()
+    assert result.get("status") == "success", result
+    return {"wall": wall["seconds"], "inner": float(result["seconds"]), "rows": result["rows"], "sampler": sampler}
+
+
 def run_bootstrap(mysql_url, ch_url, args) -> dict:
     """The bootstrap under a writer, with the pipeline's catch-up service already running (it
     waits for the table to join, then replays its changes from the bootstrap's start)."""
@@ -177,6 +195,8 @@ def main(argv=None):
         print(f"mysql-ch-replicator initial copy: {replicator.get('wall')} s", flush=True)
         quiet = run_quiet_bootstrap(mysql_url, ch_url, args)
         print(f"bootstrap, quiet source: {quiet['wall']:.1f} s wall, {quiet['inner']:.1f} s job", flush=True)
+        busy = run_full_load_under_writes(mysql_url, ch_url, args)
+        print(f"full load under writes: {busy['wall']:.1f} s wall, {busy['inner']:.1f} s job", flush=True)
         boot = run_bootstrap(mysql_url, ch_url, args)
         print(f"bootstrap: {boot['wall']:.1f} s wall, {boot['inner']:.1f} s job, lag after it {boot['lag']} s, "
               f"verdict {boot['verdict']}", flush=True)
@@ -187,10 +207,11 @@ def main(argv=None):
                 cur.execute("RESET MASTER")
     total = time.monotonic() - started
     write_result("cdc_bootstrap" + ("_quick" if args.quick else ""),
-                 "\n".join(report(args, rows, full, replicator, boot, quiet, load_start, os.getloadavg(), total)) + "\n")
+                 "\n".join(report(args, rows, full, busy, replicator, boot, quiet, load_start, os.getloadavg(), total))
+                 + "\n")
 
 
-def report(args, rows, full, replicator, boot, quiet, load_start, load_end, total) -> list[str]:
+def report(args, rows, full, busy, replicator, boot, quiet, load_start, load_end, total) -> list[str]:
     def rate(seconds):
         return rows / seconds if seconds else None
 
@@ -206,6 +227,9 @@ def report(args, rows, full, replicator, boot, quiet, load_start, load_end, tota
              f"| ours: full load, {args.channels} channels | quiet | {full['wall']:.1f} | {fmt_rate(rate(full['wall']))} | "
              f"{full['inner']:.1f} | {fmt_rate(rate(full['inner']))} | {fmt_ratio(full['wall'], boot['wall'])} / "
              f"{fmt_ratio(full['inner'], boot['inner'])} |",
+             f"| ours: full load, {args.channels} channels | the same writer (no catch-up) | {busy['wall']:.1f} | "
+             f"{fmt_rate(rate(busy['wall']))} | {busy['inner']:.1f} | {fmt_rate(rate(busy['inner']))} | "
+             f"{fmt_ratio(busy['wall'], boot['wall'])} / {fmt_ratio(busy['inner'], boot['inner'])} |",
              f"| ours: bootstrap, same settings | quiet (no writer, no catch-up) | {quiet['wall']:.1f} | "
              f"{fmt_rate(rate(quiet['wall']))} | {quiet['inner']:.1f} | {fmt_rate(rate(quiet['inner']))} | "
              f"{fmt_ratio(quiet['wall'], boot['wall'])} / {fmt_ratio(quiet['inner'], boot['inner'])} |"]
@@ -223,15 +247,17 @@ def report(args, rows, full, replicator, boot, quiet, load_start, load_end, tota
               f"* Catch-up lag after the bootstrap ended (until the pipeline passed the bootstrap's end position): "
               f"**{lag}**; after the writer stopped the pipeline reached the source's position in {boot['drain']:.1f} s.",
               f"* Goals: ≥ 0.9× our full load — under writes {fmt_ratio(full['wall'], boot['wall'])} wall, "
-              f"{fmt_ratio(full['inner'], boot['inner'])} in-job; quiet {fmt_ratio(full['wall'], quiet['wall'])} wall, "
+              f"{fmt_ratio(full['inner'], boot['inner'])} in-job (against the full load under the same writes: "
+              f"{fmt_ratio(busy['wall'], boot['wall'])} wall, {fmt_ratio(busy['inner'], boot['inner'])} in-job); quiet {fmt_ratio(full['wall'], quiet['wall'])} wall, "
               f"{fmt_ratio(full['inner'], quiet['inner'])} in-job; ≥ 3× mysql-ch-replicator — "
               f"{fmt_ratio(replicator.get('wall'), boot['wall'])} wall; lag < 5 s — {lag}.",
               f"* Load average during the bootstrap under writes / CPU of processes not in the bench: {boot['sampler'].contention()}",
-              "* CPU seconds per process group while each bootstrap ran, quiet → under writes (the under-writes "
-              "column includes the catch-up service's JVM and Python driver; the writer runs in the bench's own "
-              "process and is not counted): " + "; ".join(
+              "* CPU seconds per process group while each ran, bootstrap quiet → bootstrap under writes (full load "
+              "under the same writes); under writes includes the catch-up service's JVM and Python driver; the writer "
+              "runs in the bench's own process and is not counted: " + "; ".join(
                   f"{group} {quiet['sampler'].group_ticks.get(group, 0) / TICKS:.1f} → "
-                  f"{boot['sampler'].group_ticks.get(group, 0) / TICKS:.1f}" for group in GROUPS) + ".",
+                  f"{boot['sampler'].group_ticks.get(group, 0) / TICKS:.1f} "
+                  f"({busy['sampler'].group_ticks.get(group, 0) / TICKS:.1f})" for group in GROUPS) + ".",
               "* The full load and mysql-ch-replicator copy a quiet source; the bootstrap shares the two cores with "
               "the writer's MariaDB work and the catch-up service (a second spark-submit applying the changes).", ""]
     return lines
