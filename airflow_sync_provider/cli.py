@@ -27,7 +27,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import (
-    CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, READERS, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
+    DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, READERS, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
 )
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
 from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, MIN_SHARD_ROWS, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--pipeline", required=True)
     boot.add_argument("--table", action="append", required=True, help="db.table (repeat)")
     boot.add_argument("--channels", type=int, default=2)
-    boot.add_argument("--chunk-rows", type=int, default=100_000)
+    boot.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
     boot.add_argument("--watermark-table", help="MySQL only: db.table the job may create and write (exact positions)")
     boot.add_argument("--restart", action="store_true", help="start again instead of resuming")
     boot.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)

@@ -35,7 +35,7 @@ import pymysql
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.submission import prepare, spark_submit
 from bench.common import fmt_rate, fmt_ratio, machine, services, timer, write_result
 from bench.full_load import GROUPS, TICKS, ProcessSampler, ch_client, run_ours, run_replicator
@@ -172,7 +172,7 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--quick", action="store_true", help="1M rows")
     parser.add_argument("--channels", type=int, default=2)
-    parser.add_argument("--chunk-rows", type=int, default=100_000)
+    parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
     parser.add_argument("--writer-rate", type=float, default=500)
     parser.add_argument("--replicator-cap", type=float, default=1200.0)
     parser.add_argument("--keep", action="store_true")

@@ -166,6 +166,12 @@ class CdcApplySpec:
             self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30
 
 
+# rows per bootstrap chunk: each chunk is one consistent read (its read view held ~2 s at 250k
+# rows/s per channel), streamed in batches, so its size bounds neither memory nor anything but what
+# a crash re-reads; each costs a query, a snapshot and a ledger write (chunks of 100k: 16 % slower on 2M rows)
+DEFAULT_CHUNK_ROWS = 500_000
+
+
 @dataclass
 class CdcBootstrapSpec:
     """Copy a pipeline's tables while the source keeps changing, and hand them to its catch-up.
@@ -183,7 +189,7 @@ class CdcBootstrapSpec:
     pipeline: str
     tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
     channels: int = 2
-    chunk_rows: int = 100_000
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
     split_factor: int = DEFAULT_SPLIT_FACTOR
     strategy: str = "balanced"
     batch_rows: int = 65536

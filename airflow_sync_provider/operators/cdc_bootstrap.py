@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from airflow_sync_provider.assets import clickhouse_table, mysql_table, namespace, qualified, target_of
-from airflow_sync_provider.core.jobspec import CdcBootstrapSpec
+from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
@@ -33,7 +33,7 @@ class CdcBootstrapOperator(SparkJobOperator):
     template_fields = ("pipeline", "tables")
 
     def __init__(self, *, pipeline: str, tables: list, mysql_conn_id: str = "mysql_default",
-                 clickhouse_conn_id: str = "clickhouse_default", channels: int = 2, chunk_rows: int = 100_000,
+                 clickhouse_conn_id: str = "clickhouse_default", channels: int = 2, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                  split_factor: int | None = None, watermark_table: str | None = None, restart: bool = False,
                  channel_record_speed: int | None = None, channel_byte_speed: int | None = None,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, driver_copy_rows: int | None = None, **kwargs):
