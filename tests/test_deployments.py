@@ -63,6 +63,7 @@ def test_local_client_mode_keeps_the_spec_private_on_this_host(monkeypatch, tmp_
     assert stat.S_IMODE(os.stat(tmp_path / "spec.json").st_mode) == 0o600
     assert read_spec(str(tmp_path / "spec.json")).source.password == MYSQL_SECRET  # read by the local driver only
     assert hook._env["SPARK_LOCAL_IP"] == "127.0.0.1" and hook._env["PYSPARK_PYTHON"] == sys.executable
+    assert hook._env["MALLOC_ARENA_MAX"] == "2"  # the channels' memory stays bounded (core/submission.py)
 
 
 def test_jobs_that_compute_in_python_start_a_lean_driver_jvm(monkeypatch, tmp_path):

@@ -85,6 +85,10 @@ def spark_env(python: str | None = None, master: str = "local") -> dict:
         "PYSPARK_PYTHON": python,
         "PYSPARK_DRIVER_PYTHON": python,
         "PATH": os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")]),
+        # connectorx decodes on threads of its own, each given a glibc malloc arena of its own (up
+        # to 8 per core): freed Arrow buffers stay scattered over them. Two arenas: a 10M-row
+        # load's driver peaked at 356 MiB instead of 399-439 (1M rows: 277 instead of 309), same CPU.
+        "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2"),
     }
     if master.startswith("local"):
         env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
