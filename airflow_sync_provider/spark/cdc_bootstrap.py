@@ -31,11 +31,11 @@ from airflow_sync_provider.core.ledger import (
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
+from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.spark.channels import (
     Inserts, Progress, driver_copy_limit, retrying, run_channels,
 )
@@ -72,7 +72,6 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
         ledger.write_shard(state.load_key, state.generation, record)
         while True:
             holder, nbytes, written = {}, 0, 0
-            version_column = None
             # the chunk's snapshot and its version: MariaDB's own position of the snapshot (read
             # inside the native SELECT), else the position taken before it (core/cdc/positions.py)
             native = native_sql is not None
