@@ -26,8 +26,7 @@ from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, FullLoadSpec, copied_schema, public_dict
 from airflow_sync_provider.core.ledger import (
-    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState,
-    ShardState, executor_address,
+    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState, ShardState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
@@ -37,7 +36,7 @@ from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.channels import (
-    Inserts, Progress, driver_copy_limit, retrying, run_channels,
+    Inserts, Progress, driver_copy_limit, retrying, run_channels, running_record,
 )
 from airflow_sync_provider.spark.full_load import LoadFailed
 from airflow_sync_provider.spark.session import lazy
@@ -58,9 +57,7 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
                      columns_sql: str, native_sql: str | None, ch, ledger: Ledger, state: LoadState, shard, conn,
                      kind, throttle, inserts: Inserts):
     previous = state.shards.get(shard.id)
-    record = ShardState(shard.id, (previous.attempt if previous else 0) + 1, SHARD_RUNNING, shard.where,
-                        list(shard.params), started_at=time.time(),
-                        executor=executor_address(spec.source.host, spec.source.port))
+    record = running_record(spec.source, shard, (previous.attempt if previous else 0) + 1)
     if previous is not None:  # resume after the last finished chunk, its counters kept
         for name in ("records_read", "records_written", "bytes", "chunks", "resume_key", "version"):
             setattr(record, name, getattr(previous, name))

@@ -15,7 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
-from airflow_sync_provider.core.ledger import SHARD_RUNNING, Ledger, LoadState
+from airflow_sync_provider.core.endpoints import MySQLEndpoint
+from airflow_sync_provider.core.ledger import SHARD_RUNNING, Ledger, LoadState, ShardState, executor_address
 from airflow_sync_provider.core.target import clickhouse as target
 
 DRIVER_COPY_ROWS = 300_000  # on a cluster: tables up to this size are copied by the driver
@@ -27,6 +28,12 @@ def driver_copy_limit(configured: int | None, session) -> float:
     if configured is not None:
         return configured
     return math.inf if session.local else DRIVER_COPY_ROWS
+
+
+def running_record(source: MySQLEndpoint, shard, attempt: int) -> ShardState:
+    """A shard's ledger record as its channel starts it (written before any of its rows)."""
+    return ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time(),
+                      executor=executor_address(source.host, source.port))
 
 
 def run_channels(session, queues: list[list[int]], channel: Callable[[list[int], bool], Iterator[dict]],

@@ -19,8 +19,7 @@ from airflow_sync_provider.core.cdc.positions import flavor, position_if_readabl
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
-    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState,
-    ShardState, executor_address,
+    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState, ShardState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
@@ -34,7 +33,7 @@ from airflow_sync_provider.core.target.shards import (
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.channels import (
-    Inserts, Progress, driver_copy_limit, retrying, run_channels,
+    Inserts, Progress, driver_copy_limit, retrying, run_channels, running_record,
 )
 from airflow_sync_provider.spark.session import lazy
 
@@ -74,18 +73,13 @@ def _clear_shard(copy: _Copy, plan: Plan, ch, database: str, working: str, shard
     ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
 
 
-def _running(spec: FullLoadSpec, shard, attempt: int) -> ShardState:
-    return ShardState(shard.id, attempt, SHARD_RUNNING, shard.where, list(shard.params), started_at=time.time(),
-                      executor=executor_address(spec.source.host, spec.source.port))
-
-
 def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, throttle, rewrite: bool,
                 inserts: Inserts, announced: ShardState | None = None):
     """Copy one shard; ``rewrite``: an earlier attempt of it may have written rows; ``announced``:
     its running record, already in the ledger."""
     names = copy.names()
     settings = target.WEIGHT_SETTINGS if copy.direct and copy.weight else None
-    record = announced or _running(spec, shard, attempt)
+    record = announced or running_record(spec.source, shard, attempt)
     record.started_at = time.time()
     pending, pending_rows, pending_bytes, reported = [], 0, 0, time.monotonic()
     repair = bool(state.repair)
@@ -352,7 +346,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
                 announced = None
                 if in_driver:  # one ledger write for every shard's running record (else one per shard)
                     by_id = {s.id: s for s in plan.shards}
-                    announced = {i: _running(spec, by_id[i], (state.shards[i].attempt if i in state.shards else 0) + 1)
+                    announced = {i: running_record(spec.source, by_id[i], (state.shards[i].attempt if i in state.shards else 0) + 1)
                                  for i in todo}
                     ledger.write_shards(state.load_key, state.generation, list(announced.values()))
                 else:
