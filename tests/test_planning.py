@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import json
+import math
 import re
 from decimal import Decimal
 
@@ -13,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.source.planning import (
-    DEFAULT_SPLIT_FACTOR, MIN_SHARD_ROWS, Plan, PlanError, SpeedLimits, auto_split_factor, choose_split_column,
-    equal_width_cuts, index_ordered_cuts, shards_from_cuts,
+    DEFAULT_SPLIT_FACTOR, MIN_SHARD_ROWS, PIECE_BYTES, Plan, PlanError, Shard, SpeedLimits, auto_split_factor,
+    choose_split_column, equal_width_cuts, index_ordered_cuts, pieces_per_shard, shards_from_cuts,
 )
 from airflow_sync_provider.core.source.schema import Index, TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn
@@ -113,6 +114,39 @@ def test_shards_partition_generated_keys(kind, strategy):
     check()
 
 
+@pytest.mark.parametrize("kind", ["bigint", "decimal", "datetime", "varchar"])
+def test_pieces_partition_their_shard(kind):
+    """A shard cut into pieces: every value is in exactly one shard and, inside it, in exactly
+    one of its pieces (the reader's queries), whatever the cuts and the pieces per shard."""
+    column, values = COLUMNS[kind]
+
+    @settings(max_examples=60, deadline=None)
+    @given(keys=st.lists(values, max_size=60), n=st.integers(1, 12), k=st.integers(1, 6),
+           probes=st.lists(values, max_size=20))
+    def check(keys, n, k, probes):
+        cuts = index_ordered_cuts(SortedKeys(keys), n * k)
+        shards = shards_from_cuts(column, cuts, n)
+        assert len(shards) == min(n, len(cuts) + 1) + 1  # shards first, then pieces
+        assert all(len(s.pieces) <= k for s in shards) and all(len(s.pieces) != 1 for s in shards)
+        for v in keys + probes:
+            (shard,) = [s for s in shards if matches(s, column, v)]
+            pieces = [Shard(0, where, params) for where, params in shard.queries()]
+            assert sum(matches(p, column, v) for p in pieces) == 1, (v, shard)
+        for shard in shards:  # a piece never reaches outside its shard
+            for where, params in shard.queries():
+                assert all(matches(shard, column, v) for v in keys + probes if matches(Shard(0, where, params), column, v))
+
+    check()
+
+
+def test_pieces_per_shard_bound_a_query_in_bytes():
+    assert pieces_per_shard(PIECE_BYTES // 100 * 10, 10, 100) == 1  # a shard of one piece's bytes
+    assert pieces_per_shard(10_000_000, 10, 98) == math.ceil(1_000_000 * 98 / PIECE_BYTES)
+    assert pieces_per_shard(0, 10, 0) == 1
+    rows, shards, width = 10_000_000, 10, 700
+    assert rows / shards / pieces_per_shard(rows, shards, width) * width <= PIECE_BYTES
+
+
 @given(st.lists(st.integers(0, 10**6), min_size=1, max_size=400), st.integers(1, 20))
 def test_index_ordered_cuts_balance_rows(keys, n):
     cuts = index_ordered_cuts(SortedKeys(keys), n)
@@ -179,6 +213,8 @@ def test_plan_json_round_trip():
     plan = Plan("db", "t", "k", "PRIMARY", "equal", 2, 5, tuple(shards), ("w",))
     again = Plan.from_dict(json.loads(plan.to_json()))
     assert again == plan
+    pieced = Plan("db", "t", "k", "PRIMARY", "equal", 1, 1, tuple(shards_from_cuts(column, [Decimal(i) for i in range(1, 6)], 2)))
+    assert Plan.from_dict(json.loads(pieced.to_json())) == pieced and pieced.shards[0].pieces
     assert plan.to_dict()["shards"][1] == {"id": 1, "where": "`k` >= CAST(%s AS DECIMAL(65, 30)) AND "
                                            "`k` < CAST(%s AS DECIMAL(65, 30))",
                                            "params": ["1.5", "2.25"],

@@ -12,7 +12,8 @@ from pymysql.constants import SERVER_STATUS
 import pytest
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.source.planning import MIN_SHARD_ROWS, SpeedLimits, explain, plan_table
+from airflow_sync_provider.core.source import planning
+from airflow_sync_provider.core.source.planning import MIN_SHARD_ROWS, Shard, SpeedLimits, explain, plan_table
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import mysql_table
 from tests.adversarial import DB, SPLIT, TABLES, WEIRD
@@ -54,13 +55,25 @@ def check_plan(conn, name, strategy, channels=2, split_factor=5):
         assert access["key"] == plan.index and (access["type"] == "range" or whole and access["type"] == "index"), \
             (name, shard, access)
     assert all(s.estimated_rows is not None for s in plan.shards)
+    with conn.cursor() as cur:  # a shard's pieces (the reader's queries) partition it, each an index range
+        for shard, count in zip(plan.shards, counts):
+            piece_counts = []
+            for where, params in shard.pieces:
+                cur.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", params)
+                piece_counts.append(cur.fetchone()[0])
+                access = explain(conn, plan, Shard(shard.id, where, params))
+                assert access["key"] == plan.index and access["type"] in ("range", "index"), (name, where, access)
+            assert not shard.pieces or sum(piece_counts) == count, (name, shard, piece_counts, count)
     return plan, counts
 
 
 @pytest.mark.parametrize("strategy", ["equal", "balanced"])
 @pytest.mark.parametrize("name", sorted(TABLES))
-def test_matrix_partitions_exactly_with_index_ranges(matrix, name, strategy):
+def test_matrix_partitions_exactly_with_index_ranges(matrix, name, strategy, monkeypatch):
+    monkeypatch.setattr(planning, "PIECE_BYTES", 256)  # the matrix's small tables get pieces too
     plan, counts = check_plan(matrix, name, strategy)
+    if name in ("bigint_signed", "varchar_ci_pad", "composite_pk"):
+        assert any(s.pieces for s in plan.shards), plan.shards
     if name == "no_index":
         assert [s.where for s in plan.shards] == ["1=1"] and plan.warnings
     elif name in ("empty_table", "one_row", "all_equal"):
@@ -151,7 +164,7 @@ def test_cli_prints_the_plan_as_json_and_each_where_counts_its_shard(mysql_url, 
         total = cur.fetchone()[0]
         counts = []
         for shard in plan["shards"]:
-            assert set(shard) == {"id", "where", "params", "estimated_rows"}
+            assert set(shard) <= {"id", "where", "params", "estimated_rows", "pieces"}
             cur.execute(f"SELECT COUNT(*) FROM {mysql_table(DB, 'varchar_ci_pad')} WHERE {shard['where']}", shard["params"])
             counts.append(cur.fetchone()[0])
     assert sum(counts) == total

@@ -17,6 +17,8 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS
 from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
+from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
+from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 
 _SECRET_KEYS = {"password"}
 
@@ -41,8 +43,11 @@ class FullLoadSpec:
     load_key: str = ""
     reimport: str | None = None  # "failed": only an unpublished load's failed/unfinished shards
     channels: int | None = 2
-    batch_rows: int = 65536
-    batch_bytes: int = 64 * 1024 * 1024
+    batch_rows: int = 65536  # rows per read batch, the unit a channel streams to ClickHouse
+    # one INSERT per this many rows / Arrow bytes at most (core/target/inserts.py: few large
+    # inserts are few parts for ClickHouse to merge; streamed, they cost the channel no memory)
+    insert_rows: int = INSERT_ROWS
+    insert_bytes: int = INSERT_BYTES
     # how shards are read (core/source/reader.py): "auto" (Arrow-native unless a probe of the
     # table's first rows disagrees with mysqlclient), "native", or "mysqlclient"
     reader: str = "auto"
@@ -78,8 +83,9 @@ class FullLoadSpec:
 
     def __post_init__(self):
         self.speed().channel_count()  # a bad speed/channel configuration fails before submitting
-        if self.batch_rows < 1:
-            raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows} (table {self.source_table})")
+        for name in ("batch_rows", "insert_rows", "insert_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)} (table {self.source_table})")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.reimport not in (None, "failed"):

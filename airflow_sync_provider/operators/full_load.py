@@ -4,6 +4,8 @@ from airflow_sync_provider.assets import clickhouse_table, is_static, mysql_tabl
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, LOAD_PUBLISHED, Ledger
 from airflow_sync_provider.core.target.clickhouse import client
+from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
+from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
@@ -27,7 +29,9 @@ class FullLoadOperator(SparkJobOperator):
     :param target_table: defaults to ``table``.
     :param channels: concurrent source connections (= concurrent Spark tasks); derived from the
         speed limits instead when a global limit is set (DataX: global ÷ per-channel).
-    :param batch_rows, batch_bytes: an Arrow batch is written when either is reached.
+    :param batch_rows: rows per read batch (the unit a channel streams to ClickHouse).
+    :param insert_rows, insert_bytes: a channel's INSERT ends at this many rows or Arrow bytes
+        (few large inserts: few parts for ClickHouse to merge; streamed, they cost no memory).
     :param columns: copy only these columns (default: all); key columns always stay.
     :param exclude_columns: leave these columns out (e.g. a type without a ClickHouse mapping).
     :param split_column: column to shard on (default: primary key → unique → plain index).
@@ -59,7 +63,8 @@ class FullLoadOperator(SparkJobOperator):
                  reimport: str | None = None, source_database: str | None = None,
                  target_database: str | None = None, target_table: str | None = None,
                  columns: list | None = None, exclude_columns: list | None = None,
-                 channels: int | None = 2, batch_rows: int = 65536, batch_bytes: int = 64 * 1024 * 1024,
+                 channels: int | None = 2, batch_rows: int = 65536, insert_rows: int = INSERT_ROWS,
+                 insert_bytes: int = INSERT_BYTES,
                  split_column: str | None = None, split_factor: int | None = None,
                  strategy: str = "balanced", byte_speed: int | None = None, record_speed: int | None = None,
                  channel_byte_speed: int | None = None, channel_record_speed: int | None = None,
@@ -79,7 +84,8 @@ class FullLoadOperator(SparkJobOperator):
         self.exclude_columns = exclude_columns
         self.channels = channels
         self.batch_rows = batch_rows
-        self.batch_bytes = batch_bytes
+        self.insert_rows = insert_rows
+        self.insert_bytes = insert_bytes
         self.split_column = split_column
         self.split_factor = split_factor
         self.strategy = strategy
@@ -119,7 +125,8 @@ class FullLoadOperator(SparkJobOperator):
             source=source, target=target, source_database=source_db, source_table=self.table,
             target_database=target_db, target_table=self.target_table or self.table, load_key=load_key,
             reimport=self.reimport, columns=list(self.columns) if self.columns else None,
-            exclude_columns=list(self.exclude_columns or []), channels=self.channels, batch_rows=self.batch_rows, batch_bytes=self.batch_bytes,
+            exclude_columns=list(self.exclude_columns or []), channels=self.channels, batch_rows=self.batch_rows,
+            insert_rows=self.insert_rows, insert_bytes=self.insert_bytes,
             split_column=self.split_column, split_factor=self.split_factor, strategy=self.strategy,
             byte_speed=self.byte_speed, record_speed=self.record_speed, channel_byte_speed=self.channel_byte_speed,
             channel_record_speed=self.channel_record_speed, where=self.where, where_params=list(self.where_params or []),

@@ -26,18 +26,17 @@ from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, FullLoadSpec, copied_schema, public_dict
 from airflow_sync_provider.core.ledger import (
-    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState, ShardState,
+    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.spark.channels import (
-    Inserts, Progress, driver_copy_limit, retrying, run_channels, running_record,
-)
+from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
 from airflow_sync_provider.spark.full_load import LoadFailed
 from airflow_sync_provider.spark.session import lazy
 
@@ -55,14 +54,19 @@ def _fence(spec: CdcBootstrapSpec) -> str | None:
 
 def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key: ChunkKey, mappings, weight: bool,
                      columns_sql: str, native_sql: str | None, ch, ledger: Ledger, state: LoadState, shard, conn,
-                     kind, throttle, inserts: Inserts):
+                     kind, throttle):
     previous = state.shards.get(shard.id)
     record = running_record(spec.source, shard, (previous.attempt if previous else 0) + 1)
     if previous is not None:  # resume after the last finished chunk, its counters kept
         for name in ("records_read", "records_written", "bytes", "chunks", "resume_key", "version"):
             setattr(record, name, getattr(previous, name))
     names = [m.name for m in mappings] + ([SPLIT_WEIGHT_COLUMN] if weight else []) + [target.VERSION_COLUMN]
-    settings = target.WEIGHT_SETTINGS if weight else None
+
+    def failed(rows):
+        record.records_failed += rows
+
+    inserts = ArrowInserts(ch, ch_table(load.target_database, load.target_table),
+                           settings=target.WEIGHT_SETTINGS if weight else None, on_failed=failed)
     fence = _fence(spec)
     after = key.decode(record.resume_key)
     try:
@@ -82,24 +86,23 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
                 batches = mysql_reader.read_chunk(conn, plan, mappings, shard, key, after, spec.chunk_rows,
                                                   min(spec.batch_rows, spec.chunk_rows), columns_sql, weight, holder)
             try:
-                # each batch goes to the copy while the next is read (memory: two batches, whatever
-                # chunk_rows is); the chunk counts only once all of it is written (a crash re-reads it whole)
+                # the chunk streams into one insert while it is read (memory: a few batches,
+                # whatever chunk_rows is); it counts only once all of it is acknowledged (a crash
+                # re-reads it whole)
                 for batch in batches:
                     if version is None:
                         version = holder["snapshot"] - 2
                     rows = batch.num_rows
-                    table = pa.Table.from_batches([batch])
-                    table = table.append_column(target.VERSION_COLUMN, pa.repeat(pa.scalar(version, pa.uint64()), rows))
-                    inserts.submit(lambda client, table=table.rename_columns(names), rows=rows: _insert(
-                        client, load, table, settings, record, rows))
+                    inserts.write(pa.RecordBatch.from_arrays(
+                        [*batch.columns, pa.repeat(pa.scalar(version, pa.uint64()), rows)], names=names))
                     written += rows
                     nbytes += batch.nbytes
                     throttle.account(rows, batch.nbytes)
-                inserts.wait()
+                inserts.finish()
             except mysql_reader.NativeReadError as exc:  # this chunk again (its rows rank the same), by mysqlclient
                 print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); mysqlclient reads "
                       "the rest of the shard", flush=True)
-                inserts.wait()
+                inserts.finish()
                 native_sql = None
                 continue
             cur = conn.cursor()
@@ -123,25 +126,18 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
     except Exception as exc:
         inserts.settle()
         record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
+    finally:
+        inserts.close()
     record.finished_at = time.time()
     retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
     return record
 
 
-def _insert(client, load: FullLoadSpec, table: pa.Table, settings, record: ShardState, rows: int) -> None:
-    try:
-        client.insert_arrow(load.target_table, table, database=load.target_database, settings=settings)
-    except Exception:
-        record.records_failed += rows
-        raise
-
-
 def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, native_sql, state, shard_ids):
-    """Runs on an executor or a driver thread: one source connection, one throttle and one
-    insert in flight for a queue of shards."""
+    """Runs on an executor or a driver thread: one source connection and one throttle for a
+    queue of shards."""
     ch = target.shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
-    inserts = Inserts(ch)
     throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
     shards = {s.id: s for s in plan.shards}
     conn = mysql_reader.stream_connect(spec.source)
@@ -149,13 +145,12 @@ def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, nat
     try:
         for shard_id in shard_ids:
             record = _bootstrap_shard(spec, load, plan, key, mappings, weight, columns_sql, native_sql, ch, ledger,
-                                      state, shards[shard_id], conn, kind, throttle, inserts)
+                                      state, shards[shard_id], conn, kind, throttle)
             if record.status != SHARD_SUCCESS:  # the connection may be broken: a fresh one
                 conn.close()
                 conn = mysql_reader.stream_connect(spec.source)
             yield vars(record) | {"seconds": record.seconds}
     finally:
-        inserts.close()
         conn.close()
 
 

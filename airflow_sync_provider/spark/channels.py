@@ -63,37 +63,6 @@ def retrying(action, wait_seconds: float):
             delay = min(delay * 2, 10)
 
 
-class Inserts:
-    """At most one insert in flight per channel while the channel reads the next rows: reading
-    (MySQL, connectorx) and writing (ClickHouse) overlap. In order, and always waited for before a
-    shard's (or chunk's) outcome is recorded (no write lands after it)."""
-
-    def __init__(self, ch):
-        self.ch = ch
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="insert")
-        self.future = None
-
-    def submit(self, insert) -> None:
-        self.wait()
-        self.future = self.pool.submit(insert, self.ch)
-
-    def wait(self) -> None:
-        future, self.future = self.future, None
-        if future is not None:
-            future.result()
-
-    def settle(self) -> None:
-        """Wait without raising (the shard already failed)."""
-        try:
-            self.wait()
-        except Exception:
-            pass
-
-    def close(self) -> None:
-        self.settle()
-        self.pool.shutdown()
-
-
 class Progress(threading.Thread):
     """Driver-side: keeps the load's heartbeat and logs each shard as it finishes."""
 

@@ -4,8 +4,8 @@ Driver: find or start the load in the ledger, plan (or reuse the stored plan whe
 hand each channel its queue of unfinished shards, report progress, publish when every shard
 has succeeded. Channels run as Spark tasks on a cluster's executors, or as threads of the
 driver for a small table or on a local master (``driver_copy_rows``): one channel = one source
-connection draining its queue; per shard, drop what earlier attempts wrote, stream the rows,
-write Arrow batches, report counters.
+connection draining its queue; per shard, drop what earlier attempts wrote, stream the rows
+into a few large INSERTs (core/target/inserts.py), report counters.
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ from airflow_sync_provider.core.source.planning import Plan, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import (
     SPLIT_WEIGHT_COLUMN, NotComparable, Weights, cut_points, needs_weight, read_weights, shard_predicates,
     target_predicates, weight_width,
 )
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.spark.channels import (
-    Inserts, Progress, driver_copy_limit, retrying, run_channels, running_record,
-)
+from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
 from airflow_sync_provider.spark.session import lazy
 
 REPORT_EVERY_SECONDS = 1.0
@@ -74,57 +73,41 @@ def _clear_shard(copy: _Copy, plan: Plan, ch, database: str, working: str, shard
 
 
 def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, throttle, rewrite: bool,
-                inserts: Inserts, announced: ShardState | None = None):
+                announced: ShardState | None = None):
     """Copy one shard; ``rewrite``: an earlier attempt of it may have written rows; ``announced``:
     its running record, already in the ledger."""
     names = copy.names()
-    settings = target.WEIGHT_SETTINGS if copy.direct and copy.weight else None
     record = announced or running_record(spec.source, shard, attempt)
     record.started_at = time.time()
-    pending, pending_rows, pending_bytes, reported = [], 0, 0, time.monotonic()
     repair = bool(state.repair)
 
-    def flush():
-        nonlocal pending, pending_rows, pending_bytes
-        if not pending:
-            return
-        table = pa.Table.from_batches(pending)
-        rows = table.num_rows
-        table = table.append_column(target.VERSION_COLUMN, pa.repeat(pa.scalar(record.version, pa.uint64()), rows))
-        if not copy.direct:
-            table = table.append_column(target.SHARD_COLUMN, pa.repeat(pa.scalar(shard.id, pa.uint32()), rows))
-        table = table.rename_columns(names)
+    def written(rows):
+        record.records_written += rows
 
-        def insert(client):
-            try:
-                client.insert_arrow(state.parts_table, table, database=spec.ledger_database, settings=settings)
-            except Exception:
-                record.records_failed += rows
-                raise
-            record.records_written += rows
+    def failed(rows):
+        record.records_failed += rows
 
-        inserts.submit(insert)
-        pending, pending_rows, pending_bytes = [], 0, 0
+    inserts = ArrowInserts(ch, ch_table(spec.ledger_database, state.parts_table),
+                           settings=target.WEIGHT_SETTINGS if copy.direct and copy.weight else None,
+                           max_rows=spec.insert_rows, max_bytes=spec.insert_bytes, on_written=written, on_failed=failed)
 
     def copy_rows(batches, version_of):
-        nonlocal pending_rows, pending_bytes, reported
+        reported = time.monotonic()
         for batch in batches:
             if record.version is None:
                 record.version = version_of()  # the rows' version: the position their snapshot saw
-            record.records_read += batch.num_rows
+            rows = batch.num_rows
+            record.records_read += rows
             record.bytes += batch.nbytes
-            pending.append(batch)
-            pending_rows += batch.num_rows
-            pending_bytes += batch.nbytes
-            if pending_rows >= spec.batch_rows or pending_bytes >= spec.batch_bytes:
-                flush()
-            throttle.account(batch.num_rows, batch.nbytes)
+            tail = [pa.repeat(pa.scalar(record.version, pa.uint64()), rows)]
+            if not copy.direct:
+                tail.append(pa.repeat(pa.scalar(shard.id, pa.uint32()), rows))
+            inserts.write(pa.RecordBatch.from_arrays([*batch.columns, *tail], names=names))
+            throttle.account(rows, batch.nbytes)
             if time.monotonic() - reported >= REPORT_EVERY_SECONDS:  # live hook counters
-                flush()
                 ledger.write_shard(state.load_key, state.generation, record)
                 reported = time.monotonic()
-        flush()
-        inserts.wait()
+        inserts.finish()
 
     def read_text():
         conn = mysql_reader.stream_connect(spec.source)
@@ -163,9 +146,9 @@ def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, thro
             except mysql_reader.NativeReadError as exc:
                 print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); reading it again "
                       "with mysqlclient", flush=True)
-                inserts.wait()
+                inserts.finish()  # what was sent is acknowledged before it is cleared
                 record.records_read = record.records_written = record.bytes = 0
-                record.version, pending[:] = None, []
+                record.version = None
                 _clear_shard(copy, plan, ch, spec.ledger_database, state.parts_table, shard)
                 read_text()
             if record.version is None:  # no rows: a text read gives the empty snapshot its position
@@ -175,6 +158,8 @@ def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, thro
         inserts.settle()
         record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
         record.version = record.version or 0
+    finally:
+        inserts.close()
     record.finished_at = time.time()
     retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
     return record
@@ -198,19 +183,15 @@ def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState,
     shards = {s.id: s for s in plan.shards}
     # a driver thread runs once, right after the driver read the ledger: nothing to look up
     at_start = state if in_driver else retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
-    inserts = Inserts(ch)
-    try:
-        for shard_id in shard_ids:
-            previous, now = state.shards.get(shard_id), at_start.shards.get(shard_id)
-            if now is not None and now.status == SHARD_SUCCESS and now.attempt > (previous.attempt if previous else 0):
-                yield vars(now) | {"seconds": now.seconds}
-                continue
-            attempt = max(now.attempt if now else 0, previous.attempt if previous else 0) + 1
-            record = _load_shard(spec, plan, copy, ch, ledger, state, shards[shard_id], attempt, throttle,
-                                 now is not None, inserts, (announced or {}).get(shard_id))
-            yield vars(record) | {"seconds": record.seconds}
-    finally:
-        inserts.close()
+    for shard_id in shard_ids:
+        previous, now = state.shards.get(shard_id), at_start.shards.get(shard_id)
+        if now is not None and now.status == SHARD_SUCCESS and now.attempt > (previous.attempt if previous else 0):
+            yield vars(now) | {"seconds": now.seconds}
+            continue
+        attempt = max(now.attempt if now else 0, previous.attempt if previous else 0) + 1
+        record = _load_shard(spec, plan, copy, ch, ledger, state, shards[shard_id], attempt, throttle,
+                             now is not None, (announced or {}).get(shard_id))
+        yield vars(record) | {"seconds": record.seconds}
 
 
 def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:

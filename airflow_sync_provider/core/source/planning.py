@@ -9,6 +9,11 @@ and JSON-serialisable parameters, so it is always executed with bound values:
   included), and half-open intervals never overlap: they partition the table exactly as long
   as the cuts increase, which both strategies guarantee.
 * ``col IS NULL`` is always a shard of its own.
+* A range shard of a large table is also cut into **pieces**: consecutive finer ranges (the
+  same predicate forms, cut the same way) that partition it. A shard is the unit of the ledger,
+  retries and versions; a piece is one reader query. The Arrow-native reader (connectorx) buffers
+  a query's whole result when writing falls behind reading, so pieces of about
+  :data:`PIECE_BYTES` keep a channel's memory the same whatever the table's size.
 * Every comparison is made by the database, with the column's own collation: string cuts are
   real key values taken in index order, so case-insensitive and PAD SPACE collations, utf8mb4
   and 4-byte characters order exactly as MySQL orders them, and no cut can contain a surrogate.
@@ -39,6 +44,8 @@ DEFAULT_SPLIT_FACTOR = 5  # DataX: shards = channels × split_factor (+1 NULL sh
 # holds at least this many rows (estimated): each shard costs ledger writes, a source
 # connection and an insert (≈0.1 s), which on a small table outweighs what splitting it buys.
 MIN_SHARD_ROWS = 50_000
+# A piece (one reader query) holds about this many bytes at most (InnoDB's average row length).
+PIECE_BYTES = 4 * 1024 * 1024
 EVEN_ENOUGH = 1.2  # balanced keeps equal-width cuts when estimated max/mean rows per shard is at most this
 STRATEGIES = ("equal", "balanced")
 
@@ -70,7 +77,8 @@ class Filter:
         if self.sql == "1=1":
             return shard
         return dataclasses.replace(shard, where=f"({shard.where}) AND ({self.sql})",
-                                   params=(*shard.params, *self.params))
+                                   params=(*shard.params, *self.params),
+                                   pieces=tuple((f"({w}) AND ({self.sql})", (*p, *self.params)) for w, p in shard.pieces))
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,12 @@ class Shard:
     where: str
     params: tuple = ()
     estimated_rows: int | None = None
+    # (where, params) of each piece, in key order; () when the shard is read as one piece
+    pieces: tuple[tuple[str, tuple], ...] = ()
+
+    def queries(self) -> tuple[tuple[str, tuple], ...]:
+        """The reader's predicates for this shard: its pieces, or the shard itself."""
+        return self.pieces or ((self.where, self.params),)
 
 
 @dataclass(frozen=True)
@@ -98,8 +112,9 @@ class Plan:
             "table": self.table, "database": self.database, "split_column": self.split_column,
             "index": self.index, "strategy": self.strategy, "channels": self.channels,
             "split_factor": self.split_factor,
-            "shards": [{"id": s.id, "where": s.where, "params": list(s.params),
-                        "estimated_rows": s.estimated_rows} for s in self.shards],
+            "shards": [{"id": s.id, "where": s.where, "params": list(s.params), "estimated_rows": s.estimated_rows,
+                        **({"pieces": [{"where": w, "params": list(p)} for w, p in s.pieces]} if s.pieces else {})}
+                       for s in self.shards],
             "warnings": list(self.warnings),
         }
 
@@ -108,7 +123,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Plan":
-        shards = tuple(Shard(s["id"], s["where"], tuple(s["params"]), s.get("estimated_rows"))
+        shards = tuple(Shard(s["id"], s["where"], tuple(s["params"]), s.get("estimated_rows"),
+                             tuple((p["where"], tuple(p["params"])) for p in s.get("pieces", ())))
                        for s in data["shards"])
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields and k not in ("shards", "warnings")}
@@ -226,19 +242,36 @@ def to_param(column: MySQLColumn, value: Any):
     raise PlanError(f"column {column.name!r}: cannot bind a split value of type {type(value).__name__}")
 
 
-def shards_from_cuts(column: MySQLColumn, cuts: list) -> list[Shard]:
-    """Range shards from increasing cut points, then the NULL shard."""
+def _ranges(column: MySQLColumn, cuts: list) -> list[tuple[str, tuple]]:
+    """The half-open ranges increasing cut points make: ``col < c1``, …, ``col >= c_last``."""
     col, ph = mysql_ident(column.name), _placeholder(column)
     params = [to_param(column, c) for c in cuts]
     if not cuts:
-        ranges = [(f"{col} IS NOT NULL", ())]
-    else:
-        ranges = [(f"{col} < {ph}", (params[0],))]
-        ranges += [(f"{col} >= {ph} AND {col} < {ph}", (params[i], params[i + 1])) for i in range(len(cuts) - 1)]
-        ranges.append((f"{col} >= {ph}", (params[-1],)))
-    shards = [Shard(i, where, tuple(p)) for i, (where, p) in enumerate(ranges)]
-    shards.append(Shard(len(shards), f"{col} IS NULL"))
-    return shards
+        return [(f"{col} IS NOT NULL", ())]
+    ranges = [(f"{col} < {ph}", (params[0],))]
+    ranges += [(f"{col} >= {ph} AND {col} < {ph}", (params[i], params[i + 1])) for i in range(len(cuts) - 1)]
+    ranges.append((f"{col} >= {ph}", (params[-1],)))
+    return ranges
+
+
+def shards_from_cuts(column: MySQLColumn, cuts: list, shards: int | None = None) -> list[Shard]:
+    """Range shards from increasing cut points, then the NULL shard. With ``shards``, at most
+    that many range shards: the ranges are grouped, as evenly as they go, into shards whose
+    pieces they are (when there are fewer cuts than asked for, shards come first)."""
+    pieces = _ranges(column, cuts)
+    count = min(shards or len(pieces), len(pieces))
+    bounds = [i * len(pieces) // count for i in range(count + 1)]
+    out = []
+    for i, (where, params) in enumerate(_ranges(column, [cuts[b - 1] for b in bounds[1:-1]])):
+        group = pieces[bounds[i]:bounds[i + 1]]
+        out.append(Shard(i, where, params, pieces=tuple(group) if len(group) > 1 else ()))
+    out.append(Shard(len(out), f"{mysql_ident(column.name)} IS NULL"))
+    return out
+
+
+def pieces_per_shard(rows: int, shards: int, row_bytes: int) -> int:
+    """Pieces per range shard so that one holds about :data:`PIECE_BYTES` at most."""
+    return max(1, math.ceil(rows / max(1, shards) * max(1, row_bytes) / PIECE_BYTES))
 
 
 # --- cut points --------------------------------------------------------------------------
@@ -363,20 +396,21 @@ def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, s
         raise PlanError(f"split_factor must be at least 1, got {split_factor}")
     channels = (speed or SpeedLimits(channels=1)).channel_count()
     column_name, index, warnings = choose_split_column(schema, split_column)
+    whole = Plan(schema.database, schema.table, None, None, strategy, 1, 1, ())
+    rows = 0 if column_name is None else _explain_rows(conn, whole, where.apply(Shard(0, "1=1")))
     if split_factor is None:
-        whole = Plan(schema.database, schema.table, None, None, strategy, 1, 1, ())
-        split_factor = 1 if column_name is None else auto_split_factor(
-            _explain_rows(conn, whole, where.apply(Shard(0, "1=1"))), channels)
+        split_factor = 1 if column_name is None else auto_split_factor(rows, channels)
     if column_name is None:
         shards = [where.apply(Shard(0, "1=1"))]
         plan = Plan(schema.database, schema.table, None, None, strategy, 1, split_factor, (), tuple(warnings))
     else:
         column = schema.column(column_name)
         wanted = channels * split_factor
+        k = pieces_per_shard(rows, wanted, average_row_bytes(conn, schema.database, schema.table))
         keys = MySQLKeyIndex(conn, schema, column, index, where)
         plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
                     tuple(warnings))
-        cuts = equal_width_cuts(column, *keys.min_max(), wanted)
+        cuts = equal_width_cuts(column, *keys.min_max(), wanted * k)
         estimates = None
         if strategy == "equal" and cuts is None:
             warnings.append(f"equal-width ranges are not defined for {column.data_type} column "
@@ -384,16 +418,18 @@ def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, s
         elif strategy == "balanced" and cuts:
             # Walking the index costs one pass over it (≈5 s per 10M rows); when the optimizer's
             # range estimates already show equal widths holding even shards, skip the walk.
-            estimates = [_explain_rows(conn, plan, where.apply(s)) for s in shards_from_cuts(column, cuts)]
+            estimates = [_explain_rows(conn, plan, where.apply(s)) for s in shards_from_cuts(column, cuts, wanted)]
             ranges = estimates[:-1]
             if not (min(ranges) > 0 and max(ranges) <= EVEN_ENOUGH * sum(ranges) / len(ranges)):
                 cuts, estimates = None, None
         if cuts is None:
-            cuts = index_ordered_cuts(keys, wanted)
-            if estimate:  # the walk itself measured the shards: ``step`` keys each, the rest last
-                step = max(1, math.ceil(keys.count() / wanted))
-                estimates = [step] * len(cuts) + [keys.count() - step * len(cuts)] + [keys.null_count()]
-        shards = [where.apply(s) for s in shards_from_cuts(column, cuts)]
+            cuts = index_ordered_cuts(keys, wanted * k)
+            if estimate:  # the walk itself measured the shards: ``step`` keys per piece, the rest last
+                step = max(1, math.ceil(keys.count() / (wanted * k)))
+                shards = shards_from_cuts(column, cuts, wanted)
+                ranges = [len(s.queries()) * step for s in shards[:-2]]
+                estimates = [*ranges, keys.count() - sum(ranges), keys.null_count()]
+        shards = [where.apply(s) for s in shards_from_cuts(column, cuts, wanted)]
         if estimates:
             shards = [dataclasses.replace(s, estimated_rows=max(0, e)) for s, e in zip(shards, estimates)]
         plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
@@ -408,6 +444,15 @@ def auto_split_factor(estimated_rows: int, channels: int) -> int:
     """Shards per channel for a table of about ``estimated_rows``: DataX's 5, fewer when shards
     would hold under MIN_SHARD_ROWS rows, never under one per channel (channels stay busy)."""
     return max(1, min(DEFAULT_SPLIT_FACTOR, estimated_rows // (channels * MIN_SHARD_ROWS)))
+
+
+def average_row_bytes(conn, database: str, table: str) -> int:
+    """InnoDB's average row length of the table (an estimate; 0 when unknown)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (database, table))
+        row = cur.fetchone()
+    return int(row[0] or 0) if row else 0
 
 
 def explain(conn, plan: Plan, shard: Shard) -> dict:

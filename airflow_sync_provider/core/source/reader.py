@@ -226,24 +226,28 @@ def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_row
 def read_shard_native(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
                       fetch_rows: int, columns_sql: str, weight: bool = False, snapshot: bool = False,
                       holder: dict | None = None) -> Iterator[pa.RecordBatch]:
-    """:func:`read_shard` through connectorx (``columns_sql``: :func:`native_select_list`). With
-    ``snapshot`` (MariaDB) ``holder["snapshot"]`` is set, before the first batch is yielded, to the
-    version of the read's binlog position (:data:`SNAPSHOT_COLUMN_SQL`); a shard without rows
-    leaves it unset."""
+    """:func:`read_shard` through connectorx (``columns_sql``: :func:`native_select_list`), one
+    query per piece of the shard (core/source/planning.py): connectorx buffers a query's whole
+    result when the caller lags, so a piece bounds the memory. Each piece reads its own
+    snapshot. With ``snapshot`` (MariaDB) ``holder["snapshot"]`` is set, before the first batch is
+    yielded, to the version of the first piece's binlog position (:data:`SNAPSHOT_COLUMN_SQL`),
+    the earliest: rows of later pieces saw at least as much, so that version under-ranks them,
+    never over-ranks (every later change still wins). A shard without rows leaves it unset."""
     if weight:
         mappings = [*mappings, WEIGHT_MAPPING]
     schema = arrow_schema(mappings)
     where = f"table {plan.database}.{plan.table}, shard {shard.id}"
     extra = f", {SNAPSHOT_COLUMN_SQL}" if snapshot else ""
-    query = f"SELECT {columns_sql}{extra} {plan.from_clause()} WHERE {mysql_inline(shard.where, shard.params)}"
-    for batch in _native_stream(endpoint, plan.database, query, fetch_rows):
-        if not batch.num_rows:  # connectorx also sends empty batches
-            continue
-        if snapshot:
-            if holder is not None and "snapshot" not in holder:
-                holder["snapshot"] = batch.column(batch.num_columns - 1)[0].as_py()
-            batch = batch.drop_columns([batch.schema.names[-1]])
-        yield native_batch(batch, mappings, schema, where)
+    for predicate, params in shard.queries():
+        query = f"SELECT {columns_sql}{extra} {plan.from_clause()} WHERE {mysql_inline(predicate, params)}"
+        for batch in _native_stream(endpoint, plan.database, query, fetch_rows):
+            if not batch.num_rows:  # connectorx also sends empty batches
+                continue
+            if snapshot:
+                if holder is not None and "snapshot" not in holder:
+                    holder["snapshot"] = batch.column(batch.num_columns - 1)[0].as_py()
+                batch = batch.drop_columns([batch.schema.names[-1]])
+            yield native_batch(batch, mappings, schema, where)
 
 
 def read_chunk_native(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard, key, after,
