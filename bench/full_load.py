@@ -12,6 +12,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -27,7 +28,7 @@ import yaml
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.submission import spark_submit
+from airflow_sync_provider.core.submission import prepare, spark_submit
 from bench.common import REPO, fmt_rate, fmt_ratio, machine, services, timer, write_result
 from devenv import demo_data
 from devenv.peers import peer_venv
@@ -147,6 +148,7 @@ class ProcessSampler(threading.Thread):
         # CPU ticks per process group while sampling (deltas from each process's first sample)
         self.group_ticks: dict[str, int] = {}
         self._group_last: dict[int, int] = {}
+        self.settle: float | None = None  # the target's CPU after the path, until idle (merges)
 
     def _sample(self) -> None:
         me = os.getpid()
@@ -242,6 +244,28 @@ class ProcessSampler(threading.Thread):
         return f"{self.load_before:.2f}→{self.load_after:.2f} / {self.foreign_cores:.2f}"
 
 
+def target_settle_cpu(max_seconds: float = 60.0) -> float | None:
+    """CPU seconds the ClickHouse endpoint spends after a path returned, until it is idle (under
+    2 % of a core for a second): background merges of the parts the path wrote. None when the
+    target is not the local stand-in (an external server's CPU is not ours to sample)."""
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and "devenv.clickhouse_http" in _cmdline(int(p))]
+    if not pids:
+        return None
+
+    def ticks():
+        return sum((_proc_stat(str(p)) or (0, 0))[1] for p in pids)
+
+    start = last = ticks()
+    deadline = time.monotonic() + max_seconds
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = ticks()
+        if now - last <= 0.02 * TICKS:
+            break
+        last = now
+    return (ticks() - start) / TICKS
+
+
 # ---------------------------------------------------------------------------------------------
 # The paths
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +302,7 @@ def run_ours(mysql_url, ch_url, db, rows, channels, table=TABLE) -> dict:
                         load_key=f"bench-full-load-{db}-{uuid.uuid4().hex[:12]}")
     with ProcessSampler() as sampler, timer() as wall:
         result = spark_submit(spec)
+    sampler.settle = target_settle_cpu()
     assert result.get("status") == "success", result
     ch = ch_client(ch_url)
     target = int(ch.command(f"SELECT count() FROM {ch_table(TARGET_DB, spec.target_table)}"))
@@ -308,6 +333,7 @@ def run_mysql_function(mysql_url, ch_url, db, rows, ours_table, source=TABLE) ->
     pull = (f"mysql('{my.host}:{my.port}', '{db}', '{source}', '{my.user}', '{my.password}')")
     with ProcessSampler() as sampler, timer() as t:
         ch.command(f"INSERT INTO {ch_table(TARGET_DB, table)} SELECT * FROM {pull}")
+    sampler.settle = target_settle_cpu()
     target = int(ch.command(f"SELECT count() FROM {ch_table(TARGET_DB, table)}"))
     assert target == rows, (target, rows)
     fp = fingerprint(ch, TARGET_DB, table) if source == TABLE else None
@@ -334,6 +360,7 @@ def run_diy(mysql_url, ch_url, db, rows, ours_table, lo, hi, source=TABLE) -> di
                "SPARK_LOCAL_IP": "127.0.0.1", "DIY_MYSQL_PASSWORD": my.password, "DIY_CH_PASSWORD": chp.password}
         with ProcessSampler() as sampler, timer() as wall:
             proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sampler.settle = target_settle_cpu()
         assert proc.returncode == 0, f"DIY spark-submit exited {proc.returncode}:\n{proc.stdout[-5000:]}"
         with open(result_path) as fh:
             result = json.load(fh)
@@ -398,6 +425,37 @@ def run_replicator(mysql_url, ch_url, db, rows, threads: int, timeout: float) ->
     ch.close()
     return {"name": "replicator", "rows": rows, "wall": wall["seconds"], "inner": None, "sampler": sampler,
             "fingerprint": fp}
+
+
+def profile_ours(mysql_url, ch_url, db, rows, channels) -> list[str]:
+    """Our job once more under ``perf record`` (every process and thread it starts): where its
+    CPU goes, by process/library and by function."""
+    perf = shutil.which("perf")
+    if perf is None:
+        return ["`perf` is not installed (Debian: `apt-get install linux-perf`), so no profile was taken."]
+    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
+                        source_database=db, source_table=TABLE, target_database=TARGET_DB,
+                        target_table=f"profile_{TABLE}_{rows}", channels=channels,
+                        load_key=f"bench-profile-{uuid.uuid4().hex[:12]}")
+    with tempfile.TemporaryDirectory(prefix="bench-perf-") as tmp:
+        data = os.path.join(tmp, "perf.data")
+        cmd, env = prepare(spec, tmp)
+        run = subprocess.run([perf, "record", "-F", "499", "-g", "-o", data, "--", *cmd], env={**os.environ, **env},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if run.returncode != 0:
+            return [f"`perf record` failed (exit {run.returncode}): {run.stdout[-300:]}"]
+
+        def report(*sort):
+            out = subprocess.run([perf, "report", "-i", data, "--no-children", "--stdio", "-g", "none",
+                                  "--percent-limit", "0.7", "--sort", ",".join(sort)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+            return [line.strip() for line in out.splitlines() if line.strip() and not line.startswith("#")]
+
+        lines = ["Our job on the same table under `perf record -F 499 -g` (spark-submit, the JVM, the Python "
+                 "driver and every thread they start; samples of CPU time). By process and library:", "", "```"]
+        lines += report("comm", "dso")[:14] + ["```", "", "Top functions:", "", "```"]
+        lines += [line[:150] for line in report("dso", "sym")[:22]] + ["```"]
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -496,6 +554,8 @@ def main(argv=None):
     parser.add_argument("--wide-rows", type=int, default=1_000_000)
     parser.add_argument("--narrow-rows", type=int, default=10_000_000)
     parser.add_argument("--small-rows", type=int, default=10_000, help="the fixed-cost table's size")
+    parser.add_argument("--no-profile", dest="profile", action="store_false",
+                        help="skip the perf profile of our job (taken when `perf` is installed)")
     args = parser.parse_args(argv)
     if not diy_available():
         raise SystemExit(f"the DIY Spark JDBC path needs {MARIADB_JAR} (Debian: apt-get install libmariadb-java)")
@@ -551,6 +611,8 @@ def main(argv=None):
             shapes.append(run_shape(mysql_url, ch_url, "bench_fl_shapes", shape, shape_rows, args.channels))
         dbs["shapes"] = "bench_fl_shapes"
 
+        profile = profile_ours(mysql_url, ch_url, db, rows, args.channels) if args.profile else []
+
         replicator_runs = []
         small = sizes[0]
         if args.skip_replicator:
@@ -587,6 +649,8 @@ def main(argv=None):
     lines = report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projected, ours_by_size,
                    rss_rows, gen_seconds, load_start, load_end, total)
     lines[3:3] = report_goals(rows, ours, mysqlfn, diy, ours_by_size, small_run, shapes)
+    if profile:
+        lines += ["", f"## Profile: our job at {rows:,} rows", "", *profile]
     write_result("full_load", "\n".join(lines) + "\n")
 
 
@@ -626,20 +690,29 @@ def report_goals(rows, ours, mysqlfn, diy, ours_by_size, small_run, shapes) -> l
             + " (goal ≤ 0.1×).", ""]
     out += ["### CPU seconds per million rows, by process group", "",
             "Sampled from /proc every 0.2 s during each path (a process's CPU counts from its first sample; "
-            "one started meanwhile counts whole).", "",
-            "| table | path | " + " | ".join(GROUPS) + " | total | ÷ mysql() |",
-            "|---|---|" + "---|" * (len(GROUPS) + 2)]
+            "one started meanwhile counts whole). *Afterwards*: the ClickHouse endpoint's CPU from the path's end "
+            "until it is idle (background merges of what the path wrote), counted in the second total.", "",
+            "| table | path | " + " | ".join(GROUPS) + " | total | ÷ mysql() | afterwards | total with it | ÷ mysql() |",
+            "|---|---|" + "---|" * (len(GROUPS) + 5)]
+
+    def after(run, n):
+        settle = run["sampler"].settle
+        return settle / n * 1e6 if settle is not None else 0.0
+
     for name, n, o, m, d in runs:
         if m is None:
             continue
         base = sum(m["sampler"].cpu_per_million(n).values())
+        base_after = base + after(m, n)
         for label, run in (("ours", o), ("mysql()", m), ("DIY", d)):
             if run is None:
                 continue
             cpu = run["sampler"].cpu_per_million(n)
             total = sum(cpu.values())
+            later = after(run, n)
             out.append(f"| {name} | {label} | " + " | ".join(f"{cpu[g]:.2f}" for g in GROUPS)
-                       + f" | {total:.2f} | {_ratio(total, base)} |")
+                       + f" | {total:.2f} | {_ratio(total, base)} | {later:.2f} | {total + later:.2f} | "
+                       f"{_ratio(total + later, base_after)} |")
     return out + [""]
 
 
@@ -789,10 +862,10 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
               f"* **ours** — `spark_submit(FullLoadSpec(channels={args.channels}, load_key=<unique>))`, "
               f"`local[2]`, strategy {ours['strategy']}, {ours['shards']} shards. *Wall*: from the call to its "
               "return: spark-submit and JVM start-up, the package zip, the ledger, planning (balanced: sampling the "
-              "key; the SparkContext starts meanwhile), the reader probe, reading with connectorx (binary protocol) into "
-              "Arrow batches of 65,536 rows with value checks, inserting them (one insert in flight per channel while "
-              "the next batch is read) straight into a working table of the final layout, the count check and the "
-              "atomic swap, and JVM shutdown. *In-job*: the job's own `seconds` (from the job "
+              "key; the SparkContext starts meanwhile), the reader probe, reading each shard's pieces (about 4 MiB each) "
+              "with connectorx (binary protocol) into Arrow batches with value checks, streaming them into a few large "
+              "inserts (up to 1M rows each, `FORMAT ArrowStream`, LZ4) straight into a working table of the final "
+              "layout, the count check and the atomic swap, and JVM shutdown. *In-job*: the job's own `seconds` (from the job "
               "function's start to its return: everything above except spark-submit/JVM start-up and shutdown). "
               "Not included: the bench's own `count()` on the target.",
               "* **(a) `mysql()`** — one `INSERT INTO t SELECT * FROM mysql('host:port', db, 'orders', user, "
