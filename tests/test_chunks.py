@@ -9,7 +9,7 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_sync_provider.core.cdc.chunks import ChunkKey
+from airflow_sync_provider.core.cdc.chunks import CHUNK_BYTES, ChunkKey, chunk_rows
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 
@@ -50,3 +50,12 @@ def test_keys_round_trip_through_the_ledger_form():
     import json
 
     assert key.decode(json.loads(json.dumps(key.encode(value)))) == value
+
+
+def test_chunks_of_wide_rows_are_cut_to_a_bounded_size():
+    """A chunk is one reader query, whose whole result the reader may buffer: wide rows get fewer per chunk."""
+    assert chunk_rows(500_000, 0) == 500_000  # row length unknown: as configured
+    assert chunk_rows(500_000, 100) == min(500_000, CHUNK_BYTES // 100)
+    assert chunk_rows(500_000, 700) * 700 <= CHUNK_BYTES < (chunk_rows(500_000, 700) + 1) * 700
+    assert chunk_rows(1_000, 700) == 1_000  # never more than asked
+    assert chunk_rows(500_000, 10**9) == 1

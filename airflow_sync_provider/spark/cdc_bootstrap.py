@@ -18,7 +18,7 @@ import time
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.cdc.chunks import ChunkKey
+from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows
 from airflow_sync_provider.core.cdc.positions import (
     BinlogError, BinlogPosition, current_position, ensure_fence, flavor, snapshot_position,
 )
@@ -29,7 +29,7 @@ from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.planning import Plan, plan_table
+from airflow_sync_provider.core.source.planning import Plan, average_row_bytes, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
@@ -52,9 +52,10 @@ def _fence(spec: CdcBootstrapSpec) -> str | None:
     return mysql_table(database, table)
 
 
-def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key: ChunkKey, mappings, weight: bool,
-                     columns_sql: str, native_sql: str | None, ch, ledger: Ledger, state: LoadState, shard, conn,
-                     kind, throttle):
+def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key: ChunkKey, chunk: int, mappings,
+                     weight: bool, columns_sql: str, native_sql: str | None, ch, ledger: Ledger, state: LoadState, shard,
+                     conn, kind, throttle):
+    """Read ``shard`` in chunks of ``chunk`` rows, resuming after its last finished chunk."""
     previous = state.shards.get(shard.id)
     record = running_record(spec.source, shard, (previous.attempt if previous else 0) + 1)
     if previous is not None:  # resume after the last finished chunk, its counters kept
@@ -80,11 +81,11 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
                        else snapshot_position(conn, kind, fence).snapshot_version())
             if native:
                 batches = mysql_reader.read_chunk_native(
-                    spec.source, plan, mappings, shard, key, after, spec.chunk_rows,
-                    min(spec.batch_rows, spec.chunk_rows), native_sql, weight, version is None, holder)
+                    spec.source, plan, mappings, shard, key, after, chunk, min(spec.batch_rows, chunk), native_sql,
+                    weight, version is None, holder)
             else:
-                batches = mysql_reader.read_chunk(conn, plan, mappings, shard, key, after, spec.chunk_rows,
-                                                  min(spec.batch_rows, spec.chunk_rows), columns_sql, weight, holder)
+                batches = mysql_reader.read_chunk(conn, plan, mappings, shard, key, after, chunk,
+                                                  min(spec.batch_rows, chunk), columns_sql, weight, holder)
             try:
                 # the chunk streams into one insert while it is read (memory: a few batches,
                 # whatever chunk_rows is); it counts only once all of it is acknowledged (a crash
@@ -120,7 +121,7 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
                 record.resume_key = key.encode(after)
             crash_point("bootstrap.chunk-written")
             ledger.write_shard(state.load_key, state.generation, record)
-            if rows < spec.chunk_rows:
+            if rows < chunk:
                 break
         record.status = SHARD_SUCCESS
     except Exception as exc:
@@ -133,7 +134,7 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
     return record
 
 
-def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, native_sql, state, shard_ids):
+def _bootstrap_channel(spec, load, plan, key, chunk, mappings, weight, columns_sql, native_sql, state, shard_ids):
     """Runs on an executor or a driver thread: one source connection and one throttle for a
     queue of shards."""
     ch = target.shared_client(spec.target)
@@ -144,8 +145,8 @@ def _bootstrap_channel(spec, load, plan, key, mappings, weight, columns_sql, nat
     kind = flavor(conn)
     try:
         for shard_id in shard_ids:
-            record = _bootstrap_shard(spec, load, plan, key, mappings, weight, columns_sql, native_sql, ch, ledger,
-                                      state, shards[shard_id], conn, kind, throttle)
+            record = _bootstrap_shard(spec, load, plan, key, chunk, mappings, weight, columns_sql, native_sql, ch,
+                                      ledger, state, shards[shard_id], conn, kind, throttle)
             if record.status != SHARD_SUCCESS:  # the connection may be broken: a fresh one
                 conn.close()
                 conn = mysql_reader.stream_connect(spec.source)
@@ -224,6 +225,7 @@ def _bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkp
         load, state, plan = _start_or_resume(spec, table, ledger, checkpoints, conn, schema, key)
         in_driver = (table_rows(conn, table["source_database"], table["source_table"])
                      <= driver_copy_limit(spec.driver_copy_rows, session))
+        chunk = chunk_rows(spec.chunk_rows, average_row_bytes(conn, table["source_database"], table["source_table"]))
     if not in_driver and state.status != LOAD_PUBLISHED:
         session.start()  # the SparkContext comes up while the driver prepares
     if state.status == LOAD_PUBLISHED:
@@ -247,7 +249,7 @@ def _bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkp
     todo = state.todo()
     before = {i: (s.records_read, s.chunks) for i, s in state.shards.items()}  # finished chunks of earlier runs
     print(f"[airflow-sync] bootstrap {schema.qualified} (pipeline {spec.pipeline!r}, from {start}): {len(todo)} of "
-          f"{len(plan.shards)} shards to read in chunks of {spec.chunk_rows:,} rows, {plan.channels} channel(s) "
+          f"{len(plan.shards)} shards to read in chunks of {chunk:,} rows, {plan.channels} channel(s) "
           + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
     per_shard = []
     if todo:
@@ -256,7 +258,7 @@ def _bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkp
         try:
             with Progress(load, state, todo):
                 per_shard = run_channels(session, queues, lambda q, _: _bootstrap_channel(
-                    spec, load, plan, key, mappings, weight, columns_sql, native_sql, state, q), in_driver)
+                    spec, load, plan, key, chunk, mappings, weight, columns_sql, native_sql, state, q), in_driver)
         except Exception as exc:  # e.g. an executor died: record it, so a retry resumes at once
             state.status, state.error = LOAD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
             retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)

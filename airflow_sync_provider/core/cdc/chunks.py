@@ -31,6 +31,17 @@ _BYTES = {"binary", "varbinary"}
 _TEMPORAL = {"date", "datetime", "timestamp", "time"}
 
 
+# A chunk is one reader query, and connectorx buffers a query's whole result when writing lags
+# (core/source/planning.py, pieces): chunks of wide rows are cut to about this many bytes.
+CHUNK_BYTES = 32 * 1024 * 1024
+
+
+def chunk_rows(configured: int, row_bytes: int) -> int:
+    """Rows per chunk: ``configured``, fewer for rows so wide that a chunk would pass
+    :data:`CHUNK_BYTES` (``row_bytes``: InnoDB's average row length, 0 when unknown)."""
+    return max(1, min(configured, CHUNK_BYTES // row_bytes)) if row_bytes > 0 else configured
+
+
 class UnchunkableTable(ValueError):
     """A table the bootstrap cannot chunk (the message says why and what to do)."""
 
