@@ -29,8 +29,8 @@ from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.planning import Plan, average_row_bytes, plan_table
-from airflow_sync_provider.core.source.schema import table_rows
+from airflow_sync_provider.core.source.planning import Plan, plan_table
+from airflow_sync_provider.core.source.schema import average_row_bytes, table_rows
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from typing import Any, Protocol
 
-from airflow_sync_provider.core.source.schema import TableSchema
+from airflow_sync_provider.core.source.schema import TableSchema, average_row_bytes
 from airflow_sync_provider.core.sql import mysql_ident, mysql_table
 from airflow_sync_provider.core.typemap import MySQLColumn
 
@@ -76,9 +76,9 @@ class Filter:
     def apply(self, shard: "Shard") -> "Shard":
         if self.sql == "1=1":
             return shard
+        pieces = tuple((f"({w}) AND ({self.sql})", (*p, *self.params)) for w, p in shard.pieces)
         return dataclasses.replace(shard, where=f"({shard.where}) AND ({self.sql})",
-                                   params=(*shard.params, *self.params),
-                                   pieces=tuple((f"({w}) AND ({self.sql})", (*p, *self.params)) for w, p in shard.pieces))
+                                   params=(*shard.params, *self.params), pieces=pieces)
 
 
 @dataclass(frozen=True)
@@ -444,15 +444,6 @@ def auto_split_factor(estimated_rows: int, channels: int) -> int:
     """Shards per channel for a table of about ``estimated_rows``: DataX's 5, fewer when shards
     would hold under MIN_SHARD_ROWS rows, never under one per channel (channels stay busy)."""
     return max(1, min(DEFAULT_SPLIT_FACTOR, estimated_rows // (channels * MIN_SHARD_ROWS)))
-
-
-def average_row_bytes(conn, database: str, table: str) -> int:
-    """InnoDB's average row length of the table (an estimate; 0 when unknown)."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-                    (database, table))
-        row = cur.fetchone()
-    return int(row[0] or 0) if row else 0
 
 
 def explain(conn, plan: Plan, shard: Shard) -> dict:

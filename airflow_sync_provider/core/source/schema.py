@@ -92,10 +92,19 @@ def read_table_schema(conn, database: str, table: str) -> TableSchema:
     return TableSchema(database, table, columns, primary_key, indexes)
 
 
-def table_rows(conn, database: str, table: str) -> int:
-    """InnoDB's estimate of the table's rows (free to read; can be off by tens of percent)."""
+def _table_status(conn, database: str, table: str, column: str) -> int:
     with conn.cursor() as cur:
-        cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        cur.execute(f"SELECT {column} FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
                     (database, table))
         row = cur.fetchone()
     return int(row[0] or 0) if row else 0
+
+
+def table_rows(conn, database: str, table: str) -> int:
+    """InnoDB's estimate of the table's rows (free to read; can be off by tens of percent)."""
+    return _table_status(conn, database, table, "TABLE_ROWS")
+
+
+def average_row_bytes(conn, database: str, table: str) -> int:
+    """InnoDB's average row length of the table (an estimate; 0 when unknown)."""
+    return _table_status(conn, database, table, "AVG_ROW_LENGTH")

@@ -13,10 +13,11 @@ batch by batch from a short queue as the rows arrive, and it ends at ``max_rows`
 * **Reading and writing overlap.** Serialising, compressing and sending run on the insert's
   thread (all release the GIL) while the channel reads the next rows.
 
-``max_rows`` stays below ClickHouse's ``min_insert_block_size_rows`` (1,048,449) so the server
-forms one block per insert: a body cut short (the client died) then writes nothing.
-An insert that waits long for rows (a slow source, a speed limit) is kept alive with empty
-batches; ClickHouse would otherwise time the request out.
+``max_rows`` stays below ClickHouse's ``min_insert_block_size_rows`` (1,048,449), so the server
+normally makes one part per insert, and a body cut short (the client died) writes nothing; the
+callers do not rely on it: a shard or chunk read again first clears what an earlier attempt
+wrote. An insert that waits long for rows (a slow source, a speed limit) is kept alive with
+empty batches; ClickHouse would otherwise time the request out.
 """
 
 from __future__ import annotations
@@ -73,11 +74,11 @@ class _Insert:
 class ArrowInserts:
     """Streamed INSERTs into ``table_sql`` (quoted, e.g. ``ch_table(db, t)``; ``ch``: a
     session-less clickhouse-connect client, as ``clickhouse.shared_client``, since one insert may
-    still be acknowledged while the next streams). ``write`` batches of one schema; ``finish`` ends the open insert and waits until
-    every insert is acknowledged (raising the first failure). ``on_written(rows)`` runs (on the
-    insert's thread) when an insert is acknowledged, ``on_failed(rows)`` (on the caller's) when
-    one failed, with all its rows. At most one insert is open and one more may be awaiting its
-    acknowledgement."""
+    still be acknowledged while the next streams). ``write`` batches of one schema; ``finish``
+    ends the open insert and waits until every insert is acknowledged (raising the first
+    failure). ``on_written(rows)`` runs (on the insert's thread) when an insert is acknowledged,
+    ``on_failed(rows)`` (on the caller's) when one failed, with all its rows. At most one insert
+    is open and one more may be awaiting its acknowledgement."""
 
     def __init__(self, ch, table_sql: str, *, settings: dict | None = None, compression: str | None = "lz4",
                  max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES, max_seconds: float = MAX_SECONDS,
