@@ -682,7 +682,7 @@ def report_goals(rows, ours, mysqlfn, diy, ours_by_size, small_run, shapes) -> l
         out[-1] += (f"{d['wall']:.1f} | {d['inner']:.1f} | " if d else "— | — | ")
         out[-1] += (f"{_ratio(m['wall'], job(o)) if m else '—'} | "
                     f"{_ratio(d['wall'], o['wall']) + ' / ' + _ratio(d['inner'], job(o)) if d else '—'} | "
-                    f"{phases} | {o.get('reader', '')[:40]} |")
+                    f"{phases} | {o.get('reader', '').split(';')[0]} |")
     out += ["", f"Fixed cost: {small_run['rows']:,}-row copy of orders: in-job {small_run['inner']:.2f} s "
             f"({', '.join(f'{k} {v:.2f}' for k, v in small_run.get('phases', {}).items())}), wall "
             f"{small_run['wall']:.1f} s; in-job ÷ the 1,000,000-row load's: "
@@ -831,7 +831,9 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
               "Sampled every 0.2 s from /proc/PID/status VmRSS over every process below this bench that runs "
               "`python -m pyspark.daemon`: the daemon itself and the workers it forks (one per running task; "
               "a forked worker's RSS includes pages it still shares with the daemon). Also the Spark JVM "
-              "(local[2]: driver and executors in one JVM) and the job's Python driver.", "",
+              "(local[2]: driver and executors in one JVM) and the job's Python driver. On local[2] our "
+              "channels run as threads of the Python driver (no pyspark workers: 0 below), so the driver's "
+              "column is where a channel's memory shows.", "",
               "| rows | wall s | rows/s (wall) | max RSS per worker MiB | workers seen | max Σ live workers MiB "
               "| daemon MiB | JVM MiB | Python driver MiB |", "|---|---|---|---|---|---|---|---|---|"]
     for size in rss_rows:
