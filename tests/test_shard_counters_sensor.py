@@ -129,6 +129,29 @@ def test_stale_heartbeat_counts_as_dead(ledger_conn, monkeypatch):
         sensor("s.dead").poke({})
 
 
+def test_a_heartbeat_keeps_a_running_load_alive(ledger_conn, monkeypatch):
+    """The driver's heartbeat (its own row, not the load's with its plan) is what keeps a running
+    load fresh; without one the load's own row counts, and the newest generation's counts."""
+    with monkeypatch.context() as past:
+        past.setattr(ledger_module, "_now", lambda: time.time() - 3600)
+        write(Ledger(ledger_conn.ch), "s.beat", "running", [shard(0), shard(1, "running")])
+    ledger = Ledger(ledger_conn.ch)
+    assert ledger.state("s.beat").stale
+    load = ledger.state("s.beat")
+    ledger.write_heartbeat(load)
+    fresh = ledger.state("s.beat")
+    assert not fresh.stale and abs(fresh.heartbeat - load.heartbeat) < 1e-3
+    assert sensor("s.beat").poke({}).is_done is False  # waiting, not dead
+    assert fresh.plan == PLAN and set(fresh.shards) == {0, 1}
+    # a heartbeat of an older generation does not keep a newer one alive
+    with monkeypatch.context() as past:
+        past.setattr(ledger_module, "_now", lambda: time.time() - 3600)
+        newer = ledger.state("s.beat")
+        newer.generation = 2
+        Ledger(ledger_conn.ch).write_load(newer)
+    assert ledger.state("s.beat").generation == 2 and ledger.state("s.beat").stale
+
+
 def test_a_ledger_of_an_earlier_release_gains_the_columns_added_since(ch):
     """ensure() on a ledger whose tables lack columns added later (as the first releases wrote
     them) adds those columns, keeps the rows, and a job then reads and writes it as usual."""
@@ -143,7 +166,8 @@ def test_a_ledger_of_an_earlier_release_gains_the_columns_added_since(ch):
     columns = {t: set(c.split(",")) for t, c in ch.query(
         "SELECT table, arrayStringConcat(groupArray(name), ',') FROM system.columns "
         "WHERE database = 'ledger_old_release' GROUP BY table").result_rows}
-    assert columns == {"loads": {n for n, _ in ledger_module._LOADS}, "shards": {n for n, _ in ledger_module._SHARDS}}
+    assert columns == {"loads": {n for n, _ in ledger_module._LOADS}, "shards": {n for n, _ in ledger_module._SHARDS},
+                       "heartbeats": {n for n, _ in ledger_module._HEARTBEATS}}
     assert old.state("old").status == "published" and old.state("old").start_position is None
     write(old, "new", "running", [shard(0)])
     assert old.state("new").shards[0].records_written == 10

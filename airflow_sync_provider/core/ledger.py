@@ -157,6 +157,9 @@ _SHARDS = (
     ("finished_at", f"Nullable({_TIME})"), ("error", "String"), ("version", "UInt64"), ("chunks", "UInt32"),
     ("resume_key", "String"), ("executor", "String"), ("updated_at", _TIME),
 )
+# A running load's driver reports here every few seconds: a row of its own, since the load's row
+# carries the plan (a piece per ~4 MiB of the table: megabytes for a billion rows).
+_HEARTBEATS = (("load_key", "String"), ("generation", "UInt32"), ("at", _TIME))
 _RECONCILIATIONS = (
     ("load_key", "String"), ("generation", "UInt32"), ("verdict", "LowCardinality(String)"),
     ("mismatched", "Array(UInt32)"), ("checksum", "Bool"), ("report", "String"), ("at", _TIME),
@@ -226,6 +229,7 @@ class Ledger(LedgerTables):
         self._ensure_tables([
             ("loads", _LOADS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)"),
             ("shards", _SHARDS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)"),
+            ("heartbeats", _HEARTBEATS, "ReplacingMergeTree(at) ORDER BY (load_key, generation)"),
         ])
 
     def write_reconciliation(self, load_key: str, generation: int, verdict: str, mismatched: list[int],
@@ -267,6 +271,11 @@ class Ledger(LedgerTables):
             state.repair, json.dumps(state.start_position) if state.start_position else "", _ts(self._stamp()),
         ]], _LOADS)
 
+    def write_heartbeat(self, state: LoadState) -> None:
+        """The running load's driver is alive (:attr:`LoadState.stale` reads it)."""
+        state.heartbeat = self._stamp()
+        self._insert("heartbeats", [[state.load_key, state.generation, _ts(state.heartbeat)]], _HEARTBEATS)
+
     def write_shard(self, load_key: str, generation: int, shard: ShardState) -> None:
         self.write_shards(load_key, generation, [shard])
 
@@ -281,25 +290,35 @@ class Ledger(LedgerTables):
 
     def state(self, load_key: str) -> LoadState | None:
         """The newest generation of ``load_key`` with the newest attempt of each shard, or None."""
+        # its last report: the load's row or a heartbeat, whichever is newer (no heartbeat: 1970)
         rows = self.ch.query(
-            f"SELECT generation, status, source_table, target_table, plan, parts_table, version, spec, error,"
-            f" toFloat64(updated_at), repair, start_position FROM {self.table('loads')} FINAL WHERE load_key = {{k:String}}"
-            f" ORDER BY generation DESC LIMIT 1", parameters={"k": load_key}).result_rows
+            f"SELECT l.generation, status, source_table, target_table, plan, parts_table, version, spec, error,"
+            f" greatest(toFloat64(updated_at), toFloat64(h.at)), repair, start_position"
+            f" FROM {self.table('loads')} AS l FINAL"
+            f" LEFT JOIN (SELECT generation, max(at) AS at FROM {self.table('heartbeats')}"
+            f" WHERE load_key = {{k:String}} GROUP BY generation) AS h ON h.generation = l.generation"
+            f" WHERE l.load_key = {{k:String}} ORDER BY l.generation DESC LIMIT 1", parameters={"k": load_key}).result_rows
         if not rows:
             return None
         gen, status, source, target, plan, parts, version, spec, error, heartbeat, repair, start = rows[0]
         state = LoadState(load_key, gen, status, source, target, json.loads(plan), parts, version,
                           json.loads(spec), error, json.loads(start) if start else None, list(repair), heartbeat)
+        state.shards = self.shards(load_key, gen)
+        return state
+
+    def shards(self, load_key: str, generation: int) -> dict[int, ShardState]:
+        """The newest attempt of each shard of one generation of ``load_key``."""
+        shards = {}
         for row in self.ch.query(
                 f"SELECT shard_id, attempt, status, where_sql, params, records_read, records_written,"
                 f" records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error, version, chunks,"
                 f" resume_key, executor"
                 f" FROM {self.table('shards')} FINAL WHERE load_key = {{k:String}} AND generation = {{g:UInt32}}"
-                f" ORDER BY shard_id, attempt", parameters={"k": load_key, "g": gen}).result_rows:
+                f" ORDER BY shard_id, attempt", parameters={"k": load_key, "g": generation}).result_rows:
             shard = ShardState(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:-2],
                                json.loads(row[-2]) if row[-2] else None, row[-1])
-            state.shards[shard.shard_id] = shard  # ordered by attempt: the newest wins
-        return state
+            shards[shard.shard_id] = shard  # ordered by attempt: the newest wins
+        return shards
 
 
 def executor_address(host: str, port: int) -> str:

@@ -76,12 +76,12 @@ class Progress(threading.Thread):
         seen = set()
         while not self.stop.wait(2.0):
             try:
-                ledger.write_load(self.state)  # heartbeat
-                current = ledger.state(self.state.load_key)
+                ledger.write_heartbeat(self.state)
+                shards = ledger.shards(self.state.load_key, self.state.generation)
             except Exception as exc:  # the target may be briefly unreachable; the shards record it
                 print(f"[airflow-sync] progress: ledger unreachable ({type(exc).__name__})", flush=True)
                 continue
-            for shard in sorted(current.shards.values(), key=lambda s: s.shard_id):
+            for shard in sorted(shards.values(), key=lambda s: s.shard_id):
                 if shard.shard_id in self.todo and shard.status != SHARD_RUNNING and shard.shard_id not in seen:
                     seen.add(shard.shard_id)
                     print(f"[airflow-sync] shard {shard.shard_id} {shard.status}: {shard.records_written:,} rows, "
