@@ -422,14 +422,15 @@ def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, s
             ranges = estimates[:-1]
             if not (min(ranges) > 0 and max(ranges) <= EVEN_ENOUGH * sum(ranges) / len(ranges)):
                 cuts, estimates = None, None
-        if cuts is None:
+        walked = cuts is None
+        if walked:
             cuts = index_ordered_cuts(keys, wanted * k)
-            if estimate:  # the walk itself measured the shards: ``step`` keys per piece, the rest last
-                step = max(1, math.ceil(keys.count() / (wanted * k)))
-                shards = shards_from_cuts(column, cuts, wanted)
-                ranges = [len(s.queries()) * step for s in shards[:-2]]
-                estimates = [*ranges, keys.count() - sum(ranges), keys.null_count()]
-        shards = [where.apply(s) for s in shards_from_cuts(column, cuts, wanted)]
+        shards = shards_from_cuts(column, cuts, wanted)
+        if walked and estimate:  # the walk itself measured the shards: ``step`` keys per piece, the rest last
+            step = max(1, math.ceil(keys.count() / (wanted * k)))
+            ranges = [len(s.queries()) * step for s in shards[:-2]]
+            estimates = [*ranges, keys.count() - sum(ranges), keys.null_count()]
+        shards = [where.apply(s) for s in shards]
         if estimates:
             shards = [dataclasses.replace(s, estimated_rows=max(0, e)) for s, e in zip(shards, estimates)]
         plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
