@@ -155,6 +155,14 @@ class CdcApplySpec:
     # reader processes a bounded run's backlog is split between (spark/cdc_apply.py: _cuts)
     readers: int = 2
     server_id: int = 0  # the replica id the binlog reader registers with (0: derived from the pipeline)
+    # a table whose values changed without row events (spark/cdc_ddl.py) is re-copied by the
+    # bootstrap's chunks on this many channels, in the driver up to driver_copy_rows
+    recopy_channels: int = 2
+    driver_copy_rows: int | None = None
+    # every this many seconds (and after each DDL a table followed in place) the applier compares
+    # each table's per-shard checksums with the source at one binlog position and re-copies a
+    # table that differs (0: only after DDL)
+    verify_every: float = 0.0
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     stale_after_seconds: float = STALE_AFTER_SECONDS

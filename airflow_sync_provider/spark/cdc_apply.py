@@ -32,13 +32,13 @@ from airflow_sync_provider.core.cdc.checkpoints import (
 )
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.cdc.ring import HashRing
-from airflow_sync_provider.core.cdc.schema_changes import apply_ddl
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema, table_config
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
+from airflow_sync_provider.spark import cdc_ddl
 from airflow_sync_provider.spark.session import LazySession, lazy
 
 
@@ -91,34 +91,15 @@ def _start(spec: CdcApplySpec, state: PipelineState | None, checkpoints: Checkpo
         checkpoints.forget_tables(spec.pipeline)
     _register(spec, checkpoints, loads, fresh)
     tables = checkpoints.tables(spec.pipeline)
-    if not fresh:
-        return state.checkpoint, [t.config for t in tables if t.joined]
+    if not fresh:  # what the last checkpoint knew of each table (its shape there, a re-copy, leaving)
+        known = {cdc_ddl.name_of(c): c for c in state.tables}
+        return state.checkpoint, [cdc_ddl.carried(t.config, known.get(t.name)) for t in tables if t.joined]
     start = min((t.since for t in tables), key=BinlogPosition.key)  # a new pipeline: every table joins now
     for table in tables:
         if not table.joined:
             table.joined = True
             checkpoints.write_table(spec.pipeline, table)
     return start, [t.config for t in tables]
-
-
-def _routes(conn, ch, tables: list[dict]) -> dict[str, TableRoute]:
-    """One route per table: the source columns the target has now (a column the source gained
-    since reaches the target when its ALTER TABLE comes by in the binlog)."""
-    routes = {}
-    for table in tables:
-        database, name = table["target_database"], table["target_table"]
-        if not target.table_exists(ch, database, name):
-            raise ApplyFailed(f"table {table['source_database']}.{table['source_table']}: its target {database}.{name} "
-                              "does not exist; a full load creates it (start the pipeline from one)")
-        target.check_layout(ch, database, name)
-        present = set(target.column_types(ch, database, name))
-        schema = copied_schema(conn, table)
-        route = TableRoute(schema.select([c.name for c in schema.columns if c.name in present]), database, name, table)
-        route.key = target.sorting_key(ch, database, name)  # the copy's key (a later key change is refused)
-        if SPLIT_WEIGHT_COLUMN in present and table.get("split_column"):
-            route.weight = schema.column(table["split_column"])
-        routes[route.source] = route
-    return routes
 
 
 def _latest(route: TableRoute, rows, versions, deleted):
@@ -203,13 +184,13 @@ def _hand_over(out, item, halt, parent: int) -> bool:
     return False
 
 
-def _read_batches(spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline, out, halt,
-                  parent: int) -> None:
+def _read_batches(spec: CdcApplySpec, routes: dict, watched: frozenset, start: BinlogPosition, stop, deadline, out,
+                  halt, parent: int) -> None:
     """The reader process: decode complete transactions from ``start`` and turn them into lane
     payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
     try:
         reader = BinlogReader(spec.source, start, routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
-                              blocking=spec.service)
+                              blocking=spec.service, watched=watched)
         # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
         # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
         seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
@@ -233,11 +214,12 @@ class _Reader:
     """Runs :func:`_read_batches` in a process of its own (decoding is pure Python and would
     otherwise share the driver's interpreter with the writes' bookkeeping)."""
 
-    def __init__(self, spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline, ahead: int = 2):
+    def __init__(self, spec: CdcApplySpec, routes: dict, watched: frozenset, start: BinlogPosition, stop, deadline,
+                 ahead: int = 2):
         context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
         self.out, self.halt = context.Queue(maxsize=ahead), context.Event()
-        self.process = context.Process(target=_read_batches, args=(spec, routes, start, stop, deadline, self.out,
-                                                                    self.halt, os.getpid()), daemon=True)
+        self.process = context.Process(target=_read_batches, args=(spec, routes, watched, start, stop, deadline,
+                                                                    self.out, self.halt, os.getpid()), daemon=True)
         self.process.start()
 
     def get(self):
@@ -266,7 +248,7 @@ class _Readers:
 
     AHEAD = 32  # batches a later part's reader may decode ahead (≈ 5–7 MB each at 50k changes)
 
-    def __init__(self, spec: CdcApplySpec, routes: dict, start: BinlogPosition, stop, deadline,
+    def __init__(self, spec: CdcApplySpec, routes: dict, watched: frozenset, start: BinlogPosition, stop, deadline,
                  cuts: list[BinlogPosition]):
         bounds = [start, *cuts, stop]
         self.ends = bounds[1:]
@@ -275,7 +257,7 @@ class _Readers:
             for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
                 # each its own replica id: the server drops a second connection under the same one
                 part = dataclasses.replace(spec, server_id=spec.server_id + i)
-                self.readers.append(_Reader(part, routes, a, b, deadline, 2 if i == 0 else self.AHEAD))
+                self.readers.append(_Reader(part, routes, watched, a, b, deadline, 2 if i == 0 else self.AHEAD))
         except BaseException:
             self.close()
             raise
@@ -368,13 +350,15 @@ def _cuts(spec: CdcApplySpec, start: BinlogPosition, stop, deadline) -> list[Bin
     return cuts
 
 
-def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, start: BinlogPosition, stop, deadline, record, totals: dict,
-            checkpoints: Checkpoints, poll=lambda: False) -> bool:
+def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, configs: list[dict], start: BinlogPosition, stop,
+            deadline, record, totals: dict, checkpoints: Checkpoints, poll=lambda: False) -> bool:
     """Apply ``routes``' changes from ``start`` until ``stop`` (True) or until ``poll()`` asks to
-    stop early (False), new readers after each DDL."""
+    stop early (False), following each DDL on the pipeline's tables (``configs``, those that
+    left included) before reading on."""
     position = start
     while True:
-        reader = _Readers(spec, routes, position, stop, deadline, _cuts(spec, position, stop, deadline))
+        watched = frozenset(cdc_ddl.name_of(c) for c in configs)
+        reader = _Readers(spec, routes, watched, position, stop, deadline, _cuts(spec, position, stop, deadline))
         try:
             batch = _apply_batches(spec, session, reader, record, totals, poll)
         finally:
@@ -383,13 +367,16 @@ def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, start: Binlo
             return False
         position = batch.end
         if batch.ddl:
-            table, statement, after = batch.ddl
-            with mysql_reader.connect(spec.source) as conn:
-                routes[table] = apply_ddl(conn, checkpoints.ch, routes[table], statement, after)
+            statement, schema, after, timestamp = batch.ddl
+            changed = cdc_ddl.follow(spec, session, checkpoints.ch, checkpoints, routes, configs, statement, schema,
+                                     after, timestamp)
+            totals["ddl"] = totals.get("ddl", 0) + 1
             position = after
+            # the DDL's effects and the tables' new shapes are recorded with the checkpoint past it
             record(dataclasses.replace(batch, end=after, events=0, last_event_at=0.0, ddl=None), {})
-            print(f"[airflow-sync] pipeline {spec.pipeline!r}: {table} changed at {after}: {statement[:200]}",
-                  flush=True)
+            if changed:
+                print(f"[airflow-sync] pipeline {spec.pipeline!r}: {', '.join(changed)} changed at {after}: "
+                      f"{statement[:200]}", flush=True)
         if batch.done:
             return True
 
@@ -403,7 +390,7 @@ def _join(spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoints
         if table.joined:
             continue
         with mysql_reader.connect(spec.source) as conn:
-            route = _routes(conn, ch, [table.config])
+            route = cdc_ddl.open_routes(conn, ch, [table.config])
         if table.since.key() < state.checkpoint.key():
             print(f"[airflow-sync] pipeline {spec.pipeline!r}: {table.name} replays {table.since} … "
                   f"{state.checkpoint} before joining", flush=True)
@@ -414,7 +401,8 @@ def _join(spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoints
                     checkpoints.write_table(spec.pipeline, table)
                 checkpoints.count(spec.pipeline, per_table)
 
-            _follow(spec, session, route, table.since, state.checkpoint, None, record, totals, checkpoints)
+            _follow(spec, session, route, [table.config], table.since, state.checkpoint, None, record, totals,
+                    checkpoints)
         table.joined, table.since = True, state.checkpoint
         checkpoints.write_table(spec.pipeline, table)
         routes.update(route)
@@ -442,14 +430,14 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     state = PipelineState(spec.pipeline, PIPELINE_RUNNING, None, [], "", None,
                           previous.source_time if previous else 0.0,
                           previous.events if previous and not spec.reset else 0)
-    totals = {"events": 0, "rows_written": 0, "joined": []}
+    totals = {"events": 0, "rows_written": 0, "joined": [], "ddl": 0}
     stop, start, routes = None, None, {}
     try:
         _await_tables(spec, checkpoints, state, previous, started)
         start, tables = _start(spec, previous, checkpoints, loads)
         state.checkpoint, state.tables = start, tables
         with mysql_reader.connect(spec.source) as conn:
-            routes = _routes(conn, ch, tables)
+            routes = cdc_ddl.open_routes(conn, ch, tables)
             preflight(conn, start, spec.source.user)
             stop = BinlogPosition.from_dict(spec.stop_position) or (None if spec.service else current_position(conn))
         state.source_position = stop
@@ -516,5 +504,6 @@ def _run(spec: CdcApplySpec, session: LazySession, ch, routes, checkpoints: Chec
 
     while True:
         totals["joined"] += _join(spec, session, ch, checkpoints, state, routes, totals)
-        if _follow(spec, session, routes, state.checkpoint, stop, deadline, record, totals, checkpoints, waiting):
+        if _follow(spec, session, routes, state.tables, state.checkpoint, stop, deadline, record, totals, checkpoints,
+                   waiting):
             return

@@ -36,6 +36,7 @@ from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.verify.reports import shard_table
+from airflow_sync_provider.spark.cdc_ddl import remember_shape
 from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
 from airflow_sync_provider.spark.full_load import LoadFailed
 from airflow_sync_provider.spark.session import lazy
@@ -243,8 +244,11 @@ def _bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkp
     print(f"[airflow-sync] {schema.qualified}: reader {note}", flush=True)
     _prepare_target(ch, schema, load, weight)
     start = BinlogPosition.from_dict(state.start_position)
-    # the table joins the pipeline now: its changes from P0 on are applied while the chunks run
-    checkpoints.register(spec.pipeline, table | {"split_column": plan.split_column}, start)
+    # the table joins the pipeline now: its changes from P0 on are applied while the chunks run,
+    # decoded with the shape it had then
+    config = table | {"split_column": plan.split_column}
+    remember_shape(config, schema)
+    checkpoints.register(spec.pipeline, config, start)
     ledger.write_load(state)
     todo = state.todo()
     before = {i: (s.records_read, s.chunks) for i, s in state.shards.items()}  # finished chunks of earlier runs

@@ -33,6 +33,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, event_version, file_seq
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
@@ -99,6 +100,7 @@ class TableRoute:
     target_table: str
     config: dict = field(default_factory=dict)  # the pipeline's table entry (names, columns)
     weight: MySQLColumn | None = None  # the collated split column whose weight rows carry
+    skip_before: int = 0  # changes ranked below this are skipped: a re-copy from there covers them
 
     def __post_init__(self):
         self.mappings = self.schema.mappings()
@@ -110,6 +112,25 @@ class TableRoute:
         # per row and value on the hot path: resolved once
         self._converters = [(m.name, m.rule.from_binlog, m.source) for m in self.mappings]
         self._key_at = [self.names.index(k) for k in self.key]
+        # columns the copy leaves out on purpose; any other column a rows event carries that the
+        # copy lacks means a schema change was not followed
+        self._left_out = None if self.config.get("columns") is not None else \
+            {c.lower() for c in self.config.get("exclude_columns") or ()}
+        self._shapes_seen: set = set()
+
+    def check_shape(self, names: tuple, where: str) -> None:
+        """Compare a rows event's own column names (binlog_row_metadata=FULL) with the copy's."""
+        if names in self._shapes_seen:
+            return
+        missing = [n for n in self.names if n not in names]
+        extra = [] if self._left_out is None else \
+            [n for n in names if n not in self.names and n.lower() not in self._left_out]
+        if missing or extra:
+            raise BinlogError(f"table {self.source}, {where}: the binlog's rows have columns {list(names)} but the "
+                              f"copy follows {self.names} (missing {missing}, unknown {extra}): a schema change "
+                              "was not followed. Stopped before writing; re-bootstrap the table (restart=True) "
+                              "and report the DDL that led here")
+        self._shapes_seen.add(names)
 
     @property
     def source(self) -> str:
@@ -157,7 +178,7 @@ class Batch:
     lanes: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(lambda: ([], [], []))))
     events: int = 0  # row changes read
     per_table: dict = field(default_factory=lambda: defaultdict(int))
-    ddl: tuple | None = None  # (table, statement, position after it): apply before reading on
+    ddl: tuple | None = None  # (statement, schema, position after it, timestamp): apply before reading on
     done: bool = False  # the stop position (or the end of the binlog) was reached
     last_event_at: float = 0.0  # the source's timestamp of the last transaction
 
@@ -168,28 +189,13 @@ class Batch:
         flags.append(int(deleted))
 
 
-_DDL = re.compile(r"^\s*(ALTER|RENAME|DROP|TRUNCATE|CREATE)\s", re.IGNORECASE)
-_IDENT = r"(?:`((?:[^`]|``)+)`|([A-Za-z0-9_$]+))"
-_DDL_TABLE = re.compile(r"^\s*(?:ALTER|RENAME|DROP|TRUNCATE|CREATE)\s+(?:ONLINE\s+|IGNORE\s+)?TABLE\s+"
-                        r"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?" + _IDENT + r"(?:\s*\.\s*" + _IDENT + r")?", re.IGNORECASE)
-
-
-def ddl_table(statement: str, default_schema: str) -> str | None:
-    """``db.table`` a DDL statement changes (None for other statements)."""
-    match = _DDL_TABLE.match(statement)
-    if not match:
-        return None
-    first = (match.group(1) or "").replace("``", "`") or match.group(2)
-    second = (match.group(3) or "").replace("``", "`") or match.group(4)
-    return f"{first}.{second}" if second else f"{default_schema}.{first}"
-
-
 class BinlogReader:
     """A resumable stream of complete transactions for a set of tables, cut into batches."""
 
     def __init__(self, endpoint: MySQLEndpoint, start: BinlogPosition, routes: dict[str, TableRoute],
-                 ring: HashRing, server_id: int, blocking: bool = False):
+                 ring: HashRing, server_id: int, blocking: bool = False, watched: frozenset = frozenset()):
         self.routes, self.ring = routes, ring
+        self.watched = set(routes) | set(watched)  # DDL on these names ends a batch (tables that left too)
         self.position = start
         settings = endpoint.connect_args()
         settings.pop("database", None)
@@ -244,15 +250,18 @@ class BinlogReader:
         statement = event.query.decode(errors="replace") if isinstance(event.query, bytes) else event.query
         if statement.strip().upper() in ("BEGIN", "XA START"):
             return False
-        if _DDL.match(statement):
-            schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
-            table = ddl_table(statement, schema)
-            if table in self.routes:
-                batch.ddl = (table, statement, BinlogPosition(self.stream.log_file, self.stream.log_pos))
+        schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+        parsed = ddl.parse(statement, schema)
+        if parsed is not None and self.watched.intersection(parsed.tables):
+            batch.ddl = (statement, schema, BinlogPosition(self.stream.log_file, self.stream.log_pos),
+                         float(event.timestamp))
         return True
 
     def _changes(self, event, route: TableRoute):
         start = self.stream.log_pos - event.event_size  # the event's first byte
+        if event_version(self.stream.log_file, start) < route.skip_before:
+            return  # a re-copy of the table from a later position covers it
+        route.check_shape(tuple(c.name for c in event.columns), f"binlog {self.stream.log_file}:{start}")
         for index, change in enumerate(event.rows):
             version = event_version(self.stream.log_file, start, index)
             if isinstance(event, UpdateRowsEvent):
@@ -294,7 +303,7 @@ def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | 
             weight += end_pos - pos
         elif kind == "Xid" or kind == "Query" and _USE_PREFIX.sub("", info or "").strip().upper() == "COMMIT":
             ends.append((BinlogPosition(file, end_pos), weight))
-        elif kind == "Query" and _DDL.match(_USE_PREFIX.sub("", info or "")):
+        elif kind == "Query" and ddl.parse(_USE_PREFIX.sub("", info or ""), "") is not None:
             return None
     if parts < 2 or weight < min_bytes:
         return []

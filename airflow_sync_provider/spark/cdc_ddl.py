@@ -1,0 +1,235 @@
+"""The applier's side of DDL: follow a statement (core/cdc/ddl.py says what it means), re-copy
+a table whose values changed without row events, tombstone a truncated one, let go of a
+dropped one.
+
+A pipeline table's config (its entry in the pipeline state, written with every checkpoint)
+carries what the applier knows of it between runs: ``shape`` (its columns as copied at the
+checkpoint, so a run resuming far behind decodes with the shape of that position, not the
+source's current one), ``skip_before`` (changes ranked below it are covered by a re-copy) and
+``left`` (why it no longer streams).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from airflow_sync_provider.core.cdc import ddl
+from airflow_sync_provider.core.cdc.binlog import TableRoute
+from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
+from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, copied_schema, table_config
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.schema import TableSchema, TableNotFound
+from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
+from airflow_sync_provider.core.typemap import MySQLColumn
+
+
+def _log(spec: CdcApplySpec, text: str) -> None:
+    print(f"[airflow-sync] pipeline {spec.pipeline!r}: {text}", flush=True)
+
+
+def name_of(config: dict) -> str:
+    return f"{config['source_database']}.{config['source_table']}"
+
+
+# what a table's config learns while it streams, carried from checkpoint to checkpoint
+_LEARNED = ("shape", "key", "collation", "skip_before", "left", "recopies", "last_recopy", "verified", "repaired")
+
+
+def carried(config: dict, at_checkpoint: dict | None) -> dict:
+    """``config`` (as registered) with what the checkpoint's copy of it learned since."""
+    if not at_checkpoint:
+        return config
+    return config | {k: at_checkpoint[k] for k in _LEARNED if k in at_checkpoint}
+
+
+def remember_shape(config: dict, schema: TableSchema) -> None:
+    config["shape"] = [dataclasses.asdict(c) for c in schema.columns]
+    config["key"] = list(schema.primary_key)
+
+
+def shape_of(config: dict) -> TableSchema | None:
+    if not config.get("shape"):
+        return None
+    return TableSchema(config["source_database"], config["source_table"],
+                       tuple(MySQLColumn(**c) for c in config["shape"]), tuple(config["key"]))
+
+
+def route_for(conn, ch, config: dict) -> TableRoute:
+    """The route of a pipeline table: the shape it had at the checkpoint (the source's current
+    definition the first time), the copy's key, and the weight column of a collated split key."""
+    database, name = config["target_database"], config["target_table"]
+    if not target.table_exists(ch, database, name):
+        raise BinlogError(f"table {name_of(config)}: its target {database}.{name} does not exist; a full load "
+                          "creates it (start the pipeline from one)")
+    target.check_layout(ch, database, name)
+    present = set(target.column_types(ch, database, name))
+    schema = shape_of(config)
+    if schema is None:
+        schema = copied_schema(conn, config)
+        schema = schema.select([c.name for c in schema.columns if c.name in present])
+        remember_shape(config, schema)
+    route = TableRoute(schema, database, name, config, skip_before=config.get("skip_before", 0))
+    route.key = target.sorting_key(ch, database, name)  # the copy's key (a later key change is refused)
+    if SPLIT_WEIGHT_COLUMN in present and config.get("split_column"):
+        route.weight = schema.column(config["split_column"])
+    return route
+
+
+def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
+    """Give the copy exactly the columns of ``schema`` (before a re-copy fills them)."""
+    present = {k: v for k, v in target.column_types(ch, database, table).items() if k not in target.INTERNAL_COLUMNS}
+    wanted = {m.name: m.ch_type for m in schema.mappings()}
+    name = ch_table(database, table)
+    for column in [c for c in present if c not in wanted]:
+        ch.command(f"ALTER TABLE {name} DROP COLUMN {ch_ident(column)}")
+    for column, ch_type in wanted.items():
+        if column not in present:
+            ch.command(f"ALTER TABLE {name} ADD COLUMN {ch_ident(column)} {ch_type}")
+        elif present[column] != ch_type:
+            if column in schema.primary_key:
+                raise BinlogError(f"table {schema.qualified}: key column {column!r} is now {ch_type} in the copy's "
+                                  f"terms (was {present[column]}); the copy is sorted by it. Re-bootstrap the table "
+                                  "(restart=True)")
+            ch.command(f"ALTER TABLE {name} DROP COLUMN {ch_ident(column)}")  # the re-copy fills it anew
+            ch.command(f"ALTER TABLE {name} ADD COLUMN {ch_ident(column)} {ch_type}")
+
+
+def recopy(spec: CdcApplySpec, session, ch, checkpoints, config: dict, reason: str) -> TableRoute:
+    """Re-copy a pipeline table in place with the bootstrap's chunks, at the source's position
+    now and with its definition now (read on both sides of that position, so they are of the
+    same moment); the table's older changes are skipped from then on (docs/cdc.md)."""
+    from airflow_sync_provider.spark.cdc_bootstrap import _bootstrap_table
+
+    started = time.time()
+    _log(spec, f"re-copying {name_of(config)}: {reason}")
+    with mysql_reader.connect(spec.source) as conn:
+        for _ in range(10):
+            before = copied_schema(conn, config)
+            position = current_position(conn)
+            if copied_schema(conn, config) == before:
+                break
+        else:
+            raise BinlogError(f"table {name_of(config)}: its definition kept changing while a re-copy began")
+        align_target(ch, before, config["target_database"], config["target_table"])
+    bootstrap = CdcBootstrapSpec(spec.source, spec.target, spec.pipeline, tables=[table_config(config)],
+                                 channels=spec.recopy_channels, restart=True, driver_copy_rows=spec.driver_copy_rows,
+                                 ledger_database=spec.ledger_database)
+    result = _bootstrap_table(bootstrap, session, ch, Ledger(ch, spec.ledger_database), checkpoints,
+                              bootstrap.tables[0])
+    remember_shape(config, before)
+    config["skip_before"] = position.version()
+    config.pop("left", None)
+    config["recopies"] = config.get("recopies", 0) + 1
+    config["last_recopy"] = {"reason": reason[:500], "position": position.to_dict(), "rows": result["rows"],
+                             "seconds": round(time.time() - started, 3)}
+    _log(spec, f"{name_of(config)} re-copied from {position}: {result['rows']:,} rows in "
+               f"{time.time() - started:.1f} s")
+    with mysql_reader.connect(spec.source) as conn:
+        return route_for(conn, ch, config)
+
+
+def truncate(ch, route: TableRoute, after: BinlogPosition) -> int:
+    """A tombstone for every live row, ranked between the changes before the TRUNCATE and after it."""
+    table = ch_table(route.target_database, route.target_table)
+    columns = [c for c in target.column_types(ch, route.target_database, route.target_table)
+               if c not in (target.VERSION_COLUMN, target.DELETED_COLUMN)]
+    names = ", ".join(ch_ident(c) for c in columns)
+    rows = int(ch.command(f"SELECT count() FROM {table} FINAL WHERE {ch_ident(target.DELETED_COLUMN)} = 0"))
+    ch.command(f"INSERT INTO {table} ({names}, {ch_ident(target.VERSION_COLUMN)}, {ch_ident(target.DELETED_COLUMN)})"
+               f" SELECT {names}, {after.snapshot_version()}, 1 FROM {table} FINAL"
+               f" WHERE {ch_ident(target.DELETED_COLUMN)} = 0", settings=target.WEIGHT_SETTINGS)
+    return rows
+
+
+def _collation(conn, config: dict) -> str | None:
+    """The table's default collation (for columns the DDL gives none): tracked in the shape when
+    known, else the source's."""
+    if config.get("collation"):
+        return config["collation"]
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (config["source_database"], config["source_table"]))
+        row = cur.fetchone()
+    config["collation"] = row[0] if row else None
+    return config["collation"]
+
+
+def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: list[dict], statement: str,
+           schema: str, after: BinlogPosition, timestamp: float) -> list[str]:
+    """Follow one DDL statement at ``after`` (the position right after it) for the pipeline's
+    tables: ``routes`` (name → route, updated in place) and ``configs`` (every table of the
+    pipeline, including those that left). Returns the names of the tables it changed."""
+    parsed = ddl.parse(statement, schema)
+    where_of = lambda name: f"table {name}, DDL at {after}: {statement[:300]!r}"  # noqa: E731
+    by_name = {name_of(c): c for c in configs}
+    changed = []
+
+    def current(name):  # a route the statement is not already covered for by a later re-copy
+        route = routes.get(name)
+        return route if route is not None and after.version() > route.skip_before else None
+
+    if parsed.kind == "alter" and current(parsed.tables[0]) is not None and parsed.actions:
+        name = parsed.tables[0]
+        route = routes[name]
+        with mysql_reader.connect(spec.source) as conn:
+            followed = ddl.follow_alter(conn, ch, parsed, list(route.schema.columns), list(route.schema.primary_key),
+                                        route.config, (route.target_database, route.target_table), where_of(name),
+                                        _collation(conn, route.config))
+        schema_after = dataclasses.replace(route.schema, columns=tuple(followed.columns), indexes=())
+        remember_shape(route.config, schema_after)
+        with mysql_reader.connect(spec.source) as conn:
+            routes[name] = route_for(conn, ch, route.config)
+        if followed.statements:
+            _log(spec, f"{name} follows {statement[:200]!r}: " + "; ".join(followed.statements))
+        if followed.recopy:
+            routes[name] = recopy(spec, session, ch, checkpoints, route.config, followed.recopy)
+        changed.append(name)
+    elif parsed.kind == "truncate":
+        for name in parsed.tables:
+            if current(name) is not None:
+                rows = truncate(ch, routes[name], after)
+                _log(spec, f"{name} truncated at {after}: {rows:,} rows tombstoned")
+                changed.append(name)
+    elif parsed.kind == "drop":
+        for name in parsed.tables:
+            if current(name) is not None:
+                _leave(spec, routes, by_name[name], f"dropped at {after}")
+                changed.append(name)
+    renames = list(parsed.renames)
+    if parsed.kind == "create":
+        renames = [("", parsed.tables[0])]  # a table created under a name the pipeline follows
+    for source, destination in renames:
+        if source and current(source) is not None:
+            _leave(spec, routes, by_name[source], f"renamed to {destination} at {after}")
+            changed.append(source)
+        config = by_name.get(destination)
+        if config is not None and destination not in routes:
+            # another table now has the followed name (an online schema change's swap): copy it
+            routes[destination] = recopy(spec, session, ch, checkpoints, config,
+                                         f"{source or 'a new table'} became {destination} at {after}")
+            changed.append(destination)
+    return changed
+
+
+def _leave(spec: CdcApplySpec, routes: dict, config: dict, why: str) -> None:
+    routes.pop(name_of(config), None)
+    config["left"] = why
+    _log(spec, f"{name_of(config)} {why}: it leaves the pipeline; its copy "
+               f"{config['target_database']}.{config['target_table']} is kept as it was")
+
+
+def open_routes(conn, ch, configs: list[dict]) -> dict[str, TableRoute]:
+    """The routes of the tables still streaming (those that left stay in ``configs``)."""
+    routes = {}
+    for config in configs:
+        if config.get("left"):
+            continue
+        try:
+            routes[name_of(config)] = route_for(conn, ch, config)
+        except TableNotFound as exc:
+            raise BinlogError(f"table {name_of(config)}: {exc}") from exc
+    return routes
