@@ -79,7 +79,7 @@ def test_the_three_reported_changes_end_exact(mysql_conn, ch, endpoints, spark):
     assert exact(mysql_conn, ch, "r_truncate") == 1
 
 
-CLASSES = [  # (statement, is it done by a re-copy?)
+CLASSES = [  # (statement, is it done by a re-copy?), in the order the test applies them
     ("ADD COLUMN c1 INT NOT NULL DEFAULT 5 FIRST", False),
     ("ADD COLUMN c2 VARCHAR(10) DEFAULT 'x''y\\\\z' AFTER id", False),
     ("ADD COLUMN c3 DECIMAL(8, 2) DEFAULT (1 + 0.005)", False),  # an expression MySQL rounds
@@ -110,23 +110,35 @@ CLASSES = [  # (statement, is it done by a re-copy?)
 ]
 
 
-def test_every_ddl_class_far_behind_ends_exact(mysql_conn, ch, endpoints, spark):
-    """Every followed DDL class, each with changes before and after it, all in one backlog: the
-    catch-up decodes each change with the shape of its position and ends exact."""
+def _changes_around(conn, i: int, clause: str):
+    """Changes before and after one ALTER, so both shapes carry rows in the binlog."""
+    sql(conn, f"UPDATE {DB}.classes SET n = NULL WHERE id % 97 = {i}",
+        f"INSERT INTO {DB}.classes (id) VALUES ({10_000 + i})",
+        f"DELETE FROM {DB}.classes WHERE id = {i * 50 + 7}",
+        f"ALTER TABLE {DB}.classes {clause}",
+        f"UPDATE {DB}.classes SET id = id + 100000 WHERE id = {i * 50 + 8}")
+
+
+def test_every_ddl_class_ends_exact_in_place_far_behind_or_by_a_recopy(mysql_conn, ch, endpoints, spark):
+    """Every DDL class with changes before and after it. First the classes followed in place,
+    all in one backlog (the catch-up decodes each change with the shape of its position); then
+    each class that needs a re-copy, one catch-up each. Exact after every catch-up."""
     seeded(mysql_conn, "classes", rows=3000)
     bootstrap(endpoints, spark, "classes", "classes")
     apply(endpoints, spark, "classes")
     sql(mysql_conn, "SET SESSION sql_mode = ''")
-    for i, (clause, _) in enumerate(CLASSES):
-        sql(mysql_conn, f"UPDATE {DB}.classes SET n = NULL WHERE id % 97 = {i}",
-            f"INSERT INTO {DB}.classes (id) VALUES ({10_000 + i})",
-            f"DELETE FROM {DB}.classes WHERE id = {i * 50 + 7}",
-            f"ALTER TABLE {DB}.classes {clause}",
-            f"UPDATE {DB}.classes SET id = id + 100000 WHERE id = {i * 50 + 8}")
-    sql(mysql_conn, "SET SESSION sql_mode = DEFAULT")
+    in_place = [c for c, recopied in CLASSES if not recopied]
+    for i, clause in enumerate(in_place):
+        _changes_around(mysql_conn, i, clause)
     result = apply(endpoints, spark, "classes")
-    assert result["ddl"] == len(CLASSES)
-    assert exact(mysql_conn, ch, "classes") == 3000 + len(CLASSES) - len(CLASSES)
+    assert result["ddl"] == len(in_place) and result["recopied"] == []
+    assert exact(mysql_conn, ch, "classes") == 3000
+    for i, clause in enumerate((c for c, recopied in CLASSES if recopied), start=len(in_place)):
+        _changes_around(mysql_conn, i, clause)
+        result = apply(endpoints, spark, "classes")
+        assert result["ddl"] == 1 and result["recopied"] == [f"{DB}.classes"], clause
+        assert exact(mysql_conn, ch, "classes") == 3000, clause
+    sql(mysql_conn, "SET SESSION sql_mode = DEFAULT")
 
 
 def test_a_primary_key_change_stops_before_writing_with_the_remedy(mysql_conn, ch, endpoints, spark):

@@ -368,9 +368,10 @@ def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, configs: lis
         position = batch.end
         if batch.ddl:
             statement, schema, after, timestamp = batch.ddl
-            changed = cdc_ddl.follow(spec, session, checkpoints.ch, checkpoints, routes, configs, statement, schema,
-                                     after, timestamp)
-            totals["ddl"] = totals.get("ddl", 0) + 1
+            changed, recopied = cdc_ddl.follow(spec, session, checkpoints.ch, checkpoints, routes, configs,
+                                               statement, schema, after, timestamp)
+            totals["ddl"] += 1
+            totals["recopied"] += recopied
             position = after
             # the DDL's effects and the tables' new shapes are recorded with the checkpoint past it
             record(dataclasses.replace(batch, end=after, events=0, last_event_at=0.0, ddl=None), {})
@@ -430,7 +431,7 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     state = PipelineState(spec.pipeline, PIPELINE_RUNNING, None, [], "", None,
                           previous.source_time if previous else 0.0,
                           previous.events if previous and not spec.reset else 0)
-    totals = {"events": 0, "rows_written": 0, "joined": [], "ddl": 0}
+    totals = {"events": 0, "rows_written": 0, "joined": [], "ddl": 0, "recopied": []}
     stop, start, routes = None, None, {}
     try:
         _await_tables(spec, checkpoints, state, previous, started)

@@ -159,14 +159,14 @@ def _collation(conn, config: dict) -> str | None:
 
 
 def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: list[dict], statement: str,
-           schema: str, after: BinlogPosition, timestamp: float) -> list[str]:
+           schema: str, after: BinlogPosition, timestamp: float) -> tuple[list[str], list[str]]:
     """Follow one DDL statement at ``after`` (the position right after it) for the pipeline's
     tables: ``routes`` (name → route, updated in place) and ``configs`` (every table of the
     pipeline, including those that left). Returns the names of the tables it changed."""
     parsed = ddl.parse(statement, schema)
     where_of = lambda name: f"table {name}, DDL at {after}: {statement[:300]!r}"  # noqa: E731
     by_name = {name_of(c): c for c in configs}
-    changed = []
+    changed, recopied = [], []
 
     def current(name):  # a route the statement is not already covered for by a later re-copy
         route = routes.get(name)
@@ -187,6 +187,7 @@ def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: 
             _log(spec, f"{name} follows {statement[:200]!r}: " + "; ".join(followed.statements))
         if followed.recopy:
             routes[name] = recopy(spec, session, ch, checkpoints, route.config, followed.recopy)
+            recopied.append(name)
         changed.append(name)
     elif parsed.kind == "truncate":
         for name in parsed.tables:
@@ -212,7 +213,8 @@ def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: 
             routes[destination] = recopy(spec, session, ch, checkpoints, config,
                                          f"{source or 'a new table'} became {destination} at {after}")
             changed.append(destination)
-    return changed
+            recopied.append(destination)
+    return changed, recopied
 
 
 def _leave(spec: CdcApplySpec, routes: dict, config: dict, why: str) -> None:
