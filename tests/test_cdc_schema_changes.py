@@ -166,3 +166,119 @@ def test_dropped_and_renamed_away_tables_leave_and_a_swap_is_recopied(mysql_conn
     assert result["tables"] == [f"{DB}.swapped"]
     assert exact(mysql_conn, ch, "swapped") == 300
     assert ch.command(f"SELECT count() FROM {TARGET}.gone FINAL") == 50  # kept as it was
+
+
+# --- a stateful property test: random changes and DDL on a few tables, exact after every catch-up
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule  # noqa: E402
+
+MACHINE_TABLES = ("sm0", "sm1")
+
+
+class SchemaChangeMachine(RuleBasedStateMachine):
+    """Inserts, updates, deletes, key changes and DDL (each class followed in place or by a
+    re-copy) on two tables, with bounded catch-ups in between; after each catch-up FINAL equals
+    the source row for row and the copy has the source's columns."""
+
+    runs = 0
+    conn = ch = endpoints = spark = None
+
+    @initialize()
+    def start(self):
+        SchemaChangeMachine.runs += 1
+        self.pipeline = f"machine{self.runs}"
+        self.columns = {t: ["note", "amount", "n"] for t in MACHINE_TABLES}  # non-key columns now
+        self.next_id, self.added = 5000, 0
+        for table in MACHINE_TABLES:
+            seeded(self.conn, table, rows=300)
+            self.ch.command(f"DROP TABLE IF EXISTS {TARGET}.{table}")  # an earlier example's copy
+        bootstrap(self.endpoints, self.spark, self.pipeline, *MACHINE_TABLES)
+        self.pending = True
+
+    @rule(table=st.sampled_from(MACHINE_TABLES), rows=st.integers(1, 20))
+    def insert(self, table, rows):
+        sql(self.conn, f"INSERT INTO {DB}.{table} (id) SELECT seq + {self.next_id} FROM {DB}.seq_1_to_{rows}")
+        self.next_id += rows
+        self.pending = True
+
+    @rule(table=st.sampled_from(MACHINE_TABLES), mod=st.integers(2, 9))
+    def update(self, table, mod):
+        column = "n" if "n" in self.columns[table] else "id"
+        value = "NULL" if column == "n" else "id"
+        sql(self.conn, f"UPDATE {DB}.{table} SET {column} = {value} WHERE id % {mod} = 1")
+        if self.columns[table]:
+            first = self.columns[table][0]
+            sql(self.conn, f"UPDATE {DB}.{table} SET `{first}` = DEFAULT WHERE id % {mod} = 0")
+        self.pending = True
+
+    @rule(table=st.sampled_from(MACHINE_TABLES), mod=st.integers(5, 30))
+    def delete_and_rekey(self, table, mod):
+        sql(self.conn, f"DELETE FROM {DB}.{table} WHERE id % {mod} = 3",
+            f"UPDATE {DB}.{table} SET id = id + 1000000 WHERE id % {mod} = 4 AND id < 1000000")
+        self.pending = True
+
+    @rule(table=st.sampled_from(MACHINE_TABLES), default=st.sampled_from(["7", "'x'", "NULL", "(1 + 2)"]),
+          kind=st.sampled_from(["INT", "VARCHAR(10)", "DECIMAL(6, 2)"]))
+    def add_column(self, table, default, kind):
+        if kind == "INT" and default == "'x'":
+            default = "-3"
+        self.added += 1
+        name = f"a{self.added}"
+        sql(self.conn, f"ALTER TABLE {DB}.{table} ADD COLUMN {name} {kind} DEFAULT {default}")
+        self.columns[table].append(name)
+        self.pending = True
+
+    @precondition(lambda self: any(len(c) > 1 for c in self.columns.values()))
+    @rule(data=st.data())
+    def drop_or_rename(self, data):
+        table = data.draw(st.sampled_from([t for t in MACHINE_TABLES if len(self.columns[t]) > 1]))
+        column = data.draw(st.sampled_from(self.columns[table]))
+        if data.draw(st.booleans()):
+            sql(self.conn, f"ALTER TABLE {DB}.{table} DROP COLUMN `{column}`")
+            self.columns[table].remove(column)
+        else:
+            self.added += 1
+            new = f"r{self.added}"
+            sql(self.conn, f"ALTER TABLE {DB}.{table} RENAME COLUMN `{column}` TO {new}")
+            self.columns[table][self.columns[table].index(column)] = new
+        self.pending = True
+
+    @precondition(lambda self: any("amount" in c for c in self.columns.values()))
+    @rule(scale=st.sampled_from([1, 3, 6]))
+    def modify_amount(self, scale):  # value-changing when the scale goes down (a re-copy)
+        table = next(t for t in MACHINE_TABLES if "amount" in self.columns[t])
+        sql(self.conn, f"ALTER TABLE {DB}.{table} MODIFY amount DECIMAL(14, {scale}) NULL")
+        self.pending = True
+
+    @rule(table=st.sampled_from(MACHINE_TABLES))
+    def truncate(self, table):
+        sql(self.conn, f"TRUNCATE TABLE {DB}.{table}",
+            f"INSERT INTO {DB}.{table} (id) SELECT seq FROM {DB}.seq_1_to_50")
+        self.pending = True
+
+    @rule()
+    def catch_up(self):
+        apply(self.endpoints, self.spark, self.pipeline)
+        self.pending = False
+
+    @invariant()
+    def exact_after_catch_up(self):
+        if not self.pending:
+            for table in MACHINE_TABLES:
+                exact(self.conn, self.ch, table)
+
+    def teardown(self):  # every example ends with a catch-up, so its last changes are checked too
+        if self.pending and self.endpoints is not None:
+            self.catch_up()
+            self.exact_after_catch_up()
+
+
+def test_random_changes_and_ddl_stay_exact_after_every_catch_up(mysql_conn, ch, endpoints, spark):
+    SchemaChangeMachine.conn, SchemaChangeMachine.ch = mysql_conn, ch
+    SchemaChangeMachine.endpoints, SchemaChangeMachine.spark = endpoints, spark
+    machine = SchemaChangeMachine.TestCase
+    machine.settings = settings(max_examples=5, stateful_step_count=12, derandomize=True, deadline=None,
+                                database=None)
+    machine().runTest()
