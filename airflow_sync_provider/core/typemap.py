@@ -13,7 +13,9 @@ thing everywhere:
   row event (CDC), e.g. its YEAR 0 arrives as 1900, BIT as a string of bits, a zero TIMESTAMP
   as the epoch, a BINARY(n) without its zero padding.
 * ``mysql_text`` / ``ch_text``: the canonical text of a target value computed in MySQL and in
-  ClickHouse (checksums, the snapshot diff): identical for equal values.
+  ClickHouse (checksums, the snapshot diff): identical for equal values. Texts of
+  ``plain_text`` rules are numbers, dates, times or hex (never a control character), so the
+  row text that checksums hash (core/verify/reconcile.py) need not escape them.
 
 ``docs/type-mapping.md`` holds :func:`markdown_table`'s output (a test keeps them equal).
 Choices that are not obvious:
@@ -68,6 +70,7 @@ class Rule:
 
     mysql: str  # the family as the docs name it
     notes: str = ""
+    plain_text: bool = False  # True: the canonical text never holds CHAR(30) or CHAR(31)
 
     def ch_type(self, col: MySQLColumn) -> str:
         raise NotImplementedError
@@ -93,6 +96,7 @@ _INT_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 32, "int": 32, "integer"
 
 class IntRule(Rule):
     mysql = "TINYINT / SMALLINT / MEDIUMINT / INT / BIGINT [UNSIGNED], BOOLEAN"
+    plain_text = True
     notes = ("Int8 / Int16 / Int32 / Int32 / Int64, unsigned as UInt…; BIGINT UNSIGNED max is kept; "
              "BOOLEAN (TINYINT(1)) is Int8: MySQL lets it hold -128..127")
 
@@ -105,6 +109,7 @@ class IntRule(Rule):
 
 class YearRule(Rule):
     mysql = "YEAR"
+    plain_text = True
     notes = "UInt16; `0000` is 0 (as `YEAR + 0`), not the text '0000'"
 
     def ch_type(self, col):
@@ -122,6 +127,7 @@ class YearRule(Rule):
 
 class BitRule(Rule):
     mysql = "BIT(n)"
+    plain_text = True
     notes = "UInt64: the bits as an unsigned integer"
 
     def ch_type(self, col):
@@ -139,6 +145,7 @@ class BitRule(Rule):
 
 class DecimalRule(Rule):
     mysql = "DECIMAL(p, s)"
+    plain_text = True
     notes = "Decimal(p, s): exact, up to DECIMAL(65, 30); never Float64; compared at its scale"
 
     def ch_type(self, col):
@@ -161,6 +168,7 @@ class DecimalRule(Rule):
 
 class FloatRule(Rule):
     mysql = "FLOAT / DOUBLE"
+    plain_text = True
     notes = ("Float32 / Float64; FLOAT is read as DOUBLE (exact; MariaDB's text protocol prints it "
              "with 6 digits); compared by exact binary value, -0 = 0")
 
@@ -201,6 +209,7 @@ _EPOCH = dt.datetime(1970, 1, 1)
 
 class DateRule(Rule):
     mysql = "DATE"
+    plain_text = True
     notes = "Date32 (1900-01-01 … 2299-12-31); zero and invalid dates become NULL"
 
     def ch_type(self, col):
@@ -215,6 +224,7 @@ class DateRule(Rule):
 
 class DateTimeRule(Rule):
     mysql = "DATETIME(fsp) / TIMESTAMP(fsp)"
+    plain_text = True
     notes = ("DateTime64(fsp, 'UTC'): DATETIME as its wall-clock value, TIMESTAMP read with session "
              "`time_zone = '+00:00'` (the true instant); zero and invalid values become NULL")
 
@@ -236,6 +246,7 @@ class DateTimeRule(Rule):
 
 class TimeRule(Rule):
     mysql = "TIME(fsp)"
+    plain_text = True
     notes = ("String `[-]HH:MM:SS[.ffffff]` (fraction only when not zero), e.g. `-838:59:59`: "
              "ClickHouse has no TIME of ±838 h")
 
@@ -287,6 +298,7 @@ def set_labels(column_type: str) -> list[str]:
 
 class BinaryRule(Rule):
     mysql = "BINARY / VARBINARY / BLOB family"
+    plain_text = True
     notes = "String holding the raw bytes (BINARY(n) zero-padded, as MySQL stores it); compared as hex"
 
     def ch_type(self, col):
@@ -346,6 +358,10 @@ class ColumnMapping:
 
     def from_binlog(self, value):
         return None if value is None else self.rule.from_binlog(value, self.source)
+
+    @property
+    def plain_text(self) -> bool:
+        return self.rule.plain_text
 
     def mysql_text(self, col_sql: str) -> str:
         """Canonical text of the target value, computed in MySQL from the source column (NULL for NULL)."""

@@ -42,7 +42,7 @@ from airflow_sync_provider.core.verify.diff import (
     CHANGED, DELETED, FLAGS, IDENTICAL, MAX_BUCKETS, NEW, DiffColumns, DiffError, bucket_count, compare,
     differing_buckets, new_name, nullable, old_name,
 )
-from airflow_sync_provider.core.verify.reconcile import ch_row_hash, mysql_row_hash
+from airflow_sync_provider.core.verify.reconcile import ch_row_hash, mysql_row_hash, row_text
 
 BUCKET = "_diff_bucket"  # an alias no table column should shadow
 _BUCKET_MAPPING = map_column(MySQLColumn(BUCKET, "int", "int unsigned", False))
@@ -53,6 +53,7 @@ class _ChColumn:
     """A column of a ClickHouse-vs-ClickHouse diff: its text is ClickHouse's own."""
 
     name: str
+    plain_text = False  # any type's text: escaped in the row text
 
     def ch_text(self, col_sql: str) -> str:
         return f"toString({col_sql})"
@@ -79,12 +80,10 @@ class _Context:
 # --- the two sides -----------------------------------------------------------------------------
 
 def _bucket_sql(ctx: _Context, side: str, buckets: int) -> str:
-    keys = [ctx.texts[k] for k in ctx.columns.keys]
+    text = row_text([ctx.texts[k] for k in ctx.columns.keys], side)
     if side == "mysql":
-        text = ", ".join(m.mysql_text(mysql_ident(m.name)) for m in keys)
-        return f"MOD(CRC32(CONCAT_WS(CHAR(31), {text})), {int(buckets)})"  # not %: pymysql formats it
-    text = ", ".join(m.ch_text(ch_ident(m.name)) for m in keys)
-    return f"toUInt32(modulo(CRC32(concatWithSeparator(char(31), {text})), {int(buckets)}))"
+        return f"MOD(CRC32({text}), {int(buckets)})"  # not %: pymysql formats it
+    return f"toUInt32(modulo(CRC32({text}), {int(buckets)}))"
 
 
 def _hashed(ctx: _Context) -> list:
@@ -93,7 +92,7 @@ def _hashed(ctx: _Context) -> list:
 
 def _old_buckets(ctx: _Context, ch, shard_id: int, buckets: int) -> dict:
     where, params = ctx.old_predicates[shard_id]
-    rows = ch.query(f"SELECT {_bucket_sql(ctx, 'ch', buckets)} AS {BUCKET}, count(), "
+    rows = ch.query(f"SELECT {_bucket_sql(ctx, 'clickhouse', buckets)} AS {BUCKET}, count(), "
                     f"sum(toUInt128({ch_row_hash(_hashed(ctx))})) FROM {ctx.old_from} WHERE ({where}){ctx.old_filter}"
                     f" GROUP BY {BUCKET}", parameters=params).result_rows
     return {int(b): (int(n), int(s)) for b, n, s in rows}
@@ -125,7 +124,7 @@ def _read_ch(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: in
     names = list(ctx.schema.names) + ([SPLIT_WEIGHT_COLUMN] if weight else [])
     schema = ctx.schema.append(pa.field(SPLIT_WEIGHT_COLUMN, pa.binary())) if weight else ctx.schema
     schema = schema.append(pa.field(BUCKET, pa.uint32()))
-    sql = (f"SELECT {', '.join(ch_ident(n) for n in names)}, {_bucket_sql(ctx, 'ch', buckets)} AS {BUCKET}"
+    sql = (f"SELECT {', '.join(ch_ident(n) for n in names)}, {_bucket_sql(ctx, 'clickhouse', buckets)} AS {BUCKET}"
            f" FROM {table_from} WHERE ({pred}){table_filter} AND {BUCKET} IN {{wanted:Array(UInt32)}}")
     with ch.query_arrow_stream(sql, parameters=params | {"wanted": wanted}) as stream:
         for block in stream:

@@ -45,17 +45,41 @@ def count_target(ch, database: str, table: str, predicates: list[tuple[str, dict
 # --- content checksums: an order-independent sum of 64-bit row hashes, same text on both sides ---
 # The text of each value is its type rule's canonical text (core/typemap.py), computed in MySQL
 # from the same expression the loader reads, so every documented conversion is made on both sides.
+# The row text joins the values injectively (docs/design-reconciliation.md has the proof): NULL
+# is 'N', a value is 'V' + its text with CHAR(30) written as CHAR(30) '0' and CHAR(31) as
+# CHAR(30) '1', and CHAR(31), which no value's part then holds, separates the parts. Plain texts
+# (numbers, dates, hex) hold neither character: escaping them would change nothing and cost MySQL
+# two REPLACE calls per value.
+
+_SQL = {  # char, replace, concat, null default, join with a separator: the dialects' names
+    "mysql": ("CHAR", "REPLACE", "CONCAT", "IFNULL", "CONCAT_WS"),
+    "clickhouse": ("char", "replaceAll", "concat", "ifNull", "concatWithSeparator"),
+}
+
+
+def row_text(mappings, side: str) -> str:
+    """The row text of ``mappings`` (columns with ``mysql_text``/``ch_text`` and ``plain_text``)
+    as an expression of ``side``: ``"mysql"`` or ``"clickhouse"``."""
+    char, replace, concat, if_null, join = _SQL[side]
+    escape, separator = f"{char}(30)", f"{char}(31)"
+    parts = []
+    for m in mappings:
+        text = m.mysql_text(mysql_ident(m.name)) if side == "mysql" else m.ch_text(ch_ident(m.name))
+        if not m.plain_text:
+            text = (f"{replace}({replace}({text}, {escape}, {concat}({escape}, '0')),"
+                    f" {separator}, {concat}({escape}, '1'))")
+        parts.append(f"{if_null}({concat}('V', {text}), 'N')")
+    return f"{join}({separator}, {', '.join(parts)})"
+
 
 def mysql_row_hash(mappings) -> str:
-    """A row's 64-bit hash in MySQL: MD5 of its values' canonical texts (NULL as 'N')."""
-    values = ", ".join(f"IFNULL(CONCAT('V', {m.mysql_text(mysql_ident(m.name))}), 'N')" for m in mappings)
-    return f"CAST(CONV(LEFT(MD5(CONCAT_WS(CHAR(31), {values})), 16), 16, 10) AS UNSIGNED)"
+    """A row's 64-bit hash in MySQL: the first 64 bits of the MD5 of its row text."""
+    return f"CAST(CONV(LEFT(MD5({row_text(mappings, 'mysql')}), 16), 16, 10) AS UNSIGNED)"
 
 
 def ch_row_hash(mappings) -> str:
     """The same row text and hash in ClickHouse."""
-    values = ", ".join(f"ifNull(concat('V', {m.ch_text(ch_ident(m.name))}), 'N')" for m in mappings)
-    return f"reinterpretAsUInt64(reverse(unhex(substring(hex(MD5(concatWithSeparator(char(31), {values}))), 1, 16))))"
+    return f"reinterpretAsUInt64(reverse(unhex(substring(hex(MD5({row_text(mappings, 'clickhouse')})), 1, 16))))"
 
 
 def mysql_checksum_sql(schema, plan: Plan) -> str:
