@@ -157,7 +157,6 @@ class CdcApplySpec:
     server_id: int = 0  # the replica id the binlog reader registers with (0: derived from the pipeline)
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
     ledger_database: str = DEFAULT_LEDGER_DATABASE
-    stale_after_seconds: float = STALE_AFTER_SECONDS
     result_path: str = ""
     job: str = field(default="cdc_apply", init=False)
 
