@@ -12,7 +12,7 @@ import pymysql
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
-from airflow_sync_provider.core.cdc.lease import PING_SECONDS, PING_TIMEOUT, Lease, LeaseHeld, LeaseLost
+from airflow_sync_provider.core.cdc.lease import LOCK_WAIT_TIMEOUT, PING_SECONDS, PING_TIMEOUT, Lease, LeaseHeld, LeaseLost
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
@@ -95,6 +95,27 @@ def test_a_holder_whose_connection_drops_stops_writing_and_the_lock_is_free(endp
     assert checkpoints.state(pipeline).checkpoint == at(100)
 
 
+def test_a_silent_holder_loses_its_lock_after_the_wait_timeout(endpoints, checkpoints):
+    """A lost host: its checks stop arriving (here: its watch thread stops without a word), and
+    the source drops its connection, and the lock, after LOCK_WAIT_TIMEOUT seconds."""
+    pipeline = f"lease.silent.{time.time_ns()}"
+    silent = Lease.acquire(endpoints[0], checkpoints, pipeline)
+    silent._stop.set()
+    silent._thread.join()
+    went_quiet = time.monotonic()
+    while True:
+        try:
+            successor = Lease.acquire(endpoints[0], checkpoints, pipeline)
+            break
+        except LeaseHeld:
+            assert time.monotonic() - went_quiet < LOCK_WAIT_TIMEOUT + 2, "the silent holder kept its lock"
+            time.sleep(0.2)
+    freed = time.monotonic() - went_quiet
+    successor.release()
+    silent._conn.close()
+    assert LOCK_WAIT_TIMEOUT - 1 <= freed, f"freed after {freed:.1f} s: the holder's checks are what keep it"
+
+
 def test_state_rows_of_an_earlier_release_are_carried_over_as_generation_0(ch):
     database = f"lease_migration_{time.time_ns()}"
     ch.command(f"CREATE DATABASE {database}")
@@ -136,11 +157,12 @@ def _kill(job: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_a_killed_service_is_taken_over_within_seconds_a_second_applier_is_refused_and_the_copy_ends_exact(
-        mysql_url, mysql_conn, ch, endpoints, spark, tmp_path):
+        mysql_url, clickhouse_url, mysql_conn, ch, endpoints, spark, tmp_path, capsys):
     """Under a steady writer, a service-mode applier (spark-submit) is SIGKILLed. A new one,
     started at once as a supervisor would, is writing (its checkpoint past the dead one's)
     within 10 s; appliers started while either runs are refused naming the holder; after the
     writer stops, a bounded run leaves the copy exact."""
+    from airflow_sync_provider import cli
     from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
     from airflow_sync_provider.spark.full_load import run_full_load
     from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
@@ -159,6 +181,12 @@ def test_a_killed_service_is_taken_over_within_seconds_a_second_applier_is_refus
     service = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2, service=True,
                            batch_seconds=0.5, max_seconds=600)
     checkpoints = Checkpoints(ch)
+
+    def status() -> str:
+        capsys.readouterr()
+        assert cli.main(["cdc", "status", "--pipeline", pipeline, "--mysql-url", mysql_url,
+                         "--clickhouse-url", clickhouse_url]) == 0
+        return capsys.readouterr().out
 
     def writing(generation: int, beyond: BinlogPosition | None = None):
         state = checkpoints.state(pipeline)
@@ -188,9 +216,12 @@ def test_a_killed_service_is_taken_over_within_seconds_a_second_applier_is_refus
         at_kill = checkpoints.state(pipeline).checkpoint
         second = _service(service, tmp_path / "second")
         try:
+            assert f"'{pipeline}': running (its applier is gone: the lease is free" in status(), status()
             wait_for(lambda: writing(generation + 1, at_kill), 60, "the second service taking over")
             takeover = time.monotonic() - killed
-            print(f"takeover: the new applier's checkpoint moved {takeover:.1f} s after the kill", flush=True)
+            with capsys.disabled():
+                print(f"takeover: the new applier's checkpoint moved {takeover:.1f} s after the kill", flush=True)
+            assert f"lease generation {generation + 1}, held by " in status()
             with pytest.raises(LeaseHeld, match=rf"held by another applier: .* \(generation {generation + 1}\)"):
                 run_cdc_apply(spec, spark)
             time.sleep(3)  # the writer keeps going under the new holder

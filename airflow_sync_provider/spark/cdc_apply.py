@@ -429,21 +429,27 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     """``spark``: a SparkSession or a :class:`LazySession` (spark_jobs/cdc_apply.py), built only
     when a batch is too large for the driver to write (``driver_write_rows``)."""
     started = time.time()
-    session = lazy(spark)
     ch = target.client(spec.target)
-    checkpoints = Checkpoints(ch, spec.ledger_database)
-    checkpoints.ensure()
-    loads = Ledger(ch, spec.ledger_database)
-    loads.ensure()
     try:
+        checkpoints = Checkpoints(ch, spec.ledger_database)
+        checkpoints.ensure()
+        loads = Ledger(ch, spec.ledger_database)
+        loads.ensure()
         lease = Lease.acquire(spec.source, checkpoints, spec.pipeline)  # refused: names the holder
-    except BaseException:
+        try:
+            # From here every ledger write checks the lease first (Checkpoints._fence): the
+            # checkpoint after each batch, so also before the next batch's write and before a
+            # DDL's ALTER, which follows its batch's checkpoint.
+            checkpoints.lease = lease
+            return _apply(spec, lazy(spark), ch, checkpoints, loads, lease, started)
+        finally:
+            lease.release()
+    finally:
         ch.close()
-        raise
-    # From here every ledger write checks the lease first (Checkpoints._fence): the checkpoint
-    # after each batch, so also before the next batch's write and before a DDL's ALTER, which
-    # follows its batch's checkpoint.
-    checkpoints.lease = lease
+
+
+def _apply(spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoints, loads: Ledger, lease: Lease,
+           started: float) -> dict:
     previous = checkpoints.state(spec.pipeline)  # read under the lease: the last holder's final word
     state = PipelineState(spec.pipeline, PIPELINE_RUNNING, previous.checkpoint if previous else None,
                           previous.tables if previous else [], "", previous.source_position if previous else None,
@@ -476,9 +482,6 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
             raise
         raise ApplyFailed(f"pipeline {spec.pipeline!r} stopped at checkpoint {state.checkpoint}: "
                           f"{type(exc).__name__}: {exc}. Run it again to replay from there") from exc
-    finally:
-        lease.release()
-        ch.close()
     return {"pipeline": spec.pipeline, "tables": sorted(routes), "start": start.to_dict(),
             "checkpoint": state.checkpoint.to_dict(), "stop": stop.to_dict() if stop else None,
             **totals, "lanes": spec.lanes, "generation": lease.generation,

@@ -29,9 +29,12 @@ import pymysql
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 
-LOCK_WAIT_TIMEOUT = 8  # seconds of silence after which the source drops a holder's connection and lock
-PING_SECONDS = 2.0  # how often the holder checks its lock (which also keeps the connection alive)
-PING_TIMEOUT = 3  # a check unanswered this long: the holder gives up (before the server frees the lock)
+# A lost host's successor can start within ~10 s: the lock is freed after LOCK_WAIT_TIMEOUT, and
+# an applier starts in 3–5 s (spark-submit). The holder learns of a loss within PING_SECONDS +
+# PING_TIMEOUT, before the server frees the lock.
+LOCK_WAIT_TIMEOUT = 5  # seconds of silence after which the source drops a holder's connection and lock
+PING_SECONDS = 1.0  # how often the holder checks its lock (which also keeps the connection alive)
+PING_TIMEOUT = 2  # a check unanswered this long: the holder gives up
 
 
 class LeaseError(RuntimeError):
