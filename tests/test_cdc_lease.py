@@ -12,7 +12,9 @@ import pymysql
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
-from airflow_sync_provider.core.cdc.lease import LOCK_WAIT_TIMEOUT, PING_SECONDS, PING_TIMEOUT, Lease, LeaseHeld, LeaseLost
+from airflow_sync_provider.core.cdc.lease import (
+    LOCK_WAIT_TIMEOUT, PING_SECONDS, PING_TIMEOUT, Lease, LeaseHeld, LeaseLost,
+)
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec

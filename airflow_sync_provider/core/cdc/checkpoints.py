@@ -73,9 +73,9 @@ class PipelineTable:
 
 
 _STATE = (
-    ("pipeline", "String"), ("generation", "UInt64"), ("holder", "String"), ("status", "LowCardinality(String)"), ("checkpoint", "String"), ("tables", "String"),
-    ("error", "String"), ("source_position", "String"), ("source_time", "Float64"), ("events", "UInt64"),
-    ("updated_at", _TIME),
+    ("pipeline", "String"), ("generation", "UInt64"), ("holder", "String"), ("status", "LowCardinality(String)"),
+    ("checkpoint", "String"), ("tables", "String"), ("error", "String"), ("source_position", "String"),
+    ("source_time", "Float64"), ("events", "UInt64"), ("updated_at", _TIME),
 )
 _COUNTERS = (
     ("pipeline", "String"), ("source_table", "String"), ("minute", "DateTime('UTC')"), ("events", "UInt64"),
@@ -112,9 +112,9 @@ class Checkpoints(LedgerTables):
         self._fence()
         state.heartbeat = self._stamp()
         self._insert("cdc_state", [[
-            state.pipeline, state.generation, state.holder, state.status, json.dumps(state.checkpoint.to_dict()) if state.checkpoint else "",
-            json.dumps(state.tables), state.error[:4000],
-            json.dumps(state.source_position.to_dict()) if state.source_position else "",
+            state.pipeline, state.generation, state.holder, state.status,
+            json.dumps(state.checkpoint.to_dict()) if state.checkpoint else "", json.dumps(state.tables),
+            state.error[:4000], json.dumps(state.source_position.to_dict()) if state.source_position else "",
             state.source_time, state.events, _ts(state.heartbeat),
         ]], _STATE)
 
@@ -134,8 +134,8 @@ class Checkpoints(LedgerTables):
 
     def generation(self, pipeline: str) -> int:
         """The highest lease generation the pipeline's state has seen (0: none)."""
-        return int(self.ch.command(f"SELECT max(generation) FROM {self.table('cdc_state')} WHERE pipeline = {{p:String}}",
-                                   parameters={"p": pipeline}))
+        return int(self.ch.command(f"SELECT max(generation) FROM {self.table('cdc_state')}"
+                                   f" WHERE pipeline = {{p:String}}", parameters={"p": pipeline}))
 
     def tables(self, pipeline: str) -> list[PipelineTable]:
         rows = self.ch.query(f"SELECT config, since, joined FROM {self.table('cdc_tables')} FINAL"
