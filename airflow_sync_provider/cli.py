@@ -23,7 +23,8 @@ import os
 import sys
 import time
 
-from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, Checkpoints
+from airflow_sync_provider.core.cdc.lease import lock_holder, lock_name
 from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import (
@@ -221,9 +222,10 @@ def cmd_cdc_status(args) -> int:
     finally:
         ch.close()
     status = state.to_dict() | {"counters": counters}
-    if args.mysql_url:  # lag against the source now
+    if args.mysql_url:  # lag against the source now, and whether the lease is held
         with connect(MySQLEndpoint.from_url(args.mysql_url)) as conn:
             now = current_position(conn)
+            status["lease_connection"] = lock_holder(conn, lock_name(args.ledger_database, args.pipeline))
         behind = state.checkpoint is not None and state.checkpoint.key() < now.key()
         status |= {"source_now": now.to_dict(), "caught_up": not behind,
                    "lag_seconds": round(time.time() - state.source_time, 1) if behind and state.source_time else 0.0,
@@ -232,8 +234,13 @@ def cmd_cdc_status(args) -> int:
     if args.json:
         print(json.dumps(status, indent=2, default=str))
         return 0
-    print(f"pipeline {state.pipeline!r}: {state.status}{' (stale: no heartbeat)' if state.stale else ''}; "
+    gone = state.status == PIPELINE_RUNNING and "lease_connection" in status and status["lease_connection"] is None
+    print(f"pipeline {state.pipeline!r}: {state.status}{' (stale: no heartbeat)' if state.stale else ''}"
+          f"{' (its applier is gone: the lease is free, a new applier takes over at once)' if gone else ''}; "
           f"checkpoint {state.checkpoint}; {state.events:,} row changes applied")
+    if state.generation:
+        print(f"lease generation {state.generation}, held by {state.holder}" if state.status == PIPELINE_RUNNING
+              and not gone else f"last applier: {state.holder} (lease generation {state.generation})")
     if "source_now" in status:
         print(f"source now {now}; " + ("caught up" if status["caught_up"] else
                                       f"behind by {status['lag_seconds']} s" + (f", {status['lag_bytes']:,} bytes"

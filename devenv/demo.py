@@ -203,7 +203,7 @@ def _reset_cdc(clickhouse_url: str) -> None:
     ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
     try:
         ch.command("DROP DATABASE IF EXISTS demo_cdc")
-        for table, column in (("cdc_pipelines", "pipeline"), ("cdc_tables", "pipeline"), ("loads", "load_key"),
+        for table, column in (("cdc_state", "pipeline"), ("cdc_tables", "pipeline"), ("loads", "load_key"),
                               ("shards", "load_key")):
             if int(ch.command(f"EXISTS TABLE airflow_sync.{table}")):
                 ch.command(f"DELETE FROM airflow_sync.{table} WHERE {column} = 'demo_cdc' OR startsWith({column}, "

@@ -154,7 +154,7 @@ def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact
                 committed.append((current_position(mysql_conn), ids))
 
     spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kills", start_from_loads=[key],
-                        lanes=2, batch_events=60, stale_after_seconds=0)  # about a transaction per batch
+                        lanes=2, batch_events=60)  # about a transaction per batch
     orphans_before = set(_orphan_readers())  # e.g. of other runs on this machine
     for i, (point, count) in enumerate(KILLS):
         spec.driver_write_rows = CdcApplySpec.driver_write_rows if i < 5 else 0
@@ -314,7 +314,7 @@ def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exa
         stopper.join()
         conn = connect()
         changes(5)
-        apply(endpoints, spark, "rot", stale_after_seconds=0)
+        apply(endpoints, spark, "rot")
         assert ch.command(f"SELECT min(_version) FROM {TARGET}.rot FINAL WHERE v = 5") > top  # newer file, higher
         with pymysql.connect(**endpoints[0].connect_args(), autocommit=True) as check:
             assert assert_same_rows(check, ch, DB, "rot", TARGET) == 300 + 5 - 5

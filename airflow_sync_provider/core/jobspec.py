@@ -165,7 +165,6 @@ class CdcApplySpec:
     verify_every: float = 0.0
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
     ledger_database: str = DEFAULT_LEDGER_DATABASE
-    stale_after_seconds: float = STALE_AFTER_SECONDS
     result_path: str = ""
     job: str = field(default="cdc_apply", init=False)
 

@@ -199,22 +199,26 @@ class LedgerTables:
         body = ", ".join(f"{ch_ident(n)} {t}" for n, t in columns)
         self.ch.command(f"CREATE TABLE IF NOT EXISTS {self.table(name)} ({body}) ENGINE = {engine}")
 
-    def _ensure_tables(self, tables: list[tuple[str, tuple, str]]) -> None:
+    def _ensure_tables(self, tables: list[tuple[str, tuple, str]]) -> list[str]:
         """Create the missing ones of ``(name, columns, engine)`` and add the columns a table made
-        by an earlier release lacks: one round trip when everything is there (every job starts so)."""
+        by an earlier release lacks: one round trip when everything is there (every job starts so).
+        Returns the names of the tables it created (a caller may carry data over into them)."""
         present: dict[str, set[str]] = {}
         for table, column in self.ch.query("SELECT table, name FROM system.columns WHERE database = {d:String}",
                                            parameters={"d": self.database}).result_rows:
             present.setdefault(table, set()).add(column)
         if not present:
             self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")
+        created = []
         for name, columns, engine in tables:
             if name not in present:
                 self._create(name, columns, engine)
+                created.append(name)
                 continue
             missing = [f"ADD COLUMN IF NOT EXISTS {ch_ident(n)} {t}" for n, t in columns if n not in present[name]]
             if missing:
                 self.ch.command(f"ALTER TABLE {self.table(name)} {', '.join(missing)}")
+        return created
 
     def _insert(self, name: str, rows: list, columns: tuple) -> None:
         # with the column types given, clickhouse-connect skips its DESCRIBE TABLE round trip

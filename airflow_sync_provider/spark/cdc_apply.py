@@ -30,10 +30,11 @@ from airflow_sync_provider.core.cdc.binlog import (
 from airflow_sync_provider.core.cdc.checkpoints import (
     PIPELINE_FAILED, PIPELINE_IDLE, PIPELINE_RUNNING, Checkpoints, PipelineState, PipelineTable,
 )
+from airflow_sync_provider.core.cdc.lease import Lease, LeaseError
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.crash_points import crash_point
-from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema, table_config
+from airflow_sync_provider.core.jobspec import CdcApplySpec, table_config
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.target import clickhouse as target
@@ -368,6 +369,7 @@ def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, configs: lis
         position = batch.end
         if batch.ddl:
             statement, schema, after, timestamp = batch.ddl
+            checkpoints._fence()  # the ALTERs and a re-copy write the copy: only under the lease
             changed, recopied = cdc_ddl.follow(spec, session, checkpoints.ch, checkpoints, routes, configs,
                                                statement, schema, after, timestamp)
             totals["ddl"] += 1
@@ -417,23 +419,37 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     """``spark``: a SparkSession or a :class:`LazySession` (spark_jobs/cdc_apply.py), built only
     when a batch is too large for the driver to write (``driver_write_rows``)."""
     started = time.time()
-    session = lazy(spark)
     ch = target.client(spec.target)
-    checkpoints = Checkpoints(ch, spec.ledger_database)
-    checkpoints.ensure()
-    loads = Ledger(ch, spec.ledger_database)
-    loads.ensure()
-    state = checkpoints.state(spec.pipeline)
-    if state is not None and state.status == PIPELINE_RUNNING and time.time() - state.heartbeat < spec.stale_after_seconds:
-        raise ApplyFailed(f"pipeline {spec.pipeline!r} is running elsewhere (last report "
-                          f"{time.time() - state.heartbeat:.0f} s ago); two appliers must not run one pipeline")
-    previous = state
-    state = PipelineState(spec.pipeline, PIPELINE_RUNNING, None, [], "", None,
+    try:
+        checkpoints = Checkpoints(ch, spec.ledger_database)
+        checkpoints.ensure()
+        loads = Ledger(ch, spec.ledger_database)
+        loads.ensure()
+        lease = Lease.acquire(spec.source, checkpoints, spec.pipeline)  # refused: names the holder
+        try:
+            # From here every ledger write checks the lease first (Checkpoints._fence): the
+            # checkpoint after each batch, so also before the next batch's write and before a
+            # DDL's ALTER, which follows its batch's checkpoint.
+            checkpoints.lease = lease
+            return _apply(spec, lazy(spark), ch, checkpoints, loads, lease, started)
+        finally:
+            lease.release()
+    finally:
+        ch.close()
+
+
+def _apply(spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoints, loads: Ledger, lease: Lease,
+           started: float) -> dict:
+    previous = checkpoints.state(spec.pipeline)  # read under the lease: the last holder's final word
+    state = PipelineState(spec.pipeline, PIPELINE_RUNNING, previous.checkpoint if previous else None,
+                          previous.tables if previous else [], "", previous.source_position if previous else None,
                           previous.source_time if previous else 0.0,
-                          previous.events if previous and not spec.reset else 0)
+                          previous.events if previous and not spec.reset else 0,
+                          generation=lease.generation, holder=lease.holder)
     totals = {"events": 0, "rows_written": 0, "joined": [], "ddl": 0, "recopied": []}
     stop, start, routes = None, None, {}
     try:
+        checkpoints.write(state)  # from now on older generations' writes are ignored
         _await_tables(spec, checkpoints, state, previous, started)
         start, tables = _start(spec, previous, checkpoints, loads)
         state.checkpoint, state.tables = start, tables
@@ -444,23 +460,22 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
         state.source_position = stop
         checkpoints.write(state)
         print(f"[airflow-sync] pipeline {spec.pipeline!r}: {len(routes)} table(s) from {start} to "
-              f"{stop or 'until stopped'}, {spec.lanes} lane(s)", flush=True)
+              f"{stop or 'until stopped'}, {spec.lanes} lane(s), lease generation {lease.generation}", flush=True)
         _run(spec, session, ch, routes, checkpoints, state, stop, totals, started)
+        state.status, state.error = PIPELINE_IDLE, ""
+        checkpoints.write(state)
     except BaseException as exc:
         state.status, state.error = PIPELINE_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
-        if state.checkpoint is not None:
+        if not lease.lost:  # else the state is the next holder's to write
             checkpoints.write(state)  # the checkpoint stays at the last durable batch
-        ch.close()
-        if isinstance(exc, (BinlogError, ApplyFailed, ValueError)):
+        if isinstance(exc, (BinlogError, ApplyFailed, LeaseError, ValueError)):
             raise
         raise ApplyFailed(f"pipeline {spec.pipeline!r} stopped at checkpoint {state.checkpoint}: "
                           f"{type(exc).__name__}: {exc}. Run it again to replay from there") from exc
-    state.status, state.error = PIPELINE_IDLE, ""
-    checkpoints.write(state)
-    ch.close()
     return {"pipeline": spec.pipeline, "tables": sorted(routes), "start": start.to_dict(),
             "checkpoint": state.checkpoint.to_dict(), "stop": stop.to_dict() if stop else None,
-            **totals, "lanes": spec.lanes, "seconds": round(time.time() - started, 3)}
+            **totals, "lanes": spec.lanes, "generation": lease.generation,
+            "seconds": round(time.time() - started, 3)}
 
 
 JOIN_POLL_SECONDS = 2.0  # how often a running pipeline looks for tables waiting to join
@@ -479,7 +494,7 @@ def _await_tables(spec: CdcApplySpec, checkpoints: Checkpoints, state: PipelineS
             print(f"[airflow-sync] pipeline {spec.pipeline!r}: waiting for a table to join (a bootstrap or a full "
                   "load given to start_from_loads)", flush=True)
             announced = True
-        checkpoints.write(state)  # heartbeat: a second service for this pipeline refuses to start
+        checkpoints.write(state)  # heartbeat: `cdc status` shows it waiting
         time.sleep(JOIN_POLL_SECONDS)
 
 

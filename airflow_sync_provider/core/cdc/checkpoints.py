@@ -11,6 +11,12 @@ append-only: a checkpoint is one INSERT of one row (atomic; never delete-then-in
 only after every target write it covers has been acknowledged, and readers take the newest
 row (``FINAL``). Counters (events read, rows written, rows failed) are kept per pipeline,
 table and minute (patent S71/S72).
+
+A pipeline's state rows (``cdc_state``) carry the **generation** of the applier's lease
+(core/cdc/lease.py) and are kept per (pipeline, generation): readers take the highest
+generation's newest row, so the writes of an applier that lost its lease are ignored as soon as
+its successor has written once. While an applier holds the lease, every write through
+:class:`Checkpoints` checks it first.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ class PipelineState:
     source_time: float = 0.0  # the source's timestamp of the last applied transaction
     events: int = 0  # row changes applied, in total
     heartbeat: float = 0.0
+    generation: int = 0  # the lease's (core/cdc/lease.py) under which the row was written
+    holder: str = ""  # the applier holding that lease: host, pid, source connection
 
     @property
     def stale(self) -> bool:
@@ -46,7 +54,8 @@ class PipelineState:
                 "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
                 "tables": [f"{t['source_database']}.{t['source_table']}" for t in self.tables], "error": self.error,
                 "source_position": self.source_position.to_dict() if self.source_position else None,
-                "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat}
+                "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat,
+                "generation": self.generation, "holder": self.holder}
 
 
 @dataclass
@@ -63,10 +72,10 @@ class PipelineTable:
         return f"{self.config['source_database']}.{self.config['source_table']}"
 
 
-_PIPELINES = (
-    ("pipeline", "String"), ("status", "LowCardinality(String)"), ("checkpoint", "String"), ("tables", "String"),
-    ("error", "String"), ("source_position", "String"), ("source_time", "Float64"), ("events", "UInt64"),
-    ("updated_at", _TIME),
+_STATE = (
+    ("pipeline", "String"), ("generation", "UInt64"), ("holder", "String"), ("status", "LowCardinality(String)"),
+    ("checkpoint", "String"), ("tables", "String"), ("error", "String"), ("source_position", "String"),
+    ("source_time", "Float64"), ("events", "UInt64"), ("updated_at", _TIME),
 )
 _COUNTERS = (
     ("pipeline", "String"), ("source_table", "String"), ("minute", "DateTime('UTC')"), ("events", "UInt64"),
@@ -79,35 +88,54 @@ _TABLES = (
 
 
 class Checkpoints(LedgerTables):
+    lease = None  # the applier's Lease while it holds one: every write checks it first
+
     def ensure(self) -> None:
-        self._ensure_tables([
-            ("cdc_pipelines", _PIPELINES, "ReplacingMergeTree(updated_at) ORDER BY pipeline"),
+        created = self._ensure_tables([
+            ("cdc_state", _STATE, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, generation)"),
             ("cdc_counters", _COUNTERS, "MergeTree ORDER BY (pipeline, source_table, minute)"),
             ("cdc_tables", _TABLES, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, source_table)"),
         ])
+        # earlier releases kept one row per pipeline in cdc_pipelines (no generations): carry
+        # their states over as generation 0 (two processes doing this at once insert equal rows)
+        if "cdc_state" in created and int(self.ch.command(f"EXISTS TABLE {self.table('cdc_pipelines')}")):
+            names = ", ".join(n for n, _ in _STATE if n not in ("generation", "holder"))
+            self.ch.command(f"INSERT INTO {self.table('cdc_state')} ({names}, generation, holder) "
+                            f"SELECT {names}, 0, '' FROM {self.table('cdc_pipelines')} FINAL")
+
+    def _fence(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
 
     def write(self, state: PipelineState) -> None:
         """Record the state; the checkpoint in it must already be durable in the target."""
+        self._fence()
         state.heartbeat = self._stamp()
-        self._insert("cdc_pipelines", [[
-            state.pipeline, state.status, json.dumps(state.checkpoint.to_dict()) if state.checkpoint else "",
-            json.dumps(state.tables), state.error[:4000],
-            json.dumps(state.source_position.to_dict()) if state.source_position else "",
+        self._insert("cdc_state", [[
+            state.pipeline, state.generation, state.holder, state.status,
+            json.dumps(state.checkpoint.to_dict()) if state.checkpoint else "", json.dumps(state.tables),
+            state.error[:4000], json.dumps(state.source_position.to_dict()) if state.source_position else "",
             state.source_time, state.events, _ts(state.heartbeat),
-        ]], _PIPELINES)
+        ]], _STATE)
 
     def state(self, pipeline: str) -> PipelineState | None:
+        """The newest row of the highest generation (an older generation's applier has lost its lease)."""
         rows = self.ch.query(
-            f"SELECT status, checkpoint, tables, error, source_position, source_time, events, toFloat64(updated_at)"
-            f" FROM {self.table('cdc_pipelines')} FINAL WHERE pipeline = {{p:String}}",
-            parameters={"p": pipeline}).result_rows
+            f"SELECT status, checkpoint, tables, error, source_position, source_time, events, toFloat64(updated_at),"
+            f" generation, holder FROM {self.table('cdc_state')} FINAL WHERE pipeline = {{p:String}}"
+            f" ORDER BY generation DESC LIMIT 1", parameters={"p": pipeline}).result_rows
         if not rows:
             return None
-        status, checkpoint, tables, error, source, source_time, events, heartbeat = rows[0]
+        status, checkpoint, tables, error, source, source_time, events, heartbeat, generation, holder = rows[0]
         return PipelineState(pipeline, status, BinlogPosition.from_dict(json.loads(checkpoint) if checkpoint else None),
                              json.loads(tables), error,
                              BinlogPosition.from_dict(json.loads(source) if source else None), source_time, events,
-                             heartbeat)
+                             heartbeat, generation, holder)
+
+    def generation(self, pipeline: str) -> int:
+        """The highest lease generation the pipeline's state has seen (0: none)."""
+        return int(self.ch.command(f"SELECT max(generation) FROM {self.table('cdc_state')}"
+                                   f" WHERE pipeline = {{p:String}}", parameters={"p": pipeline}))
 
     def tables(self, pipeline: str) -> list[PipelineTable]:
         rows = self.ch.query(f"SELECT config, since, joined FROM {self.table('cdc_tables')} FINAL"
@@ -116,6 +144,7 @@ class Checkpoints(LedgerTables):
                               bool(joined)) for config, since, joined in rows]
 
     def write_table(self, pipeline: str, table: PipelineTable) -> None:
+        self._fence()
         self._insert("cdc_tables", [[
             pipeline, table.name, json.dumps(table.config), json.dumps(table.since.to_dict()) if table.since else "",
             int(table.joined), _ts(self._stamp())]], _TABLES)
@@ -130,6 +159,7 @@ class Checkpoints(LedgerTables):
         return table
 
     def forget_tables(self, pipeline: str) -> None:
+        self._fence()
         self.ch.command(f"DELETE FROM {self.table('cdc_tables')} WHERE pipeline = {{p:String}}",
                         parameters={"p": pipeline})
 
@@ -148,6 +178,7 @@ class Checkpoints(LedgerTables):
         minute = _ts(now - now % 60)
         rows = [[pipeline, table, minute, *counts, _ts(now)] for table, counts in per_table.items() if any(counts)]
         if rows:
+            self._fence()
             self._insert("cdc_counters", rows, _COUNTERS)
 
     def counters(self, pipeline: str, minutes: int = 10) -> list[dict]:
@@ -186,7 +217,8 @@ def check_position(target_endpoint, pipeline: str, position: BinlogPosition | No
     summary = {"pipeline": pipeline, "target_position": position.to_dict() if position else None}
     if state is None or reached is None:
         return "wait", f"pipeline {pipeline!r} has no checkpoint yet", summary
-    summary |= {"checkpoint": reached.to_dict(), "status": state.status, "events": state.events}
+    summary |= {"checkpoint": reached.to_dict(), "status": state.status, "events": state.events,
+                "generation": state.generation, "holder": state.holder}
     if state.status == PIPELINE_FAILED:
         return "failed", (f"pipeline {pipeline!r} failed at checkpoint {state.checkpoint}: {state.error} — fix the "
                           "cause and run it again (it replays from the checkpoint)"), summary
