@@ -159,10 +159,6 @@ class CdcApplySpec:
     # bootstrap's chunks on this many channels, in the driver up to driver_copy_rows
     recopy_channels: int = 2
     driver_copy_rows: int | None = None
-    # every this many seconds (and after each DDL a table followed in place) the applier compares
-    # each table's per-shard checksums with the source at one binlog position and re-copies a
-    # table that differs (0: only after DDL)
-    verify_every: float = 0.0
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     result_path: str = ""

@@ -369,7 +369,7 @@ def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, configs: lis
         position = batch.end
         if batch.ddl:
             statement, schema, after, timestamp = batch.ddl
-            checkpoints._fence()  # the ALTERs and a re-copy write the copy: only under the lease
+            checkpoints.fence()  # the ALTERs and a re-copy write the copy: only under the lease
             changed, recopied = cdc_ddl.follow(spec, session, checkpoints.ch, checkpoints, routes, configs,
                                                statement, schema, after, timestamp)
             totals["ddl"] += 1

@@ -103,13 +103,13 @@ class Checkpoints(LedgerTables):
             self.ch.command(f"INSERT INTO {self.table('cdc_state')} ({names}, generation, holder) "
                             f"SELECT {names}, 0, '' FROM {self.table('cdc_pipelines')} FINAL")
 
-    def _fence(self) -> None:
+    def fence(self) -> None:
         if self.lease is not None:
             self.lease.check()
 
     def write(self, state: PipelineState) -> None:
         """Record the state; the checkpoint in it must already be durable in the target."""
-        self._fence()
+        self.fence()
         state.heartbeat = self._stamp()
         self._insert("cdc_state", [[
             state.pipeline, state.generation, state.holder, state.status,
@@ -144,7 +144,7 @@ class Checkpoints(LedgerTables):
                               bool(joined)) for config, since, joined in rows]
 
     def write_table(self, pipeline: str, table: PipelineTable) -> None:
-        self._fence()
+        self.fence()
         self._insert("cdc_tables", [[
             pipeline, table.name, json.dumps(table.config), json.dumps(table.since.to_dict()) if table.since else "",
             int(table.joined), _ts(self._stamp())]], _TABLES)
@@ -159,7 +159,7 @@ class Checkpoints(LedgerTables):
         return table
 
     def forget_tables(self, pipeline: str) -> None:
-        self._fence()
+        self.fence()
         self.ch.command(f"DELETE FROM {self.table('cdc_tables')} WHERE pipeline = {{p:String}}",
                         parameters={"p": pipeline})
 
@@ -178,7 +178,7 @@ class Checkpoints(LedgerTables):
         minute = _ts(now - now % 60)
         rows = [[pipeline, table, minute, *counts, _ts(now)] for table, counts in per_table.items() if any(counts)]
         if rows:
-            self._fence()
+            self.fence()
             self._insert("cdc_counters", rows, _COUNTERS)
 
     def counters(self, pipeline: str, minutes: int = 10) -> list[dict]:
