@@ -282,3 +282,70 @@ def test_random_changes_and_ddl_stay_exact_after_every_catch_up(mysql_conn, ch, 
     machine.settings = settings(max_examples=5, stateful_step_count=12, derandomize=True, deadline=None,
                                 database=None)
     machine().runTest()
+
+
+def test_an_online_schema_change_swap_under_a_live_writer_ends_exact(mysql_url, mysql_conn, ch, endpoints, spark):
+    """pt-online-schema-change's way: a shadow table with the new shape, triggers mirroring the
+    writer's changes into it, the rows copied in chunks, then `RENAME TABLE t TO t_old, t_new TO
+    t` — all while a writer changes the table and bounded catch-ups run."""
+    import random
+    import threading
+    import time
+
+    import pymysql
+
+    seeded(mysql_conn, "osc", rows=5000)
+    bootstrap(endpoints, spark, "osc", "osc")
+    stop, errors, changes = threading.Event(), [], [0]
+
+    def write():
+        conn = pymysql.connect(**endpoints[0].connect_args(), autocommit=True)
+        rng = random.Random(3)
+        try:
+            while not stop.is_set():
+                key = rng.randint(1, 7000)
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(rng.choice([
+                            f"INSERT IGNORE INTO {DB}.osc (id, note, n) VALUES ({key}, 'w', {key})",
+                            f"UPDATE {DB}.osc SET note = 'u{key}', amount = {key} / 3 WHERE id = {key}",
+                            f"DELETE FROM {DB}.osc WHERE id = {key}"]))
+                    changes[0] += 1
+                except pymysql.err.ProgrammingError as exc:  # the instant of the swap
+                    if exc.args[0] != 1146:
+                        raise
+                time.sleep(0.002)
+        except Exception as exc:  # reported by the test
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        apply(endpoints, spark, "osc")
+        sql(mysql_conn, f"DROP TABLE IF EXISTS {DB}.osc_new, {DB}.osc_old",
+            f"CREATE TABLE {DB}.osc_new LIKE {DB}.osc",
+            f"ALTER TABLE {DB}.osc_new ADD COLUMN flag TINYINT NOT NULL DEFAULT 1, MODIFY amount DECIMAL(12, 2) NULL",
+            f"CREATE TRIGGER {DB}.osc_ins AFTER INSERT ON {DB}.osc FOR EACH ROW REPLACE INTO {DB}.osc_new"
+            " (id, note, amount, n) VALUES (NEW.id, NEW.note, NEW.amount, NEW.n)",
+            f"CREATE TRIGGER {DB}.osc_upd AFTER UPDATE ON {DB}.osc FOR EACH ROW REPLACE INTO {DB}.osc_new"
+            " (id, note, amount, n) VALUES (NEW.id, NEW.note, NEW.amount, NEW.n)",
+            f"CREATE TRIGGER {DB}.osc_del AFTER DELETE ON {DB}.osc FOR EACH ROW DELETE FROM {DB}.osc_new"
+            " WHERE id = OLD.id")
+        for low in range(0, 8000, 1000):  # the copy in chunks, the writer going on
+            sql(mysql_conn, f"INSERT IGNORE INTO {DB}.osc_new (id, note, amount, n) SELECT id, note, amount, n "
+                            f"FROM {DB}.osc WHERE id > {low} AND id <= {low + 1000} LOCK IN SHARE MODE")
+            apply(endpoints, spark, "osc")
+        sql(mysql_conn, f"RENAME TABLE {DB}.osc TO {DB}.osc_old, {DB}.osc_new TO {DB}.osc",
+            f"DROP TRIGGER {DB}.osc_ins", f"DROP TRIGGER {DB}.osc_upd", f"DROP TRIGGER {DB}.osc_del")
+        swapped = apply(endpoints, spark, "osc")
+        time.sleep(1)
+        apply(endpoints, spark, "osc")
+    finally:
+        stop.set()
+        writer.join()
+    assert not errors, errors
+    assert swapped["recopied"] == [f"{DB}.osc"] and changes[0] > 500
+    apply(endpoints, spark, "osc")
+    assert exact(mysql_conn, ch, "osc") > 3000
