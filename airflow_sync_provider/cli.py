@@ -247,6 +247,11 @@ def cmd_cdc_status(args) -> int:
                                                                                 if status["lag_bytes"] else "")))
     if state.error:
         print(f"last error: {state.error}")
+    for change in status["schema_changes"]:
+        last = change.get("last_recopy")
+        print(f"{change['table']}: " + (f"left the pipeline ({change['left']}), copy kept" if change.get("left") else
+                                        f"re-copied {change['recopies']}x, last: {last['reason']} "
+                                        f"({last['rows']:,} rows in {last['seconds']} s)"))
     if counters:
         print(f"{'minute':<26} {'table':<30} {'events':>9} {'written':>9} {'failed':>7}")
         for row in counters:

@@ -151,7 +151,8 @@ def test_a_primary_key_change_stops_before_writing_with_the_remedy(mysql_conn, c
     assert ch.command(f"SELECT count() FROM {TARGET}.rekey FINAL") == 100
 
 
-def test_dropped_and_renamed_away_tables_leave_and_a_swap_is_recopied(mysql_conn, ch, endpoints, spark):
+def test_dropped_and_renamed_away_tables_leave_and_a_swap_is_recopied(mysql_conn, ch, endpoints, spark,
+                                                                       clickhouse_url, capsys):
     seeded(mysql_conn, "gone", rows=50)
     seeded(mysql_conn, "moved", rows=50)
     seeded(mysql_conn, "swapped", rows=500)
@@ -166,6 +167,13 @@ def test_dropped_and_renamed_away_tables_leave_and_a_swap_is_recopied(mysql_conn
     assert result["tables"] == [f"{DB}.swapped"]
     assert exact(mysql_conn, ch, "swapped") == 300
     assert ch.command(f"SELECT count() FROM {TARGET}.gone FINAL") == 50  # kept as it was
+    from airflow_sync_provider.cli import main
+
+    assert main(["cdc", "status", "--pipeline", "leaving", "--clickhouse-url", clickhouse_url]) == 0
+    out = capsys.readouterr().out
+    assert f"{DB}.gone: left the pipeline (dropped at mysql-bin." in out
+    assert f"{DB}.moved: left the pipeline (renamed to {DB}.moved_away at " in out
+    assert f"{DB}.swapped: re-copied 1x, last: {DB}.swapped_new became {DB}.swapped at " in out
 
 
 # --- a stateful property test: random changes and DDL on a few tables, exact after every catch-up

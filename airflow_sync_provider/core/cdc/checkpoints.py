@@ -52,7 +52,11 @@ class PipelineState:
     def to_dict(self) -> dict:
         return {"pipeline": self.pipeline, "status": self.status, "stale": self.stale,
                 "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
-                "tables": [f"{t['source_database']}.{t['source_table']}" for t in self.tables], "error": self.error,
+                "tables": [f"{t['source_database']}.{t['source_table']}" for t in self.tables if not t.get("left")],
+                # what schema changes did to tables (spark/cdc_ddl.py): left the pipeline, re-copied
+                "schema_changes": [{"table": f"{t['source_database']}.{t['source_table']}",
+                                    **{k: t[k] for k in ("left", "recopies", "last_recopy") if k in t}}
+                                   for t in self.tables if t.get("left") or t.get("recopies")], "error": self.error,
                 "source_position": self.source_position.to_dict() if self.source_position else None,
                 "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat,
                 "generation": self.generation, "holder": self.holder}
