@@ -269,6 +269,8 @@ def run_phase(mysql_url, ch_url, args, pipeline: str, name: str, next_id: int, s
     # each DDL: when the applier logged it followed (or re-copied), the lag around it
     for entry in ddl.done:
         entry["at"] = entry["start"] - first
+    for i, entry in enumerate(ddl.done):
+        until = ddl.done[i + 1]["at"] if i + 1 < len(ddl.done) else float("inf")  # up to the next DDL
         column = entry["statement"].split()[2]
         after = [(t, line) for t, line in tailer.lines if t >= entry["start"]]
         follows = next((t for t, line in after if " follows " in line and column in line), None)
@@ -287,14 +289,15 @@ def run_phase(mysql_url, ch_url, args, pipeline: str, name: str, next_id: int, s
         window = [lag for at, lag, *_ in samples if entry["at"] <= at <= entry["at"] + args.window]
         entry["window_max"] = max(window) if window else None
         entry["window_p50"] = percentile(window, 0.5)
-        entry["max_after"] = max((lag for at, lag, *_ in samples if at >= entry["at"]), default=None)
-        cp = [v for at, v in checkpoint_lags if at >= entry["at"]]
+        entry["max_after"] = max((lag for at, lag, *_ in samples if entry["at"] <= at < until), default=None)
+        cp = [v for at, v in checkpoint_lags if entry["at"] <= at < until]
         entry["checkpoint_max_after"] = max(cp) if cp else None
         # recovered: the first sample after the lag's peak that is back at the phase's usual lag
-        peak_at = max(((at, lag) for at, lag, *_ in samples if at >= entry["at"]), key=lambda s: s[1],
+        peak_at = max(((at, lag) for at, lag, *_ in samples if entry["at"] <= at < until), key=lambda s: s[1],
                       default=(None, None))[0]
         threshold = max(1.0, 2 * (out["steady_p50"] or 0))
-        back = next((at for at, lag, *_ in samples if peak_at is not None and at >= peak_at and lag <= threshold), None)
+        back = next((at for at, lag, *_ in samples if peak_at is not None and peak_at <= at < until
+                     and lag <= threshold), None)
         entry["recovered_after"] = back - entry["at"] if back is not None else None
         entry["recovered_threshold"] = threshold
     state = checkpoints.state(pipeline)
@@ -592,7 +595,7 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
     lines.append("* The chDB stand-in runs one statement at a time: the applier's ClickHouse ALTERs (ADD COLUMN with "
                  "its default: a metadata change), a re-copy's chunk inserts and the lag polls queue behind each "
                  "other there; a ClickHouse server runs them concurrently.")
-    lines.append(f"* Each phase ran once; the job's logs were in {logdir} (not kept).")
+    lines.append(f"* Each phase ran once; the jobs' logs: {logdir} (a temporary directory).")
     return lines
 
 
