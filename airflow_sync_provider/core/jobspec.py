@@ -346,7 +346,7 @@ def spec_from_dict(data: dict):
 def reimport_spec(stored: dict, source: MySQLEndpoint, target: ClickHouseEndpoint) -> FullLoadSpec:
     """The full load that re-imports a load's failed or mismatched shards, from the spec the
     ledger kept (without secrets: the endpoints are given again)."""
-    stored = {k: v for k, v in stored.items() if k not in ("result_path", "source", "target")}
+    stored = {k: v for k, v in stored.items() if k not in ("result_path", "source", "target", "source_shape")}
     return dataclasses.replace(spec_from_dict(stored | {"source": dataclasses.asdict(source),
                                                         "target": dataclasses.asdict(target)}), reimport="failed")
 

@@ -63,8 +63,8 @@ def _register(spec: CdcApplySpec, checkpoints: Checkpoints, loads: Ledger, fresh
         checkpoints.register(spec.pipeline, table_config({
             "source_database": source_db, "source_table": source_table, "target_database": target_db,
             "target_table": target_table, "columns": load.spec.get("columns"),
-            "exclude_columns": load.spec.get("exclude_columns"), "split_column": load.plan.get("split_column")}),
-            BinlogPosition.from_dict(load.start_position))
+            "exclude_columns": load.spec.get("exclude_columns"), "split_column": load.plan.get("split_column")})
+            | (load.spec.get("source_shape") or {}), BinlogPosition.from_dict(load.start_position))
     known = {t.name for t in checkpoints.tables(spec.pipeline)}
     for table in spec.tables:
         name = f"{table['source_database']}.{table['source_table']}"

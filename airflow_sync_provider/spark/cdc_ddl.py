@@ -51,6 +51,14 @@ def remember_shape(config: dict, schema: TableSchema) -> None:
     config["key"] = list(schema.primary_key)
 
 
+def shape_of_load(schema: TableSchema) -> dict:
+    """The table's shape as a full load copied it (kept with the load in the ledger): a pipeline
+    started from the load decodes its first changes with it, not with the source's current one."""
+    config = {}
+    remember_shape(config, schema)
+    return config
+
+
 def shape_of(config: dict) -> TableSchema | None:
     if not config.get("shape"):
         return None

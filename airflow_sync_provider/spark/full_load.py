@@ -33,6 +33,7 @@ from airflow_sync_provider.core.target.shards import (
 )
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
+from airflow_sync_provider.spark.cdc_ddl import shape_of_load
 from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
 from airflow_sync_provider.spark.session import lazy
 
@@ -239,8 +240,8 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
     start, version = _binlog_start(spec, ledger.ch)
     state = LoadState(spec.load_key, generation, LOAD_RUNNING, schema.qualified,
                       f"{spec.target_database}.{spec.target_table}", plan.to_dict(),
-                      target.parts_table_name(spec.load_key, generation), version, public_dict(spec),
-                      start_position=start)
+                      target.parts_table_name(spec.load_key, generation), version,
+                      public_dict(spec) | {"source_shape": shape_of_load(schema)}, start_position=start)
     return state, plan
 
 

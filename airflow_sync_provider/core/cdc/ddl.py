@@ -412,10 +412,10 @@ def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key
                         and map_column(new, where).ch_type == map_column(old, where).ch_type:
                     columns[index(action.column)] = dataclasses.replace(new, name=old.name)
                     continue
-            raise BinlogError(f"{where} changes the primary key {key} ({action.note or action.kind} "
-                              f"{action.column}); the copy is keyed and sorted by it. Re-bootstrap the table "
-                              "(CdcBootstrapOperator with restart=True, or a fresh full load) and start its "
-                              "pipeline again")
+            what = "a new primary key" if action.kind == KEY else f"{action.kind} of key column {action.column!r}"
+            raise BinlogError(f"{where} changes the primary key {key} ({what}); the copy is keyed and sorted by "
+                              "it. Re-bootstrap the table (CdcBootstrapOperator with restart=True, or a fresh full "
+                              "load) and start its pipeline again")
         if action.kind == KEEP:
             continue
         if action.kind == RECOPY:
