@@ -368,10 +368,10 @@ def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, configs: lis
             return False
         position = batch.end
         if batch.ddl:
-            statement, schema, after, timestamp = batch.ddl
+            statement, schema, after, _ = batch.ddl
             checkpoints.fence()  # the ALTERs and a re-copy write the copy: only under the lease
             changed, recopied = cdc_ddl.follow(spec, session, checkpoints.ch, checkpoints, routes, configs,
-                                               statement, schema, after, timestamp)
+                                               statement, schema, after)
             totals["ddl"] += 1
             totals["recopied"] += recopied
             position = after

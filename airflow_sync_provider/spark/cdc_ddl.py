@@ -167,7 +167,7 @@ def _collation(conn, config: dict) -> str | None:
 
 
 def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: list[dict], statement: str,
-           schema: str, after: BinlogPosition, timestamp: float) -> tuple[list[str], list[str]]:
+           schema: str, after: BinlogPosition) -> tuple[list[str], list[str]]:
     """Follow one DDL statement at ``after`` (the position right after it) for the pipeline's
     tables: ``routes`` (name → route, updated in place) and ``configs`` (every table of the
     pipeline, including those that left). Returns the names of the tables it changed."""
