@@ -159,6 +159,12 @@ class CdcApplySpec:
     # bootstrap's chunks on this many channels, in the driver up to driver_copy_rows
     recopy_channels: int = 2
     driver_copy_rows: int | None = None
+    # the pipeline checks itself (spark/cdc_verify.py): per-shard checksums vs the source at one
+    # binlog position, mismatched shards repaired; after a DDL touched a table, for every table
+    # not verified within verify_every seconds (0: only after DDL), and with verify, every table once
+    verify_after_ddl: bool = True
+    verify_every: float = 0.0
+    verify: bool = False
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     result_path: str = ""
@@ -170,6 +176,8 @@ class CdcApplySpec:
         if self.lanes < 1 or self.batch_events < 1 or self.readers < 1 or self.driver_write_rows < 0:
             raise ValueError(f"pipeline {self.pipeline}: lanes, batch_events and readers must be >= 1, "
                              "driver_write_rows >= 0")
+        if self.verify_every < 0:
+            raise ValueError(f"pipeline {self.pipeline}: verify_every must be >= 0 seconds (0: only after DDL)")
         self.tables = [table_config(t) for t in self.tables]
         if not self.server_id:  # stable per pipeline, clear of the usual small server ids
             self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30

@@ -39,7 +39,7 @@ from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
-from airflow_sync_provider.spark import cdc_ddl
+from airflow_sync_provider.spark import cdc_ddl, cdc_verify
 from airflow_sync_provider.spark.session import LazySession, lazy
 
 
@@ -446,7 +446,8 @@ def _apply(spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoint
                           previous.source_time if previous else 0.0,
                           previous.events if previous and not spec.reset else 0,
                           generation=lease.generation, holder=lease.holder)
-    totals = {"events": 0, "rows_written": 0, "joined": [], "ddl": 0, "recopied": []}
+    totals = {"events": 0, "rows_written": 0, "joined": [], "ddl": 0, "recopied": [], "verified": [],
+              "repaired_shards": 0}
     stop, start, routes = None, None, {}
     try:
         checkpoints.write(state)  # from now on older generations' writes are ignored
@@ -516,10 +517,86 @@ def _run(spec: CdcApplySpec, session: LazySession, ch, routes, checkpoints: Chec
         if time.monotonic() - polled[0] < JOIN_POLL_SECONDS:
             return False
         polled[0] = time.monotonic()
-        return any(not t.joined for t in checkpoints.tables(spec.pipeline))
+        return bool(_due(spec, state, routes, started)) or any(not t.joined for t in checkpoints.tables(spec.pipeline))
 
     while True:
         totals["joined"] += _join(spec, session, ch, checkpoints, state, routes, totals)
+        if due := _due(spec, state, routes, started):
+            _verify(spec, session, ch, routes, checkpoints, state, totals, record, due)
         if _follow(spec, session, routes, state.tables, state.checkpoint, stop, deadline, record, totals, checkpoints,
                    waiting):
+            if due := _due(spec, state, routes, started):  # a bounded run checks what it changed before it ends
+                _verify(spec, session, ch, routes, checkpoints, state, totals, record, due)
             return
+
+
+def _due(spec: CdcApplySpec, state: PipelineState, routes: dict, started: float) -> list[dict]:
+    """The streaming tables to verify now: those a DDL touched since their last verification,
+    with ``verify_every`` those not verified for that long, with ``verify`` those not verified
+    in this run."""
+    now = time.time()
+
+    def last(config):
+        return (config.get("verified") or {}).get("at", 0)
+
+    return [c for c in state.tables if cdc_ddl.name_of(c) in routes
+            and ((spec.verify_after_ddl and c.get("verify_due")) or (spec.verify and last(c) < started)
+                 or (spec.verify_every and now - last(c) >= spec.verify_every))]
+
+
+VERIFY_ROUNDS = 3  # a repaired shard is looked at again; still different on the third look: stop
+
+
+def _verify(spec: CdcApplySpec, session: LazySession, ch, routes: dict, checkpoints: Checkpoints,
+            state: PipelineState, totals: dict, record, configs: list[dict]) -> None:
+    """Check ``configs``' tables against the source at a snapshot position S (spark/cdc_verify.py):
+    apply up to S, compare per-shard checksums, repair mismatched shards, look at those again."""
+    checks, shards = {}, None
+    for look in range(1, VERIFY_ROUNDS + 1):
+        with mysql_reader.connect(spec.source) as conn:  # catch up first: the snapshot is then held briefly
+            now = current_position(conn)
+        _follow(spec, session, routes, state.tables, state.checkpoint, now, None, record, totals, checkpoints)
+        configs = [c for c in configs if cdc_ddl.name_of(c) in routes]  # a table may have left meanwhile
+        if not configs:
+            return
+        snapshot = cdc_verify.prepare(spec, ch, checks, configs, shards)
+        again = {}
+        try:
+            _follow(spec, session, routes, state.tables, state.checkpoint, snapshot.position, None, record, totals,
+                    checkpoints)
+            checkpoints.fence()  # repairs write the copy: only under the lease
+            for config in configs:
+                name = cdc_ddl.name_of(config)
+                if name not in routes:
+                    continue
+                check = checks[name]
+                mismatched, wrong_shape = cdc_verify.compare(ch, check, routes[name].schema)
+                if wrong_shape:
+                    routes[name] = cdc_ddl.recopy(spec, session, ch, checkpoints, routes[name].config,
+                                                  f"verification at {snapshot.position}: {wrong_shape}")
+                    totals["recopied"].append(name)
+                    outcome = cdc_verify.record(routes[name].config, snapshot.position, len(check.plan.shards),
+                                                [], len(check.plan.shards), 0, wrong_shape)
+                else:
+                    if mismatched and look == VERIFY_ROUNDS:
+                        raise ApplyFailed(
+                            f"table {name}: its copy still differs from the source at {snapshot.position} in "
+                            f"shards {mismatched} after {look - 1} repairs; the copy may hold values the checksums "
+                            "cannot match (see docs/cdc.md, Verification). Re-bootstrap the table (restart=True)")
+                    rows = cdc_verify.repair(spec, ch, snapshot, check, mismatched) if mismatched else 0
+                    outcome = cdc_verify.record(routes[name].config, snapshot.position, len(check.source),
+                                                mismatched, len(mismatched), rows)
+                    if mismatched:
+                        again[name] = mismatched
+                        print(f"[airflow-sync] pipeline {spec.pipeline!r}: {name} differed from the source at "
+                              f"{snapshot.position} in {len(mismatched)} of {len(check.source)} shard(s); "
+                              f"repaired ({rows:,} rows rewritten)", flush=True)
+                totals["verified"].append({"table": name, "look": look} | outcome)
+                totals["repaired_shards"] += outcome["repaired_shards"]
+        finally:
+            snapshot.close()
+        checkpoints.write(state)  # the verdicts travel with the checkpoint (cdc status shows them)
+        if not again:
+            return
+        shards = again
+        configs = [c for c in configs if cdc_ddl.name_of(c) in again]

@@ -36,7 +36,8 @@ def name_of(config: dict) -> str:
 
 
 # what a table's config learns while it streams, carried from checkpoint to checkpoint
-_LEARNED = ("shape", "key", "collation", "skip_before", "left", "recopies", "last_recopy", "verified", "repaired")
+_LEARNED = ("shape", "key", "collation", "skip_before", "left", "recopies", "last_recopy", "verify_due", "verified",
+            "verifications", "repaired")
 
 
 def carried(config: dict, at_checkpoint: dict | None) -> dict:
@@ -196,11 +197,13 @@ def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: 
         if followed.recopy:
             routes[name] = recopy(spec, session, ch, checkpoints, route.config, followed.recopy)
             recopied.append(name)
+        route.config["verify_due"] = True  # the pipeline checks the table against the source (cdc_verify.py)
         changed.append(name)
     elif parsed.kind == "truncate":
         for name in parsed.tables:
             if current(name) is not None:
                 rows = truncate(ch, routes[name], after)
+                routes[name].config["verify_due"] = True
                 _log(spec, f"{name} truncated at {after}: {rows:,} rows tombstoned")
                 changed.append(name)
     elif parsed.kind == "drop":
@@ -220,6 +223,7 @@ def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: 
             # another table now has the followed name (an online schema change's swap): copy it
             routes[destination] = recopy(spec, session, ch, checkpoints, config,
                                          f"{source or 'a new table'} became {destination} at {after}")
+            config["verify_due"] = True
             changed.append(destination)
             recopied.append(destination)
     return changed, recopied
