@@ -185,7 +185,8 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
     return CdcApplySpec(source=MySQLEndpoint.from_url(args.mysql_url), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
                         pipeline=args.pipeline, tables=args.table or [], start_from_loads=args.start_from_load or [],
                         lanes=args.lanes, batch_events=args.batch_events, driver_write_rows=args.driver_write_rows,
-                        reset=args.reset, service=service,
+                        reset=args.reset, service=service, verify=args.verify, verify_every=args.verify_every,
+                        verify_after_ddl=not args.no_verify_after_ddl,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database)
 
@@ -193,7 +194,8 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
 def cmd_cdc_apply(args) -> int:
     return _submit(_cdc_spec(args, service=args.cdc_command == "run"), args, f"cdc {args.cdc_command}", lambda r: (
         f"pipeline {r['pipeline']!r}: {r['events']:,} row changes applied, checkpoint "
-        f"{r['checkpoint']['file']}:{r['checkpoint']['pos']}, {r['seconds']:.1f} s"))
+        f"{r['checkpoint']['file']}:{r['checkpoint']['pos']}, {r['seconds']:.1f} s"
+        + (f"; {len(r['verified'])} table check(s), {r['repaired_shards']} shard(s) repaired" if r["verified"] else "")))
 
 
 def cmd_cdc_bootstrap(args) -> int:
@@ -252,6 +254,14 @@ def cmd_cdc_status(args) -> int:
         print(f"{change['table']}: " + (f"left the pipeline ({change['left']}), copy kept" if change.get("left") else
                                         f"re-copied {change['recopies']}x, last: {last['reason']} "
                                         f"({last['rows']:,} rows in {last['seconds']} s)"))
+    print(f"verification: {state.verification_line()}")
+    for table in status["verification"]["tables"]:
+        last = table["last"]
+        if last:
+            print(f"  {table['table']}: last verified at {last['position']['file']}:{last['position']['pos']} "
+                  f"({time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(last['at']))} UTC), {last['shards']} shard(s), "
+                  f"{len(last['mismatched'])} mismatched, {table['repaired_shards']} repaired in total"
+                  + (f"; {last['note']}" if last.get("note") else "") + ("; due again" if table["due"] else ""))
     if counters:
         print(f"{'minute':<26} {'table':<30} {'events':>9} {'written':>9} {'failed':>7}")
         for row in counters:
@@ -372,6 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--driver-write-rows", type=int, default=500_000,
                              help="batches up to this many row changes are written by the driver (0: Spark tasks)")
         command.add_argument("--reset", action="store_true", help="forget the checkpoint; start from the loads again")
+        command.add_argument("--verify", action="store_true",
+                             help="check every table against the source once (per-shard checksums), repair shards")
+        command.add_argument("--verify-every", type=float, default=0.0, metavar="SECONDS",
+                             help="check each table when its last check is older than this (0: only after DDL)")
+        command.add_argument("--no-verify-after-ddl", action="store_true",
+                             help="do not check a table after a DDL changed it")
         if name == "run":
             command.add_argument("--max-seconds", type=float, help="stop after this long (default: never)")
         command.add_argument("--master", default="local[2]")

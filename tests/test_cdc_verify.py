@@ -9,6 +9,8 @@ import time
 import pytest
 
 from airflow_sync_provider.core.cdc import ddl
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, check_position
+from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.spark import cdc_verify
@@ -74,8 +76,13 @@ def test_a_silently_wrong_copy_is_found_and_repaired_shard_by_shard(mysql_conn, 
     assert second["mismatched"] == [] and second["shards"] == 2  # the repaired shards, looked at again
     assert result["repaired_shards"] == 2
     assert assert_same_rows(mysql_conn, ch, DB, "silent", TARGET) == 50_000
-    state = apply(endpoints, spark, "silent")  # nothing due: no verification, the counts kept
-    assert state["verified"] == []
+    assert apply(endpoints, spark, "silent")["verified"] == []  # nothing due: no verification
+    # cdc status, the ledger's pipeline state and the sensor's message carry the counts
+    decision, message, summary = check_position(endpoints[1], "silent", BinlogPosition.from_dict(result["checkpoint"]))
+    assert decision == "success" and message.endswith("3 verification(s), 2 shard(s) repaired")
+    assert summary["verification"]["repaired_shards"] == 2
+    [table] = Checkpoints(ch).state("silent").to_dict()["verification"]["tables"]
+    assert table["verifications"] == 3 and table["last"]["mismatched"] == [] and not table["due"]
 
 
 def test_a_ddl_followed_wrongly_is_caught_by_the_verification_after_it(mysql_conn, ch, endpoints, spark, monkeypatch):

@@ -27,6 +27,11 @@ class CdcApplyOperator(SparkJobOperator):
     :param batch_events: row changes per batch (a checkpoint after each).
     :param driver_write_rows: a batch of at most this many row changes is written by the
         driver's lane threads, a larger one by Spark tasks (0: always Spark tasks).
+    :param verify: check every table against the source once in this run: per-shard checksums
+        at one binlog position, mismatched shards repaired in place (docs/cdc.md, Verification).
+    :param verify_every: check each table whose last check is older than this many seconds
+        (0: only after a DDL changed it).
+    :param verify_after_ddl: check a table after a DDL changed it (default on).
     :param reset: forget the checkpoint and start again from ``start_from_loads`` (after a
         re-bootstrap, e.g. when the checkpoint's binlog file was purged).
     """
@@ -38,7 +43,7 @@ class CdcApplyOperator(SparkJobOperator):
                  clickhouse_conn_id: str = "clickhouse_default", start_from_loads: list | None = None,
                  tables: list | None = None, start_position: dict | None = None, stop_position: dict | None = None,
                  lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, driver_write_rows: int = 500_000,
-                 reset: bool = False,
+                 reset: bool = False, verify: bool = False, verify_every: float = 0.0, verify_after_ddl: bool = True,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
@@ -53,6 +58,7 @@ class CdcApplyOperator(SparkJobOperator):
         self.batch_events = batch_events
         self.driver_write_rows = driver_write_rows
         self.reset = reset
+        self.verify, self.verify_every, self.verify_after_ddl = verify, verify_every, verify_after_ddl
         self.ledger_database = ledger_database
         named = tables if isinstance(tables, (list, tuple)) else []
         self.declare_assets([mysql_table(mysql_conn_id, *q) for t in named if (q := qualified(t))],
@@ -64,12 +70,16 @@ class CdcApplyOperator(SparkJobOperator):
                             tables=list(self.tables or []), start_from_loads=list(self.start_from_loads or []),
                             start_position=self.start_position, stop_position=self.stop_position, lanes=self.lanes,
                             vnodes=self.vnodes, batch_events=self.batch_events,
-                            driver_write_rows=self.driver_write_rows, reset=self.reset,
+                            driver_write_rows=self.driver_write_rows, reset=self.reset, verify=self.verify,
+                            verify_every=self.verify_every, verify_after_ddl=self.verify_after_ddl,
                             ledger_database=self.ledger_database)
 
     def summarize(self, result: dict) -> dict:
         self.log.info("Pipeline %s: %d row changes applied (%d rows written) from %s to %s in %.1f s",
                       result["pipeline"], result["events"], result["rows_written"], result["start"],
                       result["checkpoint"], result["seconds"])
-        return {k: result[k] for k in ("pipeline", "tables", "joined", "start", "checkpoint", "stop", "events", "rows_written",
-                                       "seconds")}
+        for look in result["verified"]:
+            self.log.info("Verified %s at %s: %d shard(s), mismatched %s%s", look["table"], look["position"],
+                          look["shards"], look["mismatched"] or "none", f" ({look['note']})" if look.get("note") else "")
+        return {k: result[k] for k in ("pipeline", "tables", "joined", "start", "checkpoint", "stop", "events",
+                                       "rows_written", "ddl", "recopied", "verified", "repaired_shards", "seconds")}

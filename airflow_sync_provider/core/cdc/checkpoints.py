@@ -49,6 +49,24 @@ class PipelineState:
     def stale(self) -> bool:
         return self.status == PIPELINE_RUNNING and time.time() - self.heartbeat > STALE_AFTER_SECONDS
 
+    def verification(self) -> dict:
+        """Verified / repaired counts over the pipeline's tables, and each table's last look."""
+        tables = [{"table": f"{t['source_database']}.{t['source_table']}", "verifications": t.get("verifications", 0),
+                   "repaired_shards": t.get("repaired", 0), "due": bool(t.get("verify_due")),
+                   "last": t.get("verified")} for t in self.tables if not t.get("left")]
+        return {"verifications": sum(t["verifications"] for t in tables),
+                "repaired_shards": sum(t["repaired_shards"] for t in tables),
+                "unverified": [t["table"] for t in tables if not t["verifications"]],
+                "due": [t["table"] for t in tables if t["due"]], "tables": tables}
+
+    def verification_line(self) -> str:
+        v = self.verification()
+        if not v["verifications"]:
+            return "not verified yet" + (f" ({len(v['due'])} table(s) due)" if v["due"] else "")
+        return (f"{v['verifications']} verification(s), {v['repaired_shards']} shard(s) repaired"
+                + (f", {len(v['unverified'])} table(s) never verified" if v["unverified"] else "")
+                + (f", {len(v['due'])} due" if v["due"] else ""))
+
     def to_dict(self) -> dict:
         return {"pipeline": self.pipeline, "status": self.status, "stale": self.stale,
                 "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
@@ -56,7 +74,9 @@ class PipelineState:
                 # what schema changes did to tables (spark/cdc_ddl.py): left the pipeline, re-copied
                 "schema_changes": [{"table": f"{t['source_database']}.{t['source_table']}",
                                     **{k: t[k] for k in ("left", "recopies", "last_recopy") if k in t}}
-                                   for t in self.tables if t.get("left") or t.get("recopies")], "error": self.error,
+                                   for t in self.tables if t.get("left") or t.get("recopies")],
+                # the pipeline's checks of its copies (spark/cdc_verify.py)
+                "verification": self.verification(), "error": self.error,
                 "source_position": self.source_position.to_dict() if self.source_position else None,
                 "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat,
                 "generation": self.generation, "holder": self.holder}
@@ -222,18 +242,21 @@ def check_position(target_endpoint, pipeline: str, position: BinlogPosition | No
     if state is None or reached is None:
         return "wait", f"pipeline {pipeline!r} has no checkpoint yet", summary
     summary |= {"checkpoint": reached.to_dict(), "status": state.status, "events": state.events,
-                "generation": state.generation, "holder": state.holder}
+                "generation": state.generation, "holder": state.holder,
+                "verification": {k: v for k, v in state.verification().items() if k != "tables"}}
     if state.status == PIPELINE_FAILED:
         return "failed", (f"pipeline {pipeline!r} failed at checkpoint {state.checkpoint}: {state.error} — fix the "
                           "cause and run it again (it replays from the checkpoint)"), summary
     if position is not None:
         if reached.key() >= position.key():
-            return "success", f"pipeline {pipeline!r} reached {position} (checkpoint {reached})", summary
+            return "success", (f"pipeline {pipeline!r} reached {position} (checkpoint {reached}); "
+                               f"{state.verification_line()}"), summary
         return "wait", f"pipeline {pipeline!r} at {reached}, waiting for {position}", summary
     with mysql_reader.connect(source_endpoint) as conn:
         now = current_position(conn)
     lag = 0.0 if reached.key() >= now.key() else max(0.0, time.time() - state.source_time)
     summary |= {"source_position": now.to_dict(), "lag_seconds": round(lag, 3)}
     if lag <= (max_lag_seconds or 0.0):
-        return "success", f"pipeline {pipeline!r} lags {lag:.1f} s (bound {max_lag_seconds} s)", summary
+        return "success", (f"pipeline {pipeline!r} lags {lag:.1f} s (bound {max_lag_seconds} s); "
+                           f"{state.verification_line()}"), summary
     return "wait", f"pipeline {pipeline!r} lags {lag:.1f} s behind the source (bound {max_lag_seconds} s)", summary
