@@ -158,6 +158,7 @@ class CdcApplySpec:
     # a table whose values changed without row events (spark/cdc_ddl.py) is re-copied by the
     # bootstrap's chunks on this many channels, in the driver up to driver_copy_rows
     recopy_channels: int = 2
+    recopy_tables: int = 1  # tables re-copied at once, beside the stream
     driver_copy_rows: int | None = None
     # the pipeline checks itself (spark/cdc_verify.py): per-shard checksums vs the source at one
     # binlog position, mismatched shards repaired; after a DDL touched a table, for every table

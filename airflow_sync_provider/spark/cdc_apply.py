@@ -352,7 +352,8 @@ def _cuts(spec: CdcApplySpec, start: BinlogPosition, stop, deadline) -> list[Bin
 
 
 def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, configs: list[dict], start: BinlogPosition, stop,
-            deadline, record, totals: dict, checkpoints: Checkpoints, poll=lambda: False) -> bool:
+            deadline, record, totals: dict, checkpoints: Checkpoints, recopies: cdc_ddl.Recopies,
+            poll=lambda: False) -> bool:
     """Apply ``routes``' changes from ``start`` until ``stop`` (True) or until ``poll()`` asks to
     stop early (False), following each DDL on the pipeline's tables (``configs``, those that
     left included) before reading on."""
@@ -370,8 +371,8 @@ def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, configs: lis
         if batch.ddl:
             statement, schema, after, _ = batch.ddl
             checkpoints.fence()  # the ALTERs and a re-copy write the copy: only under the lease
-            changed, recopied = cdc_ddl.follow(spec, session, checkpoints.ch, checkpoints, routes, configs,
-                                               statement, schema, after)
+            changed, recopied = cdc_ddl.follow(spec, recopies, checkpoints.ch, routes, configs, statement, schema,
+                                               after)
             totals["ddl"] += 1
             totals["recopied"] += recopied
             position = after
@@ -385,7 +386,7 @@ def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, configs: lis
 
 
 def _join(spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoints, state: PipelineState, routes: dict,
-          totals: dict) -> list[str]:
+          totals: dict, recopies: cdc_ddl.Recopies) -> list[str]:
     """Tables registered since the stream started (a bootstrap under way, a full load) join it:
     each first replays its own changes from where its copy began up to the checkpoint."""
     joined = []
@@ -405,7 +406,7 @@ def _join(spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoints
                 checkpoints.count(spec.pipeline, per_table)
 
             _follow(spec, session, route, [table.config], table.since, state.checkpoint, None, record, totals,
-                    checkpoints)
+                    checkpoints, recopies)
         table.joined, table.since = True, state.checkpoint
         checkpoints.write_table(spec.pipeline, table)
         routes.update(route)
@@ -501,7 +502,8 @@ def _await_tables(spec: CdcApplySpec, checkpoints: Checkpoints, state: PipelineS
 
 def _run(spec: CdcApplySpec, session: LazySession, ch, routes, checkpoints: Checkpoints, state: PipelineState, stop, totals: dict,
          started: float) -> None:
-    """Follow the binlog from the checkpoint until the stop; tables registered meanwhile join."""
+    """Follow the binlog from the checkpoint until the stop; tables registered meanwhile join,
+    re-copies run beside the stream, tables due a verification are checked."""
     deadline = started + spec.max_seconds if spec.max_seconds else None
 
     def record(batch, per_table):
@@ -514,23 +516,39 @@ def _run(spec: CdcApplySpec, session: LazySession, ch, routes, checkpoints: Chec
     polled = [time.monotonic()]
 
     def waiting() -> bool:
+        if recopies.finished():
+            return True
         if time.monotonic() - polled[0] < JOIN_POLL_SECONDS:
             return False
         polled[0] = time.monotonic()
-        return bool(_due(spec, state, routes, started)) or any(not t.joined for t in checkpoints.tables(spec.pipeline))
+        return (bool(_due(spec, state, routes, started, recopies))
+                or any(not t.joined for t in checkpoints.tables(spec.pipeline)))
 
-    while True:
-        totals["joined"] += _join(spec, session, ch, checkpoints, state, routes, totals)
-        if due := _due(spec, state, routes, started):
-            _verify(spec, session, ch, routes, checkpoints, state, totals, record, due)
-        if _follow(spec, session, routes, state.tables, state.checkpoint, stop, deadline, record, totals, checkpoints,
-                   waiting):
-            if due := _due(spec, state, routes, started):  # a bounded run checks what it changed before it ends
-                _verify(spec, session, ch, routes, checkpoints, state, totals, record, due)
-            return
+    def verify(due):
+        _verify(spec, session, ch, routes, checkpoints, state, totals, record, recopies, due)
+
+    recopies = cdc_ddl.Recopies(spec, session, checkpoints)
+    try:
+        recopies.resume(state.tables)  # a crashed applier's unfinished re-copies
+        while True:
+            recopies.collect()
+            totals["joined"] += _join(spec, session, ch, checkpoints, state, routes, totals, recopies)
+            if due := _due(spec, state, routes, started, recopies):
+                verify(due)
+            if _follow(spec, session, routes, state.tables, state.checkpoint, stop, deadline, record, totals,
+                       checkpoints, recopies, waiting):
+                break
+        for name in list(recopies.running):  # a run ends with its re-copies done and recorded
+            recopies.wait(name)
+        checkpoints.write(state)
+        if due := _due(spec, state, routes, started, recopies):  # a bounded run checks what it changed
+            verify(due)
+    finally:
+        recopies.close()
 
 
-def _due(spec: CdcApplySpec, state: PipelineState, routes: dict, started: float) -> list[dict]:
+def _due(spec: CdcApplySpec, state: PipelineState, routes: dict, started: float,
+         recopies: cdc_ddl.Recopies) -> list[dict]:
     """The streaming tables to verify now: those a DDL touched since their last verification,
     with ``verify_every`` those not verified for that long, with ``verify`` those not verified
     in this run."""
@@ -539,7 +557,7 @@ def _due(spec: CdcApplySpec, state: PipelineState, routes: dict, started: float)
     def last(config):
         return (config.get("verified") or {}).get("at", 0)
 
-    return [c for c in state.tables if cdc_ddl.name_of(c) in routes
+    return [c for c in state.tables if cdc_ddl.name_of(c) in routes and not recopies.busy(cdc_ddl.name_of(c))
             and ((spec.verify_after_ddl and c.get("verify_due")) or (spec.verify and last(c) < started)
                  or (spec.verify_every and now - last(c) >= spec.verify_every))]
 
@@ -548,31 +566,33 @@ VERIFY_ROUNDS = 3  # a repaired shard is looked at again; still different on the
 
 
 def _verify(spec: CdcApplySpec, session: LazySession, ch, routes: dict, checkpoints: Checkpoints,
-            state: PipelineState, totals: dict, record, configs: list[dict]) -> None:
+            state: PipelineState, totals: dict, record, recopies: cdc_ddl.Recopies, configs: list[dict]) -> None:
     """Check ``configs``' tables against the source at a snapshot position S (spark/cdc_verify.py):
     apply up to S, compare per-shard checksums, repair mismatched shards, look at those again."""
     checks, shards = {}, None
     for look in range(1, VERIFY_ROUNDS + 1):
         with mysql_reader.connect(spec.source) as conn:  # catch up first: the snapshot is then held briefly
             now = current_position(conn)
-        _follow(spec, session, routes, state.tables, state.checkpoint, now, None, record, totals, checkpoints)
-        configs = [c for c in configs if cdc_ddl.name_of(c) in routes]  # a table may have left meanwhile
+        _follow(spec, session, routes, state.tables, state.checkpoint, now, None, record, totals, checkpoints,
+                recopies)
+        # a table may have left or begun a re-copy meanwhile
+        configs = [c for c in configs if cdc_ddl.name_of(c) in routes and not recopies.busy(cdc_ddl.name_of(c))]
         if not configs:
             return
         snapshot = cdc_verify.prepare(spec, ch, checks, configs, shards)
         again = {}
         try:
             _follow(spec, session, routes, state.tables, state.checkpoint, snapshot.position, None, record, totals,
-                    checkpoints)
+                    checkpoints, recopies)
             checkpoints.fence()  # repairs write the copy: only under the lease
             for config in configs:
                 name = cdc_ddl.name_of(config)
-                if name not in routes:
+                if name not in routes or recopies.busy(name):
                     continue
                 check = checks[name]
                 mismatched, wrong_shape = cdc_verify.compare(ch, check, routes[name].schema)
                 if wrong_shape:
-                    routes[name] = cdc_ddl.recopy(spec, session, ch, checkpoints, routes[name].config,
+                    routes[name] = recopies.start(ch, routes[name].config,
                                                   f"verification at {snapshot.position}: {wrong_shape}")
                     totals["recopied"].append(name)
                     outcome = cdc_verify.record(routes[name].config, snapshot.position, len(check.plan.shards),

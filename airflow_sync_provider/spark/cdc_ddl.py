@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.binlog import TableRoute
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
-from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, copied_schema, table_config
+from airflow_sync_provider.core.jobspec import (
+    CdcApplySpec, CdcBootstrapSpec, bootstrap_load_key, copied_schema, table_config,
+)
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.schema import TableSchema, TableNotFound
@@ -36,8 +39,8 @@ def name_of(config: dict) -> str:
 
 
 # what a table's config learns while it streams, carried from checkpoint to checkpoint
-_LEARNED = ("shape", "key", "collation", "skip_before", "left", "recopies", "last_recopy", "verify_due", "verified",
-            "verifications", "repaired")
+_LEARNED = ("shape", "key", "collation", "skip_before", "left", "recopies", "last_recopy", "recopying", "verify_due",
+            "verified", "verifications", "repaired")
 
 
 def carried(config: dict, at_checkpoint: dict | None) -> dict:
@@ -107,38 +110,115 @@ def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
             ch.command(f"ALTER TABLE {name} ADD COLUMN {ch_ident(column)} {ch_type}")
 
 
-def recopy(spec: CdcApplySpec, session, ch, checkpoints, config: dict, reason: str) -> TableRoute:
-    """Re-copy a pipeline table in place with the bootstrap's chunks, at the source's position
-    now and with its definition now (read on both sides of that position, so they are of the
-    same moment); the table's older changes are skipped from then on (docs/cdc.md)."""
-    from airflow_sync_provider.spark.cdc_bootstrap import _bootstrap_table
+class Recopies:
+    """Re-copies running beside the stream, one thread each: the pipeline's other tables (and
+    this table's changes after the re-copy's position P) keep flowing while the chunks are read,
+    as they do beside a bootstrap. A re-copy's state travels with the checkpoint (``recopying``
+    in the table's config, with ``skip_before`` already at P), so an applier that crashed resumes
+    it after its last finished chunk. Only the driver's main thread touches the configs: a
+    finished re-copy is recorded by :meth:`collect`."""
 
-    started = time.time()
-    _log(spec, f"re-copying {name_of(config)}: {reason}")
-    with mysql_reader.connect(spec.source) as conn:
-        for _ in range(10):
-            before = copied_schema(conn, config)
-            position = current_position(conn)
-            if copied_schema(conn, config) == before:
-                break
-        else:
-            raise BinlogError(f"table {name_of(config)}: its definition kept changing while a re-copy began")
-        align_target(ch, before, config["target_database"], config["target_table"])
-    bootstrap = CdcBootstrapSpec(spec.source, spec.target, spec.pipeline, tables=[table_config(config)],
-                                 channels=spec.recopy_channels, restart=True, driver_copy_rows=spec.driver_copy_rows,
-                                 ledger_database=spec.ledger_database)
-    result = _bootstrap_table(bootstrap, session, ch, Ledger(ch, spec.ledger_database), checkpoints,
-                              bootstrap.tables[0])
-    remember_shape(config, before)
-    config["skip_before"] = position.version()
-    config.pop("left", None)
-    config["recopies"] = config.get("recopies", 0) + 1
-    config["last_recopy"] = {"reason": reason[:500], "position": position.to_dict(), "rows": result["rows"],
-                             "seconds": round(time.time() - started, 3)}
-    _log(spec, f"{name_of(config)} re-copied from {position}: {result['rows']:,} rows in "
-               f"{time.time() - started:.1f} s")
-    with mysql_reader.connect(spec.source) as conn:
-        return route_for(conn, ch, config)
+    def __init__(self, spec: CdcApplySpec, session, checkpoints):
+        self.spec, self.session, self.checkpoints = spec, session, checkpoints
+        self.pool = ThreadPoolExecutor(max(1, spec.recopy_tables), thread_name_prefix="recopy")
+        self.running: dict[str, tuple] = {}  # name → (config, future)
+
+    def start(self, ch, config: dict, reason: str) -> TableRoute:
+        """Re-copy a pipeline table in place with the bootstrap's chunks, at the source's position
+        now and with its definition now (read on both sides of that position, so they are of the
+        same moment); the table's older changes are skipped from then on (docs/cdc.md). Returns
+        the table's route in its new shape; the copy is filled in the background."""
+        name = name_of(config)
+        self.wait(name)
+        _log(self.spec, f"re-copying {name}: {reason}")
+        with mysql_reader.connect(self.spec.source) as conn:
+            for _ in range(10):
+                before = copied_schema(conn, config)
+                position = current_position(conn)
+                if copied_schema(conn, config) == before:
+                    break
+            else:
+                raise BinlogError(f"table {name}: its definition kept changing while a re-copy began")
+            align_target(ch, before, config["target_database"], config["target_table"])
+            remember_shape(config, before)
+            config["skip_before"] = position.version()
+            config.pop("left", None)
+            config["recopying"] = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
+            route = route_for(conn, ch, config)
+        self._submit(config, restart=True)
+        return route
+
+    def resume(self, configs: list[dict]) -> None:
+        """Re-copies a crashed applier left unfinished: resumed after their last finished chunk."""
+        for config in configs:
+            if config.get("recopying") and not config.get("left") and name_of(config) not in self.running:
+                _log(self.spec, f"resuming the re-copy of {name_of(config)} ({config['recopying']['reason']})")
+                self._submit(config, restart=False)
+
+    def _submit(self, config: dict, restart: bool) -> None:
+        table, position = table_config(config), BinlogPosition.from_dict(config["recopying"]["position"])
+        self.running[name_of(config)] = (config, self.pool.submit(self._copy, table, position, restart))
+
+    def _copy(self, table: dict, position: BinlogPosition, restart: bool) -> dict:
+        from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+        from airflow_sync_provider.spark.cdc_bootstrap import _bootstrap_table
+
+        spec = self.spec
+        ch = target.shared_client(spec.target)  # a client of the thread's own
+        ledger = Ledger(ch, spec.ledger_database)
+        if not restart:  # the re-copy's load in the ledger: resume it, unless it is an older copy's
+            state = ledger.state(bootstrap_load_key(spec.pipeline, table))
+            older = state is None or BinlogPosition.from_dict(state.start_position).key() < position.key()
+            restart = older
+        # the lease is ours: no other applier runs this re-copy, so it need not wait for a stale heartbeat
+        bootstrap = CdcBootstrapSpec(spec.source, spec.target, spec.pipeline, tables=[table],
+                                     channels=spec.recopy_channels, restart=restart,
+                                     driver_copy_rows=spec.driver_copy_rows, ledger_database=spec.ledger_database,
+                                     stale_after_seconds=0)
+        checkpoints = Checkpoints(ch, spec.ledger_database)
+        checkpoints.lease = self.checkpoints.lease
+        return _bootstrap_table(bootstrap, self.session, ch, ledger, checkpoints, bootstrap.tables[0])
+
+    def wait(self, name: str) -> bool:
+        """Let ``name``'s running re-copy finish and record it (before a DDL on the table is followed)."""
+        if name not in self.running:
+            return False
+        self.running[name][1].exception()
+        return bool(self.collect())
+
+    def busy(self, name: str) -> bool:
+        return name in self.running
+
+    def finished(self) -> bool:
+        return any(future.done() for _, future in self.running.values())
+
+    def collect(self) -> list[str]:
+        """Record the re-copies that finished; a failed one fails the run (the next resumes it)."""
+        done = []
+        for name, (config, future) in list(self.running.items()):
+            if not future.done():
+                continue
+            del self.running[name]
+            try:
+                result = future.result()
+            except Exception as exc:
+                raise BinlogError(f"table {name}: its re-copy failed ({type(exc).__name__}: {str(exc)[:500]}); run "
+                                  "the pipeline again: it resumes the re-copy after its last finished chunk") from exc
+            began = config.pop("recopying")
+            config["recopies"] = config.get("recopies", 0) + 1
+            config["last_recopy"] = {"reason": began["reason"], "position": began["position"], "rows": result["rows"],
+                                     "seconds": round(time.time() - began["started"], 3)}
+            config["verify_due"] = True
+            _log(self.spec, f"{name} re-copied from {BinlogPosition.from_dict(began['position'])}: "
+                            f"{result['rows']:,} rows in {time.time() - began['started']:.1f} s")
+            done.append(name)
+        return done
+
+    def close(self) -> None:
+        """Wait for every running re-copy (none may write once the lease is let go)."""
+        for _, future in self.running.values():
+            future.exception()
+        self.pool.shutdown()
 
 
 def truncate(ch, route: TableRoute, after: BinlogPosition) -> int:
@@ -167,12 +247,14 @@ def _collation(conn, config: dict) -> str | None:
     return config["collation"]
 
 
-def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: list[dict], statement: str,
+def follow(spec: CdcApplySpec, recopies: Recopies, ch, routes: dict, configs: list[dict], statement: str,
            schema: str, after: BinlogPosition) -> tuple[list[str], list[str]]:
     """Follow one DDL statement at ``after`` (the position right after it) for the pipeline's
     tables: ``routes`` (name → route, updated in place) and ``configs`` (every table of the
     pipeline, including those that left). Returns the names of the tables it changed."""
     parsed = ddl.parse(statement, schema)
+    for name in {*parsed.tables, *(n for pair in parsed.renames for n in pair)}:
+        recopies.wait(name)  # a table being re-copied has the shape the re-copy reads until it is done
     where_of = lambda name: f"table {name}, DDL at {after}: {statement[:300]!r}"  # noqa: E731
     by_name = {name_of(c): c for c in configs}
     changed, recopied = [], []
@@ -195,9 +277,10 @@ def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: 
         if followed.statements:
             _log(spec, f"{name} follows {statement[:200]!r}: " + "; ".join(followed.statements))
         if followed.recopy:
-            routes[name] = recopy(spec, session, ch, checkpoints, route.config, followed.recopy)
+            routes[name] = recopies.start(ch, route.config, followed.recopy)
             recopied.append(name)
-        route.config["verify_due"] = True  # the pipeline checks the table against the source (cdc_verify.py)
+        if not followed.recopy:
+            route.config["verify_due"] = True  # the pipeline checks the table against the source (cdc_verify.py)
         changed.append(name)
     elif parsed.kind == "truncate":
         for name in parsed.tables:
@@ -221,9 +304,8 @@ def follow(spec: CdcApplySpec, session, ch, checkpoints, routes: dict, configs: 
         config = by_name.get(destination)
         if config is not None and destination not in routes:
             # another table now has the followed name (an online schema change's swap): copy it
-            routes[destination] = recopy(spec, session, ch, checkpoints, config,
-                                         f"{source or 'a new table'} became {destination} at {after}")
-            config["verify_due"] = True
+            routes[destination] = recopies.start(ch, config, f"{source or 'a new table'} became {destination} at "
+                                                         f"{after}")
             changed.append(destination)
             recopied.append(destination)
     return changed, recopied
