@@ -250,10 +250,16 @@ def cmd_cdc_status(args) -> int:
     if state.error:
         print(f"last error: {state.error}")
     for change in status["schema_changes"]:
-        last = change.get("last_recopy")
-        print(f"{change['table']}: " + (f"left the pipeline ({change['left']}), copy kept" if change.get("left") else
-                                        f"re-copied {change['recopies']}x, last: {last['reason']} "
-                                        f"({last['rows']:,} rows in {last['seconds']} s)"))
+        last, running = change.get("last_recopy"), change.get("recopying")
+        if change.get("left"):
+            print(f"{change['table']}: left the pipeline ({change['left']}), copy kept")
+            continue
+        if last:
+            print(f"{change['table']}: re-copied {change['recopies']}x, last: {last['reason']} "
+                  f"({last['rows']:,} rows in {last['seconds']} s)")
+        if running:
+            print(f"{change['table']}: re-copy under way for {time.time() - running['started']:.0f} s (other tables "
+                  f"keep flowing): {running['reason']}")
     print(f"verification: {state.verification_line()}")
     for table in status["verification"]["tables"]:
         last = table["last"]

@@ -49,7 +49,7 @@ def recopying(ch, pipeline) -> list[str]:
     return [t["source_table"] for t in (state.tables if state else []) if t.get("recopying")]
 
 
-def test_other_tables_keep_flowing_while_one_is_recopied(mysql_conn, ch, endpoints, spark):
+def test_other_tables_keep_flowing_while_one_is_recopied(mysql_conn, ch, endpoints, spark, clickhouse_url, capsys):
     """A service follows a value-changing MODIFY on a 600,000-row table by re-copying it; rows
     inserted into another table meanwhile reach its copy before the re-copy is done, and both
     copies end exact."""
@@ -71,23 +71,33 @@ def test_other_tables_keep_flowing_while_one_is_recopied(mysql_conn, ch, endpoin
     try:
         time.sleep(4)
         sql(mysql_conn, f"ALTER TABLE {DB}.big MODIFY amount DECIMAL(10, 2) NULL")  # rounds: a re-copy
-        seen_during = []
+        # the copy's 'during' rows, sampled while the re-copy's chunks are being read (its load in
+        # the ledger is running): a stream that waited for the re-copy would show them constant
+        counts, status = [], ""
+        key = bootstrap_load_key("flow", table_config({"source_database": DB, "source_table": "big",
+                                                       "target_database": TARGET}))
         deadline = time.monotonic() + 30
         i = 1000
         while time.monotonic() < deadline:
             i += 1
             sql(mysql_conn, f"INSERT INTO {DB}.small (id, note) VALUES ({i}, 'during')")
-            if "big" in recopying(ch, "flow"):
-                time.sleep(0.6)
-                if "big" in recopying(ch, "flow"):  # still re-copying: has the insert arrived?
-                    seen_during.append(ch.command(f"SELECT count() FROM {TARGET}.small FINAL WHERE id = {i}"))
-            elif seen_during:
+            if Ledger(ch).state(key).status == "running":
+                if not status and "big" in recopying(ch, "flow"):
+                    from airflow_sync_provider.cli import main
+
+                    main(["cdc", "status", "--pipeline", "flow", "--clickhouse-url", clickhouse_url])
+                    status = capsys.readouterr().out
+                count = ch.command(f"SELECT count() FROM {TARGET}.small FINAL WHERE note = 'during'")
+                if Ledger(ch).state(key).status == "running":
+                    counts.append(count)
+            elif counts:
                 break
-            time.sleep(0.1)
+            time.sleep(0.2)
     finally:
         service.join()
     assert not errors, errors
-    assert seen_during and max(seen_during) == 1, seen_during  # applied while the big table was being re-copied
+    assert len(counts) >= 3 and counts[-1] > counts[0], counts  # applied while the big table was being re-copied
+    assert f"{DB}.big: re-copy under way for " in status and "(other tables keep flowing)" in status, status
     assert result["recopied"] == [f"{DB}.big"]
     assert assert_same_rows(mysql_conn, ch, DB, "big", TARGET) == 600_000
     assert assert_same_rows(mysql_conn, ch, DB, "small", TARGET) > 100
@@ -102,7 +112,7 @@ def test_an_applier_killed_during_a_recopy_is_followed_by_one_that_resumes_it(my
     spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="resume", lanes=2, recopy_channels=1,
                         driver_copy_rows=10 ** 9)
     run_cdc_apply(spec, spark)
-    sql(mysql_conn, f"ALTER TABLE {DB}.resumed MODIFY note VARCHAR(3) NULL",  # truncates: a re-copy
+    sql(mysql_conn, f"ALTER TABLE {DB}.resumed MODIFY amount DECIMAL(10, 1) NULL",  # rounds: a re-copy
         f"UPDATE {DB}.resumed SET amount = -1 WHERE id % 1000 = 0")
     key = bootstrap_load_key("resume", table_config({"source_database": DB, "source_table": "resumed",
                                                      "target_database": TARGET}))

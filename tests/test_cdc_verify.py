@@ -57,7 +57,8 @@ def looks(result, table):
     return [v for v in result["verified"] if v["table"] == f"{DB}.{table}"]
 
 
-def test_a_silently_wrong_copy_is_found_and_repaired_shard_by_shard(mysql_conn, ch, endpoints, spark):
+def test_a_silently_wrong_copy_is_found_and_repaired_shard_by_shard(mysql_conn, ch, endpoints, spark, clickhouse_url,
+                                                                    capsys):
     """Changed values, a lost row and a phantom row written into the copy behind the pipeline's
     back: one verification finds exactly the shards they are in and repairs them."""
     seeded(mysql_conn, "silent")
@@ -83,6 +84,12 @@ def test_a_silently_wrong_copy_is_found_and_repaired_shard_by_shard(mysql_conn, 
     assert summary["verification"]["repaired_shards"] == 2
     [table] = Checkpoints(ch).state("silent").to_dict()["verification"]["tables"]
     assert table["verifications"] == 3 and table["last"]["mismatched"] == [] and not table["due"]
+    from airflow_sync_provider.cli import main
+
+    assert main(["cdc", "status", "--pipeline", "silent", "--clickhouse-url", clickhouse_url]) == 0
+    out = capsys.readouterr().out
+    assert "verification: 3 verification(s), 2 shard(s) repaired" in out
+    assert f"{DB}.silent: last verified at mysql-bin." in out and "0 mismatched, 2 repaired in total" in out
 
 
 def test_a_ddl_followed_wrongly_is_caught_by_the_verification_after_it(mysql_conn, ch, endpoints, spark, monkeypatch):

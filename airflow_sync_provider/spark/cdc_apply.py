@@ -357,6 +357,8 @@ def _follow(spec: CdcApplySpec, session: LazySession, routes: dict, configs: lis
     """Apply ``routes``' changes from ``start`` until ``stop`` (True) or until ``poll()`` asks to
     stop early (False), following each DDL on the pipeline's tables (``configs``, those that
     left included) before reading on."""
+    if stop is not None and stop.key() <= start.key():
+        return True  # nothing to read (a service's blocking reader would wait for the next event)
     position = start
     while True:
         watched = frozenset(cdc_ddl.name_of(c) for c in configs)

@@ -73,8 +73,8 @@ class PipelineState:
                 "tables": [f"{t['source_database']}.{t['source_table']}" for t in self.tables if not t.get("left")],
                 # what schema changes did to tables (spark/cdc_ddl.py): left the pipeline, re-copied
                 "schema_changes": [{"table": f"{t['source_database']}.{t['source_table']}",
-                                    **{k: t[k] for k in ("left", "recopies", "last_recopy") if k in t}}
-                                   for t in self.tables if t.get("left") or t.get("recopies")],
+                                    **{k: t[k] for k in ("left", "recopies", "last_recopy", "recopying") if k in t}}
+                                   for t in self.tables if t.get("left") or t.get("recopies") or t.get("recopying")],
                 # the pipeline's checks of its copies (spark/cdc_verify.py)
                 "verification": self.verification(), "error": self.error,
                 "source_position": self.source_position.to_dict() if self.source_position else None,
