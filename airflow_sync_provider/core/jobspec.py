@@ -17,6 +17,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS
 from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
+from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 
@@ -139,6 +140,9 @@ class CdcApplySpec:
     target: ClickHouseEndpoint
     pipeline: str
     tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
+    # tables by pattern (core/source/selection.py): those selected now and later created or renamed
+    # onto a selected name join by a bootstrap beside the stream; those CDC cannot stream are named
+    select: dict | None = None
     start_from_loads: list = field(default_factory=list)
     start_position: dict | None = None
     stop_position: dict | None = None
@@ -180,6 +184,7 @@ class CdcApplySpec:
         if self.verify_every < 0:
             raise ValueError(f"pipeline {self.pipeline}: verify_every must be >= 0 seconds (0: only after DDL)")
         self.tables = [table_config(t) for t in self.tables]
+        TableSelection.of(self.select)
         if not self.server_id:  # stable per pipeline, clear of the usual small server ids
             self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30
 
@@ -206,6 +211,7 @@ class CdcBootstrapSpec:
     target: ClickHouseEndpoint
     pipeline: str
     tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
+    select: dict | None = None  # tables by pattern (core/source/selection.py), resolved when the job runs
     channels: int = 2
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     split_factor: int = DEFAULT_SPLIT_FACTOR
@@ -225,8 +231,10 @@ class CdcBootstrapSpec:
     def __post_init__(self):
         if not self.pipeline:
             raise ValueError("a CDC bootstrap needs its pipeline's name (pipeline=...)")
-        if not self.tables:
-            raise ValueError(f"pipeline {self.pipeline}: name the tables to bootstrap (tables=['db.table', ...])")
+        if not self.tables and not self.select:
+            raise ValueError(f"pipeline {self.pipeline}: name the tables to bootstrap (tables=['db.table', ...]) or "
+                             "select them by pattern (select={'databases': [...], 'tables': [...]})")
+        TableSelection.of(self.select)  # a bad pattern fails here, before any work
         if self.chunk_rows < 1 or self.channels < 1:
             raise ValueError(f"pipeline {self.pipeline}: chunk_rows and channels must be >= 1")
         if self.strategy not in STRATEGIES:

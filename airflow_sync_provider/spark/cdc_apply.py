@@ -37,6 +37,7 @@ from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec, table_config
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
@@ -75,7 +76,7 @@ def _register(spec: CdcApplySpec, checkpoints: Checkpoints, loads: Ledger, fresh
                               "(CdcBootstrapOperator / airflow-sync cdc bootstrap), start from its full load "
                               "(start_from_loads) or give start_position")
         checkpoints.register(spec.pipeline, table, BinlogPosition.from_dict(spec.start_position))
-    if fresh and not checkpoints.tables(spec.pipeline):
+    if fresh and not checkpoints.tables(spec.pipeline) and not spec.select:
         raise ApplyFailed(f"pipeline {spec.pipeline!r} has no tables yet: bootstrap them (CdcBootstrapOperator), "
                           "start from full loads of them (start_from_loads=[load keys]) or give start_position "
                           "with tables")
@@ -95,6 +96,9 @@ def _start(spec: CdcApplySpec, state: PipelineState | None, checkpoints: Checkpo
     if not fresh:  # what the last checkpoint knew of each table (its shape there, a re-copy, leaving)
         known = {cdc_ddl.name_of(c): c for c in state.tables}
         return state.checkpoint, [cdc_ddl.carried(t.config, known.get(t.name)) for t in tables if t.joined]
+    if not tables:  # a new pipeline of patterns alone: its tables are bootstrapped beside the stream from now
+        with mysql_reader.connect(spec.source) as conn:
+            return current_position(conn), []
     start = min((t.since for t in tables), key=BinlogPosition.key)  # a new pipeline: every table joins now
     for table in tables:
         if not table.joined:
@@ -191,7 +195,7 @@ def _read_batches(spec: CdcApplySpec, routes: dict, watched: frozenset, start: B
     payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
     try:
         reader = BinlogReader(spec.source, start, routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
-                              blocking=spec.service, watched=watched)
+                              blocking=spec.service, watched=watched, selection=TableSelection.of(spec.select))
         # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
         # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
         seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
@@ -532,6 +536,7 @@ def _run(spec: CdcApplySpec, session: LazySession, ch, routes, checkpoints: Chec
     recopies = cdc_ddl.Recopies(spec, session, checkpoints)
     try:
         recopies.resume(state.tables)  # a crashed applier's unfinished re-copies
+        totals["recopied"] += _adopt_selected(spec, ch, routes, state, recopies)
         while True:
             recopies.collect()
             totals["joined"] += _join(spec, session, ch, checkpoints, state, routes, totals, recopies)
@@ -547,6 +552,28 @@ def _run(spec: CdcApplySpec, session: LazySession, ch, routes, checkpoints: Chec
             verify(due)
     finally:
         recopies.close()
+
+
+def _adopt_selected(spec: CdcApplySpec, ch, routes: dict, state: PipelineState,
+                    recopies: cdc_ddl.Recopies) -> list[str]:
+    """Tables the pipeline's patterns select now that it does not have yet join it (copied
+    beside the stream); later ones join as their CREATE / RENAME TABLE is read. Returns those
+    being copied."""
+    selection = TableSelection.of(spec.select)
+    if selection is None:
+        return []
+    with mysql_reader.connect(spec.source) as conn:
+        names = selection.resolve(conn)
+    known = {cdc_ddl.name_of(c) for c in state.tables}
+    new = [n for n in names if n not in known]
+    print(f"[airflow-sync] pipeline {spec.pipeline!r}: {selection.to_dict()} selects {len(names)} table(s)"
+          + (f"; {len(new)} join now: {', '.join(new)}" if new else ""), flush=True)
+    copied = [n for n in new if recopies.adopt(ch, routes, state.tables, n, state.checkpoint, "selected by the patterns")]
+    unstreamable = [f"{cdc_ddl.name_of(c)} ({c['unstreamable']})" for c in state.tables if c.get("unstreamable")]
+    if unstreamable:
+        print(f"[airflow-sync] pipeline {spec.pipeline!r}: not streamed: " + "; ".join(unstreamable), flush=True)
+    recopies.checkpoints.write(state)
+    return copied
 
 
 def _due(spec: CdcApplySpec, state: PipelineState, routes: dict, started: float,
@@ -594,9 +621,9 @@ def _verify(spec: CdcApplySpec, session: LazySession, ch, routes: dict, checkpoi
                 check = checks[name]
                 mismatched, wrong_shape = cdc_verify.compare(ch, check, routes[name].schema)
                 if wrong_shape:
-                    routes[name] = recopies.start(ch, routes[name].config,
-                                                  f"verification at {snapshot.position}: {wrong_shape}")
-                    totals["recopied"].append(name)
+                    if recopies.start(ch, routes, routes[name].config,
+                                      f"verification at {snapshot.position}: {wrong_shape}"):
+                        totals["recopied"].append(name)
                     outcome = cdc_verify.record(routes[name].config, snapshot.position, len(check.plan.shards),
                                                 [], len(check.plan.shards), 0, wrong_shape)
                 else:

@@ -18,19 +18,20 @@ import time
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows
+from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows, streaming_problem
 from airflow_sync_provider.core.cdc.positions import (
     BinlogError, BinlogPosition, current_position, ensure_fence, flavor, snapshot_position,
 )
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.flow_control import Throttle
-from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, FullLoadSpec, copied_schema, public_dict
+from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, FullLoadSpec, copied_schema, public_dict, table_config
 from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, plan_table
 from airflow_sync_provider.core.source.schema import average_row_bytes, table_rows
+from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts
@@ -307,10 +308,35 @@ def run_cdc_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     ledger, checkpoints = Ledger(ch, spec.ledger_database), Checkpoints(ch, spec.ledger_database)
     ledger.ensure()
     checkpoints.ensure()
-    tables = [_bootstrap_table(spec, session, ch, ledger, checkpoints, table) for table in spec.tables]
+    selected, unstreamable = _selected(spec)
+    tables = [_bootstrap_table(spec, session, ch, ledger, checkpoints, table) for table in [*spec.tables, *selected]]
     with mysql_reader.connect(spec.source) as conn:
         end = current_position(conn)
-    start = min((BinlogPosition.from_dict(t["start_position"]) for t in tables), key=BinlogPosition.key)
+    start = min((BinlogPosition.from_dict(t["start_position"]) for t in tables), key=BinlogPosition.key,
+                default=end)
     return {"pipeline": spec.pipeline, "tables": tables, "rows": sum(t["rows"] for t in tables),
-            "start_position": start.to_dict(), "end_position": end.to_dict(),
+            "unstreamable": unstreamable, "start_position": start.to_dict(), "end_position": end.to_dict(),
             "seconds": round(time.time() - started, 3)}
+
+
+def _selected(spec: CdcBootstrapSpec) -> tuple[list[dict], dict[str, str]]:
+    """The tables ``spec.select`` names now (besides ``spec.tables``), and those of them CDC cannot
+    stream, with the reason (they are left out, not failed: the others go on)."""
+    selection = TableSelection.of(spec.select)
+    if selection is None:
+        return [], {}
+    named = {f"{t['source_database']}.{t['source_table']}" for t in spec.tables}
+    selected, unstreamable = [], {}
+    with mysql_reader.connect(spec.source) as conn:
+        names = [n for n in selection.resolve(conn) if n not in named]
+        for name in names:
+            config = table_config(selection.config(name))
+            problem = streaming_problem(copied_schema(conn, config))
+            if problem:
+                unstreamable[name] = problem
+            else:
+                selected.append(config)
+    print(f"[airflow-sync] pipeline {spec.pipeline!r}: {selection.to_dict()} selects {len(names)} table(s): "
+          f"{', '.join(names) or 'none'}" + (f"; not streamable, left out: " + "; ".join(
+              f"{n} ({why})" for n, why in unstreamable.items()) if unstreamable else ""), flush=True)
+    return selected, unstreamable

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.binlog import TableRoute
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineTable
+from airflow_sync_provider.core.cdc.chunks import ChunkKey, streaming_problem
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.jobspec import (
     CdcApplySpec, CdcBootstrapSpec, bootstrap_load_key, copied_schema, table_config,
@@ -24,9 +26,10 @@ from airflow_sync_provider.core.jobspec import (
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.schema import TableSchema, TableNotFound
+from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
+from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 
@@ -123,30 +126,65 @@ class Recopies:
         self.pool = ThreadPoolExecutor(max(1, spec.recopy_tables), thread_name_prefix="recopy")
         self.running: dict[str, tuple] = {}  # name → (config, future)
 
-    def start(self, ch, config: dict, reason: str) -> TableRoute:
+    def start(self, ch, routes: dict, config: dict, reason: str) -> bool:
         """Re-copy a pipeline table in place with the bootstrap's chunks, at the source's position
         now and with its definition now (read on both sides of that position, so they are of the
-        same moment); the table's older changes are skipped from then on (docs/cdc.md). Returns
-        the table's route in its new shape; the copy is filled in the background."""
+        same moment); the table's older changes are skipped from then on (docs/cdc.md). Its route
+        in ``routes`` takes the new shape at once; the copy is filled in the background. A table
+        that cannot stream any more (e.g. its primary key dropped) leaves instead: False."""
         name = name_of(config)
         self.wait(name)
-        _log(self.spec, f"re-copying {name}: {reason}")
+        _log(self.spec, f"{'re-' if config.get('shape') else ''}copying {name}: {reason}")
         with mysql_reader.connect(self.spec.source) as conn:
             for _ in range(10):
-                before = copied_schema(conn, config)
+                try:
+                    before = copied_schema(conn, config)
+                except TableNotFound:  # dropped or renamed further on in the binlog: that DDL follows
+                    routes.pop(name, None)
+                    config["left"] = f"not found when its copy was to begin ({reason[:200]})"
+                    return False
                 position = current_position(conn)
                 if copied_schema(conn, config) == before:
                     break
             else:
                 raise BinlogError(f"table {name}: its definition kept changing while a re-copy began")
+            problem = streaming_problem(before)
+            if problem:
+                routes.pop(name, None)
+                config["left"] = config["unstreamable"] = f"not streamable: {problem}"
+                _log(self.spec, f"{name} cannot be streamed and is left out (a copy it had is kept): {problem}")
+                return False
+            if not target.table_exists(ch, config["target_database"], config["target_table"]):  # a new table
+                key = ChunkKey.of(before).names[0]
+                ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(config['target_database'])}")
+                ch.command(target.create_table_sql(before, config["target_database"], config["target_table"],
+                                                   weight=needs_weight(before.column(key))))
+                config["split_column"] = key
             align_target(ch, before, config["target_database"], config["target_table"])
             remember_shape(config, before)
             config["skip_before"] = position.version()
             config.pop("left", None)
+            config.pop("unstreamable", None)
             config["recopying"] = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
-            route = route_for(conn, ch, config)
+            routes[name] = route_for(conn, ch, config)
         self._submit(config, restart=True)
-        return route
+        return True
+
+    def adopt(self, ch, routes: dict, configs: list[dict], name: str, since: BinlogPosition, why: str) -> bool:
+        """A table the pipeline's patterns select joins it: bootstrapped beside the stream, or,
+        when CDC cannot stream it, named with the reason (in the pipeline state and its log)."""
+        config = table_config(TableSelection.of(self.spec.select).config(name))
+        with mysql_reader.connect(self.spec.source) as conn:
+            try:
+                problem = streaming_problem(copied_schema(conn, config))
+            except TableNotFound:
+                return False  # gone again further on in the binlog: its DROP or RENAME follows
+        configs.append(config)
+        if problem:
+            config["left"] = config["unstreamable"] = f"not streamable: {problem}"
+            _log(self.spec, f"{name} ({why}) cannot be streamed and stays out: {problem}")
+        self.checkpoints.write_table(self.spec.pipeline, PipelineTable(dict(config), since, joined=True))
+        return not problem and self.start(ch, routes, config, f"{why} at {since}")
 
     def resume(self, configs: list[dict]) -> None:
         """Re-copies a crashed applier left unfinished: resumed after their last finished chunk."""
@@ -160,7 +198,6 @@ class Recopies:
         self.running[name_of(config)] = (config, self.pool.submit(self._copy, table, position, restart))
 
     def _copy(self, table: dict, position: BinlogPosition, restart: bool) -> dict:
-        from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
         from airflow_sync_provider.spark.cdc_bootstrap import _bootstrap_table
 
         spec = self.spec
@@ -263,7 +300,18 @@ def follow(spec: CdcApplySpec, recopies: Recopies, ch, routes: dict, configs: li
         route = routes.get(name)
         return route if route is not None and after.version() > route.skip_before else None
 
-    if parsed.kind == "alter" and current(parsed.tables[0]) is not None and parsed.actions:
+    selection = TableSelection.of(spec.select)
+    unstreamable = by_name.get(parsed.tables[0]) if parsed.tables else None
+    if parsed.kind == "alter" and unstreamable is not None and unstreamable.get("unstreamable"):
+        with mysql_reader.connect(spec.source) as conn:
+            try:
+                problem = streaming_problem(copied_schema(conn, unstreamable))
+            except TableNotFound:
+                problem = "gone"  # dropped or renamed further on in the binlog
+        if problem is None and recopies.start(ch, routes, unstreamable, f"streamable since {after}"):
+            changed.append(parsed.tables[0])  # e.g. a primary key added: the table streams from now on
+            recopied.append(parsed.tables[0])
+    elif parsed.kind == "alter" and current(parsed.tables[0]) is not None and parsed.actions:
         name = parsed.tables[0]
         route = routes[name]
         with mysql_reader.connect(spec.source) as conn:
@@ -277,8 +325,8 @@ def follow(spec: CdcApplySpec, recopies: Recopies, ch, routes: dict, configs: li
         if followed.statements:
             _log(spec, f"{name} follows {statement[:200]!r}: " + "; ".join(followed.statements))
         if followed.recopy:
-            routes[name] = recopies.start(ch, route.config, followed.recopy)
-            recopied.append(name)
+            if recopies.start(ch, routes, route.config, followed.recopy):
+                recopied.append(name)
         if not followed.recopy:
             route.config["verify_due"] = True  # the pipeline checks the table against the source (cdc_verify.py)
         changed.append(name)
@@ -302,12 +350,16 @@ def follow(spec: CdcApplySpec, recopies: Recopies, ch, routes: dict, configs: li
             _leave(spec, routes, by_name[source], f"renamed to {destination} at {after}")
             changed.append(source)
         config = by_name.get(destination)
-        if config is not None and destination not in routes:
+        if config is None and selection is not None and selection.matches(destination):
+            if recopies.adopt(ch, routes, configs, destination, after,
+                              f"{'renamed from ' + source if source else 'created'}, selected by the patterns"):
+                changed.append(destination)
+                recopied.append(destination)
+        elif config is not None and destination not in routes:
             # another table now has the followed name (an online schema change's swap): copy it
-            routes[destination] = recopies.start(ch, config, f"{source or 'a new table'} became {destination} at "
-                                                         f"{after}")
+            if recopies.start(ch, routes, config, f"{source or 'a new table'} became {destination} at {after}"):
+                recopied.append(destination)
             changed.append(destination)
-            recopied.append(destination)
     return changed, recopied
 
 

@@ -193,9 +193,11 @@ class BinlogReader:
     """A resumable stream of complete transactions for a set of tables, cut into batches."""
 
     def __init__(self, endpoint: MySQLEndpoint, start: BinlogPosition, routes: dict[str, TableRoute],
-                 ring: HashRing, server_id: int, blocking: bool = False, watched: frozenset = frozenset()):
+                 ring: HashRing, server_id: int, blocking: bool = False, watched: frozenset = frozenset(),
+                 selection=None):
         self.routes, self.ring = routes, ring
         self.watched = set(routes) | set(watched)  # DDL on these names ends a batch (tables that left too)
+        self.selection = selection  # and on names the pipeline's patterns select (a table joining)
         self.position = start
         settings = endpoint.connect_args()
         settings.pop("database", None)
@@ -252,7 +254,8 @@ class BinlogReader:
             return False
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         parsed = ddl.parse(statement, schema)
-        if parsed is not None and self.watched.intersection(parsed.tables):
+        if parsed is not None and (self.watched.intersection(parsed.tables) or (
+                self.selection is not None and any(self.selection.matches(t) for t in parsed.tables))):
             batch.ddl = (statement, schema, BinlogPosition(self.stream.log_file, self.stream.log_pos),
                          float(event.timestamp))
         return True

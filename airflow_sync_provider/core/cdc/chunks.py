@@ -22,7 +22,8 @@ from decimal import Decimal
 
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import mysql_ident
-from airflow_sync_provider.core.typemap import MySQLColumn
+from airflow_sync_provider.core.target.clickhouse import ReservedColumn, check_columns
+from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType
 
 _INTEGER = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"}
 _DECIMAL = {"decimal", "numeric"}
@@ -44,6 +45,17 @@ def chunk_rows(configured: int, row_bytes: int) -> int:
 
 class UnchunkableTable(ValueError):
     """A table the bootstrap cannot chunk (the message says why and what to do)."""
+
+
+def streaming_problem(schema: TableSchema) -> str | None:
+    """Why a table cannot be bootstrapped and streamed by CDC, with the remedy (None: it can)."""
+    try:
+        ChunkKey.of(schema)
+        schema.mappings()
+        check_columns(schema)
+    except (UnchunkableTable, UnsupportedType, ReservedColumn) as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True)

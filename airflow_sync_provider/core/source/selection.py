@@ -1,0 +1,86 @@
+"""Tables chosen by pattern, as mysql-ch-replicator, Debezium and Flink CDC users write them:
+``databases`` / ``tables`` / ``exclude_tables``, resolved against the source when a job runs.
+
+A pattern is a shell-style wildcard (``orders_*``, ``log_20??``; case-sensitive, as MySQL table
+names are on Linux) or, prefixed with ``re:``, a Python regular expression that must match the
+whole name. A table pattern with a dot (``shop.orders_*``) is matched against ``database.table``,
+one without against the table's name alone. A table is selected when its database matches one of
+``databases``, its name one of ``tables`` and none of ``exclude_tables``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+
+
+def _matches(pattern: str, database: str, table: str) -> bool:
+    if pattern.startswith("re:"):
+        expression = re.compile(pattern[3:])
+        return bool(expression.fullmatch(table) or expression.fullmatch(f"{database}.{table}"))
+    return fnmatch.fnmatchcase(f"{database}.{table}" if "." in pattern else table, pattern)
+
+
+def _database_matches(pattern: str, database: str) -> bool:
+    if pattern.startswith("re:"):
+        return bool(re.fullmatch(pattern[3:], database))
+    return fnmatch.fnmatchcase(database, pattern)
+
+
+@dataclass(frozen=True)
+class TableSelection:
+    databases: tuple[str, ...]
+    tables: tuple[str, ...] = ("*",)
+    exclude_tables: tuple[str, ...] = ()
+    # where the copies go: a database name, ``{database}`` standing for the source's
+    target_database: str = "{database}"
+
+    def __post_init__(self):
+        if not self.databases:
+            raise ValueError("a table selection needs databases=[…] (names or patterns)")
+        for pattern in (*self.databases, *self.tables, *self.exclude_tables):
+            if not isinstance(pattern, str) or not pattern:
+                raise ValueError(f"table selection: {pattern!r} is not a pattern")
+            if pattern.startswith("re:"):
+                try:
+                    re.compile(pattern[3:])
+                except re.error as exc:
+                    raise ValueError(f"table selection: {pattern!r} is not a regular expression ({exc})") from None
+
+    @classmethod
+    def of(cls, value: "dict | TableSelection | None") -> "TableSelection | None":
+        if value is None or isinstance(value, TableSelection):
+            return value
+        unknown = set(value) - {"databases", "tables", "exclude_tables", "target_database"}
+        if unknown:
+            raise ValueError(f"table selection: unknown key(s) {sorted(unknown)}; use databases, tables, "
+                             "exclude_tables, target_database")
+        as_tuple = lambda v: (v,) if isinstance(v, str) else tuple(v or ())  # noqa: E731
+        return cls(as_tuple(value["databases"]), as_tuple(value.get("tables", ("*",))) or ("*",),
+                   as_tuple(value.get("exclude_tables")), value.get("target_database") or "{database}")
+
+    def to_dict(self) -> dict:
+        return {"databases": list(self.databases), "tables": list(self.tables),
+                "exclude_tables": list(self.exclude_tables), "target_database": self.target_database}
+
+    def matches(self, name: str) -> bool:
+        """Is ``database.table`` selected?"""
+        database, _, table = name.partition(".")
+        return (any(_database_matches(p, database) for p in self.databases)
+                and any(_matches(p, database, table) for p in self.tables)
+                and not any(_matches(p, database, table) for p in self.exclude_tables))
+
+    def resolve(self, conn) -> list[str]:
+        """The selected base tables of the source now, as ``database.table``, sorted (pymysql)."""
+        with conn.cursor() as cur:
+            cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
+                        " AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')")
+            names = [f"{database}.{table}" for database, table in cur.fetchall()]
+        return sorted(n for n in names if self.matches(n))
+
+    def config(self, name: str) -> dict:
+        """The table's entry (core/jobspec.table_config's keys) with its target database."""
+        database, _, table = name.partition(".")
+        return {"source_database": database, "source_table": table,
+                "target_database": self.target_database.replace("{database}", database)}

@@ -1,0 +1,135 @@
+"""A CDC pipeline over a whole database by pattern, against the real services: 50 tables with
+mixed keys and types, some of them unstreamable or excluded; tables created, renamed, dropped and
+given a primary key while the pipeline runs. Every streamed copy ends exact; the others are named
+with their reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.target.clickhouse import table_exists
+from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
+from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
+from tests.helpers import assert_same_rows
+
+pytestmark = pytest.mark.slow
+DB, OTHER, TARGET = "wdb", "wdb_other", "wdb_ch"
+SELECT = {"databases": [DB], "tables": ["*"], "exclude_tables": ["tmp_*"], "target_database": TARGET}
+
+SHAPES = [  # (columns, rows) — the tables cycle through them
+    ("id INT PRIMARY KEY, v VARCHAR(30) NULL, amount DECIMAL(12, 3) NULL, at DATETIME(3) NULL",
+     "seq, CONCAT('v', seq), seq / 3, '2024-01-01' + INTERVAL seq MINUTE"),
+    ("k VARCHAR(20) PRIMARY KEY, n BIGINT NULL, flag TINYINT NULL", "CONCAT('k', seq), seq * 1000, seq % 2"),
+    ("a INT, b INT, note TEXT NULL, PRIMARY KEY (a, b)", "seq % 7, seq, REPEAT('x', seq % 5)"),
+    ("id BIGINT UNSIGNED PRIMARY KEY, d DOUBLE NULL, j JSON NULL, e ENUM('x', 'y') NULL",
+     "seq, seq / 7, CONCAT('[', seq, ']'), IF(seq % 2, 'x', 'y')"),
+]
+
+
+def sql(conn, *statements):
+    with conn.cursor() as cur:
+        for statement in statements:
+            cur.execute(statement)
+
+
+def create(conn, name, shape, rows, database=DB):
+    columns, values = SHAPES[shape]
+    sql(conn, f"DROP TABLE IF EXISTS {database}.{name}", f"CREATE TABLE {database}.{name} ({columns})",
+        f"INSERT INTO {database}.{name} SELECT {values} FROM {DB}.seq_1_to_{rows}")
+
+
+@pytest.fixture(scope="module")
+def endpoints(mysql_url, clickhouse_url):
+    return MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
+
+
+@pytest.fixture(scope="module")
+def database(mysql_conn_module):
+    conn = mysql_conn_module
+    sql(conn, f"DROP DATABASE IF EXISTS {DB}", f"DROP DATABASE IF EXISTS {OTHER}", f"CREATE DATABASE {DB}",
+        f"CREATE DATABASE {OTHER}")
+    names = []
+    for i in range(41):
+        names.append(f"t{i:02d}")
+        create(conn, names[-1], i % len(SHAPES), 50 + 37 * i)
+    for i in range(4):  # no primary key: CDC cannot key their rows
+        sql(conn, f"CREATE TABLE {DB}.nopk_{i} (id INT NOT NULL, v VARCHAR(10) NULL)",
+            f"INSERT INTO {DB}.nopk_{i} SELECT seq, CONCAT('v', seq) FROM {DB}.seq_1_to_40")
+    sql(conn, f"CREATE TABLE {DB}.geo (id INT PRIMARY KEY, p POINT NULL)",  # a type without a mapping
+        f"INSERT INTO {DB}.geo VALUES (1, POINT(1, 2))")
+    for i in range(4):  # excluded by the pattern
+        create(conn, f"tmp_{i}", 0, 20)
+    create(conn, "elsewhere", 0, 20, OTHER)  # another database
+    return names
+
+
+@pytest.fixture(scope="module")
+def mysql_conn_module(mysql_url):
+    import pymysql
+
+    conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
+    yield conn
+    conn.close()
+
+
+def streamed(ch, pipeline) -> list[str]:
+    return Checkpoints(ch).state(pipeline).to_dict()["tables"]
+
+
+def test_a_database_by_pattern_streams_its_tables_and_takes_in_new_ones(database, mysql_conn, ch, endpoints, spark):
+    boot = run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="whole",
+                                              select=SELECT, channels=2), spark)
+    assert sorted(t["table"] for t in boot["tables"]) == [f"{DB}.{n}" for n in database]
+    assert sorted(boot["unstreamable"]) == [f"{DB}.geo", *(f"{DB}.nopk_{i}" for i in range(4))]
+    assert "no primary key" in boot["unstreamable"][f"{DB}.nopk_0"]
+    assert "POINT" in boot["unstreamable"][f"{DB}.geo"].upper()
+
+    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="whole", select=SELECT, lanes=2,
+                        verify_after_ddl=False)
+    run_cdc_apply(spec, spark)
+    for name in database:
+        assert_same_rows(mysql_conn, ch, DB, name, TARGET)
+    state = Checkpoints(ch).state("whole").to_dict()
+    assert sorted(c["table"] for c in state["schema_changes"] if "not streamable" in c.get("left", "")) == \
+        sorted(boot["unstreamable"])  # named in the pipeline's status, with the reason
+
+    # while the pipeline runs: changes, new tables, renames, drops, a primary key added
+    sql(mysql_conn, f"UPDATE {DB}.t04 SET amount = -amount WHERE id % 3 = 0", f"DELETE FROM {DB}.t05 WHERE k < 'k3'",
+        f"INSERT INTO {DB}.t06 VALUES (100, 100, 'new')")
+    create(mysql_conn, "fresh", 0, 500)  # a new table the patterns select
+    sql(mysql_conn, f"UPDATE {DB}.fresh SET v = 'changed after create' WHERE id <= 50")
+    create(mysql_conn, "tmp_new", 0, 10)  # excluded
+    sql(mysql_conn, f"CREATE TABLE {DB}.nopk_new (id INT, v INT)", f"INSERT INTO {DB}.nopk_new VALUES (1, 1)")
+    sql(mysql_conn, f"RENAME TABLE {DB}.t01 TO {DB}.t01_renamed",  # leaves as t01, joins as t01_renamed
+        f"UPDATE {DB}.t01_renamed SET n = 0 WHERE k <= 'k2'",
+        f"RENAME TABLE {DB}.t02 TO {OTHER}.t02",  # leaves: not selected in its new database
+        f"DROP TABLE {DB}.t03",
+        f"ALTER TABLE {DB}.nopk_1 ADD PRIMARY KEY (id)",  # streamable from now on
+        f"UPDATE {DB}.nopk_1 SET v = 'keyed' WHERE id <= 5",
+        f"UPDATE {DB}.t07 SET d = 0.5 WHERE id <= 10")
+    result = run_cdc_apply(spec, spark)
+    assert sorted(result["recopied"]) == [f"{DB}.fresh", f"{DB}.nopk_1", f"{DB}.t01_renamed"]
+    now = set(streamed(ch, "whole"))
+    expected = ({f"{DB}.{n}" for n in database} - {f"{DB}.t01", f"{DB}.t02", f"{DB}.t03"}
+                | {f"{DB}.fresh", f"{DB}.t01_renamed", f"{DB}.nopk_1"})
+    assert now == expected
+    for name in sorted(n.split(".")[1] for n in expected):
+        assert_same_rows(mysql_conn, ch, DB, name, TARGET)
+    assert not table_exists(ch, TARGET, "tmp_new") and not table_exists(ch, TARGET, "tmp_0")
+    assert not table_exists(ch, TARGET, "nopk_new") and not table_exists(ch, OTHER, "t02")
+    left = {c["table"]: c["left"] for c in Checkpoints(ch).state("whole").to_dict()["schema_changes"] if c.get("left")}
+    assert left[f"{DB}.t01"].startswith(f"renamed to {DB}.t01_renamed at ")
+    assert left[f"{DB}.t02"].startswith(f"renamed to {OTHER}.t02 at ")
+    assert left[f"{DB}.t03"].startswith("dropped at ")
+    assert "no primary key" in left[f"{DB}.nopk_new"] and f"{DB}.nopk_1" not in left
+
+    # a pipeline of patterns alone, started before any bootstrap: its tables join beside the stream
+    fresh = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="patterns_only", lanes=2,
+                         select={"databases": [OTHER], "target_database": f"{OTHER}_ch"})
+    first = run_cdc_apply(fresh, spark)
+    assert sorted(first["recopied"]) == [f"{OTHER}.elsewhere", f"{OTHER}.t02"]
+    assert_same_rows(mysql_conn, ch, OTHER, "t02", f"{OTHER}_ch")
+    assert_same_rows(mysql_conn, ch, OTHER, "elsewhere", f"{OTHER}_ch")
