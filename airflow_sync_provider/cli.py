@@ -183,12 +183,31 @@ def cmd_diff(args) -> int:
 
 def _cdc_spec(args, service: bool) -> CdcApplySpec:
     return CdcApplySpec(source=MySQLEndpoint.from_url(args.mysql_url), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
-                        pipeline=args.pipeline, tables=args.table or [], start_from_loads=args.start_from_load or [],
+                        pipeline=args.pipeline, tables=args.table or [], select=_selection(args),
+                        start_from_loads=args.start_from_load or [],
                         lanes=args.lanes, batch_events=args.batch_events, driver_write_rows=args.driver_write_rows,
                         reset=args.reset, service=service, verify=args.verify, verify_every=args.verify_every,
                         verify_after_ddl=not args.no_verify_after_ddl,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database)
+
+
+def _selection(args) -> dict | None:
+    if not args.database:
+        if args.select_table or args.exclude_table:
+            raise SystemExit("--select-table / --exclude-table need --database (the databases to select from)")
+        return None
+    return {"databases": args.database, "tables": args.select_table or ["*"], "exclude_tables": args.exclude_table or [],
+            "target_database": args.target_database}
+
+
+def _selection_arguments(parser) -> None:
+    parser.add_argument("--database", action="append", help="select tables of these databases (pattern; repeat)")
+    parser.add_argument("--select-table", action="append",
+                        help="with --database: table name or db.table pattern (shell wildcards, or re:REGEX; repeat)")
+    parser.add_argument("--exclude-table", action="append", help="with --database: pattern to leave out (repeat)")
+    parser.add_argument("--target-database", default="{database}",
+                        help="where selected tables' copies go ({database}: the source's name)")
 
 
 def cmd_cdc_apply(args) -> int:
@@ -201,12 +220,14 @@ def cmd_cdc_apply(args) -> int:
 def cmd_cdc_bootstrap(args) -> int:
     spec = CdcBootstrapSpec(source=MySQLEndpoint.from_url(args.mysql_url),
                             target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
-                            tables=args.table, channels=args.channels, chunk_rows=args.chunk_rows,
+                            tables=args.table or [], select=_selection(args), channels=args.channels,
+                            chunk_rows=args.chunk_rows,
                             watermark_table=args.watermark_table, restart=args.restart,
                             ledger_database=args.ledger_database, driver_copy_rows=args.driver_copy_rows)
     return _submit(spec, args, "cdc bootstrap", lambda r: "\n".join(
         [f"bootstrapped {t['table']} → {t['target']}: {t['rows']:,} rows in {t['chunks']} chunks "
          f"({t['rows_read_now']:,} rows read now), {t['seconds']:.1f} s" for t in r["tables"]]
+        + [f"left out {name}: {why}" for name, why in r["unstreamable"].items()]
         + [f"pipeline {r['pipeline']!r}: from {r['start_position']['file']}:{r['start_position']['pos']} to "
            f"{r['end_position']['file']}:{r['end_position']['pos']}; `airflow-sync cdc apply --pipeline "
            f"{r['pipeline']}` catches it up"]))
@@ -383,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--start-from-load", action="append",
                              help="a new pipeline: a full-load key whose table it replicates (repeat)")
         command.add_argument("--table", action="append", help="db.table (with a start position from a load)")
+        _selection_arguments(command)
         command.add_argument("--lanes", type=int, default=4)
         command.add_argument("--batch-events", type=int, default=50_000)
         command.add_argument("--driver-write-rows", type=int, default=500_000,
@@ -403,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "and hand them to the pipeline's catch-up")
     _urls(boot)
     boot.add_argument("--pipeline", required=True)
-    boot.add_argument("--table", action="append", required=True, help="db.table (repeat)")
+    boot.add_argument("--table", action="append", help="db.table (repeat)")
+    _selection_arguments(boot)
     boot.add_argument("--channels", type=int, default=2)
     boot.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
     boot.add_argument("--watermark-table", help="MySQL only: db.table the job may create and write (exact positions)")

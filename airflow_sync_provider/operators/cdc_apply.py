@@ -20,6 +20,8 @@ class CdcApplyOperator(SparkJobOperator):
         position those loads began at (tables bootstrapped by ``CdcBootstrapOperator`` join by
         themselves; a running pipeline replays a new table up to its checkpoint first).
     :param tables: ``["db.table", …]`` or dicts with target names, with ``start_position``.
+    :param select: tables by pattern (as ``CdcBootstrapOperator``'s): those selected now and those
+        later created or renamed onto a selected name are copied beside the stream and join it.
     :param start_position: ``{"file": …, "pos": …}`` for a new pipeline without full loads.
     :param stop_position: stop here instead of at the source's position at start.
     :param lanes: apply lanes (concurrent writers); keys are routed on a consistent-hash ring
@@ -37,11 +39,11 @@ class CdcApplyOperator(SparkJobOperator):
     """
 
     job = "cdc_apply"
-    template_fields = ("pipeline", "start_from_loads", "tables", "start_position", "stop_position")
+    template_fields = ("pipeline", "start_from_loads", "tables", "select", "start_position", "stop_position")
 
     def __init__(self, *, pipeline: str, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", start_from_loads: list | None = None,
-                 tables: list | None = None, start_position: dict | None = None, stop_position: dict | None = None,
+                 tables: list | None = None, select: dict | None = None, start_position: dict | None = None, stop_position: dict | None = None,
                  lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, driver_write_rows: int = 500_000,
                  reset: bool = False, verify: bool = False, verify_every: float = 0.0, verify_after_ddl: bool = True,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
@@ -51,6 +53,7 @@ class CdcApplyOperator(SparkJobOperator):
         self.clickhouse_conn_id = clickhouse_conn_id
         self.start_from_loads = start_from_loads
         self.tables = tables
+        self.select = select
         self.start_position = start_position
         self.stop_position = stop_position
         self.lanes = lanes
@@ -67,7 +70,7 @@ class CdcApplyOperator(SparkJobOperator):
     def build_spec(self, context) -> CdcApplySpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         return CdcApplySpec(source=hook.source(), target=hook.target(), pipeline=self.pipeline,
-                            tables=list(self.tables or []), start_from_loads=list(self.start_from_loads or []),
+                            tables=list(self.tables or []), select=self.select, start_from_loads=list(self.start_from_loads or []),
                             start_position=self.start_position, stop_position=self.stop_position, lanes=self.lanes,
                             vnodes=self.vnodes, batch_events=self.batch_events,
                             driver_write_rows=self.driver_write_rows, reset=self.reset, verify=self.verify,

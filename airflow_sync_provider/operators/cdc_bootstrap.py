@@ -19,6 +19,10 @@ class CdcBootstrapOperator(SparkJobOperator):
 
     :param pipeline: the pipeline the tables join.
     :param tables: ``["db.table", …]`` or dicts with target names, ``columns``, ``exclude_columns``.
+    :param select: tables by pattern, resolved when the task runs: ``{"databases": [...],
+        "tables": [...], "exclude_tables": [...], "target_database": "{database}"}`` (shell
+        wildcards, or ``re:`` regular expressions; docs/cdc.md, "A database by pattern"). Tables
+        CDC cannot stream are left out and listed in XCom ``unstreamable`` with the reason.
     :param channels: shards read at once (Spark tasks, source connections).
     :param chunk_rows: rows per chunk: each chunk is one short consistent read.
     :param watermark_table: MySQL sources only: a ``db.table`` the job may create and write,
@@ -30,16 +34,17 @@ class CdcBootstrapOperator(SparkJobOperator):
     """
 
     job = "cdc_bootstrap"
-    template_fields = ("pipeline", "tables")
+    template_fields = ("pipeline", "tables", "select")
 
-    def __init__(self, *, pipeline: str, tables: list, mysql_conn_id: str = "mysql_default",
+    def __init__(self, *, pipeline: str, tables: list | None = None, select: dict | None = None, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", channels: int = 2, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                  split_factor: int | None = None, watermark_table: str | None = None, restart: bool = False,
                  channel_record_speed: int | None = None, channel_byte_speed: int | None = None,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, driver_copy_rows: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
-        self.tables = tables
+        self.tables = tables or []
+        self.select = select
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id
         self.channels = channels
@@ -51,7 +56,7 @@ class CdcBootstrapOperator(SparkJobOperator):
         self.channel_byte_speed = channel_byte_speed
         self.ledger_database = ledger_database
         self.driver_copy_rows = driver_copy_rows
-        tables = tables if isinstance(tables, (list, tuple)) else []
+        tables = self.tables if isinstance(self.tables, (list, tuple)) else []
         self.declare_assets([mysql_table(mysql_conn_id, *q) for t in tables if (q := qualified(t))],
                             [clickhouse_table(clickhouse_conn_id, *q) for t in tables if (q := target_of(t))])
 
@@ -63,7 +68,7 @@ class CdcBootstrapOperator(SparkJobOperator):
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         extra = {"split_factor": self.split_factor} if self.split_factor else {}
         return CdcBootstrapSpec(source=hook.source(), target=hook.target(), pipeline=self.pipeline,
-                                tables=list(self.tables), channels=self.channels, chunk_rows=self.chunk_rows,
+                                tables=list(self.tables), select=self.select, channels=self.channels, chunk_rows=self.chunk_rows,
                                 watermark_table=self.watermark_table, restart=self.restart,
                                 channel_record_speed=self.channel_record_speed,
                                 channel_byte_speed=self.channel_byte_speed, ledger_database=self.ledger_database,
@@ -73,4 +78,7 @@ class CdcBootstrapOperator(SparkJobOperator):
         for table in result["tables"]:
             self.log.info("Bootstrap of %s: %d rows in %d chunks (%d rows read by this run), %.1f s",
                           table["table"], table["rows"], table["chunks"], table["rows_read_now"], table["seconds"])
-        return {k: result[k] for k in ("pipeline", "tables", "rows", "start_position", "end_position", "seconds")}
+        for name, why in result["unstreamable"].items():
+            self.log.warning("%s is left out: %s", name, why)
+        return {k: result[k] for k in ("pipeline", "tables", "unstreamable", "rows", "start_position", "end_position",
+                                       "seconds")}
