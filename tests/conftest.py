@@ -45,6 +45,11 @@ def clickhouse_url(state_dir):
         yield url
 
 
+@pytest.fixture(scope="session")
+def endpoints(mysql_url, clickhouse_url):
+    return MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
+
+
 @pytest.fixture
 def mysql_conn(mysql_url):
     conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)

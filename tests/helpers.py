@@ -86,6 +86,12 @@ def assert_same_rows(conn, ch, database: str, table: str, target_database: str |
     return sum(source.values()) if isinstance(source, Counter) else len(source)
 
 
+def run_sql(conn, *statements) -> None:
+    with conn.cursor() as cur:
+        for statement in statements:
+            cur.execute(statement)
+
+
 def recreate_tables(conn, database: str, *ddls: str) -> None:
     """Create ``database`` if missing and (re)create each ``CREATE TABLE database.name (…)``."""
     with conn.cursor() as cur:

@@ -16,11 +16,6 @@ pytestmark = pytest.mark.slow
 DB, TARGET = "cdc", "cdc_ch"
 
 
-@pytest.fixture(scope="module")
-def endpoints(mysql_url, clickhouse_url):
-    return MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
-
-
 def full_load(endpoints, spark, table, key=None):
     key = key or f"cdc.{table}"
     run_full_load(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=table,

@@ -14,7 +14,7 @@ import pytest
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import UnchunkableTable
 from airflow_sync_provider.core.cdc.positions import current_position
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
@@ -25,11 +25,6 @@ from tests.helpers import assert_same_rows, recreate_tables
 
 pytestmark = pytest.mark.slow
 DB = "boot"
-
-
-@pytest.fixture(scope="module")
-def endpoints(mysql_url, clickhouse_url):
-    return MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
 
 
 def _create(mysql_conn, *ddls):

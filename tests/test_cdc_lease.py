@@ -16,15 +16,9 @@ from airflow_sync_provider.core.cdc.lease import (
     LOCK_WAIT_TIMEOUT, PING_SECONDS, PING_TIMEOUT, Lease, LeaseHeld, LeaseLost,
 )
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
 
 DB, TARGET = "lease", "lease_ch"
-
-
-@pytest.fixture(scope="module")
-def endpoints(mysql_url, clickhouse_url):
-    return MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
 
 
 @pytest.fixture

@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.target.clickhouse import table_exists
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
+from tests.helpers import run_sql as sql
 from tests.helpers import assert_same_rows
 
 pytestmark = pytest.mark.slow
@@ -29,21 +30,10 @@ SHAPES = [  # (columns, rows) — the tables cycle through them
 ]
 
 
-def sql(conn, *statements):
-    with conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
-
-
 def create(conn, name, shape, rows, database=DB):
     columns, values = SHAPES[shape]
     sql(conn, f"DROP TABLE IF EXISTS {database}.{name}", f"CREATE TABLE {database}.{name} ({columns})",
         f"INSERT INTO {database}.{name} SELECT {values} FROM {DB}.seq_1_to_{rows}")
-
-
-@pytest.fixture(scope="module")
-def endpoints(mysql_url, clickhouse_url):
-    return MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
 
 
 @pytest.fixture(scope="module")

@@ -10,26 +10,15 @@ import time
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, bootstrap_load_key, table_config
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
+from tests.helpers import run_sql as sql
 from tests.helpers import assert_same_rows
 
 pytestmark = pytest.mark.slow
 DB, TARGET = "rcp", "rcp_ch"
-
-
-@pytest.fixture(scope="module")
-def endpoints(mysql_url, clickhouse_url):
-    return MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
-
-
-def sql(conn, *statements):
-    with conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
 
 
 def seeded(conn, table, rows):

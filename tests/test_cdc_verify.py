@@ -11,27 +11,16 @@ import pytest
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, check_position
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.spark import cdc_verify
 from airflow_sync_provider.spark.cdc_apply import ApplyFailed, run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
+from tests.helpers import run_sql as sql
 from tests.helpers import assert_same_rows, recreate_tables
 
 pytestmark = pytest.mark.slow
 DB, TARGET = "vfy", "vfy_ch"
-
-
-@pytest.fixture(scope="module")
-def endpoints(mysql_url, clickhouse_url):
-    return MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
-
-
-def sql(conn, *statements):
-    with conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
 
 
 def seeded(conn, table, rows=50_000):

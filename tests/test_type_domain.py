@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core import typemap
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.target.clickhouse import ReservedColumn
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
@@ -124,11 +124,6 @@ assert {ddl.split("(")[0].split()[0].lower() for cols in FAMILIES.values() for _
     "tinyint", "smallint", "mediumint", "int", "bigint", "boolean", "decimal", "float", "double", "date",
     "datetime", "timestamp", "year", "time", "bit", "char", "varchar", "text", "enum", "set", "json", "binary",
     "varbinary", "blob"}
-
-
-@pytest.fixture(scope="module")
-def endpoints(mysql_url, clickhouse_url):
-    return MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
 
 
 @pytest.fixture(scope="module")

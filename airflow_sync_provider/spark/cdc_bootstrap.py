@@ -337,6 +337,6 @@ def _selected(spec: CdcBootstrapSpec) -> tuple[list[dict], dict[str, str]]:
             else:
                 selected.append(config)
     print(f"[airflow-sync] pipeline {spec.pipeline!r}: {selection.to_dict()} selects {len(names)} table(s): "
-          f"{', '.join(names) or 'none'}" + (f"; not streamable, left out: " + "; ".join(
+          f"{', '.join(names) or 'none'}" + ("; not streamable, left out: " + "; ".join(
               f"{n} ({why})" for n, why in unstreamable.items()) if unstreamable else ""), flush=True)
     return selected, unstreamable
