@@ -1,14 +1,16 @@
-"""CDC lag through schema changes: our service-mode applier under a steady writer on a 1M-row
-table (a) without DDL, (b) with an ``ALTER TABLE … ADD COLUMN cN INT DEFAULT N`` every 30 s
-(followed in place: ClickHouse ADD COLUMN with the default), and (c) through one DDL that forces
-a re-copy of the table (``ADD COLUMN added_at DATETIME DEFAULT CURRENT_TIMESTAMP``: a
-time-dependent default, spark/cdc_ddl.py re-copies the table with the bootstrap's chunks).
+"""CDC lag through schema changes and self-verification: our service-mode applier under a
+steady writer on a 1M-row table (a) without DDL, (b) with an ``ALTER TABLE … ADD COLUMN cN INT
+DEFAULT N`` every 30 s (followed in place: ClickHouse ADD COLUMN with the default), (c) through
+one DDL that forces a re-copy of the table (``ADD COLUMN added_at DATETIME DEFAULT
+CURRENT_TIMESTAMP``: a time-dependent default, spark/cdc_ddl.py re-copies the table with the
+bootstrap's chunks, beside the stream), and (d) without DDL but with ``verify_every=30`` (the
+table checked against the source every 30 s, spark/cdc_verify.py).
 
-    .venv/bin/python -m bench.cdc_ddl [--quick] [--rows 1000000] [--phase-seconds 90] [--keep]
+    .venv/bin/python -m bench.cdc_ddl [--quick] [--rows 1000000] [--phase-seconds 90] [--verify-every 30] [--keep]
 
 Built on bench/cdc_apply.py (its table, row values, change mix, writer, full load and
 service-mode lag measurement): 1M rows (quick: 100k) full-loaded by our full load, one bounded
-catch-up run that starts the pipeline from the load, then three service runs of
+catch-up run that starts the pipeline from the load, then four service runs of
 ``--phase-seconds`` each (90; quick 30) one after the other on the same pipeline, each with a
 writer at ``--write-rate`` (2,000) row changes/s; every 0.5 s lag = now − newest ``changed_at``
 in the target (as bench/cdc_apply.py), and the checkpoint's lag = now − the source timestamp of
@@ -19,7 +21,14 @@ the last checkpointed transaction (1 s resolution; it does not move while a DDL 
   first commit (quick: every 10 s from 5 s);
 * (c) one re-copying DDL at 20 s (quick 8 s): the re-copy's seconds from the applier's own
   line ("re-copied from … N rows in X s") and the pipeline's checkpoint (``last_recopy`` in its
-  tables JSON), and the lag around it.
+  tables JSON), and the lag around it;
+* (d) no DDL, ``verify_every`` 30 s (quick 10): every verification's duration, shards, mismatched
+  and repaired shards (the job's result ``verified``: spark/cdc_verify.record's outcome with its
+  ``seconds``) and the lag during it. A right copy must never be "repaired": any repaired shard
+  is reported as such.
+
+Phases (b) and (c) run with the default ``verify_after_ddl=True``: the verification after each
+DDL (after the re-copy in (c)) is timed the same way.
 
 After each phase: target = source (count, Σ amount, Σ id, FINAL), every ``cN`` equal to N in
 every row of the copy; at the end a row-for-row comparison (tests/helpers.assert_same_rows).
@@ -56,6 +65,11 @@ from bench.full_load import ProcessSampler
 
 BASE_COLUMNS = ("id, customer_id, amount, discount, status, note, created_at, changed_at, weight, priority")
 RECOPY_DDL = "ADD COLUMN added_at DATETIME DEFAULT CURRENT_TIMESTAMP"
+# phase (c) in the results before re-copies ran beside the stream (bench/results/cdc_ddl.md of
+# 2026-11-25 02:42 UTC, code 4136cb7: the stream waited for the re-copy; no verification yet)
+PREVIOUS_C = {"code": "4136cb7", "at": "20.0", "source": "0.02", "began": "0.55", "rows": "1,188,707",
+              "seconds": "7.10", "last_recopy": "1,188,707 rows in 7.15", "recopied_after": "7.66", "lag_max": "5.88",
+              "checkpoint_max": "10.63", "recovered": "14.08"}
 
 
 class NamedChanges(Changes):
@@ -171,11 +185,12 @@ def ch_columns(ch) -> dict:
 
 
 def run_phase(mysql_url, ch_url, args, pipeline: str, name: str, next_id: int, schedule: list, seed: int,
-              logdir: str) -> dict:
+              logdir: str, options: dict | None = None) -> dict:
     """One service run of ``args.phase_seconds`` under the writer, ``schedule``'s DDL issued
     meanwhile; the lag sampled as bench/cdc_apply.run_lag does, plus the checkpoint's lag."""
     seconds = args.phase_seconds
-    spec = cdc_spec(mysql_url, ch_url, pipeline, args, service=True, max_seconds=seconds, batch_seconds=0.5)
+    spec = cdc_spec(mysql_url, ch_url, pipeline, args, service=True, max_seconds=seconds, batch_seconds=0.5,
+                    **(options or {}))
     ch = ch_client(ch_url)
     checkpoints = Checkpoints(ch)
     box: dict = {}
@@ -295,17 +310,37 @@ def run_phase(mysql_url, ch_url, args, pipeline: str, name: str, next_id: int, s
         # recovered: the first sample after the lag's peak that is back at the phase's usual lag
         peak_at = max(((at, lag) for at, lag, *_ in samples if entry["at"] <= at < until), key=lambda s: s[1],
                       default=(None, None))[0]
-        threshold = max(1.0, 2 * (out["steady_p50"] or 0))
+        # the phase's usual lag: its median after the first 5 s and before its first DDL (a verification
+        # after a DDL raises the whole phase's median)
+        before = [lag for at, lag, lower, _ in samples if 5.0 <= at < ddl.done[0]["at"] and not lower]
+        threshold = max(1.0, 2 * (percentile(before, 0.5) or out["steady_p50"] or 0))
         back = next((at for at, lag, *_ in samples if peak_at is not None and peak_at <= at < until
                      and lag <= threshold), None)
         entry["recovered_after"] = back - entry["at"] if back is not None else None
         entry["recovered_threshold"] = threshold
+    out["verifications"] = verifications(result, samples, checkpoint_lags, first, args.window)
     state = checkpoints.state(pipeline)
     out["tables"] = state.tables if state else []
     out["columns"] = ch_columns(ch)
     if not out["ok"]:
         out["error"] = str(result.get("error"))[:4000]
     ch.close()
+    return out
+
+
+def verifications(result: dict, samples: list, checkpoint_lags: list, first: float, window: float) -> list[dict]:
+    """Each look of the job's verifications (its result's ``verified``: spark/cdc_verify.record's
+    outcome, ``at`` = when it ended, ``seconds`` = how long the look took, catch-up included),
+    placed on the writer's clock, with the lag during it and ``window`` s after."""
+    out = []
+    for v in result.get("verified") or []:
+        seconds = v.get("seconds")
+        ended = v["at"] - first
+        began = ended - (seconds or 0.0)
+        during = [lag for at, lag, *_ in samples if began <= at <= ended + window]
+        cp = [lag for at, lag in checkpoint_lags if began <= at <= ended + window]
+        out.append(v | {"began": began, "ended": ended, "lag_max": max(during) if during else None,
+                        "checkpoint_max": max(cp) if cp else None, "samples_during": len(during)})
     return out
 
 
@@ -347,12 +382,14 @@ def git_state() -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="100k rows, 30 s phases, a DDL every 10 s")
+    parser.add_argument("--quick", action="store_true", help="100k rows, 30 s phases, a DDL every 10 s, verify_every 10 s in (d)")
     parser.add_argument("--rows", type=int, default=None, help="rows in the table (1,000,000; quick 100,000)")
     parser.add_argument("--phase-seconds", type=float, default=None, help="max_seconds of each service run (90; quick 30)")
     parser.add_argument("--ddl-every", type=float, default=None, help="seconds between ADD COLUMNs in (b) (30; quick 10)")
     parser.add_argument("--recopy-at", type=float, default=None, help="the re-copying DDL's second in (c) (20; quick 8)")
     parser.add_argument("--recopy-ddl", default=RECOPY_DDL, help="the ALTER TABLE clause of (c)")
+    parser.add_argument("--verify-every", type=float, default=None,
+                        help="verify_every of phase (d), seconds (30; quick 10)")
     parser.add_argument("--window", type=float, default=10.0, help="seconds after a DDL its lag window covers")
     parser.add_argument("--write-rate", type=float, default=2000.0)
     parser.add_argument("--lanes", type=int, default=CdcApplySpec.__dataclass_fields__["lanes"].default)
@@ -364,11 +401,13 @@ def main(argv=None):
     args.phase_seconds = args.phase_seconds or (30.0 if args.quick else 90.0)
     args.ddl_every = args.ddl_every or (10.0 if args.quick else 30.0)
     args.recopy_at = args.recopy_at or (8.0 if args.quick else 20.0)
+    args.verify_every = args.verify_every or (10.0 if args.quick else 30.0)
     os.environ.setdefault("BENCH_STATE", "/tmp/airflow-sync-bench-cdc-ddl")
     load_start = os.getloadavg()
     started = time.monotonic()
     when = dt.datetime.now(dt.timezone.utc)
     code = args.code or git_state()
+    args.code_text = code
     phases, load, bounded, rows_check = {}, None, None, None
     logdir = tempfile.mkdtemp(prefix="bench-cdc-ddl-")
 
@@ -399,10 +438,12 @@ def main(argv=None):
         plan = [("a", "no DDL", []),
                 ("b", f"ADD COLUMN cN INT DEFAULT N every {args.ddl_every:g} s",
                  [(o, f"ADD COLUMN {c} INT DEFAULT {v}") for o, (c, v) in zip(offsets, added)]),
-                ("c", f"one re-copying DDL at {args.recopy_at:g} s", [(args.recopy_at, args.recopy_ddl)])]
-        for seed, (name, title, schedule) in enumerate(plan, start=11):
+                ("c", f"one re-copying DDL at {args.recopy_at:g} s", [(args.recopy_at, args.recopy_ddl)], {}),
+                ("d", f"no DDL, verify_every={args.verify_every:g} s", [], {"verify_every": args.verify_every})]
+        plan[:2] = [p + ({},) for p in plan[:2]]
+        for seed, (name, title, schedule, options) in enumerate(plan, start=11):
             print(f"phase ({name}) {title}: {args.phase_seconds:.0f} s service run", flush=True)
-            phase = run_phase(mysql_url, ch_url, args, pipeline, name, next_id, schedule, seed, logdir)
+            phase = run_phase(mysql_url, ch_url, args, pipeline, name, next_id, schedule, seed, logdir, options)
             phase["title"] = title
             phases[name] = phase
             if phase.get("writer") is not None and phase["writer"].changes:
@@ -413,6 +454,8 @@ def main(argv=None):
                   f"{phase['summary_ok']}; {phase['added_check']}", flush=True)
             for entry in phase.get("ddl", []):
                 print(f"  {entry}", flush=True)
+            for v in phase.get("verifications", []):
+                print(f"  verified: {v}", flush=True)
             if not phase.get("ok"):
                 print(f"  FAILED: {phase.get('error', '')[:2000]}", flush=True)
                 break
@@ -434,6 +477,10 @@ def main(argv=None):
     write_result("cdc_ddl", "\n".join(lines) + "\n")
 
 
+def code_short(args) -> str:
+    return (args.code_text or "").split(" ")[0] or "this code"
+
+
 def f2(v) -> str:
     return f"{v:.2f}" if v is not None else "—"
 
@@ -452,7 +499,7 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
              "",
              f"Source: bench/cdc_apply.py's 10-column `orders` table in a local MariaDB, **{args.rows:,} rows**, "
              f"full-loaded by our full load ({load['wall']:.1f} s); the pipeline started from that load with one "
-             f"bounded run ({bounded['wall']:.1f} s), then three service runs one after the other on it "
+             f"bounded run ({bounded['wall']:.1f} s), then four service runs one after the other on it "
              f"(`spark_submit(CdcApplySpec(service=True, max_seconds={args.phase_seconds:.0f}, batch_seconds=0.5, "
              f"lanes={args.lanes}))`, each its own spark-submit), each under a writer at ≈{args.write_rate:,.0f} row "
              "changes/s (bench/cdc_apply.py's mix: 60/30/10 % inserts/updates/deletes, one statement of 5–30 rows "
@@ -460,16 +507,34 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
              "Target: the local ClickHouse-HTTP endpoint (devenv/clickhouse_http.py: chDB in one process that runs "
              "**one statement at a time** — a stand-in, not a ClickHouse server: the applier's inserts, its "
              "ALTERs, a re-copy's chunks, the checkpoints and the bench's lag polls all queue there).", ""]
-    names = [n for n in ("a", "b", "c") if n in phases]
+    names = [n for n in ("a", "b", "c", "d") if n in phases]
     head = ("| | (a) no DDL | (b) ADD COLUMN … DEFAULT every "
-            f"{args.ddl_every:g} s | (b) ÷ (a) | (c) one re-copying DDL |")
-    lines += [f"## Lag, {args.phase_seconds:.0f} s per phase", "", head, "|---|---|---|---|---|"]
+            f"{args.ddl_every:g} s | (b) ÷ (a) | (c) one re-copying DDL | (d) no DDL, verify_every "
+            f"{args.verify_every:g} s | (d) ÷ (a) |")
+    lines += [f"## Lag, {args.phase_seconds:.0f} s per phase", "", head, "|---|---|---|---|---|---|---|"]
 
     def row(label, fn, with_ratio=True):
-        values = {n: fn(phases[n]) if n in phases else None for n in ("a", "b", "c")}
+        values = {n: fn(phases[n]) if n in phases else None for n in ("a", "b", "c", "d")}
         text = {n: (v if isinstance(v, str) else f2(v)) for n, v in values.items()}
-        r = ratio(values["b"], values["a"]) if with_ratio and not isinstance(values["a"], str) else ""
-        return f"| {label} | {text['a']} | {text['b']} | {r} | {text['c']} |"
+        rb = ratio(values["b"], values["a"]) if with_ratio and not isinstance(values["a"], str) else ""
+        rd = ratio(values["d"], values["a"]) if with_ratio and not isinstance(values["a"], str) else ""
+        return f"| {label} | {text['a']} | {text['b']} | {rb} | {text['c']} | {text['d']} | {rd} |"
+
+    def looks(p):
+        vs = p.get("verifications", [])
+        if not vs:
+            return "0"
+        secs = [v.get("seconds") for v in vs if v.get("seconds") is not None]
+        return (f"{len(vs)}: " + ", ".join(f2(x) for x in secs) + " s; shards "
+                + "/".join(str(v.get("shards")) for v in vs))
+
+    def repaired(p):
+        vs = p.get("verifications", [])
+        bad = [v for v in vs if v.get("mismatched") or v.get("repaired_shards")]
+        if not vs:
+            return "—"
+        return "none" if not bad else ("**" + "; ".join(f"{v['repaired_shards']} shard(s) {v['mismatched']}, "
+                                                        f"{v.get('rows_repaired', 0):,} rows" for v in bad) + "**")
 
     lines += [
         row("**lag p50 s**", lambda p: p.get("p50")),
@@ -486,6 +551,8 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
         row("job: status, changes applied, batches",
             lambda p: f"{p.get('result', {}).get('status')}, {p.get('result', {}).get('events', 0) or 0:,}, "
                       f"{p.get('batches', 0):,}", with_ratio=False),
+        row("verifications (look seconds; shards)", looks, with_ratio=False),
+        row("shards repaired by a verification", repaired, with_ratio=False),
         row("DDL statements (followed by the job)",
             lambda p: f"{len(p.get('ddl', []))} ({p.get('result', {}).get('ddl', 0)})", with_ratio=False),
         row("added columns = their default in every row of the copy after",
@@ -503,20 +570,28 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
                   f"{POLL} s from the writer's first commit until it stopped (bench/cdc_apply.py's measure). The "
                   "checkpoint's lag = now − the source timestamp of the last transaction in the pipeline's checkpoint "
                   "(binlog timestamps: whole seconds), sampled every second; it stands still while a DDL is "
-                  "followed. 'Other processes' CPU' = CPU of processes not started by this bench (the other "
-                  "engineer's tests), cores on average during the phase."]
+                  "followed or a verification holds the stream. 'Other processes' CPU' = CPU of processes not "
+                  "started by this bench (other engineers' tests), cores on average during the phase. A "
+                  "verification's seconds: spark/cdc_verify.record's `seconds`, from the look's start (catch-up to "
+                  "the source's current position, snapshot S with the source's per-shard checksums, applying up to "
+                  "S, the copy's checksums, repairs) to its verdict; the stream does not advance meanwhile."]
 
     if "b" in phases:
         b = phases["b"]
         lines += ["", f"## (b) each ADD COLUMN, followed in place", "",
                   "| DDL | at s | on the source s | job logged it followed after s | lag max in the next "
-                  f"{args.window:g} s | lag p50 in the next {args.window:g} s | re-copy? | the copy after the phase |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for e in b.get("ddl", []):
+                  f"{args.window:g} s | lag p50 in the next {args.window:g} s | re-copy? | the verification after it: "
+                  "began at s, seconds, shards, repaired | the copy after the phase |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for i, e in enumerate(b.get("ddl", [])):
             column = e["statement"].split()[2]
+            until = b["ddl"][i + 1]["at"] if i + 1 < len(b["ddl"]) else float("inf")
+            v = next((v for v in b.get("verifications", []) if e["at"] <= v["began"] < until), None)
+            vtext = (f"{v['began']:.1f}, **{f2(v.get('seconds'))}**, {v.get('shards')}, {v.get('repaired_shards')}"
+                     if v else "none")
             lines.append(f"| `{e['statement']}` | {e['at']:.1f} | {e['end'] - e['start']:.2f} | "
                          f"{f2(e.get('follows_after'))} | {f2(e.get('window_max'))} | {f2(e.get('window_p50'))} | "
-                         f"{'**yes**' if e.get('recopy_started_after') is not None else 'no'} | "
+                         f"{'**yes**' if e.get('recopy_started_after') is not None else 'no'} | {vtext} | "
                          f"{b.get('added_check', {}).get(column, '—')}"
                          + (f" **error: {e['error']}**" if e.get("error") else "") + " |")
         follows = [line for _, line in b.get("lines", []) if " follows " in line]
@@ -525,32 +600,81 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
 
     if "c" in phases:
         c = phases["c"]
-        lines += ["", "## (c) the cost of a table re-copy", ""]
+        lines += ["", "## (c) the cost of a table re-copy (beside the stream)", ""]
+        prev = PREVIOUS_C if not args.quick and args.rows == 1_000_000 and args.recopy_ddl == RECOPY_DDL else {}
         for e in c.get("ddl", []):
             cfg = next((t for t in c.get("tables", []) if t.get("source_table") == TABLE), {})
             last = cfg.get("last_recopy") or {}
             rl = e.get("recopy_line") or {}
-            lines += ["| | |", "|---|---|",
+            samples, cps = c.get("samples", []), c.get("checkpoint_lags", [])
+            done_at = e["end"] - c["first_commit"] + e["recopied_after"] if e.get("recopied_after") is not None else None
+            during = [lag for at, lag, *_ in samples if done_at is not None and e["at"] <= at <= done_at]
+            cp_during = [v for at, v in cps if done_at is not None and e["at"] <= at <= done_at]
+            after_v = [v for v in c.get("verifications", []) if v["began"] >= e["at"]]
+            vtext = "; ".join(f"{f2(v.get('seconds'))} s, {v.get('shards')} shards, {v.get('repaired_shards')} repaired, "
+                              f"lag max {f2(v.get('lag_max'))} s" for v in after_v) or "none"
+
+            def pv(key):
+                return prev.get(key, "—")
+            lines += [f"| | this run ({code_short(args)}: re-copy beside the stream, verification after it) | "
+                      f"previous results ({PREVIOUS_C['code']}: the stream waited for the re-copy, no verification) |",
+                      "|---|---|---|",
                       f"| DDL | `ALTER TABLE {TABLE} {e['statement']}` at {e['at']:.1f} s"
-                      + (f" — **error: {e['error']}**" if e.get("error") else "") + " |",
-                      f"| on the source (MariaDB ALTER) | {e['end'] - e['start']:.2f} s |",
-                      f"| re-copy began (job's 're-copying' line) after | {f2(e.get('recopy_started_after'))} s |",
+                      + (f" — **error: {e['error']}**" if e.get("error") else "") + f" | at {pv('at')} s |",
+                      f"| on the source (MariaDB ALTER) | {e['end'] - e['start']:.2f} s | {pv('source')} s |",
+                      f"| re-copy began (job's 're-copying' line) after | {f2(e.get('recopy_started_after'))} s | "
+                      f"{pv('began')} s |",
                       f"| **re-copy, the applier's line** | {rl.get('rows', 0):,} rows in **{f2(rl.get('seconds'))} s** "
-                      f"(from {rl.get('position', '—')}) |",
+                      f"(from {rl.get('position', '—')}) | {pv('rows')} rows in **{pv('seconds')} s** |",
                       f"| re-copy, checkpoint `last_recopy` | {last.get('rows', 0):,} rows in "
-                      f"{f2(last.get('seconds'))} s; reason: {last.get('reason', '—')}; recopies: {cfg.get('recopies', 0)} |",
-                      f"| from the source's ALTER to the 're-copied' line | {f2(e.get('recopied_after'))} s |",
-                      f"| **lag max from the DDL on** | **{f2(e.get('max_after'))} s** (phase (a): {f2(phases['a'].get('max')) if 'a' in phases else '—'} s) |",
-                      f"| checkpoint's lag max from the DDL on | {f2(e.get('checkpoint_max_after'))} s |",
-                      f"| lag back to ≤ {e.get('recovered_threshold', 1):.2f} s after | {f2(e.get('recovered_after'))} s "
-                      "after the DDL |"]
-        lines += ["", "During the re-copy the stream waits (the DDL is followed before the reader reads on); the "
-                      "re-copy's chunks carry the rows' `changed_at` as the source had them when each chunk was read, "
-                      "so the target's newest `changed_at` can move while the stream stands still — the checkpoint's "
-                      "lag shows the stream's own delay."]
+                      f"{f2(last.get('seconds'))} s; reason: {last.get('reason', '—')}; recopies: {cfg.get('recopies', 0)} "
+                      f"| {pv('last_recopy')} s |",
+                      f"| from the source's ALTER to the 're-copied' line | {f2(e.get('recopied_after'))} s | "
+                      f"{pv('recopied_after')} s |",
+                      f"| lag max while the re-copy ran (DDL → 're-copied' line) | {f2(max(during) if during else None)} s "
+                      "| — |",
+                      f"| checkpoint's lag max while the re-copy ran | {f2(max(cp_during) if cp_during else None)} s | — |",
+                      f"| **lag max from the DDL on** (to the phase's end) | **{f2(e.get('max_after'))} s** (phase (a): "
+                      f"{f2(phases['a'].get('max')) if 'a' in phases else '—'} s) | **{pv('lag_max')} s** |",
+                      f"| **checkpoint's lag max from the DDL on** | **{f2(e.get('checkpoint_max_after'))} s** | "
+                      f"**{pv('checkpoint_max')} s** |",
+                      f"| lag back to ≤ {e.get('recovered_threshold', 1):.2f} s after (from the peak on) | "
+                      f"{f2(e.get('recovered_after'))} s after the DDL | {pv('recovered')} s |",
+                      f"| verification after the re-copy (`verify_after_ddl`) | {vtext} | — (did not exist) |"]
+        lines += ["", "The re-copy runs beside the stream (spark/cdc_ddl.Recopies: a thread reads the bootstrap's "
+                      "chunks at the source's position P while the stream applies the changes after P); the re-copy's "
+                      "chunks carry the rows' `changed_at` as the source had them when each chunk was read. The "
+                      "checkpoint's lag shows the stream's own delay. The previous column is copied from "
+                      "bench/results/cdc_ddl.md as committed before this run (same bench, same machine, other "
+                      "contention)."]
         recopy_lines = [line for _, line in c.get("lines", []) if "re-cop" in line or " follows " in line]
         if recopy_lines:
             lines += ["", "The job's lines: " + "; ".join(f"`{line.split(': ', 1)[-1][:220]}`" for line in recopy_lines[:6])]
+
+    every = [(n, v) for n in names for v in phases[n].get("verifications", [])]
+    if every:
+        lines += ["", "## Verifications (the job's result `verified`, one row per look)", "",
+                  "| phase | table | look | began at s | **seconds** | shards | mismatched | repaired shards (rows) | "
+                  f"lag max during it and {args.window:g} s after | checkpoint's lag max then | position S |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for n, v in every:
+            pos = v.get("position") or {}
+            where = f"{pos.get('file', '')}:{pos.get('pos', '')}" if pos.get("file") else str(pos)[:60]
+            bad = v.get("mismatched") or v.get("repaired_shards")
+            lines.append(f"| ({n}) | {v['table']} | {v.get('look')} | {v['began']:.1f} | **{f2(v.get('seconds'))}** | "
+                         f"{v.get('shards')} | {v.get('mismatched')} | "
+                         + (f"**{v.get('repaired_shards')} ({v.get('rows_repaired', 0):,})**" if bad else
+                            f"{v.get('repaired_shards')} ({v.get('rows_repaired', 0):,})")
+                         + f" | {f2(v.get('lag_max'))} | {f2(v.get('checkpoint_max'))} | {where} |")
+        lines += ["", "'began at' = seconds after the writer's first commit (the look's `at` − `seconds`; the job "
+                      "and the bench share the machine's clock). (a) runs with `verify_every=0` and no DDL: no "
+                      "verification. In (b) and (c) each DDL sets `verify_due` (after an in-place follow at once, "
+                      "after a re-copy when it is recorded), so `verify_after_ddl=True` (the default) verifies the "
+                      "table then; (d) verifies every "
+                      f"{args.verify_every:g} s (the first at the run's start: the last verification was in (c))."]
+        differed = [line for n in names for _, line in phases[n].get("lines", []) if " differed from the source " in line]
+        if differed:
+            lines += ["", "**The job logged repairs:** " + "; ".join(f"`{line[:300]}`" for line in differed[:10])]
 
     lines += ["", "## Lag over time", ""]
     for n in names:
@@ -560,9 +684,11 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
             continue
         step = max(1, len(series) // 30)
         ddl_at = ", ".join(f"{e['at']:.1f}" for e in p.get("ddl", []))
+        checked = ", ".join(f"{v['began']:.1f}–{v['ended']:.1f}" for v in p.get("verifications", []))
         peaks = sorted(series, key=lambda s: -s[1])[:1]
         shown = sorted(set(series[::step]) | set(peaks))
-        lines.append(f"* ({n}) {p['title']}{' — DDL at ' + ddl_at + ' s' if ddl_at else ''}: "
+        lines.append(f"* ({n}) {p['title']}{' — DDL at ' + ddl_at + ' s' if ddl_at else ''}"
+                     f"{' — verifications ' + checked + ' s' if checked else ''}: "
                      + ", ".join(f"{at:.1f}: {'≥' if lower else ''}{lag:.2f}" for at, lag, lower, _ in shown))
 
     lines += ["", "## Checks and notes", ""]
@@ -593,8 +719,9 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
                     "Other processes used " + " / ".join(f"({n}) {f:.2f}" for n, f in zip(names, foreign))
                     + " cores on average during the phases (quiet)."))
     lines.append("* The chDB stand-in runs one statement at a time: the applier's ClickHouse ALTERs (ADD COLUMN with "
-                 "its default: a metadata change), a re-copy's chunk inserts and the lag polls queue behind each "
-                 "other there; a ClickHouse server runs them concurrently.")
+                 "its default: a metadata change), a re-copy's chunk inserts (now concurrent with the stream's "
+                 "batches), a verification's per-shard checksum queries of the copy (FINAL) and the lag polls queue "
+                 "behind each other there; a ClickHouse server runs them concurrently.")
     lines.append(f"* Each phase ran once; the jobs' logs: {logdir} (a temporary directory).")
     return lines
 

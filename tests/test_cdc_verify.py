@@ -55,6 +55,7 @@ def test_a_silently_wrong_copy_is_found_and_repaired_shard_by_shard(mysql_conn, 
     quiet = apply(endpoints, spark, "silent", verify=True)
     [clean] = looks(quiet, "silent")
     assert clean["mismatched"] == [] and clean["shards"] == 4  # 3 ranges of about 20,000 rows + the NULL shard
+    assert 0 < clean["seconds"] < 60 and clean["at"] - clean["seconds"] > time.time() - 600  # the look's duration
     copy = f"{TARGET}.silent"
     ch.command(f"ALTER TABLE {copy} UPDATE note = 'wrong' WHERE id = 5 SETTINGS mutations_sync = 2")
     ch.command(f"DELETE FROM {copy} WHERE id = 7")

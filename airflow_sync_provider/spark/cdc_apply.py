@@ -600,6 +600,7 @@ def _verify(spec: CdcApplySpec, session: LazySession, ch, routes: dict, checkpoi
     apply up to S, compare per-shard checksums, repair mismatched shards, look at those again."""
     checks, shards = {}, None
     for look in range(1, VERIFY_ROUNDS + 1):
+        began = time.time()
         with mysql_reader.connect(spec.source) as conn:  # catch up first: the snapshot is then held briefly
             now = current_position(conn)
         _follow(spec, session, routes, state.tables, state.checkpoint, now, None, record, totals, checkpoints,
@@ -625,7 +626,7 @@ def _verify(spec: CdcApplySpec, session: LazySession, ch, routes: dict, checkpoi
                                       f"verification at {snapshot.position}: {wrong_shape}"):
                         totals["recopied"].append(name)
                     outcome = cdc_verify.record(routes[name].config, snapshot.position, len(check.plan.shards),
-                                                [], len(check.plan.shards), 0, wrong_shape)
+                                                [], len(check.plan.shards), 0, wrong_shape, began=began)
                 else:
                     if mismatched and look == VERIFY_ROUNDS:
                         raise ApplyFailed(
@@ -634,7 +635,7 @@ def _verify(spec: CdcApplySpec, session: LazySession, ch, routes: dict, checkpoi
                             "cannot match (see docs/cdc.md, Verification). Re-bootstrap the table (restart=True)")
                     rows = cdc_verify.repair(spec, ch, snapshot, check, mismatched) if mismatched else 0
                     outcome = cdc_verify.record(routes[name].config, snapshot.position, len(check.source),
-                                                mismatched, len(mismatched), rows)
+                                                mismatched, len(mismatched), rows, began=began)
                     if mismatched:
                         again[name] = mismatched
                         print(f"[airflow-sync] pipeline {spec.pipeline!r}: {name} differed from the source at "

@@ -209,10 +209,13 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, shard_
 
 
 def record(config: dict, position: BinlogPosition, shards: int, mismatched: list[int], repaired: int, rows: int,
-           note: str = "") -> dict:
-    """What a verification of a table says, kept in its config (carried with the checkpoint)."""
-    outcome = {"position": position.to_dict(), "at": time.time(), "shards": shards, "mismatched": mismatched,
-               "repaired_shards": repaired, "rows_repaired": rows} | ({"note": note} if note else {})
+           note: str = "", began: float | None = None) -> dict:
+    """What a verification of a table says, kept in its config (carried with the checkpoint);
+    ``seconds``: since ``began`` (the look's start: its catch-up, snapshot, checksums, repairs)."""
+    now = time.time()
+    outcome = {"position": position.to_dict(), "at": now, "shards": shards, "mismatched": mismatched,
+               "repaired_shards": repaired, "rows_repaired": rows} | ({"note": note} if note else {}) \
+        | ({"seconds": round(now - began, 3)} if began is not None else {})
     config["verified"] = outcome
     config["verifications"] = config.get("verifications", 0) + 1
     config["repaired"] = config.get("repaired", 0) + repaired
