@@ -116,6 +116,15 @@ def test_a_database_by_pattern_streams_its_tables_and_takes_in_new_ones(database
     assert left[f"{DB}.t03"].startswith("dropped at ")
     assert "no primary key" in left[f"{DB}.nopk_new"] and f"{DB}.nopk_1" not in left
 
+    # a later run: the tables that joined keep their layout (t01_renamed's collated key carries its weight)
+    sql(mysql_conn, f"UPDATE {DB}.t01_renamed SET k = CONCAT(k, 'z') WHERE k < 'k4'",
+        f"INSERT INTO {DB}.fresh (id, v) VALUES (9999, 'later')")
+    later = run_cdc_apply(spec, spark)
+    assert later["recopied"] == [] and later["events"] > 0
+    assert_same_rows(mysql_conn, ch, DB, "t01_renamed", TARGET)
+    assert_same_rows(mysql_conn, ch, DB, "fresh", TARGET)
+    assert ch.command(f"SELECT countIf(_split_weight = '') FROM {TARGET}.t01_renamed FINAL") == 0
+
     # a pipeline of patterns alone, started before any bootstrap: its tables join beside the stream
     fresh = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="patterns_only", lanes=2,
                          select={"databases": [OTHER], "target_database": f"{OTHER}_ch"})

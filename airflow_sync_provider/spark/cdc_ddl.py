@@ -42,8 +42,8 @@ def name_of(config: dict) -> str:
 
 
 # what a table's config learns while it streams, carried from checkpoint to checkpoint
-_LEARNED = ("shape", "key", "collation", "skip_before", "left", "recopies", "last_recopy", "recopying", "verify_due",
-            "verified", "verifications", "repaired")
+_LEARNED = ("shape", "key", "collation", "split_column", "skip_before", "left", "recopies", "last_recopy", "recopying",
+            "verify_due", "verified", "verifications", "repaired")
 
 
 def carried(config: dict, at_checkpoint: dict | None) -> dict:
