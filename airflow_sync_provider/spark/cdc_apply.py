@@ -609,37 +609,51 @@ def _verify(spec: CdcApplySpec, session: LazySession, ch, routes: dict, checkpoi
         configs = [c for c in configs if cdc_ddl.name_of(c) in routes and not recopies.busy(cdc_ddl.name_of(c))]
         if not configs:
             return
-        snapshot = cdc_verify.prepare(spec, ch, checks, configs, shards)
+        snapshot = cdc_verify.prepare(spec, ch, checks, configs, shards)  # S; MySQL's checksums begin
         again = {}
         try:
             _follow(spec, session, routes, state.tables, state.checkpoint, snapshot.position, None, record, totals,
                     checkpoints, recopies)
+            # the copy is at S: its checksums now (the stream stands still for them only) ...
+            checked = [c for c in configs if cdc_ddl.name_of(c) in routes and not recopies.busy(cdc_ddl.name_of(c))]
+            wrong = {cdc_ddl.name_of(c): cdc_verify.copy_checksums(ch, checks[cdc_ddl.name_of(c)],
+                                                                   routes[cdc_ddl.name_of(c)].schema) for c in checked}
+            # ... then the stream goes on while MySQL finishes the source's: a repair at S's repair
+            # version ranks below every change after S, so it may be written once the stream is past S
+            while not snapshot.ready(timeout=0.5):
+                with mysql_reader.connect(spec.source) as conn:
+                    now = current_position(conn)
+                _follow(spec, session, routes, state.tables, state.checkpoint, now, None, record, totals,
+                        checkpoints, recopies)
             checkpoints.fence()  # repairs write the copy: only under the lease
-            for config in configs:
+            for config in checked:
                 name = cdc_ddl.name_of(config)
-                if name not in routes or recopies.busy(name):
-                    continue
                 check = checks[name]
-                mismatched, wrong_shape = cdc_verify.compare(ch, check, routes[name].schema)
-                if wrong_shape:
+                moved = name in routes and (cdc_verify.copy_columns(routes[name].schema)
+                                            != cdc_verify.copy_columns(check.schema))
+                if name not in routes or recopies.busy(name) or (moved and not wrong[name]):
+                    config["verify_due"] = True  # it left, or a DDL changed it after S: look again later
+                    continue
+                if wrong[name]:
                     if recopies.start(ch, routes, routes[name].config,
-                                      f"verification at {snapshot.position}: {wrong_shape}"):
+                                      f"verification at {snapshot.position}: {wrong[name]}"):
                         totals["recopied"].append(name)
                     outcome = cdc_verify.record(routes[name].config, snapshot.position, len(check.plan.shards),
-                                                [], len(check.plan.shards), 0, wrong_shape, began=began)
+                                                [], len(check.plan.shards), 0, wrong[name], began=began)
                 else:
+                    mismatched = cdc_verify.mismatched(check)
                     if mismatched and look == VERIFY_ROUNDS:
                         raise ApplyFailed(
                             f"table {name}: its copy still differs from the source at {snapshot.position} in "
                             f"shards {mismatched} after {look - 1} repairs; the copy may hold values the checksums "
                             "cannot match (see docs/cdc.md, Verification). Re-bootstrap the table (restart=True)")
                     rows = cdc_verify.repair(spec, ch, snapshot, check, mismatched) if mismatched else 0
-                    outcome = cdc_verify.record(routes[name].config, snapshot.position, len(check.source),
+                    outcome = cdc_verify.record(routes[name].config, snapshot.position, len(check.ids),
                                                 mismatched, len(mismatched), rows, began=began)
                     if mismatched:
                         again[name] = mismatched
                         print(f"[airflow-sync] pipeline {spec.pipeline!r}: {name} differed from the source at "
-                              f"{snapshot.position} in {len(mismatched)} of {len(check.source)} shard(s); "
+                              f"{snapshot.position} in {len(mismatched)} of {len(check.ids)} shard(s); "
                               f"repaired ({rows:,} rows rewritten)", flush=True)
                 totals["verified"].append({"table": name, "look": look} | outcome)
                 totals["repaired_shards"] += outcome["repaired_shards"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -42,7 +43,7 @@ class VerifyFailed(BinlogError):
     pass
 
 
-def _shape(schema: TableSchema) -> dict:
+def copy_columns(schema: TableSchema) -> dict:
     """What the copy's columns must be: name → ClickHouse type."""
     return {m.name: m.ch_type for m in schema.mappings()}
 
@@ -57,7 +58,9 @@ class TableCheck:
     predicates: list
     weight: object  # the copy's collated split column (rows carry its weight), or None
     schema: TableSchema | None = None  # the definition at S
+    ids: list = field(default_factory=list)  # the shards looked at
     source: dict = field(default_factory=dict)  # shard id → (rows, checksum) at S
+    copy: dict = field(default_factory=dict)  # the same of the copy at S
 
 
 def _plan(pconn, ch, config: dict, schema: TableSchema) -> tuple[Plan, list, object]:
@@ -90,6 +93,7 @@ class Snapshot:
 
     def __init__(self, spec: CdcApplySpec, configs: list[dict]):
         self.spec = spec
+        self.pool, self.pending = ThreadPoolExecutor(1, thread_name_prefix="verify"), None
         self.pconn = mysql_reader.connect(spec.source)
         self.sconn = mysql_reader.stream_connect(spec.source)
         try:
@@ -106,6 +110,14 @@ class Snapshot:
             self.close()
             raise
 
+    def ready(self, timeout: float) -> bool:
+        """Are the source's checksums all computed? (raises what computing them raised)"""
+        try:
+            self.pending.result(timeout)
+        except TimeoutError:
+            return False
+        return True
+
     def checksums(self, check: TableCheck, shard_ids) -> dict:
         plan = _subset(check.plan, shard_ids)
         sums = checksum_source(self.sconn, mysql_checksum_sql(check.schema, plan), plan)
@@ -120,6 +132,9 @@ class Snapshot:
                                        check.weight is not None)
 
     def close(self):
+        if self.pending is not None:
+            self.pending.exception()  # the connection is the checksums' until they are done
+        self.pool.shutdown()
         for conn in (self.pconn, self.sconn):
             try:
                 conn.close()
@@ -133,43 +148,57 @@ def _subset(plan: Plan, shard_ids) -> Plan:
 
 
 def prepare(spec: CdcApplySpec, ch, checks: dict, configs: list[dict], shards: dict | None) -> Snapshot:
-    """Open a snapshot S and compute the source's checksums of ``configs``' tables in it
-    (``shards``: name → shard ids to look at, all when None); ``checks`` keeps each table's plan."""
+    """Open a snapshot S and start computing the source's checksums of ``configs``' tables in it
+    (``shards``: name → shard ids to look at, all when None), in a thread: the stream goes on up to
+    S meanwhile (:meth:`Snapshot.wait` before comparing). ``checks`` keeps each table's plan."""
     snapshot = Snapshot(spec, configs)
     try:
+        work = []
         for config, schema in zip(configs, snapshot.schemas):
             name = f"{config['source_database']}.{config['source_table']}"
             check = checks.get(name)
-            if check is None or _shape(check.schema) != _shape(schema):
+            if check is None or copy_columns(check.schema) != copy_columns(schema):
                 plan, predicates, weight = _plan(snapshot.pconn, ch, config, schema)
                 check = checks[name] = TableCheck(name, config, plan, predicates, weight)
             check.schema = schema
-            ids = [s.id for s in check.plan.shards]
+            check.ids = [s.id for s in check.plan.shards]
             if shards is not None:
-                ids = [i for i in ids if i in shards.get(name, ())]
-            check.source = snapshot.checksums(check, ids)
+                check.ids = [i for i in check.ids if i in shards.get(name, ())]
+            check.source, check.copy = {}, {}
+            work.append(check)
+
+        def checksums():  # on the snapshot's own connection, which nothing else uses meanwhile
+            for check in work:
+                check.source = snapshot.checksums(check, check.ids)
+
+        snapshot.pending = snapshot.pool.submit(checksums)
     except BaseException:
         snapshot.close()
         raise
     return snapshot
 
 
-def compare(ch, check: TableCheck, tracked: TableSchema) -> tuple[list[int], str]:
-    """The copy's checksums of the shards looked at (the copy must be at S): the mismatched
-    shard ids, or a reason when the copy's columns are not the source's at S."""
+def copy_checksums(ch, check: TableCheck, tracked: TableSchema) -> str:
+    """The copy's checksums of the shards looked at, kept in ``check.copy`` (the copy must be at S
+    now), or a reason when the copy's columns are not the source's at S."""
     database, table = check.config["target_database"], check.config["target_table"]
-    wanted, have, present = _shape(check.schema), _shape(tracked), target.column_types(ch, database, table)
+    wanted, have = copy_columns(check.schema), copy_columns(tracked)
+    present = target.column_types(ch, database, table)
     missing = [c for c in wanted if c not in present]
     if have != wanted or missing:
         diff = sorted(set(wanted.items()) ^ set(have.items()))
-        return [], (f"the copy's columns are not the source's at {check.schema.qualified}: "
-                    f"{diff[:6] or 'missing ' + str(missing)}")
-    ids = sorted(check.source)
+        return (f"the copy's columns are not the source's at {check.schema.qualified}: "
+                f"{diff[:6] or 'missing ' + str(missing)}")
     head = clickhouse_checksum_sql(check.schema, database, table)
     predicates = [(f"({check.predicates[_index(check, i)][0]}) AND {ch_ident(target.DELETED_COLUMN)} = 0",
-                   check.predicates[_index(check, i)][1]) for i in ids]
-    copy = dict(zip(ids, checksum_target(ch, head, predicates)))
-    return [i for i in ids if tuple(check.source[i]) != tuple(copy[i])], ""
+                   check.predicates[_index(check, i)][1]) for i in check.ids]
+    check.copy = dict(zip(check.ids, checksum_target(ch, head, predicates)))
+    return ""
+
+
+def mismatched(check: TableCheck) -> list[int]:
+    """The shards whose counts or checksums differ (both sides computed)."""
+    return [i for i in check.ids if tuple(check.source[i]) != tuple(check.copy[i])]
 
 
 def _index(check: TableCheck, shard_id: int) -> int:
