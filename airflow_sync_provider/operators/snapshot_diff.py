@@ -42,7 +42,7 @@ class SnapshotDiffOperator(SparkJobOperator):
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  key_columns: list[str] | None = None, compare_columns: list[str] | None = None,
                  ignore_columns: list[str] | None = None, tolerances: dict | None = None, on_change: str = "warn",
-                 diff_key: str = "", changes_table: str = "", channels: int = 2, split_factor: int = 4,
+                 diff_key: str = "", changes_table: str = "", channels: int = 2, split_factor: int = 1,
                  bucket_rows: int = 50_000, ledger_database: str = DEFAULT_LEDGER_DATABASE,
                  report_dir: str | None = None, **kwargs):
         super().__init__(**kwargs)
