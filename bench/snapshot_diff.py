@@ -413,6 +413,13 @@ SCENARIOS = [
 ]
 
 
+def settle() -> None:
+    """Wait (up to a minute) until the ClickHouse endpoint is idle (bench/full_load.py)."""
+    from bench.full_load import target_settle_cpu
+
+    target_settle_cpu(60.0)
+
+
 def _this_checkouts_jobs() -> None:
     """spark-submit this checkout's spark_jobs/ scripts: an editable install of another checkout
     (a git worktree's shared venv) would otherwise resolve the package's scripts there."""
@@ -476,13 +483,20 @@ def main(argv=None):
                       f"{', '.join(f'{f} {counts.get(f, 0):,}' for f in FLAGS)}{extra}"
                       + ("" if run.get("ok") else f"\n  PROBLEM: {run.get('error')}"), flush=True)
 
+            # every path starts with the target idle: the previous apply's parts merge in the
+            # background, and whichever path came first would pay for it
+            settle()
             show("ours", run_ours(mysql_url, ch_url, db, table, args.channels, "warn", state, scenario))
             if scenario in ("a", "e"):  # nothing changed: our diff against our own checksum reconciliation
+                settle()
                 show("reconcile", run_reconcile(mysql_url, ch_url, load["load_key"], args.channels, state, scenario))
+            settle()
             show("diy", run_diy(mysql_url, ch_url, db, table, state, scenario))
             if not args.no_reladiff:
+                settle()
                 show("reladiff", run_peer(mysql_url, ch_url, db, table, columns, args.reladiff_threads))
             if scenario != "e":
+                settle()
                 show("apply", run_ours(mysql_url, ch_url, db, table, args.channels, "apply", state, f"{scenario}-apply"))
             results.append(entry)
         versions = versions_per_key(ch_url, table)
@@ -562,7 +576,9 @@ def report(args, rows, load, results, versions, gen_seconds, load_start, load_en
              "a time** — the two Spark tasks' queries, the DIY job's per-range reads and reladiff's threads are "
              "serialised there, so absolute numbers against a real ClickHouse server would differ). MariaDB, chDB and "
              "the jobs share the machine's 2 cores. One run; in each scenario every path ran once, in the order "
-             "ours → DIY → reladiff → ours with apply.", "",
+             "ours → (our reconciliation, where nothing changed) → DIY → reladiff → ours with apply, each after the "
+             "ClickHouse endpoint went idle (up to 60 s of waiting: background merges of the previous apply's parts "
+             "would otherwise slow whichever path came first).", "",
              f"Load average (1/5/15 min) at start: {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, at "
              f"end: {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; whole bench {total / 60:.1f} min. "
              "CPU used by processes outside the bench during each path is in the per-path notes when ≥ 0.1 core.", "",

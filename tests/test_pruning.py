@@ -87,11 +87,24 @@ def test_everything_changed_is_read_without_cutting():
     assert pruning.levels == 1 and pruning.to_read == [(0, 9_999)]
 
 
+def test_an_underestimated_table_is_cut_not_read_whole():
+    """One first-level bucket that differs says nothing about how much changed: it is cut."""
+    old = {k: 0 for k in range(5_000)}
+    new = old | {2_500: 1}
+    positions = Positions.of_keys([0], [4_999])
+    pruning = Pruning(positions, positions.first_width(0))
+    while not pruning.done:
+        pruning.feed(_aggregate(old, 0, pruning.width, pruning.intervals),
+                     _aggregate(new, 0, pruning.width, pruning.intervals))
+    assert pruning.first_buckets == 1 and len(_read(new, 0, pruning.to_read)) <= 32
+
+
 def test_hash_positions_and_widths():
     assert Positions.of_hash().top == 2**32 - 1
     assert Positions.of_hash().first_width(2**20, 256) == 2**20
     assert Positions.of_keys([None], [None]) == Positions(0, 0)
     assert Positions.of_keys([5, None], [9, None]).first_width(1000) == 1
+    assert Positions.of_hash().first_width(0) == 2**32  # no estimate: one bucket, then cut
     assert merged([(5, 6), (0, 2), (3, 3), (9, 9), (6, 7)]) == [(0, 3), (5, 7), (9, 9)]
     assert interval_sql("`id`", [(0, 2), (3, 4), (10, 10)], -5) == "(`id` BETWEEN -5 AND -1 OR `id` BETWEEN 5 AND 5)"
     assert interval_sql("x", [], 0) == "1 = 0"

@@ -12,7 +12,7 @@ of two) and asks each database, in one aggregation, for every bucket's row count
 64-bit row hashes. Buckets that agree are identical (up to a 64-bit hash collision: the
 reconciliation checksum's own bound) and are never looked at again. A differing bucket is read
 row by row when it is small (``leaf_rows``), when it cannot be cut (width 1), or when most
-buckets of its level differ (cutting would find them all differing again: everything changed);
+of its level's buckets (at least 16 of them) differ (cutting would find them all differing again: everything changed);
 otherwise it is cut into ``2**fanout_bits`` buckets at the next level, which aggregates only the
 differing buckets' intervals. Because a key has one position, its row on either side is in the
 same bucket at every level: a differing key is always in a differing bucket, and a bucket read
@@ -37,6 +37,7 @@ FIRST_ROWS = 256  # rows per bucket at the first level (about)
 LEAF_ROWS = 32  # a differing bucket this small is read, not cut
 FANOUT_BITS = 4  # a cut bucket becomes 16
 MOST_DIFFER = 0.5  # a level where more of the buckets differ is read, not cut
+MIN_JUDGED = 16  # ... when it has at least this many buckets
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class Positions:
         """The first level's bucket width: a power of two with about ``first_rows`` rows per
         bucket when the ``rows`` spread evenly over the offsets."""
         ideal = (self.top + 1) * first_rows / max(1, rows)
-        return 1 << max(0, math.floor(math.log2(ideal))) if ideal >= 1 else 1
+        width = 1 << max(0, math.floor(math.log2(ideal))) if ideal >= 1 else 1
+        return min(width, 1 << (self.top.bit_length()))  # one bucket for all at most (an estimate of 0 rows)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,9 @@ def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
     differing = sorted(b for b in labels if old.get(b) != new.get(b))
     identical = sum(new[b][0] for b in labels if b in new and old.get(b) == new[b])
     read, cut = [], []
-    cut_none = width == 1 or len(differing) > most_differ * len(labels)
+    # most buckets differ: most rows changed, and cutting would find them all differing again
+    # (judged only on enough buckets: one differing bucket of one says nothing)
+    cut_none = width == 1 or (len(labels) >= MIN_JUDGED and len(differing) > most_differ * len(labels))
     for b in differing:
         rows = max(old.get(b, (0, 0))[0], new.get(b, (0, 0))[0])
         first, last = b * width, min(b * width + width - 1, top)
