@@ -34,9 +34,18 @@ def _aggregate(rows: dict, base: int, width: int, intervals) -> dict:
 def _descend(old: dict, new: dict, positions: Positions, rows_hint: int, **kwargs) -> Pruning:
     pruning = Pruning(positions, positions.first_width(rows_hint), **kwargs)
     while not pruning.done:
+        if pruning.scope is not None:  # the two ways of saying a level's buckets select the same rows
+            for rows in (old, new):
+                assert _by_labels(rows, positions.base, pruning.scope.labels) == _read(rows, positions.base,
+                                                                                       pruning.scope.intervals)
         pruning.feed(_aggregate(old, positions.base, pruning.width, pruning.intervals),
                      _aggregate(new, positions.base, pruning.width, pruning.intervals))
     return pruning
+
+
+def _by_labels(rows: dict, base: int, labels: dict) -> set:
+    """The positions ClickHouse's label lookup selects."""
+    return {p for p in rows if any((p - base) // w in set(ls) for w, ls in labels.items())}
 
 
 def _read(rows: dict, base: int, intervals) -> set:
@@ -55,6 +64,9 @@ def test_every_differing_key_is_read_and_the_rest_counted_identical(old, new, le
     pruning = _descend(old, new, positions, max(len(old), len(new)), leaf_rows=leaf, fanout_bits=fanout,
                        most_differ=most)
     differing = {p for p in set(old) | set(new) if old.get(p) != new.get(p)}
+    for rows in (old, new):
+        assert _by_labels(rows, positions.base, pruning.read_scope.labels) == _read(rows, positions.base,
+                                                                                    pruning.read_scope.intervals)
     read_old, read_new = _read(old, positions.base, pruning.to_read), _read(new, positions.base, pruning.to_read)
     assert differing <= read_old | read_new
     # every key is either settled as identical by the buckets or read (on the sides that hold it)

@@ -40,7 +40,9 @@ from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 from airflow_sync_provider.core.verify.diff import (
     CHANGED, DELETED, FLAGS, IDENTICAL, NEW, DiffColumns, DiffError, compare, new_name, nullable, old_name,
 )
-from airflow_sync_provider.core.verify.pruning import Positions, Pruning, aligned_batches, interval_sql
+from airflow_sync_provider.core.verify.pruning import (
+    Positions, Pruning, Scope, aligned_batches, interval_sql, label_sql,
+)
 from airflow_sync_provider.core.verify.reconcile import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
 from airflow_sync_provider.spark.session import lazy
@@ -106,28 +108,38 @@ def _bucket_sql(ctx: _Context, side: str, width: int) -> str:
     return f"intDiv({offset}, {int(width)})"
 
 
-def _within(ctx: _Context, side: str, intervals) -> str:
-    return "1 = 1" if intervals is None else interval_sql(_position(ctx, side), intervals, ctx.positions.base)
+def _within(ctx: _Context, side: str, scope: Scope | None) -> str:
+    """The rows of ``scope``'s buckets: MySQL reads key ranges through the index; ClickHouse, whose
+    index works in granules, looks bucket labels up in a set (within the ranges' outer bounds)."""
+    if scope is None:
+        return "1 = 1"
+    position, base = _position(ctx, side), ctx.positions.base
+    if side == "mysql":
+        return interval_sql(position, scope.intervals, base)
+    if not scope.intervals:
+        return "1 = 0"
+    bounds = interval_sql(position, [(scope.intervals[0][0], scope.intervals[-1][1])], base)
+    return f"{bounds} AND {label_sql(lambda width: _bucket_sql(ctx, side, width), scope.labels)}"
 
 
 def _hashed(ctx: _Context) -> list:
     return [ctx.texts[c] for c in (*ctx.columns.keys, *ctx.columns.compared)]
 
 
-def _ch_buckets(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: int, width: int, intervals) -> dict:
+def _ch_buckets(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: int, width: int, scope) -> dict:
     where, params = ctx.old_predicates[shard_id]
     rows = ch.query(f"SELECT {_bucket_sql(ctx, 'clickhouse', width)} AS {BUCKET}, count(), "
                     f"sum(toUInt128({ch_row_hash(_hashed(ctx))})) FROM {table_from} WHERE ({where}){table_filter}"
-                    f" AND {_within(ctx, 'clickhouse', intervals)} GROUP BY {BUCKET}", parameters=params).result_rows
+                    f" AND {_within(ctx, 'clickhouse', scope)} GROUP BY {BUCKET}", parameters=params).result_rows
     return {int(b): (int(n), int(s)) for b, n, s in rows}
 
 
-def _new_buckets(ctx: _Context, ch, conn, shard: Shard, width: int, intervals) -> dict:
+def _new_buckets(ctx: _Context, ch, conn, shard: Shard, width: int, scope) -> dict:
     if ctx.spec.new_table:
-        return _ch_buckets(ctx, ch, ctx.new_from, ctx.new_filter, shard.id, width, intervals)
+        return _ch_buckets(ctx, ch, ctx.new_from, ctx.new_filter, shard.id, width, scope)
     with conn.cursor() as cur:
         cur.execute(f"SELECT {_bucket_sql(ctx, 'mysql', width)}, COUNT(*), SUM({mysql_row_hash(_hashed(ctx))})"
-                    f" {ctx.plan.from_clause()} WHERE ({shard.where}) AND {_within(ctx, 'mysql', intervals)}"
+                    f" {ctx.plan.from_clause()} WHERE ({shard.where}) AND {_within(ctx, 'mysql', scope)}"
                     " GROUP BY 1", shard.params)  # 1: not a column
         return {int(b): (int(n), int(s)) for b, n, s in cur.fetchall()}
 
@@ -140,9 +152,9 @@ def _cast(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.Table:
         raise DiffError(f"{where}: a value does not fit the canonical type: {exc}") from exc
 
 
-def _read_ch(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: int, intervals, weight: bool,
+def _read_ch(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: int, scope: Scope, weight: bool,
              where: str):
-    """The rows of one shard of a ClickHouse table within ``intervals``, ordered by position."""
+    """The rows of ``scope``'s buckets in one shard of a ClickHouse table, ordered by position."""
     pred, params = ctx.old_predicates[shard_id]
     names = list(ctx.schema.names) + ([SPLIT_WEIGHT_COLUMN] if weight else [])
     schema = ctx.schema.append(pa.field(SPLIT_WEIGHT_COLUMN, pa.binary())) if weight else ctx.schema
@@ -152,15 +164,15 @@ def _read_ch(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: in
         schema = schema.append(pa.field(POSITION, pa.uint32()))
         extra = f", {position} AS {POSITION}"
     sql = (f"SELECT {', '.join(ch_ident(n) for n in names)}{extra} FROM {table_from} WHERE ({pred}){table_filter}"
-           f" AND {_within(ctx, 'clickhouse', intervals)} ORDER BY {position}")
+           f" AND {_within(ctx, 'clickhouse', scope)} ORDER BY {position}")
     with ch.query_arrow_stream(sql, parameters=params) as stream:
         for block in stream:
             yield _cast(block, schema, where)
 
 
-def _read_mysql(ctx: _Context, shard: Shard, intervals, where: str):
+def _read_mysql(ctx: _Context, shard: Shard, scope: Scope, where: str):
     position = _position(ctx, "mysql")
-    shard = dataclasses.replace(shard, where=f"({shard.where}) AND {_within(ctx, 'mysql', intervals)} "
+    shard = dataclasses.replace(shard, where=f"({shard.where}) AND {_within(ctx, 'mysql', scope)} "
                                              f"ORDER BY {position}")
     columns_sql = ctx.mysql_columns_sql.replace("{position}", position)
     mappings = [ctx.texts[c] for c in ctx.schema.names] + ([] if ctx.key_position else [_POSITION_MAPPING])
@@ -200,8 +212,8 @@ def _descend(ctx: _Context, clients: _Clients, shard: Shard) -> Pruning:
     with ThreadPoolExecutor(2) as pool:
         while not pruning.done:
             old = pool.submit(_ch_buckets, ctx, clients.old, ctx.old_from, ctx.old_filter, shard.id, pruning.width,
-                              pruning.intervals)
-            new = pool.submit(_new_buckets, ctx, clients.new, clients.mysql, shard, pruning.width, pruning.intervals)
+                              pruning.scope)
+            new = pool.submit(_new_buckets, ctx, clients.new, clients.mysql, shard, pruning.width, pruning.scope)
             pruning.feed(old.result(), new.result())
     return pruning
 
@@ -221,13 +233,13 @@ def _diff_shard(ctx: _Context, clients: _Clients, shard: Shard) -> dict:
               "buckets_read": len(pruning.read), "levels": pruning.levels, "rows_read_old": 0, "rows_read_new": 0,
               **dict.fromkeys(FLAGS, 0)}
     record[IDENTICAL] = pruning.identical
-    intervals = pruning.to_read
-    if intervals:
-        old = _read_ch(ctx, clients.old, ctx.old_from, ctx.old_filter, shard.id, intervals, ctx.weight, where)
+    scope = pruning.read_scope
+    if scope.intervals:
+        old = _read_ch(ctx, clients.old, ctx.old_from, ctx.old_filter, shard.id, scope, ctx.weight, where)
         if spec.new_table:
-            new = _read_ch(ctx, clients.new, ctx.new_from, ctx.new_filter, shard.id, intervals, False, where)
+            new = _read_ch(ctx, clients.new, ctx.new_from, ctx.new_filter, shard.id, scope, False, where)
         else:
-            new = _read_mysql(ctx, shard, intervals, where)
+            new = _read_mysql(ctx, shard, scope, where)
         old_schema = ctx.schema.append(pa.field(SPLIT_WEIGHT_COLUMN, pa.binary())) if ctx.weight else ctx.schema
         new_schema = old_schema if not spec.new_table else ctx.schema
         label = ctx.columns.keys[0] if ctx.key_position else POSITION

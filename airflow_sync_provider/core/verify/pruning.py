@@ -76,6 +76,8 @@ class Step:
     cut: list[tuple[int, int]]
     buckets: int  # buckets this level saw (on either side)
     differing: int
+    read_labels: list[int] = field(default_factory=list)  # the same buckets as labels at this width
+    cut_labels: list[int] = field(default_factory=list)
 
 
 def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
@@ -84,7 +86,7 @@ def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
     labels = set(old) | set(new)
     differing = sorted(b for b in labels if old.get(b) != new.get(b))
     identical = sum(new[b][0] for b in labels if b in new and old.get(b) == new[b])
-    read, cut = [], []
+    read, cut, read_labels, cut_labels = [], [], [], []
     # most buckets differ: most rows changed, and cutting would find them all differing again
     # (judged only on enough buckets: one differing bucket of one says nothing)
     cut_none = width == 1 or (len(labels) >= MIN_JUDGED and len(differing) > most_differ * len(labels))
@@ -93,9 +95,11 @@ def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
         first, last = b * width, min(b * width + width - 1, top)
         if cut_none or rows <= leaf_rows:
             read.append((first, last, rows))
+            read_labels.append(b)
         else:
             cut.append((first, last))
-    return Step(identical, read, cut, len(labels), len(differing))
+            cut_labels.append(b)
+    return Step(identical, read, cut, len(labels), len(differing), read_labels, cut_labels)
 
 
 def next_width(width: int, fanout_bits: int = FANOUT_BITS) -> int:
@@ -111,6 +115,22 @@ def merged(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append([first, last])
     return [(a, b) for a, b in out]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Some buckets of a shard, said two ways: intervals of offsets (a range read through an index)
+    and bucket labels per width (a set lookup where no index helps)."""
+
+    intervals: list[tuple[int, int]]
+    labels: dict[int, list[int]]  # width -> labels (offset DIV width)
+
+
+def label_sql(bucket_sql, labels: dict[int, list[int]]) -> str:
+    """``bucket IN (…)`` per width (``bucket_sql(width)`` the dialect's ``offset DIV width``)."""
+    parts = [f"{bucket_sql(w)} IN ({', '.join(str(int(b)) for b in sorted(ls))})" for w, ls in sorted(labels.items())
+             if ls]
+    return "(" + " OR ".join(parts) + ")" if parts else "1 = 0"
 
 
 def interval_sql(position_sql: str, intervals: list[tuple[int, int]], base: int) -> str:
@@ -133,6 +153,8 @@ class Pruning:
     intervals: list[tuple[int, int]] | None = None  # None: the whole shard
     identical: int = 0
     read: list[tuple[int, int, int]] = field(default_factory=list)
+    labels: dict | None = None  # the next level's buckets, by the previous width
+    read_labels: dict = field(default_factory=dict)
     levels: int = 0
     first_buckets: int = 0
 
@@ -147,8 +169,19 @@ class Pruning:
         self.levels += 1
         self.identical += s.identical
         self.read += s.read
+        self.read_labels.setdefault(self.width, []).extend(s.read_labels)
         self.intervals = merged(s.cut)
+        self.labels = {self.width: s.cut_labels}
         self.width = next_width(self.width, self.fanout_bits)
+
+    @property
+    def scope(self) -> Scope | None:
+        """The buckets the next level aggregates (None: the whole shard)."""
+        return None if self.intervals is None else Scope(self.intervals, self.labels)
+
+    @property
+    def read_scope(self) -> Scope:
+        return Scope(self.to_read, self.read_labels)
 
     @property
     def to_read(self) -> list[tuple[int, int]]:
