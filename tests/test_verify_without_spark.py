@@ -48,4 +48,8 @@ def test_small_table_reconcile_and_diff_start_no_spark(mysql_conn, ch, endpoints
                                                source_database=DB, source_table="t"), session)
     assert found["counts"]["changed"] == 2 and found["in_driver"] and not found["spark_started"]
     assert found["rows_read_new"] < 200
-    assert not session.started
+    # a re-import of the mismatched shards copies them in the driver too (the full load's rule)
+    repaired = run_reconcile(ReconcileSpec(source=source, target=target, load_key="nospark.t", checksum=True,
+                                           reimport=True), session)
+    assert repaired["verdict"] == "ok" and repaired["before"]["verdict"] == "mismatch"
+    assert not repaired["spark_started"] and not session.started
