@@ -109,13 +109,13 @@ def _bucket_sql(ctx: _Context, side: str, width: int) -> str:
 
 
 def _within(ctx: _Context, side: str, scope: Scope | None) -> str:
-    """The rows of ``scope``'s buckets: MySQL reads key ranges through the index; ClickHouse, whose
-    index works in granules, looks bucket labels up in a set (within the ranges' outer bounds)."""
+    """The rows of ``scope``'s buckets: the outer bounds of its intervals (an index range with
+    integer keys) and a lookup of each row's bucket label in a sorted set. An ``OR`` of a
+    thousand ``BETWEEN``s instead is evaluated term by term on every row: on 1M rows MariaDB took
+    2–4 s for it against 0.15 s for the lookup, ClickHouse similar."""
     if scope is None:
         return "1 = 1"
     position, base = _position(ctx, side), ctx.positions.base
-    if side == "mysql":
-        return interval_sql(position, scope.intervals, base)
     if not scope.intervals:
         return "1 = 0"
     bounds = interval_sql(position, [(scope.intervals[0][0], scope.intervals[-1][1])], base)
