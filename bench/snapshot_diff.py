@@ -253,6 +253,7 @@ def run_full_load(mysql_url, ch_url, db, rows, channels, state: Path) -> dict:
     ch.close()
     assert target == rows == result["rows"], (target, rows, result.get("rows"))
     return {"wall": wall["seconds"], "inner": float(result["seconds"]), "table": spec.target_table,
+            "load_key": spec.load_key,
             "shards": result.get("shards"), "strategy": result.get("strategy"),
             "split_column": result.get("split_column")}
 
@@ -297,10 +298,32 @@ def run_ours(mysql_url, ch_url, db, old_table, channels, on_change, state: Path,
             "rows_old": result["rows_old"], "rows_new": result["rows_new"], "shards": result["shards"],
             "shards_read": result["shards_read"], "buckets_read": result["buckets_read"],
             "buckets": sum(s["buckets"] for s in result.get("shard_results", [])),
+            "levels": result.get("levels"), "positions": result.get("positions"),
+            "spark_started": result.get("spark_started"), "in_driver": result.get("in_driver"),
             "version": result.get("version"),
             "shard_seconds": [s.get("seconds") for s in result.get("shard_results", [])],
             "flags": change_set(ch_url, spec.changes_table, spec.diff_key, result["run_id"])}
     return out
+
+
+def run_reconcile(mysql_url, ch_url, load_key, channels, state: Path, label: str) -> dict:
+    """Our own checksum reconciliation of the same copy (the load's shards, count + checksum each)."""
+    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+    from airflow_sync_provider.core.jobspec import ReconcileSpec
+    from airflow_sync_provider.core.submission import spark_submit
+    from bench.common import timer
+    from bench.full_load import ProcessSampler
+
+    spec = ReconcileSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
+                         load_key=load_key, checksum=True)
+    log_path = state / f"reconcile-{label}.log"
+    with open(log_path, "w") as log, ProcessSampler() as sampler, timer() as wall:
+        result = spark_submit(spec, master=f"local[{channels}]", timeout=JOB_TIMEOUT, log=log)
+    out = {"wall": wall["seconds"], "sampler": sampler}
+    if result.get("status") not in (None, "success") or result.get("verdict") != "ok":
+        return out | {"ok": False, "error": f"{str(result.get('error', result))[:2000]}\n{_log_tail(log_path)}"}
+    return out | {"ok": True, "inner": float(result["seconds"]), "verdict": result["verdict"],
+                  "counts": {f: 0 for f in FLAGS}, "spark_started": result.get("spark_started")}
 
 
 def run_diy(mysql_url, ch_url, db, old_table, state: Path, label: str) -> dict:
@@ -390,6 +413,22 @@ SCENARIOS = [
 ]
 
 
+def settle() -> None:
+    """Wait (up to a minute) until the ClickHouse endpoint is idle (bench/full_load.py)."""
+    from bench.full_load import target_settle_cpu
+
+    target_settle_cpu(60.0)
+
+
+def _this_checkouts_jobs() -> None:
+    """spark-submit this checkout's spark_jobs/ scripts: an editable install of another checkout
+    (a git worktree's shared venv) would otherwise resolve the package's scripts there."""
+    from airflow_sync_provider.core import submission
+    from bench.common import REPO
+
+    submission.job_script = lambda job: str(REPO / "spark_jobs" / f"{job}.py")
+
+
 def main(argv=None):
     from airflow_sync_provider.core.sql import ch_ident
     from bench.common import services, timer, write_result
@@ -402,6 +441,7 @@ def main(argv=None):
     parser.add_argument("--no-reladiff", action="store_true", help="skip the reladiff peer")
     parser.add_argument("--keep", action="store_true", help="keep the bench databases afterwards")
     args = parser.parse_args(argv)
+    _this_checkouts_jobs()
     rows = args.rows
     load_start = os.getloadavg()
     started = time.monotonic()
@@ -437,17 +477,26 @@ def main(argv=None):
                 counts = run.get("counts") or {}
                 extra = (f", read {run['rows_read_old']:,}/{run['rows_read_new']:,} rows, shards read "
                          f"{run['shards_read']}/{run['shards']}, buckets read {run['buckets_read']}/{run['buckets']}, "
-                         f"worker peak {run['sampler'].worker_peak_mib:.0f} MiB" if "rows_read_old" in run else "")
+                         f"levels {run['levels']}, driver peak {run['sampler'].driver_max / 1024:.0f} MiB" if "rows_read_old" in run else "")
                 print(f"  {name}: {run['wall']:.1f} s wall, "
                       f"{run['inner'] if run.get('inner') is not None else float('nan'):.1f} s inner — "
                       f"{', '.join(f'{f} {counts.get(f, 0):,}' for f in FLAGS)}{extra}"
                       + ("" if run.get("ok") else f"\n  PROBLEM: {run.get('error')}"), flush=True)
 
+            # every path starts with the target idle: the previous apply's parts merge in the
+            # background, and whichever path came first would pay for it
+            settle()
             show("ours", run_ours(mysql_url, ch_url, db, table, args.channels, "warn", state, scenario))
+            if scenario in ("a", "e"):  # nothing changed: our diff against our own checksum reconciliation
+                settle()
+                show("reconcile", run_reconcile(mysql_url, ch_url, load["load_key"], args.channels, state, scenario))
+            settle()
             show("diy", run_diy(mysql_url, ch_url, db, table, state, scenario))
             if not args.no_reladiff:
+                settle()
                 show("reladiff", run_peer(mysql_url, ch_url, db, table, columns, args.reladiff_threads))
             if scenario != "e":
+                settle()
                 show("apply", run_ours(mysql_url, ch_url, db, table, args.channels, "apply", state, f"{scenario}-apply"))
             results.append(entry)
         versions = versions_per_key(ch_url, table)
@@ -505,7 +554,7 @@ def ratio(a, b) -> str:
 def _agree(e: dict) -> bool:
     runs, total = e["runs"], sum(e["expected"].values())
     return all(runs[p].get("ok") and sum(runs[p]["counts"].get(f, 0) for f in FLAGS) == total
-               for p in ("ours", "diy", "reladiff", "apply") if p in runs)
+               for p in ("ours", "diy", "reladiff", "apply", "reconcile") if p in runs)
 
 
 def report(args, rows, load, results, versions, gen_seconds, load_start, load_end, total) -> list[str]:
@@ -527,14 +576,16 @@ def report(args, rows, load, results, versions, gen_seconds, load_start, load_en
              "a time** — the two Spark tasks' queries, the DIY job's per-range reads and reladiff's threads are "
              "serialised there, so absolute numbers against a real ClickHouse server would differ). MariaDB, chDB and "
              "the jobs share the machine's 2 cores. One run; in each scenario every path ran once, in the order "
-             "ours → DIY → reladiff → ours with apply.", "",
+             "ours → (our reconciliation, where nothing changed) → DIY → reladiff → ours with apply, each after the "
+             "ClickHouse endpoint went idle (up to 60 s of waiting: background merges of the previous apply's parts "
+             "would otherwise slow whichever path came first).", "",
              f"Load average (1/5/15 min) at start: {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, at "
              f"end: {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; whole bench {total / 60:.1f} min. "
              "CPU used by processes outside the bench during each path is in the per-path notes when ≥ 0.1 core.", "",
              f"## {rows:,} rows", "",
              "| scenario | differing keys (changed / new / deleted) | **ours** wall s (job s) | DIY Spark wall s (job s) "
              "| reladiff wall s (diff s) | ours ÷ DIY, wall (job) | ours ÷ reladiff, wall (diff) "
-             "| ours: rows read row by row, old / new | ours: shards read, buckets read "
+             "| ours: rows read row by row, old / new (% of the table) | ours: shards read; levels; buckets read (first level) "
              "| **ours diff + apply** wall s (job s) | all paths found the same keys |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in results:
@@ -549,8 +600,9 @@ def report(args, rows, load, results, versions, gen_seconds, load_start, load_en
             + f"| {ratio(ours['wall'], diy['wall'])} ({ratio(ours.get('inner'), diy.get('inner'))}) "
             + (f"| {ratio(ours['wall'], peer['wall'])} ({ratio(ours.get('inner'), peer.get('inner'))}) " if peer
                else "| — ")
-            + (f"| {ours['rows_read_old']:,} / {ours['rows_read_new']:,} "
-               f"| {ours['shards_read']} of {ours['shards']}, {ours['buckets_read']} of {ours['buckets']} "
+            + (f"| {ours['rows_read_old']:,} / {ours['rows_read_new']:,} ({ours['rows_read_new'] / rows:.2%}) "
+               f"| {ours['shards_read']} of {ours['shards']}; {ours['levels']}; {ours['buckets_read']:,} "
+               f"({ours['buckets']:,}) "
                if ours.get("ok") else "| failed | failed ")
             + (f"| {fmt(apply['wall'])} ({fmt(apply.get('inner'))}) " if apply else "| — (not run: nothing to apply) ")
             + f"| {'yes' if _agree(e) else '**no**'} |")
@@ -558,11 +610,12 @@ def report(args, rows, load, results, versions, gen_seconds, load_start, load_en
                   "the spark-submit call, JVM start-up and shutdown included; reladiff: its worker process). *Job*: "
                   "the job's own time from inside (ours: `result[\"seconds\"]`; DIY: read + join + count; reladiff: "
                   "connect to result). Absolute seconds are against the chDB stand-in, which runs **one statement at a "
-                  "time**. **10,000,000 rows were not run** (1M only, by the brief).", "",
+                  "time**. **10,000,000 rows were not run** (1M only: not enough time before the deadline; the issue asks for 10M too).", "",
               "## Per path", "",
               "| scenario | path | wall s | job / inner s | changed | new | deleted | identical | notes |",
               "|---|---|---|---|---|---|---|---|---|"]
-    names = {"ours": "**ours** `on_change=\"warn\"`", "diy": "DIY Spark (JDBC + FINAL, full outer join, `<=>`)",
+    names = {"reconcile": "our checksum reconciliation of the copy (`ReconcileSpec(checksum=True)`)",
+             "ours": "**ours** `on_change=\"warn\"`", "diy": "DIY Spark (JDBC + FINAL, full outer join, `<=>`)",
              "reladiff": "reladiff, key + all columns", "apply": "**ours** `on_change=\"apply\"` (diff + apply)"}
     for e in results:
         for name, run in e["runs"].items():
@@ -570,8 +623,13 @@ def report(args, rows, load, results, versions, gen_seconds, load_start, load_en
             note = []
             if name in ("ours", "apply") and run.get("ok"):
                 note.append(f"read {run['rows_read_old']:,} / {run['rows_read_new']:,} rows; {run['shards_read']} of "
-                            f"{run['shards']} shards, {run['buckets_read']} of {run['buckets']} buckets; Python "
-                            f"worker peak RSS {run['sampler'].worker_peak_mib:.0f} MiB")
+                            f"{run['shards']} shards; {run['levels']} level(s) of {run['positions']} positions, "
+                            f"{run['buckets_read']:,} buckets read of {run['buckets']:,} at the first level; "
+                            + ("no SparkContext (driver threads)" if not run.get("spark_started") else
+                               "SparkContext started") + f"; Python driver peak RSS {run['sampler'].driver_max / 1024:.0f} MiB")
+            if name == "reconcile" and run.get("ok"):
+                note.append(f"verdict {run['verdict']}; "
+                            + ("no SparkContext" if not run.get("spark_started") else "SparkContext started"))
             if name == "diy" and run.get("ok"):
                 note.append(f"Python worker peak RSS {run['sampler'].worker_peak_mib:.0f} MiB, JVM "
                             f"{run['sampler'].jvm_max / 1024:.0f} MiB")
@@ -615,86 +673,49 @@ def report(args, rows, load, results, versions, gen_seconds, load_start, load_en
 
 
 def interpretation(results, load) -> list[str]:
+    """The issue's goals against this run's numbers (wall vs wall: what a user waits for)."""
     by = {e["scenario"]: e["runs"] for e in results}
 
     def r(s, a, b, key="wall"):
         x, y = by.get(s, {}).get(a), by.get(s, {}).get(b)
-        return x[key] / y[key] if x and y and x.get(key) and y.get(key) else None
+        return x[key] / y[key] if x and y and x.get("ok") and y.get("ok") and x.get(key) and y.get(key) else None
 
-    def ok(s, p):
-        return by.get(s, {}).get(p, {}).get("ok")
+    def verdict(value, goal, below=True):
+        if value is None:
+            return "not measured"
+        return "**met**" if (value <= goal if below else value >= goal) else "**missed**"
 
-    def faster(x):
-        return "faster" if x < 1 else "slower"
+    def speed(s, other, key="wall"):  # how many times faster ours is (> 1: ours faster)
+        x = r(s, other, "ours", key)
+        return x
 
-    lines = ["", "## Interpretation", ""]
-    if not all(ok(s, p) for s in "abcde" for p in ("ours", "diy")) or not all(ok(s, "apply") for s in "abcd"):
-        return lines + ["Some paths failed; see the checks above before reading any ratio."]
-    a, b, c, d = (by[s]["ours"] for s in "abcd")
-    quiet = [r(s, "ours", "diy") for s in "abe"]
-    lines.append(
-        f"* **Where ours wins: pruning.** With nothing changed ((a), (e)) our job reads no row: {a['buckets']} buckets "
-        f"in {a['shards']} shards are settled by one count + checksum per bucket inside each database. Against the "
-        f"DIY job, which pulls every row of both sides through JDBC / HTTP, shuffles and joins them, ours took "
-        f"{min(quiet):.2f}–{max(quiet):.2f}× its wall time in (a), (b) and (e) (job time "
-        f"{r('a', 'ours', 'diy', 'inner'):.2f}× in (a)). In (b) only the shard holding the changed range was read "
-        f"({b['shards_read']} of {b['shards']} shards, {b['rows_read_new']:,} rows per side for "
-        f"{b['counts']['changed']:,} changed rows).")
-    lines.append(
-        f"* **The granularity is the shard, not the bucket, for a contiguous change.** Buckets are `CRC32(key) % B` "
-        f"inside a shard, so {b['counts']['changed']:,} consecutive ids land in every bucket of their shard: (b) "
-        f"read {b['buckets_read']} buckets, {b['rows_read_new']:,} rows per side. reladiff, which bisects key "
-        f"ranges, downloaded {by['b']['reladiff'].get('downloaded') or 0:,} rows there." if ok("b", "reladiff") else
-        "* **The granularity is the shard, not the bucket, for a contiguous change**: buckets are `CRC32(key) % B` "
-        "inside a shard, so consecutive ids land in every bucket of their shard.")
-    lines.append(
-        f"* **Where pruning does not help: scattered changes.** B ≈ shard rows / `bucket_rows` (50,000 by default; "
-        f"here {a['buckets']} buckets over the whole table). A change every 1,000 ids (c) touches "
-        f"{c['buckets_read']} of {c['buckets']} buckets, so our job reads {c['rows_read_new']:,} rows per side — "
-        f"everything, like the DIY job — after a count + checksum pass: {r('c', 'ours', 'diy'):.2f}× the DIY wall "
-        f"({faster(r('c', 'ours', 'diy'))}; the diff + apply run, which did the same reads and more, took "
-        f"{r('c', 'apply', 'diy'):.2f}×). Pruning pays only while the changed keys hit fewer buckets than there are; a "
-        "smaller `bucket_rows` moves that line, at the cost of more groups per bucket query.")
-    reload = " A full reload would have been cheaper than diff + apply here" if load["wall"] < by["d"]["apply"]["wall"] \
-        else ""
-    lines.append(
-        f"* **Everything changed (d)**: both read every row; ours also writes the {d['counts']['changed']:,}-row "
-        f"change set (old and new value of every column) to ClickHouse, which the DIY job (counts only) does not: "
-        f"{r('d', 'ours', 'diy'):.2f}× the DIY wall ({faster(r('d', 'ours', 'diy'))}).{reload}"
-        + (f" (the full load took {load['wall']:.1f} s wall, diff + apply {by['d']['apply']['wall']:.1f} s)."
-           if reload else ""))
-    if all(ok(s, "reladiff") for s in "abcde"):
-        few = [r(s, "ours", "reladiff") for s in "abe"]
-        lines.append(
-            f"* **reladiff** is one Python process without a JVM, and bisects key ranges (count + MD5 sum per "
-            f"segment) down to 16,384-row segments it downloads. Where little differs "
-            f"{'it answered first' if max(few) > 1 else 'ours still answered first'}: ours took "
-            f"{min(few):.2f}–{max(few):.2f}× its wall in (a), (b), (e) (job time "
-            f"{r('a', 'ours', 'reladiff', 'inner'):.2f}× in (a)) — a large part of that gap is our fixed start-up "
-            f"cost (below). Where many segments differ it downloads and compares them row by row in Python: "
-            f"{by['c']['reladiff'].get('downloaded') or 0:,} rows in (c) (a change every 1,000 ids reaches every "
-            f"segment), {by['c']['reladiff']['wall']:.1f} s, and {by['d']['reladiff']['wall']:.1f} s in (d): ours "
-            f"{r('c', 'ours', 'reladiff'):.2f}× and {r('d', 'ours', 'reladiff'):.2f}× of that. It reports the "
-            "differing keys only (no change set table, no apply).")
+    lines = ["", "## Against the goals (issue 24)", "",
+             "| goal | measured, wall (job) | |", "|---|---|---|"]
+    for s, what in (("a", "no change"), ("b", "1% in one key range")):
+        x, y = speed(s, "reladiff"), speed(s, "reladiff", "inner")
+        lines.append(f"| ≥ 2× reladiff's speed, {what} | "
+                     + (f"{x:.2f}× ({y:.2f}×)" if x and y else "—") + f" | {verdict(x, 2, below=False)} |")
+    x, y = speed("c", "diy"), speed("c", "diy", "inner")
+    lines.append("| ≥ 3× the DIY Spark join at 0.1% random | " + (f"{x:.2f}× ({y:.2f}×)" if x and y else "—")
+                 + f" | {verdict(x, 3, below=False)} |")
+    for s in ("a", "e"):
+        x, y = r(s, "ours", "reconcile"), r(s, "ours", "reconcile", "inner")
+        lines.append(f"| nothing changed ({s}): ≤ 1.2× our checksum reconciliation | "
+                     + (f"{x:.2f}× ({y:.2f}×)" if x and y else "—") + f" | {verdict(x, 1.2)} |")
+    c = by.get("c", {}).get("ours", {})
+    if c.get("ok"):
+        share = max(c["rows_read_old"], c["rows_read_new"]) / max(1, c["rows_new"])
+        lines.append(f"| rows read row by row at 0.1% random ≤ 5% of the table | {share:.2%} "
+                     f"({c['rows_read_old']:,} old / {c['rows_read_new']:,} new) | {verdict(share, 0.05)} |")
+    lines += ["", "Speeds are the other path's time ÷ ours (> 1× = ours faster); the reconciliation ratio is "
+                  "ours ÷ reconciliation (≤ 1.2× wanted). Absolute seconds are against the chDB stand-in, which runs "
+                  "one statement at a time, so the old side's aggregations and reads of two channels queue there."]
     runs = [run for runs in by.values() for n, run in runs.items() if n in ("ours", "apply") and run.get("inner")]
-    overhead = [run["wall"] - run["inner"] for run in runs]
-    lines.append(
-        f"* **Fixed cost**: every run of ours pays spark-submit, JVM and SparkSession start-up and shutdown: wall − "
-        f"job was {min(overhead):.1f}–{max(overhead):.1f} s per run here, half or more of its wall time when "
-        "nothing is read. The DIY job pays the same; reladiff does not.")
-    pairs = ", ".join(f"({s}) {by[s]['apply']['wall']:.1f} s vs {by[s]['ours']['wall']:.1f} s" for s in "abcd")
-    lines.append(
-        f"* **Diff + apply** (the same diff, then upserts and tombstones written into the copy) vs the diff alone, "
-        f"wall: {pairs}. The DIY job and reladiff have no equivalent.")
-    def gap(s):
-        x, y = by[s]["ours"]["inner"], by[s]["apply"]["inner"]
-        return abs(x - y) / min(x, y)
-
-    worst = max("abcd", key=gap)
-    lines.append(
-        "* **Noise**: one run only. The warn and the apply run of a scenario read the same rows (apply writes more), "
-        f"yet their job times differ by up to {gap(worst):.0%} (({worst}): warn {by[worst]['ours']['inner']:.1f} s, "
-        f"apply {by[worst]['apply']['inner']:.1f} s); read differences between paths smaller than that as a tie.")
+    if runs:
+        overhead = [run["wall"] - run["inner"] for run in runs]
+        lines += ["", f"* **Fixed cost**: spark-submit and its JVM still start for every run of ours (wall − job "
+                      f"{min(overhead):.1f}–{max(overhead):.1f} s here); the SparkContext does not (the channels ran as "
+                      "driver threads: local master). reladiff has neither."]
     return lines
 
 
@@ -705,10 +726,12 @@ def fairness(results) -> list[str]:
     return ["", "## What each path does", "",
             "* **ours** — `spark_submit(SnapshotDiffSpec(source_table=…, old_table=…, on_change=\"warn\", "
             "channels=2), master=\"local[2]\")` (spark_jobs/snapshot_diff.py). The planner's shards on the source, "
-            "spread over 2 Spark tasks; per shard, in each database, one `GROUP BY CRC32(key) % B` row per bucket with "
-            "the count and the sum of 64-bit row hashes of the key and every compared column (MySQL over the shard's "
-            "key range; ClickHouse with `FINAL` and `_deleted = 0`). Only differing buckets are read row by row "
-            "(spilled to Arrow files), compared bucket by bucket with the typed, NULL-safe rules of "
+            "2 channels as threads of the driver (local master: no SparkContext); per shard, in each database at "
+            "once, one `GROUP BY (id - base) DIV width` aggregation per level with the count and the sum of 64-bit "
+            "row hashes of the key and every compared column (MySQL over the shard's key range; ClickHouse with "
+            "`FINAL` and `_deleted = 0`), the next level only over the differing buckets' key ranges, 16 times "
+            "narrower (core/verify/pruning.py). The rows of the buckets left are read once per side in key order, "
+            "compared in aligned batches with the typed, NULL-safe rules of "
             "core/verify/diff.py, and every changed/new/deleted row is written to the change-set table "
             "(`<copy>__changes`: key, flag, changed columns, old and new value of every column); counts go to the "
             "ledger. `on_change=\"apply\"` also writes the new/changed rows and tombstones into the copy.",

@@ -4,4 +4,4 @@ from airflow_sync_provider.spark.entry import run_job
 from airflow_sync_provider.spark.reconcile import run_reconcile
 
 if __name__ == "__main__":
-    run_job(run_reconcile)
+    run_job(run_reconcile, lazy_session=True)

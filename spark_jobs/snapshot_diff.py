@@ -4,4 +4,4 @@ from airflow_sync_provider.spark.diff import run_snapshot_diff
 from airflow_sync_provider.spark.entry import run_job
 
 if __name__ == "__main__":
-    run_job(run_snapshot_diff)
+    run_job(run_snapshot_diff, lazy_session=True)

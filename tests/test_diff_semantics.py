@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.verify.diff import (
-    CHANGED, DELETED, IDENTICAL, NEW, DiffColumns, DiffError, DuplicateKey, Tolerance, bucket_count, compare,
-    differing_buckets,
+    CHANGED, DELETED, IDENTICAL, NEW, DiffColumns, DiffError, DuplicateKey, Tolerance, compare,
 )
 
 SCHEMA = pa.schema([("k1", pa.int64()), ("k2", pa.string()), ("f", pa.float64()), ("s", pa.string()),
@@ -128,12 +127,6 @@ def test_column_choices_are_checked_and_named():
         DiffColumns.resolve("t", names, ["id"], tolerances={"a": 1}, float_columns=["f"])
     with pytest.raises(DiffError, match=r"both compared and ignored"):
         DiffColumns.resolve("t", names, ["id"], compare_columns=["a"], ignore_columns=["a"])
-
-
-def test_buckets():
-    assert bucket_count(0, 50_000) == 1 and bucket_count(120_000, 50_000) == 3
-    assert bucket_count(10**12, 1) == 1024  # bounded: one spill file per differing bucket
-    assert differing_buckets({0: (1, 5), 1: (2, 7)}, {0: (1, 5), 1: (2, 8), 2: (1, 1)}) == [1, 2]
 
 
 def test_the_operator_fails_on_changes_only_when_asked(tmp_path):

@@ -280,7 +280,7 @@ class SnapshotDiffSpec:
     diff_key: str = ""  # the diff's name in the ledger and the change set (default: from the tables)
     changes_table: str = ""  # "db.table" (default: <old_table>__changes)
     channels: int = 2
-    split_factor: int = 4
+    split_factor: int = 1  # shards per channel: the levels prune inside a shard, more shards only add queries
     split_column: str | None = None
     bucket_rows: int = 50_000  # the most rows one comparison holds (per side)
     fetch_rows: int = 10_000

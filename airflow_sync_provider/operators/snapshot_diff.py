@@ -13,8 +13,10 @@ class SnapshotDiffOperator(SparkJobOperator):
     """Compare two snapshots of a table by key, as Kettle's "Merge rows (diff)" does, at Spark
     scale: every key is ``identical``, ``changed`` (with the changed columns), ``new`` or
     ``deleted``. Old: a ClickHouse table (the copy: ``FINAL``, deleted rows excluded). New: the
-    MySQL table (read in the planner's shards) or another ClickHouse table. Shards and buckets
-    whose checksums agree on both sides are not read row by row.
+    MySQL table (read in the planner's shards) or another ClickHouse table. Buckets of keys whose
+    counts and checksums agree in both databases are not read row by row; differing buckets are
+    cut finer inside the databases, so only rows near a change are read. On a local master (or
+    for a small table) the job starts no SparkContext.
 
     The change set goes to a ClickHouse table (flag, key, changed columns, old and new values);
     XCom carries the counts per flag and the path of an HTML report with sample rows.
@@ -42,7 +44,7 @@ class SnapshotDiffOperator(SparkJobOperator):
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  key_columns: list[str] | None = None, compare_columns: list[str] | None = None,
                  ignore_columns: list[str] | None = None, tolerances: dict | None = None, on_change: str = "warn",
-                 diff_key: str = "", changes_table: str = "", channels: int = 2, split_factor: int = 4,
+                 diff_key: str = "", changes_table: str = "", channels: int = 2, split_factor: int = 1,
                  bucket_rows: int = 50_000, ledger_database: str = DEFAULT_LEDGER_DATABASE,
                  report_dir: str | None = None, **kwargs):
         super().__init__(**kwargs)

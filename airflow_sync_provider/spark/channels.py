@@ -1,8 +1,8 @@
 """Channels: where a copy's shards are read and written, and the driver-side machinery around them.
 
-A full load and a CDC bootstrap both hand each channel a queue of shards. Channels run as
-Spark tasks on a cluster's executors, or as threads of the driver for a small table or on a
-local master: executors of ``local[N]`` would be processes of this same machine, adding the
+A full load, a CDC bootstrap, a reconciliation and a snapshot diff hand each channel a queue of
+shards. Channels run as Spark tasks on a cluster's executors, or as threads of the driver for a
+small table or on a local master (then no SparkContext is started at all): executors of ``local[N]`` would be processes of this same machine, adding the
 SparkContext's start-up and CPU while spreading nothing (connectorx and the HTTP inserts
 release the GIL, so the threads do run in parallel).
 """
@@ -23,8 +23,9 @@ DRIVER_COPY_ROWS = 300_000  # on a cluster: tables up to this size are copied by
 
 
 def driver_copy_limit(configured: int | None, session) -> float:
-    """Tables estimated at no more rows are copied by the driver (``driver_copy_rows``; None: all
-    of them on a local master, :data:`DRIVER_COPY_ROWS` on a cluster; 0: never)."""
+    """Tables estimated at no more rows are copied (reconciled, diffed) by the driver's threads
+    (``driver_copy_rows``; None: all of them on a local master, :data:`DRIVER_COPY_ROWS` on a
+    cluster; 0: never)."""
     if configured is not None:
         return configured
     return math.inf if session.local else DRIVER_COPY_ROWS

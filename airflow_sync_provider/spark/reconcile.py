@@ -1,7 +1,8 @@
 """Reconciliation: every shard of a published load, source vs target (vs the hook counters).
 
-Executors count (and optionally checksum) their shards on both sides, inside the databases;
-the driver compares, marks mismatched shards in the ledger and records the verdict. With
+Channels count (and optionally checksum) their shards on both sides, inside the databases, as
+threads of the driver on a local master or for a small table (no SparkContext is started:
+the work is the databases'), as Spark tasks on a cluster otherwise; the driver compares, marks mismatched shards in the ledger and records the verdict. With
 ``reimport`` the mismatched shards are then re-imported into the published table (a repair
 run of the full load, same Spark session) and every shard is compared again.
 """
@@ -22,12 +23,14 @@ from airflow_sync_provider.core.verify.reconcile import (
     checksum_source, checksum_target, clickhouse_checksum_sql, count_source, count_target, mysql_checksum_sql,
     shard_problems,
 )
+from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
 from airflow_sync_provider.spark.full_load import run_full_load
+from airflow_sync_provider.spark.session import lazy
 
 
 def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, queries: dict, predicates: dict,
                   shard_ids: list[int]):
-    """Runs on an executor: one source and one target connection for a queue of shards;
+    """One channel (a Spark task or a thread of the driver): one source and one target connection for a queue of shards;
     ``predicates`` are the shards on the target, by shard id, and ``queries`` the counting or
     checksum statements (both built once by the driver)."""
     database, table = state.target_table.split(".", 1)
@@ -60,7 +63,7 @@ def _published(ledger: Ledger, load_key: str) -> LoadState:
     return state
 
 
-def _compare(spec: ReconcileSpec, spark, ledger: Ledger) -> dict:
+def _compare(spec: ReconcileSpec, session, ledger: Ledger) -> dict:
     """One pass over every shard; marks mismatched shards and records the verdict."""
     state = _published(ledger, spec.load_key)
     plan = Plan.from_dict(state.plan)
@@ -77,9 +80,9 @@ def _compare(spec: ReconcileSpec, spark, ledger: Ledger) -> dict:
     ids = [s.id for s in plan.shards]
     channels = max(1, min(plan.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]
-    rows = (spark.sparkContext.parallelize(queues, channels)
-            .mapPartitions(lambda qs: (r for q in qs for r in _check_shards(spec, state, plan, queries, predicates, q)))
-            .collect())
+    in_driver = sum(s.estimated_rows or 0 for s in plan.shards) <= driver_copy_limit(None, session)
+    rows = run_channels(session, queues, lambda q, _: _check_shards(spec, state, plan, queries, predicates, q),
+                        in_driver)
     report = []
     for row in sorted(rows, key=lambda r: r["shard_id"]):
         counters = state.shards.get(row["shard_id"])
@@ -98,21 +101,24 @@ def _compare(spec: ReconcileSpec, spark, ledger: Ledger) -> dict:
     ledger.write_reconciliation(state.load_key, state.generation, verdict, mismatched, spec.checksum, report)
     return {"load_key": state.load_key, "generation": state.generation, "table": state.source_table,
             "target": state.target_table, "verdict": verdict, "mismatched": mismatched, "checksum": spec.checksum,
-            "shards": report, "stored_spec": state.spec}
+            "shards": report, "stored_spec": state.spec, "in_driver": in_driver}
 
 
 def run_reconcile(spec: ReconcileSpec, spark) -> dict:
+    """``spark``: a SparkSession or a :class:`LazySession` (spark_jobs/reconcile.py), built only
+    if the shards go to executors (or a re-import needs them)."""
     started = time.time()
+    session = lazy(spark)
     ch = target.client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
-    result = _compare(spec, spark, ledger)
+    result = _compare(spec, session, ledger)
     stored = result.pop("stored_spec")
     if result["verdict"] != "ok" and spec.reimport:
         print(f"[airflow-sync] reconcile: shards {result['mismatched']} mismatched; re-importing them", flush=True)
-        repair = run_full_load(reimport_spec(stored, spec.source, spec.target), spark)
+        repair = run_full_load(reimport_spec(stored, spec.source, spec.target), session)
         before = {k: result[k] for k in ("verdict", "mismatched", "shards")}
-        result = _compare(spec, spark, ledger)
+        result = _compare(spec, session, ledger)
         result.pop("stored_spec")
         result |= {"before": before, "reimported": {k: repair[k] for k in ("repaired", "rows", "seconds")}}
     ch.close()
-    return result | {"seconds": round(time.time() - started, 3)}
+    return result | {"spark_started": session.started, "seconds": round(time.time() - started, 3)}

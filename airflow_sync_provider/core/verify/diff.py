@@ -16,14 +16,12 @@ Keys are matched byte-exact too: the copy on ClickHouse is keyed by bytes, so a 
 changed under a ``_ci`` collation is the old key ``deleted`` plus the new key ``new``. A key
 present twice on one side is an error naming the key, never a silent pairing.
 
-Pruning: rows are assigned to buckets by ``CRC32(key text) % B``, computed inside each
-database on the checksum text (core/verify/reconcile.py), which is identical for equal values on both
-sides. Buckets whose count and checksum agree are identical without being read.
+Pruning (which rows are compared at all) is core/verify/pruning.py: buckets of key positions
+whose count and checksum agree in both databases are identical without being read.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -33,7 +31,6 @@ import pyarrow.compute as pc
 IDENTICAL, CHANGED, NEW, DELETED = "identical", "changed", "new", "deleted"
 FLAGS = (IDENTICAL, CHANGED, NEW, DELETED)
 ON_CHANGE = ("fail", "warn", "apply")
-MAX_BUCKETS = 1024  # per shard: each differing bucket is one spill file while a shard is read
 
 
 class DiffError(ValueError):
@@ -93,16 +90,6 @@ class DiffColumns:
         if not_float:
             raise DiffError(f"table {table}: tolerances apply to FLOAT/DOUBLE columns only, not {not_float}")
         return cls(tuple(keys), compared, tuple(columns), tolerances)
-
-
-def bucket_count(rows: int, bucket_rows: int) -> int:
-    """Buckets for a shard of ``rows``: about ``bucket_rows`` each (the most a comparison holds)."""
-    return max(1, min(MAX_BUCKETS, math.ceil(rows / max(1, bucket_rows))))
-
-
-def differing_buckets(old: dict[int, tuple[int, int]], new: dict[int, tuple[int, int]]) -> list[int]:
-    """Buckets whose (count, checksum) differ, including buckets only one side has."""
-    return sorted(b for b in set(old) | set(new) if old.get(b) != new.get(b))
 
 
 def _key_rows(table: pa.Table, keys: tuple[str, ...], side: str, where: str) -> dict:

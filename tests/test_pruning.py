@@ -1,0 +1,149 @@
+"""core/verify/pruning.py: the descent through buckets against an in-memory model of the two
+databases (hypothesis): every differing key is read, agreeing buckets are settled exactly, and
+scattered changes read a small fraction; the aligned batches pair every key's two rows."""
+
+from __future__ import annotations
+
+import bisect
+import random
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_sync_provider.core.verify.pruning import (
+    Positions, Pruning, aligned_batches, interval_sql, merged, step,
+)
+
+
+def _aggregate(rows: dict, base: int, width: int, intervals) -> dict:
+    """What a database returns for one level: {offset DIV width: (count, sum of row hashes)}."""
+    out: dict = {}
+    firsts = [a for a, _ in intervals or ()]
+    for position, value in rows.items():
+        offset = position - base
+        if intervals is not None:
+            i = bisect.bisect_right(firsts, offset) - 1
+            if i < 0 or offset > intervals[i][1]:
+                continue
+        n, s = out.get(offset // width, (0, 0))
+        out[offset // width] = (n + 1, s + hash(("row", position, value)) % (1 << 64))
+    return out
+
+
+def _descend(old: dict, new: dict, positions: Positions, rows_hint: int, **kwargs) -> Pruning:
+    pruning = Pruning(positions, positions.first_width(rows_hint), **kwargs)
+    while not pruning.done:
+        if pruning.scope is not None:  # the two ways of saying a level's buckets select the same rows
+            for rows in (old, new):
+                assert _by_labels(rows, positions.base, pruning.scope.labels) == _read(rows, positions.base,
+                                                                                       pruning.scope.intervals)
+        pruning.feed(_aggregate(old, positions.base, pruning.width, pruning.intervals),
+                     _aggregate(new, positions.base, pruning.width, pruning.intervals))
+    return pruning
+
+
+def _by_labels(rows: dict, base: int, labels: dict) -> set:
+    """The positions ClickHouse's label lookup selects."""
+    return {p for p in rows if any((p - base) // w in set(ls) for w, ls in labels.items())}
+
+
+def _read(rows: dict, base: int, intervals) -> set:
+    """The positions a read of ``intervals`` returns (width-1 buckets are the positions' offsets)."""
+    return {base + offset for offset in _aggregate(rows, base, 1, intervals)}
+
+
+snapshots = st.dictionaries(st.integers(-300, 300), st.integers(0, 3), max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@given(snapshots, snapshots, st.integers(1, 8), st.integers(1, 4), st.sampled_from([0.3, 0.5, 1.0]))
+def test_every_differing_key_is_read_and_the_rest_counted_identical(old, new, leaf, fanout, most):
+    positions = Positions.of_keys([min(old, default=None), min(new, default=None)],
+                                  [max(old, default=None), max(new, default=None)])
+    pruning = _descend(old, new, positions, max(len(old), len(new)), leaf_rows=leaf, fanout_bits=fanout,
+                       most_differ=most)
+    differing = {p for p in set(old) | set(new) if old.get(p) != new.get(p)}
+    for rows in (old, new):
+        assert _by_labels(rows, positions.base, pruning.read_scope.labels) == _read(rows, positions.base,
+                                                                                    pruning.read_scope.intervals)
+    read_old, read_new = _read(old, positions.base, pruning.to_read), _read(new, positions.base, pruning.to_read)
+    assert differing <= read_old | read_new
+    # every key is either settled as identical by the buckets or read (on the sides that hold it)
+    settled = {p for p in new if p not in read_new}
+    assert pruning.identical == len(settled) and all(old.get(p) == new[p] for p in settled)
+    assert not {p for p in old if p not in read_old} - settled
+
+
+def test_scattered_changes_read_a_small_fraction():
+    rows = 200_000
+    old = {k: 0 for k in range(1, rows + 1)}
+    new = dict(old)
+    rng = random.Random(7)
+    for k in rng.sample(range(1, rows + 1), rows // 1000):  # 0.1 % at random
+        new[k] = 1
+    for k in (5, 99_999, 150_000):
+        del new[k]
+    new.update({rows + 10: 0, rows + 20: 0})
+    positions = Positions.of_keys([1, 1], [rows + 20, rows])
+    pruning = _descend(old, new, positions, rows)
+    read = _read(new, positions.base, pruning.to_read) | _read(old, positions.base, pruning.to_read)
+    assert len(read) <= 0.05 * rows, len(read)
+    assert pruning.levels >= 2  # the first level's differing buckets were cut, not read
+
+
+def test_everything_changed_is_read_without_cutting():
+    old = {k: 0 for k in range(10_000)}
+    new = {k: 1 for k in range(10_000)}
+    pruning = _descend(old, new, Positions.of_keys([0], [9_999]), 10_000)
+    assert pruning.levels == 1 and pruning.to_read == [(0, 9_999)]
+
+
+def test_an_underestimated_table_is_cut_not_read_whole():
+    """One first-level bucket that differs says nothing about how much changed: it is cut."""
+    old = {k: 0 for k in range(5_000)}
+    new = old | {2_500: 1}
+    positions = Positions.of_keys([0], [4_999])
+    pruning = Pruning(positions, positions.first_width(0))
+    while not pruning.done:
+        pruning.feed(_aggregate(old, 0, pruning.width, pruning.intervals),
+                     _aggregate(new, 0, pruning.width, pruning.intervals))
+    assert pruning.first_buckets == 1 and len(_read(new, 0, pruning.to_read)) <= 32
+
+
+def test_hash_positions_and_widths():
+    assert Positions.of_hash().top == 2**32 - 1
+    assert Positions.of_hash().first_width(2**20, 256) == 2**20
+    assert Positions.of_keys([None], [None]) == Positions(0, 0)
+    assert Positions.of_keys([5, None], [9, None]).first_width(1000) == 1
+    assert Positions.of_hash().first_width(0) == 2**32  # no estimate: one bucket, then cut
+    assert merged([(5, 6), (0, 2), (3, 3), (9, 9), (6, 7)]) == [(0, 3), (5, 7), (9, 9)]
+    assert interval_sql("`id`", [(0, 2), (3, 4), (10, 10)], -5) == "(`id` BETWEEN -5 AND -1 OR `id` BETWEEN 5 AND 5)"
+    assert interval_sql("x", [], 0) == "1 = 0"
+    s = step({0: (4, 1), 1: (40, 9)}, {0: (4, 1), 1: (40, 8), 2: (1, 3)}, 64, 1000, leaf_rows=8, most_differ=1.0)
+    assert s.identical == 4 and s.cut == [(64, 127)] and s.read == [(128, 191, 1)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=60), st.lists(st.integers(0, 30), max_size=60),
+       st.integers(1, 7), st.integers(1, 9), st.randoms())
+def test_aligned_batches_pair_every_label(old_labels, new_labels, max_rows, chunk, rnd):
+    def stream(labels, side):
+        labels = sorted(labels)
+        table = pa.table({"p": pa.array(labels, pa.int64()), "side": [side] * len(labels)})
+        at = 0
+        while at < len(labels):  # uneven fetches, empty ones included
+            size = rnd.randint(0, chunk)
+            yield table.slice(at, size)
+            at += size
+
+    seen = {"old": [], "new": []}
+    for old, new in aligned_batches(stream(old_labels, "old"), stream(new_labels, "new"), "p", max_rows):
+        o = old.column("p").to_pylist() if old is not None else []
+        n = new.column("p").to_pylist() if new is not None else []
+        assert o or n
+        seen["old"] += o
+        seen["new"] += n
+        for label in set(o) | set(n):  # all of this label's rows, both sides, in this batch
+            assert o.count(label) == old_labels.count(label) and n.count(label) == new_labels.count(label)
+    assert seen["old"] == sorted(old_labels) and seen["new"] == sorted(new_labels)
