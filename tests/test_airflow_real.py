@@ -194,3 +194,41 @@ def test_a_deferred_binlog_sensor_fails_fast_when_the_pipeline_reports_an_error(
     ti = airflow.task_instances("sync_test_wait_for_position", run)["wait"]
     log = airflow.task_log("sync_test_wait_for_position", run, "wait", max(1, ti["try_number"]))
     assert "the binlog file was purged" in log, log[-3000:]
+
+
+def _clear(airflow: RealAirflow, dag_id: str, run_id: str, task_id: str, only_failed: bool) -> None:
+    """Clear a task and what follows it, as the UI's "Clear" does."""
+    airflow.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", {
+        "dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "only_failed": only_failed,
+        "include_downstream": True, "reset_dag_runs": True})
+
+
+def test_a_failed_shard_is_re_imported_by_clearing_the_task_through_the_api(tier):
+    """A row the copy cannot take (a zero date) fails its shard and the day's load; the row is
+    fixed and the task cleared from the API: the load resumes and reads only that shard."""
+    airflow, conn, ch, _ = tier
+    airflow.wait_for_dag("sync_demo_daily_orders")
+    day = DAYS[1]
+    run = next(r for r in airflow.runs("sync_demo_daily_orders")
+               if r["run_type"] == "backfill" and r["data_interval_start"][:10] == day)["dag_run_id"]
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("SELECT MAX(id) FROM demo.orders WHERE created_at >= %s AND created_at < %s + INTERVAL 1 DAY",
+                    (day, day))
+        bad = cur.fetchone()[0]
+        cur.execute("UPDATE demo.orders SET shipped_at = '0000-00-00 00:00:00' WHERE id = %s", (bad,))
+    try:
+        _clear(airflow, "sync_demo_daily_orders", run, "load_day", only_failed=False)
+        assert airflow.wait_for_runs("sync_demo_daily_orders", [run])[run] == "failed"
+        load = airflow.task_instances("sync_demo_daily_orders", run)["load_day"]
+        log = airflow.task_log("sync_demo_daily_orders", run, "load_day", load["try_number"])
+        assert "shipped_at" in log and "reimport" in log, log[-3000:]
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("UPDATE demo.orders SET shipped_at = NULL WHERE id = %s", (bad,))
+    _clear(airflow, "sync_demo_daily_orders", run, "load_day", only_failed=True)
+    _succeeded(airflow, "sync_demo_daily_orders", [run])
+    summary = airflow.xcom("sync_demo_daily_orders", run, "load_day")
+    assert 0 < summary["shards_read"] < summary["shards"], summary  # only what had failed
+    source, target = _day(conn, ch, day)
+    assert target == source
