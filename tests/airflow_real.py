@@ -17,6 +17,7 @@ admin password from a 0600 file: nothing secret is on a command line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -80,6 +81,9 @@ class RealAirflow:
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "600",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            "AIRFLOW__SYNC__CLICKHOUSE_CONN_ID": "sync_clickhouse",  # the Sync view's ledger
+            # Airflow 3.3 loads plugins named in providers' info only without lazy discovery
+            "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
         })
         return env
 
@@ -121,10 +125,8 @@ class RealAirflow:
     def stop(self) -> None:
         for proc in self.procs.values():
             stop_process(proc)
-            try:  # what it started (LocalExecutor workers, task processes, spark-submit) goes too
+            with contextlib.suppress(ProcessLookupError):  # what it started (workers, tasks, spark-submit) too
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.procs.clear()
         if self.meta is not None:
             self.meta.stop()
@@ -201,6 +203,48 @@ class RealAirflow:
         entry = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
                                 "?deserialize=true")
         return entry["value"]
+
+    def screenshot(self, path: str, png: Path, width: int = 1280, height: int = 1400) -> Path:
+        """A page of the API server as headless Chromium (Debian's ``chromium``) renders it,
+        signed in: Chromium loads it through a loopback proxy that adds the bearer token, so
+        the token is on no command line."""
+        import http.server
+        import shutil
+        import threading
+
+        browser = shutil.which("chromium") or shutil.which("chromium-browser")
+        if browser is None:
+            raise FileNotFoundError("chromium is not installed (apt-get install chromium)")
+        airflow = self
+
+        class Proxy(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the http.server API
+                request = urllib.request.Request(airflow.base + self.path,
+                                                 headers={"Authorization": f"Bearer {airflow.token()}"})
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as response:
+                        status, body, kind = response.status, response.read(), response.headers.get("Content-Type")
+                except urllib.error.HTTPError as exc:
+                    status, body, kind = exc.code, exc.read(), exc.headers.get("Content-Type")
+                self.send_response(status)
+                self.send_header("Content-Type", kind or "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                            f"--user-data-dir={self.home / 'chromium'}", f"--window-size={width},{height}",
+                            f"--screenshot={png}", f"http://127.0.0.1:{server.server_address[1]}{path}"],
+                           check=True, capture_output=True, timeout=120)
+        finally:
+            server.shutdown()
+        return png
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         return self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"

@@ -19,7 +19,7 @@ from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.airflow_env import REPO
 from devenv.services import clickhouse_service, mysql_service
-from tests.airflow_real import RealAirflow
+from tests.airflow_real import ApiError, RealAirflow
 from tests.helpers import assert_same_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow_real]
@@ -231,3 +231,21 @@ def test_a_failed_shard_is_re_imported_by_clearing_the_task_through_the_api(tier
     assert 0 < summary["shards_read"] < summary["shards"], summary  # only what had failed
     source, target = _day(conn, ch, day)
     assert target == source
+
+
+def test_the_sync_view_lists_loads_and_shards_from_the_ledger(tier):
+    """The provider's plugin: its page is served by the API server, behind Airflow's auth, with
+    the ledger's loads (the backfill's days among them) and their shards' counters."""
+    airflow, _, _, _ = tier
+    plugins = airflow.api("GET", "/api/v2/plugins")["plugins"]
+    sync = next(p for p in plugins if p["name"] == "airflow_sync")
+    assert [v["href"] for v in sync["external_views"]] == ["/sync/"]
+    with pytest.raises(ApiError, match="HTTP 401"):
+        airflow.api("GET", "/sync/", auth=False, raw=True)
+    page = airflow.api("GET", "/sync/", raw=True)
+    for day in DAYS:
+        assert f"daily_orders.{day}" in page
+    assert "demo.orders → demo.orders_daily" in page and page.count("<tr class=") > len(DAYS)
+    png = airflow.screenshot("/sync/", Path(airflow.home) / "sync-view.png")
+    assert png.stat().st_size > 10_000
+    print(f"\n[airflow-real] Sync view screenshot: {png}")

@@ -154,3 +154,41 @@ def diff_summary(result: dict) -> str:
             + ", ".join(f"{flag} {n:,}" for flag, n in counts.items())
             + f"; read row by row: {result['rows_read_old'] + result['rows_read_new']:,} of "
               f"{result['rows_old'] + result['rows_new']:,} rows ({result['shards_read']}/{result['shards']} shards)")
+
+
+def loads_html(states: list, verdicts: dict[str, tuple[str, str]]) -> str:
+    """The Sync view's page: each load (``LoadState``) with its verdict and its shards' hook
+    counters (a running load shows its progress); ``verdicts``: load key → (verdict, message)."""
+    from html import escape
+
+    def shard_rows(state) -> str:
+        out = []
+        for s in sorted(state.shards.values(), key=lambda s: s.shard_id):
+            bad = s.status != "success" or s.records_read != s.records_written or s.records_failed
+            out.append(f"<tr class='{'bad' if bad else ''}'><td>{s.shard_id}</td><td class='v'>{escape(s.status)}</td>"
+                       f"<td>{s.attempt}</td><td>{s.records_read:,}</td><td>{s.records_written:,}</td>"
+                       f"<td>{s.records_failed:,}</td><td>{s.seconds:.1f}</td>"
+                       f"<td class='v'>{escape(s.error[:200])}</td></tr>")
+        return "".join(out)
+
+    sections = []
+    for state in states:
+        verdict, message = verdicts.get(state.load_key, ("", ""))
+        planned = len(state.plan.get("shards", []))
+        done = sum(1 for s in state.shards.values() if s.status == "success")
+        sections.append(
+            f"<section class='load'><h2><code>{escape(state.load_key)}</code> — {escape(state.status)}"
+            f"{' (stale)' if state.stale else ''}</h2>"
+            f"<p>{escape(state.source_table)} → {escape(state.target_table)}, generation {state.generation}, "
+            f"{done}/{planned} shards done; counters: <b class='{escape(verdict)}'>{escape(verdict)}</b> "
+            f"{escape(message)}</p>"
+            "<table><tr><th>shard</th><th class='v'>status</th><th>attempt</th><th>read</th><th>written</th>"
+            f"<th>failed</th><th>seconds</th><th class='v'>error</th></tr>{shard_rows(state)}</table></section>")
+    body = "".join(sections) or "<p class='empty'>No loads in the ledger yet.</p>"
+    return f"""<!doctype html><meta charset="utf-8"><title>Sync: loads</title>
+<style>body{{font-family:sans-serif;margin:1.5em}} td,th{{padding:2px 8px;text-align:right}} td.v,th.v{{text-align:left}}
+tr.bad td{{color:#b00}} b.success{{color:#2a7}} b.failed{{color:#b00}} b.wait{{color:#a70}} section{{margin-bottom:1.5em}}</style>
+<h1>Sync: loads and shards</h1>
+<p>{len(states)} load(s), newest first; the ledger's hook counters per shard (its newest attempt).</p>
+{body}
+"""
