@@ -42,5 +42,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["AirflowException", "AirflowPlugin", "Asset", "AirflowFailException", "BaseHook", "BaseOperator",
-           "BaseSensorOperator", "BaseTrigger", "PokeReturnValue", "TriggerEvent", "api_user", "conf"]
+__all__ = ["AirflowException", "Asset", "AirflowFailException", "BaseHook", "BaseOperator", "BaseSensorOperator",
+           "BaseTrigger", "PokeReturnValue", "TriggerEvent"]  # and, on demand (__getattr__): AirflowPlugin, api_user, conf
