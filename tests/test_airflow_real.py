@@ -235,7 +235,8 @@ def test_a_failed_shard_is_re_imported_by_clearing_the_task_through_the_api(tier
 
 def test_the_sync_view_lists_loads_and_shards_from_the_ledger(tier):
     """The provider's plugin: its page is served by the API server, behind Airflow's auth, with
-    the ledger's loads (the backfill's days among them) and their shards' counters."""
+    the ledger's loads (the backfill's days among them) and their shards' counters, and the CDC
+    pipelines (the example's, and the one the fail-fast test reported failed)."""
     airflow, _, _, _ = tier
     plugins = airflow.api("GET", "/api/v2/plugins")["plugins"]
     sync = next(p for p in plugins if p["name"] == "airflow_sync")
@@ -246,6 +247,8 @@ def test_the_sync_view_lists_loads_and_shards_from_the_ledger(tier):
     for day in DAYS:
         assert f"daily_orders.{day}" in page
     assert "demo.orders → demo.orders_daily" in page and page.count("<tr class=") > len(DAYS)
+    assert "<code>demo_cdc</code> — idle" in page and '<svg class="chart"' in page
+    assert "<code>real_tier_failing</code> — failed" in page and "the binlog file was purged" in page
     png = airflow.screenshot("/sync/", Path(airflow.home) / "sync-view.png")
     assert png.stat().st_size > 10_000
     print(f"\n[airflow-real] Sync view screenshot: {png}")

@@ -1,6 +1,7 @@
 """The Sync view in the Airflow UI: an Airflow 3 plugin (registered through the provider info)
 that mounts a FastAPI app in the API server at ``/sync`` and adds a "Sync" entry to the UI's
-navigation. Its page lists the ledger's loads with their shards' hook counters and verdicts.
+navigation. Its page lists the ledger's loads with their shards' hook counters and verdicts, and
+the CDC pipelines with their checkpoints and changes applied per minute.
 
 Protected by Airflow's own authentication: the UI's session cookie or a bearer token (the same
 JWT as the REST API). Which ClickHouse holds the ledger: ``[sync] clickhouse_conn_id``
@@ -14,9 +15,10 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
 
 from airflow_sync_provider.compat import AirflowPlugin, api_user, conf
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, counters_verdict
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
-from airflow_sync_provider.core.verify.reports import loads_html
+from airflow_sync_provider.core.verify.reports import sync_html
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 
 app = FastAPI(title="Airflow Sync", docs_url=None, redoc_url=None, openapi_url=None)
@@ -26,11 +28,16 @@ app = FastAPI(title="Airflow Sync", docs_url=None, redoc_url=None, openapi_url=N
 def loads_page() -> str:
     hook = SyncEndpointsHook(clickhouse_conn_id=conf.get("sync", "clickhouse_conn_id", fallback="clickhouse_default"))
     ch = clickhouse_target.client(hook.target())
+    database = conf.get("sync", "ledger_database", fallback=DEFAULT_LEDGER_DATABASE)
     try:
-        states = Ledger(ch, conf.get("sync", "ledger_database", fallback=DEFAULT_LEDGER_DATABASE)).recent()
+        loads = Ledger(ch, database).recent()
+        checkpoints = Checkpoints(ch, database)
+        pipelines = []
+        if ch.command(f"EXISTS TABLE {checkpoints.table('cdc_state')}"):
+            pipelines = [(checkpoints.state(p), checkpoints.counters(p)) for p in checkpoints.pipelines()]
     finally:
         ch.close()
-    return loads_html(states, {s.load_key: counters_verdict(s) for s in states})
+    return sync_html(loads, {s.load_key: counters_verdict(s) for s in loads}, pipelines)
 
 
 class SyncViewPlugin(AirflowPlugin):
