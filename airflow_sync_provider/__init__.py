@@ -42,6 +42,9 @@ def get_provider_info() -> dict:
                 "python-modules": ["airflow_sync_provider.hooks.endpoints"],
             }
         ],
+        "plugins": [
+            {"name": "airflow_sync", "plugin-class": "airflow_sync_provider.plugins.sync_view.SyncViewPlugin"},
+        ],
         "integrations": [
             {
                 "integration-name": "MySQL to ClickHouse sync",

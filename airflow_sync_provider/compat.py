@@ -22,5 +22,25 @@ try:
 except ImportError:  # pragma: no cover
     from airflow.sdk.bases.trigger import BaseTrigger, TriggerEvent
 
+
+
+def __getattr__(name: str):
+    """Names only the API server's side needs (the Sync view, plugins/sync_view.py), imported
+    when asked for: tasks, which run on the Task SDK, never load them."""
+    if name == "AirflowPlugin":
+        from airflow.plugins_manager import AirflowPlugin
+
+        return AirflowPlugin
+    if name == "conf":
+        from airflow.configuration import conf
+
+        return conf
+    if name == "api_user":  # the dependency that authenticates a request: bearer token or the UI's cookie
+        from airflow.api_fastapi.core_api.security import get_user
+
+        return lambda: get_user
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = ["AirflowException", "Asset", "AirflowFailException", "BaseHook", "BaseOperator", "BaseSensorOperator",
-           "BaseTrigger", "PokeReturnValue", "TriggerEvent"]
+           "BaseTrigger", "PokeReturnValue", "TriggerEvent"]  # and, on demand (__getattr__): AirflowPlugin, api_user, conf

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the demo and the tests need on a fresh Debian/Ubuntu machine:
-# Debian packages (MariaDB server, Java, MariaDB client headers for mysqlclient, iproute2), the venv
+# Debian packages (MariaDB server, PostgreSQL server, Chromium, Java, MariaDB client headers for mysqlclient, iproute2), the venv
 # in .venv, and this package with its test extra. Idempotent and quick when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)  # the real-Airflow tier's metadata DB
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # the real-Airflow tier's screenshots of the Sync view
 pkg-config --exists libmariadb 2>/dev/null || need_apt+=(libmariadb-dev pkg-config)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_apt+=(iproute2)  # the cluster tests' network namespace

@@ -24,6 +24,12 @@ def test_provider_info_is_registered_and_lists_every_module():
         for entry in info.get(section, []):
             for module in entry["python-modules"]:
                 importlib.import_module(module)
+    from airflow.plugins_manager import is_valid_plugin  # the check Airflow makes before loading one
+
+    plugins = {p["name"]: p["plugin-class"] for p in info["plugins"]}
+    assert list(plugins) == ["airflow_sync"]
+    module, _, name = plugins["airflow_sync"].rpartition(".")
+    assert is_valid_plugin(getattr(importlib.import_module(module), name))
 
 
 def test_airflow_providers_list_shows_the_package(tmp_path):

@@ -310,6 +310,14 @@ class Ledger(LedgerTables):
         state.shards = self.shards(load_key, gen)
         return state
 
+    def recent(self, limit: int = 50) -> list[LoadState]:
+        """The most recently reported loads (each its newest generation), newest first."""
+        if not self.ch.command(f"EXISTS TABLE {self.table('loads')}"):
+            return []
+        keys = self.ch.query(f"SELECT load_key FROM {self.table('loads')} GROUP BY load_key"
+                             f" ORDER BY max(updated_at) DESC LIMIT {int(limit)}").result_rows
+        return [state for (key,) in keys if (state := self.state(key)) is not None]
+
     def shards(self, load_key: str, generation: int) -> dict[int, ShardState]:
         """The newest attempt of each shard of one generation of ``load_key``."""
         shards = {}

@@ -156,6 +156,11 @@ class Checkpoints(LedgerTables):
                              BinlogPosition.from_dict(json.loads(source) if source else None), source_time, events,
                              heartbeat, generation, holder)
 
+    def pipelines(self) -> list[str]:
+        """Every pipeline that has a state, by name."""
+        return [p for (p,) in self.ch.query(f"SELECT DISTINCT pipeline FROM {self.table('cdc_state')}"
+                                            " ORDER BY pipeline").result_rows]
+
     def generation(self, pipeline: str) -> int:
         """The highest lease generation the pipeline's state has seen (0: none)."""
         return int(self.ch.command(f"SELECT max(generation) FROM {self.table('cdc_state')}"

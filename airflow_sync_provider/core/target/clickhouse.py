@@ -137,6 +137,27 @@ def parts_table_name(load_key: str, generation: int) -> str:
     return "parts_" + hashlib.sha1(f"{load_key}\0{generation}".encode()).hexdigest()[:16]
 
 
+# ClickHouse keeps a table's metadata in a file named after it (bytes outside [A-Za-z0-9_]
+# escaped as %XX), and refuses names whose file would pass the file system's 255 bytes.
+_NAME_FILE_BYTES = 64
+
+
+def _file_bytes(name: str) -> int:
+    return sum(1 if (c.isascii() and (c.isalnum() or c == "_")) else 3 * len(c.encode()) for c in name)
+
+
+def private_name(table: str, role: str, owner: str) -> str:
+    """A working table of ``table`` (``role``: stage, shadow) that only ``owner`` uses: its load's
+    parts table, so one per load key and generation. Overlapping loads into one table (backfill
+    runs, retries) then never drop or fill each other's, and a resumed load finds, and first
+    drops, the one it left behind when it crashed. The name starts with ``table`` (cut short
+    when long) so a person sees whose it is."""
+    prefix = table
+    while _file_bytes(prefix) > _NAME_FILE_BYTES:
+        prefix = prefix[:-1]
+    return f"{prefix}__{role}_{hashlib.sha1(owner.encode()).hexdigest()[:12]}"
+
+
 def drop_shard(ch, database: str, parts: str, shard_id: int) -> None:
     ch.command(f"ALTER TABLE {ch_table(database, parts)} DROP PARTITION ID {ch_string(str(shard_id))}")
 
@@ -169,8 +190,9 @@ def copy_parts(ch, schema: TableSchema, parts: str, parts_db: str, database: str
 
 def publish_full(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
                  weight: bool = False) -> int:
-    """Copy into a shadow table and swap it in: readers see the old or the new table, never half."""
-    shadow = f"{table}__shadow"
+    """Copy into a shadow table (this load's own) and swap it in: readers see the old or the new
+    table, never half."""
+    shadow = private_name(table, "shadow", parts)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, shadow)}")
     ch.command(create_table_sql(schema, database, shadow, weight=weight))
@@ -216,13 +238,13 @@ def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, datab
 
     Loaded rows outside those partitions mean the period filter and the partitions disagree:
     nothing is published then. A partition with no loaded rows is dropped (the period is empty).
+    The stage table is this load's own, so period loads into one table may publish at once.
     """
-    stage = f"{table}__stage"
+    stage = private_name(table, "stage", parts)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
-    if not table_exists(ch, database, table):
-        ch.command(create_table_sql(schema, database, table, partition_by, weight))
-    else:
-        check_layout(ch, database, table)
+    # IF NOT EXISTS: the first loads of a new table may be publishing side by side
+    ch.command(create_table_sql(schema, database, table, partition_by, weight, if_not_exists=True))
+    check_layout(ch, database, table)
     if weight:  # REPLACE PARTITION needs the same columns on both sides
         ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS {_weight(True, True)[0]}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, stage)}")

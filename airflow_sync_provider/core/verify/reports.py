@@ -154,3 +154,73 @@ def diff_summary(result: dict) -> str:
             + ", ".join(f"{flag} {n:,}" for flag, n in counts.items())
             + f"; read row by row: {result['rows_read_old'] + result['rows_read_new']:,} of "
               f"{result['rows_old'] + result['rows_new']:,} rows ({result['shards_read']}/{result['shards']} shards)")
+
+
+def _minute_chart(counters: list[dict]) -> str:
+    """Row changes applied per minute (all tables), as bars."""
+    from html import escape
+
+    minutes: dict[str, int] = {}
+    for c in counters:
+        minutes[c["minute"]] = minutes.get(c["minute"], 0) + c["events"]
+    if not minutes:
+        return "<p>No changes applied in the last minutes.</p>"
+    top, bar, height = max(minutes.values()) or 1, 24, 80
+    bars = "".join(
+        f'<rect x="{i * (bar + 6)}" y="{height - n / top * height:.1f}" width="{bar}" height="{n / top * height:.1f}" '
+        f'fill="#4e79a7"><title>{escape(m)}: {n:,} changes</title></rect>' for i, (m, n) in enumerate(sorted(minutes.items())))
+    return (f'<svg class="chart" width="{len(minutes) * (bar + 6)}" height="{height}" role="img">{bars}</svg>'
+            f"<p>changes applied per minute, {min(minutes)} … {max(minutes)} (peak {top:,})</p>")
+
+
+def sync_html(loads: list, verdicts: dict[str, tuple[str, str]], pipelines: list[tuple] = ()) -> str:
+    """The Sync view's page: each load (``LoadState``) with its verdict and its shards' hook
+    counters (a running load shows its progress), ``verdicts`` being load key → (verdict,
+    message); then each CDC pipeline (``(PipelineState, per-minute counters)``) with its
+    checkpoint, status and a chart of the changes it applied per minute."""
+    from html import escape
+
+    def shard_rows(state) -> str:
+        out = []
+        for s in sorted(state.shards.values(), key=lambda s: s.shard_id):
+            bad = s.status != "success" or s.records_read != s.records_written or s.records_failed
+            out.append(f"<tr class='{'bad' if bad else ''}'><td>{s.shard_id}</td><td class='v'>{escape(s.status)}</td>"
+                       f"<td>{s.attempt}</td><td>{s.records_read:,}</td><td>{s.records_written:,}</td>"
+                       f"<td>{s.records_failed:,}</td><td>{s.seconds:.1f}</td>"
+                       f"<td class='v'>{escape(s.error[:200])}</td></tr>")
+        return "".join(out)
+
+    sections = []
+    for state in loads:
+        verdict, message = verdicts.get(state.load_key, ("", ""))
+        planned = len(state.plan.get("shards", []))
+        done = sum(1 for s in state.shards.values() if s.status == "success")
+        sections.append(
+            f"<section class='load'><h3><code>{escape(state.load_key)}</code> — {escape(state.status)}"
+            f"{' (stale)' if state.stale else ''}</h3>"
+            f"<p>{escape(state.source_table)} → {escape(state.target_table)}, generation {state.generation}, "
+            f"{done}/{planned} shards done; counters: <b class='{escape(verdict)}'>{escape(verdict)}</b> "
+            f"{escape(message)}</p>"
+            "<table><tr><th>shard</th><th class='v'>status</th><th>attempt</th><th>read</th><th>written</th>"
+            f"<th>failed</th><th>seconds</th><th class='v'>error</th></tr>{shard_rows(state)}</table></section>")
+    flows = []
+    for state, counters in pipelines:
+        flows.append(
+            f"<section class='pipeline'><h3><code>{escape(state.pipeline)}</code> — {escape(state.status)}"
+            f"{' (stale)' if state.stale else ''}</h3>"
+            f"<p>checkpoint {escape(str(state.checkpoint))}; source seen at {escape(str(state.source_position))}; "
+            f"{state.events:,} row changes applied in total; tables: "
+            f"{escape(', '.join(state.to_dict()['tables']))}</p>"
+            + (f"<p class='error'>{escape(state.error)}</p>" if state.error else "") + _minute_chart(counters)
+            + "</section>")
+    body = ("<h2>Loads</h2>" + ("".join(sections) or "<p class='empty'>No loads in the ledger yet.</p>")
+            + "<h2>CDC pipelines</h2>" + ("".join(flows) or "<p class='empty'>No pipelines yet.</p>"))
+    return f"""<!doctype html><meta charset="utf-8"><title>Sync</title>
+<style>body{{font-family:sans-serif;margin:1.5em}} td,th{{padding:2px 8px;text-align:right}} td.v,th.v{{text-align:left}}
+tr.bad td,p.error{{color:#b00}} b.success{{color:#2a7}} b.failed{{color:#b00}} b.wait{{color:#a70}}
+section{{margin-bottom:1.5em}}</style>
+<h1>Sync</h1>
+<p>{len(loads)} load(s), newest first, with the ledger's hook counters per shard (its newest attempt);
+{len(pipelines)} CDC pipeline(s).</p>
+{body}
+"""

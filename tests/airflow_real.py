@@ -1,0 +1,251 @@
+"""A real Airflow for tests: scheduler (LocalExecutor), DAG processor, triggerer and API server
+as separate processes, driven through the REST API (v2) with a JWT as the UI gets one.
+
+``airflow dags test`` runs tasks and deferrable triggers inline in one process; here a task runs
+in a LocalExecutor worker that talks to the API server's execution API, a deferred task's
+trigger is serialized into the metadata database and re-created in the triggerer, and a
+backfill's runs are scheduled side by side.
+
+Metadata database: a PostgreSQL of its own (devenv/postgres.py). SQLite does not support the
+LocalExecutor's concurrent writers, and Airflow 3.3 does not run on MariaDB (tried: the schema
+migrates, but the scheduler's asset clean-up sends ``WITH … DELETE``, which MariaDB rejects,
+and the scheduler exits).
+
+Connections come from ``AIRFLOW_CONN_*`` environment variables (devenv/airflow_env.py), the
+admin password from a 0600 file: nothing secret is on a command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from devenv.airflow_env import REPO, airflow_env
+from devenv.mariadb import free_port, stop_process
+from devenv.postgres import PostgreSQL
+
+COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+ADMIN = "admin"
+
+
+class ApiError(RuntimeError):
+    pass
+
+
+class RealAirflow:
+    """Start with :meth:`start` (or as a context manager); :meth:`api` calls the REST API."""
+
+    def __init__(self, home: Path, mysql_url: str, clickhouse_url: str, dags_folder: Path = REPO / "dags",
+                 parallelism: int = 4):
+        self.home, self.dags_folder, self.parallelism = Path(home), Path(dags_folder), parallelism
+        self.mysql_url, self.clickhouse_url = mysql_url, clickhouse_url
+        self.meta: PostgreSQL | None = None
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self._password = secrets.token_urlsafe(16)
+        self._token: str | None = None
+        self.env: dict = {}
+        self.timings: dict[str, float] = {}
+
+    # -- start and stop ---------------------------------------------------------------------------
+    def _environment(self) -> dict:
+        passwords = self.home / "passwords.json"
+        passwords.write_text(json.dumps({ADMIN: self._password}))
+        passwords.chmod(0o600)
+        env = airflow_env(self.home, self.mysql_url, self.clickhouse_url)
+        env.update({
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.meta.url,
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.base,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),  # the same in every component
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "600",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            "AIRFLOW__SYNC__CLICKHOUSE_CONN_ID": "sync_clickhouse",  # the Sync view's ledger
+            # Airflow 3.3 loads plugins named in providers' info only without lazy discovery
+            "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
+        })
+        return env
+
+    def start(self, timeout: float = 240) -> "RealAirflow":
+        started = time.monotonic()
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.meta = PostgreSQL().start()
+        self.env = self._environment()
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self.env, cwd=REPO, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+        self.timings["migrate"] = time.monotonic() - started
+        for component in COMPONENTS:
+            log = open(self.home / f"{component}.log", "wb")  # noqa: SIM115 - kept open by the process
+            self.procs[component] = subprocess.Popen([sys.executable, "-m", "airflow", component], env=self.env,
+                                                     cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            try:
+                health = self.api("GET", "/api/v2/monitor/health", auth=False)
+                if all(health.get(c, {}).get("status") == "healthy"
+                       for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                    break
+            except (OSError, ApiError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Airflow did not become healthy in {timeout:.0f} s; logs in {self.home}")
+            time.sleep(1)
+        self.timings["healthy"] = time.monotonic() - started
+        return self
+
+    def _check_alive(self) -> None:
+        for component, proc in self.procs.items():
+            if proc.poll() is not None:
+                tail = (self.home / f"{component}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"airflow {component} exited with {proc.returncode}:\n{tail}")
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            stop_process(proc)
+            with contextlib.suppress(ProcessLookupError):  # what it started (workers, tasks, spark-submit) too
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.procs.clear()
+        if self.meta is not None:
+            self.meta.stop()
+            self.meta = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- the REST API -----------------------------------------------------------------------------
+    def token(self) -> str:
+        """A JWT from the simple auth manager's login endpoint, as the UI's login form gets one."""
+        if self._token is None:
+            self._token = self.api("POST", "/auth/token", {"username": ADMIN, "password": self._password},
+                                   auth=False)["access_token"]
+        return self._token
+
+    def api(self, method: str, path: str, body: dict | None = None, auth: bool = True, raw: bool = False):
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data, headers["Content-Type"] = json.dumps(body).encode(), "application/json"
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            raise ApiError(f"{method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:2000]}") from exc
+        if raw:
+            return payload.decode(errors="replace")
+        return json.loads(payload) if payload else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> dict:
+        """The DAG once the DAG processor has parsed it, unpaused (a paused DAG's tasks are not queued)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.api("GET", f"/api/v2/dags/{dag_id}")
+                return self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+            except ApiError:
+                if time.monotonic() > deadline:
+                    raise
+            self._check_alive()
+            time.sleep(2)
+
+    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
+        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def runs(self, dag_id: str) -> list[dict]:
+        return self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=id")["dag_runs"]
+
+    def wait_for_runs(self, dag_id: str, run_ids: list[str], timeout: float = 600) -> dict[str, str]:
+        """Wait until every run ended; returns {run_id: state}."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = {r["dag_run_id"]: r["state"] for r in self.runs(dag_id) if r["dag_run_id"] in run_ids}
+            if len(states) == len(run_ids) and all(s in ("success", "failed") for s in states.values()):
+                return states
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{dag_id} runs still {states} after {timeout:.0f} s; logs in {self.home}")
+            self._check_alive()
+            time.sleep(2)
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict]:
+        tis = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")["task_instances"]
+        return {ti["task_id"]: ti for ti in tis}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value"):
+        entry = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+                                "?deserialize=true")
+        return entry["value"]
+
+    def screenshot(self, path: str, png: Path, width: int = 1280, height: int = 1400) -> Path:
+        """A page of the API server as headless Chromium (Debian's ``chromium``) renders it,
+        signed in: Chromium loads it through a loopback proxy that adds the bearer token, so
+        the token is on no command line."""
+        import http.server
+        import shutil
+        import threading
+
+        browser = shutil.which("chromium") or shutil.which("chromium-browser")
+        if browser is None:
+            raise FileNotFoundError("chromium is not installed (apt-get install chromium)")
+        airflow = self
+
+        class Proxy(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the http.server API
+                request = urllib.request.Request(airflow.base + self.path,
+                                                 headers={"Authorization": f"Bearer {airflow.token()}"})
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as response:
+                        status, body, kind = response.status, response.read(), response.headers.get("Content-Type")
+                except urllib.error.HTTPError as exc:
+                    status, body, kind = exc.code, exc.read(), exc.headers.get("Content-Type")
+                self.send_response(status)
+                self.send_header("Content-Type", kind or "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                            f"--user-data-dir={self.home / 'chromium'}", f"--window-size={width},{height}",
+                            f"--screenshot={png}", f"http://127.0.0.1:{server.server_address[1]}{path}"],
+                           check=True, capture_output=True, timeout=120)
+        finally:
+            server.shutdown()
+        return png
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        return self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+                               "?full_content=true", raw=True)
