@@ -574,7 +574,7 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
                   "started by this bench (other engineers' tests), cores on average during the phase. A "
                   "verification's seconds: spark/cdc_verify.record's `seconds`, from the look's start (catch-up to "
                   "the source's current position, snapshot S with the source's per-shard checksums, applying up to "
-                  "S, the copy's checksums, repairs) to its verdict; the stream does not advance meanwhile."]
+                  "S, the copy's checksums, repairs) to its verdict; the stream stands still from S until the copy's checksums are computed, and goes on while MySQL's finish (docs/cdc.md, Verification)."]
 
     if "b" in phases:
         b = phases["b"]
