@@ -228,6 +228,8 @@ class Writer(threading.Thread):
     """A steady ``rate`` row changes/s in small autocommit transactions (one statement of 5–30 rows),
     ``changed_at = NOW(6)`` (UTC) on every inserted or updated row, until ``until`` (time.time())."""
 
+    changes_class = Changes  # what makes the statements (bench/cdc_ddl.py names its inserts' columns)
+
     def __init__(self, mysql_url: str, rate: float, until: float, next_id: int, seed: int):
         super().__init__(daemon=True)
         self.mysql_url, self.rate, self.until, self.next_id, self.seed = mysql_url, rate, until, next_id, seed
@@ -241,7 +243,7 @@ class Writer(threading.Thread):
             with conn, conn.cursor() as cur:
                 cur.execute("SET time_zone = '+00:00'")  # NOW(6) as UTC wall clock = the target's DateTime64(6, 'UTC')
                 rng = random.Random(self.seed)
-                self.changes = Changes(cur, self.next_id, rng)
+                self.changes = self.changes_class(cur, self.next_id, rng)
                 self.started = time.time()
                 while not self.stop_event.is_set():
                     now = time.time()

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import random
 import re
 import subprocess
 import tempfile
@@ -91,29 +90,7 @@ class NamedChanges(Changes):
 class DdlWriter(Writer):
     """bench/cdc_apply.Writer (same pacing, same statements) with :class:`NamedChanges`."""
 
-    def run(self):
-        try:
-            conn = mysql_conn(self.mysql_url)
-            with conn, conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                rng = random.Random(self.seed)
-                self.changes = NamedChanges(cur, self.next_id, rng)
-                self.started = time.time()
-                while not self.stop_event.is_set():
-                    now = time.time()
-                    if now >= self.until:
-                        break
-                    if self.changes.total >= self.rate * (now - self.started):
-                        time.sleep(0.002)
-                        continue
-                    self.changes.statement(rng.randint(5, 30))
-                    self.transactions += 1
-                    if self.first_commit is None:
-                        self.first_commit = time.time()
-        except Exception as exc:
-            self.error = f"{type(exc).__name__}: {exc}"
-        finally:
-            self.stopped = time.time()
+    changes_class = NamedChanges
 
 
 class DdlRunner(threading.Thread):
@@ -578,7 +555,7 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
 
     if "b" in phases:
         b = phases["b"]
-        lines += ["", f"## (b) each ADD COLUMN, followed in place", "",
+        lines += ["", "## (b) each ADD COLUMN, followed in place", "",
                   "| DDL | at s | on the source s | job logged it followed after s | lag max in the next "
                   f"{args.window:g} s | lag p50 in the next {args.window:g} s | re-copy? | the verification after it: "
                   "began at s, seconds, shards, repaired | the copy after the phase |",

@@ -261,13 +261,8 @@ class Recopies:
 def truncate(ch, route: TableRoute, after: BinlogPosition) -> int:
     """A tombstone for every live row, ranked between the changes before the TRUNCATE and after it."""
     table = ch_table(route.target_database, route.target_table)
-    columns = [c for c in target.column_types(ch, route.target_database, route.target_table)
-               if c not in (target.VERSION_COLUMN, target.DELETED_COLUMN)]
-    names = ", ".join(ch_ident(c) for c in columns)
     rows = int(ch.command(f"SELECT count() FROM {table} FINAL WHERE {ch_ident(target.DELETED_COLUMN)} = 0"))
-    ch.command(f"INSERT INTO {table} ({names}, {ch_ident(target.VERSION_COLUMN)}, {ch_ident(target.DELETED_COLUMN)})"
-               f" SELECT {names}, {after.snapshot_version()}, 1 FROM {table} FINAL"
-               f" WHERE {ch_ident(target.DELETED_COLUMN)} = 0", settings=target.WEIGHT_SETTINGS)
+    target.tombstone_older(ch, route.target_database, route.target_table, after.snapshot_version())
     return rows
 
 
@@ -301,14 +296,14 @@ def follow(spec: CdcApplySpec, recopies: Recopies, ch, routes: dict, configs: li
         return route if route is not None and after.version() > route.skip_before else None
 
     selection = TableSelection.of(spec.select)
-    unstreamable = by_name.get(parsed.tables[0]) if parsed.tables else None
-    if parsed.kind == "alter" and unstreamable is not None and unstreamable.get("unstreamable"):
+    left_out = by_name.get(parsed.tables[0]) if parsed.tables else None  # a table CDC could not stream
+    if parsed.kind == "alter" and left_out is not None and left_out.get("unstreamable"):
         with mysql_reader.connect(spec.source) as conn:
             try:
-                problem = streaming_problem(copied_schema(conn, unstreamable))
+                problem = streaming_problem(copied_schema(conn, left_out))
             except TableNotFound:
                 problem = "gone"  # dropped or renamed further on in the binlog
-        if problem is None and recopies.start(ch, routes, unstreamable, f"streamable since {after}"):
+        if problem is None and recopies.start(ch, routes, left_out, f"streamable since {after}"):
             changed.append(parsed.tables[0])  # e.g. a primary key added: the table streams from now on
             recopied.append(parsed.tables[0])
     elif parsed.kind == "alter" and current(parsed.tables[0]) is not None and parsed.actions:

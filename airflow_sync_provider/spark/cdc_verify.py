@@ -213,10 +213,9 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, shard_
     version = snapshot.position.snapshot_version(repair=True)
     written = 0
     names = [m.name for m in check.schema.mappings()] + ([SPLIT_WEIGHT_COLUMN] if check.weight else [])
-    columns = [c for c in target.column_types(ch, database, table)
-               if c not in (target.VERSION_COLUMN, target.DELETED_COLUMN)]
+    writer = target.shared_client(spec.target)  # session-less: an insert may be acknowledged while the next streams
     for shard_id in shard_ids:
-        inserts = ArrowInserts(target.shared_client(spec.target), ch_table(database, table),
+        inserts = ArrowInserts(writer, ch_table(database, table),
                                settings=target.WEIGHT_SETTINGS if check.weight else None)
         try:
             for batch in snapshot.rows(check, shard_id):
@@ -228,12 +227,7 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, shard_
         finally:
             inserts.close()
         where, params = check.predicates[_index(check, shard_id)]
-        listed = ", ".join(ch_ident(c) for c in columns)
-        ch.command(f"INSERT INTO {ch_table(database, table)} ({listed}, {ch_ident(target.VERSION_COLUMN)}, "
-                   f"{ch_ident(target.DELETED_COLUMN)}) SELECT {listed}, {version}, 1 FROM "
-                   f"{ch_table(database, table)} FINAL WHERE ({where}) AND {ch_ident(target.DELETED_COLUMN)} = 0 "
-                   f"AND {ch_ident(target.VERSION_COLUMN)} < {version}", parameters=params,
-                   settings=target.WEIGHT_SETTINGS)
+        target.tombstone_older(ch, database, table, version, where, params)
     return written
 
 

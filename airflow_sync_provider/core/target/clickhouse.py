@@ -172,6 +172,19 @@ def column_types(ch, database: str, table: str) -> dict[str, str]:
                          " ORDER BY position", parameters={"d": database, "t": table}).result_rows)
 
 
+def tombstone_older(ch, database: str, table: str, version: int, where: str = "1", params: dict | None = None) -> None:
+    """A tombstone of ``version`` for every live row of the copy (``where``: those of one shard)
+    whose version is below it: rows the source no longer had at the position ``version`` stands
+    for (a TRUNCATE, a verification's repair). Rows written since rank above it and stay."""
+    name = ch_table(database, table)
+    columns = ", ".join(ch_ident(c) for c in column_types(ch, database, table)
+                        if c not in (VERSION_COLUMN, DELETED_COLUMN))
+    ch.command(f"INSERT INTO {name} ({columns}, {ch_ident(VERSION_COLUMN)}, {ch_ident(DELETED_COLUMN)}) "
+               f"SELECT {columns}, {int(version)}, 1 FROM {name} FINAL WHERE ({where}) "
+               f"AND {ch_ident(DELETED_COLUMN)} = 0 AND {ch_ident(VERSION_COLUMN)} < {int(version)}",
+               parameters=params or {}, settings=WEIGHT_SETTINGS)
+
+
 def sorting_key(ch, database: str, table: str) -> list[str]:
     """The ORDER BY columns (the copy's key: the MySQL primary key when it was loaded)."""
     key = ch.command("SELECT sorting_key FROM system.tables WHERE database = {d:String} AND name = {t:String}",
