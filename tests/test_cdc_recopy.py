@@ -46,7 +46,8 @@ def test_other_tables_keep_flowing_while_one_is_recopied(mysql_conn, ch, endpoin
     seeded(mysql_conn, "small", 100)
     bootstrap(endpoints, spark, "flow", "big", "small")
     spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="flow", lanes=2, service=True,
-                        max_seconds=40, batch_seconds=0.2, recopy_channels=1)
+                        max_seconds=40, batch_seconds=0.2, recopy_channels=1,
+                        recopy_record_speed=100_000)  # a re-copy of about 6 s: the stream's inserts land inside it
     result, errors = {}, []
 
     def serve():

@@ -163,6 +163,7 @@ class CdcApplySpec:
     # bootstrap's chunks on this many channels, in the driver up to driver_copy_rows
     recopy_channels: int = 2
     recopy_tables: int = 1  # tables re-copied at once, beside the stream
+    recopy_record_speed: int | None = None  # rows/s per re-copy channel (spare a busy source), as a bootstrap's
     driver_copy_rows: int | None = None
     # the pipeline checks itself (spark/cdc_verify.py): per-shard checksums vs the source at one
     # binlog position, mismatched shards repaired; after a DDL touched a table, for every table

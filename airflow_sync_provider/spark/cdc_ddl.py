@@ -210,6 +210,7 @@ class Recopies:
         # the lease is ours: no other applier runs this re-copy, so it need not wait for a stale heartbeat
         bootstrap = CdcBootstrapSpec(spec.source, spec.target, spec.pipeline, tables=[table],
                                      channels=spec.recopy_channels, restart=restart,
+                                     channel_record_speed=spec.recopy_record_speed,
                                      driver_copy_rows=spec.driver_copy_rows, ledger_database=spec.ledger_database,
                                      stale_after_seconds=0)
         checkpoints = Checkpoints(ch, spec.ledger_database)
