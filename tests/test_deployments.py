@@ -66,6 +66,34 @@ def test_local_client_mode_keeps_the_spec_private_on_this_host(monkeypatch, tmp_
     assert hook._env["MALLOC_ARENA_MAX"] == "2"  # the channels' memory stays bounded (core/submission.py)
 
 
+def test_a_local_master_runs_the_driver_in_python_without_spark_submit(monkeypatch, tmp_path):
+    """No JVM before the job needs one: the script runs under this interpreter; a session it may
+    build gets spark-submit's master, conf and py-files from $PYSPARK_SUBMIT_ARGS; the passwords
+    stay in the 0600 spec, never in argv or the environment."""
+    import shlex
+
+    for conn_id, conn in CONNECTIONS.items():
+        monkeypatch.setenv(f"AIRFLOW_CONN_SPARK_{conn_id.upper()}", json.dumps(conn))
+    operator = ReconcileOperator(task_id="t", load_key="k", spark_conn_id="spark_local",
+                                 spark_conf={"spark.executor.memory": "2g"})
+    (tmp_path / "a").mkdir()
+    cmd, env, staged = operator.driver_command(_spec(), str(tmp_path / "a"))
+    assert cmd == [sys.executable, job_script("reconcile"), "--spec", str(tmp_path / "a" / "spec.json")]
+    assert env["MASTER"] == "local[2]" and env["MALLOC_ARENA_MAX"] == "2"
+    submit = shlex.split(env["PYSPARK_SUBMIT_ARGS"])
+    assert submit[:2] == ["--master", "local[2]"] and submit[-1] == "pyspark-shell"
+    assert submit[submit.index("--py-files") + 1] == staged.py_files
+    assert _conf(submit)["spark.executor.memory"] == "2g" and _conf(submit)["spark.ui.enabled"] == "false"
+    everything = " ".join(cmd) + " ".join(env.values())
+    assert MYSQL_SECRET not in everything and CH_SECRET not in everything
+    assert stat.S_IMODE(os.stat(tmp_path / "a" / "spec.json").st_mode) == 0o600
+    # spark-submit when asked, and always for a cluster's master
+    assert ReconcileOperator(task_id="u", load_key="k", spark_conn_id="spark_local",
+                             use_spark_submit=True).driver_command(_spec(), str(tmp_path)) is None
+    assert ReconcileOperator(task_id="v", load_key="k", spark_conn_id="spark_standalone").driver_command(
+        _spec(), str(tmp_path)) is None
+
+
 def test_jobs_that_compute_in_python_start_a_lean_driver_jvm(monkeypatch, tmp_path):
     """A full load's driver JVM only launches Python: C1 and the serial collector (half the CPU to
     start); reconciliation computes in Spark SQL and keeps the defaults; a user's conf wins."""
@@ -75,9 +103,10 @@ def test_jobs_that_compute_in_python_start_a_lean_driver_jvm(monkeypatch, tmp_pa
     load = FullLoadSpec(_spec().source, _spec().target, "d", "t", "d", "t")
     for name in ("load", "own", "reconcile"):
         (tmp_path / name).mkdir()
-    command, _ = prepare(load, str(tmp_path / "load"))
+    command, _ = prepare(load, str(tmp_path / "load"), use_spark_submit=True)
     assert _conf(command)["spark.driver.extraJavaOptions"] == LIGHT_DRIVER_JAVA_OPTIONS
-    command, _ = prepare(load, str(tmp_path / "own"), conf={"spark.driver.extraJavaOptions": "-Xmx2g"})
+    command, _ = prepare(load, str(tmp_path / "own"), conf={"spark.driver.extraJavaOptions": "-Xmx2g"},
+                         use_spark_submit=True)
     assert _conf(command)["spark.driver.extraJavaOptions"] == "-Xmx2g"
     command, _, _ = _command(monkeypatch, tmp_path / "reconcile", "local")
     assert "spark.driver.extraJavaOptions" not in _conf(command)

@@ -11,8 +11,14 @@ and where the result comes back, for each way Spark can run the driver.
   cluster's own configuration), and writes its result to the ledger on ClickHouse under a key
   the submitter then reads. Nothing secret is on any command line or in a staged file.
 
-Airflow submits through SparkSubmitHook (operators/spark_job.py); the CLI, benchmarks and tests
-use ``spark_submit`` here, which runs the same scripts with the same conventions.
+On a **local master** the job's script runs as a plain Python process instead (``python_driver``):
+every job there copies, checksums and diffs in the driver's threads (spark/channels.py) and never
+needs the JVM that spark-submit starts first (2-5 s of a small table's task). If a job does ask
+for a SparkSession (``driver_copy_rows=0``), pyspark starts it through spark-submit with the same
+master, conf and py-files, taken from ``$PYSPARK_SUBMIT_ARGS``.
+
+Airflow submits through SparkSubmitHook (operators/spark_job.py) or runs the Python driver
+itself; the CLI, benchmarks and tests use ``spark_submit`` here, with the same conventions.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ import importlib.util
 import json
 import marshal
 import os
+import shlex
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import zipfile
@@ -169,25 +177,78 @@ def secrets_from_env(spec) -> None:
         setattr(spec, side, dataclasses.replace(endpoint, password=os.environ[variable]))
 
 
-def prepare(spec, workdir: str, master: str = "local[2]", conf: dict | None = None) -> tuple[list[str], dict]:
-    """Stage ``spec`` in ``workdir`` (client mode); returns the spark-submit command and its environment."""
+def python_driver(master: str, deploy_mode: str | None = None) -> bool:
+    """Whether the job's driver can run as a plain Python process: a local master in client mode."""
+    return master.startswith("local") and not is_cluster(deploy_mode)
+
+
+def python_driver_command(job: str, staged: Submission, master: str, conf: dict) -> tuple[list[str], dict]:
+    """The command and environment that run ``job``'s script as a Python driver on a local master.
+    ``$PYSPARK_SUBMIT_ARGS`` holds what spark-submit would have got, for a session the job may build."""
+    args = ["--master", master, "--py-files", staged.py_files]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    env = {**staged.env_vars, "MASTER": master, "PYSPARK_SUBMIT_ARGS": shlex.join([*args, "pyspark-shell"])}
+    return [env["PYSPARK_DRIVER_PYTHON"], job_script(job), *staged.application_args], env
+
+
+def prepare(spec, workdir: str, master: str = "local[2]", conf: dict | None = None,
+            use_spark_submit: bool = False) -> tuple[list[str], dict]:
+    """Stage ``spec`` in ``workdir`` (client mode); returns the command and its environment: a Python
+    driver on a local master (unless ``use_spark_submit``), else spark-submit."""
     staged = stage(spec, workdir, master)
+    conf = {"spark.ui.enabled": "false", "spark.log.level": "WARN", **staged.conf, **(conf or {})}
+    if python_driver(master) and not use_spark_submit:
+        return python_driver_command(spec.job, staged, master, conf)
     cmd = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", master,
            "--py-files", staged.py_files]
-    for key, value in {"spark.ui.enabled": "false", "spark.log.level": "WARN", **staged.conf, **(conf or {})}.items():
+    for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
     return cmd + [job_script(spec.job), *staged.application_args], staged.env_vars
 
 
+def run_driver(cmd: list[str], env: dict, line=None, timeout: float | None = None, started=None) -> tuple[int, str]:
+    """Run a driver command, passing each output line to ``line`` (if given); returns the exit
+    code and the output's last 3,000 characters. Killed after ``timeout`` seconds; ``started``
+    gets the process (to kill it from elsewhere)."""
+    tail: list[str] = []
+    with subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, bufsize=1) as proc:
+        if started is not None:
+            started(proc)
+        expired = threading.Event()
+
+        def kill() -> None:
+            expired.set()
+            proc.kill()
+
+        watchdog = threading.Timer(timeout, kill) if timeout else None
+        if watchdog:
+            watchdog.start()
+        try:
+            for text in proc.stdout:
+                if line is not None:
+                    line(text.rstrip("\n"))
+                tail = (tail + [text])[-200:]
+            code = proc.wait()
+        finally:
+            if watchdog:
+                watchdog.cancel()
+        if expired.is_set():
+            raise subprocess.TimeoutExpired(cmd, timeout)
+    return code, "".join(tail)[-3000:]
+
+
 def spark_submit(spec, master: str = "local[2]", conf: dict | None = None, timeout: float | None = None,
-                 log=None) -> dict:
-    """spark-submit ``spec``'s job without Airflow (client mode); returns the job's result."""
+                 log=None, use_spark_submit: bool = False) -> dict:
+    """Run ``spec``'s job without Airflow (client mode; a Python driver on a local master unless
+    ``use_spark_submit``); returns the job's result."""
     with tempfile.TemporaryDirectory(prefix="airflow-sync-") as tmp:
-        cmd, env = prepare(spec, tmp, master, conf)
-        run = subprocess.run(cmd, env={**os.environ, **env}, stdout=log or subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        cmd, env = prepare(spec, tmp, master, conf, use_spark_submit)
+        code, tail = run_driver(cmd, env, (lambda text: print(text, file=log, flush=True)) if log else None,
+                                timeout)
         result = read_result(spec.result_path)
         if not result:
-            tail = (run.stdout or "")[-3000:] if log is None else ""
-            result = {"status": "failed", "error": f"spark-submit exited {run.returncode}: {tail}"}
+            result = {"status": "failed", "error": f"{os.path.basename(cmd[0])} exited {code}: "
+                                                   f"{'' if log else tail}"}
         return result

@@ -11,7 +11,9 @@ from airflow_sync_provider.assets import openlineage
 from airflow_sync_provider.compat import AirflowException, Asset, BaseOperator
 from airflow_sync_provider.core.jobspec import public_dict
 from airflow_sync_provider.core.ledger import Ledger
-from airflow_sync_provider.core.submission import Submission, job_script, read_result, stage
+from airflow_sync_provider.core.submission import (
+    Submission, job_script, python_driver, python_driver_command, read_result, run_driver, stage,
+)
 from airflow_sync_provider.core.target.clickhouse import client as clickhouse_client
 
 DEFAULT_CONF = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
@@ -37,14 +39,19 @@ class SparkJobOperator(BaseOperator):
         package installed (on a cluster it must exist on every worker).
     :param kubernetes_secret: Kubernetes cluster mode: the secret with keys ``mysql-password``
         and ``clickhouse-password`` that the driver's environment is filled from.
+    :param use_spark_submit: on a local master the job's driver runs as a plain Python process
+        (core/submission.py: no JVM unless the job needs executors, 2-5 s less per task); True
+        submits it through spark-submit there too. Other masters always use spark-submit.
     """
 
     job: str = ""
     ui_color = "#fde2b0"
 
     def __init__(self, *, spark_conn_id: str = "spark_default", spark_conf: dict | None = None,
-                 pyspark_python: str | None = None, kubernetes_secret: str | None = None, **kwargs):
+                 pyspark_python: str | None = None, kubernetes_secret: str | None = None,
+                 use_spark_submit: bool = False, **kwargs):
         super().__init__(**kwargs)
+        self.use_spark_submit = use_spark_submit
         self.spark_conn_id = spark_conn_id
         self.spark_conf = spark_conf
         self.pyspark_python = pyspark_python
@@ -75,7 +82,7 @@ class SparkJobOperator(BaseOperator):
 
     def submit_hook(self, spec, workdir: str) -> tuple[SparkSubmitHook, Submission]:
         """The hook that submits ``spec`` staged in ``workdir`` for the connection's deployment."""
-        where = SparkSubmitHook(conn_id=self.spark_conn_id)._connection  # master and deploy mode
+        where = self._where()
         staged = stage(spec, workdir, where["master"], where["deploy_mode"], self.pyspark_python,
                        self.kubernetes_secret)
         hook = SparkSubmitHook(
@@ -91,16 +98,39 @@ class SparkJobOperator(BaseOperator):
         )
         return hook, staged
 
+    def _where(self) -> dict:
+        return SparkSubmitHook(conn_id=self.spark_conn_id)._connection  # master, deploy mode, queue, …
+
+    def driver_command(self, spec, workdir: str) -> tuple[list[str], dict, Submission] | None:
+        """The Python driver's command for ``spec`` staged in ``workdir`` (a local master), else None."""
+        where = self._where()
+        if self.use_spark_submit or not python_driver(where["master"], where["deploy_mode"]):
+            return None
+        staged = stage(spec, workdir, where["master"], None, self.pyspark_python)
+        cmd, env = python_driver_command(self.job, staged, where["master"],
+                                         {**DEFAULT_CONF, **staged.conf, **(self.spark_conf or {})})
+        return cmd, env, staged
+
     def execute(self, context):
         spec = self.build_spec(context)
         self.log.info("Job spec (secrets masked): %s", json.dumps(public_dict(spec), default=str))
         with tempfile.TemporaryDirectory(prefix="airflow-sync-") as tmp:  # created 0700
-            hook, staged = self.submit_hook(spec, tmp)
-            try:
-                hook.submit(application=job_script(self.job))
-            except AirflowException as exc:
-                error = self._result(spec, staged).get("error")
-                raise AirflowException(f"{self.job} job failed: {error or exc}") from None
+            local = self.driver_command(spec, tmp)
+            if local is not None:
+                cmd, env, staged = local
+                self.log.info("Running the %s job's driver in Python on %s (no spark-submit)", self.job,
+                              env["MASTER"])
+                code, _ = run_driver(cmd, env, self.log.info, started=lambda proc: setattr(self, "_driver", proc))
+                if code:
+                    error = self._result(spec, staged).get("error")
+                    raise AirflowException(f"{self.job} job failed: {error or f'its driver exited {code}'}")
+            else:
+                hook, staged = self.submit_hook(spec, tmp)
+                try:
+                    hook.submit(application=job_script(self.job))
+                except AirflowException as exc:
+                    error = self._result(spec, staged).get("error")
+                    raise AirflowException(f"{self.job} job failed: {error or exc}") from None
             result = self._result(spec, staged)
         if result.get("status") != "success":
             raise AirflowException(f"{self.job} job wrote no success result: {result}")
@@ -112,6 +142,12 @@ class SparkJobOperator(BaseOperator):
                 events[asset].extra = {k: summary[k] for k in ("load_key", "rows", "verdict", "counts", "checkpoint")
                                        if k in summary}
         return summary
+
+    def on_kill(self) -> None:
+        """The task was killed: so is a Python driver (a spark-submit one goes with its hook)."""
+        driver = getattr(self, "_driver", None)
+        if driver is not None and driver.poll() is None:
+            driver.kill()
 
     @staticmethod
     def _result(spec, staged: Submission) -> dict:
