@@ -86,20 +86,46 @@ def _submit(spec, args, what: str, done) -> int:
     return 0 if result.get("status") == "success" else 1
 
 
+def _loaded(r: dict) -> str:
+    return (f"loaded {r['table']} → {r['target']}: {r['rows']:,} rows, {r['shards']} shards ({r['shards_read']} read "
+            f"now), {r['seconds']:.1f} s; load key {r['load_key']!r}")
+
+
 def _run_load(spec: FullLoadSpec, args) -> int:
-    return _submit(spec, args, "load", lambda r: (
-        f"loaded {r['table']} → {r['target']}: {r['rows']:,} rows, {r['shards']} shards ({r['shards_read']} read "
-        f"now), {r['seconds']:.1f} s; load key {r['load_key']!r}"))
+    return _submit(spec, args, "load", lambda r: "\n".join(
+        [_loaded(t) for t in r["tables"]] + [f"{len(r['tables'])} table(s), {sum(t['rows'] for t in r['tables']):,} "
+                                            f"rows in {r['seconds']:.1f} s"]) if "tables" in r else _loaded(r))
+
+
+def _many(args, source: MySQLEndpoint) -> dict | None:
+    """A command's tables by pattern (--select-table / --exclude-table, or no --table): the selection."""
+    if getattr(args, "table", None) and not (args.select_table or args.exclude_table):
+        return None
+    databases = args.database or ([source.database] if source.database else [])
+    if not databases:
+        raise SystemExit("select tables with --database (pattern; repeat) or put the database in the MySQL URL")
+    return {"databases": databases, "tables": args.select_table or ["*"], "exclude_tables": args.exclude_table or [],
+            "target_database": args.target_database or "{database}"}
+
+
+def _one_database(args, source: MySQLEndpoint) -> str:
+    if args.database and len(args.database) > 1:
+        raise SystemExit("one --database with --table (several select tables by pattern)")
+    return (args.database or [source.database])[0]
 
 
 def cmd_load(args) -> int:
     source = MySQLEndpoint.from_url(args.mysql_url)
     target = ClickHouseEndpoint.from_url(args.clickhouse_url)
-    database = args.database or source.database
+    select = _many(args, source)
+    database = "" if select else _one_database(args, source)
+    table = "" if select else args.table
     spec = FullLoadSpec(
-        source=source, target=target, source_database=database, source_table=args.table,
-        target_database=args.target_database or (target.database if target.database != "default" else database),
-        target_table=args.target_table or args.table, load_key=args.load_key or "", channels=args.channels,
+        source=source, target=target, source_database=database, source_table=table, select=select,
+        parallel_tables=args.parallel_tables,
+        target_database="" if select else args.target_database or (
+            target.database if target.database != "default" else database),
+        target_table="" if select else args.target_table or table, load_key=args.load_key or "", channels=args.channels,
         columns=args.column, exclude_columns=args.exclude_column or [],
         split_column=args.split_column, split_factor=args.split_factor, strategy=args.strategy,
         channel_record_speed=args.channel_record_speed, channel_byte_speed=args.channel_byte_speed,
@@ -135,26 +161,36 @@ def cmd_status(args) -> int:
 
 
 def cmd_reconcile(args) -> int:
-    spec = ReconcileSpec(source=MySQLEndpoint.from_url(args.mysql_url), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
-                         load_key=args.load, checksum=args.checksum, reimport=args.reimport,
-                         ledger_database=args.ledger_database)
+    source = MySQLEndpoint.from_url(args.mysql_url)
+    select = _many(args, source) if args.database or args.select_table or args.exclude_table or not args.load else None
+    spec = ReconcileSpec(source=source, target=ClickHouseEndpoint.from_url(args.clickhouse_url),
+                         load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
+                         ledger_database=args.ledger_database, select=select, parallel_tables=args.parallel_tables)
     result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
     if result.get("status") != "success":
         print(f"airflow-sync: reconcile failed: {result.get('error')}", file=sys.stderr)
         return 1
-    result["report"] = write_report(result, args.report_dir)
+    tables = result["tables"] if "tables" in result else [result]
+    for one in tables:
+        one["report"] = write_report(one, args.report_dir)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:
-        print(reconcile_table(result["shards"]))
-        if result.get("before"):
-            print(f"first pass: shards {result['before']['mismatched']} mismatched; re-imported "
-                  f"{result['reimported']['rows']:,} rows into them")
-        print(f"verdict: {result['verdict']}; mismatched shards: {result['mismatched'] or 'none'}; report {result['report']}")
-    return 0 if result["verdict"] == "ok" else 3
+        for one in tables:
+            if len(tables) > 1:
+                print(f"{one['table']} → {one['target']} (load {one['load_key']!r}):")
+            print(reconcile_table(one["shards"]))
+            if one.get("before"):
+                print(f"first pass: shards {one['before']['mismatched']} mismatched; re-imported "
+                      f"{one['reimported']['rows']:,} rows into them")
+            print(f"verdict: {one['verdict']}; mismatched shards: {one['mismatched'] or 'none'}; report {one['report']}")
+    return 0 if all(one["verdict"] == "ok" for one in tables) else 3
 
 
 def cmd_diff(args) -> int:
+    if not args.old and not (args.database or args.select_table):
+        raise SystemExit("give --old with --table or --new (one table), or --database [--select-table …] (many)")
+    select = _many(args, MySQLEndpoint.from_url(args.mysql_url)) if not args.old else None
     database, _, table = (args.table or "").partition(".")
     on_change = "apply" if args.apply else "fail" if args.fail else "warn"
     tolerances = {}
@@ -162,8 +198,9 @@ def cmd_diff(args) -> int:
         column, _, value = item.partition("=")
         tolerances[column] = float(value)
     spec = SnapshotDiffSpec(
-        target=ClickHouseEndpoint.from_url(args.clickhouse_url), old_table=args.old,
-        source=MySQLEndpoint.from_url(args.mysql_url) if args.table else None, source_database=database,
+        target=ClickHouseEndpoint.from_url(args.clickhouse_url), old_table=args.old or "", select=select,
+        parallel_tables=args.parallel_tables,
+        source=MySQLEndpoint.from_url(args.mysql_url) if args.table or select else None, source_database=database,
         source_table=table, new_table=args.new or "", key_columns=args.key or None,
         compare_columns=args.compare or None, ignore_columns=args.ignore or [], tolerances=tolerances,
         on_change=on_change, diff_key=args.diff_key or "", changes_table=args.changes_table or "",
@@ -172,13 +209,16 @@ def cmd_diff(args) -> int:
     if result.get("status") != "success":
         print(f"airflow-sync: diff failed: {result.get('error')}", file=sys.stderr)
         return 1
-    result["report"] = write_diff_report(result, args.report_dir)
+    tables = result["tables"] if "tables" in result else [result]
+    for one in tables:
+        one["report"] = write_diff_report(one, args.report_dir)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:
-        print(diff_summary(result))
-        print(f"change set: {result['changes_table']} (diff_key {result['diff_key']!r}); report {result['report']}")
-    return 3 if args.fail and result["verdict"] == "changed" else 0
+        for one in tables:
+            print(diff_summary(one))
+            print(f"change set: {one['changes_table']} (diff_key {one['diff_key']!r}); report {one['report']}")
+    return 3 if args.fail and any(one["verdict"] == "changed" for one in tables) else 0
 
 
 def _cdc_spec(args, service: bool) -> CdcApplySpec:
@@ -198,16 +238,19 @@ def _selection(args) -> dict | None:
             raise SystemExit("--select-table / --exclude-table need --database (the databases to select from)")
         return None
     return {"databases": args.database, "tables": args.select_table or ["*"], "exclude_tables": args.exclude_table or [],
-            "target_database": args.target_database}
+            "target_database": args.target_database or "{database}"}
 
 
-def _selection_arguments(parser) -> None:
-    parser.add_argument("--database", action="append", help="select tables of these databases (pattern; repeat)")
+def _selection_arguments(parser, one: str = "") -> None:
+    parser.add_argument("--database", action="append",
+                        help=one or "select tables of these databases (pattern; repeat)")
     parser.add_argument("--select-table", action="append",
-                        help="with --database: table name or db.table pattern (shell wildcards, or re:REGEX; repeat)")
-    parser.add_argument("--exclude-table", action="append", help="with --database: pattern to leave out (repeat)")
-    parser.add_argument("--target-database", default="{database}",
-                        help="where selected tables' copies go ({database}: the source's name)")
+                        help="table name or db.table pattern (shell wildcards, or re:REGEX; repeat)")
+    parser.add_argument("--exclude-table", action="append", help="pattern to leave out (repeat)")
+    parser.add_argument("--target-database",
+                        help="where the copies go (selected tables: {database} stands for the source's name)")
+    if parser.prog.split()[-1] in ("load", "reconcile", "diff"):
+        parser.add_argument("--parallel-tables", type=int, default=2, help="selected tables worked on at once")
 
 
 def cmd_cdc_apply(args) -> int:
@@ -327,9 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     load = sub.add_parser("load", help="spark-submit a full load (no Airflow); resumes an unfinished --load-key")
     _urls(load)
-    load.add_argument("--database", help="source database (default: the MySQL URL's path)")
-    load.add_argument("--table", required=True)
-    load.add_argument("--target-database")
+    load.add_argument("--table", help="the table (or select many: --database / --select-table / --exclude-table)")
+    _selection_arguments(load, one="source database (default: the MySQL URL's path); with --select-table or "
+                                   "without --table, databases to select tables from (pattern; repeat)")
     load.add_argument("--target-table")
     load.add_argument("--load-key", help="ledger key (default: source → target names)")
     load.add_argument("--column", action="append", help="copy only this column (repeat; key columns always stay)")
@@ -363,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     reimport.set_defaults(func=cmd_reimport)
     reconcile = sub.add_parser("reconcile", help="compare a published load shard by shard (counts, --checksum)")
     _urls(reconcile)
-    reconcile.add_argument("--load", required=True, help="load key")
+    reconcile.add_argument("--load", help="load key (with --database / --select-table: the prefix of the tables' keys)")
+    _selection_arguments(reconcile)
     reconcile.add_argument("--checksum", action="store_true", help="also compare content checksums per shard")
     reconcile.add_argument("--reimport", action="store_true",
                            help="re-import mismatched shards into the published table, then compare again")
@@ -375,8 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     diff = sub.add_parser("diff", help="compare a ClickHouse table with the MySQL table (or another ClickHouse "
                                        "table) by key: identical / changed / new / deleted; write the change set")
     _urls(diff)
-    diff.add_argument("--old", required=True, help="the old snapshot: db.table on ClickHouse (e.g. the copy)")
-    new_side = diff.add_mutually_exclusive_group(required=True)
+    diff.add_argument("--old", help="the old snapshot: db.table on ClickHouse (e.g. the copy)")
+    _selection_arguments(diff)
+    new_side = diff.add_mutually_exclusive_group()
     new_side.add_argument("--table", help="the new snapshot: db.table in MySQL")
     new_side.add_argument("--new", help="the new snapshot: db.table on ClickHouse")
     diff.add_argument("--key", action="append", help="key column (repeat; default: the primary key)")

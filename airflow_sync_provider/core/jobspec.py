@@ -33,6 +33,10 @@ class FullLoadSpec:
 
     ``load_key`` names the load in the ledger: running the same key again resumes it (only
     unfinished shards are read); once published, the same key starts a fresh copy.
+
+    Many tables in one job: ``select`` (patterns, core/source/selection.py) and/or ``tables``
+    instead of the four names; each table is a load of its own (:meth:`for_table`, key
+    :func:`table_key`), ``parallel_tables`` at a time (spark/tables.py).
     """
 
     source: MySQLEndpoint
@@ -79,10 +83,15 @@ class FullLoadSpec:
     # a load of the same key whose driver reported within this many seconds is still running:
     # refuse to run it twice at once (a killed job's key can be resumed once it is this old)
     stale_after_seconds: float = STALE_AFTER_SECONDS
+    select: dict | None = None
+    tables: list = field(default_factory=list)
+    parallel_tables: int = 2
     result_path: str = ""
     job: str = field(default="full_load", init=False)
 
     def __post_init__(self):
+        if _many_tables(self):
+            return
         self.speed().channel_count()  # a bad speed/channel configuration fails before submitting
         for name in ("batch_rows", "insert_rows", "insert_bytes"):
             if getattr(self, name) < 1:
@@ -104,6 +113,15 @@ class FullLoadSpec:
     def filter(self) -> Filter:
         return Filter(self.where, tuple(self.where_params)) if self.where else Filter()
 
+    def for_table(self, table: dict) -> "FullLoadSpec":
+        """One selected table's load (``table``: a table_config)."""
+        return dataclasses.replace(
+            self, select=None, tables=[], source_database=table["source_database"],
+            source_table=table["source_table"], target_database=table["target_database"],
+            target_table=table["target_table"], load_key=table_key(self.load_key, table),
+            columns=table["columns"] or self.columns, exclude_columns=table["exclude_columns"] or self.exclude_columns,
+            split_column=table["split_column"] or self.split_column)
+
     def speed(self) -> SpeedLimits:
         return SpeedLimits(channels=self.channels, byte=self.byte_speed, record=self.record_speed,
                            channel_byte=self.channel_byte_speed, channel_record=self.channel_record_speed)
@@ -116,12 +134,22 @@ class ReconcileSpec:
 
     source: MySQLEndpoint
     target: ClickHouseEndpoint
-    load_key: str
+    load_key: str  # with select / tables: the prefix their loads were named with (:func:`table_key`)
     checksum: bool = False
     reimport: bool = False
     ledger_database: str = DEFAULT_LEDGER_DATABASE
+    select: dict | None = None
+    tables: list = field(default_factory=list)
+    parallel_tables: int = 2
     result_path: str = ""
     job: str = field(default="reconcile", init=False)
+
+    def __post_init__(self):
+        if not _many_tables(self) and not self.load_key:
+            raise ValueError("a reconciliation needs the load's key (load_key=...), or tables by select=/tables=")
+
+    def for_table(self, table: dict) -> "ReconcileSpec":
+        return dataclasses.replace(self, select=None, tables=[], load_key=table_key(self.load_key, table))
 
 
 @dataclass
@@ -288,10 +316,19 @@ class SnapshotDiffSpec:
     sample_rows: int = 20  # per flag, in the HTML report
     report_dir: str = ""
     ledger_database: str = DEFAULT_LEDGER_DATABASE
+    # many tables: each selected MySQL table against its copy (``old_table`` unused), ``diff_key``
+    # a prefix (:func:`table_key`)
+    select: dict | None = None
+    tables: list = field(default_factory=list)
+    parallel_tables: int = 2
     result_path: str = ""
     job: str = field(default="snapshot_diff", init=False)
 
     def __post_init__(self):
+        if _many_tables(self):
+            if self.source is None or self.new_table:
+                raise ValueError("a diff of tables by select=/tables= compares MySQL tables (source) with their copies")
+            return
         if self.on_change not in ("fail", "warn", "apply"):
             raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {self.on_change!r}")
         if bool(self.source_table) == bool(self.new_table):
@@ -311,6 +348,31 @@ class SnapshotDiffSpec:
     @property
     def new_name(self) -> str:
         return self.new_table or f"{self.source_database}.{self.source_table}"
+
+    def for_table(self, table: dict) -> "SnapshotDiffSpec":
+        return dataclasses.replace(
+            self, select=None, tables=[], source_database=table["source_database"],
+            source_table=table["source_table"], old_table=f"{table['target_database']}.{table['target_table']}",
+            diff_key=f"{self.diff_key}:{table['source_database']}.{table['source_table']}" if self.diff_key else "",
+            changes_table="")
+
+
+def _many_tables(spec) -> bool:
+    """A spec of several tables (select / tables): checked table by table (``for_table``)."""
+    if not (spec.select or spec.tables):
+        return False
+    TableSelection.of(spec.select)  # a bad pattern fails here, before any work
+    if spec.parallel_tables < 1:
+        raise ValueError(f"parallel_tables must be >= 1, got {spec.parallel_tables}")
+    spec.tables = [table_config(t) for t in spec.tables]
+    return True
+
+
+def table_key(prefix: str, table: dict) -> str:
+    """A selected table's load key: ``<prefix>:<db>.<table>``, or without a prefix the key a
+    one-table load of it gets by default."""
+    name = f"{table['source_database']}.{table['source_table']}"
+    return f"{prefix}:{name}" if prefix else f"{name}->{table['target_database']}.{table['target_table']}"
 
 
 def bootstrap_load_key(pipeline: str, table: dict) -> str:

@@ -11,6 +11,15 @@ from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 
+def default_load_key(task, context, source_database: str | None) -> str:
+    """``<dag>.<task>.<run_id>``; a mapped task's instances (one table each) add the table."""
+    key = f"{task.dag_id}.{task.task_id}.{context['run_id']}"
+    ti = context.get("ti") if hasattr(context, "get") else None
+    if getattr(ti, "map_index", -1) is not None and getattr(ti, "map_index", -1) >= 0 and task.table:
+        key += f".{source_database}.{task.table}"
+    return key
+
+
 class FullLoadOperator(SparkJobOperator):
     """Copy one MySQL table (or one period of it) into ClickHouse, restartably.
 
@@ -19,8 +28,18 @@ class FullLoadOperator(SparkJobOperator):
     the same period is idempotent. Progress and hook counters go to the ledger as they happen.
 
     :param table: source table name.
-    :param load_key: names the load in the ledger (default ``<dag>.<task>.<run_id>``): a retry
-        resumes it and reads only unfinished shards; once published, the same key copies afresh.
+    :param select: many tables in one task instead of ``table``: patterns resolved against the
+        source when the task runs, ``{"databases": [...], "tables": [...], "exclude_tables": [...],
+        "target_database": "{database}"}`` (shell wildcards or ``re:`` regexes; docs/whole-databases.md).
+        Each table is a load of its own, keyed ``<load_key>:<db>.<table>``; the other parameters
+        apply to every table. XCom: ``tables`` (one summary each), ``selected``, ``rows``.
+    :param tables: many tables by name (``"db.table"`` or dicts with ``source_database``,
+        ``source_table``, ``target_database``, ``target_table``, ``columns``, ``exclude_columns``,
+        ``split_column``), alone or besides ``select``.
+    :param parallel_tables: tables copied at once in a task of many (each with its ``channels``).
+    :param load_key: names the load in the ledger (default ``<dag>.<task>.<run_id>``, with
+        ``.<db>.<table>`` added in a mapped task): a retry resumes it and reads only unfinished
+        shards; once published, the same key copies afresh.
     :param reimport: ``"failed"`` re-reads only the failed (or never finished) shards of an
         unpublished load, then publishes; for a published load, the shards a reconciliation
         marked ``mismatch`` are re-read and replaced in place in the published table.
@@ -55,10 +74,11 @@ class FullLoadOperator(SparkJobOperator):
     """
 
     job = "full_load"
-    template_fields = ("table", "load_key", "source_database", "target_database", "target_table", "columns", "exclude_columns", "split_column",
+    template_fields = ("table", "select", "tables", "load_key", "source_database", "target_database", "target_table", "columns", "exclude_columns", "split_column",
                        "where", "where_params", "replace_partitions")
 
-    def __init__(self, *, table: str, mysql_conn_id: str = "mysql_default",
+    def __init__(self, *, table: str | None = None, select: dict | None = None, tables: list | None = None,
+                 parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", load_key: str | None = None,
                  reimport: str | None = None, source_database: str | None = None,
                  target_database: str | None = None, target_table: str | None = None,
@@ -72,7 +92,12 @@ class FullLoadOperator(SparkJobOperator):
                  replace_partitions: list | None = None, ledger_database: str = DEFAULT_LEDGER_DATABASE,
                  skip_if_published: bool = False, reader: str = "auto", driver_copy_rows: int | None = None, **kwargs):
         super().__init__(**kwargs)
+        if bool(table) == bool(select or tables):
+            raise ValueError(f"task {kwargs.get('task_id')}: give table= (one table) or select= / tables= (many)")
         self.table = table
+        self.select = select
+        self.tables = tables
+        self.parallel_tables = parallel_tables
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id
         self.load_key = load_key
@@ -102,28 +127,32 @@ class FullLoadOperator(SparkJobOperator):
         self.reader = reader
         self.driver_copy_rows = driver_copy_rows
         target_table = target_table or table
+        if not table:  # the tables are known when the task runs
+            return
         self.declare_assets(
             [mysql_table(mysql_conn_id, source_database, table) if is_static(source_database, table) else None],
             [clickhouse_table(clickhouse_conn_id, target_database, target_table)
              if is_static(target_database, target_table) else None])
 
     def lineage(self, spec, result):
-        return ([(namespace("mysql", spec.source), f"{spec.source_database}.{spec.source_table}")],
-                [(namespace("clickhouse", spec.target), f"{spec.target_database}.{spec.target_table}",
-                  result.get("rows"))])
+        tables = result.get("tables") or [result | {"table": f"{spec.source_database}.{spec.source_table}",
+                                                     "target": f"{spec.target_database}.{spec.target_table}"}]
+        return ([(namespace("mysql", spec.source), t["table"]) for t in tables],
+                [(namespace("clickhouse", spec.target), t["target"], t.get("rows")) for t in tables])
 
     def build_spec(self, context) -> FullLoadSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         source, target = hook.source(), hook.target()
         source_db = self.source_database or source.database
-        if not source_db:
+        if not source_db and self.table:
             raise ValueError(f"table {self.table!r}: no source database (set source_database or the "
                              f"schema of connection {self.mysql_conn_id!r})")
         target_db = self.target_database or (target.database if target.database != "default" else source_db)
-        load_key = self.load_key or f"{self.dag_id}.{self.task_id}.{context['run_id']}"
+        load_key = self.load_key or default_load_key(self, context, source_db)
         return FullLoadSpec(
-            source=source, target=target, source_database=source_db, source_table=self.table,
-            target_database=target_db, target_table=self.target_table or self.table, load_key=load_key,
+            source=source, target=target, source_database=source_db or "", source_table=self.table or "",
+            target_database=target_db or "", target_table=self.target_table or self.table or "", load_key=load_key,
+            select=self.select, tables=list(self.tables or []), parallel_tables=self.parallel_tables,
             reimport=self.reimport, columns=list(self.columns) if self.columns else None,
             exclude_columns=list(self.exclude_columns or []), channels=self.channels, batch_rows=self.batch_rows,
             insert_rows=self.insert_rows, insert_bytes=self.insert_bytes,
@@ -154,6 +183,13 @@ class FullLoadOperator(SparkJobOperator):
         return super().execute(context)
 
     def summarize(self, result: dict) -> dict:
+        if "tables" in result:
+            tables = [{k: t.get(k) for k in ("table", "target", "load_key", "generation", "rows", "shards", "seconds")}
+                      for t in result["tables"]]
+            self.log.info("Loaded %d table(s), %d rows, in %.1f s", len(tables), sum(t["rows"] for t in tables),
+                          result["seconds"])
+            return {"load_key": result["load_key"], "selected": result["selected"], "tables": tables,
+                    "rows": sum(t["rows"] for t in tables), "seconds": result["seconds"]}
         for warning in result.get("warnings", []):
             self.log.warning("%s", warning)
         if result["per_shard"]:

@@ -16,7 +16,12 @@ class ReconcileOperator(SparkJobOperator):
     hook counters, and optionally a content checksum per shard. Mismatched shards are marked in
     the ledger. Writes an HTML report (its path goes to XCom with the verdict).
 
-    :param load_key: the load to check (e.g. ``{{ ti.xcom_pull('load_orders')['load_key'] }}``).
+    :param load_key: the load to check (e.g. ``{{ ti.xcom_pull('load_orders')['load_key'] }}``); with
+        ``select`` / ``tables``, the key the full load of many tables was given (their prefix).
+    :param select, tables: check the loads of many tables in one task (as ``FullLoadOperator``
+        takes them); a selected table without a published load under the key fails the task, named. XCom:
+        ``verdict`` (``ok`` only if every table is), ``tables`` (one summary and report each).
+    :param parallel_tables: tables checked at once.
     :param checksum: also compare an order-independent sum of row hashes per shard.
     :param on_mismatch: ``fail`` (default), ``warn``, or ``reimport``: re-import the mismatched
         shards into the published table (in place: newer versions first, then the shards' older
@@ -25,15 +30,19 @@ class ReconcileOperator(SparkJobOperator):
     """
 
     job = "reconcile"
-    template_fields = ("load_key", "report_dir")
+    template_fields = ("load_key", "select", "tables", "report_dir")
 
-    def __init__(self, *, load_key: str, mysql_conn_id: str = "mysql_default",
+    def __init__(self, *, load_key: str = "", select: dict | None = None, tables: list | None = None,
+                 parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", checksum: bool = False, on_mismatch: str = "fail",
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, report_dir: str | None = None, **kwargs):
         super().__init__(**kwargs)
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {ON_MISMATCH}, got {on_mismatch!r}")
         self.load_key = load_key
+        self.select = select
+        self.tables = tables
+        self.parallel_tables = parallel_tables
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id
         self.checksum = checksum
@@ -45,13 +54,32 @@ class ReconcileOperator(SparkJobOperator):
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         return ReconcileSpec(source=hook.source(), target=hook.target(), load_key=self.load_key,
                              checksum=self.checksum, reimport=self.on_mismatch == "reimport",
-                             ledger_database=self.ledger_database)
+                             ledger_database=self.ledger_database, select=self.select, tables=list(self.tables or []),
+                             parallel_tables=self.parallel_tables)
 
     def lineage(self, spec, result):
-        return [(namespace("mysql", spec.source), result["table"]), (namespace("clickhouse", spec.target),
-                                                                     result["target"])], []
+        return [x for t in result.get("tables") or [result]
+                for x in ((namespace("mysql", spec.source), t["table"]), (namespace("clickhouse", spec.target),
+                                                                         t["target"]))], []
 
     def summarize(self, result: dict) -> dict:
+        if "tables" not in result:
+            return self._summarize_one(result)
+        tables, problems = [], []
+        for one in result["tables"]:
+            tables.append({"table": one["table"], **self._summarize_one(one, raise_on_mismatch=False)})
+            if one["verdict"] != "ok":
+                problems.append(f"{one['table']}: shards {one['mismatched']} do not match")
+        verdict = "ok" if not problems else "mismatch"
+        self.log.info("Reconciled %d table(s): %s", len(tables), verdict)
+        if problems:
+            message = f"{len(problems)} of {len(tables)} table(s) do not match: " + "; ".join(problems)
+            if self.on_mismatch in ("fail", "reimport"):
+                raise AirflowException(message)
+            self.log.warning("%s", message)
+        return {"load_key": result["load_key"], "verdict": verdict, "selected": result["selected"], "tables": tables}
+
+    def _summarize_one(self, result: dict, raise_on_mismatch: bool = True) -> dict:
         self.log.info("Reconciliation of %s → %s:\n%s", result["table"], result["target"],
                       reconcile_table(result["shards"]))
         report = write_report(result, self.report_dir)
@@ -65,7 +93,7 @@ class ReconcileOperator(SparkJobOperator):
         if result["verdict"] != "ok":
             message = (f"load {result['load_key']!r}: shards {result['mismatched']} do not match "
                        f"({result['table']} → {result['target']}); see {report}")
-            if self.on_mismatch in ("fail", "reimport"):
+            if self.on_mismatch in ("fail", "reimport") and raise_on_mismatch:
                 raise AirflowException(message)
             self.log.warning("%s", message)
         return summary

@@ -35,12 +35,18 @@ class SnapshotDiffOperator(SparkJobOperator):
         the same copy is never out-ranked); running it again changes nothing.
     :param diff_key: the diff's name in the ledger and the change set (default: from the tables).
     :param changes_table: default ``<old_table>__changes``.
+    :param select, tables: diff many MySQL tables with their copies in one task, instead of
+        ``old_table`` / ``source_table`` (as ``FullLoadOperator`` takes them: a selection's
+        ``target_database`` says where the copies are); ``diff_key`` becomes each one's prefix.
+        XCom: ``verdict`` (``changed`` if any table is), ``tables`` (one summary and report each).
+    :param parallel_tables: tables compared at once.
     """
 
     job = "snapshot_diff"
-    template_fields = ("old_table", "source_table", "new_table", "diff_key", "changes_table", "report_dir")
+    template_fields = ("old_table", "select", "tables", "source_table", "new_table", "diff_key", "changes_table", "report_dir")
 
-    def __init__(self, *, old_table: str, source_table: str = "", new_table: str = "",
+    def __init__(self, *, old_table: str = "", source_table: str = "", new_table: str = "",
+                 select: dict | None = None, tables: list | None = None, parallel_tables: int = 2,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  key_columns: list[str] | None = None, compare_columns: list[str] | None = None,
                  ignore_columns: list[str] | None = None, tolerances: dict | None = None, on_change: str = "warn",
@@ -50,7 +56,12 @@ class SnapshotDiffOperator(SparkJobOperator):
         super().__init__(**kwargs)
         if on_change not in ("fail", "warn", "apply"):
             raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {on_change!r}")
+        if bool(old_table) == bool(select or tables):
+            raise ValueError(f"task {kwargs.get('task_id')}: give old_table= (one table) or select= / tables= (many)")
         self.old_table = old_table
+        self.select = select
+        self.tables = tables
+        self.parallel_tables = parallel_tables
         self.source_table = source_table
         self.new_table = new_table
         self.mysql_conn_id = mysql_conn_id
@@ -67,6 +78,8 @@ class SnapshotDiffOperator(SparkJobOperator):
         self.bucket_rows = bucket_rows
         self.ledger_database = ledger_database
         self.report_dir = report_dir
+        if not old_table:  # the tables are known when the task runs
+            return
         old, new = qualified(old_table), qualified(new_table) if new_table else None
         changes = qualified(changes_table) if changes_table else (old and (old[0], f"{old[1]}__changes"))
         self.declare_assets(
@@ -75,6 +88,9 @@ class SnapshotDiffOperator(SparkJobOperator):
             [clickhouse_table(clickhouse_conn_id, *q) for q in [changes, old if on_change == "apply" else None] if q])
 
     def lineage(self, spec, result):
+        if "tables" in result:
+            pairs = [self.lineage(spec.for_table(t["config"]), t) for t in result["tables"]]
+            return [x for inputs, _ in pairs for x in inputs], [x for _, outputs in pairs for x in outputs]
         ch = namespace("clickhouse", spec.target)
         new = (namespace("mysql", spec.source), spec.new_name) if spec.source_table else (ch, spec.new_table)
         changed = sum(n for flag, n in result["counts"].items() if flag != "identical")
@@ -88,21 +104,34 @@ class SnapshotDiffOperator(SparkJobOperator):
         database, _, table = self.source_table.partition(".")
         if self.source_table and not table:
             raise ValueError(f"source_table {self.source_table!r}: give it as database.table")
-        source = hook.source() if self.source_table else None
+        source = hook.source() if self.source_table or self.select or self.tables else None
         return SnapshotDiffSpec(
             target=hook.target(), old_table=self.old_table, source=source, source_database=database,
             source_table=table, new_table=self.new_table, key_columns=self.key_columns,
             compare_columns=self.compare_columns, ignore_columns=list(self.ignore_columns or []),
             tolerances=dict(self.tolerances or {}), on_change=self.on_change, diff_key=self.diff_key,
             changes_table=self.changes_table, channels=self.channels, split_factor=self.split_factor,
-            bucket_rows=self.bucket_rows, ledger_database=self.ledger_database)
+            bucket_rows=self.bucket_rows, ledger_database=self.ledger_database, select=self.select,
+            tables=list(self.tables or []), parallel_tables=self.parallel_tables)
 
     def summarize(self, result: dict) -> dict:
+        if "tables" not in result:
+            return self._summarize_one(result)
+        tables = [{"table": one["table"], **self._summarize_one(one, raise_on_change=False)} for one in result["tables"]]
+        changed = [t for t in tables if t["verdict"] == "changed"]
+        verdict = "changed" if changed else "identical"
+        self.log.info("Snapshot diff of %d table(s): %s", len(tables), verdict)
+        if changed and self.on_change == "fail":
+            raise AirflowException(f"{len(changed)} of {len(tables)} table(s) differ: "
+                                   + "; ".join(f"{t['table']} {t['counts']}" for t in changed))
+        return {"diff_key": result["diff_key"], "verdict": verdict, "selected": result["selected"], "tables": tables}
+
+    def _summarize_one(self, result: dict, raise_on_change: bool = True) -> dict:
         self.log.info("Snapshot diff %s", diff_summary(result))
         report = write_diff_report(result, self.report_dir)
         self.log.info("Report: %s; change set: %s (diff_key %r)", report, result["changes_table"], result["diff_key"])
         summary = {k: result[k] for k in ("diff_key", "run_id", "verdict", "counts", "rows_read_old", "rows_read_new",
                                           "shards", "shards_read", "changes_table")} | {"report": report}
-        if result["verdict"] == "changed" and self.on_change == "fail":
+        if result["verdict"] == "changed" and self.on_change == "fail" and raise_on_change:
             raise AirflowException(f"snapshot diff {result['diff_key']!r}: {diff_summary(result)}; see {report}")
         return summary

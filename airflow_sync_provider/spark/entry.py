@@ -30,9 +30,9 @@ def _report(spec, result_key: str, result: dict) -> None:
             ch.close()
 
 
-def run_job(job_function, argv=None, lazy_session: bool = False) -> None:
-    """Run ``job_function(spec, spark)``. With ``lazy_session`` it gets a :class:`LazySession`
-    and builds the session itself only if it needs executors; otherwise a ready SparkSession."""
+def run_job(job_function, argv=None) -> None:
+    """Run ``job_function(spec, spark)`` with a :class:`LazySession`: the job builds the session
+    only if it needs executors."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", required=True, help="path of the job-spec JSON file")
     parser.add_argument("--secrets-from-env", action="store_true",
@@ -45,7 +45,7 @@ def run_job(job_function, argv=None, lazy_session: bool = False) -> None:
     name = getattr(spec, 'source_table', '') or getattr(spec, 'load_key', '') or getattr(spec, 'pipeline', '')
     session = LazySession(f"airflow-sync {spec.job} {name}")
     try:
-        result = {"status": "success", **job_function(spec, session if lazy_session else session.get())}
+        result = {"status": "success", **job_function(spec, session)}
     except Exception as exc:
         # The operator raises this text, so the task log shows the job's own error.
         _report(spec, args.result_key, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})

@@ -109,7 +109,7 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
     if the shards go to executors (or a re-import needs them)."""
     started = time.time()
     session = lazy(spark)
-    ch = target.client(spec.target)
+    ch = target.shared_client(spec.target)  # one for every table of a job of many
     ledger = Ledger(ch, spec.ledger_database)
     result = _compare(spec, session, ledger)
     stored = result.pop("stored_spec")
@@ -120,5 +120,4 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
         result = _compare(spec, session, ledger)
         result.pop("stored_spec")
         result |= {"before": before, "reimported": {k: repair[k] for k in ("repaired", "rows", "seconds")}}
-    ch.close()
     return result | {"spark_started": session.started, "seconds": round(time.time() - started, 3)}

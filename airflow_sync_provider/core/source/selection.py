@@ -84,3 +84,16 @@ class TableSelection:
         database, _, table = name.partition(".")
         return {"source_database": database, "source_table": table,
                 "target_database": self.target_database.replace("{database}", database)}
+
+
+def selected_tables(conn, select: "dict | TableSelection | None", tables: list) -> list[dict]:
+    """The table configs (core/jobspec.table_config) a job works on: the named ``tables`` first,
+    then those the selection resolves to now (a named table is not taken twice)."""
+    from airflow_sync_provider.core.jobspec import table_config
+
+    configs = [table_config(t) for t in tables]
+    named = {f"{c['source_database']}.{c['source_table']}" for c in configs}
+    selection = TableSelection.of(select)
+    if selection is not None:
+        configs += [table_config(selection.config(n)) for n in selection.resolve(conn) if n not in named]
+    return configs

@@ -1,0 +1,67 @@
+"""Many tables in one job: a whole database by pattern (``select``) or a list (``tables``), each
+table loaded, reconciled or diffed as its own job would do it, ``parallel_tables`` at a time, in
+one driver that shares its clients, its ledger and (if ever needed) its SparkSession.
+
+A table that fails does not stop the others; the job fails at the end naming every failed table
+and its cause (each one's ledger records stay, so it can be resumed or re-imported on its own).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.selection import selected_tables
+from airflow_sync_provider.spark.session import lazy
+
+
+class TablesFailed(RuntimeError):
+    pass
+
+
+def many_tables(spec) -> bool:
+    return bool(getattr(spec, "select", None) or getattr(spec, "tables", None))
+
+
+def each_table(run_one: Callable[[object, object], dict]) -> Callable[[object, object], dict]:
+    """``run_one(spec, spark)`` for a one-table spec; for a spec of many tables, :func:`run_tables`."""
+    def run(spec, spark) -> dict:
+        return run_tables(spec, spark, run_one) if many_tables(spec) else run_one(spec, spark)
+    run.__name__ = run_one.__name__
+    return run
+
+
+def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
+    started = time.time()
+    session = lazy(spark)
+    with mysql_reader.connect(spec.source) as conn:
+        configs = selected_tables(conn, spec.select, spec.tables)
+    names = [f"{c['source_database']}.{c['source_table']}" for c in configs]
+    print(f"[airflow-sync] {spec.job}: {len(names)} table(s) selected: {', '.join(names) or '(none)'}", flush=True)
+
+    def one(config: dict) -> dict:
+        name = f"{config['source_database']}.{config['source_table']}"
+        began = time.time()
+        try:
+            result = run_one(spec.for_table(config), session)
+        except Exception as exc:  # the others go on; the job fails at the end naming this one
+            print(f"[airflow-sync] {name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+            return {"table": name, "status": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000],
+                    "seconds": round(time.time() - began, 3)}
+        return {**result, "table": name, "config": config, "status": "success", "seconds": round(time.time() - began, 3)}
+
+    with ThreadPoolExecutor(max(1, min(spec.parallel_tables, len(configs))), thread_name_prefix="table") as pool:
+        results = list(pool.map(one, configs))
+    for r in results:
+        what = (f"{r['rows']:,} rows" if "rows" in r else r.get("verdict", "")) if r["status"] == "success" else r["error"]
+        print(f"[airflow-sync]   {r['table']:<40} {r['status']:<8} {r['seconds']:>7.2f} s  {what}"[:300], flush=True)
+    failed = [r for r in results if r["status"] != "success"]
+    key = {"diff_key": spec.diff_key} if spec.job == "snapshot_diff" else {"load_key": spec.load_key}
+    summary = {**key, "tables": results, "selected": names, "failed": [r["table"] for r in failed],
+               "seconds": round(time.time() - started, 3), "spark_started": session.started}
+    if failed:
+        raise TablesFailed(f"{len(failed)} of {len(results)} table(s) failed (the others succeeded): "
+                           + "; ".join(f"{r['table']}: {r['error']}" for r in failed))
+    return summary
