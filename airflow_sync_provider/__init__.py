@@ -19,6 +19,7 @@ def get_provider_info() -> dict:
                     "airflow_sync_provider.operators.cdc_apply",
                     "airflow_sync_provider.operators.cdc_bootstrap",
                     "airflow_sync_provider.operators.snapshot_diff",
+                    "airflow_sync_provider.operators.select_tables",
                 ],
             }
         ],
