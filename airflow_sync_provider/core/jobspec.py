@@ -83,6 +83,7 @@ class FullLoadSpec:
     # a load of the same key whose driver reported within this many seconds is still running:
     # refuse to run it twice at once (a killed job's key can be resumed once it is this old)
     stale_after_seconds: float = STALE_AFTER_SECONDS
+    skip_published: bool = False  # the key's load is published: return its summary, copy nothing
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel_tables: int = 2

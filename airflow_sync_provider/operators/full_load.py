@@ -2,13 +2,17 @@ from __future__ import annotations
 
 from airflow_sync_provider.assets import clickhouse_table, is_static, mysql_table, namespace
 from airflow_sync_provider.core.jobspec import FullLoadSpec
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, LOAD_PUBLISHED, Ledger
-from airflow_sync_provider.core.target.clickhouse import client
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
+
+
+def _retry(context) -> bool:
+    ti = context.get("ti") if hasattr(context, "get") else None
+    return (getattr(ti, "try_number", 1) or 1) > 1
 
 
 def default_load_key(task, context, source_database: str | None) -> str:
@@ -65,7 +69,8 @@ class FullLoadOperator(SparkJobOperator):
     :param replace_partitions: partition ids the period owns, e.g. ``["{{ ds_nodash }}"]``.
     :param ledger_database: ClickHouse database of the ledger (default ``airflow_sync``).
     :param skip_if_published: when ``load_key`` is already published, do nothing and return its
-        summary (e.g. the full load a CDC pipeline starts from, in a scheduled DAG).
+        summary; in a task of many tables, per table (a retry of such a task always does: the
+        tables an earlier try published are not copied again)        summary (e.g. the full load a CDC pipeline starts from, in a scheduled DAG).
     :param reader: ``auto`` (default: Arrow-native, unless a probe of the first rows disagrees with
         mysqlclient; the task log says which ran), ``native`` or ``mysqlclient``.
     :param driver_copy_rows: tables estimated at no more rows are copied by the Spark driver
@@ -161,30 +166,14 @@ class FullLoadOperator(SparkJobOperator):
             channel_record_speed=self.channel_record_speed, where=self.where, where_params=list(self.where_params or []),
             partition_by=self.partition_by, replace_partitions=list(self.replace_partitions or []),
             ledger_database=self.ledger_database, reader=self.reader, driver_copy_rows=self.driver_copy_rows,
+            # a retry of a task of many tables goes on from the tables its earlier tries published
+            skip_published=self.skip_if_published or bool((self.select or self.tables) and _retry(context)),
         )
-
-    def execute(self, context):
-        if self.skip_if_published:
-            spec = self.build_spec(context)
-            ch = client(spec.target)
-            try:
-                ledger = Ledger(ch, spec.ledger_database)
-                ledger.ensure()
-                state = ledger.state(spec.load_key)
-            finally:
-                ch.close()
-            if state is not None and state.status == LOAD_PUBLISHED:
-                self.log.info("Load %r is published (generation %d); skipping", spec.load_key, state.generation)
-                return {"load_key": spec.load_key, "generation": state.generation, "table": state.source_table,
-                        "target": state.target_table, "rows": sum(s.records_written for s in state.shards.values()),
-                        "shards": len(state.plan["shards"]), "shards_read": 0, "channels": state.plan.get("channels"),
-                        "split_column": state.plan.get("split_column"), "strategy": state.plan.get("strategy"),
-                        "start_position": state.start_position, "seconds": 0.0, "skipped": True}
-        return super().execute(context)
 
     def summarize(self, result: dict) -> dict:
         if "tables" in result:
-            tables = [{k: t.get(k) for k in ("table", "target", "load_key", "generation", "rows", "shards", "seconds")}
+            tables = [{k: t.get(k) for k in ("table", "target", "load_key", "generation", "rows", "shards", "seconds",
+                                             "skipped")}
                       for t in result["tables"]]
             self.log.info("Loaded %d table(s), %d rows, in %.1f s", len(tables), sum(t["rows"] for t in tables),
                           result["seconds"])
@@ -197,4 +186,5 @@ class FullLoadOperator(SparkJobOperator):
         self.log.info("Loaded %s → %s: %d rows, %d shards (%d read now), %.1f s", result["table"], result["target"],
                       result["rows"], result["shards"], result["shards_read"], result["seconds"])
         return {k: result[k] for k in ("load_key", "generation", "table", "target", "rows", "shards", "shards_read",
-                                       "channels", "split_column", "strategy", "start_position", "seconds")}
+                                       "channels", "split_column", "strategy", "start_position", "seconds")} | (
+            {"skipped": True} if result.get("skipped") else {})

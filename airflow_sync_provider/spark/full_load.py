@@ -288,6 +288,16 @@ def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy:
     return target.publish_full(*args, weight)
 
 
+def _published_summary(state: LoadState, started: float) -> dict:
+    """What a run returns for a load it found published and left alone."""
+    return {"load_key": state.load_key, "generation": state.generation, "table": state.source_table,
+            "target": state.target_table, "rows": sum(s.records_written for s in state.shards.values()),
+            "shards": len(state.plan["shards"]), "shards_read": 0, "repaired": [], "per_shard": [],
+            "channels": state.plan.get("channels"), "split_column": state.plan.get("split_column"),
+            "start_position": state.start_position, "strategy": state.plan.get("strategy"), "reader": "",
+            "warnings": [], "phases": {}, "seconds": round(time.time() - started, 3), "skipped": True}
+
+
 def run_full_load(spec: FullLoadSpec, spark) -> dict:
     """``spark``: a SparkSession or a :class:`LazySession` (spark_jobs/full_load.py), which is
     started while the driver plans, and not at all when the driver copies the table alone."""
@@ -296,6 +306,9 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     ch = target.shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
+    if spec.skip_published and (done := ledger.state(spec.load_key)) is not None and done.status == LOAD_PUBLISHED:
+        print(f"[airflow-sync] load {spec.load_key!r} is published (generation {done.generation}); skipped", flush=True)
+        return _published_summary(done, started)
     driver_rows = driver_copy_limit(spec.driver_copy_rows, session)
     with mysql_reader.connect(spec.source) as conn:
         schema = copied_schema(conn, spec_to_dict(spec))
