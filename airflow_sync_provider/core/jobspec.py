@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS
-from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, STRATEGIES, Filter, SpeedLimits
+from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
@@ -244,7 +244,7 @@ class CdcBootstrapSpec:
     select: dict | None = None  # tables by pattern (core/source/selection.py), resolved when the job runs
     channels: int = 2
     chunk_rows: int = DEFAULT_CHUNK_ROWS
-    split_factor: int = DEFAULT_SPLIT_FACTOR
+    split_factor: int | None = None  # shards per channel; None: planning.auto_split_factor (a small table: 1)
     strategy: str = "balanced"
     batch_rows: int = 65536
     channel_record_speed: int | None = None

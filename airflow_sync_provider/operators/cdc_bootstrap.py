@@ -66,13 +66,12 @@ class CdcBootstrapOperator(SparkJobOperator):
 
     def build_spec(self, context) -> CdcBootstrapSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
-        extra = {"split_factor": self.split_factor} if self.split_factor else {}
         return CdcBootstrapSpec(source=hook.source(), target=hook.target(), pipeline=self.pipeline,
                                 tables=list(self.tables), select=self.select, channels=self.channels, chunk_rows=self.chunk_rows,
                                 watermark_table=self.watermark_table, restart=self.restart,
                                 channel_record_speed=self.channel_record_speed,
                                 channel_byte_speed=self.channel_byte_speed, ledger_database=self.ledger_database,
-                                driver_copy_rows=self.driver_copy_rows, **extra)
+                                driver_copy_rows=self.driver_copy_rows, split_factor=self.split_factor)
 
     def summarize(self, result: dict) -> dict:
         for table in result["tables"]:
