@@ -43,6 +43,7 @@ def get_provider_info() -> dict:
                 "python-modules": ["airflow_sync_provider.hooks.endpoints"],
             }
         ],
+        "extra-links": ["airflow_sync_provider.links.SyncViewLink"],
         "plugins": [
             {"name": "airflow_sync", "plugin-class": "airflow_sync_provider.plugins.sync_view.SyncViewPlugin"},
         ],

@@ -5,7 +5,7 @@ Operators, sensors, hooks and triggers import Airflow names from here only.
 
 from __future__ import annotations
 
-from airflow.sdk import Asset, BaseHook, BaseOperator, BaseSensorOperator
+from airflow.sdk import Asset, BaseHook, BaseOperator, BaseOperatorLink, BaseSensorOperator
 
 try:
     from airflow.sdk.bases.sensor import PokeReturnValue
@@ -42,5 +42,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["AirflowException", "Asset", "AirflowFailException", "BaseHook", "BaseOperator", "BaseSensorOperator",
+__all__ = ["AirflowException", "Asset", "AirflowFailException", "BaseHook", "BaseOperator", "BaseOperatorLink",
+           "BaseSensorOperator",
            "BaseTrigger", "PokeReturnValue", "TriggerEvent"]  # and, on demand (__getattr__): AirflowPlugin, api_user, conf

@@ -233,11 +233,43 @@ def test_a_failed_shard_is_re_imported_by_clearing_the_task_through_the_api(tier
     assert target == source
 
 
-def test_the_sync_view_lists_loads_and_shards_from_the_ledger(tier):
-    """The provider's plugin: its page is served by the API server, behind Airflow's auth, with
-    the ledger's loads (the backfill's days among them) and their shards' counters, and the CDC
-    pipelines (the example's, and the one the fail-fast test reported failed)."""
-    airflow, _, _, _ = tier
+def test_a_database_by_pattern_maps_one_task_instance_per_table(tier):
+    """dags/example_whole_database.py's mapped DAG under the real scheduler: the discovery task's
+    list becomes one load and one reconciliation per table, each with its own load key and a
+    "Sync view" link; every copy equals its source."""
+    airflow, conn, ch, counts = tier
+    airflow.wait_for_dag("sync_demo_database_mapped")
+    run_id = airflow.trigger("sync_demo_database_mapped")
+    _succeeded(airflow, "sync_demo_database_mapped", [run_id])
+    tis = airflow.api("GET", f"/api/v2/dags/sync_demo_database_mapped/dagRuns/{run_id}/taskInstances?limit=100")
+    by_task: dict = {}
+    for ti in tis["task_instances"]:
+        by_task.setdefault(ti["task_id"], []).append(ti)
+    for task in ("load", "reconcile"):
+        assert sorted(ti["map_index"] for ti in by_task[task]) == list(range(len(counts)))
+        assert {ti["state"] for ti in by_task[task]} == {"success"}
+    for table, count in counts.items():
+        assert assert_same_rows(conn, ch, "demo", table, target_database="demo_mapped") == count
+    links = airflow.api("GET", f"/api/v2/dags/sync_demo_database_mapped/dagRuns/{run_id}/taskInstances/load/links"
+                               "?map_index=0")["extra_links"]
+    assert links["Sync view"].startswith("/sync/?load=sync_demo_database_mapped.load."), links
+
+
+def test_the_sync_view_shows_loads_pipelines_reconciliations_and_diffs_from_the_ledger(tier):
+    """The provider's plugin: its pages are served by the API server, behind Airflow's auth, from
+    the ledger: the loads (the backfill's days among them) with their shards' counters, the CDC
+    pipelines (the example's, and the one the fail-fast test reported failed), the
+    reconciliations and a snapshot diff with their reports; our tasks' "Sync view" links lead
+    there. Each page is rendered by headless Chromium (a screenshot each)."""
+    from urllib.parse import quote
+
+    airflow, conn, _, _ = tier
+    airflow.wait_for_dag("sync_demo_snapshot_diff")  # unpaused and @daily: it may have run by itself
+    airflow.wait_for_runs("sync_demo_snapshot_diff", [r["dag_run_id"] for r in airflow.runs("sync_demo_snapshot_diff")])
+    with conn.cursor() as cur:  # something for this run to find
+        cur.execute("UPDATE demo.orders SET note = CONCAT('view test ', id) WHERE id <= 3")
+    diff_run = airflow.trigger("sync_demo_snapshot_diff")
+    _succeeded(airflow, "sync_demo_snapshot_diff", [diff_run])
     plugins = airflow.api("GET", "/api/v2/plugins")["plugins"]
     sync = next(p for p in plugins if p["name"] == "airflow_sync")
     assert [v["href"] for v in sync["external_views"]] == ["/sync/"]
@@ -249,6 +281,28 @@ def test_the_sync_view_lists_loads_and_shards_from_the_ledger(tier):
     assert "demo.orders → demo.orders_daily" in page and page.count("<tr class=") > len(DAYS)
     assert "<code>demo_cdc</code> — idle" in page and '<svg class="chart"' in page
     assert "<code>real_tier_failing</code> — failed" in page and "the binlog file was purged" in page
-    png = airflow.screenshot("/sync/", Path(airflow.home) / "sync-view.png")
-    assert png.stat().st_size > 10_000
-    print(f"\n[airflow-real] Sync view screenshot: {png}")
+    assert '<meta http-equiv="refresh"' in page
+    assert "href='reconciliation?load=" in page and "href='diff?key=demo_diff.orders&amp;run=" in page
+
+    full_load = next(r for r in airflow.runs("sync_demo_full_load") if r["state"] == "success")["dag_run_id"]
+    links = airflow.api("GET", f"/api/v2/dags/sync_demo_full_load/dagRuns/{full_load}/taskInstances/"
+                               "reconcile_orders/links")["extra_links"]
+    key = airflow.xcom("sync_demo_full_load", full_load, "load_orders")["load_key"]
+    assert links["Sync view"] == f"/sync/reconciliation?load={quote(key, safe='')}"
+    report = airflow.api("GET", links["Sync view"], raw=True)
+    assert "demo.orders → demo.orders: ok" in report and report.count("<tr class=''>") >= 2
+    diff_link = airflow.api("GET", f"/api/v2/dags/sync_demo_snapshot_diff/dagRuns/{diff_run}/taskInstances/"
+                                   "diff_and_apply/links")["extra_links"]["Sync view"]
+    assert diff_link == "/sync/diff?key=demo_diff.orders"
+    diff = airflow.api("GET", diff_link, raw=True)
+    assert "demo.orders → demo_diff.orders: applied" in diff and "<h2>changed: 3 (first 3)</h2>" in diff
+    assert "view test 1" in diff and "<h2>shards</h2>" in diff
+    with pytest.raises(ApiError, match="HTTP 404"):
+        airflow.api("GET", "/sync/reconciliation?load=no-such-load", raw=True)
+    scoped = airflow.api("GET", "/sync/?pipeline=demo_cdc", raw=True)
+    assert "<code>demo_cdc</code>" in scoped and "real_tier_failing" not in scoped and "daily_orders" not in scoped
+
+    for name, path in (("sync-view", "/sync/"), ("reconciliation", links["Sync view"]), ("diff", diff_link)):
+        png = airflow.screenshot(path, Path(airflow.home) / f"{name}.png")
+        assert png.stat().st_size > 10_000, name
+        print(f"\n[airflow-real] {name} screenshot: {png}")

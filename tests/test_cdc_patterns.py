@@ -140,6 +140,7 @@ def test_the_tables_cdc_cannot_stream_take_the_full_load_path_by_pattern(databas
     others, and the job's error names it with the cause; a reconciliation by the same pattern
     checks every copy with checksums."""
     from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
+    from airflow_sync_provider.core.ledger import check_counters
     from airflow_sync_provider.spark.full_load import run_full_load
     from airflow_sync_provider.spark.reconcile import run_reconcile
     from airflow_sync_provider.spark.tables import TablesFailed, each_table
@@ -158,6 +159,9 @@ def test_the_tables_cdc_cannot_stream_take_the_full_load_path_by_pattern(databas
     assert "`p`" in str(failed.value) or "'p'" in str(failed.value) or " p " in str(failed.value), str(failed.value)
     for name in nopk:  # the others were loaded all the same
         assert assert_same_rows(mysql_conn, ch, DB, name, full) > 0
+    verdict, message, summary = check_counters(endpoints[1], "nightly")  # the counters sensor's view
+    assert verdict == "failed" and f"'nightly:{DB}.geo' failed: UnsupportedType" in message, message
+    assert summary["tables"] == len(nopk) + 1 and summary["failed_loads"] == [f"nightly:{DB}.geo"]
 
     # the documented path: the unmapped column left out of that table; run as a task's retry does
     # (skip_published), the tables the first try published are not copied again
@@ -171,6 +175,8 @@ def test_the_tables_cdc_cannot_stream_take_the_full_load_path_by_pattern(databas
         assert_same_rows(mysql_conn, ch, DB, name, full)
     assert ch.query(f"SELECT id FROM {full}.geo").result_rows == [(1,)]
     assert "p" not in ch.query(f"SELECT * FROM {full}.geo LIMIT 0").column_names
+    verdict, message, _ = check_counters(endpoints[1], "nightly")
+    assert verdict == "success" and message.startswith(f"all {len(nopk) + 1} table loads"), message
 
     checked = each_table(run_reconcile)(ReconcileSpec(
         source=endpoints[0], target=endpoints[1], load_key="nightly", checksum=True, select=select,

@@ -31,3 +31,42 @@ def test_the_page_shows_loads_with_shard_counters_and_pipelines_with_a_chart():
     assert page.count("<rect ") == 2 and "peak 30" in page
     empty = sync_html([], {})
     assert "No loads in the ledger yet" in empty and "No pipelines yet" in empty
+
+
+def test_the_page_lists_reconciliations_and_diffs_linked_to_their_reports():
+    checks = [{"load_key": "nightly:shop.a b", "generation": 3, "verdict": "mismatch", "mismatched": [2],
+               "checksum": True}]
+    runs = [{"diff_key": "diff:shop.t->ch.t", "run_id": "r1", "verdict": "changed", "rows_read_old": 5,
+             "rows_read_new": 6, "counts": {"identical": 10, "changed": 1, "new": 2, "deleted": 0}}]
+    page = sync_html([], {}, [], checks, runs, refresh=7, scope="Showing loads nightly")
+    assert "href='reconciliation?load=nightly%3Ashop.a%20b'" in page and "<td>3</td>" in page
+    assert "<tr class='bad'><td class='v'><a href='diff?key=diff%3Ashop.t-%3Ech.t&amp;run=r1'>" in page
+    assert "<td>10</td><td>1</td><td>2</td><td>0</td><td>11</td>" in page
+    assert '<meta http-equiv="refresh" content="7">' in page and "Showing loads nightly" in page
+    empty = sync_html([], {})
+    assert "No reconciliations yet" in empty and "No diffs yet" in empty
+
+
+def test_each_operator_links_to_its_page_in_the_sync_view():
+    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+    from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
+    from airflow_sync_provider.links import SyncViewLink
+    from airflow_sync_provider.operators.cdc_apply import CdcApplyOperator
+    from airflow_sync_provider.operators.full_load import FullLoadOperator
+    from airflow_sync_provider.operators.reconcile import ReconcileOperator
+    from airflow_sync_provider.operators.snapshot_diff import SnapshotDiffOperator
+
+    source, target = MySQLEndpoint("h", 1, "u", "p"), ClickHouseEndpoint("h", 2, "u", "p")
+    load = FullLoadOperator(task_id="l", table="t")
+    assert isinstance(load.operator_extra_links[0], SyncViewLink)
+    assert load.sync_page(FullLoadSpec(source, target, "d", "t", "d", "t", load_key="k 1")) == "/sync/?load=k+1"
+    check = ReconcileOperator(task_id="r", load_key="k")
+    assert check.sync_page(ReconcileSpec(source, target, "a:b")) == "/sync/reconciliation?load=a%3Ab"
+    assert check.sync_page(ReconcileSpec(source, target, "p", select={"databases": ["d"]})) == "/sync/?load=p"
+    diff = SnapshotDiffOperator(task_id="d", old_table="d.t", source_table="d.t")
+    assert diff.sync_page(SnapshotDiffSpec(target, "d.t", source, "d", "t", diff_key="x")) == "/sync/diff?key=x"
+    assert CdcApplyOperator(task_id="c", pipeline="p1").sync_page(type("S", (), {"pipeline": "p1"})) == \
+        "/sync/?pipeline=p1"
+    link = SyncViewLink()
+    load.sync_link = "/sync/?load=k"
+    assert link.name == "Sync view" and link.get_link(load, ti_key=None) == "/sync/?load=k"

@@ -168,7 +168,8 @@ _DIFFS = (
     ("diff_key", "String"), ("run_id", "String"), ("verdict", "LowCardinality(String)"), ("old_table", "String"),
     ("new_table", "String"), ("counts", "Map(String, UInt64)"), ("rows_old", "UInt64"), ("rows_new", "UInt64"),
     ("rows_read_old", "UInt64"), ("rows_read_new", "UInt64"), ("shards", "UInt32"), ("shards_read", "UInt32"),
-    ("version", "UInt64"), ("at", _TIME),
+    ("version", "UInt64"), ("at", _TIME), ("changes_table", "String"), ("keys", "Array(String)"),
+    ("compared", "Array(String)"), ("buckets_read", "UInt64"),
 )
 _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these names
     ("diff_key", "String"), ("run_id", "String"), ("shard_id", "UInt32"), ("old_rows", "UInt64"),
@@ -177,6 +178,7 @@ _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these na
     ("deleted", "UInt64"), ("seconds", "Float64"),
 )
 _JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", _TIME))
+_LOAD_SETS = (("load_key", "String"), ("tables", "Array(String)"), ("errors", "Map(String, String)"), ("at", _TIME))
 
 
 class LedgerTables:
@@ -245,15 +247,30 @@ class Ledger(LedgerTables):
     def write_diff(self, result: dict, shards: list[dict]) -> None:
         """A snapshot diff's run: per-flag counts and what was read row by row, per shard too
         (a shard whose checksums agreed shows 0 rows read: pruned)."""
-        self._create("diffs", _DIFFS, "MergeTree ORDER BY (diff_key, at)")
-        self._create("diff_shards", _DIFF_SHARDS, "MergeTree ORDER BY (diff_key, run_id, shard_id)")
+        self._ensure_tables([("diffs", _DIFFS, "MergeTree ORDER BY (diff_key, at)"),
+                             ("diff_shards", _DIFF_SHARDS, "MergeTree ORDER BY (diff_key, run_id, shard_id)")])
         r = result
         self._insert("diffs", [[
             r["diff_key"], r["run_id"], r["verdict"], r["old"], r["new"], r["counts"], r["rows_old"], r["rows_new"],
             r["rows_read_old"], r["rows_read_new"], r["shards"], r["shards_read"], r["version"] or 0,
-            _ts(self._stamp())]], _DIFFS)
+            _ts(self._stamp()), r["changes_table"], r["keys"], r["compared"], r["buckets_read"]]], _DIFFS)
         self._insert("diff_shards", [[r["diff_key"], r["run_id"], *(s[n] for n, _ in _DIFF_SHARDS[2:])] for s in shards],
                      _DIFF_SHARDS)
+
+    def write_load_set(self, load_key: str, table_keys: list[str], errors: dict | None = None) -> None:
+        """A job of many tables: the per-table load keys ``load_key`` stands for, written before
+        any of them runs (so the counters sensor knows which loads to wait for), and again at
+        its end with the errors of tables that failed before their load was recorded."""
+        self._create("load_sets", _LOAD_SETS, "ReplacingMergeTree(at) ORDER BY load_key")
+        self._insert("load_sets", [[load_key, table_keys, errors or {}, _ts(self._stamp())]], _LOAD_SETS)
+
+    def load_set(self, load_key: str) -> tuple[list[str], dict] | None:
+        """``write_load_set``'s newest (table keys, errors), or None."""
+        if not self._exists("load_sets"):
+            return None
+        rows = self.ch.query(f"SELECT tables, errors FROM {self.table('load_sets')} FINAL WHERE load_key = {{k:String}}",
+                             parameters={"k": load_key}).result_rows
+        return (list(rows[0][0]), dict(rows[0][1])) if rows else None
 
     def write_job_result(self, key: str, result: dict) -> None:
         """A cluster-mode job's result (its driver cannot write a file the submitter reads)."""
@@ -310,13 +327,70 @@ class Ledger(LedgerTables):
         state.shards = self.shards(load_key, gen)
         return state
 
-    def recent(self, limit: int = 50) -> list[LoadState]:
-        """The most recently reported loads (each its newest generation), newest first."""
-        if not self.ch.command(f"EXISTS TABLE {self.table('loads')}"):
+    def recent(self, limit: int = 50, prefix: str = "") -> list[LoadState]:
+        """The most recently reported loads (each its newest generation), newest first; only
+        keys starting with ``prefix`` if given (a job of many tables: ``<key>:<db>.<table>``)."""
+        if not self._exists("loads"):
             return []
-        keys = self.ch.query(f"SELECT load_key FROM {self.table('loads')} GROUP BY load_key"
-                             f" ORDER BY max(updated_at) DESC LIMIT {int(limit)}").result_rows
+        keys = self.ch.query(f"SELECT load_key FROM {self.table('loads')} WHERE startsWith(load_key, {{p:String}})"
+                             f" GROUP BY load_key ORDER BY max(updated_at) DESC LIMIT {int(limit)}",
+                             parameters={"p": prefix}).result_rows
         return [state for (key,) in keys if (state := self.state(key)) is not None]
+
+    def _exists(self, name: str) -> bool:
+        return bool(self.ch.command(f"EXISTS TABLE {self.table(name)}"))
+
+    def reconciliations(self, limit: int = 50, prefix: str = "") -> list[dict]:
+        """The newest reconciliation of each recently checked load, newest first."""
+        if not self._exists("reconciliations"):
+            return []
+        rows = self.ch.query(
+            f"SELECT load_key, argMax(generation, at), argMax(verdict, at), argMax(mismatched, at),"
+            f" argMax(checksum, at), toFloat64(max(at)) FROM {self.table('reconciliations')}"
+            f" WHERE startsWith(load_key, {{p:String}}) GROUP BY load_key ORDER BY max(at) DESC LIMIT {int(limit)}",
+            parameters={"p": prefix}).result_rows
+        return [dict(zip(("load_key", "generation", "verdict", "mismatched", "checksum", "at"), r)) for r in rows]
+
+    def reconciliation(self, load_key: str) -> dict | None:
+        """The newest reconciliation of ``load_key``, as ``reports.reconcile_html`` takes it."""
+        if not self._exists("reconciliations"):
+            return None
+        rows = self.ch.query(
+            f"SELECT generation, verdict, mismatched, checksum, report FROM {self.table('reconciliations')}"
+            f" WHERE load_key = {{k:String}} ORDER BY at DESC LIMIT 1", parameters={"k": load_key}).result_rows
+        if not rows:
+            return None
+        generation, verdict, mismatched, checksum, report = rows[0]
+        state = self.state(load_key)
+        return {"load_key": load_key, "generation": generation, "verdict": verdict, "mismatched": list(mismatched),
+                "checksum": bool(checksum), "shards": json.loads(report),
+                "table": state.source_table if state else "", "target": state.target_table if state else ""}
+
+    def diffs(self, limit: int = 50, prefix: str = "", diff_key: str = "", run_id: str = "") -> list[dict]:
+        """Recent snapshot-diff runs, newest first: of keys starting with ``prefix``, or of one
+        ``diff_key`` (and ``run_id``)."""
+        if not self._exists("diffs"):
+            return []
+        names = [n for n, _ in _DIFFS if n != "at"]
+        where = ("diff_key = {k:String}" + (" AND run_id = {r:String}" if run_id else "") if diff_key
+                 else "startsWith(diff_key, {p:String})")
+        rows = self.ch.query(f"SELECT {', '.join(ch_ident(n) for n in names)}, toFloat64(at) FROM {self.table('diffs')}"
+                             f" WHERE {where} ORDER BY at DESC LIMIT {int(limit)}",
+                             parameters={"p": prefix, "k": diff_key, "r": run_id}).result_rows
+        return [dict(zip([*names, "at"], r)) | {"old": r[names.index("old_table")], "new": r[names.index("new_table")]}
+                for r in rows]
+
+    def diff(self, diff_key: str, run_id: str = "") -> tuple[dict, list[dict]] | None:
+        """One diff run (the newest of ``diff_key`` unless ``run_id``) and its shards."""
+        runs = self.diffs(limit=1, diff_key=diff_key, run_id=run_id)
+        if not runs:
+            return None
+        run = runs[0]
+        names = [n for n, _ in _DIFF_SHARDS]
+        shards = self.ch.query(f"SELECT {', '.join(ch_ident(n) for n in names)} FROM {self.table('diff_shards')}"
+                               f" WHERE diff_key = {{k:String}} AND run_id = {{r:String}} ORDER BY shard_id",
+                               parameters={"k": diff_key, "r": run["run_id"]}).result_rows
+        return run, [dict(zip(names, s)) for s in shards]
 
     def shards(self, load_key: str, generation: int) -> dict[int, ShardState]:
         """The newest attempt of each shard of one generation of ``load_key``."""
@@ -345,6 +419,25 @@ def executor_address(host: str, port: int) -> str:
     return f"{socket.gethostname()}/{address}"
 
 
+def _set_verdict(load_key: str, states: dict, errors: dict) -> tuple[str, str, dict]:
+    """The counters verdict of a job of many tables: failed if any table's is (``errors``: tables
+    that failed before their load was recorded), success once all are."""
+    verdicts = {key: ("failed", f"load {key!r} failed: {errors[key]}") if state is None and key in errors
+                else counters_verdict(state) for key, state in states.items()}
+    failed = {k: m for k, (v, m) in verdicts.items() if v == "failed"}
+    waiting = [k for k, (v, _) in verdicts.items() if v == "wait"]
+    verdict = "failed" if failed else "wait" if waiting or not states else "success"
+    message = (f"{len(failed)} of {len(states)} table load(s) failed: " + "; ".join(failed.values()) if failed else
+               f"{len(states) - len(waiting)}/{len(states)} table loads complete" if verdict == "wait" else
+               f"all {len(states)} table loads: every shard succeeded, read == written, failed == 0")
+    done = [s for s in states.values() if s is not None]
+    return verdict, message, {
+        "load_key": load_key, "verdict": verdict, "message": message, "tables": len(states),
+        "rows_read": sum(x.records_read for s in done for x in s.shards.values()),
+        "rows_written": sum(x.records_written for s in done for x in s.shards.values()),
+        "failed_loads": sorted(failed)}
+
+
 def check_counters(endpoint, load_key: str, database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
     """Read ``load_key`` from the ledger and judge it: (verdict, message, summary for XCom)."""
     from airflow_sync_provider.core.target.clickhouse import client
@@ -354,6 +447,10 @@ def check_counters(endpoint, load_key: str, database: str = DEFAULT_LEDGER_DATAB
         ledger = Ledger(ch, database)
         ledger.ensure()
         state = ledger.state(load_key)
+        found = ledger.load_set(load_key) if state is None else None
+        if found is not None:  # a job of many tables: every one of them
+            keys, errors = found
+            return _set_verdict(load_key, {key: ledger.state(key) for key in keys}, errors)
     finally:
         ch.close()
     verdict, message = counters_verdict(state)

@@ -4,6 +4,7 @@ from airflow_sync_provider.assets import clickhouse_table, mysql_table, qualifie
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
+from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 
@@ -66,6 +67,9 @@ class CdcApplyOperator(SparkJobOperator):
         named = tables if isinstance(tables, (list, tuple)) else []
         self.declare_assets([mysql_table(mysql_conn_id, *q) for t in named if (q := qualified(t))],
                             [clickhouse_table(clickhouse_conn_id, *q) for t in named if (q := target_of(t))])
+
+    def sync_page(self, spec) -> str:
+        return sync_link(pipeline=spec.pipeline)
 
     def build_spec(self, context) -> CdcApplySpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)

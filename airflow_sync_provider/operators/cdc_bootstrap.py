@@ -4,6 +4,7 @@ from airflow_sync_provider.assets import clickhouse_table, mysql_table, namespac
 from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
+from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 
@@ -59,6 +60,9 @@ class CdcBootstrapOperator(SparkJobOperator):
         tables = self.tables if isinstance(self.tables, (list, tuple)) else []
         self.declare_assets([mysql_table(mysql_conn_id, *q) for t in tables if (q := qualified(t))],
                             [clickhouse_table(clickhouse_conn_id, *q) for t in tables if (q := target_of(t))])
+
+    def sync_page(self, spec) -> str:
+        return sync_link(pipeline=spec.pipeline)
 
     def lineage(self, spec, result):
         return ([(namespace("mysql", spec.source), t["table"]) for t in result["tables"]],

@@ -7,6 +7,7 @@ from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
+from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 
@@ -69,8 +70,9 @@ class FullLoadOperator(SparkJobOperator):
     :param replace_partitions: partition ids the period owns, e.g. ``["{{ ds_nodash }}"]``.
     :param ledger_database: ClickHouse database of the ledger (default ``airflow_sync``).
     :param skip_if_published: when ``load_key`` is already published, do nothing and return its
-        summary; in a task of many tables, per table (a retry of such a task always does: the
-        tables an earlier try published are not copied again)        summary (e.g. the full load a CDC pipeline starts from, in a scheduled DAG).
+        summary (e.g. the full load a CDC pipeline starts from, in a scheduled DAG); in a task of
+        many tables, per table (a retry of such a task always does: the tables an earlier try
+        published are not copied again).
     :param reader: ``auto`` (default: Arrow-native, unless a probe of the first rows disagrees with
         mysqlclient; the task log says which ran), ``native`` or ``mysqlclient``.
     :param driver_copy_rows: tables estimated at no more rows are copied by the Spark driver
@@ -138,6 +140,9 @@ class FullLoadOperator(SparkJobOperator):
             [mysql_table(mysql_conn_id, source_database, table) if is_static(source_database, table) else None],
             [clickhouse_table(clickhouse_conn_id, target_database, target_table)
              if is_static(target_database, target_table) else None])
+
+    def sync_page(self, spec) -> str:
+        return sync_link(load=spec.load_key)
 
     def lineage(self, spec, result):
         tables = result.get("tables") or [result | {"table": f"{spec.source_database}.{spec.source_table}",

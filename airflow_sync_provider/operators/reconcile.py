@@ -6,6 +6,7 @@ from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.verify.reports import reconcile_table, write_report
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
+from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 ON_MISMATCH = ("fail", "warn", "reimport")
@@ -56,6 +57,10 @@ class ReconcileOperator(SparkJobOperator):
                              checksum=self.checksum, reimport=self.on_mismatch == "reimport",
                              ledger_database=self.ledger_database, select=self.select, tables=list(self.tables or []),
                              parallel_tables=self.parallel_tables)
+
+    def sync_page(self, spec) -> str:
+        return sync_link(load=spec.load_key) if spec.select or spec.tables else sync_link("reconciliation",
+                                                                                         load=spec.load_key)
 
     def lineage(self, spec, result):
         return [x for t in result.get("tables") or [result]

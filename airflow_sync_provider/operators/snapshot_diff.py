@@ -6,6 +6,7 @@ from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.verify.reports import diff_summary, write_diff_report
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
+from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 
@@ -38,7 +39,8 @@ class SnapshotDiffOperator(SparkJobOperator):
     :param select, tables: diff many MySQL tables with their copies in one task, instead of
         ``old_table`` / ``source_table`` (as ``FullLoadOperator`` takes them: a selection's
         ``target_database`` says where the copies are); ``diff_key`` becomes each one's prefix.
-        XCom: ``verdict`` (``changed`` if any table is), ``tables`` (one summary and report each).
+        XCom: ``verdict`` (``changed`` — ``applied`` with ``on_change="apply"`` — if any table
+        differed), ``tables`` (one summary and report each).
     :param parallel_tables: tables compared at once.
     """
 
@@ -87,6 +89,10 @@ class SnapshotDiffOperator(SparkJobOperator):
             + [clickhouse_table(clickhouse_conn_id, *q) for q in (old, new) if q],
             [clickhouse_table(clickhouse_conn_id, *q) for q in [changes, old if on_change == "apply" else None] if q])
 
+    def sync_page(self, spec) -> str:
+        return sync_link(diff=spec.diff_key or "diff:") if spec.select or spec.tables else sync_link(
+            "diff", key=spec.diff_key)
+
     def lineage(self, spec, result):
         if "tables" in result:
             pairs = [self.lineage(spec.for_table(t["config"]), t) for t in result["tables"]]
@@ -118,8 +124,8 @@ class SnapshotDiffOperator(SparkJobOperator):
         if "tables" not in result:
             return self._summarize_one(result)
         tables = [{"table": one["table"], **self._summarize_one(one, raise_on_change=False)} for one in result["tables"]]
-        changed = [t for t in tables if t["verdict"] == "changed"]
-        verdict = "changed" if changed else "identical"
+        changed = [t for t in tables if t["verdict"] != "identical"]  # "changed", or "applied" (on_change="apply")
+        verdict = ("applied" if self.on_change == "apply" else "changed") if changed else "identical"
         self.log.info("Snapshot diff of %d table(s): %s", len(tables), verdict)
         if changed and self.on_change == "fail":
             raise AirflowException(f"{len(changed)} of {len(tables)} table(s) differ: "

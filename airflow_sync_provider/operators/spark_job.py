@@ -15,6 +15,7 @@ from airflow_sync_provider.core.submission import (
     Submission, job_script, python_driver, python_driver_command, read_result, run_driver, stage,
 )
 from airflow_sync_provider.core.target.clickhouse import client as clickhouse_client
+from airflow_sync_provider.links import SyncViewLink
 
 DEFAULT_CONF = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
 
@@ -46,6 +47,7 @@ class SparkJobOperator(BaseOperator):
 
     job: str = ""
     ui_color = "#fde2b0"
+    operator_extra_links = (SyncViewLink(),)
 
     def __init__(self, *, spark_conn_id: str = "spark_default", spark_conf: dict | None = None,
                  pyspark_python: str | None = None, kubernetes_secret: str | None = None,
@@ -62,6 +64,10 @@ class SparkJobOperator(BaseOperator):
 
     def summarize(self, result: dict) -> dict:
         return result
+
+    def sync_page(self, spec) -> str:
+        """This task's page in the Sync view (links.py): the loads, report or pipeline it works on."""
+        return ""
 
     def lineage(self, spec, result: dict) -> tuple[list, list]:
         """The tables the run read and wrote: ([(namespace, name)], [(namespace, name, rows)])."""
@@ -113,6 +119,7 @@ class SparkJobOperator(BaseOperator):
 
     def execute(self, context):
         spec = self.build_spec(context)
+        self.sync_link = self.sync_page(spec)
         self.log.info("Job spec (secrets masked): %s", json.dumps(public_dict(spec), default=str))
         with tempfile.TemporaryDirectory(prefix="airflow-sync-") as tmp:  # created 0700
             local = self.driver_command(spec, tmp)

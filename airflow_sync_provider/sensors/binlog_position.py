@@ -25,7 +25,7 @@ class BinlogPositionSensor(BaseSensorOperator):
 
     :param pipeline: the pipeline (``CdcApplyOperator(pipeline=…)``).
     :param position: ``{"file": …, "pos": …}`` to reach, e.g. from XCom
-        (``{{ ti.xcom_pull('bootstrap')['end'] }}``). Neither it nor ``max_lag_seconds``:
+        (``{{ ti.xcom_pull('bootstrap')['end_position'] }}``). Neither it nor ``max_lag_seconds``:
         the source's current position, read at the first poke (MySQL ≥ 8.2 ``SHOW BINARY LOG
         STATUS``, older ``SHOW MASTER STATUS``, MariaDB ``SHOW BINLOG STATUS``).
     :param max_lag_seconds: succeed instead when the pipeline is this close to the source.

@@ -38,7 +38,8 @@ from airflow_sync_provider.core.target.shards import (
 )
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 from airflow_sync_provider.core.verify.diff import (
-    CHANGED, DELETED, FLAGS, IDENTICAL, NEW, DiffColumns, DiffError, compare, new_name, nullable, old_name,
+    CHANGED, DELETED, FLAGS, IDENTICAL, NEW, DiffColumns, DiffError, change_samples, compare, new_name, nullable,
+    old_name,
 )
 from airflow_sync_provider.core.verify.pruning import (
     Positions, Pruning, Scope, aligned_batches, interval_sql, label_sql,
@@ -464,19 +465,6 @@ def _apply_version(spec: SnapshotDiffSpec, ch, old_types: dict, position) -> int
     return int(top or 0) + 1
 
 
-def _samples(ch, spec: SnapshotDiffSpec, run_id: str) -> dict:
-    table = ch_table(*_split(spec.changes_table))
-    out = {}
-    for flag in (CHANGED, NEW, DELETED):
-        result = ch.query(f"SELECT * EXCEPT (diff_key, run_id) FROM {table} WHERE diff_key = {{k:String}} AND "
-                          f"run_id = {{r:String}} AND flag = {{f:String}} LIMIT {int(spec.sample_rows)}",
-                          parameters={"k": spec.diff_key, "r": run_id, "f": flag})
-        # JSON-safe for the result file; the report shows them as text
-        out[flag] = [{k: (v if k == "changed" or v is None else repr(v) if isinstance(v, (bytes, str)) else str(v))
-                      for k, v in zip(result.column_names, row)} for row in result.result_rows]
-    return out
-
-
 def run_snapshot_diff(spec: SnapshotDiffSpec, spark) -> dict:
     started = time.time()
     ch = target.client(spec.target)
@@ -525,6 +513,6 @@ def run_snapshot_diff(spec: SnapshotDiffSpec, spark) -> dict:
         "positions": "key" if ctx.key_position else "hash", "in_driver": in_driver, "spark_started": session.started,
     }
     ledger.write_diff(result, shards)
-    samples = _samples(ch, spec, run_id)
+    samples = change_samples(ch, spec.changes_table, spec.diff_key, run_id, spec.sample_rows)
     ch.close()
     return result | {"shard_results": shards, "samples": samples, "seconds": round(time.time() - started, 3)}

@@ -12,8 +12,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.selection import selected_tables
+from airflow_sync_provider.core.target.clickhouse import shared_client
 from airflow_sync_provider.spark.session import lazy
 
 
@@ -39,6 +41,12 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
     with mysql_reader.connect(spec.source) as conn:
         configs = selected_tables(conn, spec.select, spec.tables)
     names = [f"{c['source_database']}.{c['source_table']}" for c in configs]
+    keys = {}  # a full load's table keys under its key: the counters sensor waits for each of them
+    if spec.job == "full_load" and spec.load_key:
+        keys = {f"{c['source_database']}.{c['source_table']}": spec.for_table(c).load_key for c in configs}
+        ledger = Ledger(shared_client(spec.target), spec.ledger_database)
+        ledger.ensure()
+        ledger.write_load_set(spec.load_key, list(keys.values()))
     print(f"[airflow-sync] {spec.job}: {len(names)} table(s) selected: {', '.join(names) or '(none)'}", flush=True)
 
     def one(config: dict) -> dict:
@@ -58,6 +66,8 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
         what = (f"{r['rows']:,} rows" if "rows" in r else r.get("verdict", "")) if r["status"] == "success" else r["error"]
         print(f"[airflow-sync]   {r['table']:<40} {r['status']:<8} {r['seconds']:>7.2f} s  {what}"[:300], flush=True)
     failed = [r for r in results if r["status"] != "success"]
+    if keys and failed:
+        ledger.write_load_set(spec.load_key, list(keys.values()), {keys[r["table"]]: r["error"] for r in failed})
     key = {"diff_key": spec.diff_key} if spec.job == "snapshot_diff" else {"load_key": spec.load_key}
     summary = {**key, "tables": results, "selected": names, "failed": [r["table"] for r in failed],
                "seconds": round(time.time() - started, 3), "spark_started": session.started}

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_sync_provider.core.sql import ch_table
+
 IDENTICAL, CHANGED, NEW, DELETED = "identical", "changed", "new", "deleted"
 FLAGS = (IDENTICAL, CHANGED, NEW, DELETED)
 ON_CHANGE = ("fail", "warn", "apply")
@@ -185,3 +187,17 @@ def nullable(ch_type: str) -> str:
     if ch_type.startswith(("Nullable(", "LowCardinality(Nullable(")):
         return ch_type
     return f"Nullable({ch_type})"
+
+
+def change_samples(ch, changes_table: str, diff_key: str, run_id: str, limit: int) -> dict:
+    """The first ``limit`` rows of each flag of one diff run in its change set (values as text,
+    JSON-safe): what the report pages show."""
+    database, table = changes_table.split(".", 1)
+    out = {}
+    for flag in (CHANGED, NEW, DELETED):
+        result = ch.query(f"SELECT * EXCEPT (diff_key, run_id) FROM {ch_table(database, table)} WHERE diff_key = "
+                          f"{{k:String}} AND run_id = {{r:String}} AND flag = {{f:String}} LIMIT {int(limit)}",
+                          parameters={"k": diff_key, "r": run_id, "f": flag})
+        out[flag] = [{k: (v if k == "changed" or v is None else repr(v) if isinstance(v, (bytes, str)) else str(v))
+                      for k, v in zip(result.column_names, row)} for row in result.result_rows]
+    return out

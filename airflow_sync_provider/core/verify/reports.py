@@ -173,12 +173,16 @@ def _minute_chart(counters: list[dict]) -> str:
             f"<p>changes applied per minute, {min(minutes)} … {max(minutes)} (peak {top:,})</p>")
 
 
-def sync_html(loads: list, verdicts: dict[str, tuple[str, str]], pipelines: list[tuple] = ()) -> str:
+def sync_html(loads: list, verdicts: dict[str, tuple[str, str]], pipelines: list[tuple] = (),
+              reconciliations: list[dict] = (), diffs: list[dict] = (), refresh: int = 15, scope: str = "") -> str:
     """The Sync view's page: each load (``LoadState``) with its verdict and its shards' hook
     counters (a running load shows its progress), ``verdicts`` being load key → (verdict,
-    message); then each CDC pipeline (``(PipelineState, per-minute counters)``) with its
-    checkpoint, status and a chart of the changes it applied per minute."""
+    message); each CDC pipeline (``(PipelineState, per-minute counters)``) with its checkpoint,
+    status and a chart of the changes it applied per minute; the newest reconciliation of each
+    load and recent diffs, linked to their reports (``reconciliation?load=…``, ``diff?key=…``).
+    Reloads itself every ``refresh`` seconds; ``scope`` says what it is filtered to."""
     from html import escape
+    from urllib.parse import quote
 
     def shard_rows(state) -> str:
         out = []
@@ -213,14 +217,35 @@ def sync_html(loads: list, verdicts: dict[str, tuple[str, str]], pipelines: list
             f"{escape(', '.join(state.to_dict()['tables']))}</p>"
             + (f"<p class='error'>{escape(state.error)}</p>" if state.error else "") + _minute_chart(counters)
             + "</section>")
+    checks = "".join(
+        f"<tr class='{'' if r['verdict'] == 'ok' else 'bad'}'><td class='v'><a href='reconciliation?load="
+        f"{quote(r['load_key'], safe='')}'>{escape(r['load_key'])}</a></td><td>{r['generation']}</td>"
+        f"<td class='v'>{escape(r['verdict'])}</td><td class='v'>{escape(str(list(r['mismatched'])) if r['mismatched'] else '')}"
+        f"</td><td class='v'>{'yes' if r['checksum'] else 'no'}</td></tr>" for r in reconciliations)
+    runs = "".join(
+        f"<tr class='{'bad' if d['verdict'] == 'changed' else ''}'><td class='v'><a href='diff?key="
+        f"{quote(d['diff_key'], safe='')}&amp;run={quote(d['run_id'], safe='')}'>{escape(d['diff_key'])}</a></td>"
+        f"<td class='v'>{escape(d['run_id'])}</td><td class='v'>{escape(d['verdict'])}</td>"
+        + "".join(f"<td>{d['counts'].get(f, 0):,}</td>" for f in ("identical", "changed", "new", "deleted"))
+        + f"<td>{d['rows_read_old'] + d['rows_read_new']:,}</td></tr>" for d in diffs)
     body = ("<h2>Loads</h2>" + ("".join(sections) or "<p class='empty'>No loads in the ledger yet.</p>")
-            + "<h2>CDC pipelines</h2>" + ("".join(flows) or "<p class='empty'>No pipelines yet.</p>"))
+            + "<h2>CDC pipelines</h2>" + ("".join(flows) or "<p class='empty'>No pipelines yet.</p>")
+            + "<h2>Reconciliations</h2>" + (
+                "<table><tr><th class='v'>load</th><th>generation</th><th class='v'>verdict</th>"
+                f"<th class='v'>mismatched shards</th><th class='v'>checksums</th></tr>{checks}</table>" if checks
+                else "<p class='empty'>No reconciliations yet.</p>")
+            + "<h2>Snapshot diffs</h2>" + (
+                "<table><tr><th class='v'>diff</th><th class='v'>run</th><th class='v'>verdict</th><th>identical</th>"
+                f"<th>changed</th><th>new</th><th>deleted</th><th>rows read</th></tr>{runs}</table>" if runs
+                else "<p class='empty'>No diffs yet.</p>"))
     return f"""<!doctype html><meta charset="utf-8"><title>Sync</title>
+<meta http-equiv="refresh" content="{int(refresh)}">
 <style>body{{font-family:sans-serif;margin:1.5em}} td,th{{padding:2px 8px;text-align:right}} td.v,th.v{{text-align:left}}
 tr.bad td,p.error{{color:#b00}} b.success{{color:#2a7}} b.failed{{color:#b00}} b.wait{{color:#a70}}
 section{{margin-bottom:1.5em}}</style>
 <h1>Sync</h1>
-<p>{len(loads)} load(s), newest first, with the ledger's hook counters per shard (its newest attempt);
-{len(pipelines)} CDC pipeline(s).</p>
+<p>{escape(scope) + '. ' if scope else ''}{len(loads)} load(s), newest first, with the ledger's hook counters per shard
+(its newest attempt); {len(pipelines)} CDC pipeline(s); {len(reconciliations)} reconciliation(s); {len(diffs)} diff run(s).
+This page reloads every {int(refresh)} s.</p>
 {body}
 """
