@@ -78,13 +78,15 @@ def diff_page(key: str, run: str = "") -> str:
         if found is None:
             raise HTTPException(404, f"no diff run {key!r} {run!r} in the ledger")
         result, shards = found
-        samples = {}
-        if result["changes_table"]:  # runs recorded before the ledger kept it have no samples here
+        samples, note = {}, ""
+        if not result["changes_table"]:
+            note = "No sample rows: this run was recorded before the ledger kept its change set's name."
+        else:
             try:
                 samples = change_samples(ledger.ch, result["changes_table"], key, result["run_id"], SAMPLE_ROWS)
-            except Exception:  # the change set was dropped: the counts still stand
-                samples = {}
-    return diff_html(result, shards, samples)
+            except Exception as exc:  # e.g. the change set was dropped: the counts still stand
+                note = f"No sample rows: the change set {result['changes_table']} could not be read ({exc})."[:600]
+    return diff_html(result, shards, samples, note)
 
 
 class SyncViewPlugin(AirflowPlugin):

@@ -14,7 +14,7 @@ from typing import Callable
 
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.selection import selected_tables
+from airflow_sync_provider.core.source.selection import largest_first, selected_tables
 from airflow_sync_provider.core.target.clickhouse import shared_client
 from airflow_sync_provider.spark.session import lazy
 
@@ -40,6 +40,7 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
     session = lazy(spark)
     with mysql_reader.connect(spec.source) as conn:
         configs = selected_tables(conn, spec.select, spec.tables)
+        order = largest_first(conn, configs)
     names = [f"{c['source_database']}.{c['source_table']}" for c in configs]
     keys = {}  # a full load's table keys under its key: the counters sensor waits for each of them
     if spec.job == "full_load" and spec.load_key:
@@ -61,7 +62,8 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
         return {**result, "table": name, "config": config, "status": "success", "seconds": round(time.time() - began, 3)}
 
     with ThreadPoolExecutor(max(1, min(spec.parallel_tables, len(configs))), thread_name_prefix="table") as pool:
-        results = list(pool.map(one, configs))
+        done = dict(zip((id(c) for c in order), pool.map(one, order)))
+    results = [done[id(c)] for c in configs]  # reported in the selection's order
     for r in results:
         what = (f"{r['rows']:,} rows" if "rows" in r else r.get("verdict", "")) if r["status"] == "success" else r["error"]
         print(f"[airflow-sync]   {r['table']:<40} {r['status']:<8} {r['seconds']:>7.2f} s  {what}"[:300], flush=True)

@@ -90,8 +90,9 @@ def _page_path(name: str, directory: str | None) -> str:
     return os.path.join(directory, re.sub(r"[^A-Za-z0-9._-]+", "_", name) + ".html")
 
 
-def diff_html(result: dict, shards: list[dict], samples: dict) -> str:
-    """Counts per flag, what pruning saved, and sample rows per flag with changed cells marked."""
+def diff_html(result: dict, shards: list[dict], samples: dict, note: str = "") -> str:
+    """Counts per flag, what pruning saved, and sample rows per flag with changed cells marked
+    (``note``: why there are none, e.g. the change set could not be read)."""
     from html import escape
 
     counts = result["counts"]
@@ -132,7 +133,7 @@ td.v{{text-align:left}} td.chg{{background:#ffe0e0}} s{{color:#888}}</style>
 <h1>{title}</h1>
 <p>diff <code>{escape(result['diff_key'])}</code>, run <code>{escape(result['run_id'])}</code>; change set in
 <code>{escape(result['changes_table'])}</code>; compared columns: {escape(', '.join(compared) or '(none)')}</p>
-<table>{flags}</table><p>{read}</p>
+<table>{flags}</table><p>{read}</p>{f"<p class='note'>{escape(note)}</p>" if note else ""}
 {''.join(sections)}
 <h2>shards</h2><table><tr><th>shard</th><th>old</th><th>new</th><th>buckets read</th><th>rows read</th>
 <th>changed</th><th>new</th><th>deleted</th></tr>{per_shard}</table>
