@@ -24,7 +24,7 @@ import sys
 import time
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, Checkpoints
-from airflow_sync_provider.core.cdc.lease import lock_holder, lock_name
+from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import (

@@ -12,11 +12,10 @@ import pymysql
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
-from airflow_sync_provider.core.cdc.lease import (
-    LOCK_WAIT_TIMEOUT, PING_SECONDS, PING_TIMEOUT, Lease, LeaseHeld, LeaseLost,
-)
+from airflow_sync_provider.core.cdc.lease import Lease, LeaseHeld, LeaseLost
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
+from airflow_sync_provider.core.source.locks import LOCK_WAIT_TIMEOUT, PING_SECONDS, PING_TIMEOUT
 
 DB, TARGET = "lease", "lease_ch"
 
@@ -96,8 +95,8 @@ def test_a_silent_holder_loses_its_lock_after_the_wait_timeout(endpoints, checkp
     the source drops its connection, and the lock, after LOCK_WAIT_TIMEOUT seconds."""
     pipeline = f"lease.silent.{time.time_ns()}"
     silent = Lease.acquire(endpoints[0], checkpoints, pipeline)
-    silent._stop.set()
-    silent._thread.join()
+    silent.lock._stop.set()
+    silent.lock._thread.join()
     went_quiet = time.monotonic()
     while True:
         try:
@@ -108,7 +107,7 @@ def test_a_silent_holder_loses_its_lock_after_the_wait_timeout(endpoints, checkp
             time.sleep(0.2)
     freed = time.monotonic() - went_quiet
     successor.release()
-    silent._conn.close()
+    silent.lock._conn.close()
     assert LOCK_WAIT_TIMEOUT - 1 <= freed, f"freed after {freed:.1f} s: the holder's checks are what keep it"
 
 

@@ -324,8 +324,7 @@ def test_a_repair_that_crashes_after_publishing_resumes_without_duplicates(in_ra
     ch.command(f"ALTER TABLE {table} UPDATE v = -1 WHERE k = 0 SETTINGS mutations_sync = 2")
     assert reconcile(endpoints, spark, key)["verdict"] == "mismatch"
     repair = FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table="bigint_signed",
-                          target_database=FIX, target_table="bigint_signed", load_key=key, reimport="failed",
-                          stale_after_seconds=0)
+                          target_database=FIX, target_table="bigint_signed", load_key=key, reimport="failed")
 
     publish = clickhouse_target.publish_repair
 

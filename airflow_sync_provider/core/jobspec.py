@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.source.selection import TableSelection
@@ -80,9 +80,6 @@ class FullLoadSpec:
     replace_partitions: list = field(default_factory=list)
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     ledger_wait_seconds: float = 300.0  # how long a failure report waits for an unreachable ledger
-    # a load of the same key whose driver reported within this many seconds is still running:
-    # refuse to run it twice at once (a killed job's key can be resumed once it is this old)
-    stale_after_seconds: float = STALE_AFTER_SECONDS
     skip_published: bool = False  # the key's load is published: return its summary, copy nothing
     select: dict | None = None
     tables: list = field(default_factory=list)
@@ -254,7 +251,6 @@ class CdcBootstrapSpec:
     driver_copy_rows: int | None = None  # as for a full load: tables copied by the driver's own channels
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     ledger_wait_seconds: float = 300.0
-    stale_after_seconds: float = STALE_AFTER_SECONDS
     result_path: str = ""
     job: str = field(default="cdc_bootstrap", init=False)
 
@@ -280,8 +276,7 @@ class CdcBootstrapSpec:
             batch_rows=self.batch_rows, columns=table.get("columns"), exclude_columns=table["exclude_columns"],
             split_column=split_column, split_factor=self.split_factor, strategy=self.strategy,
             channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
-            ledger_database=self.ledger_database, ledger_wait_seconds=self.ledger_wait_seconds,
-            stale_after_seconds=self.stale_after_seconds)
+            ledger_database=self.ledger_database, ledger_wait_seconds=self.ledger_wait_seconds)
 
 
 @dataclass

@@ -24,11 +24,14 @@ from airflow_sync_provider.core.cdc.positions import (
 )
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.flow_control import Throttle
-from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, FullLoadSpec, copied_schema, public_dict, table_config
+from airflow_sync_provider.core.jobspec import (
+    CdcBootstrapSpec, FullLoadSpec, bootstrap_load_key, copied_schema, public_dict, table_config,
+)
 from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.locks import LockHeld, load_lock
 from airflow_sync_provider.core.source.planning import Plan, plan_table
 from airflow_sync_provider.core.source.schema import average_row_bytes, table_rows
 from airflow_sync_provider.core.source.selection import TableSelection
@@ -166,12 +169,6 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
             return load, state, Plan.from_dict(state.plan)  # bootstrapped already: the pipeline keeps it current
         print(f"[airflow-sync] {schema.qualified}: its copy {load.target_database}.{load.target_table} is gone; "
               "bootstrapping it again", flush=True)
-    if state is not None and state.status == LOAD_RUNNING:
-        age = time.time() - state.heartbeat
-        if age < spec.stale_after_seconds:
-            raise BootstrapFailed(f"the bootstrap of {schema.qualified} for pipeline {spec.pipeline!r} is running "
-                                  f"elsewhere (last report {age:.0f} s ago); retry after {spec.stale_after_seconds:.0f}"
-                                  " s without a report if that job is dead")
     if state is not None and state.status != LOAD_PUBLISHED and not spec.restart:
         state.status, state.error = LOAD_RUNNING, ""
         return load, state, Plan.from_dict(state.plan)  # resume: same shards, chunks after their resume keys
@@ -217,6 +214,21 @@ def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition) -> int:
 
 def _bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpoints: Checkpoints,
                      table: dict) -> dict:
+    """One table's bootstrap, by one job at a time (its load key's lock: core/source/locks.py)."""
+    name = f"{table['source_database']}.{table['source_table']}"
+    try:
+        lock = load_lock(spec.source, spec.ledger_database, bootstrap_load_key(spec.pipeline, table),
+                         f"the bootstrap of {name} for pipeline {spec.pipeline!r}")
+    except LockHeld as held:
+        raise BootstrapFailed(str(held)) from None
+    try:
+        return _bootstrap_locked(spec, session, ch, ledger, checkpoints, table)
+    finally:
+        lock.release()
+
+
+def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpoints: Checkpoints,
+                      table: dict) -> dict:
     started = time.time()
     with mysql_reader.connect(spec.source) as conn:
         schema = copied_schema(conn, table)

@@ -207,12 +207,10 @@ class Recopies:
             state = ledger.state(bootstrap_load_key(spec.pipeline, table))
             older = state is None or BinlogPosition.from_dict(state.start_position).key() < position.key()
             restart = older
-        # the lease is ours: no other applier runs this re-copy, so it need not wait for a stale heartbeat
         bootstrap = CdcBootstrapSpec(spec.source, spec.target, spec.pipeline, tables=[table],
                                      channels=spec.recopy_channels, restart=restart,
                                      channel_record_speed=spec.recopy_record_speed,
-                                     driver_copy_rows=spec.driver_copy_rows, ledger_database=spec.ledger_database,
-                                     stale_after_seconds=0)
+                                     driver_copy_rows=spec.driver_copy_rows, ledger_database=spec.ledger_database)
         checkpoints = Checkpoints(ch, spec.ledger_database)
         checkpoints.lease = self.checkpoints.lease
         return _bootstrap_table(bootstrap, self.session, ch, ledger, checkpoints, bootstrap.tables[0])

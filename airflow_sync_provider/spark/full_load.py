@@ -22,6 +22,7 @@ from airflow_sync_provider.core.ledger import (
     LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState, ShardState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock
 from airflow_sync_provider.core.source.planning import Plan, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_table
@@ -224,12 +225,6 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
             state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
             state.start_position, state.version = _binlog_start(spec, ledger.ch)
             return state, Plan.from_dict(state.plan)
-    if state is not None and state.status == LOAD_RUNNING:
-        age = time.time() - state.heartbeat
-        if age < spec.stale_after_seconds:
-            raise LoadFailed(f"load {spec.load_key!r} is running elsewhere (last report {age:.0f} s ago); two jobs "
-                             f"must not load the same key at once. If that job is dead, retry after "
-                             f"{spec.stale_after_seconds:.0f} s without a report")
     if state is not None and state.status != LOAD_PUBLISHED:
         state.status, state.error = LOAD_RUNNING, ""
         return state, Plan.from_dict(state.plan)  # resume: same shards, so earlier attempts line up
@@ -309,6 +304,17 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     if spec.skip_published and (done := ledger.state(spec.load_key)) is not None and done.status == LOAD_PUBLISHED:
         print(f"[airflow-sync] load {spec.load_key!r} is published (generation {done.generation}); skipped", flush=True)
         return _published_summary(done, started)
+    try:  # one job per load key; a killed job's key is free at once (core/source/locks.py)
+        lock = load_lock(spec.source, spec.ledger_database, spec.load_key, f"load {spec.load_key!r}")
+    except LockHeld as held:
+        raise LoadFailed(str(held)) from None
+    try:
+        return _load(spec, session, ch, ledger, lock, started)
+    finally:
+        lock.release()
+
+
+def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, started: float) -> dict:
     driver_rows = driver_copy_limit(spec.driver_copy_rows, session)
     with mysql_reader.connect(spec.source) as conn:
         schema = copied_schema(conn, spec_to_dict(spec))
@@ -374,6 +380,9 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     repaired = list(state.repair)
     published = repaired or [s.id for s in plan.shards]
     written = sum(s.records_written for s in state.shards.values() if s.shard_id in published)
+    if lock.lost:  # another job may own the key now: it publishes, not this one
+        raise LoadFailed(f"load {spec.load_key!r}: this job lost its lock on the source ({lock.lost}) and publishes "
+                         "nothing; run it again (it resumes from the finished shards)")
     try:
         landed = _publish(spec, ch, schema, plan, state, copy)
     except Exception as exc:  # e.g. the target went away: recorded, and publishing again is safe
