@@ -2,7 +2,7 @@
 
 Starts MariaDB and the chDB ClickHouse endpoint (or uses MYSQL_URL / CLICKHOUSE_URL),
 generates the demo data, runs the example DAGs with ``airflow dags test`` — the full loads,
-then CDC (bootstrap of orders and order_items while a writer changes them, catch-up, the
+the whole ``demo`` database by pattern in one job (load + reconciliation), then CDC (bootstrap of orders and order_items while a writer changes them, catch-up, the
 binlog position sensor, reconciliation with checksums) — printing a line per task while
 Airflow's full log goes to a file, and ends with source vs target row counts per copy.
 """
@@ -30,7 +30,7 @@ from devenv.airflow_env import REPO, airflow_env
 from devenv.demo_writer import DemoWriter
 from devenv.services import clickhouse_service, mysql_service
 
-FULL_LOAD_DAG, CDC_DAG = "sync_demo_full_load", "sync_demo_cdc"
+FULL_LOAD_DAG, DATABASE_DAG, CDC_DAG = "sync_demo_full_load", "sync_demo_database", "sync_demo_cdc"
 
 
 def _position(value) -> str:
@@ -42,6 +42,10 @@ def _summary(task: str, value) -> str:
     if not isinstance(value, dict):
         return ""
     tables = value.get("tables")
+    if "selected" in value:  # a job of many tables
+        what = (f"verdict {value['verdict']}" if "verdict" in value
+                else f"{sum(t.get('rows') or 0 for t in tables):,} rows")
+        return f"{len(tables)} tables ({', '.join(value['selected'])}): {what}"
     if isinstance(tables, list) and tables and isinstance(tables[0], dict):  # a bootstrap
         return "; ".join(f"{t['table']}: {t['rows']:,} rows" + (" (bootstrapped earlier)" if t.get("skipped") else
                                                                 f" in {t['chunks']} chunks") for t in tables) + (
@@ -122,8 +126,10 @@ def run_dag(env: dict, home: Path, dag_id: str, log_path: Path, on_task=None) ->
     return process.returncode
 
 
-FULL_LOAD_COPIES = [(table, "demo", f"{FULL_LOAD_DAG}.load_{table}.") for table in demo_data.DDL]
-CDC_COPIES = [(table, "demo_cdc", f"cdc:demo_cdc:demo.{table}") for table in ("orders", "order_items")]
+# (table, copy's database, LIKE pattern of its load keys)
+FULL_LOAD_COPIES = [(table, "demo", f"{FULL_LOAD_DAG}.load_{table}.%") for table in demo_data.DDL]
+DATABASE_COPIES = [(table, "demo_all", f"{DATABASE_DAG}.load_database.%:demo.{table}") for table in demo_data.DDL]
+CDC_COPIES = [(table, "demo_cdc", f"cdc:demo_cdc:demo.{table}%") for table in ("orders", "order_items")]
 
 
 def counts(mysql_url: str, clickhouse_url: str, copies) -> list[tuple[str, str, int, int, str]]:
@@ -140,7 +146,7 @@ def counts(mysql_url: str, clickhouse_url: str, copies) -> list[tuple[str, str, 
             except Exception:
                 target = -1
             verdict = ch.query(
-                "SELECT verdict, checksum FROM airflow_sync.reconciliations WHERE startsWith(load_key, {p:String})"
+                "SELECT verdict, checksum FROM airflow_sync.reconciliations WHERE load_key LIKE {p:String}"
                 " ORDER BY at DESC LIMIT 1", parameters={"p": key}).result_rows
             checked = f"{verdict[0][0]}{' (checksums)' if verdict[0][1] else ''}" if verdict else "-"
             out.append((table, database, source, target, checked))
@@ -168,8 +174,9 @@ def main(argv=None) -> int:
             subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, stdout=log,
                            stderr=subprocess.STDOUT)
         _reset_cdc(clickhouse_url)
-        codes = [run_dag(env, home, FULL_LOAD_DAG, log_path)]
-        rows = counts(mysql_url, clickhouse_url, FULL_LOAD_COPIES)  # before the writer changes the source
+        codes = [run_dag(env, home, FULL_LOAD_DAG, log_path), run_dag(env, home, DATABASE_DAG, log_path)]
+        # before the writer changes the source
+        rows = counts(mysql_url, clickhouse_url, FULL_LOAD_COPIES + DATABASE_COPIES)
         # CDC: a writer changes orders and order_items while they are bootstrapped; it stops when the
         # bootstrap task has finished, so catch-up ends at a quiet source and reconciliation can say ok
         writer = DemoWriter(mysql_url, rate=args.writer_rate)
