@@ -278,3 +278,38 @@ def test_tolerances_ignored_columns_and_a_source_without_binlog_access(mysql_con
     copy = dict(ch.query(f"SELECT id, (v, w, note, _version) FROM {TARGET}.tol FINAL WHERE id <= 8").result_rows)
     assert copy[6][0] == pytest.approx(3.0) and copy[6][3] == top + 1 and copy[8][1] is None
     assert copy[1][0] == pytest.approx(1 / 3) and copy[7][2] == "n"  # tolerated and ignored: left alone
+
+
+def test_diffs_that_share_a_change_set_take_turns_and_keep_each_others_rows(mysql_conn, ch, endpoints, spark):
+    """Two diffs of one copy with different columns (so the second recreates the shared
+    `<old>__changes` table) started at once, as a backfill's runs would be: each waits for the
+    other's lock and both change sets end complete (without the lock, the second dropped the
+    table under the first or cleared its rows)."""
+    import threading
+
+    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.shared (id INT PRIMARY KEY, a INT NOT NULL, b INT NOT NULL)")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.shared SELECT seq, seq, seq FROM {DB}.seq_1_to_50000")
+    _load(endpoints, spark, "shared", "dif.shared")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"UPDATE {DB}.shared SET a = -a, b = -b WHERE id % 97 = 0")
+    results, errors = {}, []
+
+    def run(name, columns):
+        try:
+            results[name] = diff(endpoints, spark, "shared", diff_key=name, compare_columns=columns, channels=1,
+                                 split_factor=4)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=("by_a", ["a"])), threading.Thread(target=run, args=("by_b", ["b"]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    changed = 50000 // 97
+    assert results["by_a"]["counts"]["changed"] == results["by_b"]["counts"]["changed"] == changed
+    last = max(results.values(), key=lambda r: r["run_id"])  # the table holds the later run's columns
+    stored = ch.query(f"SELECT diff_key, count() FROM {TARGET}.shared__changes GROUP BY diff_key").result_rows
+    assert dict(stored)[last["diff_key"]] == changed, stored

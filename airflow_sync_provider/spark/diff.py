@@ -29,6 +29,7 @@ from airflow_sync_provider.core.cdc.positions import position_if_readable
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, lock_name
 from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, explain, plan_table
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident, mysql_table
@@ -465,7 +466,28 @@ def _apply_version(spec: SnapshotDiffSpec, ch, old_types: dict, position) -> int
     return int(top or 0) + 1
 
 
+CHANGES_WAIT_SECONDS = 3600  # a diff waits this long for another one writing its change set
+
+
 def run_snapshot_diff(spec: SnapshotDiffSpec, spark) -> dict:
+    """One diff; diffs that write one change-set table (e.g. a backfill's runs) take turns: each
+    clears its rows there and may recreate the table (a lock on the source, when there is one)."""
+    if spec.source is None:  # ClickHouse against ClickHouse: no source to hold a lock on
+        return _diff(spec, spark)
+    name = lock_name(spec.ledger_database, f"changes:{spec.changes_table}")
+    try:
+        lock = NamedLock.take(spec.source, name, wait_seconds=CHANGES_WAIT_SECONDS)
+    except LockHeld as held:
+        raise DiffError(f"diff {spec.diff_key!r}: another diff has written the change set {spec.changes_table} for "
+                        f"over {CHANGES_WAIT_SECONDS} s ({held.where} holds lock {held.name!r}); run it again later, "
+                        "or give this diff a changes_table of its own") from None
+    try:
+        return _diff(spec, spark)
+    finally:
+        lock.release()
+
+
+def _diff(spec: SnapshotDiffSpec, spark) -> dict:
     started = time.time()
     ch = target.client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)

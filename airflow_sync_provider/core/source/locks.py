@@ -17,6 +17,7 @@ import hashlib
 import os
 import socket
 import threading
+import time
 
 import pymysql
 
@@ -65,15 +66,21 @@ class NamedLock:
         self._thread.start()
 
     @classmethod
-    def take(cls, source: MySQLEndpoint, name: str) -> "NamedLock":
-        """Take ``name`` or raise :class:`LockHeld`."""
+    def take(cls, source: MySQLEndpoint, name: str, wait_seconds: float = 0) -> "NamedLock":
+        """Take ``name`` (waiting up to ``wait_seconds`` for its holder to let go) or raise
+        :class:`LockHeld`."""
         conn = pymysql.connect(**source.connect_args(), autocommit=True, connect_timeout=PING_TIMEOUT * 3,
                                read_timeout=PING_TIMEOUT, write_timeout=PING_TIMEOUT)
         try:
+            deadline = time.monotonic() + wait_seconds
             with conn.cursor() as cur:
                 cur.execute("SET SESSION wait_timeout = %s", (LOCK_WAIT_TIMEOUT,))
-                cur.execute("SELECT GET_LOCK(%s, 0), CONNECTION_ID()", (name,))
-                got, connection_id = cur.fetchone()
+                while True:  # polled: a GET_LOCK that waits would outlast the connection's read timeout
+                    cur.execute("SELECT GET_LOCK(%s, 0), CONNECTION_ID()", (name,))
+                    got, connection_id = cur.fetchone()
+                    if got == 1 or time.monotonic() >= deadline:
+                        break
+                    time.sleep(min(PING_SECONDS, max(0.0, deadline - time.monotonic())))
             if got != 1:
                 holder = lock_holder(conn, name)
                 with conn.cursor() as cur:
