@@ -250,3 +250,41 @@ def test_source_password_stays_out_of_the_ledger(mysql_conn, mysql_url, clickhou
     specs = [r[0] for r in ch.query("SELECT spec FROM airflow_sync.loads").result_rows]
     assert any("test.secret" in s for s in specs)
     assert password and not any(password in s for s in specs)
+
+
+def test_working_tables_left_behind_are_dropped_and_a_running_load_is_left_alone(mysql_conn, mysql_url,
+                                                                                   clickhouse_url, ch, tmp_path):
+    """A load killed and never run again leaves its parts table: a later load of another key
+    (here with abandon_after_seconds=0) drops it and marks the load abandoned, so the next run
+    of that key starts a fresh generation and ends exact. A load running at the same time
+    (its lock held on the source) keeps its table and completes."""
+    make_table(mysql_conn, "leftover", 20_000)
+    make_table(mysql_conn, "busy", 20_000)
+    make_table(mysql_conn, "other", 1_000)
+    left = spec_for(mysql_url, clickhouse_url, "leftover", load_key="test.left", channels=2, split_factor=5,
+                    channel_record_speed=1500)
+    job = start_job(left, tmp_path / "left")
+    try:
+        wait_for(lambda: (s := ledger_state(ch, "test.left")) and any(x.status == "success" for x in s.shards.values()))
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    parts = ledger_state(ch, "test.left").parts_table
+    assert ch.command(f"EXISTS TABLE airflow_sync.{parts}")
+    busy = start_job(spec_for(mysql_url, clickhouse_url, "busy", load_key="test.busy", channels=1, split_factor=4,
+                              channel_record_speed=4000), tmp_path / "busy")
+    try:
+        wait_for(lambda: (s := ledger_state(ch, "test.busy")) and s.shards)
+        busy_parts = ledger_state(ch, "test.busy").parts_table
+        other = spark_submit(spec_for(mysql_url, clickhouse_url, "other", load_key="test.other",
+                                      abandon_after_seconds=0), timeout=600)
+        assert other["status"] == "success", other
+        assert not ch.command(f"EXISTS TABLE airflow_sync.{parts}")  # the killed load's table is gone …
+        assert ledger_state(ch, "test.left").status == "abandoned"
+        assert ch.command(f"EXISTS TABLE airflow_sync.{busy_parts}")  # … the running one's is not
+    finally:
+        assert busy.wait(300) == 0
+    assert assert_same_rows(mysql_conn, ch, DB, "busy", target_database=f"{DB}_ch") == 20_000
+    again = spark_submit(spec_for(mysql_url, clickhouse_url, "leftover", load_key="test.left"), timeout=600)
+    assert again["status"] == "success" and again["generation"] == 2, again
+    assert assert_same_rows(mysql_conn, ch, DB, "leftover", target_database=f"{DB}_ch") == 20_000

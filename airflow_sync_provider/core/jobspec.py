@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.ledger import ABANDONED_AFTER_SECONDS, DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.source.selection import TableSelection
@@ -81,6 +81,8 @@ class FullLoadSpec:
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     ledger_wait_seconds: float = 300.0  # how long a failure report waits for an unreachable ledger
     skip_published: bool = False  # the key's load is published: return its summary, copy nothing
+    # other loads' working tables left this long without a report are dropped (their loads abandoned)
+    abandon_after_seconds: float = ABANDONED_AFTER_SECONDS
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel_tables: int = 2

@@ -29,6 +29,9 @@ STALE_AFTER_SECONDS = 120  # a running load whose driver has not reported for th
 
 # load status: running → published | failed ; shard status: running → success | failed (| mismatch)
 LOAD_RUNNING, LOAD_PUBLISHED, LOAD_FAILED = "running", "published", "failed"
+# an unfinished load left alone so long that its working tables were dropped: it starts afresh
+LOAD_ABANDONED = "abandoned"
+ABANDONED_AFTER_SECONDS = 7 * 86_400
 SHARD_RUNNING, SHARD_SUCCESS, SHARD_FAILED, SHARD_MISMATCH = "running", "success", "failed", "mismatch"
 
 
@@ -128,7 +131,7 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     if not bad_counters and len(done) == len(ids) and ids:
         return "success", f"all {len(ids)} shards succeeded, read == written, failed == 0"
     # a published load with shards a reconciliation marked: its copy is known to be wrong there
-    ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED) or state.stale
+    ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED, LOAD_ABANDONED) or state.stale
     if bad_counters or (ended and len(done) < len(ids)):
         failed = sorted(set(state.failed()) | set(bad_counters) | ({i for i in ids if i not in done} if ended else set()))
         errors = "; ".join(f"shard {i}: {state.shards[i].error[:200]}" for i in failed
@@ -232,10 +235,12 @@ class Ledger(LedgerTables):
     """Loads and their shards (hook counters), reconciliations, diffs and cluster-mode results."""
 
     def ensure(self) -> None:
+        # loads last: readers take its existence to mean the ledger's tables are all there
+        # (Ledger.state joins heartbeats; a reader between two CREATEs once saw it missing)
         self._ensure_tables([
-            ("loads", _LOADS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)"),
-            ("shards", _SHARDS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)"),
             ("heartbeats", _HEARTBEATS, "ReplacingMergeTree(at) ORDER BY (load_key, generation)"),
+            ("shards", _SHARDS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation, shard_id, attempt)"),
+            ("loads", _LOADS, "ReplacingMergeTree(updated_at) ORDER BY (load_key, generation)"),
         ])
 
     def write_reconciliation(self, load_key: str, generation: int, verdict: str, mismatched: list[int],
@@ -326,6 +331,31 @@ class Ledger(LedgerTables):
                           json.loads(spec), error, json.loads(start) if start else None, list(repair), heartbeat)
         state.shards = self.shards(load_key, gen)
         return state
+
+    def left_behind(self, older_than: float) -> list[dict]:
+        """Working (parts) tables no job will use: of a published load (a crash between publishing
+        and dropping it), of a generation a newer one replaced, or of an unpublished load whose
+        last report is older than ``older_than`` seconds (a job that crashed or failed and was
+        never run again). ``{load_key, generation, parts_table, target_table, abandon}``;
+        ``abandon``: the key's newest load, unpublished (to be marked abandoned)."""
+        names = [n for (n,) in self.ch.query(
+            "SELECT name FROM system.tables WHERE database = {d:String} AND startsWith(name, 'parts_')",
+            parameters={"d": self.database}).result_rows]
+        if not names or not self._exists("loads"):
+            return []
+        rows = self.ch.query(
+            f"SELECT load_key, generation, parts_table, target_table FROM {self.table('loads')} FINAL"
+            f" WHERE parts_table IN {{n:Array(String)}}", parameters={"n": names}).result_rows
+        out = []
+        for key, generation, parts, target in rows:
+            state = self.state(key)
+            newest = state is not None and state.generation == generation
+            unpublished = newest and state.status != LOAD_PUBLISHED
+            if unpublished and _now() - state.heartbeat < older_than:
+                continue  # it may be resumed yet
+            out.append({"load_key": key, "generation": generation, "parts_table": parts, "target_table": target,
+                        "abandon": unpublished})
+        return out
 
     def recent(self, limit: int = 50, prefix: str = "") -> list[LoadState]:
         """The most recently reported loads (each its newest generation), newest first; only

@@ -19,10 +19,10 @@ from airflow_sync_provider.core.cdc.positions import flavor, position_if_readabl
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
-    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState, ShardState,
+    LOAD_ABANDONED, LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState, ShardState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock
+from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name
 from airflow_sync_provider.core.source.planning import Plan, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_table
@@ -217,6 +217,9 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
     if spec.reimport == "failed":
         if state is None:
             raise LoadFailed(f"load {spec.load_key!r} is not in the ledger: nothing to re-import")
+        if state.status == LOAD_ABANDONED:
+            raise LoadFailed(f"load {spec.load_key!r} was abandoned ({state.error[:300]}): nothing is left to "
+                             "re-import; run it without reimport for a fresh copy")
         if state.status == LOAD_PUBLISHED:  # shards a reconciliation marked: repair them in place
             if not state.failed():
                 raise LoadFailed(f"load {spec.load_key!r} is published and no shard is marked failed or mismatched "
@@ -225,7 +228,7 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
             state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
             state.start_position, state.version = _binlog_start(spec, ledger.ch)
             return state, Plan.from_dict(state.plan)
-    if state is not None and state.status != LOAD_PUBLISHED:
+    if state is not None and state.status not in (LOAD_PUBLISHED, LOAD_ABANDONED):
         state.status, state.error = LOAD_RUNNING, ""
         return state, Plan.from_dict(state.plan)  # resume: same shards, so earlier attempts line up
     with mysql_reader.connect(spec.source) as conn:
@@ -309,9 +312,34 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     except LockHeld as held:
         raise LoadFailed(str(held)) from None
     try:
+        _collect_left_behind(spec, ledger)
         return _load(spec, session, ch, ledger, lock, started)
     finally:
         lock.release()
+
+
+def _collect_left_behind(spec: FullLoadSpec, ledger: Ledger) -> None:
+    """Drop the working tables no job will use (Ledger.left_behind): unpublished loads nobody
+    resumed for ``abandon_after_seconds`` are marked abandoned, so running one again starts
+    afresh. A load whose lock is held is running, however quiet, and is left alone."""
+    found = [w for w in ledger.left_behind(spec.abandon_after_seconds) if w["load_key"] != spec.load_key]
+    if not found:
+        return
+    with mysql_reader.connect(spec.source) as conn:
+        running = {w["load_key"] for w in found
+                   if lock_holder(conn, lock_name(spec.ledger_database, f"load:{w['load_key']}")) is not None}
+    for w in found:
+        if w["load_key"] in running:
+            continue
+        target.drop_working_tables(ledger.ch, spec.ledger_database, w["parts_table"], w["target_table"])
+        if w["abandon"]:
+            state = ledger.state(w["load_key"])
+            state.status = LOAD_ABANDONED
+            state.error = (f"abandoned: no report for over {spec.abandon_after_seconds:.0f} s, so its working tables "
+                           f"were dropped; {state.error}")[:4000]
+            ledger.write_load(state)
+        print(f"[airflow-sync] dropped the working tables of load {w['load_key']!r} generation {w['generation']} "
+              f"({'abandoned' if w['abandon'] else 'published or replaced'})", flush=True)
 
 
 def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, started: float) -> dict:

@@ -146,6 +146,14 @@ def _file_bytes(name: str) -> int:
     return sum(1 if (c.isascii() and (c.isalnum() or c == "_")) else 3 * len(c.encode()) for c in name)
 
 
+def drop_working_tables(ch, parts_db: str, parts: str, target_table: str) -> None:
+    """A load's working tables: its parts table and its private stage and shadow tables."""
+    database, table = target_table.split(".", 1)
+    ch.command(f"DROP TABLE IF EXISTS {ch_table(parts_db, parts)}")
+    for role in ("stage", "shadow"):
+        ch.command(f"DROP TABLE IF EXISTS {ch_table(database, private_name(table, role, parts))}")
+
+
 def private_name(table: str, role: str, owner: str) -> str:
     """A working table of ``table`` (``role``: stage, shadow) that only ``owner`` uses: its load's
     parts table, so one per load key and generation. Overlapping loads into one table (backfill
