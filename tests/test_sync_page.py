@@ -28,6 +28,7 @@ def test_the_page_shows_loads_with_shard_counters_and_pipelines_with_a_chart():
     assert "<tr class='bad'><td>1</td><td class='v'>failed</td><td>2</td><td>10</td><td>5</td><td>5</td>" in page
     assert "ValueError: &lt;bad&gt; date" in page
     assert "mysql-bin.000002:400" in page and "1,234 row changes" in page
+    assert "nothing applied yet" in page or "caught up" in page or "lag ≈" in page
     assert page.count("<rect ") == 2 and "peak 30" in page
     empty = sync_html([], {})
     assert "No loads in the ledger yet" in empty and "No pipelines yet" in empty
@@ -70,3 +71,13 @@ def test_each_operator_links_to_its_page_in_the_sync_view():
     link = SyncViewLink()
     load.sync_link = "/sync/?load=k"
     assert link.name == "Sync view" and link.get_link(load, ti_key=None) == "/sync/?load=k"
+
+
+def test_a_pipeline_behind_the_source_shows_its_lag():
+    behind = PipelineState("p", "running", BinlogPosition("mysql-bin.000002", 400),
+                           source_position=BinlogPosition("mysql-bin.000002", 900), source_time=time.time() - 42,
+                           heartbeat=time.time())
+    assert "lag ≈ 42 s" in sync_html([], {}, [(behind, [])])
+    caught_up = PipelineState("p", "idle", BinlogPosition("mysql-bin.000002", 900),
+                              source_position=BinlogPosition("mysql-bin.000002", 900), heartbeat=time.time() - 5)
+    assert "caught up as of 5 s ago" in sync_html([], {}, [(caught_up, [])])

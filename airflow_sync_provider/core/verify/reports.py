@@ -174,6 +174,18 @@ def _minute_chart(counters: list[dict]) -> str:
             f"<p>changes applied per minute, {min(minutes)} … {max(minutes)} (peak {top:,})</p>")
 
 
+def _lag(state) -> str:
+    """How far the copy is behind, from the pipeline's last report (the page has no source to ask)."""
+    import time
+
+    if state.checkpoint is None:
+        return "nothing applied yet"
+    if state.source_position is not None and state.checkpoint.key() < state.source_position.key() and state.source_time:
+        return f"lag ≈ {max(0.0, time.time() - state.source_time):,.0f} s (behind the source it last saw)"
+    age = time.time() - state.heartbeat if state.heartbeat else None
+    return "caught up" + (f" as of {age:,.0f} s ago" if age is not None else "")
+
+
 def sync_html(loads: list, verdicts: dict[str, tuple[str, str]], pipelines: list[tuple] = (),
               reconciliations: list[dict] = (), diffs: list[dict] = (), refresh: int = 15, scope: str = "") -> str:
     """The Sync view's page: each load (``LoadState``) with its verdict and its shards' hook
@@ -214,6 +226,7 @@ def sync_html(loads: list, verdicts: dict[str, tuple[str, str]], pipelines: list
             f"<section class='pipeline'><h3><code>{escape(state.pipeline)}</code> — {escape(state.status)}"
             f"{' (stale)' if state.stale else ''}</h3>"
             f"<p>checkpoint {escape(str(state.checkpoint))}; source seen at {escape(str(state.source_position))}; "
+            f"{escape(_lag(state))}; "
             f"{state.events:,} row changes applied in total; tables: "
             f"{escape(', '.join(state.to_dict()['tables']))}</p>"
             + (f"<p class='error'>{escape(state.error)}</p>" if state.error else "") + _minute_chart(counters)
