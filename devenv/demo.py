@@ -31,7 +31,16 @@ from devenv.demo_writer import DemoWriter
 from devenv.services import clickhouse_service, mysql_service
 
 FULL_LOAD_DAG, DATABASE_DAG, CDC_DAG = "sync_demo_full_load", "sync_demo_database", "sync_demo_cdc"
-WRITE_INTO_BOOTSTRAP = 2.0  # seconds the writer goes on once the bootstrap runs (then stops, see main)
+WRITE_INTO_BOOTSTRAP = 2  # bootstrap chunks copied before the writer stops (see main)
+
+
+def _chunks_copied(ch) -> int:
+    """Chunks the demo pipeline's bootstrap has recorded in the ledger so far."""
+    try:
+        return int(ch.command("SELECT sum(chunks) FROM airflow_sync.shards WHERE startsWith(load_key, 'cdc:demo_cdc:')")
+                   or 0)
+    except Exception:  # no ledger table yet
+        return 0
 
 
 def _position(value) -> str:
@@ -67,11 +76,19 @@ class _TaskWatcher(threading.Thread):
     """Prints a line when a task of the DAG run starts or finishes (Airflow's metadata DB),
     while Airflow's own log goes to a file."""
 
-    def __init__(self, db: Path, dag_id: str, after: float):
+    def __init__(self, db: Path, dag_id: str):
         super().__init__(daemon=True)
-        self.db, self.dag_id, self.after = db, dag_id, after
+        self.db, self.dag_id = db, dag_id
+        self.after = self._newest_run()  # only the run this demo starts: an earlier demo's states are not news
         self.stop = threading.Event()
         self.seen: dict[str, str] = {}
+
+    def _newest_run(self) -> int:
+        try:
+            with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=1) as db:
+                return db.execute("SELECT COALESCE(MAX(id), 0) FROM dag_run WHERE dag_id = ?", (self.dag_id,)).fetchone()[0]
+        except sqlite3.Error:
+            return 0
 
     def poll(self) -> None:
         try:
@@ -79,8 +96,8 @@ class _TaskWatcher(threading.Thread):
                 rows = db.execute(
                     "SELECT ti.task_id, ti.state, ti.start_date, ti.end_date FROM task_instance ti JOIN dag_run r"
                     " ON ti.dag_id = r.dag_id AND ti.run_id = r.run_id WHERE ti.dag_id = ? AND r.id ="
-                    " (SELECT MAX(id) FROM dag_run WHERE dag_id = ?) ORDER BY ti.start_date",
-                    (self.dag_id, self.dag_id)).fetchall()
+                    " (SELECT MAX(id) FROM dag_run WHERE dag_id = ?) AND r.id > ? ORDER BY ti.start_date",
+                    (self.dag_id, self.dag_id, self.after)).fetchall()
                 values = dict(db.execute("SELECT task_id, value FROM xcom WHERE dag_id = ? AND key = 'return_value'"
                                          " AND run_id = (SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC"
                                          " LIMIT 1)", (self.dag_id, self.dag_id)).fetchall())
@@ -111,7 +128,7 @@ def run_dag(env: dict, home: Path, dag_id: str, log_path: Path, on_task=None) ->
     """``airflow dags test`` with its full log in ``log_path`` and a progress line per task."""
     print(f"[demo] DAG {dag_id}: running (full Airflow log: {log_path})", flush=True)
     started = time.monotonic()
-    watcher = _TaskWatcher(home / "airflow.db", dag_id, time.time())
+    watcher = _TaskWatcher(home / "airflow.db", dag_id)
     watcher.start()
     with open(log_path, "a") as log:
         process = subprocess.Popen([sys.executable, "-m", "airflow", "dags", "test", dag_id], env=env, stdout=log,
@@ -179,32 +196,33 @@ def main(argv=None) -> int:
         # before the writer changes the source
         rows = counts(mysql_url, clickhouse_url, FULL_LOAD_COPIES + DATABASE_COPIES)
         # CDC: a writer changes orders and order_items while they are bootstrapped. It stops (its
-        # held transactions committed) WRITE_INTO_BOOTSTRAP seconds into the bootstrap, so the
-        # bounded catch-up that follows the bootstrap reads a quiet source to its end and the
+        # held transactions committed) once the bootstrap has copied its first chunks, so the
+        # bounded catch-up after the bootstrap reads a quiet source to its end and the
         # reconciliation can say ok. (Stopping at the bootstrap's end raced the catch-up's start:
-        # a transaction committed after it was missing from the copy while the source had it.)
+        # a transaction committed after its end position was in the source but not yet the copy.)
         writer = DemoWriter(mysql_url, rate=args.writer_rate)
         writer.start()
         print(f"[demo] writer: ~{args.writer_rate:.0f} row changes/s on demo.orders and demo.order_items "
               "(inserts, updates, deletes, key changes, transactions held open)", flush=True)
-        bootstrap_seen: dict = {}
+        ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
 
         def stop_writer(seen: dict) -> None:
-            if seen.get("bootstrap") == "running":
-                bootstrap_seen.setdefault("at", time.monotonic())
-            into = time.monotonic() - bootstrap_seen.get("at", time.monotonic())
+            if not writer.is_alive():
+                return
             ended = seen.get("bootstrap") in ("success", "failed")
-            if writer.is_alive() and (into >= WRITE_INTO_BOOTSTRAP or ended):
-                writer.stop()
-                print(f"[demo] writer stopped: {writer.changes:,} row changes in {writer.transactions:,} transactions "
-                      f"(+{writer.held} held open for {writer.hold_seconds:.1f} s) from the DAG's start to "
-                      + ("the bootstrap's end: catch-up may start before its last commits (a tiny demo)" if ended else
-                         f"{into:.0f} s into the bootstrap") + "; catch-up applies those after the bootstrap's start "
-                      "position", flush=True)
+            if not ended and _chunks_copied(ch) < WRITE_INTO_BOOTSTRAP:
+                return
+            writer.stop()
+            print(f"[demo] writer stopped: {writer.changes:,} row changes in {writer.transactions:,} transactions "
+                  f"(+{writer.held} held open for {writer.hold_seconds:.1f} s) from the DAG's start "
+                  + ("to the bootstrap's end (it was quicker than the writer could stop: the reconciliation may see "
+                     "its last commits)" if ended else f"into the bootstrap ({WRITE_INTO_BOOTSTRAP} chunks copied)")
+                  + "; catch-up applies those after the bootstrap's start position", flush=True)
 
         codes.append(run_dag(env, home, CDC_DAG, log_path, stop_writer))
         if writer.is_alive():
             writer.stop()
+        ch.close()
         rows += counts(mysql_url, clickhouse_url, CDC_COPIES)
     print(f"\n{'table':<12} {'copy':<22} {'source':>10} {'target':>10}  match  reconciliation")
     for table, database, source, target, verdict in rows:
