@@ -191,7 +191,7 @@ class ProcessSampler(threading.Thread):
                 self.cmdlines.add(" ".join(cmd)[:160])
             elif os.path.basename(cmd[0]) == "java":
                 self.jvm_max = max(self.jvm_max, _rss_kib(pid))
-            elif any(a.endswith(("full_load.py", "diy_spark_jdbc.py")) for a in cmd[1:]) \
+            elif any(a.endswith(("full_load.py", "diy_spark_jdbc.py", "snapshot_diff.py")) for a in cmd[1:]) \
                     and "python" in os.path.basename(cmd[0]):
                 self.driver_max = max(self.driver_max, _rss_kib(pid))
         self.workers_sum_max = max(self.workers_sum_max, workers_sum)

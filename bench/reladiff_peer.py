@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -52,7 +53,7 @@ def _split_url(url: str, default_port: int, default_user: str) -> dict:
 def run_reladiff(mysql_url: str, ch_url: str, mysql_db: str, table: str, ch_db: str, ch_table: str,
                  key_column: str, columns=None, threads: int = 2, timeout: float = 3600, *,
                  bisection_factor: int = BISECTION_FACTOR, bisection_threshold: int = BISECTION_THRESHOLD,
-                 final: bool = True, skip_sort_results: bool = False) -> dict:
+                 final: bool = True, skip_sort_results: bool = False, memory_limit: int | None = None) -> dict:
     """Diff ``mysql_db.table`` (MySQL/MariaDB) against ``ch_db.ch_table`` (ClickHouse over HTTP).
 
     ``columns=None`` compares the key column only (row presence: comparable to a count check, but
@@ -67,6 +68,9 @@ def run_reladiff(mysql_url: str, ch_url: str, mysql_db: str, table: str, ch_db: 
     not supported between instances of 'str' and 'NoneType'`` when a changed row has NULL in one
     version and a value in the other (erezsh/reladiff#81, fixed after 0.6.0); skipping the sort
     changes only the order of the rows reported, not which.
+
+    ``memory_limit``: bytes of address space for the worker (``RLIMIT_AS``); past it the worker
+    fails with ``MemoryError``. reladiff keeps every differing row in memory.
     """
     from devenv.peers import peer_venv, venv_python
 
@@ -90,7 +94,9 @@ def run_reladiff(mysql_url: str, ch_url: str, mysql_db: str, table: str, ch_db: 
     env.pop("PYTHONPATH", None)  # the peer venv must not see the project's packages
     start = time.perf_counter()
     try:
-        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=memory_limit and (lambda: resource.setrlimit(
+                                  resource.RLIMIT_AS, (memory_limit, memory_limit))))
     except subprocess.TimeoutExpired:
         return {"seconds": time.perf_counter() - start, "diff_rows": None, "ok": False,
                 "how": "reladiff hashdiff", "error": f"timed out after {timeout}s"}
