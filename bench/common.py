@@ -53,3 +53,15 @@ def fmt_rate(value) -> str:
 
 def fmt_ratio(a, b) -> str:
     return f"{a / b:.2f}×" if a and b else "—"
+
+
+def drop_bench_data(ch, conn, target_db: str, source_db: str) -> None:
+    """A bench's databases on both sides (``ch``: a clickhouse-connect client, ``conn``: a pymysql
+    connection, both closed here) and the source's binlog of the generated rows."""
+    from airflow_sync_provider.core.sql import ch_ident
+
+    ch.command(f"DROP DATABASE IF EXISTS {ch_ident(target_db)}")
+    ch.close()
+    with conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{source_db}`")
+        cur.execute("RESET MASTER")  # the generated rows' binlog

@@ -30,7 +30,7 @@ from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
-from bench.common import machine, services, timer, write_result
+from bench.common import drop_bench_data, machine, services, timer, write_result
 from bench.reladiff_peer import run_reladiff
 from devenv import demo_data
 
@@ -251,13 +251,7 @@ def main(argv=None):
         assert source_count(mysql_url, db) == rows  # the source was never touched
 
         if not args.keep:
-            ch = ch_client(ch_url)
-            ch.command(f"DROP DATABASE IF EXISTS {ch_ident(TARGET_DB)}")
-            ch.close()
-            conn = mysql_conn(mysql_url)
-            with conn, conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
-                cur.execute("RESET MASTER")  # the generated rows' binlog
+            drop_bench_data(ch_client(ch_url), mysql_conn(mysql_url), TARGET_DB, db)
 
     load_end = os.getloadavg()
     total = time.monotonic() - started

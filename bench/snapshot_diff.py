@@ -451,8 +451,7 @@ def _this_checkouts_jobs() -> None:
 
 
 def main(argv=None):
-    from airflow_sync_provider.core.sql import ch_ident
-    from bench.common import services, write_result
+    from bench.common import drop_bench_data, services, write_result
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
@@ -475,13 +474,7 @@ def main(argv=None):
             (state / str(rows)).mkdir()
             sizes.append(run_size(args, rows, mysql_url, ch_url, state / str(rows)))
             if not args.keep:
-                ch = ch_client(ch_url)
-                ch.command(f"DROP DATABASE IF EXISTS {ch_ident(TARGET_DB)}")
-                ch.close()
-                conn = mysql_conn(mysql_url)
-                with conn, conn.cursor() as cur:
-                    cur.execute(f"DROP DATABASE IF EXISTS `bench_sd_{rows}`")
-                    cur.execute("RESET MASTER")  # the generated rows' binlog
+                drop_bench_data(ch_client(ch_url), mysql_conn(mysql_url), TARGET_DB, f"bench_sd_{rows}")
 
     load_end = os.getloadavg()
     total = time.monotonic() - started
