@@ -282,19 +282,30 @@ def test_checksums_see_a_change_in_any_column_of_any_mapped_type(in_range, endpo
             column.name
 
 
-def test_float_texts_agree_on_random_bit_patterns(in_range, endpoints, spark, ch):
+@pytest.mark.parametrize("mariadb", [True, False], ids=["mariadb-text", "exact-binary-text"])
+def test_float_texts_agree_on_random_bit_patterns(in_range, endpoints, spark, ch, mariadb):
     """The float part of the row text (core/typemap.py) is the same in MariaDB and ClickHouse
-    for any finite double (random bit patterns: subnormals, ±max, negative zero) and differs for
-    different values."""
+    for any finite double (random bit patterns, every power of two and its neighbours, both sides
+    of each decade where the notations switch, subnormals, ±max, negative zero) and differs for
+    different values: MariaDB's own text rewritten by ClickHouse, and the exact-binary text that
+    MySQL 8 sources use."""
+    import math
     import random
     import struct
 
     from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 
-    d, f = (map_column(MySQLColumn(name, kind, kind, True)) for name, kind in (("d", "double"), ("f", "float")))
+    d, f = (map_column(MySQLColumn(name, kind, kind, True, mariadb=mariadb))
+            for name, kind in (("d", "double"), ("f", "float")))
     rng = random.Random(20261121)
     values = [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 1e20, 1.5e-7, 0.1]
-    while len(values) < 3000:
+    for k in range(-1074, 1024, 7):
+        values += [math.ldexp(1.0, k), math.nextafter(math.ldexp(1.0, k), 0.0)]
+    for e in range(-17, 24):
+        for m in (1.0, 1.5, 9.999999999999999):
+            v = float(f"{m}e{e}")
+            values += [v, -v, math.nextafter(v, 0.0), math.nextafter(v, math.inf)]
+    while len(values) < 4000:
         value = struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0]
         if value == value and abs(value) != float("inf"):
             values.append(value)

@@ -22,58 +22,73 @@ from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, mysql_ident
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
-from airflow_sync_provider.core.verify.reconcile import ch_row_hash, mysql_row_hash, row_text
+from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.spark.diff import run_snapshot_diff
 from airflow_sync_provider.spark.full_load import run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from tests.helpers import recreate_tables
 
 DB, TARGET = "rowtext", "rowtext_ch"
-ESCAPE, SEPARATOR = "\x1e", "\x1f"
 
 
 # --- the encoding in Python: the specification the SQL must match ------------------------------
 
-def encode(texts: list[str | None]) -> str:
-    return SEPARATOR.join("N" if t is None else "V" + t.replace(ESCAPE, ESCAPE + "0").replace(SEPARATOR, ESCAPE + "1")
-                          for t in texts)
+def encode(texts: list[str | None], plain: list[bool]) -> bytes:
+    """NULL is 'N', a plain text is itself, any other is '<byte length>:<bytes>'; ',' joins."""
+    return b",".join(b"N" if t is None else t.encode() if p else b"%d:%s" % (len(t.encode()), t.encode())
+                     for t, p in zip(texts, plain))
 
 
-def decode(text: str) -> list[str | None]:
+def decode(text: bytes, plain: list[bool]) -> list[str | None]:
     """The inverse of :func:`encode`: it exists, so the encoding is injective."""
-    out = []
-    for part in text.split(SEPARATOR):
-        if part == "N":
+    out, i = [], 0
+    for n, p in enumerate(plain):
+        if n:
+            assert text[i:i + 1] == b",", (text, i)
+            i += 1
+        if p:
+            end = text.find(b",", i)
+            end = len(text) if end < 0 else end
+            token = text[i:end]
+            out.append(None if token == b"N" else token.decode())
+            i = end
+        elif text[i:i + 1] == b"N":
             out.append(None)
-            continue
-        assert part[:1] == "V", part
-        value, i = [], 1
-        while i < len(part):
-            if part[i] == ESCAPE:
-                value.append({"0": ESCAPE, "1": SEPARATOR}[part[i + 1]])
-                i += 2
-            else:
-                value.append(part[i])
-                i += 1
-        out.append("".join(value))
+            i += 1
+        else:
+            colon = text.index(b":", i)
+            length = int(text[i:colon])
+            out.append(text[colon + 1:colon + 1 + length].decode())
+            i = colon + 1 + length
+    assert i == len(text), (text, i)
     return out
 
 
-ATOMS = [SEPARATOR, ESCAPE, "V", "N", "0", "1", "12", ":", "x", "é", "😀", "\x00", " ", "\\", "'"]
+ATOMS = [",", ":", "V", "N", "0", "1", "12", "x", "é", "😀", "\x00", " ", "\\", "'", "\x1f", "\x1e"]
 ADVERSARIAL = st.lists(st.sampled_from(ATOMS), max_size=5).map("".join)
 TEXTS = ADVERSARIAL | st.text(st.characters(exclude_categories=("Cs",)), max_size=6)
+PLAIN = st.from_regex(r"[-0-9.:pe ]{0,5}", fullmatch=True)  # numbers, dates, times, hex: no ',', never 'N'
+
+
+@st.composite
+def row_pairs(draw):
+    plain = draw(st.lists(st.booleans(), min_size=1, max_size=4))
+    row = lambda: [draw(st.none() | (PLAIN if p else TEXTS)) for p in plain]  # noqa: E731
+    return plain, row(), row()
 
 
 @settings(derandomize=True)
-@given(st.integers(1, 4).flatmap(lambda n: st.lists(st.lists(st.none() | TEXTS, min_size=n, max_size=n),
-                                                   min_size=2, max_size=2)))
-@example([["x", "y\x1fVz"], ["x\x1fVy", "z"]])
-@example([["", None], [None, ""]])
-@example([["a\x1e", "1"], ["a", "\x1e1"]])
-def test_the_encoding_is_decodable_so_different_rows_differ(pair):
-    first, second = pair
-    assert decode(encode(first)) == first and decode(encode(second)) == second
-    assert (encode(first) == encode(second)) == (first == second)
+@given(row_pairs())
+@example(([False, False], ["x", "y\x1fVz"], ["x\x1fVy", "z"]))  # the reported row
+@example(([False, False], ["", None], [None, ""]))
+@example(([False, False], ["1:a,", "b"], ["1", "a,1:b"]))  # a value that looks like a token
+@example(([False, False], ["a,b", "c"], ["a", "b,c"]))
+@example(([True, False], ["12", "N"], ["1", "2:N"]))
+@example(([False, True], ["N", "1"], [None, "1"]))
+def test_the_encoding_is_decodable_so_different_rows_differ(case):
+    plain, first, second = case
+    assert decode(encode(first, plain), plain) == first and decode(encode(second, plain), plain) == second
+    assert (encode(first, plain) == encode(second, plain)) == (first == second)
 
 
 # --- both databases ---------------------------------------------------------------------------
@@ -153,6 +168,10 @@ def sides(mysql_url, clickhouse_url):
     conn.close()
 
 
+def _bytes(text) -> bytes:
+    return text.encode() if isinstance(text, str) else bytes(text)
+
+
 def _texts(sides, rows: list[tuple]) -> tuple[list, list]:
     """Per row on each side: (row text, hash, the columns' canonical texts), the id column left out."""
     source, conn, ch, mappings = sides
@@ -161,9 +180,9 @@ def _texts(sides, rows: list[tuple]) -> tuple[list, list]:
         cur.execute(f"DELETE FROM {DB}.pairs")
         cur.executemany(f"INSERT INTO {DB}.pairs VALUES ({', '.join(['%s'] * len(mappings))})",
                         [(n, *row) for n, row in enumerate(rows)])
-        cur.execute(f"SELECT {row_text(hashed, 'mysql')}, {mysql_row_hash(hashed)}, "
-                    f"{', '.join(m.mysql_text(mysql_ident(m.name)) for m in hashed)} FROM {DB}.pairs ORDER BY id")
-        mysql = [tuple(r) for r in cur.fetchall()]
+        texts = ", ".join(f"CAST({m.mysql_text(mysql_ident(m.name))} AS CHAR CHARACTER SET utf8mb4)" for m in hashed)
+        cur.execute(f"SELECT {row_text(hashed, 'mysql')}, {mysql_row_hash(hashed)}, {texts} FROM {DB}.pairs ORDER BY id")
+        mysql = [(_bytes(text), *rest) for text, *rest in cur.fetchall()]
     # the copy: the loader's own read of the rows (type rules' source_sql, Arrow casts), inserted as is
     plan = Plan(DB, "pairs", None, None, "balanced", 1, 1, (Shard(0, "1=1"),))
     stream = mysql_reader.stream_connect(source)
@@ -176,7 +195,10 @@ def _texts(sides, rows: list[tuple]) -> tuple[list, list]:
     ch.insert_arrow("pairs", pa.Table.from_batches(batches), database=TARGET)
     clickhouse = [tuple(r) for r in ch.query(
         f"SELECT {row_text(hashed, 'clickhouse')}, {ch_row_hash(hashed)}, "
-        f"{', '.join(m.ch_text(ch_ident(m.name)) for m in hashed)} FROM {TARGET}.pairs ORDER BY id").result_rows]
+        f"{', '.join(m.ch_text(ch_ident(m.name)) for m in hashed)} FROM {TARGET}.pairs ORDER BY id",
+        column_formats={"*": "bytes"}).result_rows]
+    clickhouse = [(_bytes(text), h, *(t.decode() if isinstance(t, bytes) else t for t in rest))
+                  for text, h, *rest in clickhouse]
     return mysql, clickhouse
 
 
@@ -189,6 +211,7 @@ REPORTED = [_row(a="x", b="y\x1fVz"), _row(a="x\x1fVy", b="z")]
 @example(rows=REPORTED)
 @example(rows=[_row(a=""), _row(), _row(j="null")])  # empty vs NULL, JSON null vs NULL
 @example(rows=[_row(a="ab", b="c"), _row(a="a", b="bc"), _row(a="a", b="b", t="c")])  # prefixes
+@example(rows=[_row(a="a,1:b", b="c"), _row(a="a", b="b,1:c"), _row(a="1:a", b=""), _row(t="N"), _row(vb=b"")])
 @example(rows=[_row(a="V1:x", b="N"), _row(a="V1", b=":xN"), _row(a="\x1e1"), _row(a="\x1f"), _row(a="x\x1f")])
 @example(rows=[_row(b="é\x1f"), _row(b="é", t="\x1f"), _row(b="😀", vb=b"\x1f")])  # multi-byte, binary
 @example(rows=[_row(t="x", vb=b"x"), _row(vb=b"x"), _row(t="", vb=b"x"), _row(e="1:V"), _row(e="V")])
@@ -200,8 +223,10 @@ def test_different_rows_have_different_row_texts_in_both_databases(sides, rows):
     mysql, clickhouse = _texts(sides, rows)
     assert mysql == clickhouse  # the same text and hash on both sides
     assert len({r[0] for r in mysql}) == len({r[1] for r in mysql}) == len(rows), (rows, mysql)
+    plain = [m.plain_text for m in sides[3][1:]]
     for text, _, *texts in mysql:
-        assert text == encode(texts)  # exactly the documented encoding
+        assert text == encode(texts, plain)  # exactly the documented encoding
+        assert decode(text, plain) == texts
 
 
 # --- the reported row, end to end ---------------------------------------------------------------

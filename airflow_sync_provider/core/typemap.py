@@ -14,8 +14,9 @@ thing everywhere:
   as the epoch, a BINARY(n) without its zero padding.
 * ``mysql_text`` / ``ch_text``: the canonical text of a target value computed in MySQL and in
   ClickHouse (checksums, the snapshot diff): identical for equal values. Texts of
-  ``plain_text`` rules are numbers, dates, times or hex (never a control character), so the
-  row text that checksums hash (core/verify/reconcile.py) need not escape them.
+  ``plain_text`` rules are numbers, dates, times or hex (never a ',' and never 'N'), so the
+  row text that checksums hash (core/verify/rowhash.py) writes them as they are; other texts
+  get a length prefix there.
 
 ``docs/type-mapping.md`` holds :func:`markdown_table`'s output (a test keeps them equal).
 Choices that are not obvious:
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,10 +56,16 @@ class MySQLColumn:
     char_length: int | None = None  # CHARACTER_MAXIMUM_LENGTH of strings
     charset: str | None = None
     collation: str | None = None  # None for non-string columns
+    # the server is MariaDB, whose text of a DOUBLE is exact (see FloatRule); not part of the
+    # column's definition, so shapes stored before it existed still compare equal
+    mariadb: bool = field(default=False, compare=False)
 
     @property
     def unsigned(self) -> bool:
         return "unsigned" in self.column_type.lower()
+
+
+_UTF8 = ("utf8mb4", "utf8mb3", "utf8", "ascii")
 
 
 def _cast_char(expr: str) -> str:
@@ -70,7 +77,8 @@ class Rule:
 
     mysql: str  # the family as the docs name it
     notes: str = ""
-    plain_text: bool = False  # True: the canonical text never holds CHAR(30) or CHAR(31)
+    plain_text: bool = False  # True: the canonical text never holds ',' and is never 'N'
+    null_for_invalid: bool = False  # True: a NOT NULL column's text can still be NULL (zero dates)
 
     def ch_type(self, col: MySQLColumn) -> str:
         raise NotImplementedError
@@ -85,7 +93,9 @@ class Rule:
         return value
 
     def mysql_text(self, expr: str, col: MySQLColumn) -> str:
-        return _cast_char(expr)
+        # numbers and dates: the row text's CONCAT_WS converts them as CAST(… AS CHAR) would,
+        # without a CAST's cost per value
+        return expr
 
     def ch_text(self, col_sql: str, col: MySQLColumn) -> str:
         return f"toString({col_sql})"
@@ -159,18 +169,37 @@ class DecimalRule(Rule):
         return f"toDecimalString({col_sql}, {col.scale or 0})"
 
 
-# Floats are compared by their exact binary value: both databases print the shortest
-# round-trip digits of a DOUBLE, but in different notations (MariaDB '1e20', '0.00000015';
-# ClickHouse '100000000000000000000', '1.5e-7'), and rewriting the text costs MySQL ~16
-# float-to-text conversions per value. Both sides write |x| = m × 2^e with m in [1, 2) (the log2
-# estimate is corrected by one step either way) as '[-]<m·2^52>p<e>', zero (and -0) as '0',
-# with arithmetic that is exact in IEEE doubles. Checked equal on 20,000 random bit patterns.
+# Floats are compared by their exact value. Both databases print the shortest round-trip digits
+# of a DOUBLE, in different notations (MariaDB '1e15', '0.00000015'; ClickHouse
+# '1000000000000000', '1.5e-7'). On MariaDB the text is MariaDB's own (my_gcvt: plain when the
+# decimal point sits at -14..15 digits from the first digit, or inside the digits; else
+# 'd.ddde±k') and ClickHouse rewrites its text into that notation where the two differ
+# (1e-15 <= |x| < 1e-6 and integers 1e15 <= |x| < 1e21): cheap in ClickHouse, and MariaDB
+# pays one float-to-text conversion. MySQL 8 prints doubles in a fixed width that can drop
+# digits, so there both sides write |x| = m × 2^e with m in [1, 2) (the log2 estimate corrected
+# by one step either way) as '[-]<m·2^52>p<e>', zero (and -0) as '0', with arithmetic that is
+# exact in IEEE doubles (three times MariaDB's cost). Both forms are checked equal on every
+# power of two, its neighbours and random bit patterns (tests/test_reconcile.py).
+
+def _ch_mariadb_double(x: str) -> str:
+    """MariaDB's text of the Float64 ``x`` (not NULL), computed in ClickHouse."""
+    a = f"abs({x})"
+    s = f"toString({a})"  # ClickHouse: plain when 1e-7 < |x| < 1e21, else 'd.ddde-k' / 'd.dddek'
+    exp = f"splitByChar('e', {s})"
+    small = f"concat('0.', repeat('0', toUInt32(-toInt32({exp}[2]) - 1)), replaceOne({exp}[1], '.', ''))"
+    digits = f"trimRight({s}, '0')"
+    large = (f"concat(substring({digits}, 1, 1), if(length({digits}) > 1, concat('.', substring({digits}, 2)), ''),"
+             f" 'e', toString(length({s}) - 1))")
+    body = (f"multiIf({a} >= 1e-6 AND {a} < 1e15 OR {a} >= 1e21 OR {a} < 1e-15, {s}, {a} < 1e-6, {small},"
+            f" position({s}, '.') > 0, {s}, {large})")
+    return f"concat(if({x} < 0, '-', ''), {body})"
+
 
 class FloatRule(Rule):
     mysql = "FLOAT / DOUBLE"
     plain_text = True
     notes = ("Float32 / Float64; FLOAT is read as DOUBLE (exact; MariaDB's text protocol prints it "
-             "with 6 digits); compared by exact binary value, -0 = 0")
+             "with 6 digits); compared by exact value, -0 = 0")
 
     def ch_type(self, col):
         return "Float32" if col.data_type == "float" else "Float64"
@@ -179,9 +208,11 @@ class FloatRule(Rule):
         return pa.float32() if col.data_type == "float" else pa.float64()
 
     def source_sql(self, col_sql, col):
-        return f"({col_sql} + 0e0)"
+        return f"({col_sql} + 0e0)"  # -0 + 0 is 0
 
     def mysql_text(self, expr, col):
+        if col.mariadb:
+            return _cast_char(expr)
         a = f"ABS({expr})"
         e0 = f"LEAST(GREATEST(FLOOR(LOG2({a})), -1074), 1023)"
         m0 = f"({a} / POW(2, {e0}))"
@@ -191,6 +222,8 @@ class FloatRule(Rule):
 
     def ch_text(self, col_sql, col):
         x = f"toFloat64({col_sql})"
+        if col.mariadb:
+            return f"if(isNull({col_sql}), NULL, {_ch_mariadb_double(x)})" if col.nullable else _ch_mariadb_double(x)
         a = f"abs({x})"
         e0 = f"least(greatest(toInt64(floor(log2({a}))), -1074), 1023)"
         m0 = f"({a} / pow(2, {e0}))"
@@ -210,6 +243,7 @@ _EPOCH = dt.datetime(1970, 1, 1)
 class DateRule(Rule):
     mysql = "DATE"
     plain_text = True
+    null_for_invalid = True
     notes = "Date32 (1900-01-01 … 2299-12-31); zero and invalid dates become NULL"
 
     def ch_type(self, col):
@@ -225,6 +259,7 @@ class DateRule(Rule):
 class DateTimeRule(Rule):
     mysql = "DATETIME(fsp) / TIMESTAMP(fsp)"
     plain_text = True
+    null_for_invalid = True
     notes = ("DateTime64(fsp, 'UTC'): DATETIME as its wall-clock value, TIMESTAMP read with session "
              "`time_zone = '+00:00'` (the true instant); zero and invalid values become NULL")
 
@@ -288,6 +323,11 @@ class StringRule(Rule):
         if col.data_type == "char" and isinstance(value, str):
             return value.rstrip(" ")  # as MySQL returns CHAR (without PAD_CHAR_TO_FULL_LENGTH)
         return value
+
+    def mysql_text(self, expr, col):
+        # the row text joins bytes (core/verify/rowhash.py): a UTF-8 column's bytes are already
+        # what the copy holds; others (latin1, JSON on MySQL) are converted
+        return expr if (col.charset or "").lower() in _UTF8 else _cast_char(expr)
 
 
 def set_labels(column_type: str) -> list[str]:
@@ -362,6 +402,10 @@ class ColumnMapping:
     @property
     def plain_text(self) -> bool:
         return self.rule.plain_text
+
+    @property
+    def text_may_be_null(self) -> bool:
+        return self.source.nullable or self.rule.null_for_invalid
 
     def mysql_text(self, col_sql: str) -> str:
         """Canonical text of the target value, computed in MySQL from the source column (NULL for NULL)."""

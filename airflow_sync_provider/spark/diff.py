@@ -45,7 +45,7 @@ from airflow_sync_provider.core.verify.diff import (
 from airflow_sync_provider.core.verify.pruning import (
     Positions, Pruning, Scope, aligned_batches, interval_sql, label_sql,
 )
-from airflow_sync_provider.core.verify.reconcile import ch_row_hash, mysql_row_hash, row_text
+from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
 from airflow_sync_provider.spark.session import lazy
 
@@ -60,7 +60,8 @@ class _ChColumn:
     """A column of a ClickHouse-vs-ClickHouse diff: its text is ClickHouse's own."""
 
     name: str
-    plain_text = False  # any type's text: escaped in the row text
+    plain_text = False  # any type's text: length-prefixed in the row text
+    text_may_be_null = True
 
     def ch_text(self, col_sql: str) -> str:
         return f"toString({col_sql})"

@@ -65,7 +65,7 @@ def read_table_schema(conn, database: str, table: str) -> TableSchema:
     with conn.cursor() as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,"
-            " DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, CHARACTER_SET_NAME, COLLATION_NAME"
+            " DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, CHARACTER_SET_NAME, COLLATION_NAME, VERSION()"
             " FROM information_schema.COLUMNS"
             " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
             (database, table),
@@ -76,7 +76,7 @@ def read_table_schema(conn, database: str, table: str) -> TableSchema:
         columns = tuple(
             MySQLColumn(name=r[0], data_type=r[1].lower(), column_type=r[2], nullable=r[3] == "YES",
                         precision=r[4], scale=r[5], fsp=r[6], char_length=r[7], charset=r[8],
-                        collation=r[9])
+                        collation=r[9], mariadb="mariadb" in str(r[10]).lower())
             for r in rows
         )
         cur.execute(

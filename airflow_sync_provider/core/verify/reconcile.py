@@ -7,7 +7,8 @@ databases compute the numbers themselves; only one row per shard travels.
 from __future__ import annotations
 
 from airflow_sync_provider.core.source.planning import Plan
-from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
+from airflow_sync_provider.core.sql import ch_table
+from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash
 
 
 def shard_problems(row: dict, counters=None) -> list[str]:
@@ -42,45 +43,9 @@ def count_target(ch, database: str, table: str, predicates: list[tuple[str, dict
             for where, params in predicates]
 
 
-# --- content checksums: an order-independent sum of 64-bit row hashes, same text on both sides ---
+# --- content checksums: an order-independent sum of 64-bit row hashes (core/verify/rowhash.py) ---
 # The text of each value is its type rule's canonical text (core/typemap.py), computed in MySQL
 # from the same expression the loader reads, so every documented conversion is made on both sides.
-# The row text joins the values injectively (docs/design-reconciliation.md has the proof): NULL
-# is 'N', a value is 'V' + its text with CHAR(30) written as CHAR(30) '0' and CHAR(31) as
-# CHAR(30) '1', and CHAR(31), which no value's part then holds, separates the parts. Plain texts
-# (numbers, dates, hex) hold neither character: escaping them would change nothing and cost MySQL
-# two REPLACE calls per value.
-
-_SQL = {  # char, replace, concat, null default, join with a separator: the dialects' names
-    "mysql": ("CHAR", "REPLACE", "CONCAT", "IFNULL", "CONCAT_WS"),
-    "clickhouse": ("char", "replaceAll", "concat", "ifNull", "concatWithSeparator"),
-}
-
-
-def row_text(mappings, side: str) -> str:
-    """The row text of ``mappings`` (columns with ``mysql_text``/``ch_text`` and ``plain_text``)
-    as an expression of ``side``: ``"mysql"`` or ``"clickhouse"``."""
-    char, replace, concat, if_null, join = _SQL[side]
-    escape, separator = f"{char}(30)", f"{char}(31)"
-    parts = []
-    for m in mappings:
-        text = m.mysql_text(mysql_ident(m.name)) if side == "mysql" else m.ch_text(ch_ident(m.name))
-        if not m.plain_text:
-            text = (f"{replace}({replace}({text}, {escape}, {concat}({escape}, '0')),"
-                    f" {separator}, {concat}({escape}, '1'))")
-        parts.append(f"{if_null}({concat}('V', {text}), 'N')")
-    return f"{join}({separator}, {', '.join(parts)})"
-
-
-def mysql_row_hash(mappings) -> str:
-    """A row's 64-bit hash in MySQL: the first 64 bits of the MD5 of its row text."""
-    return f"CAST(CONV(LEFT(MD5({row_text(mappings, 'mysql')}), 16), 16, 10) AS UNSIGNED)"
-
-
-def ch_row_hash(mappings) -> str:
-    """The same row text and hash in ClickHouse."""
-    return f"reinterpretAsUInt64(reverse(unhex(substring(hex(MD5({row_text(mappings, 'clickhouse')})), 1, 16))))"
-
 
 def mysql_checksum_sql(schema, plan: Plan) -> str:
     """``SELECT COUNT(*), SUM(hash)`` for one shard (append the shard's WHERE and params)."""
@@ -89,7 +54,7 @@ def mysql_checksum_sql(schema, plan: Plan) -> str:
 
 def clickhouse_checksum_sql(schema, database: str, table: str, final: bool = True) -> str:
     """The same count and checksum in ClickHouse (append the shard's predicate)."""
-    return (f"SELECT count(), sum(toUInt128({ch_row_hash(schema.mappings())})) FROM {ch_table(database, table)}"
+    return (f"SELECT count(), ifNull(sum(toUInt128({ch_row_hash(schema.mappings())})), 0) FROM {ch_table(database, table)}"
             f"{' FINAL' if final else ''} WHERE ")
 
 
