@@ -7,8 +7,7 @@ import json
 import sys
 import traceback
 
-import pandas  # noqa: F401  pyarrow imports it at its first conversion (0.3 s): load it with the other
-# libraries, at the process's start-up, rather than inside the job's first shard
+from clickhouse_connect.driver import options as clickhouse_options
 
 from airflow_sync_provider.core.jobspec import read_spec, write_private_json
 from airflow_sync_provider.core.submission import secrets_from_env
@@ -33,6 +32,11 @@ def _report(spec, result_key: str, result: dict) -> None:
 def run_job(job_function, argv=None) -> None:
     """Run ``job_function(spec, spark)`` with a :class:`LazySession`: the job builds the session
     only if it needs executors."""
+    # clickhouse-connect imports pandas (0.25 s) at a process's first insert, only to ask whether
+    # the rows are a DataFrame; a job never passes one (a job's own process: other users of the
+    # library in an Airflow worker are not touched). Jobs that convert Python values to Arrow
+    # still import pandas, through pyarrow, when they first do.
+    clickhouse_options.pd = clickhouse_options.pd_time_test = None
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", required=True, help="path of the job-spec JSON file")
     parser.add_argument("--secrets-from-env", action="store_true",
