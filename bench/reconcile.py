@@ -335,8 +335,9 @@ def report(args, rows, runs, injected, gen_seconds, load_start, load_end, total)
               "missing/extra rows per shard, not changed values. The verdict and per-shard report are written to the "
               "ledger.",
               "* **our checksums** (`checksum=True`): per shard, on both sides, count and the sum of the first 64 bits "
-              "of the MD5 of a normalised row text (every column as text with a NULL/value marker, escaped and "
-              "joined by `CHAR(31)`; DECIMALs at their scale, binaries as hex), with `FINAL` on the ClickHouse side. "
+              "of the SHA-1 of an injective row text (core/verify/rowhash.py: one token per column, `N` for NULL, "
+              "strings length-prefixed, joined by `,`; DECIMALs at their scale, binaries as hex, DOUBLEs exact), "
+              "with `FINAL` on the ClickHouse side. "
               "Catches changed values too, and says which shard, not which row.",
               "* **reladiff** (HashDiffer): splits the key range into segments (bisection factor 32), compares each "
               "segment's count and sum of per-row MD5s (60 bits) on both sides, recurses into differing segments and "

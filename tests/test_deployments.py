@@ -112,6 +112,27 @@ def test_jobs_that_compute_in_python_start_a_lean_driver_jvm(monkeypatch, tmp_pa
     assert "spark.driver.extraJavaOptions" not in _conf(command)
 
 
+def test_the_package_zip_is_built_once_per_version_in_a_private_cache(monkeypatch, tmp_path):
+    """Each job links the same zip (compiling it costs ~0.2 s); a cache directory others could
+    write into is never used (its zip would run as this user's code)."""
+    import tempfile
+    import zipfile
+
+    from airflow_sync_provider.core.submission import package_zip
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    first, second = (package_zip(str(d)) for d in (tmp_path / "a", tmp_path / "b") if not d.mkdir())
+    assert os.stat(first).st_ino == os.stat(second).st_ino
+    assert "airflow_sync_provider/core/verify/rowhash.pyc" in zipfile.ZipFile(second).namelist()
+    cache = tmp_path / f"airflow-sync-{os.getuid()}"
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+    cache.chmod(0o777)
+    (tmp_path / "c").mkdir()
+    third = package_zip(str(tmp_path / "c"))
+    assert os.stat(third).st_ino != os.stat(first).st_ino and os.stat(third).st_nlink == 1
+    assert zipfile.ZipFile(third).namelist() == zipfile.ZipFile(first).namelist()
+
+
 def test_standalone_client_mode_lets_executors_reach_the_driver(monkeypatch, tmp_path):
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     command, staged, hook = _command(monkeypatch, tmp_path, "standalone",

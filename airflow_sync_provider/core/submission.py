@@ -24,11 +24,14 @@ itself; the CLI, benchmarks and tests use ``spark_submit`` here, with the same c
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import marshal
 import os
 import shlex
+import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -55,15 +58,52 @@ def job_script(job: str) -> str:
 
 
 def package_zip(directory: str) -> str:
-    """Zip this package so executors on any cluster import the same code (``--py-files``).
+    """Zip this package so executors on any cluster import the same code (``--py-files``), as
+    ``directory/airflow_sync_provider.zip``.
 
     Each module's bytecode goes along (``mod.pyc`` next to ``mod.py``, which zipimport uses when
     its recorded source time matches): a zip import would otherwise compile every module in
-    every Python worker. Workers on another Python version ignore it and compile."""
+    every Python worker. Workers on another Python version ignore it and compile. Compiling
+    costs ~0.2 s, so the zip is built once per version of the package's files and linked into
+    ``directory`` from a private cache."""
     root = Path(airflow_sync_provider.__file__).parent
+    files = sorted(root.rglob("*.py"))
     path = os.path.join(directory, "airflow_sync_provider.zip")
+    cache = _private_cache()
+    if cache is None:
+        _write_zip(path, root, files)
+        return path
+    stats = [(str(f.relative_to(root)), f.stat().st_mtime_ns, f.stat().st_size) for f in files]
+    fingerprint = hashlib.sha256(repr((stats, importlib.util.MAGIC_NUMBER)).encode()).hexdigest()[:20]
+    cached = cache / f"package-{fingerprint}.zip"
+    if not cached.exists():
+        partial = cache / f"{cached.name}.{uuid.uuid4().hex}"
+        _write_zip(str(partial), root, files)
+        os.replace(partial, cached)  # same content under one name: racing writers are harmless
+    try:
+        os.link(cached, path)
+    except OSError:
+        shutil.copyfile(cached, path)
+    return path
+
+
+def _private_cache() -> Path | None:
+    """``$TMPDIR/airflow-sync-<uid>``, if it is this user's alone (None otherwise: another user
+    could have made it, and a zip from there would run as this user's code)."""
+    cache = Path(tempfile.gettempdir()) / f"airflow-sync-{os.getuid()}"
+    try:
+        cache.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(cache)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return cache
+
+
+def _write_zip(path: str, root: Path, files: list[Path]) -> None:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for file in sorted(root.rglob("*.py")):
+        for file in files:
             name = str(Path("airflow_sync_provider") / file.relative_to(root))
             source = file.read_bytes()
             stamp = time.localtime(int(file.stat().st_mtime) & ~1)[:6]  # zip times have 2-second steps
@@ -72,7 +112,6 @@ def package_zip(directory: str) -> str:
             header = (importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(time.mktime(stamp + (0, 0, -1))) & 0xFFFFFFFF,
                                                                  len(source) & 0xFFFFFFFF))
             zf.writestr(zipfile.ZipInfo(name[:-3] + ".pyc", stamp), header + marshal.dumps(code), zipfile.ZIP_DEFLATED)
-    return path
 
 
 def read_result(path: str) -> dict:
