@@ -200,11 +200,17 @@ def test_a_contiguous_change_reads_only_its_neighbourhood(mysql_conn, ch, endpoi
     assert result["positions"] == "key" and 11 <= result["rows_read_new"] == result["rows_read_old"] <= 64, result
 
 
-@pytest.mark.parametrize("key", ["id BIGINT", "id VARCHAR(12)"], ids=["key-positions", "hash-positions"])
-def test_scattered_changes_are_found_exactly_reading_a_small_fraction(mysql_conn, ch, endpoints, spark, key):
+@pytest.mark.parametrize("key, batch", [("id BIGINT", 32), ("id BIGINT", 2), ("id VARCHAR(12)", 32)],
+                         ids=["key-positions", "key-positions-2-ranges-a-query", "hash-positions"])
+def test_scattered_changes_are_found_exactly_reading_a_small_fraction(mysql_conn, ch, endpoints, spark, key, batch,
+                                                                       monkeypatch):
     """0.1 % of the rows changed at random, plus inserts and deletes: the change set is exactly
     the expected rows, and the rows read row by row (the job's own counters) stay a small
-    fraction of the table, with integer keys (key ranges) and text keys (CRC32 positions) alike."""
+    fraction of the table, with integer keys (key ranges, read a few ranges per MySQL query) and
+    text keys (CRC32 positions) alike."""
+    from airflow_sync_provider.spark import diff as diff_job
+
+    monkeypatch.setattr(diff_job, "RANGE_BATCH", batch)
     table = "sc_int" if key.endswith("BIGINT") else "sc_text"  # a change set's table per key type
     recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.{table} ({key} PRIMARY KEY, v INT NOT NULL, s VARCHAR(20) NULL)")
     with mysql_conn.cursor() as cur:

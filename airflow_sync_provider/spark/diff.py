@@ -43,7 +43,7 @@ from airflow_sync_provider.core.verify.diff import (
     old_name,
 )
 from airflow_sync_provider.core.verify.pruning import (
-    Positions, Pruning, Scope, aligned_batches, interval_sql, label_sql,
+    Positions, Pruning, Scope, aligned_batches, interval_sql, label_sql, merged,
 )
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
@@ -140,11 +140,32 @@ def _ch_buckets(ctx: _Context, ch, table_from: str, table_filter: str, shard_id:
 def _new_buckets(ctx: _Context, ch, conn, shard: Shard, width: int, scope) -> dict:
     if ctx.spec.new_table:
         return _ch_buckets(ctx, ch, ctx.new_from, ctx.new_filter, shard.id, width, scope)
+    out = {}
     with conn.cursor() as cur:
-        cur.execute(f"SELECT {_bucket_sql(ctx, 'mysql', width)}, COUNT(*), SUM({mysql_row_hash(_hashed(ctx))})"
-                    f" {ctx.plan.from_clause()} WHERE ({shard.where}) AND {_within(ctx, 'mysql', scope)}"
-                    " GROUP BY 1", shard.params)  # 1: not a column
-        return {int(b): (int(n), int(s)) for b, n, s in cur.fetchall()}
+        for within in _mysql_within(ctx, scope):
+            cur.execute(f"SELECT {_bucket_sql(ctx, 'mysql', width)}, COUNT(*), SUM({mysql_row_hash(_hashed(ctx))})"
+                        f" {ctx.plan.from_clause()} WHERE ({shard.where}) AND {within} GROUP BY 1",  # 1: not a column
+                        shard.params)
+            out.update({int(b): (int(n), int(s)) for b, n, s in cur.fetchall()})  # batches hold disjoint buckets
+    return out
+
+
+RANGE_BATCH = 32  # key ranges per MySQL query: MariaDB's range optimizer costs grow faster than the list
+
+
+def _mysql_within(ctx: _Context, scope: Scope | None) -> list[str]:
+    """The MySQL predicates (one query each, in position order) selecting ``scope``'s rows. With
+    integer key positions its intervals are exactly its buckets, so a few dozen ``BETWEEN``s per
+    query read them through the primary key: at 0.1 % of 10M rows changed, the second level's
+    5,000 intervals per shard took 0.5 µs a row this way against a full scan of the shard for the
+    label lookup (5x the time). Hash positions have no index to use, nor does a plan that forces
+    another index (split on another column): the label lookup, in one query."""
+    by_key = ctx.key_position and ctx.plan.split_column == ctx.columns.keys[0]
+    if scope is None or not by_key or not scope.intervals:
+        return [_within(ctx, "mysql", scope)]
+    position, base = _position(ctx, "mysql"), ctx.positions.base
+    intervals = merged(scope.intervals)
+    return [interval_sql(position, intervals[i:i + RANGE_BATCH], base) for i in range(0, len(intervals), RANGE_BATCH)]
 
 
 def _cast(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.Table:
@@ -175,15 +196,15 @@ def _read_ch(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: in
 
 def _read_mysql(ctx: _Context, shard: Shard, scope: Scope, where: str):
     position = _position(ctx, "mysql")
-    shard = dataclasses.replace(shard, where=f"({shard.where}) AND {_within(ctx, 'mysql', scope)} "
-                                             f"ORDER BY {position}")
     columns_sql = ctx.mysql_columns_sql.replace("{position}", position)
     mappings = [ctx.texts[c] for c in ctx.schema.names] + ([] if ctx.key_position else [_POSITION_MAPPING])
     conn = mysql_reader.stream_connect(ctx.spec.source)
     try:
-        for batch in mysql_reader.read_shard(conn, ctx.plan, mappings, shard, ctx.spec.fetch_rows, columns_sql,
-                                             ctx.weight):
-            yield pa.Table.from_batches([batch])
+        for within in _mysql_within(ctx, scope):  # in position order, each ordered
+            part = dataclasses.replace(shard, where=f"({shard.where}) AND {within} ORDER BY {position}")
+            for batch in mysql_reader.read_shard(conn, ctx.plan, mappings, part, ctx.spec.fetch_rows, columns_sql,
+                                                 ctx.weight):
+                yield pa.Table.from_batches([batch])
     finally:
         conn.close()
 
