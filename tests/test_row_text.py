@@ -67,6 +67,7 @@ def decode(text: bytes, plain: list[bool]) -> list[str | None]:
 ATOMS = [",", ":", "V", "N", "0", "1", "12", "x", "é", "😀", "\x00", " ", "\\", "'", "\x1f", "\x1e"]
 ADVERSARIAL = st.lists(st.sampled_from(ATOMS), max_size=5).map("".join)
 TEXTS = ADVERSARIAL | st.text(st.characters(exclude_categories=("Cs",)), max_size=6)
+LATIN1 = st.lists(st.sampled_from([",", ":", "N", "12", "x", "é", "ÿ", "\x1f", " "]), max_size=5).map("".join)
 PLAIN = st.from_regex(r"[-0-9.:pe ]{0,5}", fullmatch=True)  # numbers, dates, times, hex: no ',', never 'N'
 
 
@@ -120,6 +121,10 @@ SCHEMA = {  # column: (MySQL type, its values); adjacent strings and binaries, e
     "bt": ("BIT(8) NULL", st.none() | st.integers(0, 255)),
     "e": ("ENUM('V', 'N', '1:V') NULL", st.none() | st.sampled_from(["V", "N", "1:V"])),
     "j": ("JSON NULL", st.none() | st.sampled_from(['null', '""', '"V"', '{"a": "\\u001f"}', '[1, 2]', '{}'])),
+    # other collations and character sets in one row text: converted (latin1) or joined as they are
+    "g": ("VARCHAR(20) COLLATE utf8mb4_general_ci NULL", st.none() | TEXTS),
+    "l": ("VARCHAR(20) CHARACTER SET latin1 NULL", st.none() | LATIN1),
+    "m3": ("VARCHAR(20) CHARACTER SET utf8mb3 NULL", st.none() | LATIN1),
 }
 STORED = {"bn": lambda v: v.ljust(3, b"\0"), "f": lambda v: v + 0.0, "fl": lambda v: v + 0.0}  # padded; -0.0 is 0.0
 
@@ -212,6 +217,7 @@ REPORTED = [_row(a="x", b="y\x1fVz"), _row(a="x\x1fVy", b="z")]
 @example(rows=[_row(a=""), _row(), _row(j="null")])  # empty vs NULL, JSON null vs NULL
 @example(rows=[_row(a="ab", b="c"), _row(a="a", b="bc"), _row(a="a", b="b", t="c")])  # prefixes
 @example(rows=[_row(a="a,1:b", b="c"), _row(a="a", b="b,1:c"), _row(a="1:a", b=""), _row(t="N"), _row(vb=b"")])
+@example(rows=[_row(l="é,1:é"), _row(l="é", m3="é"), _row(g="é", l="é"), _row(g="é,2:é")])  # lengths in UTF-8 bytes
 @example(rows=[_row(a="V1:x", b="N"), _row(a="V1", b=":xN"), _row(a="\x1e1"), _row(a="\x1f"), _row(a="x\x1f")])
 @example(rows=[_row(b="é\x1f"), _row(b="é", t="\x1f"), _row(b="😀", vb=b"\x1f")])  # multi-byte, binary
 @example(rows=[_row(t="x", vb=b"x"), _row(vb=b"x"), _row(t="", vb=b"x"), _row(e="1:V"), _row(e="V")])

@@ -73,7 +73,7 @@ def package_zip(directory: str) -> str:
     if cache is None:
         _write_zip(path, root, files)
         return path
-    stats = [(str(f.relative_to(root)), f.stat().st_mtime_ns, f.stat().st_size) for f in files]
+    stats = [(str(f.relative_to(root)), st.st_mtime_ns, st.st_size) for f in files for st in (f.stat(),)]
     fingerprint = hashlib.sha256(repr((stats, importlib.util.MAGIC_NUMBER)).encode()).hexdigest()[:20]
     cached = cache / f"package-{fingerprint}.zip"
     if not cached.exists():

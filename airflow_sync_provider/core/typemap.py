@@ -186,7 +186,10 @@ def _ch_mariadb_double(x: str) -> str:
     a = f"abs({x})"
     s = f"toString({a})"  # ClickHouse: plain when 1e-7 < |x| < 1e21, else 'd.ddde-k' / 'd.dddek'
     exp = f"splitByChar('e', {s})"
-    small = f"concat('0.', repeat('0', toUInt32(-toInt32({exp}[2]) - 1)), replaceOne({exp}[1], '.', ''))"
+    # every branch must be safe on every row: a server may evaluate multiIf's branches eagerly
+    # (short_circuit_function_evaluation), so no parse that throws, no repeat of 2^32 zeros
+    small = (f"concat('0.', repeat('0', toUInt32(greatest(0, -toInt32OrZero({exp}[2]) - 1))),"
+             f" replaceOne({exp}[1], '.', ''))")
     digits = f"trimRight({s}, '0')"
     large = (f"concat(substring({digits}, 1, 1), if(length({digits}) > 1, concat('.', substring({digits}, 2)), ''),"
              f" 'e', toString(length({s}) - 1))")
@@ -224,7 +227,9 @@ class FloatRule(Rule):
         x = f"toFloat64({col_sql})"
         if col.mariadb:
             return f"if(isNull({col_sql}), NULL, {_ch_mariadb_double(x)})" if col.nullable else _ch_mariadb_double(x)
-        a = f"abs({x})"
+        # 0 takes the smallest double's arithmetic: log2(0) is -inf and 0/0 NaN, which toInt64 and
+        # toUInt64 refuse even in the branch for 0 that a server may evaluate (its text is '0')
+        a = f"greatest(abs({x}), 5e-324)"
         e0 = f"least(greatest(toInt64(floor(log2({a}))), -1074), 1023)"
         m0 = f"({a} / pow(2, {e0}))"
         e = f"({e0} + ({m0} >= 2) - ({m0} < 1))"

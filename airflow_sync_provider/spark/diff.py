@@ -43,7 +43,7 @@ from airflow_sync_provider.core.verify.diff import (
     old_name,
 )
 from airflow_sync_provider.core.verify.pruning import (
-    Positions, Pruning, Scope, aligned_batches, interval_sql, label_sql, merged,
+    Positions, Pruning, Scope, aligned_batches, interval_sql, label_sql,
 )
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
@@ -163,8 +163,7 @@ def _mysql_within(ctx: _Context, scope: Scope | None) -> list[str]:
     by_key = ctx.key_position and ctx.plan.split_column == ctx.columns.keys[0]
     if scope is None or not by_key or not scope.intervals:
         return [_within(ctx, "mysql", scope)]
-    position, base = _position(ctx, "mysql"), ctx.positions.base
-    intervals = merged(scope.intervals)
+    position, base, intervals = _position(ctx, "mysql"), ctx.positions.base, scope.intervals  # sorted, merged
     return [interval_sql(position, intervals[i:i + RANGE_BATCH], base) for i in range(0, len(intervals), RANGE_BATCH)]
 
 

@@ -41,8 +41,10 @@ def row_text(mappings, side: str) -> str:
     ``text_may_be_null``) as an expression of ``side``: ``"mysql"`` or ``"clickhouse"``."""
     tokens = ", ".join(_token(m, side) for m in mappings)
     if side == "mysql":
-        # a binary separator makes the whole text binary: each token's bytes as they are, and no
-        # "illegal mix of collations" between string columns of different collations
+        # each token's bytes are hashed as they are (UTF-8 columns unconverted, others CAST to
+        # utf8mb4 by their rule); the separator is a binary literal so that it brings no collation
+        # of its own. MariaDB joins columns of different collations here without an error
+        # (utf8mb4_bin, _unicode_ci, _general_ci, utf8mb3, latin1: tests/test_row_text.py)
         return f"CONCAT_WS(_binary',', {tokens})"
     return f"concatWithSeparator(',', {tokens})"
 
