@@ -9,11 +9,12 @@ import hashlib
 import random
 
 import pyarrow as pa
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.verify.pruning import (
-    Positions, Pruning, aligned_batches, interval_sql, merged, step,
+    FIRST_ROWS, LEAF_ROWS, MAX_BUCKETS, Positions, Pruning, aligned_batches, first_rows, interval_sql, merged, step,
 )
 
 
@@ -38,8 +39,9 @@ def _row_hash(position: int, value: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{position}:{value}".encode(), digest_size=8).digest(), "big")
 
 
-def _descend(old: dict, new: dict, positions: Positions, rows_hint: int, **kwargs) -> Pruning:
-    pruning = Pruning(positions, positions.first_width(rows_hint), **kwargs)
+def _descend(old: dict, new: dict, positions: Positions, rows_hint: int, first: int = FIRST_ROWS,
+             **kwargs) -> Pruning:
+    pruning = Pruning(positions, positions.first_width(rows_hint, first), **kwargs)
     while not pruning.done:
         if pruning.scope is not None:  # the two ways of saying a level's buckets select the same rows
             for rows in (old, new):
@@ -83,7 +85,10 @@ def test_every_differing_key_is_read_and_the_rest_counted_identical(old, new, le
     assert not {p for p in old if p not in read_old} - settled
 
 
-def test_scattered_changes_read_a_small_fraction():
+@pytest.mark.parametrize("first", [32, 256])
+def test_scattered_changes_read_a_small_fraction(first):
+    """With first-level buckets of 32 rows (the default) a differing bucket is read at once; with
+    256 it is cut first. Either way little of the table is read."""
     rows = 200_000
     old = {k: 0 for k in range(1, rows + 1)}
     new = dict(old)
@@ -94,10 +99,10 @@ def test_scattered_changes_read_a_small_fraction():
         del new[k]
     new.update({rows + 10: 0, rows + 20: 0})
     positions = Positions.of_keys([1, 1], [rows + 20, rows])
-    pruning = _descend(old, new, positions, rows)
+    pruning = _descend(old, new, positions, rows, first=first)
     read = _read(new, positions.base, pruning.to_read) | _read(old, positions.base, pruning.to_read)
     assert len(read) <= 0.05 * rows, len(read)
-    assert pruning.levels >= 2  # the first level's differing buckets were cut, not read
+    assert pruning.levels == (1 if first <= LEAF_ROWS else 2)
 
 
 def test_everything_changed_is_read_without_cutting():
@@ -155,3 +160,11 @@ def test_aligned_batches_pair_every_label(old_labels, new_labels, max_rows, chun
         for label in set(o) | set(n):  # all of this label's rows, both sides, in this batch
             assert o.count(label) == old_labels.count(label) and n.count(label) == new_labels.count(label)
     assert seen["old"] == sorted(old_labels) and seen["new"] == sorted(new_labels)
+
+
+def test_first_buckets_stay_within_one_aggregations_limit():
+    assert first_rows(0) == first_rows(FIRST_ROWS * MAX_BUCKETS) == FIRST_ROWS
+    assert first_rows(FIRST_ROWS * MAX_BUCKETS + 1) > FIRST_ROWS
+    for shard_rows in (10**6, 5 * 10**7, 10**9):
+        assert shard_rows / first_rows(shard_rows) <= MAX_BUCKETS
+

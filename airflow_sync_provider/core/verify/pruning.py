@@ -33,7 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 HASH_BITS = 32  # CRC32 positions
-FIRST_ROWS = 256  # rows per bucket at the first level (about)
+FIRST_ROWS = 32  # rows per bucket at the first level (about): a scattered change costs its bucket's rows
+MAX_BUCKETS = 200_000  # the most buckets one aggregation groups (a larger shard gets wider buckets)
 LEAF_ROWS = 32  # a differing bucket this small is read, not cut
 FANOUT_BITS = 4  # a cut bucket becomes 16
 MOST_DIFFER = 0.5  # a level where more of the buckets differ is read, not cut
@@ -65,6 +66,12 @@ class Positions:
         ideal = (self.top + 1) * first_rows / max(1, rows)
         width = 1 << max(0, math.floor(math.log2(ideal))) if ideal >= 1 else 1
         return min(width, 1 << (self.top.bit_length()))  # one bucket for all at most (an estimate of 0 rows)
+
+
+def first_rows(shard_rows: int) -> int:
+    """Rows per first-level bucket: :data:`FIRST_ROWS`, or more where a shard would otherwise
+    group more than :data:`MAX_BUCKETS` (the databases' in-memory grouping has a size limit)."""
+    return max(FIRST_ROWS, -(-int(shard_rows) // MAX_BUCKETS))
 
 
 @dataclass(frozen=True)
