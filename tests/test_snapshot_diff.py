@@ -239,6 +239,23 @@ def test_scattered_changes_are_found_exactly_reading_a_small_fraction(mysql_conn
     assert result["rows_read_new"] <= 0.05 * ROWS and result["rows_read_old"] <= 0.05 * ROWS, result
 
 
+def test_a_read_of_many_scattered_buckets_is_one_query_each_side(mysql_conn, ch, endpoints, spark, monkeypatch):
+    """Two in three buckets differ (one row in three changed, buckets of 2 rows): all are read,
+    named by 66,667 bucket labels, a query text above ClickHouse's 256 KiB default."""
+    from airflow_sync_provider.core.verify import pruning
+
+    monkeypatch.setattr(pruning, "FIRST_ROWS", 2)
+    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.many (id BIGINT PRIMARY KEY, v INT NOT NULL)")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.many SELECT seq, seq FROM {DB}.seq_1_to_{ROWS}")
+    _load(endpoints, spark, "many", "dif.many")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"UPDATE {DB}.many SET v = -v WHERE id % 3 = 0")
+    result = diff(endpoints, spark, "many", channels=1)  # one shard: all labels in one query
+    assert result["counts"] == {"identical": ROWS - ROWS // 3, "changed": ROWS // 3, "new": 0, "deleted": 0}
+    assert result["buckets_read"] == ROWS // 3  # pairs (2k+1, 2k+2) holding a multiple of 3
+
+
 def test_empty_sides_and_duplicate_keys(mysql_conn, ch, endpoints, spark):
     recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.small (id INT PRIMARY KEY, v VARCHAR(5) NULL)")
     with mysql_conn.cursor() as cur:
