@@ -181,15 +181,20 @@ def test_composite_collated_key_case_change_is_a_delete_and_a_new_key(mysql_conn
     _finish_and_check(endpoints, spark, ch, mysql_conn, "comp", ["g", "k"], load_key, expected)
 
 
+def _copied_then_negated(mysql_conn, endpoints, spark, table: str, key_type: str, where: str) -> None:
+    """``table`` (id, v = id) of ROWS rows, loaded to its copy, then ``v = -v`` in MySQL where ``where``."""
+    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.{table} (id {key_type} PRIMARY KEY, v INT NOT NULL)")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {DB}.{table} SELECT seq, seq FROM {DB}.seq_1_to_{ROWS}")
+    _load(endpoints, spark, table, f"dif.{table}")
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"UPDATE {DB}.{table} SET v = -v WHERE {where}")
+
+
 def test_a_contiguous_change_reads_only_its_neighbourhood(mysql_conn, ch, endpoints, spark):
     """100 shards, 11 consecutive rows changed: one shard is read row by row, and in it only the
     rows of the cut-down buckets around the change (ledger: diff_shards)."""
-    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.pr (id INT PRIMARY KEY, v INT NOT NULL)")
-    with mysql_conn.cursor() as cur:
-        cur.execute(f"INSERT INTO {DB}.pr SELECT seq, seq FROM {DB}.seq_1_to_{ROWS}")
-    _load(endpoints, spark, "pr", "dif.pr")
-    with mysql_conn.cursor() as cur:
-        cur.execute(f"UPDATE {DB}.pr SET v = -v WHERE id BETWEEN 1000 AND 1010")
+    _copied_then_negated(mysql_conn, endpoints, spark, "pr", "INT", "id BETWEEN 1000 AND 1010")
     result = diff(endpoints, spark, "pr", channels=2, split_factor=50, bucket_rows=50)
     assert result["shards"] >= 100 and result["counts"]["changed"] == 11  # 100 ranges (+ the NULL shard)
     read = ch.query(
@@ -245,12 +250,7 @@ def test_a_read_of_many_scattered_buckets_is_one_query_each_side(mysql_conn, ch,
     from airflow_sync_provider.core.verify import pruning
 
     monkeypatch.setattr(pruning, "FIRST_ROWS", 2)
-    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.many (id BIGINT PRIMARY KEY, v INT NOT NULL)")
-    with mysql_conn.cursor() as cur:
-        cur.execute(f"INSERT INTO {DB}.many SELECT seq, seq FROM {DB}.seq_1_to_{ROWS}")
-    _load(endpoints, spark, "many", "dif.many")
-    with mysql_conn.cursor() as cur:
-        cur.execute(f"UPDATE {DB}.many SET v = -v WHERE id % 3 = 0")
+    _copied_then_negated(mysql_conn, endpoints, spark, "many", "BIGINT", "id % 3 = 0")
     result = diff(endpoints, spark, "many", channels=1)  # one shard: all labels in one query
     assert result["counts"] == {"identical": ROWS - ROWS // 3, "changed": ROWS // 3, "new": 0, "deleted": 0}
     assert result["buckets_read"] == ROWS // 3  # pairs (2k+1, 2k+2) holding a multiple of 3
