@@ -204,7 +204,7 @@ def cmd_diff(args) -> int:
         source_table=table, new_table=args.new or "", key_columns=args.key or None,
         compare_columns=args.compare or None, ignore_columns=args.ignore or [], tolerances=tolerances,
         on_change=on_change, diff_key=args.diff_key or "", changes_table=args.changes_table or "",
-        channels=args.channels, ledger_database=args.ledger_database)
+        channels=args.channels, ledger_database=args.ledger_database, reader=args.reader)
     result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
     if result.get("status") != "success":
         print(f"airflow-sync: diff failed: {result.get('error')}", file=sys.stderr)
@@ -434,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--diff-key", help="the diff's name in the ledger (default: from the tables)")
     diff.add_argument("--changes-table", help="db.table for the change set (default: <old>__changes)")
     diff.add_argument("--channels", type=int, default=2)
+    diff.add_argument("--reader", choices=READERS, default="auto",
+                      help="large reads of MySQL rows: auto (Arrow-native unless a probe disagrees), native or mysqlclient")
     diff.add_argument("--report-dir", help="where the HTML report goes")
     diff.add_argument("--master", default="local[2]")
     diff.add_argument("--json", action="store_true")

@@ -14,7 +14,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.verify.pruning import (
-    FIRST_ROWS, LEAF_ROWS, MAX_BUCKETS, Positions, Pruning, aligned_batches, first_rows, interval_sql, merged, step,
+    FIRST_ROWS, LEAF_ROWS, MAX_BUCKETS, Positions, Pruning, aligned_batches, first_rows, interval_sql, merged, pieces,
+    step,
 )
 
 
@@ -168,3 +169,20 @@ def test_first_buckets_stay_within_one_aggregations_limit():
     for shard_rows in (10**6, 5 * 10**7, 10**9):
         assert shard_rows / first_rows(shard_rows) <= MAX_BUCKETS
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 4), st.integers(0, 50)), max_size=40, unique_by=lambda t: t[0]),
+       st.integers(1, 120), st.integers(1, 5))
+def test_pieces_cover_the_read_buckets_in_order_within_their_bounds(buckets, max_rows, max_intervals):
+    # disjoint buckets (first, last, rows): label b of width 4 is offsets 4b .. 4b + length - 1
+    read = [(4 * b, 4 * b + length - 1, rows) for b, length, rows in buckets]
+    out = pieces(read, max_rows, max_intervals)
+    covered = [o for intervals, _ in out for a, z in intervals for o in range(a, z + 1)]
+    assert covered == sorted(o for a, z, _ in read for o in range(a, z + 1))  # each offset once, in order
+    for intervals, rows in out:
+        inside = [r for a, z, r in read if any(x <= a and z <= y for x, y in intervals)]
+        assert rows == sum(inside)
+        assert rows <= max_rows or len(inside) == 1  # only a bucket larger than the bound stands alone
+        assert len(intervals) <= max_intervals
+        assert all(b[0] > a[1] + 1 for a, b in zip(intervals, intervals[1:]))  # merged: no touching neighbours

@@ -137,7 +137,12 @@ def _finish_and_check(endpoints, spark, ch, conn, table: str, keys: list[str], l
     assert change_set(ch, table, keys) == {}
 
 
-def test_bigint_key_every_kind_of_change_gets_exactly_its_flag(mysql_conn, ch, endpoints, spark):
+def test_bigint_key_every_kind_of_change_gets_exactly_its_flag(mysql_conn, ch, endpoints, spark, monkeypatch):
+    """Every type's changes, read by connectorx (every piece of the read, however small: the
+    text-key test below reads with mysqlclient)."""
+    from airflow_sync_provider.spark import diff as diff_job
+
+    monkeypatch.setattr(diff_job, "NATIVE_ROWS", 0)
     recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.wide (id BIGINT PRIMARY KEY, {_columns_ddl()})")
     with mysql_conn.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.wide SELECT seq, {_values_sql()} FROM {DB}.seq_1_to_{ROWS}")
@@ -254,6 +259,34 @@ def test_a_read_of_many_scattered_buckets_is_one_query_each_side(mysql_conn, ch,
     result = diff(endpoints, spark, "many", channels=1)  # one shard: all labels in one query
     assert result["counts"] == {"identical": ROWS - ROWS // 3, "changed": ROWS // 3, "new": 0, "deleted": 0}
     assert result["buckets_read"] == ROWS // 3  # pairs (2k+1, 2k+2) holding a multiple of 3
+
+
+def test_everything_changed_is_read_in_pieces_and_a_failed_native_piece_is_read_again(
+        mysql_conn, ch, endpoints, spark, monkeypatch):
+    """Every row changed: the read goes in pieces of PIECE_ROWS through connectorx. A piece whose
+    native read fails after its first batch is read again by mysqlclient: every key is flagged
+    once, none twice."""
+    from airflow_sync_provider.core.source import reader
+    from airflow_sync_provider.spark import diff as diff_job
+
+    native, pieces, failed = reader.read_shard_native, [], []
+
+    def flaky(endpoint, plan, mappings, shard, *args, **kwargs):
+        pieces.append(shard.where)
+        for n, batch in enumerate(native(endpoint, plan, mappings, shard, *args, **kwargs)):
+            if not failed and n == 1:  # the first piece of two batches or more, after its first
+                failed.append(shard.where)
+                raise reader.NativeReadError("injected: a value connectorx cannot decode")
+            yield batch
+
+    _copied_then_negated(mysql_conn, endpoints, spark, "every", "BIGINT", "1 = 1")
+    monkeypatch.setattr(reader, "read_shard_native", flaky)
+    monkeypatch.setattr(diff_job, "PIECE_ROWS", 30_000)
+    result = diff(endpoints, spark, "every", channels=1, fetch_rows=5_000)
+    assert result["counts"] == {"identical": 0, "changed": ROWS, "new": 0, "deleted": 0}
+    assert failed and len(pieces) >= -(-ROWS // 30_000) and len(set(pieces)) == len(pieces)  # each piece once natively
+    assert ch.query(f"SELECT count(), uniqExact(id), sum(id) FROM {TARGET}.every__changes").result_rows[0] == \
+        (ROWS, ROWS, ROWS * (ROWS + 1) // 2)
 
 
 def test_empty_sides_and_duplicate_keys(mysql_conn, ch, endpoints, spark):

@@ -311,6 +311,7 @@ class SnapshotDiffSpec:
     split_column: str | None = None
     bucket_rows: int = 50_000  # the most rows one comparison holds (per side)
     fetch_rows: int = 10_000
+    reader: str = "auto"  # how large reads of MySQL rows go: as FullLoadSpec.reader
     sample_rows: int = 20  # per flag, in the HTML report
     report_dir: str = ""
     ledger_database: str = DEFAULT_LEDGER_DATABASE
@@ -323,6 +324,8 @@ class SnapshotDiffSpec:
     job: str = field(default="snapshot_diff", init=False)
 
     def __post_init__(self):
+        if self.reader not in READERS:
+            raise ValueError(f"reader must be one of {READERS}, got {self.reader!r}")
         if _many_tables(self):
             if self.source is None or self.new_table:
                 raise ValueError("a diff of tables by select=/tables= compares MySQL tables (source) with their copies")

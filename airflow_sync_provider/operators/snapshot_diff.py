@@ -42,6 +42,9 @@ class SnapshotDiffOperator(SparkJobOperator):
         XCom: ``verdict`` (``changed`` — ``applied`` with ``on_change="apply"`` — if any table
         differed), ``tables`` (one summary and report each).
     :param parallel_tables: tables compared at once.
+    :param reader: how large reads of MySQL rows go, as ``FullLoadOperator``'s: ``auto``
+        (Arrow-native unless a probe of the first rows disagrees with mysqlclient), ``native`` or
+        ``mysqlclient``. Reads of a few rows (a scattered change's) always use mysqlclient.
     """
 
     job = "snapshot_diff"
@@ -54,7 +57,7 @@ class SnapshotDiffOperator(SparkJobOperator):
                  ignore_columns: list[str] | None = None, tolerances: dict | None = None, on_change: str = "warn",
                  diff_key: str = "", changes_table: str = "", channels: int = 2, split_factor: int = 1,
                  bucket_rows: int = 50_000, ledger_database: str = DEFAULT_LEDGER_DATABASE,
-                 report_dir: str | None = None, **kwargs):
+                 report_dir: str | None = None, reader: str = "auto", **kwargs):
         super().__init__(**kwargs)
         if on_change not in ("fail", "warn", "apply"):
             raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {on_change!r}")
@@ -80,6 +83,7 @@ class SnapshotDiffOperator(SparkJobOperator):
         self.bucket_rows = bucket_rows
         self.ledger_database = ledger_database
         self.report_dir = report_dir
+        self.reader = reader
         if not old_table:  # the tables are known when the task runs
             return
         old, new = qualified(old_table), qualified(new_table) if new_table else None
@@ -118,7 +122,7 @@ class SnapshotDiffOperator(SparkJobOperator):
             tolerances=dict(self.tolerances or {}), on_change=self.on_change, diff_key=self.diff_key,
             changes_table=self.changes_table, channels=self.channels, split_factor=self.split_factor,
             bucket_rows=self.bucket_rows, ledger_database=self.ledger_database, select=self.select,
-            tables=list(self.tables or []), parallel_tables=self.parallel_tables)
+            tables=list(self.tables or []), parallel_tables=self.parallel_tables, reader=self.reader)
 
     def summarize(self, result: dict) -> dict:
         if "tables" not in result:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,7 @@ from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import (
-    SPLIT_WEIGHT_COLUMN, cut_points, needs_weight, read_weights, target_predicates, weight_width,
+    SPLIT_WEIGHT_COLUMN, cut_points, mysql_weight_sql, needs_weight, read_weights, target_predicates, weight_width,
 )
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 from airflow_sync_provider.core.verify.diff import (
@@ -43,7 +44,7 @@ from airflow_sync_provider.core.verify.diff import (
     old_name,
 )
 from airflow_sync_provider.core.verify.pruning import (
-    Positions, Pruning, Scope, aligned_batches, first_rows, interval_sql, label_sql,
+    Positions, Pruning, Scope, aligned_batches, first_rows, interval_sql, label_sql, pieces,
 )
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
@@ -88,6 +89,7 @@ class _Context:
     first_width: int = 1
     new_from: str = ""  # a ClickHouse new side: "db.t FINAL"
     new_filter: str = ""
+    weight_column: MySQLColumn | None = None  # the collated split column whose weight rows carry
 
 
 # --- the two sides -----------------------------------------------------------------------------
@@ -210,19 +212,67 @@ def _read_ch(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: in
             yield _cast(block, schema, where)
 
 
-def _read_mysql(ctx: _Context, shard: Shard, scope: Scope, where: str):
+PIECE_ROWS = 100_000  # the most rows of one MySQL read query: connectorx holds a query's result while the comparison lags
+NATIVE_ROWS = 20_000  # a read piece this large goes through connectorx (a connection of its own per query)
+_native: dict = {}  # run id -> the native reader's SELECT list, or None (mysqlclient): one probe per process
+_native_lock = threading.Lock()
+
+
+def _native_sql(ctx: _Context) -> str | None:
+    """The native reader's SELECT list for this diff, probed once per process on first need (a
+    diff that reads no rows pays no probe): ``spec.reader`` as a full load's."""
+    with _native_lock:
+        if ctx.run_id not in _native:
+            mappings = [ctx.texts[c] for c in ctx.schema.names]
+            sql, note = mysql_reader.native_reader(ctx.spec.reader, ctx.spec.source, ctx.plan, mappings,
+                                                   list(ctx.columns.keys), ctx.weight_column)
+            print(f"[airflow-sync] diff {ctx.spec.diff_key}: rows are read by {note}", flush=True)
+            _native[ctx.run_id] = sql
+        return _native[ctx.run_id]
+
+
+def _read_pieces(ctx: _Context, pruning: Pruning) -> list[tuple[str, int]]:
+    """The read's MySQL predicates in position order, with their rows (the larger side's count):
+    with integer key positions, pieces of the read buckets (core/verify/pruning.py: pieces), each
+    a few dozen key ranges through the primary key; else the label lookup in one query."""
+    by_key = ctx.key_position and ctx.plan.split_column == ctx.columns.keys[0]
+    if not by_key:
+        return [(_within(ctx, "mysql", pruning.read_scope), sum(n for _, _, n in pruning.read))]
+    position, base = _position(ctx, "mysql"), ctx.positions.base
+    return [(interval_sql(position, intervals, base), rows)
+            for intervals, rows in pieces(pruning.read, PIECE_ROWS, RANGE_BATCH)]
+
+
+def _read_mysql(ctx: _Context, shard: Shard, pruning: Pruning, where: str):
+    """The read buckets' rows from MySQL, ordered by position: large pieces through connectorx
+    (Arrow, off the GIL: half mysqlclient's time for 1M rows), each taken whole before it is
+    compared, so that a piece connectorx cannot read is read again by mysqlclient instead; small
+    pieces (a scattered change's) through one mysqlclient connection."""
     position = _position(ctx, "mysql")
-    columns_sql = ctx.mysql_columns_sql.replace("{position}", position)
     mappings = [ctx.texts[c] for c in ctx.schema.names] + ([] if ctx.key_position else [_POSITION_MAPPING])
-    conn = mysql_reader.stream_connect(ctx.spec.source)
+    conn = None
     try:
-        for within in _mysql_within(ctx, scope):  # in position order, each ordered
-            part = dataclasses.replace(shard, where=f"({shard.where}) AND {within} ORDER BY {position}")
+        for predicate, rows in _read_pieces(ctx, pruning):
+            part = dataclasses.replace(shard, where=f"({shard.where}) AND {predicate} ORDER BY {position}", pieces=())
+            native = _native_sql(ctx) if rows >= NATIVE_ROWS and ctx.key_position else None
+            if native is not None:
+                try:
+                    batches = list(mysql_reader.read_shard_native(ctx.spec.source, ctx.plan, mappings, part,
+                                                                  ctx.spec.fetch_rows, native, ctx.weight))
+                except mysql_reader.NativeReadError as exc:
+                    print(f"[airflow-sync] {where}: the native reader failed ({exc}); reading the piece again with "
+                          "mysqlclient", flush=True)
+                else:
+                    yield from (pa.Table.from_batches([b]) for b in batches)
+                    continue
+            conn = conn or mysql_reader.stream_connect(ctx.spec.source)
+            columns_sql = ctx.mysql_columns_sql.replace("{position}", position)
             for batch in mysql_reader.read_shard(conn, ctx.plan, mappings, part, ctx.spec.fetch_rows, columns_sql,
                                                  ctx.weight):
                 yield pa.Table.from_batches([batch])
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
 
 
 # --- one shard ---------------------------------------------------------------------------------
@@ -279,7 +329,7 @@ def _diff_shard(ctx: _Context, clients: _Clients, shard: Shard) -> dict:
         if spec.new_table:
             new = _read_ch(ctx, clients.new, ctx.new_from, ctx.new_filter, shard.id, scope, False, where)
         else:
-            new = _read_mysql(ctx, shard, scope, where)
+            new = _read_mysql(ctx, shard, pruning, where)
         old_schema = ctx.schema.append(pa.field(SPLIT_WEIGHT_COLUMN, pa.binary())) if ctx.weight else ctx.schema
         new_schema = old_schema if not spec.new_table else ctx.schema
         label = ctx.columns.keys[0] if ctx.key_position else POSITION
@@ -429,12 +479,13 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) 
                 low, high = cur.fetchone()
             ch_low, ch_high = _ch_key_range(ch, spec.old_table, first.name)
             positions = Positions.of_keys([low, ch_low], [high, ch_high])
-    weight = weight_col is not None
+    weight_column = schema.column(weight_col) if weight_col is not None else None
     columns_sql = mysql_reader.select_list(list(mappings.values())) + ("" if key_position else ", {position}")
-    if weight:
-        columns_sql += f", COALESCE(WEIGHT_STRING({mysql_ident(weight_col)}), '')"
+    if weight_column is not None:
+        columns_sql += f", COALESCE({mysql_weight_sql(weight_column)}, '')"
     return {"columns": columns, "schema": mysql_reader.arrow_schema(list(mappings.values())), "texts": mappings,
-            "plan": plan, "old_predicates": predicates, "weight": weight, "position": position,
+            "plan": plan, "old_predicates": predicates, "weight": weight_column is not None,
+            "weight_column": weight_column, "position": position,
             "mysql_columns_sql": columns_sql, "key_position": key_position,
             "positions": positions if key_position else Positions.of_hash(),
             "ch_types": {m.name: m.ch_type for m in mappings.values()}}
@@ -560,7 +611,7 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
                    found["weight"], version, found["mysql_columns_sql"], found["key_position"], found["positions"],
                    width,
                    _ch_from(ch, spec.new_table) if spec.new_table else "",
-                   _deleted_filter(ch, spec.new_table) if spec.new_table else "")
+                   _deleted_filter(ch, spec.new_table) if spec.new_table else "", found.get("weight_column"))
     ids = [s.id for s in plan.shards]
     channels = max(1, min(spec.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]
@@ -585,6 +636,7 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
         "positions": "key" if ctx.key_position else "hash", "in_driver": in_driver, "spark_started": session.started,
     }
     ledger.write_diff(result, shards)
+    _native.pop(run_id, None)
     samples = change_samples(ch, spec.changes_table, spec.diff_key, run_id, spec.sample_rows)
     ch.close()
     return result | {"shard_results": shards, "samples": samples, "seconds": round(time.time() - started, 3)}

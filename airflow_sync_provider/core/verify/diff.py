@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -94,15 +95,32 @@ class DiffColumns:
         return cls(tuple(keys), compared, tuple(columns), tolerances)
 
 
-def _key_rows(table: pa.Table, keys: tuple[str, ...], side: str, where: str) -> dict:
-    columns = [table.column(k).to_pylist() for k in keys]
-    index: dict = {}
-    for i, key in enumerate(zip(*columns)):
-        if index.setdefault(key, i) != i:
-            shown = ", ".join(f"{k}={v!r}" for k, v in zip(keys, key))
-            raise DuplicateKey(f"{where}: key ({shown}) appears more than once in the {side} snapshot; a diff "
-                               "pairs rows by a unique key (choose key_columns that are unique)")
-    return index
+def _key_codes(old: pa.Table, new: pa.Table, keys: tuple[str, ...], where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's key as one integer, equal across both sides exactly where the keys are (NULL
+    equal to NULL): each key column dictionary-encoded over both sides, the codes of successive
+    columns combined and numbered again (so they stay below the rows' count). Vectorised: the
+    per-row Python dictionary this replaced cost 1.2 µs a row, most of a comparison's time."""
+    codes = None
+    for k in keys:
+        column = pa.concat_arrays([*old.column(k).chunks, *new.column(k).chunks]) if old.num_rows + new.num_rows \
+            else pa.array([], old.schema.field(k).type)
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        c = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes = c if codes is None else np.unique(codes * len(encoded.dictionary) + c, return_inverse=True)[1]
+    old_codes, new_codes = codes[:old.num_rows], codes[old.num_rows:]
+    for side, table, side_codes in (("old", old, old_codes), ("new", new, new_codes)):
+        _unique(table, side_codes, keys, side, where)
+    return old_codes, new_codes
+
+
+def _unique(table: pa.Table, codes: np.ndarray, keys: tuple[str, ...], side: str, where: str) -> None:
+    order = np.argsort(codes, kind="stable")
+    repeated = np.flatnonzero(codes[order][1:] == codes[order][:-1])
+    if repeated.size:
+        row = int(order[repeated[0] + 1])
+        shown = ", ".join(f"{k}={table.column(k)[row].as_py()!r}" for k in keys)
+        raise DuplicateKey(f"{where}: key ({shown}) appears more than once in the {side} snapshot; a diff "
+                           "pairs rows by a unique key (choose key_columns that are unique)")
 
 
 def _differs(a: pa.Array, b: pa.Array, tolerance: Tolerance | None) -> pa.Array:
@@ -140,45 +158,51 @@ def new_name(column: str) -> str:
     return f"new__{column}"
 
 
+def _indices(values: np.ndarray, present: np.ndarray | None = None) -> pa.Array:
+    """Row numbers for ``take`` (NULL where ``present`` is False: a side without the row)."""
+    return pa.array(values.astype(np.int64), pa.int64(), mask=None if present is None else ~present)
+
+
 def compare(old: pa.Table, new: pa.Table, columns: DiffColumns, where: str = "diff") -> BucketDiff:
     """Pair ``old`` and ``new`` (same canonical schema) by key and flag every key."""
-    old_at = _key_rows(old, columns.keys, "old", where)
-    new_at = _key_rows(new, columns.keys, "new", where)
-    both = [k for k in new_at if k in old_at]
-    oi = pa.array([old_at[k] for k in both], pa.int64())
-    ni = pa.array([new_at[k] for k in both], pa.int64())
-    differs = {c: _differs(old.column(c).take(oi), new.column(c).take(ni), columns.tolerances.get(c))
-               for c in columns.compared}
-    changed_lists = [[] for _ in both]
-    for c, mask in differs.items():
-        for i in pc.indices_nonzero(mask).to_pylist():
-            changed_lists[i].append(c)
-    changed = [i for i, names in enumerate(changed_lists) if names]
-    added = [i for k, i in new_at.items() if k not in old_at]
-    gone = [i for k, i in old_at.items() if k not in new_at]
-    counts = Counter({IDENTICAL: len(both) - len(changed), CHANGED: len(changed), NEW: len(added),
-                      DELETED: len(gone)})
-    if not (changed or added or gone):
+    old, new = old.combine_chunks(), new.combine_chunks()  # one copy, then every take is on one array
+    old_codes, new_codes = _key_codes(old, new, columns.keys, where)
+    _, oi, ni = np.intersect1d(old_codes, new_codes, assume_unique=True, return_indices=True)
+    order = np.argsort(ni, kind="stable")  # the pairs in the new side's row order
+    oi, ni = oi[order], ni[order]
+    added = np.flatnonzero(~np.isin(new_codes, old_codes, assume_unique=True))
+    gone = np.flatnonzero(~np.isin(old_codes, new_codes, assume_unique=True))
+    masks = [_differs(old.column(c).take(_indices(oi)), new.column(c).take(_indices(ni)),
+                      columns.tolerances.get(c)).to_numpy(zero_copy_only=False) for c in columns.compared]
+    differs = np.column_stack(masks) if masks else np.zeros((len(oi), 0), bool)  # pair x compared column
+    changed = np.flatnonzero(differs.any(axis=1))
+    counts = Counter({IDENTICAL: len(oi) - len(changed), CHANGED: len(changed), NEW: len(added), DELETED: len(gone)})
+    if not (len(changed) or len(added) or len(gone)):
         return BucketDiff(counts, None, None, None)
-    # the change set: rows in flag order; the old / new index of each (None where a side has none)
-    old_idx = [oi[i].as_py() for i in changed] + [None] * len(added) + gone
-    new_idx = [ni[i].as_py() for i in changed] + added + [None] * len(gone)
-    flags = [CHANGED] * len(changed) + [NEW] * len(added) + [DELETED] * len(gone)
-    lists = [changed_lists[i] for i in changed] + [[] for _ in added] + [[] for _ in gone]
-    old_take, new_take = pa.array(old_idx, pa.int64()), pa.array(new_idx, pa.int64())
-    present = pa.array([i for i in new_idx if i is not None], pa.int64())  # changed + new, then deleted
+    # the change set: changed, new, then deleted rows; the old / new row of each (NULL where a side has none)
+    rows_changed = differs[changed]
+    names = np.array(columns.compared, dtype=object)[np.nonzero(rows_changed)[1]]  # row by row, in column order
+    offsets = np.concatenate([[0], np.cumsum(rows_changed.sum(axis=1)),
+                              np.full(len(added) + len(gone), rows_changed.sum())]).astype(np.int32)
+    changed_lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(names, pa.string()))
+    none_added, none_gone = np.zeros(len(added), np.int64), np.zeros(len(gone), np.int64)
+    old_take = _indices(np.concatenate([oi[changed], none_added, gone]),
+                        np.concatenate([np.ones(len(changed), bool), np.zeros(len(added), bool), np.ones(len(gone), bool)]))
+    new_take = _indices(np.concatenate([ni[changed], added, none_gone]),
+                        np.concatenate([np.ones(len(changed) + len(added), bool), np.zeros(len(gone), bool)]))
+    present = _indices(np.concatenate([ni[changed], added]))  # changed + new, then deleted
+    flags = pa.array([CHANGED] * len(changed) + [NEW] * len(added) + [DELETED] * len(gone), pa.string())
     key_values = [pa.concat_arrays([new.column(k).take(present).combine_chunks(),
-                                    old.column(k).take(pa.array(gone, pa.int64())).combine_chunks()])
+                                    old.column(k).take(_indices(gone)).combine_chunks()])
                   for k in columns.keys]
-    arrays = [pa.array(flags, pa.string()), pa.array(lists, pa.list_(pa.string())), *key_values]
-    names = ["flag", "changed", *columns.keys]
+    arrays, out_names = [flags, changed_lists, *key_values], ["flag", "changed", *columns.keys]
     for c in columns.compared:
         arrays += [old.column(c).take(old_take), new.column(c).take(new_take)]
-        names += [old_name(c), new_name(c)]
+        out_names += [old_name(c), new_name(c)]
     changes = pa.Table.from_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
-                                   names=names)
-    upserts = new.take(pa.array([ni[i].as_py() for i in changed] + added, pa.int64())) if changed or added else None
-    tombstones = old.take(pa.array(gone, pa.int64())) if gone else None
+                                   names=out_names)
+    upserts = new.take(present) if len(present) else None
+    tombstones = old.take(_indices(gone)) if len(gone) else None
     return BucketDiff(counts, changes, upserts, tombstones)
 
 

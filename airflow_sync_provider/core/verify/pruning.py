@@ -195,6 +195,31 @@ class Pruning:
         return merged((a, b) for a, b, _ in self.read)
 
 
+def pieces(read: Iterable[tuple[int, int, int]], max_rows: int, max_intervals: int
+           ) -> list[tuple[list[tuple[int, int]], int]]:
+    """The read buckets ``(first offset, last offset, rows)`` in offset order, as consecutive
+    pieces of at most ``max_rows`` rows (or one bucket, when it alone has more) and at most
+    ``max_intervals`` merged intervals: one read query each, so that a reader that buffers a
+    query's result holds one piece, and a range list stays short for the optimizer. Returns
+    ``(intervals, rows)`` per piece."""
+    out: list[tuple[list[tuple[int, int]], int]] = []
+    current: list[tuple[int, int]] = []
+    rows = 0
+    for first, last, n in sorted(read):
+        touches = bool(current) and first <= current[-1][1] + 1
+        if current and (rows + n > max_rows or (not touches and len(current) >= max_intervals)):
+            out.append((current, rows))
+            current, rows, touches = [], 0, False
+        if touches:
+            current[-1] = (current[-1][0], max(current[-1][1], last))
+        else:
+            current.append((first, last))
+        rows += n
+    if current:
+        out.append((current, rows))
+    return out
+
+
 def aligned_batches(old: Iterable[pa.Table], new: Iterable[pa.Table], label: str,
                     max_rows: int) -> Iterator[tuple[pa.Table, pa.Table]]:
     """Pairs of (old rows, new rows) from two streams each sorted by the integer column ``label``:
