@@ -14,8 +14,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.verify.pruning import (
-    FIRST_ROWS, LEAF_ROWS, MAX_BUCKETS, Positions, Pruning, aligned_batches, first_rows, interval_sql, merged, pieces,
-    step,
+    FIRST_ROWS, LEAF_ROWS, MAX_BUCKETS, SCAN_SHARE, Positions, Pruning, aligned_batches, first_rows, interval_sql,
+    merged, pieces, step,
 )
 
 
@@ -67,13 +67,14 @@ snapshots = st.dictionaries(st.integers(-300, 300), st.integers(0, 3), max_size=
 
 
 @settings(max_examples=300, deadline=None)
-@given(snapshots, snapshots, st.integers(1, 8), st.integers(1, 4), st.sampled_from([0.3, 0.5, 1.0]))
-@example({-1: 0}, {-2: 0}, 1, 1, 0.3)  # negative keys (and the model's old hash collision)
-def test_every_differing_key_is_read_and_the_rest_counted_identical(old, new, leaf, fanout, most):
+@given(snapshots, snapshots, st.integers(1, 8), st.integers(1, 4), st.sampled_from([0.3, 0.5, 1.0]),
+       st.sampled_from([0.0, 0.05, 0.3]))
+@example({-1: 0}, {-2: 0}, 1, 1, 0.3, 0.0)  # negative keys (and the model's old hash collision)
+def test_every_differing_key_is_read_and_the_rest_counted_identical(old, new, leaf, fanout, most, share):
     positions = Positions.of_keys([min(old, default=None), min(new, default=None)],
                                   [max(old, default=None), max(new, default=None)])
     pruning = _descend(old, new, positions, max(len(old), len(new)), leaf_rows=leaf, fanout_bits=fanout,
-                       most_differ=most)
+                       most_differ=most, read_share=share)
     differing = {p for p in set(old) | set(new) if old.get(p) != new.get(p)}
     for rows in (old, new):
         assert _by_labels(rows, positions.base, pruning.read_scope.labels) == _read(rows, positions.base,
@@ -104,6 +105,23 @@ def test_scattered_changes_read_a_small_fraction(first):
     read = _read(new, positions.base, pruning.to_read) | _read(old, positions.base, pruning.to_read)
     assert len(read) <= 0.05 * rows, len(read)
     assert pruning.levels == (1 if first <= LEAF_ROWS else 2)
+
+
+@pytest.mark.parametrize("share, levels", [(0.0, 2), (SCAN_SHARE, 1)])
+def test_hash_positions_read_small_cuts_instead_of_scanning_again(share, levels):
+    """CRC32 positions put a Poisson number of rows in a bucket, so about half the differing
+    buckets hold more than LEAF_ROWS. Without an index a next level would scan the shard again:
+    with SCAN_SHARE they are read at once, still a small fraction of the table."""
+    rng = random.Random(11)
+    rows = 100_000
+    old = {p: 0 for p in rng.sample(range(2**32), rows)}
+    new = dict(old)
+    for p in rng.sample(sorted(old), rows // 1000):
+        new[p] = 1
+    pruning = _descend(old, new, Positions.of_hash(), rows, read_share=share)
+    read = _read(new, 0, pruning.to_read)
+    assert pruning.levels == levels and {p for p in new if new[p]} <= read
+    assert len(read) <= 0.05 * rows and pruning.identical == rows - len(read)
 
 
 def test_everything_changed_is_read_without_cutting():

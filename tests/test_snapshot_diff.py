@@ -163,7 +163,10 @@ def test_bigint_key_every_kind_of_change_gets_exactly_its_flag(mysql_conn, ch, e
     _finish_and_check(endpoints, spark, ch, mysql_conn, "wide", ["id"], load_key, expected)
 
 
-def test_composite_collated_key_case_change_is_a_delete_and_a_new_key(mysql_conn, ch, endpoints, spark):
+def test_composite_collated_key_case_change_is_a_delete_and_a_new_key(mysql_conn, ch, endpoints, spark, monkeypatch):
+    from airflow_sync_provider.spark import diff as diff_job
+
+    monkeypatch.setattr(diff_job, "NATIVE_ROWS", 0)  # every piece through connectorx, as above
     recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.comp (g INT NOT NULL, k VARCHAR(20) COLLATE "
                                     f"utf8mb4_general_ci NOT NULL, {_columns_ddl()}, PRIMARY KEY (g, k))")
     with mysql_conn.cursor() as cur:
@@ -218,7 +221,8 @@ def test_scattered_changes_are_found_exactly_reading_a_small_fraction(mysql_conn
     the expected rows, and the rows read row by row (the job's own counters) stay a small
     fraction of the table, with integer keys (key ranges, read a few ranges per MySQL query) and
     text keys (CRC32 positions) alike; with first-level buckets of 256 rows the differing ones
-    are cut at a second level (with the default 32, a differing bucket is read at once)."""
+    are cut at a second level (with the default 32, a differing bucket is read at once; with text
+    keys too, although a Poisson number of rows is in each: a second level would scan again)."""
     from airflow_sync_provider.core.verify import pruning
     from airflow_sync_provider.spark import diff as diff_job
 
@@ -246,6 +250,8 @@ def test_scattered_changes_are_found_exactly_reading_a_small_fraction(mysql_conn
     assert result["positions"] == ("key" if cast is int else "hash")
     if first:
         assert result["levels"] >= 2  # the first level's differing buckets were cut, not read
+    if cast is str:  # no index: buckets above LEAF_ROWS are read, not cut at a level that scans again
+        assert result["levels"] == 1, result
     assert result["rows_read_new"] <= 0.05 * ROWS and result["rows_read_old"] <= 0.05 * ROWS, result
 
 

@@ -44,7 +44,7 @@ from airflow_sync_provider.core.verify.diff import (
     old_name,
 )
 from airflow_sync_provider.core.verify.pruning import (
-    Positions, Pruning, Scope, aligned_batches, first_rows, interval_sql, label_sql, pieces,
+    SCAN_SHARE, Positions, Pruning, Scope, aligned_batches, first_rows, interval_sql, label_sql, pieces,
 )
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
@@ -172,6 +172,11 @@ def _new_buckets(ctx: _Context, ch, conn, shard: Shard, width: int, scope) -> di
 RANGE_BATCH = 32  # key ranges per MySQL query: MariaDB's range optimizer costs grow faster than the list
 
 
+def _by_key(ctx: _Context) -> bool:
+    """Are the shards read through the index whose first column gives the positions?"""
+    return ctx.key_position and ctx.plan.split_column == ctx.columns.keys[0]
+
+
 def _mysql_within(ctx: _Context, scope: Scope | None) -> list[str]:
     """The MySQL predicates (one query each, in position order) selecting ``scope``'s rows. With
     integer key positions its intervals are exactly its buckets, so a few dozen ``BETWEEN``s per
@@ -179,8 +184,7 @@ def _mysql_within(ctx: _Context, scope: Scope | None) -> list[str]:
     5,000 intervals per shard took 0.5 µs a row this way against a full scan of the shard for the
     label lookup (5x the time). Hash positions have no index to use, nor does a plan that forces
     another index (split on another column): the label lookup, in one query."""
-    by_key = ctx.key_position and ctx.plan.split_column == ctx.columns.keys[0]
-    if scope is None or not by_key or not scope.intervals:
+    if scope is None or not _by_key(ctx) or not scope.intervals:
         return [_within(ctx, "mysql", scope)]
     position, base, intervals = _position(ctx, "mysql"), ctx.positions.base, scope.intervals  # sorted, merged
     return [interval_sql(position, intervals[i:i + RANGE_BATCH], base) for i in range(0, len(intervals), RANGE_BATCH)]
@@ -235,8 +239,7 @@ def _read_pieces(ctx: _Context, pruning: Pruning) -> list[tuple[str, int]]:
     """The read's MySQL predicates in position order, with their rows (the larger side's count):
     with integer key positions, pieces of the read buckets (core/verify/pruning.py: pieces), each
     a few dozen key ranges through the primary key; else the label lookup in one query."""
-    by_key = ctx.key_position and ctx.plan.split_column == ctx.columns.keys[0]
-    if not by_key:
+    if not _by_key(ctx):
         return [(_within(ctx, "mysql", pruning.read_scope), sum(n for _, _, n in pruning.read))]
     position, base = _position(ctx, "mysql"), ctx.positions.base
     return [(interval_sql(position, intervals, base), rows)
@@ -247,14 +250,15 @@ def _read_mysql(ctx: _Context, shard: Shard, pruning: Pruning, where: str):
     """The read buckets' rows from MySQL, ordered by position: large pieces through connectorx
     (Arrow, off the GIL: half mysqlclient's time for 1M rows), each taken whole before it is
     compared, so that a piece connectorx cannot read is read again by mysqlclient instead; small
-    pieces (a scattered change's) through one mysqlclient connection."""
+    pieces (a scattered change's), and the one unbounded label-lookup query of other plans,
+    stream through one mysqlclient connection."""
     position = _position(ctx, "mysql")
     mappings = [ctx.texts[c] for c in ctx.schema.names] + ([] if ctx.key_position else [_POSITION_MAPPING])
     conn = None
     try:
         for predicate, rows in _read_pieces(ctx, pruning):
             part = dataclasses.replace(shard, where=f"({shard.where}) AND {predicate} ORDER BY {position}", pieces=())
-            native = _native_sql(ctx) if rows >= NATIVE_ROWS and ctx.key_position else None
+            native = _native_sql(ctx) if rows >= NATIVE_ROWS and _by_key(ctx) else None
             if native is not None:
                 try:
                     batches = list(mysql_reader.read_shard_native(ctx.spec.source, ctx.plan, mappings, part,
@@ -298,7 +302,8 @@ def _write(ch, ctx: _Context, result) -> None:
 
 def _descend(ctx: _Context, clients: _Clients, shard: Shard) -> Pruning:
     """Aggregate level after level on both sides at once, cutting only the differing buckets."""
-    pruning = Pruning(ctx.positions, ctx.first_width)
+    # without key ranges every level scans the shard: small cuts are read instead (SCAN_SHARE)
+    pruning = Pruning(ctx.positions, ctx.first_width, read_share=0.0 if _by_key(ctx) else SCAN_SHARE)
     with ThreadPoolExecutor(2) as pool:
         while not pruning.done:
             old = pool.submit(_ch_buckets, ctx, clients.old, ctx.old_from, ctx.old_filter, shard.id, pruning.width,

@@ -11,11 +11,14 @@ A *level* groups the rows of some intervals of offsets by ``offset DIV width`` (
 of two) and asks each database, in one aggregation, for every bucket's row count and sum of
 64-bit row hashes. Buckets that agree are identical (up to a 64-bit hash collision: the
 reconciliation checksum's own bound) and are never looked at again. A differing bucket is read
-row by row when it is small (``leaf_rows``), when it cannot be cut (width 1), or when most
-of its level's buckets (at least 16 of them) differ (cutting would find them all differing again: everything changed);
-otherwise it is cut into ``2**fanout_bits`` buckets at the next level, which aggregates only the
-differing buckets' intervals. Because a key has one position, its row on either side is in the
-same bucket at every level: a differing key is always in a differing bucket, and a bucket read
+row by row when it is small (``leaf_rows``), when it cannot be cut (width 1), or when most of its
+level's buckets (at least 16 of them) differ (cutting would find them all differing again:
+everything changed); otherwise it is cut into ``2**fanout_bits`` buckets at the next level, which
+aggregates only the differing buckets' intervals. Where positions follow no index (CRC32
+positions, or a plan on another column), a next level scans the whole shard again for its labels:
+there the buckets to cut are read instead while they hold at most :data:`SCAN_SHARE` of the
+shard's rows. Because a key has one position, its row on either side is in the same bucket at
+every level: a differing key is always in a differing bucket, and a bucket read
 row by row holds both sides' rows of each of its keys.
 
 The rows of the read buckets travel once per side, ordered by position, and
@@ -39,6 +42,7 @@ LEAF_ROWS = 32  # a differing bucket this small is read, not cut
 FANOUT_BITS = 4  # a cut bucket becomes 16
 MOST_DIFFER = 0.5  # a level where more of the buckets differ is read, not cut
 MIN_JUDGED = 16  # ... when it has at least this many buckets
+SCAN_SHARE = 0.25  # without an index, buckets to cut holding at most this share of the shard are read instead (bench/results/diff_text_keys.md)
 
 
 @dataclass(frozen=True)
@@ -88,8 +92,10 @@ class Step:
 
 
 def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
-         most_differ: float = MOST_DIFFER) -> Step:
-    """Decide one level from each side's ``{bucket: (rows, checksum)}`` (``bucket = offset DIV width``)."""
+         most_differ: float = MOST_DIFFER, read_below: float = 0) -> Step:
+    """Decide one level from each side's ``{bucket: (rows, checksum)}`` (``bucket = offset DIV width``).
+    Buckets that would be cut are read instead when they hold ``read_below`` rows or fewer in all
+    (a next level that costs a scan of the shard is dearer than reading them)."""
     labels = set(old) | set(new)
     differing = sorted(b for b in labels if old.get(b) != new.get(b))
     identical = sum(new[b][0] for b in labels if b in new and old.get(b) == new[b])
@@ -106,6 +112,10 @@ def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
         else:
             cut.append((first, last))
             cut_labels.append(b)
+    if cut and sum(max(old.get(b, (0, 0))[0], new.get(b, (0, 0))[0]) for b in cut_labels) <= read_below:
+        read = sorted(read + [(a, z, max(old.get(b, (0, 0))[0], new.get(b, (0, 0))[0]))
+                              for (a, z), b in zip(cut, cut_labels)])
+        read_labels, cut, cut_labels = sorted(read_labels + cut_labels), [], []
     return Step(identical, read, cut, len(labels), len(differing), read_labels, cut_labels)
 
 
@@ -157,6 +167,9 @@ class Pruning:
     leaf_rows: int = LEAF_ROWS
     fanout_bits: int = FANOUT_BITS
     most_differ: float = MOST_DIFFER
+    # where a level costs a scan of the shard (no index orders its positions): buckets to cut that
+    # hold at most this share of the shard's rows are read instead (SCAN_SHARE)
+    read_share: float = 0.0
     intervals: list[tuple[int, int]] | None = None  # None: the whole shard
     identical: int = 0
     read: list[tuple[int, int, int]] = field(default_factory=list)
@@ -164,13 +177,17 @@ class Pruning:
     read_labels: dict = field(default_factory=dict)
     levels: int = 0
     first_buckets: int = 0
+    shard_rows: int = 0  # the larger side's rows, as the first level counted them
 
     @property
     def done(self) -> bool:
         return self.intervals is not None and not self.intervals
 
     def feed(self, old: dict, new: dict) -> None:
-        s = step(old, new, self.width, self.positions.top, self.leaf_rows, self.most_differ)
+        if not self.levels:
+            self.shard_rows = max(sum(n for n, _ in old.values()), sum(n for n, _ in new.values()))
+        s = step(old, new, self.width, self.positions.top, self.leaf_rows, self.most_differ,
+                 self.read_share * self.shard_rows)
         if not self.levels:
             self.first_buckets = s.buckets
         self.levels += 1
