@@ -89,7 +89,6 @@ class _Context:
     first_width: int = 1
     new_from: str = ""  # a ClickHouse new side: "db.t FINAL"
     new_filter: str = ""
-    weight_column: MySQLColumn | None = None  # the collated split column whose weight rows carry
 
 
 # --- the two sides -----------------------------------------------------------------------------
@@ -229,7 +228,7 @@ def _native_sql(ctx: _Context) -> str | None:
         if ctx.run_id not in _native:
             mappings = [ctx.texts[c] for c in ctx.schema.names]
             sql, note = mysql_reader.native_reader(ctx.spec.reader, ctx.spec.source, ctx.plan, mappings,
-                                                   list(ctx.columns.keys), ctx.weight_column)
+                                                   list(ctx.columns.keys))
             print(f"[airflow-sync] diff {ctx.spec.diff_key}: rows are read by {note}", flush=True)
             _native[ctx.run_id] = sql
         return _native[ctx.run_id]
@@ -254,15 +253,18 @@ def _read_mysql(ctx: _Context, shard: Shard, pruning: Pruning, where: str):
     stream through one mysqlclient connection."""
     position = _position(ctx, "mysql")
     mappings = [ctx.texts[c] for c in ctx.schema.names] + ([] if ctx.key_position else [_POSITION_MAPPING])
+    columns_sql = ctx.mysql_columns_sql.replace("{position}", position)
+    # bounded pieces only; a copy with collation weights is split on its string column, never by key
+    may_native = _by_key(ctx) and not ctx.weight
     conn = None
     try:
         for predicate, rows in _read_pieces(ctx, pruning):
             part = dataclasses.replace(shard, where=f"({shard.where}) AND {predicate} ORDER BY {position}", pieces=())
-            native = _native_sql(ctx) if rows >= NATIVE_ROWS and _by_key(ctx) else None
+            native = _native_sql(ctx) if may_native and rows >= NATIVE_ROWS else None
             if native is not None:
                 try:
                     batches = list(mysql_reader.read_shard_native(ctx.spec.source, ctx.plan, mappings, part,
-                                                                  ctx.spec.fetch_rows, native, ctx.weight))
+                                                                  ctx.spec.fetch_rows, native))
                 except mysql_reader.NativeReadError as exc:
                     print(f"[airflow-sync] {where}: the native reader failed ({exc}); reading the piece again with "
                           "mysqlclient", flush=True)
@@ -270,7 +272,6 @@ def _read_mysql(ctx: _Context, shard: Shard, pruning: Pruning, where: str):
                     yield from (pa.Table.from_batches([b]) for b in batches)
                     continue
             conn = conn or mysql_reader.stream_connect(ctx.spec.source)
-            columns_sql = ctx.mysql_columns_sql.replace("{position}", position)
             for batch in mysql_reader.read_shard(conn, ctx.plan, mappings, part, ctx.spec.fetch_rows, columns_sql,
                                                  ctx.weight):
                 yield pa.Table.from_batches([batch])
@@ -489,8 +490,7 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) 
     if weight_column is not None:
         columns_sql += f", COALESCE({mysql_weight_sql(weight_column)}, '')"
     return {"columns": columns, "schema": mysql_reader.arrow_schema(list(mappings.values())), "texts": mappings,
-            "plan": plan, "old_predicates": predicates, "weight": weight_column is not None,
-            "weight_column": weight_column, "position": position,
+            "plan": plan, "old_predicates": predicates, "weight": weight_column is not None, "position": position,
             "mysql_columns_sql": columns_sql, "key_position": key_position,
             "positions": positions if key_position else Positions.of_hash(),
             "ch_types": {m.name: m.ch_type for m in mappings.values()}}
@@ -616,7 +616,7 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
                    found["weight"], version, found["mysql_columns_sql"], found["key_position"], found["positions"],
                    width,
                    _ch_from(ch, spec.new_table) if spec.new_table else "",
-                   _deleted_filter(ch, spec.new_table) if spec.new_table else "", found.get("weight_column"))
+                   _deleted_filter(ch, spec.new_table) if spec.new_table else "")
     ids = [s.id for s in plan.shards]
     channels = max(1, min(spec.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]

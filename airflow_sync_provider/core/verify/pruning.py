@@ -42,7 +42,9 @@ LEAF_ROWS = 32  # a differing bucket this small is read, not cut
 FANOUT_BITS = 4  # a cut bucket becomes 16
 MOST_DIFFER = 0.5  # a level where more of the buckets differ is read, not cut
 MIN_JUDGED = 16  # ... when it has at least this many buckets
-SCAN_SHARE = 0.25  # without an index, buckets to cut holding at most this share of the shard are read instead (bench/results/diff_text_keys.md)
+# without an index, buckets to cut that hold at most this share of the shard's rows are read
+# instead of scanned for again (bench/results/diff_text_keys.md)
+SCAN_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
     labels = set(old) | set(new)
     differing = sorted(b for b in labels if old.get(b) != new.get(b))
     identical = sum(new[b][0] for b in labels if b in new and old.get(b) == new[b])
-    read, cut, read_labels, cut_labels = [], [], [], []
+    read, cut, read_labels, cut_labels, cut_rows = [], [], [], [], []
     # most buckets differ: most rows changed, and cutting would find them all differing again
     # (judged only on enough buckets: one differing bucket of one says nothing)
     cut_none = width == 1 or (len(labels) >= MIN_JUDGED and len(differing) > most_differ * len(labels))
@@ -112,9 +114,9 @@ def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
         else:
             cut.append((first, last))
             cut_labels.append(b)
-    if cut and sum(max(old.get(b, (0, 0))[0], new.get(b, (0, 0))[0]) for b in cut_labels) <= read_below:
-        read = sorted(read + [(a, z, max(old.get(b, (0, 0))[0], new.get(b, (0, 0))[0]))
-                              for (a, z), b in zip(cut, cut_labels)])
+            cut_rows.append(rows)
+    if cut and sum(cut_rows) <= read_below:
+        read = sorted(read + [(a, z, n) for (a, z), n in zip(cut, cut_rows)])
         read_labels, cut, cut_labels = sorted(read_labels + cut_labels), [], []
     return Step(identical, read, cut, len(labels), len(differing), read_labels, cut_labels)
 
