@@ -33,7 +33,7 @@ from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, lock_name
 from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, explain, plan_table
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident, mysql_table
+from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import (
     SPLIT_WEIGHT_COLUMN, cut_points, mysql_weight_sql, needs_weight, read_weights, target_predicates, weight_width,
@@ -68,6 +68,40 @@ class _ChColumn:
         return f"toString({col_sql})"
 
 
+@dataclass(frozen=True)
+class _ChTable:
+    """A ClickHouse snapshot as the diff reads it: ``FINAL`` on a ReplacingMergeTree (each key's
+    newest version), tombstones left out, and whether its engine takes ``PREWHERE``."""
+
+    name: str  # db.t
+    final: bool
+    deleted_filter: bool  # the table has our _deleted column
+    prewhere: bool  # a MergeTree engine
+
+    @classmethod
+    def of(cls, ch, name: str) -> "_ChTable":
+        database, table = _split(name)
+        engine = str(ch.command("SELECT engine FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                                parameters={"d": database, "t": table}))
+        return cls(name, "Replacing" in engine, target.DELETED_COLUMN in target.column_types(ch, database, table),
+                   engine.endswith("MergeTree"))
+
+    @property
+    def from_sql(self) -> str:
+        return ch_table(*_split(self.name)) + (" FINAL" if self.final else "")
+
+    def where_sql(self, key_filter: str, where: str) -> str:
+        """``FROM … [PREWHERE key_filter] WHERE where`` with tombstones left out. ``key_filter``
+        depends on the key alone, so every version of a key passes it or none does: it may run
+        before FINAL's merge (PREWHERE), which then merges only the rows near a change (a
+        scattered read of 3 % of a shard: 0.57 -> 0.27 s per 5M rows). ``where`` (the shard's
+        predicate, possibly on a non-key column that differs between versions) runs after it."""
+        tombstones = f" AND {ch_ident(target.DELETED_COLUMN)} = 0" if self.deleted_filter else ""
+        if self.prewhere:
+            return f"FROM {self.from_sql} PREWHERE {key_filter} WHERE ({where}){tombstones}"
+        return f"FROM {self.from_sql} WHERE ({where}){tombstones} AND {key_filter}"
+
+
 @dataclass
 class _Context:
     """Everything a channel needs, built once by the driver (no secrets beyond the spec's)."""
@@ -79,16 +113,14 @@ class _Context:
     texts: dict  # column → mapping (MySQL mode) or _ChColumn (ClickHouse mode)
     plan: Plan
     old_predicates: dict  # shard id → (where, params) on the old table
-    old_from: str  # "db.t FINAL"
-    old_filter: str  # " AND _deleted = 0" or ""
+    old: _ChTable
     weight: bool  # rows carry the copy's _split_weight (read from MySQL, written back)
     version: int | None  # the apply's version
     mysql_columns_sql: str = ""
     key_position: bool = False  # positions are the first key column's values (else CRC32 of the key text)
     positions: Positions = Positions.of_hash()
     first_width: int = 1
-    new_from: str = ""  # a ClickHouse new side: "db.t FINAL"
-    new_filter: str = ""
+    new_ch: _ChTable | None = None  # a ClickHouse new side
 
 
 # --- the two sides -----------------------------------------------------------------------------
@@ -146,18 +178,18 @@ def _hashed(ctx: _Context) -> list:
     return [ctx.texts[c] for c in (*ctx.columns.keys, *ctx.columns.compared)]
 
 
-def _ch_buckets(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: int, width: int, scope) -> dict:
+def _ch_buckets(ctx: _Context, ch, table: _ChTable, shard_id: int, width: int, scope) -> dict:
     where, params = ctx.old_predicates[shard_id]
     sql = (f"SELECT {_bucket_sql(ctx, 'clickhouse', width)} AS {BUCKET}, count(), "
-           f"sum(toUInt128({ch_row_hash(_hashed(ctx))})) FROM {table_from} WHERE ({where}){table_filter}"
-           f" AND {_within(ctx, 'clickhouse', scope)} GROUP BY {BUCKET}")
+           f"sum(toUInt128({ch_row_hash(_hashed(ctx))})) {table.where_sql(_within(ctx, 'clickhouse', scope), where)}"
+           f" GROUP BY {BUCKET}")
     rows = ch.query(sql, parameters=params, settings=_ch_settings(sql)).result_rows
     return {int(b): (int(n), int(s)) for b, n, s in rows}
 
 
 def _new_buckets(ctx: _Context, ch, conn, shard: Shard, width: int, scope) -> dict:
     if ctx.spec.new_table:
-        return _ch_buckets(ctx, ch, ctx.new_from, ctx.new_filter, shard.id, width, scope)
+        return _ch_buckets(ctx, ch, ctx.new_ch, shard.id, width, scope)
     out = {}
     with conn.cursor() as cur:
         for within in _mysql_within(ctx, scope):
@@ -197,8 +229,7 @@ def _cast(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.Table:
         raise DiffError(f"{where}: a value does not fit the canonical type: {exc}") from exc
 
 
-def _read_ch(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: int, scope: Scope, weight: bool,
-             where: str):
+def _read_ch(ctx: _Context, ch, table: _ChTable, shard_id: int, scope: Scope, weight: bool, where: str):
     """The rows of ``scope``'s buckets in one shard of a ClickHouse table, ordered by position."""
     pred, params = ctx.old_predicates[shard_id]
     names = list(ctx.schema.names) + ([SPLIT_WEIGHT_COLUMN] if weight else [])
@@ -208,8 +239,8 @@ def _read_ch(ctx: _Context, ch, table_from: str, table_filter: str, shard_id: in
     if not ctx.key_position:
         schema = schema.append(pa.field(POSITION, pa.uint32()))
         extra = f", {position} AS {POSITION}"
-    sql = (f"SELECT {', '.join(ch_ident(n) for n in names)}{extra} FROM {table_from} WHERE ({pred}){table_filter}"
-           f" AND {_within(ctx, 'clickhouse', scope)} ORDER BY {position}")
+    sql = (f"SELECT {', '.join(ch_ident(n) for n in names)}{extra} "
+           f"{table.where_sql(_within(ctx, 'clickhouse', scope), pred)} ORDER BY {position}")
     with ch.query_arrow_stream(sql, parameters=params, settings=_ch_settings(sql)) as stream:
         for block in stream:
             yield _cast(block, schema, where)
@@ -307,8 +338,7 @@ def _descend(ctx: _Context, clients: _Clients, shard: Shard) -> Pruning:
     pruning = Pruning(ctx.positions, ctx.first_width, read_share=0.0 if _by_key(ctx) else SCAN_SHARE)
     with ThreadPoolExecutor(2) as pool:
         while not pruning.done:
-            old = pool.submit(_ch_buckets, ctx, clients.old, ctx.old_from, ctx.old_filter, shard.id, pruning.width,
-                              pruning.scope)
+            old = pool.submit(_ch_buckets, ctx, clients.old, ctx.old, shard.id, pruning.width, pruning.scope)
             new = pool.submit(_new_buckets, ctx, clients.new, clients.mysql, shard, pruning.width, pruning.scope)
             pruning.feed(old.result(), new.result())
     return pruning
@@ -331,9 +361,9 @@ def _diff_shard(ctx: _Context, clients: _Clients, shard: Shard) -> dict:
     record[IDENTICAL] = pruning.identical
     scope = pruning.read_scope
     if scope.intervals:
-        old = _read_ch(ctx, clients.old, ctx.old_from, ctx.old_filter, shard.id, scope, ctx.weight, where)
+        old = _read_ch(ctx, clients.old, ctx.old, shard.id, scope, ctx.weight, where)
         if spec.new_table:
-            new = _read_ch(ctx, clients.new, ctx.new_from, ctx.new_filter, shard.id, scope, False, where)
+            new = _read_ch(ctx, clients.new, ctx.new_ch, shard.id, scope, False, where)
         else:
             new = _read_mysql(ctx, shard, pruning, where)
         old_schema = ctx.schema.append(pa.field(SPLIT_WEIGHT_COLUMN, pa.binary())) if ctx.weight else ctx.schema
@@ -403,19 +433,6 @@ def _diff_channel(ctx: _Context, shard_ids: list[int]):
 def _split(name: str) -> tuple[str, str]:
     database, _, table = name.partition(".")
     return database, table
-
-
-def _ch_from(ch, name: str) -> str:
-    """``db.t FINAL`` for ReplacingMergeTree tables (each key's newest version only)."""
-    database, table = _split(name)
-    engine = ch.command("SELECT engine FROM system.tables WHERE database = {d:String} AND name = {t:String}",
-                        parameters={"d": database, "t": table})
-    return ch_table(database, table) + (" FINAL" if "Replacing" in str(engine) else "")
-
-
-def _deleted_filter(ch, name: str) -> str:
-    """Tombstones are not rows of the snapshot (FINAL already hides them on our copies)."""
-    return f" AND {ch_ident(target.DELETED_COLUMN)} = 0" if target.DELETED_COLUMN in target.column_types(ch, *_split(name)) else ""
 
 
 def _user_columns(types: dict) -> list[str]:
@@ -522,21 +539,24 @@ def _resolve_clickhouse(spec: SnapshotDiffSpec, ch, old_types: dict) -> dict:
                                   spec.tolerances, floats)
     schema = ch.query_arrow(f"SELECT {', '.join(ch_ident(n) for n in names)} FROM "
                             f"{ch_table(*_split(spec.old_table))} LIMIT 0").schema
-    rows = int(ch.command(f"SELECT count() FROM {_ch_from(ch, spec.new_table)}"))
+    rows = int(ch.command(f"SELECT count() FROM {_ChTable.of(ch, spec.new_table).from_sql}"))
     plan = Plan(*_split(spec.new_table), None, None, "balanced", 1, 1, (Shard(0, "1", (), rows),))
     return {"columns": columns, "schema": schema, "texts": {n: _ChColumn(n) for n in names}, "plan": plan,
             "old_predicates": {0: ("1", {})}, "weight": False, "position": None, "mysql_columns_sql": "",
             "key_position": False, "positions": Positions.of_hash(), "ch_types": {n: old_types[n] for n in names}}
 
 
-def _changes_ddl(spec: SnapshotDiffSpec, columns: DiffColumns, ch_types: dict) -> tuple[str, list[str]]:
+def _changes_ddl(columns: DiffColumns, ch_types: dict) -> tuple[str, list[str]]:
+    """The change-set table's DDL with ``{table}`` for its name, and its column names. One partition
+    per diff key: a diff clears its previous change set by dropping its partition, where a DELETE
+    re-read every row the table had ever held (lightweight deletes only mask rows): 1.3-1.8 s per
+    diff, whatever it found, once a 10M-row change set had been written there."""
     cols = ["diff_key String", "run_id String", "flag LowCardinality(String)", "changed Array(String)"]
     cols += [f"{ch_ident(k)} {ch_types[k]}" for k in columns.keys]
     for c in columns.compared:
         cols += [f"{ch_ident(old_name(c))} {nullable(ch_types[c])}", f"{ch_ident(new_name(c))} {nullable(ch_types[c])}"]
-    database, table = _split(spec.changes_table)
-    sql = (f"CREATE TABLE {ch_table(database, table)} (\n  " + ",\n  ".join(cols)
-           + f"\n) ENGINE = MergeTree ORDER BY (diff_key, flag, {', '.join(ch_ident(k) for k in columns.keys)})")
+    sql = ("CREATE TABLE {table} (\n  " + ",\n  ".join(cols) + "\n) ENGINE = MergeTree PARTITION BY diff_key "
+           f"ORDER BY (diff_key, flag, {', '.join(ch_ident(k) for k in columns.keys)})")
     return sql, [c.split(" ", 1)[0].strip("`") for c in cols]
 
 
@@ -544,17 +564,28 @@ def _prepare_changes(ch, spec: SnapshotDiffSpec, columns: DiffColumns, ch_types:
     """The change-set table, recreated when this diff's columns changed; this diff's rows cleared
     (a rerun writes the same change set, not a second one)."""
     database, table = _split(spec.changes_table)
-    sql, names = _changes_ddl(spec, columns, ch_types)
+    name = ch_table(database, table)
+    sql, names = _changes_ddl(columns, ch_types)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     existing = target.column_types(ch, database, table)
     if existing and list(existing) != names:
-        ch.command(f"DROP TABLE {ch_table(database, table)}")
+        ch.command(f"DROP TABLE {name}")
         existing = {}
     if not existing:
-        ch.command(sql)
-    else:
-        ch.command(f"DELETE FROM {ch_table(database, table)} WHERE diff_key = {{k:String}}",
-                   parameters={"k": spec.diff_key})
+        ch.command(sql.format(table=name))
+        return
+    partition_key = ch.command("SELECT partition_key FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                               parameters={"d": database, "t": table})
+    if str(partition_key).strip() != "diff_key":  # written by an earlier release: one partition for all keys
+        staging = ch_table(database, f"{table}__repartition")
+        ch.command(f"DROP TABLE IF EXISTS {staging}")
+        ch.command(sql.format(table=staging))
+        ch.command(f"INSERT INTO {staging} SELECT * FROM {name} WHERE diff_key != {{k:String}}",
+                   parameters={"k": spec.diff_key})  # the other diff keys' change sets carry over
+        ch.command(f"EXCHANGE TABLES {name} AND {staging}")
+        ch.command(f"DROP TABLE {staging}")
+        return
+    ch.command(f"ALTER TABLE {name} DROP PARTITION {ch_string(spec.diff_key)}")
 
 
 def _apply_version(spec: SnapshotDiffSpec, ch, old_types: dict, position) -> int:
@@ -612,11 +643,9 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
     spread = rows if found["key_position"] else rows / max(1, len(plan.shards))
     width = found["positions"].first_width(int(spread), first_rows(max(s.estimated_rows or 0 for s in plan.shards)))
     ctx = _Context(spec, run_id, found["columns"], found["schema"], found["texts"], plan,
-                   found["old_predicates"], _ch_from(ch, spec.old_table), _deleted_filter(ch, spec.old_table),
+                   found["old_predicates"], _ChTable.of(ch, spec.old_table),
                    found["weight"], version, found["mysql_columns_sql"], found["key_position"], found["positions"],
-                   width,
-                   _ch_from(ch, spec.new_table) if spec.new_table else "",
-                   _deleted_filter(ch, spec.new_table) if spec.new_table else "")
+                   width, _ChTable.of(ch, spec.new_table) if spec.new_table else None)
     ids = [s.id for s in plan.shards]
     channels = max(1, min(spec.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]
