@@ -213,10 +213,13 @@ def test_a_contiguous_change_reads_only_its_neighbourhood(mysql_conn, ch, endpoi
     assert result["positions"] == "key" and 11 <= result["rows_read_new"] == result["rows_read_old"] <= 64, result
 
 
-@pytest.mark.parametrize("key, batch, first", [("id BIGINT", 32, None), ("id BIGINT", 2, 256), ("id VARCHAR(12)", 32, None)],
-                         ids=["key-positions", "key-positions-2-ranges-a-query-cut", "hash-positions"])
+@pytest.mark.parametrize("key, batch, first, native", [
+    ("id BIGINT", 32, None, False), ("id BIGINT", 2, 256, False), ("id BIGINT", 2, None, True),
+    ("id VARCHAR(12)", 32, None, False)],
+    ids=["key-positions", "key-positions-2-ranges-a-query-cut", "key-positions-connectorx-2-ranges-a-query",
+         "hash-positions"])
 def test_scattered_changes_are_found_exactly_reading_a_small_fraction(mysql_conn, ch, endpoints, spark, key, batch,
-                                                                       first, monkeypatch):
+                                                                       first, native, monkeypatch):
     """0.1 % of the rows changed at random, plus inserts and deletes: the change set is exactly
     the expected rows, and the rows read row by row (the job's own counters) stay a small
     fraction of the table, with integer keys (key ranges, read a few ranges per MySQL query) and
@@ -227,6 +230,9 @@ def test_scattered_changes_are_found_exactly_reading_a_small_fraction(mysql_conn
     from airflow_sync_provider.spark import diff as diff_job
 
     monkeypatch.setattr(diff_job, "RANGE_BATCH", batch)
+    if native:  # a shard's read through connectorx, a piece per 2 key ranges (not 256)
+        monkeypatch.setattr(diff_job, "NATIVE_ROWS", 0)
+        monkeypatch.setattr(diff_job, "NATIVE_RANGES", batch)
     if first:
         monkeypatch.setattr(pruning, "FIRST_ROWS", first)
     table = "sc_int" if key.endswith("BIGINT") else "sc_text"  # a change set's table per key type

@@ -98,13 +98,16 @@ def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
     """Decide one level from each side's ``{bucket: (rows, checksum)}`` (``bucket = offset DIV width``).
     Buckets that would be cut are read instead when they hold ``read_below`` rows or fewer in all
     (a next level that costs a scan of the shard is dearer than reading them)."""
-    labels = set(old) | set(new)
-    differing = sorted(b for b in labels if old.get(b) != new.get(b))
-    identical = sum(new[b][0] for b in labels if b in new and old.get(b) == new[b])
+    # one pass over a side (a first level has up to MAX_BUCKETS), the rest over the differing few
+    differing_set = {b for b, v in old.items() if new.get(b) != v} if old != new else set()
+    differing_set.update(new.keys() - old.keys())
+    differing = sorted(differing_set)
+    identical = sum(n for n, _ in new.values()) - sum(new[b][0] for b in differing if b in new)
+    buckets = len(old) + len(new.keys() - old.keys())
     read, cut, read_labels, cut_labels, cut_rows = [], [], [], [], []
     # most buckets differ: most rows changed, and cutting would find them all differing again
     # (judged only on enough buckets: one differing bucket of one says nothing)
-    cut_none = width == 1 or (len(labels) >= MIN_JUDGED and len(differing) > most_differ * len(labels))
+    cut_none = width == 1 or (buckets >= MIN_JUDGED and len(differing) > most_differ * buckets)
     for b in differing:
         rows = max(old.get(b, (0, 0))[0], new.get(b, (0, 0))[0])
         first, last = b * width, min(b * width + width - 1, top)
@@ -118,7 +121,7 @@ def step(old: dict, new: dict, width: int, top: int, leaf_rows: int = LEAF_ROWS,
     if cut and sum(cut_rows) <= read_below:
         read = sorted(read + [(a, z, n) for (a, z), n in zip(cut, cut_rows)])
         read_labels, cut, cut_labels = sorted(read_labels + cut_labels), [], []
-    return Step(identical, read, cut, len(labels), len(differing), read_labels, cut_labels)
+    return Step(identical, read, cut, buckets, len(differing), read_labels, cut_labels)
 
 
 def next_width(width: int, fanout_bits: int = FANOUT_BITS) -> int:
