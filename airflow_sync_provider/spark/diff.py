@@ -590,11 +590,13 @@ def _resolve_clickhouse(spec: SnapshotDiffSpec, ch, old_types: dict) -> dict:
                                   spec.tolerances, floats)
     schema = ch.query_arrow(f"SELECT {', '.join(ch_ident(n) for n in names)} FROM "
                             f"{ch_table(*_split(spec.old_table))} LIMIT 0").schema
-    rows = int(ch.command(f"SELECT count() FROM {_ChTable.of(ch, spec.new_table).from_sql}"))
+    new_ch = _ChTable.of(ch, spec.new_table)
+    rows = int(ch.command(f"SELECT count() FROM {new_ch.from_sql}"))
     plan = Plan(*_split(spec.new_table), None, None, "balanced", 1, 1, (Shard(0, "1", (), rows),))
     return {"columns": columns, "schema": schema, "texts": {n: _ChColumn(n) for n in names}, "plan": plan,
             "old_predicates": {0: ("1", {})}, "weight": False, "position": None, "mysql_columns_sql": "",
-            "key_position": False, "positions": Positions.of_hash(), "ch_types": {n: old_types[n] for n in names}}
+            "key_position": False, "positions": Positions.of_hash(), "ch_types": {n: old_types[n] for n in names},
+            "new_ch": new_ch}
 
 
 def _changes_ddl(columns: DiffColumns, ch_types: dict) -> tuple[str, list[str]]:
@@ -696,7 +698,7 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
     ctx = _Context(spec, run_id, found["columns"], found["schema"], found["texts"], plan,
                    found["old_predicates"], _ChTable.of(ch, spec.old_table),
                    found["weight"], version, found["mysql_columns_sql"], found["key_position"], found["positions"],
-                   width, _ChTable.of(ch, spec.new_table) if spec.new_table else None)
+                   width, found.get("new_ch"))
     ids = [s.id for s in plan.shards]
     channels = max(1, min(spec.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]
