@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, Checkpoints
+from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, PIPELINE_STOPPED, Checkpoints
 from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
@@ -227,7 +227,7 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         start_from_loads=args.start_from_load or [],
                         lanes=args.lanes, batch_events=args.batch_events, driver_write_rows=args.driver_write_rows,
                         reset=args.reset, service=service, verify=args.verify, verify_every=args.verify_every,
-                        verify_after_ddl=not args.no_verify_after_ddl,
+                        verify_after_ddl=not args.no_verify_after_ddl, change_selection=args.change_selection,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database)
 
@@ -251,6 +251,9 @@ def _selection_arguments(parser, one: str = "") -> None:
                         help="where the copies go (selected tables: {database} stands for the source's name)")
     if parser.prog.split()[-1] in ("load", "reconcile", "diff"):
         parser.add_argument("--parallel-tables", type=int, default=2, help="selected tables worked on at once")
+    else:  # a pipeline keeps the patterns it was first given; other patterns are refused unless
+        parser.add_argument("--change-selection", action="store_true",
+                            help="replace the patterns the pipeline keeps with these")
 
 
 def cmd_cdc_apply(args) -> int:
@@ -266,6 +269,7 @@ def cmd_cdc_bootstrap(args) -> int:
                             tables=args.table or [], select=_selection(args), channels=args.channels,
                             chunk_rows=args.chunk_rows,
                             watermark_table=args.watermark_table, restart=args.restart,
+                            change_selection=args.change_selection,
                             ledger_database=args.ledger_database, driver_copy_rows=args.driver_copy_rows)
     return _submit(spec, args, "cdc bootstrap", lambda r: "\n".join(
         [f"bootstrapped {t['table']} → {t['target']}: {t['rows']:,} rows in {t['chunks']} chunks "
@@ -285,9 +289,10 @@ def cmd_cdc_status(args) -> int:
         if state is None:
             raise LookupError(f"no pipeline {args.pipeline!r} in {args.ledger_database}")
         counters = ledger.counters(args.pipeline)
+        selection = ledger.selection(args.pipeline)
     finally:
         ch.close()
-    status = state.to_dict() | {"counters": counters}
+    status = state.to_dict() | {"counters": counters, "selection": selection}
     if args.mysql_url:  # lag against the source now, and whether the lease is held
         with connect(MySQLEndpoint.from_url(args.mysql_url)) as conn:
             now = current_position(conn)
@@ -311,8 +316,11 @@ def cmd_cdc_status(args) -> int:
         print(f"source now {now}; " + ("caught up" if status["caught_up"] else
                                       f"behind by {status['lag_seconds']} s" + (f", {status['lag_bytes']:,} bytes"
                                                                                 if status["lag_bytes"] else "")))
+    if selection:
+        print(f"tables selected by {json.dumps(selection)} (every run applies them; --change-selection replaces them)")
     if state.error:
-        print(f"last error: {state.error}")
+        print(("stopped, a retry stops here again until the remedy is applied: " if state.status == PIPELINE_STOPPED
+               else "last error: ") + state.error)
     for change in status["schema_changes"]:
         last, running = change.get("last_recopy"), change.get("recopying")
         if change.get("left"):

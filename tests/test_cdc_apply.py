@@ -82,9 +82,9 @@ def test_live_writes_caught_up_by_bounded_runs_match_the_source_row_for_row(mysq
     processes (at any size here). Afterwards FINAL equals the source and a fresh full load."""
     import time
 
-    from airflow_sync_provider.spark import cdc_apply
+    from airflow_sync_provider.spark import cdc_stream
 
-    monkeypatch.setattr(cdc_apply, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(cdc_stream, "SPLIT_MIN_BYTES", 0)
 
     _create(mysql_conn, MIXED_DDL, LINES_DDL)
     with Writer(mysql_url) as writer:
@@ -253,7 +253,7 @@ def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exa
     import threading
     import time
 
-    from airflow_sync_provider.spark import cdc_apply
+    from airflow_sync_provider.spark import cdc_stream
 
     import pymysql
 
@@ -293,7 +293,7 @@ def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exa
         conn = connect()
         changes(3)
         with monkeypatch.context() as split:
-            split.setattr(cdc_apply, "SPLIT_MIN_BYTES", 0)
+            split.setattr(cdc_stream, "SPLIT_MIN_BYTES", 0)
             second = apply(endpoints, spark, "rot")
         assert second["start"] == first["checkpoint"]
         files = [BinlogPosition.from_dict(r[k]).seq for r, k in ((first, "checkpoint"), (second, "checkpoint"))]

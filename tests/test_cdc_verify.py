@@ -13,7 +13,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, check_positi
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.spark import cdc_verify
-from airflow_sync_provider.spark.cdc_apply import ApplyFailed, run_cdc_apply
+from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
 from tests.helpers import run_sql as sql
@@ -121,8 +121,20 @@ def test_a_difference_that_survives_repairs_stops_the_pipeline(mysql_conn, ch, e
     apply(endpoints, spark, "stubborn")
     monkeypatch.setattr(cdc_verify, "repair", lambda *args: 0)
     ch.command(f"ALTER TABLE {TARGET}.stubborn UPDATE n = -1 WHERE id = 3 SETTINGS mutations_sync = 2")
-    with pytest.raises(ApplyFailed, match=r"vfy\.stubborn: its copy still differs .* shards \[0\] after 2 repairs"):
+    stop = r"vfy\.stubborn: its copy still differs .* shards \[0\] after 2 repairs.*A retry stops here again"
+    with pytest.raises(cdc_verify.VerifyFailed, match=stop):
         apply(endpoints, spark, "stubborn", verify=True)
+    # a stop stays a stop: retries as Airflow makes them (the same task, no verify=True) look first
+    # and stop again, with the checkpoint where it was and the pipeline stopped
+    sql(mysql_conn, f"UPDATE {DB}.stubborn SET note = 'after the stop' WHERE id = 500")
+    for _ in range(3):
+        with pytest.raises(cdc_verify.VerifyFailed, match=stop):
+            apply(endpoints, spark, "stubborn")
+        state = Checkpoints(ch).state("stubborn")
+        assert state.status == "stopped" and "still differs" in state.error
+        verdict, message, _ = check_position(endpoints[1], "stubborn", state.checkpoint)
+        assert verdict == "failed" and "is stopped" in message
+    assert ch.command(f"SELECT n FROM {TARGET}.stubborn FINAL WHERE id = 3") == -1
 
 
 def test_verifying_under_a_busy_writer_never_repairs_a_right_copy(mysql_url, mysql_conn, ch, endpoints, spark):

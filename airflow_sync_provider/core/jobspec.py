@@ -200,6 +200,9 @@ class CdcApplySpec:
     verify_every: float = 0.0
     verify: bool = False
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
+    # a pipeline keeps the patterns it was first given (select) and applies them on every run; a
+    # run giving other patterns is refused unless it says to change them
+    change_selection: bool = False
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     result_path: str = ""
     job: str = field(default="cdc_apply", init=False)
@@ -250,6 +253,10 @@ class CdcBootstrapSpec:
     channel_byte_speed: int | None = None
     watermark_table: str | None = None
     restart: bool = False  # start the tables' bootstraps again instead of resuming unfinished ones
+    change_selection: bool = False  # replace the patterns the pipeline keeps (CdcApplySpec.change_selection)
+    # set by the applier for a re-copy of a table it streams (spark/cdc_ddl.Recopies): the copy is
+    # then the applier's to record, nothing is registered to join the pipeline
+    recopy: bool = False
     driver_copy_rows: int | None = None  # as for a full load: tables copied by the driver's own channels
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     ledger_wait_seconds: float = 300.0

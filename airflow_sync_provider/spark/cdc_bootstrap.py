@@ -18,6 +18,7 @@ import time
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows, streaming_problem
 from airflow_sync_provider.core.cdc.positions import (
     BinlogError, BinlogPosition, current_position, ensure_fence, flavor, snapshot_position,
@@ -40,7 +41,6 @@ from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.spark.cdc_ddl import remember_shape
 from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
 from airflow_sync_provider.spark.full_load import LoadFailed
 from airflow_sync_provider.spark.session import lazy
@@ -212,7 +212,7 @@ def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition) -> int:
     return stale
 
 
-def _bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpoints: Checkpoints,
+def bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpoints: Checkpoints,
                      table: dict) -> dict:
     """One table's bootstrap, by one job at a time (its load key's lock: core/source/locks.py)."""
     name = f"{table['source_database']}.{table['source_table']}"
@@ -245,8 +245,10 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     if state.status == LOAD_PUBLISHED:
         print(f"[airflow-sync] {schema.qualified} was bootstrapped for pipeline {spec.pipeline!r} already "
               f"(generation {state.generation}); skipped (restart=True bootstraps it again)", flush=True)
-        checkpoints.register(spec.pipeline, table | {"split_column": plan.split_column},
-                             BinlogPosition.from_dict(state.start_position))  # no-op while it is in the pipeline
+        if not spec.recopy:
+            entry = PipelineTable.of(table)
+            entry.split_column = plan.split_column
+            checkpoints.register(spec.pipeline, entry, BinlogPosition.from_dict(state.start_position))  # no-op once joined
         return _summary(state, load, schema, plan, {}, [], 0, started) | {"skipped": True}
     mappings = schema.mappings()
     split = schema.column(plan.split_column)
@@ -259,9 +261,11 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     start = BinlogPosition.from_dict(state.start_position)
     # the table joins the pipeline now: its changes from P0 on are applied while the chunks run,
     # decoded with the shape it had then
-    config = table | {"split_column": plan.split_column}
-    remember_shape(config, schema)
-    checkpoints.register(spec.pipeline, config, start)
+    entry = PipelineTable.of(table)
+    entry.split_column = plan.split_column
+    entry.remember_shape(schema)
+    if not spec.recopy:
+        checkpoints.register(spec.pipeline, entry, start, again=spec.restart)
     ledger.write_load(state)
     todo = state.todo()
     before = {i: (s.records_read, s.chunks) for i, s in state.shards.items()}  # finished chunks of earlier runs
@@ -320,8 +324,12 @@ def run_cdc_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     ledger, checkpoints = Ledger(ch, spec.ledger_database), Checkpoints(ch, spec.ledger_database)
     ledger.ensure()
     checkpoints.ensure()
+    if spec.select:  # the pipeline keeps its patterns: every later run applies them
+        selection = checkpoints.selection_for(spec.pipeline, spec.select, spec.change_selection)
+        if selection != checkpoints.selection(spec.pipeline):
+            checkpoints.write_selection(spec.pipeline, selection)
     selected, unstreamable = _selected(spec)
-    tables = [_bootstrap_table(spec, session, ch, ledger, checkpoints, table) for table in [*spec.tables, *selected]]
+    tables = [bootstrap_table(spec, session, ch, ledger, checkpoints, table) for table in [*spec.tables, *selected]]
     with mysql_reader.connect(spec.source) as conn:
         end = current_position(conn)
     start = min((BinlogPosition.from_dict(t["start_position"]) for t in tables), key=BinlogPosition.key,

@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, snapshot_position
+from airflow_sync_provider.core.cdc.positions import (
+    BinlogError, BinlogPosition, TransientBinlogError, snapshot_position,
+)
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, choose_split_column, plan_table
@@ -53,7 +56,7 @@ class TableCheck:
     """One table's shards (kept between rounds: a second look compares the same shards)."""
 
     name: str
-    config: dict
+    table: PipelineTable
     plan: Plan
     predicates: list
     weight: object  # the copy's collated split column (rows carry its weight), or None
@@ -63,15 +66,15 @@ class TableCheck:
     copy: dict = field(default_factory=dict)  # the same of the copy at S
 
 
-def _plan(pconn, ch, config: dict, schema: TableSchema) -> tuple[Plan, list, object]:
+def _plan(pconn, ch, entry: PipelineTable, schema: TableSchema) -> tuple[Plan, list, object]:
     """Shards of about SHARD_ROWS on the split column the copy can compare (a collated one only
     when the copy carries its weights); one shard when there is none."""
-    database, table = config["target_database"], config["target_table"]
-    weighted = SPLIT_WEIGHT_COLUMN in target.column_types(ch, database, table) and config.get("split_column")
-    split = config.get("split_column") if weighted else choose_split_column(schema)[0]
+    database, table = entry.target_database, entry.target_table
+    weighted = SPLIT_WEIGHT_COLUMN in target.column_types(ch, database, table) and entry.split_column
+    split = entry.split_column if weighted else choose_split_column(schema)[0]
     if split and needs_weight(schema.column(split)) and not weighted:
         split = None
-    rows = table_rows(pconn, config["source_database"], config["source_table"])
+    rows = table_rows(pconn, entry.source_database, entry.source_table)
     shards = max(1, min(MAX_SHARDS, math.ceil(rows / SHARD_ROWS)))
     plan = None
     if split:
@@ -84,28 +87,28 @@ def _plan(pconn, ch, config: dict, schema: TableSchema) -> tuple[Plan, list, obj
     if plan is None:
         plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (Shard(0, "1=1"),))
         predicates = [("1", {})]
-    weight = schema.column(config["split_column"]) if weighted else None
+    weight = schema.column(entry.split_column) if weighted else None
     return plan, predicates, weight
 
 
 class Snapshot:
     """A consistent snapshot of the source at S, with the tables' definitions at S."""
 
-    def __init__(self, spec: CdcApplySpec, configs: list[dict]):
+    def __init__(self, spec: CdcApplySpec, tables: list[PipelineTable]):
         self.spec = spec
         self.pool, self.pending = ThreadPoolExecutor(1, thread_name_prefix="verify"), None
         self.pconn = mysql_reader.connect(spec.source)
         self.sconn = mysql_reader.stream_connect(spec.source)
         try:
             for _ in range(10):  # the definitions read on both sides of S are those at S
-                before = [copied_schema(self.pconn, c) for c in configs]
+                before = [copied_schema(self.pconn, t.copy_spec()) for t in tables]
                 self.position = snapshot_position(self.sconn)
-                if [copied_schema(self.pconn, c) for c in configs] == before:
+                if [copied_schema(self.pconn, t.copy_spec()) for t in tables] == before:
                     self.schemas = before
                     return
                 self.sconn.rollback()
-            raise VerifyFailed(f"pipeline {spec.pipeline!r}: table definitions kept changing while a verification "
-                               "began")
+            raise TransientBinlogError(f"pipeline {spec.pipeline!r}: table definitions kept changing while a "
+                                       "verification began; a retry may find them settled")
         except BaseException:
             self.close()
             raise
@@ -147,19 +150,19 @@ def _subset(plan: Plan, shard_ids) -> Plan:
     return dataclasses.replace(plan, shards=tuple(s for s in plan.shards if s.id in wanted))
 
 
-def prepare(spec: CdcApplySpec, ch, checks: dict, configs: list[dict], shards: dict | None) -> Snapshot:
+def prepare(spec: CdcApplySpec, ch, checks: dict, tables: list[PipelineTable], shards: dict | None) -> Snapshot:
     """Open a snapshot S and start computing the source's checksums of ``configs``' tables in it
     (``shards``: name → shard ids to look at, all when None), in a thread: the stream goes on up to
     S meanwhile (:meth:`Snapshot.wait` before comparing). ``checks`` keeps each table's plan."""
-    snapshot = Snapshot(spec, configs)
+    snapshot = Snapshot(spec, tables)
     try:
         work = []
-        for config, schema in zip(configs, snapshot.schemas):
-            name = f"{config['source_database']}.{config['source_table']}"
+        for table, schema in zip(tables, snapshot.schemas):
+            name = table.name
             check = checks.get(name)
             if check is None or copy_columns(check.schema) != copy_columns(schema):
-                plan, predicates, weight = _plan(snapshot.pconn, ch, config, schema)
-                check = checks[name] = TableCheck(name, config, plan, predicates, weight)
+                plan, predicates, weight = _plan(snapshot.pconn, ch, table, schema)
+                check = checks[name] = TableCheck(name, table, plan, predicates, weight)
             check.schema = schema
             check.ids = [s.id for s in check.plan.shards]
             if shards is not None:
@@ -181,7 +184,7 @@ def prepare(spec: CdcApplySpec, ch, checks: dict, configs: list[dict], shards: d
 def copy_checksums(ch, check: TableCheck, tracked: TableSchema) -> str:
     """The copy's checksums of the shards looked at, kept in ``check.copy`` (the copy must be at S
     now), or a reason when the copy's columns are not the source's at S."""
-    database, table = check.config["target_database"], check.config["target_table"]
+    database, table = check.table.target_database, check.table.target_table
     wanted, have = copy_columns(check.schema), copy_columns(tracked)
     present = target.column_types(ch, database, table)
     missing = [c for c in wanted if c not in present]
@@ -209,7 +212,7 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, shard_
     """Rewrite ``shard_ids`` of the copy from the snapshot: the source's rows at S's repair
     version, and tombstones of that version for the copy's rows the source no longer has.
     Returns the rows written."""
-    database, table = check.config["target_database"], check.config["target_table"]
+    database, table = check.table.target_database, check.table.target_table
     version = snapshot.position.snapshot_version(repair=True)
     written = 0
     names = [m.name for m in check.schema.mappings()] + ([SPLIT_WEIGHT_COLUMN] if check.weight else [])
@@ -231,16 +234,14 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, shard_
     return written
 
 
-def record(config: dict, position: BinlogPosition, shards: int, mismatched: list[int], repaired: int, rows: int,
-           note: str = "", began: float | None = None) -> dict:
-    """What a verification of a table says, kept in its config (carried with the checkpoint);
-    ``seconds``: since ``began`` (the look's start: its catch-up, snapshot, checksums, repairs)."""
+def record(table: PipelineTable, position: BinlogPosition, look: dict, began: float) -> dict:
+    """What a verification of a table says (``look``: shards, mismatched, repaired_shards,
+    rows_repaired[, note]), kept in its entry (carried with the checkpoint); ``seconds``: since
+    ``began`` (the look's start: its catch-up, snapshot, checksums, repairs)."""
     now = time.time()
-    outcome = {"position": position.to_dict(), "at": now, "shards": shards, "mismatched": mismatched,
-               "repaired_shards": repaired, "rows_repaired": rows} | ({"note": note} if note else {}) \
-        | ({"seconds": round(now - began, 3)} if began is not None else {})
-    config["verified"] = outcome
-    config["verifications"] = config.get("verifications", 0) + 1
-    config["repaired"] = config.get("repaired", 0) + repaired
-    config.pop("verify_due", None)
+    outcome = {"position": position.to_dict(), "at": now, **look, "seconds": round(now - began, 3)}
+    table.verified = outcome
+    table.verifications += 1
+    table.repaired += look["repaired_shards"]
+    table.verify_due = False
     return outcome

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.positions import flavor, position_if_readable, snapshot_position
+from airflow_sync_provider.core.cdc.tables import shape_of_load
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
@@ -34,7 +35,6 @@ from airflow_sync_provider.core.target.shards import (
 )
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.spark.cdc_ddl import shape_of_load
 from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
 from airflow_sync_provider.spark.session import lazy
 

@@ -34,8 +34,11 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_sync_provider.core.cdc import ddl
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, event_version, file_seq
+from airflow_sync_provider.core.cdc.positions import (
+    BinlogError, BinlogPosition, ValueRefused, event_version, file_seq,
+)
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
@@ -98,7 +101,7 @@ class TableRoute:
     schema: TableSchema
     target_database: str
     target_table: str
-    config: dict = field(default_factory=dict)  # the pipeline's table entry (names, columns)
+    table: PipelineTable | None = None  # the pipeline's entry (names, columns)
     weight: MySQLColumn | None = None  # the collated split column whose weight rows carry
     skip_before: int = 0  # changes ranked below this are skipped: a re-copy from there covers them
 
@@ -114,8 +117,9 @@ class TableRoute:
         self._key_at = [self.names.index(k) for k in self.key]
         # columns the copy leaves out on purpose; any other column a rows event carries that the
         # copy lacks means a schema change was not followed
-        self._left_out = None if self.config.get("columns") is not None else \
-            {c.lower() for c in self.config.get("exclude_columns") or ()}
+        chosen = self.table.columns if self.table is not None else None
+        self._left_out = None if chosen is not None else \
+            {c.lower() for c in (self.table.exclude_columns if self.table is not None else ())}
         self._shapes_seen: set = set()
 
     def check_shape(self, names: tuple, where: str) -> None:
@@ -159,10 +163,15 @@ class TableRoute:
             try:
                 array = pa.array(values, type=mapping.arrow_type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
-                raise ValueError(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: {exc}") \
-                    from exc
+                raise ValueRefused(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: "
+                                   f"{exc}") from exc
             # a tombstone keeps the old row's values: only live rows must satisfy NOT NULL etc.
-            check_array(array.filter(pa.array([not d for d in deleted])) if any(deleted) else array, mapping, where)
+            try:
+                check_array(array.filter(pa.array([not d for d in deleted])) if any(deleted) else array, mapping,
+                            where)
+            except ValueError as exc:
+                raise ValueRefused(f"{exc}. A retry stops here again: fix the value in MySQL (the change after "
+                                   "it then carries the fixed value) and re-bootstrap the table") from exc
             arrays.append(array)
         return pa.Table.from_arrays(arrays + [pa.array(versions, pa.uint64()), pa.array(deleted, pa.uint8())],
                                     names=self.names + ["_version", "_deleted"])
@@ -178,7 +187,9 @@ class Batch:
     lanes: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(lambda: ([], [], []))))
     events: int = 0  # row changes read
     per_table: dict = field(default_factory=lambda: defaultdict(int))
-    ddl: tuple | None = None  # (statement, schema, position after it, timestamp): apply before reading on
+    # (statement, schema, position after it, timestamp): follow it before reading on. The batch
+    # itself ends before the statement (``end``), so its checkpoint never passes an unfollowed DDL
+    ddl: tuple | None = None
     done: bool = False  # the stop position (or the end of the binlog) was reached
     last_event_at: float = 0.0  # the source's timestamp of the last transaction
 
@@ -234,10 +245,15 @@ class BinlogReader:
                     batch.per_table[item[0].source] += 1
                 batch.events += len(self._pending)
                 self._pending = []
+                if batch.ddl:
+                    # the batch ends *before* the DDL: the checkpoint may pass the statement only
+                    # once the applier has followed it (a crash in between re-reads it)
+                    batch.end, self.position = self.position, self._here()
+                    return batch
                 batch.end = self.position = self._here()
                 batch.last_event_at = float(event.timestamp)
-                if batch.ddl or (stop is not None and batch.end.key() >= stop.key()):
-                    batch.done = batch.ddl is None
+                if stop is not None and batch.end.key() >= stop.key():
+                    batch.done = True
                     return batch
                 if batch.events >= max_events:
                     return batch

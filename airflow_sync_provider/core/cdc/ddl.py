@@ -41,6 +41,7 @@ from sqlglot.errors import ParseError
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import TokenType
 
+from airflow_sync_provider.core.target.clickhouse import INTERNAL_COLUMNS, column_types
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 
@@ -389,8 +390,7 @@ def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key
     def index(name):
         return next((i for i, c in enumerate(columns) if c.name.lower() == name.lower()), None)
 
-    def run(sql):
-        ch.command(f"ALTER TABLE {table} {sql}")
+    def run(sql):  # collected first, run at the end unless a crashed run already did (below)
         out.statements.append(sql)
 
     def recopy(reason):
@@ -454,15 +454,22 @@ def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key
                     recopy(f"column {action.new_name!r} is now computed from other columns")
             new = dataclasses.replace(new, name=action.new_name)
             if new.name != old.name:
-                run(f"RENAME COLUMN {ch_ident(old.name)} TO {ch_ident(new.name)}")
+                run(f"RENAME COLUMN IF EXISTS {ch_ident(old.name)} TO {ch_ident(new.name)}")
             a, b = map_column(old, where), map_column(new, where)
             if not keeps_values(old, new, where):
                 recopy(f"column {old.name!r} {old.column_type} → {new.column_type} may change its values")
                 if a.ch_type != b.ch_type:  # a fresh column: the re-copy fills it
-                    run(f"DROP COLUMN {ch_ident(new.name)}")
-                    run(f"ADD COLUMN {ch_ident(new.name)} {b.ch_type}")
+                    run(f"DROP COLUMN IF EXISTS {ch_ident(new.name)}")
+                    run(f"ADD COLUMN IF NOT EXISTS {ch_ident(new.name)} {b.ch_type}")
             elif a.ch_type != b.ch_type:
                 run(f"MODIFY COLUMN {ch_ident(new.name)} {b.ch_type}")
             columns[at] = new
     out.columns = columns
+    # The checkpoint stays before the statement until it is followed, so an applier killed
+    # half-way follows it again: a copy that already has the columns after it is left alone.
+    present = {k: v for k, v in column_types(ch, *target).items() if k not in INTERNAL_COLUMNS}
+    if out.statements and present != {c.name: map_column(c, where).ch_type for c in columns}:
+        for sql in out.statements:
+            ch.command(f"ALTER TABLE {table} {sql}")
     return out
+

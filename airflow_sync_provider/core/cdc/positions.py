@@ -29,7 +29,22 @@ _FILE = re.compile(r"^(.*)\.(\d+)$")
 
 
 class BinlogError(RuntimeError):
-    """The source cannot serve CDC as configured (binlog off, wrong format, purged file…)."""
+    """The source or its binlog cannot be followed as things are (binlog off, a purged file, a
+    value or a change the copy cannot take…). The pipeline stops with its checkpoint before the
+    cause, so a retry stops there again until the remedy the message names is applied."""
+
+    retry_helps = False
+
+
+class TransientBinlogError(BinlogError):
+    """A failure a retry may cure (it replays from the checkpoint): a re-copy that failed, a
+    definition that kept changing while it was read."""
+
+    retry_helps = True
+
+
+class ValueRefused(BinlogError, ValueError):
+    """A value the copy's type would store wrongly (the full load refuses it the same way)."""
 
 
 @dataclass(frozen=True, order=True)
