@@ -67,3 +67,35 @@ def test_an_applier_killed_around_a_ddl_follows_it_on_the_next_run(point, count,
     assert assert_same_rows(mysql_conn, ch, DB, b, TARGET) == 2
     state = Checkpoints(ch).state(pipeline)
     assert state.status == "idle" and state.checkpoint.key() >= written.key()
+
+
+# a primary key change re-copies the table into a copy under the new key and swaps it in: killed
+# while the chunks are written, right after the swap (before it is recorded), and after a chunk
+REKEY_KILLS = [("bootstrap.chunk-written", 1), ("cdc.rekey-swapped", 1), ("cdc.ddl-followed", 1)]
+
+
+@pytest.mark.parametrize("point,count", REKEY_KILLS)
+def test_an_applier_killed_during_a_primary_key_change_ends_exact(point, count, mysql_conn, ch, endpoints, spark,
+                                                                  monkeypatch):
+    pipeline = f"dvg_rekey_{point.split('.')[-1]}".replace("-", "_")
+    sql(mysql_conn, f"CREATE DATABASE IF NOT EXISTS {DB}", f"DROP TABLE IF EXISTS {DB}.{pipeline}",
+        f"CREATE TABLE {DB}.{pipeline} (id INT NOT NULL PRIMARY KEY, code VARCHAR(20) NOT NULL, UNIQUE KEY (code))",
+        f"INSERT INTO {DB}.{pipeline} SELECT seq, CONCAT('c', seq) FROM {DB}.seq_1_to_3000")
+    _tables(mysql_conn, f"{pipeline}_other")
+    _bootstrap(endpoints, spark, pipeline, pipeline, f"{pipeline}_other")
+    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2, recopy_channels=1)
+    assert spark_submit(spec, timeout=300)["status"] == "success"
+    sql(mysql_conn, f"ALTER TABLE {DB}.{pipeline} DROP PRIMARY KEY, ADD PRIMARY KEY (code, id)",
+        f"INSERT INTO {DB}.{pipeline} (id, code) VALUES (5, 'dup-5')",
+        f"UPDATE {DB}.{pipeline}_other SET v = 0 WHERE id <= 50")
+    monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", f"{point}:{count}")
+    killed = spark_submit(spec, timeout=300)
+    assert killed["status"] == "failed", killed
+    monkeypatch.delenv("AIRFLOW_SYNC_CRASH_AT")
+    sql(mysql_conn, f"UPDATE {DB}.{pipeline} SET id = id + 10000 WHERE id <= 20")
+    final = spark_submit(spec, timeout=300)
+    assert final["status"] == "success", final
+    assert assert_same_rows(mysql_conn, ch, DB, pipeline, TARGET) == 3001
+    assert assert_same_rows(mysql_conn, ch, DB, f"{pipeline}_other", TARGET) == 300
+    assert ch.command(f"SELECT sorting_key FROM system.tables WHERE database = '{TARGET}' AND name = '{pipeline}'") \
+        == "code, id"

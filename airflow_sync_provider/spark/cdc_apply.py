@@ -145,6 +145,7 @@ class PipelineRun:
             self.checkpoints.write_selection(spec.pipeline, self.selection.to_dict() if self.selection else None)
         self.start, state.tables = self._start_and_tables()
         state.checkpoint = self.start
+        self.recopies.settle(state.tables)
         with mysql_reader.connect(spec.source) as conn:
             routes = cdc_ddl.open_routes(conn, self.ch, state.tables)
             preflight(conn, self.start, spec.source.user)

@@ -303,6 +303,12 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     return _summary(state, load, schema, plan, before, per_shard, dropped, started) | {"shards_read": len(todo)}
 
 
+def copied_rows(ledger: Ledger, pipeline: str, table: dict) -> dict:
+    """A finished bootstrap (or re-copy) of ``table`` as the ledger has it: {"rows": …}."""
+    state = ledger.state(bootstrap_load_key(pipeline, table))
+    return {"rows": sum(s.records_written for s in state.shards.values()) if state else 0}
+
+
 def _summary(state: LoadState, load: FullLoadSpec, schema, plan: Plan, before: dict, per_shard: list, dropped: int,
              started: float) -> dict:
     return {"table": schema.qualified, "target": f"{load.target_database}.{load.target_table}",

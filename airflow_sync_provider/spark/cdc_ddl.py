@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.binlog import TableRoute
@@ -22,6 +22,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, streaming_problem
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, TransientBinlogError, current_position
 from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
@@ -39,7 +40,7 @@ def log(pipeline: str, text: str) -> None:
 def route_for(conn, ch, table: PipelineTable) -> TableRoute:
     """The route of a pipeline table: the shape it had at the checkpoint (the source's current
     definition the first time), the copy's key, and the weight column of a collated split key."""
-    database, name = table.target_database, table.target_table
+    database, name = table.target_database, table.writes_to
     if not target.table_exists(ch, database, name):
         raise BinlogError(f"table {table.name}: its target {database}.{name} does not exist; a full load "
                           "creates it (start the pipeline from one, or bootstrap the table again)")
@@ -70,6 +71,26 @@ def open_routes(conn, ch, tables: list[PipelineTable]) -> dict[str, TableRoute]:
     return routes
 
 
+def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> None:
+    """A new copy ``name`` of ``table`` in the layout of ``schema``, split (chunked) on its key's first column."""
+    key = ChunkKey.of(schema).names[0]
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
+    # marked as a working table: publish_working's swap of it is idempotent
+    ch.command(target.create_working_sql(schema, table.target_database, name, weight=needs_weight(schema.column(key)),
+                                         direct=True))
+    table.split_column = key
+
+
+def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
+    """Is the copy ordered by another key than ``schema``'s primary key (other columns, or a key
+    column of another type)?"""
+    database, name = table.target_database, table.target_table
+    if target.sorting_key(ch, database, name) != list(schema.primary_key):
+        return True
+    present, wanted = target.column_types(ch, database, name), {m.name: m.ch_type for m in schema.mappings()}
+    return any(present.get(k) != wanted[k] for k in schema.primary_key)
+
+
 def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
     """Give the copy exactly the columns of ``schema`` (before a re-copy fills them)."""
     present = {k: v for k, v in target.column_types(ch, database, table).items() if k not in target.INTERNAL_COLUMNS}
@@ -80,11 +101,7 @@ def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
     for column, ch_type in wanted.items():
         if column not in present:
             ch.command(f"ALTER TABLE {name} ADD COLUMN {ch_ident(column)} {ch_type}")
-        elif present[column] != ch_type:
-            if column in schema.primary_key:
-                raise BinlogError(f"table {schema.qualified}: key column {column!r} is now {ch_type} in the copy's "
-                                  f"terms (was {present[column]}); the copy is sorted by it. Re-bootstrap the table "
-                                  "(restart=True)")
+        elif present[column] != ch_type:  # (not a key column: Recopies re-keys those)
             ch.command(f"ALTER TABLE {name} DROP COLUMN {ch_ident(column)}")  # the re-copy fills it anew
             ch.command(f"ALTER TABLE {name} ADD COLUMN {ch_ident(column)} {ch_type}")
 
@@ -134,17 +151,21 @@ class Recopies:
                 table.leave(f"not streamable: {problem}", unstreamable=True)
                 log(self.spec.pipeline, f"{name} cannot be streamed and is left out (a copy it had is kept): {problem}")
                 return False
+            table.recopying = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
             if not target.table_exists(ch, table.target_database, table.target_table):  # a new table
-                key = ChunkKey.of(before).names[0]
-                ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
-                ch.command(target.create_table_sql(before, table.target_database, table.target_table,
-                                                   weight=needs_weight(before.column(key))))
-                table.split_column = key
-            align_target(ch, before, table.target_database, table.target_table)
+                _create_copy(ch, before, table, table.target_table)
+            elif _rekeyed(ch, before, table):  # its copy is ordered by another key: a new copy, swapped in when done
+                table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
+                ch.command(f"DROP TABLE IF EXISTS {ch_table(table.target_database, table.writes_to)}")
+                _create_copy(ch, before, table, table.writes_to)
+                log(self.spec.pipeline, f"{name}: its primary key is now {list(before.primary_key)}; copied into "
+                                        f"{table.target_database}.{table.writes_to}, swapped in when done (readers see "
+                                        "the copy as it was until then)")
+            else:
+                align_target(ch, before, table.target_database, table.target_table)
             table.remember_shape(before)
             table.skip_before = position.version()
             table.rejoin()
-            table.recopying = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
             routes[name] = route_for(conn, ch, table)
         self._submit(table, restart=True)
         return True
@@ -172,6 +193,18 @@ class Recopies:
             if table.recopying and not table.left and table.name not in self.running:
                 log(self.spec.pipeline, f"resuming the re-copy of {table.name} ({table.recopying['reason']})")
                 self._submit(table, restart=False)
+
+    def settle(self, tables: list[PipelineTable]) -> None:
+        """Re-copies under a new key whose copy was swapped in by an applier that died before
+        recording it: recorded now (before any route would look for the copy swapped away)."""
+        for table in tables:
+            into = (table.recopying or {}).get("into")
+            if into and target.swapped_in(self.run.ch, table.target_database, into, table.target_database,
+                                          table.target_table):
+                done = Future()
+                done.set_result(cdc_bootstrap.copied_rows(self.run.loads, self.spec.pipeline, table.copy_spec()))
+                self.running[table.name] = (table, done)
+                self.collect()
 
     def _submit(self, table: PipelineTable, restart: bool) -> None:
         position = BinlogPosition.from_dict(table.recopying["position"])
@@ -219,7 +252,15 @@ class Recopies:
                 raise TransientBinlogError(f"table {name}: its re-copy failed ({type(exc).__name__}: "
                                            f"{str(exc)[:500]}); run the pipeline again: it resumes the re-copy "
                                            "after its last finished chunk") from exc
-            began, table.recopying = table.recopying, None
+            began = table.recopying
+            if began.get("into"):  # the copy under the new key replaces the old one, atomically
+                target.publish_working(self.run.ch, table.target_database, began["into"], table.target_database,
+                                       table.target_table)
+                crash_point("cdc.rekey-swapped")
+                route = self.run.stream.routes.get(name) if self.run.stream else None
+                if route is not None:
+                    route.target_table = table.target_table
+            table.recopying = None
             table.recopies += 1
             table.last_recopy = {"reason": began["reason"], "position": began["position"], "rows": result["rows"],
                                  "seconds": round(time.time() - began["started"], 3)}

@@ -19,8 +19,9 @@ one of:
   older events (every one of them is out-ranked by the re-copy's rows or removed with the rows
   older than it);
 * **leaving**: the table is dropped or renamed away; its copy is kept as it was;
-* **refused**: a primary key change (the copy is keyed by it): the pipeline stops before
-  anything of the new shape is written, naming table, statement, position and the remedy.
+* **re-keyed**: a primary key change (the copy is keyed and sorted by it): nothing is changed
+  in place; the table is re-copied beside the stream into a copy ordered by the new key, which is
+  then swapped in (spark/cdc_ddl.Recopies).
 
 The rows events' own column names (``binlog_row_metadata=FULL``) are checked against the
 tracked shape (core/cdc/binlog.py), so a shape this module got wrong stops the pipeline
@@ -373,15 +374,15 @@ class Followed:
     columns: list[MySQLColumn]
     statements: list[str]
     recopy: str = ""
+    rekey: bool = False  # the primary key changed: re-copied into a copy ordered by the new key
 
 
 def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key: list[str], config: dict,
                  target: tuple[str, str], where: str, collation: str | None) -> Followed:
     """Bring the copy ``target`` (database, table) along with one ALTER TABLE whose table has
-    ``columns`` (as copied) and primary key ``key`` before it. Raises BinlogError for what
-    cannot be followed. ``config``: the pipeline's table entry (columns / exclude_columns)."""
-    from airflow_sync_provider.core.cdc.positions import BinlogError
-
+    ``columns`` (as copied) and primary key ``key`` before it. A primary key change changes
+    nothing in place: ``rekey``, the table is re-copied under its new key. ``config``: the
+    pipeline's table entry (columns / exclude_columns)."""
     table, database = ch_table(*target), config["source_database"]
     chosen, excluded = config.get("columns"), set(config.get("exclude_columns") or ())
     columns = list(columns)
@@ -412,10 +413,10 @@ def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key
                         and map_column(new, where).ch_type == map_column(old, where).ch_type:
                     columns[index(action.column)] = dataclasses.replace(new, name=old.name)
                     continue
+            # the copy is keyed and sorted by it: nothing is changed in place; the table is copied
+            # anew into a copy ordered by its new key (spark/cdc_ddl.Recopies), then swapped in
             what = "a new primary key" if action.kind == KEY else f"{action.kind} of key column {action.column!r}"
-            raise BinlogError(f"{where} changes the primary key {key} ({what}); the copy is keyed and sorted by "
-                              "it. Re-bootstrap the table (CdcBootstrapOperator with restart=True, or a fresh full "
-                              "load) and start its pipeline again")
+            return Followed(list(out.columns), [], f"{where} changes the primary key {key} ({what})", rekey=True)
         if action.kind == KEEP:
             continue
         if action.kind == RECOPY:

@@ -41,7 +41,9 @@ class PipelineTable:
     skip_before: int = 0  # changes ranked below this are covered by a re-copy from there
     left: str = ""  # why it no longer streams ("" while it does)
     unstreamable: str = ""  # why CDC cannot stream it now (it is also ``left``)
-    recopying: dict | None = None  # a re-copy under way: reason, position, started, and its shadow copy
+    # a re-copy under way: reason, position, started; under a new primary key also ``into``, the
+    # copy ordered by it that is swapped in when done
+    recopying: dict | None = None
     recopies: int = 0
     last_recopy: dict | None = None
     verify_due: bool = False  # a look after a DDL, a TRUNCATE, a re-copy or a stop
@@ -62,10 +64,16 @@ class PipelineTable:
     def streaming(self) -> bool:
         return not self.left
 
+    @property
+    def writes_to(self) -> str:
+        """The ClickHouse table its rows go to: the copy, or while it is re-copied under a new
+        primary key, the copy ordered by that key that replaces it when done."""
+        return (self.recopying or {}).get("into") or self.target_table
+
     def copy_spec(self) -> dict:
         """The table as a load copies it (core/jobspec.copied_schema, a bootstrap's table)."""
         return {"source_database": self.source_database, "source_table": self.source_table,
-                "target_database": self.target_database, "target_table": self.target_table,
+                "target_database": self.target_database, "target_table": self.writes_to,
                 "columns": self.columns, "exclude_columns": list(self.exclude_columns),
                 "split_column": self.split_column}
 
