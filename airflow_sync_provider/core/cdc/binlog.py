@@ -235,6 +235,11 @@ class BinlogReader:
         for event in iter(self.stream.fetchone, None):
             if isinstance(event, MariadbGtidEvent):
                 self.gtid = event.gtid
+            elif isinstance(event, RotateEvent):
+                # Table ids are the server's until it restarts, and a restart begins a new file:
+                # forget them (with freeze_schema the library would keep a table map whose id a
+                # restarted server gave to another table, and apply its rows to the wrong table).
+                self.stream.table_map.clear()
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 route = self.routes.get(f"{event.schema}.{event.table}")
                 if route is not None:
