@@ -54,11 +54,15 @@ def stop_process(proc: subprocess.Popen | None, timeout: float = 30) -> None:
 
 
 class MariaDB:
-    def __init__(self, base_dir: str | os.PathLike, port: int | None = None):
+    """``settings`` add to or override BINLOG_SETTINGS (server options without the leading
+    dashes, e.g. ``{"log_bin_compress": "ON"}`` or a replica's ``{"server_id": "2"}``)."""
+
+    def __init__(self, base_dir: str | os.PathLike, port: int | None = None, settings: dict | None = None):
         self.base = Path(base_dir)
         self.datadir = self.base / "data"
         self.socket = self.base / "mysqld.sock"
         self.port = port or free_port()
+        self.settings = {**BINLOG_SETTINGS, **(settings or {})}
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -101,7 +105,7 @@ class MariaDB:
             "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
             "--innodb-buffer-pool-size=512M", "--innodb-flush-log-at-trx-commit=2",
             "--max-connections=500", *self._user_args(),
-            *(f"--{k.replace('_', '-')}={v}" for k, v in BINLOG_SETTINGS.items()),
+            *(f"--{k.replace('_', '-')}={v}" for k, v in self.settings.items()),
         ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

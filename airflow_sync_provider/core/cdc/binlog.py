@@ -574,8 +574,11 @@ def statement_targets(statement: str, schema: str) -> tuple[str, ...] | None:
     """The ``db.table`` names a data-changing statement writes to (None: not a data change);
     when the statement cannot be parsed, every name it mentions (a followed table in it then stops
     the reader: wrongly stopping beats silently skipping)."""
-    if not _DML.match(statement):
+    match = _DML.match(statement)
+    if not match:
         return None
+    if match.group(1).upper() == "REPLACE":  # INSERT's grammar; sqlglot parses only INSERT
+        statement = statement[:match.start(1)] + "INSERT" + statement[match.end(1):]
     qualified = lambda t: f"{t.db or schema}.{t.name}"  # noqa: E731
     try:
         tree = _sqlglot.parse_one(statement, read="mysql", error_level=_sqlglot.ErrorLevel.RAISE)
@@ -595,6 +598,11 @@ def statement_targets(statement: str, schema: str) -> tuple[str, ...] | None:
         tokens = _sqlglot.Dialect.get_or_raise("mysql").tokenize(statement)
     except Exception:
         tokens = []
+    words = [t.text.upper() for t in tokens]
+    if match.group(1).upper() == "LOAD" and "TABLE" in words:  # LOAD DATA … INTO TABLE name
+        at = words.index("TABLE") + 1
+        if at < len(tokens):
+            return (ddl._name_at(tokens, at, schema)[0],)
     names = [t.text for t in tokens if t.token_type in (_sqlglot.tokens.TokenType.VAR,
                                                         _sqlglot.tokens.TokenType.IDENTIFIER)]
     return tuple(f"{schema}.{n}" for n in names) + tuple(f"{a}.{b}" for a, b in zip(names, names[1:]))
@@ -650,7 +658,7 @@ class EventGate:
 
     def _unknown(self, event, where: str) -> None:
         code, flags = event.event_type, event.packet.flags
-        name = f"{EVENT_TYPE_NAMES.get(code, 'unknown')} (type {code})"
+        name = f"event type {code} ({EVENT_TYPE_NAMES.get(code, 'unknown')})"
         if code in HARMLESS_UNKNOWN_TYPES or code != INCIDENT_EVENT and flags & LOG_EVENT_IGNORABLE_F:
             _log.debug("%s: %s event skipped (carries no row change)", where, name)
             return
@@ -663,13 +671,13 @@ class EventGate:
                 "(SET PERSIST, and in the sessions that set it), " + _rebootstrap("the pipeline's tables"))
         if code == INCIDENT_EVENT:
             raise BinlogError(
-                f"{where}: the source wrote an {name} event: it could not log some changes (e.g. LOST_EVENTS "
+                f"{where}: the source wrote an Incident ({name}): it could not log some changes (e.g. LOST_EVENTS "
                 "after a failed write to the binlog); a replica stops here too. The binlog misses changes "
                 f"that may be the pipeline's. {_NO_RETRY} Find the cause in the source's error log, "
                 + _rebootstrap("the pipeline's tables"))
         raise BinlogError(
-            f"{where}: a {name} event, which python-mysql-replication 1.0.17 does not decode; it may carry "
-            "changes of the pipeline's tables (which, cannot be told without decoding it), so the reader "
+            f"{where}: {name}, which python-mysql-replication 1.0.17 does not decode; it may carry "
+            "changes of the pipeline's tables (which ones cannot be told without decoding it), so the reader "
             f"stops instead of skipping it. {_NO_RETRY} Turn off the source setting that writes this event "
             "type, or upgrade to a release that reads it, " + _rebootstrap("the pipeline's tables"))
 
