@@ -55,6 +55,16 @@ def compressed_mysql_url(state_dir):
         yield server.url
 
 
+@pytest.fixture
+def mariadb_pair():
+    """A fresh primary A + GTID replica B behind a switchable address (devenv/mariadb.ReplicatedPair,
+    about 4 s to start), for failover tests: each test may kill A, so each gets its own pair."""
+    from devenv.mariadb import ReplicatedPair
+
+    with ReplicatedPair() as pair:
+        yield pair
+
+
 @pytest.fixture(scope="session")
 def clickhouse_url(state_dir):
     with clickhouse_service(state_dir) as url:

@@ -38,9 +38,8 @@ def gtid_event_offset(pair, server, gtid: str) -> tuple[str, int]:
 
 
 @pytest.fixture
-def pair():
-    with ReplicatedPair() as started:
-        yield started
+def pair(mariadb_pair):
+    return mariadb_pair
 
 
 def test_the_replica_follows_by_gtid_with_offsets_of_its_own_and_takes_the_address(pair):
