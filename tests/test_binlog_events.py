@@ -81,6 +81,37 @@ def test_a_compressed_query_is_a_query_event_at_the_compressed_events_size():
     assert set(COMPRESSED_EVENTS) == set(range(0xA5, 0xAC))
 
 
+def _rows_event(event_type: int, rows: list[tuple[int, int]], extra: bytes | None = None, compress=False):
+    """A Write_rows event of table 42 (id INT, v INT): V1 layout, or V2 with ``extra`` data."""
+    from pymysqlreplication.column import Column
+    from pymysqlreplication.table import Table
+
+    columns = [Column(type=3, name=n, unsigned=False, is_primary=n == "id", charset_id=None) for n in ("id", "v")]
+    table_map = {42: Table(42, "shop", "orders", columns, primary_key="id", column_name_flag=True)}
+    head = (42).to_bytes(6, "little") + b"\x00\x00"
+    if extra is not None:
+        head += (2 + len(extra)).to_bytes(2, "little") + extra
+    head += b"\x02" + b"\x03"  # 2 columns, both present
+    images = b"".join(b"\x00" + struct.pack("<ii", i, v) for i, v in rows)
+    body = head + (compressed(images) if compress else images)
+    return make_event(event_type, body, table_map=table_map), len(body)
+
+
+@pytest.mark.parametrize("plain, packed, extra", [
+    (0x17, 0xA6, None),  # Write_rows_v1 / Write_rows_compressed_v1: what MariaDB 10.11 writes
+    (0x1E, 0xA9, b"\x01\x07\x00"),  # Write_rows (V2, with extra data: a partition id) / Write_rows_compressed
+])
+def test_compressed_rows_decode_as_the_plain_event_at_the_compressed_size(plain, packed, extra):
+    rows = [(i, (-1) ** i * i * 1000) for i in range(1, 301)]
+    expected, _ = _rows_event(plain, rows, extra)
+    event, size = _rows_event(packed, rows, extra, compress=True)
+    assert type(event) is binlog.WriteRowsCompressedEvent and event.event_type == packed
+    assert event.rows == expected.rows and len(event.rows) == 300
+    assert event.event_size == size < expected.event_size  # the compressed event's own bytes
+    if extra:
+        assert event.partition_id == 7
+
+
 def _gate(*followed):
     return EventGate(frozenset({QueryEvent, QueryCompressedEvent}), lambda: set(followed))
 
@@ -195,3 +226,18 @@ def test_an_unknown_event_type_stops_the_reader(monkeypatch):
     with pytest.raises(BinlogError, match=r"binlog mysql-bin\.000004:300: event type 201 \(unknown\).*"
                                           r"A retry stops here again"):
         reader.read(None, 1000, 5.0)
+
+
+def test_a_compressed_rows_event_with_more_rows_than_bytes_stops_the_reader():
+    """A row's version is its event's offset plus its index, so an event must hold fewer rows than
+    bytes; zlib can pack rows tighter (here 2000 equal images into a few dozen bytes)."""
+    gate = EventGate(frozenset({binlog.WriteRowsCompressedEvent}), lambda: {"shop.orders"})
+    small, _ = _rows_event(0xA6, [(i, 0) for i in range(1, 11)], compress=True)
+    gate.check(small, "b.000001", 400)
+    dense, size = _rows_event(0xA6, [(1, 0)] * 2000, compress=True)
+    assert size < 2000
+    with pytest.raises(BinlogError, match=r"table shop\.orders, binlog b\.000001:400: a compressed rows event of "
+                                          r"\d+ bytes holds 2000 rows.*log_bin_compress=OFF"):
+        gate.check(dense, "b.000001", 400)
+    other = EventGate(frozenset({binlog.WriteRowsCompressedEvent}), lambda: {"shop.items"})
+    other.check(_rows_event(0xA6, [(1, 0)] * 2000, compress=True)[0], "b.000001", 400)  # not followed: not read
