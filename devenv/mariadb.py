@@ -289,6 +289,16 @@ class ReplicatedPair:
         if any(errors):
             self.stop()
             raise next(e for e in errors if e)
+        try:
+            self._replicate()
+            self.proxy = TcpProxy(self.primary.port)
+            self.wait_caught_up()
+        except BaseException:
+            self.stop()  # no servers left running behind a failed start (a context manager's exit is not called)
+            raise
+        return self
+
+    def _replicate(self) -> None:
         with self.connect(self.replica) as conn, conn.cursor() as cur:
             cur.execute("RESET MASTER")  # B's own install statements out of domain 0
             cur.execute("SET GLOBAL gtid_slave_pos = ''")  # from A's first transaction (before B's own GTIDs)
@@ -303,9 +313,6 @@ class ReplicatedPair:
                         (self.primary.port, ROOT_PASSWORD))
             cur.execute("START SLAVE")
             cur.execute("SET GLOBAL read_only = ON")
-        self.proxy = TcpProxy(self.primary.port)
-        self.wait_caught_up()
-        return self
 
     def stop(self) -> None:
         if self.proxy is not None:

@@ -105,3 +105,17 @@ def test_a_replica_promoted_while_behind_misses_exactly_the_last_transactions(pa
         cur.execute("INSERT INTO shop.t VALUES (2000, 0)")  # B's own next transaction …
     # … takes a sequence number A already used for a transaction B never had: 0-2-N vs 0-1-N
     assert gtids(pair.gtid_binlog_pos(b))[0] == (2, on_b[1] + 1) and on_b[1] + 1 <= on_a[1]
+
+
+def test_a_failed_start_leaves_no_server_behind(monkeypatch):
+    """A start that fails after the servers are up (here: setting up replication) stops both and
+    removes their data dirs: a context manager's exit is not called for a failed __enter__."""
+    def broken(self):
+        raise RuntimeError("replication setup failed")
+
+    monkeypatch.setattr(ReplicatedPair, "_replicate", broken)
+    pair = ReplicatedPair()
+    with pytest.raises(RuntimeError, match="replication setup failed"):
+        pair.start()
+    assert pair.primary.proc is None and pair.replica.proc is None and pair.proxy is None
+    assert not pair.primary.base.parent.exists()
