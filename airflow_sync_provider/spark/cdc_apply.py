@@ -19,6 +19,7 @@ remedy in the error is applied; other failures leave it ``failed`` (a retry repl
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -43,7 +44,6 @@ from airflow_sync_provider.spark.session import LazySession, lazy
 __all__ = ["ApplyFailed", "PipelineRun", "run_cdc_apply"]
 
 JOIN_POLL_SECONDS = 2.0  # how often a running pipeline looks for tables waiting to join
-VERIFY_ROUNDS = 3  # a repaired shard is looked at again; still different on the third look: stop
 
 
 @dataclass
@@ -94,6 +94,9 @@ class PipelineRun:
         self.start: BinlogPosition | None = None
         self.totals = Totals()
         self.recopies = cdc_ddl.Recopies(self)
+        self.writing = threading.Lock()  # a DDL is followed while no repair writes the copy
+        self.verifier = cdc_verify.Verifier(self)
+        self.stream_ended = False
         self._polled = time.monotonic()
 
     def log(self, text: str) -> None:
@@ -122,6 +125,8 @@ class PipelineRun:
                               f"{type(exc).__name__}: {exc}. A retry may help: it replays from the checkpoint") \
                 from exc
         finally:
+            self.stream_ended = True
+            self.verifier.shut()
             self.recopies.close()
         totals = dataclasses.asdict(self.totals)
         return {"pipeline": self.spec.pipeline, "tables": sorted(self.stream.routes) if self.stream else [],
@@ -145,6 +150,11 @@ class PipelineRun:
             self.checkpoints.write_selection(spec.pipeline, self.selection.to_dict() if self.selection else None)
         self.start, state.tables = self._start_and_tables()
         state.checkpoint = self.start
+        # a look at every table: asked for, or after a takeover (the last applier died running)
+        if spec.verify or (self.previous is not None and self.previous.status == PIPELINE_RUNNING):
+            for table in state.tables:
+                if table.streaming:
+                    table.mark_due()
         self.recopies.settle(state.tables)
         with mysql_reader.connect(spec.source) as conn:
             routes = cdc_ddl.open_routes(conn, self.ch, state.tables)
@@ -240,27 +250,33 @@ class PipelineRun:
         re-copies run beside the stream, tables due a verification are checked."""
         self.recopies.resume(self.state.tables)  # a crashed applier's unfinished re-copies
         self.totals.recopied += self._adopt_selected()
+        self.verifier.collect()
+        self.verifier.start()  # looks at the tables beside the stream
         while True:
             self.recopies.collect()
             self.totals.joined += self.join()
-            if due := self.due():
-                self.verify(due)
+            self.verifier.collect()
             if self.follow(self.stream, self.stop, self.deadline, self._waiting):
                 break
         for name in list(self.recopies.running):  # a run ends with its re-copies done and recorded
             self.recopies.wait(name)
+        self.stream_ended = True
+        self.verifier.close()
+        self.verifier.collect()
+        if not self.spec.service:  # a bounded run checks what is due before it ends
+            self.verifier.catch_up()
         self.checkpoints.write(self.state)
-        if due := self.due():  # a bounded run checks what it changed
-            self.verify(due)
 
     def _waiting(self) -> bool:
-        """Should the stream pause (a re-copy finished, a table waits to join or is due a check)?"""
+        """Should the stream pause (a re-copy finished, a table waits to join)? The verifier's looks
+        are recorded meanwhile (between batches: the entries travel with the next checkpoint)."""
+        self.verifier.collect()
         if self.recopies.finished():
             return True
         if time.monotonic() - self._polled < JOIN_POLL_SECONDS:
             return False
         self._polled = time.monotonic()
-        return bool(self.due()) or any(not r.joined for r in self.checkpoints.registrations(self.spec.pipeline))
+        return any(not r.joined for r in self.checkpoints.registrations(self.spec.pipeline))
 
     # --- following the binlog --------------------------------------------------------------
 
@@ -334,7 +350,9 @@ class PipelineRun:
         between follows it again: following is idempotent)."""
         text, schema, after, _ = batch.ddl
         self.checkpoints.fence()  # the ALTERs and a re-copy write the copy: only under the lease
-        changed, recopied = cdc_ddl.follow(self, stream.routes, stream.tables, ddl.parse(text, schema), after, text)
+        with self.writing:
+            changed, recopied = cdc_ddl.follow(self, stream.routes, stream.tables, ddl.parse(text, schema), after,
+                                               text)
         self.totals.ddl += 1
         self.totals.recopied += recopied
         crash_point("cdc.ddl-followed")
@@ -406,98 +424,10 @@ class PipelineRun:
 
     # --- verification ---------------------------------------------------------------------
 
-    def due(self) -> list[PipelineTable]:
-        """The streaming tables to verify now: those a DDL touched since their last verification,
-        with ``verify_every`` those not verified for that long, with ``verify`` those not verified
-        in this run."""
-        spec, now = self.spec, time.time()
-
-        def last(table):
-            return (table.verified or {}).get("at", 0)
-
-        return [t for t in self.state.tables if t.name in self.stream.routes and not self.recopies.busy(t.name)
-                and ((spec.verify_after_ddl and t.verify_due) or (spec.verify and last(t) < self.started)
-                     or (spec.verify_every and now - last(t) >= spec.verify_every))]
-
-    def _catch_up(self) -> None:
-        """Apply up to the source's position now."""
-        with mysql_reader.connect(self.spec.source) as conn:
-            now = current_position(conn)
-        self.follow(self.stream, now)
-
-    def _checkable(self, tables: list[PipelineTable]) -> list[PipelineTable]:
-        return [t for t in tables if t.name in self.stream.routes and not self.recopies.busy(t.name)]
-
-    def verify(self, tables: list[PipelineTable]) -> None:
-        """Check ``tables`` against the source at a snapshot position S (spark/cdc_verify.py):
-        apply up to S, compare per-shard checksums, repair mismatched shards, look at those again."""
-        checks, shards = {}, None
-        for look in range(1, VERIFY_ROUNDS + 1):
-            began = time.time()
-            self._catch_up()  # first: the snapshot is then held briefly
-            tables = self._checkable(tables)  # a table may have left or begun a re-copy meanwhile
-            if not tables:
-                return
-            snapshot = cdc_verify.prepare(self.spec, self.ch, checks, tables, shards)  # S; MySQL's checksums begin
-            try:
-                self.follow(self.stream, snapshot.position)
-                # the copy is at S: its checksums now (the stream stands still for them only) ...
-                checked = self._checkable(tables)
-                wrong = {t.name: cdc_verify.copy_checksums(self.ch, checks[t.name], self.stream.routes[t.name].schema)
-                         for t in checked}
-                # ... then the stream goes on while MySQL finishes the source's: a repair at S's repair
-                # version ranks below every change after S, so it may be written once the stream is past S
-                while not snapshot.ready(timeout=0.5):
-                    self._catch_up()
-                self.checkpoints.fence()  # repairs write the copy: only under the lease
-                again = {}
-                for table in checked:
-                    repaired = self._judge(table, checks[table.name], snapshot, wrong[table.name], look, began)
-                    if repaired:
-                        again[table.name] = repaired
-            finally:
-                snapshot.close()
-            self.checkpoints.write(self.state)  # the verdicts travel with the checkpoint (cdc status shows them)
-            if not again:
-                return
-            shards = again
-            tables = [t for t in tables if t.name in again]
-
-    def _judge(self, table: PipelineTable, check, snapshot, wrong: str, look: int, began: float) -> list[int]:
-        """One table's verdict at S: a copy whose columns are not the source's is re-copied, a
-        mismatched shard repaired in place; returns the shards repaired (to be looked at again)."""
-        name, routes = table.name, self.stream.routes
-        moved = name in routes and (cdc_verify.copy_columns(routes[name].schema)
-                                    != cdc_verify.copy_columns(check.schema))
-        if name not in routes or self.recopies.busy(name) or (moved and not wrong):
-            table.verify_due = True  # it left, or a DDL changed it after S: look again later
-            return []
-        if wrong:
-            if self.recopies.start(routes, table, f"verification at {snapshot.position}: {wrong}"):
-                self.totals.recopied.append(name)
-            outcome = cdc_verify.record(table, snapshot.position, {
-                "shards": len(check.plan.shards), "mismatched": [], "repaired_shards": len(check.plan.shards),
-                "rows_repaired": 0, "note": wrong}, began)
-            mismatched = []
-        else:
-            mismatched = cdc_verify.mismatched(check)
-            if mismatched and look == VERIFY_ROUNDS:
-                table.verify_due = True  # a retry looks first, and stops here again while it differs
-                raise cdc_verify.VerifyFailed(
-                    f"table {name}: its copy still differs from the source at {snapshot.position} in shards "
-                    f"{mismatched} after {look - 1} repairs; the copy may hold values the checksums cannot match "
-                    "(see docs/cdc.md, Verification). A retry stops here again: re-bootstrap the table "
-                    "(restart=True)")
-            rows = cdc_verify.repair(self.spec, self.ch, snapshot, check, mismatched) if mismatched else 0
-            outcome = cdc_verify.record(table, snapshot.position, {
-                "shards": len(check.ids), "mismatched": mismatched, "repaired_shards": len(mismatched),
-                "rows_repaired": rows}, began)
-            if mismatched:
-                self.log(f"{name} differed from the source at {snapshot.position} in {len(mismatched)} of "
-                         f"{len(check.ids)} shard(s); repaired ({rows:,} rows rewritten)")
-        self.totals.verified.append({"table": name, "look": look} | outcome)
-        self.totals.repaired_shards += outcome["repaired_shards"]
-        return mismatched
+    def follow_to(self, position: BinlogPosition) -> bool:
+        """Apply up to ``position`` (the verifier's snapshot, at a bounded run's end)."""
+        self.follow(self.stream, position)
+        return True
 
 
 def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:

@@ -264,7 +264,8 @@ class Recopies:
             table.recopies += 1
             table.last_recopy = {"reason": began["reason"], "position": began["position"], "rows": result["rows"],
                                  "seconds": round(time.time() - began["started"], 3)}
-            table.verify_due = True
+            if self.spec.verify_after_ddl:
+                table.mark_due()
             log(self.spec.pipeline, f"{name} re-copied from {BinlogPosition.from_dict(began['position'])}: "
                                     f"{result['rows']:,} rows in {time.time() - began['started']:.1f} s")
             done.append(name)
@@ -339,13 +340,15 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
             if recopies.start(routes, route.table, followed.recopy):
                 recopied.append(name)
         else:
-            route.table.verify_due = True  # the pipeline checks the table against the source (cdc_verify.py)
+            if run.spec.verify_after_ddl:
+                route.table.mark_due()  # the pipeline checks the table against the source (cdc_verify.py)
         changed.append(name)
     elif statement.kind == "truncate":
         for name in statement.tables:
             if current(name) is not None:
                 rows = truncate(ch, routes[name], after)
-                routes[name].table.verify_due = True
+                if run.spec.verify_after_ddl:
+                    routes[name].table.mark_due()
                 log(pipeline, f"{name} truncated at {after}: {rows:,} rows tombstoned")
                 changed.append(name)
     elif statement.kind == "drop":

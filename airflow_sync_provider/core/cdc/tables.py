@@ -15,6 +15,7 @@ applier replays that table alone up to its checkpoint and then takes it into the
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
@@ -46,10 +47,13 @@ class PipelineTable:
     recopying: dict | None = None
     recopies: int = 0
     last_recopy: dict | None = None
-    verify_due: bool = False  # a look after a DDL, a TRUNCATE, a re-copy or a stop
-    verified: dict | None = None  # the last look's outcome
-    verifications: int = 0
-    repaired: int = 0  # shards repaired in total
+    # its checks against the source (spark/cdc_verify.py): due since (a DDL, a TRUNCATE, a re-copy,
+    # a takeover, a stop: its next pass starts at once), the pass under way, the last one done
+    due_since: float = 0.0
+    verify_pass: dict | None = None
+    verified: dict | None = None
+    verifications: int = 0  # passes done
+    repaired: int = 0  # slices repaired in total
 
     def __post_init__(self):
         self.target_database = self.target_database or self.source_database
@@ -88,6 +92,14 @@ class PipelineTable:
         return TableSchema(self.source_database, self.source_table, tuple(MySQLColumn(**c) for c in self.shape),
                            tuple(self.key or ()))
 
+    @property
+    def verify_due(self) -> bool:
+        """Marked due since its last pass began."""
+        return self.due_since > (self.verified or {}).get("started", 0.0)
+
+    def mark_due(self) -> None:
+        self.due_since = time.time()
+
     def leave(self, why: str, unstreamable: bool = False) -> None:
         self.left = why
         self.unstreamable = why if unstreamable else ""
@@ -108,7 +120,9 @@ class PipelineTable:
             values[name] = values.get(name) or ""
         for name in ("skip_before", "recopies", "verifications", "repaired"):
             values[name] = values.get(name) or 0
-        values["verify_due"] = bool(values.get("verify_due"))
+        if data.get("verify_due") and not values.get("due_since"):  # an entry of an earlier release
+            values["due_since"] = 1.0
+        values["due_since"] = values.get("due_since") or 0.0
         return cls(**values)
 
     @classmethod
