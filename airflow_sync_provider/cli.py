@@ -94,14 +94,17 @@ def _log_file(args, what: str) -> str:
 
 def _run_job(spec, args, what: str) -> tuple[dict, str]:
     """spark-submit ``spec``: the driver's whole output (tracebacks included) goes to the log file,
-    its one-line progress messages (``[airflow-sync] …``) also to stderr unless ``--json``.
+    its one-line progress messages (``[airflow-sync] …``) also to stderr unless ``--json``; a
+    table's failure is one such line, its traceback follows it in the log file only.
     Returns the job's result and the log file's path."""
     path = _log_file(args, what)
     with open(path, "a", encoding="utf-8") as log:
         def line(text: str) -> None:
             log.write(text + "\n")
             log.flush()
-            if not args.json and text.startswith("[airflow-sync]"):
+            # one-line progress messages; not the per-table rows a job of many prints at its end
+            # (spark/tables.py), which this command sums up itself
+            if not args.json and text.startswith("[airflow-sync]") and not text.startswith("[airflow-sync]   "):
                 print(text, file=sys.stderr, flush=True)
 
         result = spark_submit(spec, master=args.master, line=line)
@@ -117,8 +120,9 @@ def _report_failure(what: str, result: dict, log_path: str, hint: str = "") -> N
     """A failed job on stderr: one line per failed table (or one for the job), where the log is."""
     failed = [t for t in result.get("tables") or [] if t.get("status") == "failed"]
     if failed:
-        print(f"airflow-sync: {what} failed for {len(failed)} of {len(result['tables'])} table(s) (the others "
-              f"succeeded){hint}:", file=sys.stderr)
+        others = " (the others succeeded)" if len(failed) < len(result["tables"]) else ""
+        print(f"airflow-sync: {what} failed for {len(failed)} of {len(result['tables'])} table(s){others}{hint}:",
+              file=sys.stderr)
         for table in failed:
             print(f"airflow-sync:   {table['table']}: {_one_line(table['error'])}", file=sys.stderr)
     else:

@@ -86,7 +86,7 @@ def _copy_shape(spec: ReconcileSpec, conn, ch, state: LoadState, plan: Plan):
     loaded = {c["name"]: c for c in (state.spec.get("source_shape") or {}).get("shape", [])}
     split = loaded.get(plan.split_column)
     check = check_copy(ch, schema, copy, plan.split_column, MySQLColumn(**split) if split else None)
-    if plan.index and plan.index not in {i.name for i in schema.indexes}:
+    if check.comparable and plan.index and plan.index not in {i.name for i in schema.indexes}:
         check.notes.append(f"the plan's index {plan.index!r} no longer exists in the source: its shards are counted "
                            "there without it (full scans)")
         plan = dataclasses.replace(plan, index=None)

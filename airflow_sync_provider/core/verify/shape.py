@@ -22,6 +22,7 @@ Pure logic plus two queries on ClickHouse (no Airflow, no pyspark).
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.source.schema import TableSchema
@@ -181,6 +182,8 @@ def reload_remedy(load_key: str, table: str, target_table: str) -> str:
                 f"catch up and reconcile again; otherwise re-bootstrap {table} (CdcBootstrapOperator(restart=True) / "
                 f"airflow-sync cdc bootstrap --pipeline {pipeline} --table {table} --restart) and start the pipeline "
                 "again")
+    (database, name), (target_database, target_name) = table.split(".", 1), target_table.split(".", 1)
     return (f"a retry does not help: reload {table} in full into {target_table} (run its full load again: a published "
-            f"load key copies afresh, e.g. airflow-sync load --load-key {load_key} …); a re-import of shards cannot "
-            "change a copy's columns or key")
+            f"load key copies afresh, e.g. airflow-sync load --database {database} --table {name} --target-database "
+            f"{target_database} --target-table {target_name} --load-key {shlex.quote(load_key)}); a re-import of "
+            "shards cannot change a copy's columns or key")
