@@ -227,10 +227,17 @@ def test_the_diff_refuses_an_apply_by_another_key_and_names_retyped_columns(mysq
 
     _table(mysql_conn, "dt", "id INT PRIMARY KEY, v INT NULL", "seq, seq", rows=500)
     _load(endpoints, session, "dt")
-    sql(mysql_conn, f"ALTER TABLE {DB}.dt MODIFY v VARCHAR(20) NULL")  # was a ClickHouse exception (length of Int32)
+    sql(mysql_conn, f"ALTER TABLE {DB}.dt MODIFY v VARCHAR(20) NULL")
     with pytest.raises(DiffError, match=r"column 'v' is Nullable\(Int32\) in the copy, but the source's varchar\(20\) "
                                         r"is copied as Nullable\(String\); a retry does not help: reload shp\.dt"):
         _diff(endpoints, session, "dt")
+    # a wider scale: without the check, an apply wrote 0.7143 into Decimal(12, 2) as 0.71, said
+    # "applied", and every later diff found the row changed again
+    _table(mysql_conn, "dd", "id INT PRIMARY KEY, v DECIMAL(12, 2) NULL", "seq, seq / 7", rows=500)
+    _load(endpoints, session, "dd")
+    sql(mysql_conn, f"ALTER TABLE {DB}.dd MODIFY v DECIMAL(12, 4) NULL", f"UPDATE {DB}.dd SET v = v + 0.0001 WHERE id = 5")
+    with pytest.raises(DiffError, match=r"column 'v' is Nullable\(Decimal\(12, 2\)\) in the copy"):
+        _diff(endpoints, session, "dd", on_change="apply")
     sql(mysql_conn, f"ALTER TABLE {DB}.dt DROP PRIMARY KEY, ADD KEY ix_id (id)")
     with pytest.raises(DiffError, match=r"no primary key.*keyed by \(id\): pass key_columns=\['id'\]"):
         _diff(endpoints, session, "dt")
