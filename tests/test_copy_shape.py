@@ -14,7 +14,7 @@ from airflow_sync_provider.core.verify.diff import DiffError
 from airflow_sync_provider.core.verify.reconcile import overall_verdict
 from airflow_sync_provider.core.verify.shape import reload_remedy
 from airflow_sync_provider.spark.diff import run_snapshot_diff
-from airflow_sync_provider.spark.full_load import run_full_load
+from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from airflow_sync_provider.spark.session import LazySession
 from airflow_sync_provider.spark.tables import TablesFailed, each_table
@@ -158,6 +158,20 @@ def test_a_copy_whose_source_changed_shape_gets_a_shape_mismatch_naming_the_relo
     # the remedy works: a full reload under the same key, then the verdict is ok
     _load(endpoints, session, name)
     assert _reconcile(endpoints, session, key)["verdict"] == "ok"
+
+
+@pytest.mark.slow
+def test_a_repair_of_marked_shards_is_refused_once_the_shape_changed(mysql_conn, ch, endpoints, session):
+    _table(mysql_conn, "marked", "id INT PRIMARY KEY, v INT NULL", "seq, seq")
+    key = _load(endpoints, session, "marked")
+    sql(mysql_conn, f"UPDATE {DB}.marked SET v = -1 WHERE id = 10")
+    assert _reconcile(endpoints, session, key)["verdict"] == "mismatch"  # a shard marked for re-import
+    sql(mysql_conn, f"ALTER TABLE {DB}.marked ADD COLUMN w INT NULL")
+    with pytest.raises(LoadFailed, match=r"cannot repair shp_ch\.marked in place: its shape no longer matches "
+                                         r"shp\.marked's \(column 'w' \(int\(11\)\) is in the source but not in the "
+                                         r"copy\); a retry does not help: reload shp\.marked in full"):
+        _load(endpoints, session, "marked", reimport="failed")
+    assert ch.query(f"SELECT v FROM {TARGET}.marked FINAL WHERE id = 10").result_rows == [(10,)]  # untouched
 
 
 @pytest.mark.slow
