@@ -60,10 +60,11 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
         # a run of the key after an unfinished one goes on with it (Ledger.resume_point): the tables
         # that run published are not copied again, whoever runs it (an Airflow retry, the command line)
         baseline, done = ledger.resume_point(spec.load_key, list(keys.values()))
-        ledger.write_load_set(spec.load_key, list(keys.values()), baseline=baseline)  # the counters sensor waits for each
+        done = set() if spec.reimport else done  # a re-import reads what is marked, in published tables too
+        ledger.write_load_set(spec.load_key, list(keys.values()), baseline=baseline)  # the counters sensor waits on it
         if done:
-            print(f"[airflow-sync] {spec.job}: load {spec.load_key!r} goes on with its unfinished run: {len(done)} "
-                  f"table(s) it published are skipped", flush=True)
+            log.info("%s: load %r goes on with its unfinished run: %d table(s) it published are skipped", spec.job,
+                     spec.load_key, len(done))
     print(f"[airflow-sync] {spec.job}: {len(names)} table(s) selected: {', '.join(names) or '(none)'}", flush=True)
 
     def one(config: dict) -> dict:
