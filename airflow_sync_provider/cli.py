@@ -218,10 +218,25 @@ def cmd_reimport(args) -> int:
 
 def cmd_status(args) -> int:
     target = ClickHouseEndpoint.from_url(args.clickhouse_url)
-    verdict, message, _ = check_counters(target, args.load, args.ledger_database)
+    verdict, message, summary = check_counters(target, args.load, args.ledger_database)
     ch = clickhouse_target.client(target)
-    state = Ledger(ch, args.ledger_database).state(args.load)
-    ch.close()
+    try:
+        ledger = Ledger(ch, args.ledger_database)
+        state = ledger.state(args.load)
+        found = ledger.load_set(args.load) if state is None else None
+        tables = {key: ledger.state(key) for key in found[0]} if found else {}
+    finally:
+        ch.close()
+    if state is None and found is not None:  # a load of many tables: each one's
+        if args.json:
+            print(json.dumps(summary | {"loads": {k: s.to_dict() if s else None for k, s in tables.items()}},
+                             indent=2, default=str))
+            return 0
+        print(f"load {args.load!r}, {len(tables)} table(s) — {verdict}: {message}")
+        for key, one in tables.items():
+            print(f"  {key}: " + (f"generation {one.generation} {one.status}" if one else
+                                  f"never recorded ({found[1].get(key, 'not run yet')})"))
+        return 0
     if state is None:
         raise LookupError(f"no load {args.load!r} in {args.ledger_database}")
     if args.json:

@@ -156,6 +156,9 @@ def test_a_pattern_load_run_again_goes_on_where_it_stopped(mysql_conn, mysql_url
     published = {t: _attempts(ch, f"K:rdb.{t}") for t in ("a", "b")}
     assert all(published.values()) and all(r[0] == 1 and r[2] == 1 and r[3] == "success"
                                            for rows in published.values() for r in rows)
+    status = run(env, "status", "--load", "K")  # the load of many tables: each one's state
+    assert status.returncode == 0 and "load 'K', 3 table(s) — failed" in status.stdout, status.stderr
+    assert "K:rdb.a: generation 1 published" in status.stdout and "K:rdb.bad: generation 1 failed" in status.stdout
     bad_before = _attempts(ch, "K:rdb.bad")
     bad_shard = [r[1] for r in bad_before if r[3] == "failed"]
     assert len(bad_shard) == 1
