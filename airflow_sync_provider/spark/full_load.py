@@ -33,8 +33,8 @@ from airflow_sync_provider.core.target.shards import (
     target_predicates, weight_width,
 )
 from airflow_sync_provider.core.typemap import MySQLColumn
+from airflow_sync_provider.core.verify import shape as copy_shape
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.core.verify.shape import check_copy, read_copy_shape, reload_remedy
 from airflow_sync_provider.spark.cdc_ddl import shape_of_load
 from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
 from airflow_sync_provider.spark.session import lazy
@@ -218,14 +218,14 @@ def _check_repairable(spec: FullLoadSpec, ch, schema, state: LoadState) -> None:
     naming what differs and the remedy, when the copy's columns or key no longer match the
     source's (core/verify/shape.py) — it would fail on a missing column, or write values into the
     wrong type, or merge them by the wrong key."""
-    copy = read_copy_shape(ch, spec.target_database, spec.target_table)
+    copy = copy_shape.read_copy_shape(ch, spec.target_database, spec.target_table)
     if copy is None:
         return  # nothing to compare: publishing the repair names the missing table
-    check = check_copy(ch, schema, copy, state.plan.get("split_column"))
+    check = copy_shape.check_copy(ch, schema, copy, state.plan.get("split_column"))
     if not check.comparable:
         raise LoadFailed(f"load {spec.load_key!r}: cannot repair {copy.qualified} in place: its shape no longer "
                          f"matches {schema.qualified}'s ({'; '.join(check.problems)}); "
-                         f"{reload_remedy(spec.load_key, schema.qualified, copy.qualified)}")
+                         f"{copy_shape.reload_remedy(spec.load_key, schema.qualified, copy.qualified)}")
 
 
 def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadState, Plan]:
