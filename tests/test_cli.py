@@ -119,8 +119,9 @@ def _holds(conn, shard, row_id) -> bool:
 
 def _attempts(ch, key: str) -> list[tuple]:
     """Every (generation, shard, attempt) the ledger holds for a load: a shard read again adds one."""
-    return ch.query("SELECT DISTINCT generation, shard_id, attempt, status, records_read FROM airflow_sync.shards FINAL "
-                    "WHERE load_key = {k:String} ORDER BY generation, shard_id, attempt", parameters={"k": key}).result_rows
+    return ch.query("SELECT DISTINCT generation, shard_id, attempt, status, records_read FROM airflow_sync.shards "
+                    "FINAL WHERE load_key = {k:String} ORDER BY generation, shard_id, attempt",
+                    parameters={"k": key}).result_rows
 
 
 def test_a_pattern_load_run_again_goes_on_where_it_stopped(mysql_conn, mysql_url, clickhouse_url, ch):
@@ -130,8 +131,10 @@ def test_a_pattern_load_run_again_goes_on_where_it_stopped(mysql_conn, mysql_url
     from tests.helpers import run_sql as sql
 
     sql(mysql_conn, "DROP DATABASE IF EXISTS rdb", "CREATE DATABASE rdb", "SET SESSION sql_mode = ''",
-        "CREATE TABLE rdb.a (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO rdb.a SELECT seq, seq FROM rdb.seq_1_to_3000",
-        "CREATE TABLE rdb.b (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO rdb.b SELECT seq, seq FROM rdb.seq_1_to_1000",
+        "CREATE TABLE rdb.a (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO rdb.a SELECT seq, seq FROM rdb.seq_1_to_3000",
+        "CREATE TABLE rdb.b (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO rdb.b SELECT seq, seq FROM rdb.seq_1_to_1000",
         "CREATE TABLE rdb.bad (id INT PRIMARY KEY, d DATE NOT NULL)",
         "INSERT INTO rdb.bad SELECT seq, '2025-01-01' + INTERVAL seq % 300 DAY FROM rdb.seq_1_to_3000",
         "UPDATE rdb.bad SET d = '0000-00-00' WHERE id = 2500")  # one bad row in one shard

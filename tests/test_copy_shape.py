@@ -128,7 +128,8 @@ SHAPE_CHANGES = {
     "column_added": ("id INT PRIMARY KEY, v INT NULL", "seq, seq", "ALTER TABLE {t} ADD COLUMN w INT NULL",
                      ["column 'w' (int(11)) is in the source but not in the copy"]),
     "column_dropped": ("id INT PRIMARY KEY, v INT NULL, gone INT NULL", "seq, seq, seq",
-                       "ALTER TABLE {t} DROP COLUMN gone", ["column 'gone' is in the copy but no longer in the source"]),
+                       "ALTER TABLE {t} DROP COLUMN gone",
+                       ["column 'gone' is in the copy but no longer in the source"]),
     "column_retyped": ("id INT PRIMARY KEY, amount DECIMAL(12, 2) NULL", "seq, seq / 7",
                        "ALTER TABLE {t} MODIFY amount DECIMAL(12, 4) NULL",
                        ["column 'amount' is Nullable(Decimal(12, 2)) in the copy", "Nullable(Decimal(12, 4))"]),
@@ -249,7 +250,8 @@ def test_the_diff_refuses_an_apply_by_another_key_and_names_retyped_columns(mysq
     # "applied", and every later diff found the row changed again
     _table(mysql_conn, "dd", "id INT PRIMARY KEY, v DECIMAL(12, 2) NULL", "seq, seq / 7", rows=500)
     _load(endpoints, session, "dd")
-    sql(mysql_conn, f"ALTER TABLE {DB}.dd MODIFY v DECIMAL(12, 4) NULL", f"UPDATE {DB}.dd SET v = v + 0.0001 WHERE id = 5")
+    sql(mysql_conn, f"ALTER TABLE {DB}.dd MODIFY v DECIMAL(12, 4) NULL",
+        f"UPDATE {DB}.dd SET v = v + 0.0001 WHERE id = 5")
     with pytest.raises(DiffError, match=r"column 'v' is Nullable\(Decimal\(12, 2\)\) in the copy"):
         _diff(endpoints, session, "dd", on_change="apply")
     sql(mysql_conn, f"ALTER TABLE {DB}.dt DROP PRIMARY KEY, ADD KEY ix_id (id)")

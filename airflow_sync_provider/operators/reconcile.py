@@ -113,7 +113,8 @@ class ReconcileOperator(SparkJobOperator):
                           result["before"]["mismatched"], result["reimported"]["rows"])
             summary |= {"mismatched_before": result["before"]["mismatched"], "reimported": result["reimported"]}
         if result["verdict"] != OK:
-            message = f"load {result['load_key']!r} ({result['table']} → {result['target']}): {_why(result)}; see {report}"
+            message = (f"load {result['load_key']!r} ({result['table']} → {result['target']}): {_why(result)}; "
+                       f"see {report}")
             if self.on_mismatch in ("fail", "reimport") and raise_on_mismatch:
                 raise AirflowException(message)
             self.log.warning("%s", message)

@@ -61,7 +61,8 @@ def reconcile_html(result: dict) -> str:
     repaired = ""
     shape = result.get("shape") or {}
     if shape.get("problems"):  # no shard was compared: the copy's shape is not the source's
-        repaired += ("\n<p class='bad'>The copy's shape no longer matches the source's, so no shard was compared:</p><ul>"
+        repaired += ("\n<p class='bad'>The copy's shape no longer matches the source's, so no shard was compared:"
+                     "</p><ul>"
                      + "".join(f"<li>{escape(p)}</li>" for p in shape["problems"]) + "</ul>"
                      + f"\n<p>{escape(result.get('remedy', ''))}</p>")
     for note in shape.get("notes", []):
