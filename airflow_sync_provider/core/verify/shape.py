@@ -22,6 +22,7 @@ Pure logic plus two queries on ClickHouse (no Airflow, no pyspark).
 
 from __future__ import annotations
 
+import logging
 import shlex
 from dataclasses import dataclass, field
 
@@ -29,6 +30,8 @@ from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,11 @@ def read_copy_shape(ch, database: str, table: str) -> CopyShape | None:
                     parameters={"d": database, "t": table}).result_rows
     if not rows:
         return None
-    return CopyShape(database, table, str(rows[0][0]), tuple(target.sorting_key(ch, database, table)),
-                     target.column_types(ch, database, table))
+    # the key's columns by system.columns (a name may hold a comma, which sorting_key's text would split)
+    columns = ch.query("SELECT name, type, is_in_sorting_key FROM system.columns WHERE database = {d:String} AND "
+                       "table = {t:String} ORDER BY position", parameters={"d": database, "t": table}).result_rows
+    return CopyShape(database, table, str(rows[0][0]), tuple(name for name, _, key in columns if key),
+                     {name: ch_type for name, ch_type, _ in columns})
 
 
 def _key_text(key) -> str:
@@ -102,7 +108,11 @@ def _normalised(ch, types: list[str]) -> dict[str, str]:
     if not types:
         return {}
     select = ", ".join(f"toTypeName(defaultValueOfTypeName({{t{i}:String}}))" for i in range(len(types)))
-    row = ch.query(f"SELECT {select}", parameters={f"t{i}": t for i, t in enumerate(types)}).result_rows[0]
+    try:
+        row = ch.query(f"SELECT {select}", parameters={f"t{i}": t for i, t in enumerate(types)}).result_rows[0]
+    except Exception as exc:  # a spelling this server does not take: the types stay as written (they differ)
+        log.warning("could not ask ClickHouse to spell the types %s: %s", types, exc)
+        return {}
     return dict(zip(types, row))
 
 
