@@ -181,7 +181,11 @@ _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these na
     ("deleted", "UInt64"), ("seconds", "Float64"),
 )
 _JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", _TIME))
-_LOAD_SETS = (("load_key", "String"), ("tables", "Array(String)"), ("errors", "Map(String, String)"), ("at", _TIME))
+# A job of many tables: its tables' load keys, the errors of tables that failed before their load
+# was recorded and, per table key, the newest generation when the run began (``baseline``): a
+# table whose load is published in a later generation was copied by this run (Ledger.resume_point).
+_LOAD_SETS = (("load_key", "String"), ("tables", "Array(String)"), ("errors", "Map(String, String)"), ("at", _TIME),
+              ("baseline", "Map(String, UInt32)"))
 
 
 class LedgerTables:
@@ -262,20 +266,67 @@ class Ledger(LedgerTables):
         self._insert("diff_shards", [[r["diff_key"], r["run_id"], *(s[n] for n, _ in _DIFF_SHARDS[2:])] for s in shards],
                      _DIFF_SHARDS)
 
-    def write_load_set(self, load_key: str, table_keys: list[str], errors: dict | None = None) -> None:
+    def write_load_set(self, load_key: str, table_keys: list[str], errors: dict | None = None,
+                       baseline: dict | None = None) -> None:
         """A job of many tables: the per-table load keys ``load_key`` stands for, written before
         any of them runs (so the counters sensor knows which loads to wait for), and again at
-        its end with the errors of tables that failed before their load was recorded."""
-        self._create("load_sets", _LOAD_SETS, "ReplacingMergeTree(at) ORDER BY load_key")
-        self._insert("load_sets", [[load_key, table_keys, errors or {}, _ts(self._stamp())]], _LOAD_SETS)
+        its end with the errors of tables that failed before their load was recorded.
+        ``baseline``: each key's newest generation when the run began (:meth:`resume_point`)."""
+        self._ensure_tables([("load_sets", _LOAD_SETS, "ReplacingMergeTree(at) ORDER BY load_key")])
+        self._insert("load_sets", [[load_key, table_keys, errors or {}, _ts(self._stamp()), baseline or {}]],
+                     _LOAD_SETS)
 
     def load_set(self, load_key: str) -> tuple[list[str], dict] | None:
         """``write_load_set``'s newest (table keys, errors), or None."""
+        found = self._load_set(load_key)
+        return (found[0], found[1]) if found else None
+
+    def _load_set(self, load_key: str) -> tuple[list[str], dict, dict] | None:
         if not self._exists("load_sets"):
             return None
-        rows = self.ch.query(f"SELECT tables, errors FROM {self.table('load_sets')} FINAL WHERE load_key = {{k:String}}",
-                             parameters={"k": load_key}).result_rows
-        return (list(rows[0][0]), dict(rows[0][1])) if rows else None
+        present = {c for (c,) in self.ch.query("SELECT name FROM system.columns WHERE database = {d:String} AND "
+                                               "table = 'load_sets'", parameters={"d": self.database}).result_rows}
+        baseline = "baseline" if "baseline" in present else "map()"  # a ledger no job of this release wrote yet
+        rows = self.ch.query(f"SELECT tables, errors, {baseline} FROM {self.table('load_sets')} FINAL "
+                             "WHERE load_key = {k:String}", parameters={"k": load_key}).result_rows
+        return (list(rows[0][0]), dict(rows[0][1]), dict(rows[0][2])) if rows else None
+
+    def newest_loads(self, load_keys: list[str]) -> dict[str, tuple[int, str]]:
+        """Each key's newest generation and its status, in one query (keys never loaded are absent)."""
+        if not load_keys or not self._exists("loads"):
+            return {}
+        rows = self.ch.query(f"SELECT load_key, generation, status FROM {self.table('loads')} FINAL"
+                             " WHERE load_key IN {k:Array(String)} ORDER BY load_key, generation DESC"
+                             " LIMIT 1 BY load_key", parameters={"k": list(load_keys)}).result_rows
+        return {key: (int(generation), status) for key, generation, status in rows}
+
+    def resume_point(self, load_key: str, table_keys: list[str]) -> tuple[dict[str, int], set[str]]:
+        """Where a job of many tables under ``load_key`` starts: (baseline, done).
+
+        The run before it (its load set) finished when every one of its tables was published by
+        it (a generation above the baseline it recorded). Then this run is a new one: it copies
+        every table afresh, and its baseline is each table's newest generation now. Otherwise
+        (a table failed, or the job died) this run goes on with that one: same baseline, and
+        ``done`` holds the tables it already published — they are not copied again; an
+        unfinished table resumes from its unfinished shards (its own load does that). A table
+        the selection gained since gets its own baseline now. One rule for every caller: the
+        operator's retries and a command line run again with the same key.
+        """
+        found = self._load_set(load_key)
+        newest = self.newest_loads(sorted(set(table_keys) | set(found[0] if found else ())))
+
+        def published_after(key: str, base: int) -> bool:
+            generation, status = newest.get(key, (0, ""))
+            return status == LOAD_PUBLISHED and generation > base
+
+        now = {key: newest.get(key, (0, ""))[0] for key in table_keys}
+        if found is None:
+            return now, set()
+        previous, _, baseline = found
+        if all(published_after(key, baseline.get(key, 0)) for key in previous):
+            return now, set()
+        kept = {key: baseline.get(key, 0) if key in previous else now[key] for key in table_keys}
+        return kept, {key for key in table_keys if published_after(key, kept[key])}
 
     def write_job_result(self, key: str, result: dict) -> None:
         """A cluster-mode job's result (its driver cannot write a file the submitter reads)."""

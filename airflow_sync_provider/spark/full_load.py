@@ -34,6 +34,7 @@ from airflow_sync_provider.core.target.shards import (
     target_predicates, weight_width,
 )
 from airflow_sync_provider.core.typemap import MySQLColumn
+from airflow_sync_provider.core.verify import shape as copy_shape
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
 from airflow_sync_provider.spark.session import lazy
@@ -212,6 +213,21 @@ def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
     return None, top + 1
 
 
+def _check_repairable(spec: FullLoadSpec, ch, schema, state: LoadState) -> None:
+    """A repair writes rows of the source's shape now into the published copy in place: refuse it,
+    naming what differs and the remedy, when the copy's columns or key no longer match the
+    source's (core/verify/shape.py) — it would fail on a missing column, or write values into the
+    wrong type, or merge them by the wrong key."""
+    copy = copy_shape.read_copy_shape(ch, spec.target_database, spec.target_table)
+    if copy is None:
+        return  # nothing to compare: publishing the repair names the missing table
+    check = copy_shape.check_copy(ch, schema, copy, state.plan.get("split_column"))
+    if not check.comparable:
+        raise LoadFailed(f"load {spec.load_key!r}: cannot repair {copy.qualified} in place: its shape no longer "
+                         f"matches {schema.qualified}'s ({'; '.join(check.problems)}); "
+                         f"{copy_shape.reload_remedy(spec.load_key, schema.qualified, copy.qualified)}")
+
+
 def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadState, Plan]:
     state = ledger.state(spec.load_key)
     if spec.reimport == "failed":
@@ -225,6 +241,7 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
                 raise LoadFailed(f"load {spec.load_key!r} is published and no shard is marked failed or mismatched "
                                  "(a reconciliation marks mismatched shards); run it again for a fresh copy")
             target.check_layout(ledger.ch, spec.target_database, spec.target_table)
+            _check_repairable(spec, ledger.ch, schema, state)
             state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
             state.start_position, state.version = _binlog_start(spec, ledger.ch)
             return state, Plan.from_dict(state.plan)

@@ -10,6 +10,24 @@ from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash
 
+# A table's verdict: every shard matched; shards differ (a re-import of those shards repairs them);
+# the copy's columns or key no longer match the source's (core/verify/shape.py: a full reload
+# repairs it). A job of many tables adds FAILED for a table it could not check at all.
+OK, MISMATCH, SHAPE_MISMATCH, FAILED = "ok", "mismatch", "shape_mismatch", "failed"
+# The overall verdict of many tables is the first of these that any table has: a table that was
+# not checked says least about its copy, a copy of the wrong shape needs a full reload, a
+# mismatched shard a re-import of that shard; ``ok`` only when every table matched.
+PRECEDENCE = (FAILED, SHAPE_MISMATCH, MISMATCH, OK)
+
+
+def overall_verdict(verdicts) -> str:
+    """The verdict of many tables (:data:`PRECEDENCE`); ``ok`` only if every one is ``ok``. An
+    unknown verdict ranks as ``failed``; no tables at all is ``ok`` (nothing differs)."""
+    found = set(verdicts)
+    if found - set(PRECEDENCE):
+        return FAILED
+    return next((v for v in PRECEDENCE if v in found), OK)
+
 
 def shard_problems(row: dict, counters=None) -> list[str]:
     """Why one shard does not reconcile (empty when it does): source vs target rows, checksums
