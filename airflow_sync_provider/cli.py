@@ -328,7 +328,8 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         pipeline=args.pipeline, tables=args.table or [], select=_selection(args),
                         start_from_loads=args.start_from_load or [],
                         lanes=args.lanes, batch_events=args.batch_events, driver_write_rows=args.driver_write_rows,
-                        reset=args.reset, service=service, verify=args.verify, verify_every=args.verify_every,
+                        reset=args.reset, service=service, verify=args.verify, verify_period=args.verify_every or args.verify_period,
+                        verify_budget=args.verify_budget,
                         verify_after_ddl=not args.no_verify_after_ddl, change_selection=args.change_selection,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database)
@@ -579,8 +580,12 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--reset", action="store_true", help="forget the checkpoint; start from the loads again")
         command.add_argument("--verify", action="store_true",
                              help="check every table against the source once (per-shard checksums), repair shards")
-        command.add_argument("--verify-every", type=float, default=0.0, metavar="SECONDS",
-                             help="check each table when its last check is older than this (0: only after DDL)")
+        command.add_argument("--verify-period", type=float, default=900.0, metavar="SECONDS",
+                             help="check every table, slice by slice beside the stream, once per this many seconds "
+                                  "(0: only tables due after a DDL, a re-copy or a takeover)")
+        command.add_argument("--verify-budget", type=float, default=0.1, metavar="SHARE",
+                             help="share of one source core the checks may use")
+        command.add_argument("--verify-every", type=float, default=0.0, help=argparse.SUPPRESS)
         command.add_argument("--no-verify-after-ddl", action="store_true",
                              help="do not check a table after a DDL changed it")
         if name == "run":

@@ -147,12 +147,14 @@ def test_verifying_under_a_busy_writer_never_repairs_a_right_copy(mysql_url, mys
     bootstrap(endpoints, spark, "busy", "mixed", "lines")
     writer.thread.start()
     try:
-        result = apply(endpoints, spark, "busy", service=True, max_seconds=25, verify_every=1.0, batch_seconds=0.3)
+        # a pass a second, without the budget's pauses: as many looks as the machine allows
+        result = apply(endpoints, spark, "busy", service=True, max_seconds=25, verify_period=1.0, verify_budget=1.0,
+                       batch_seconds=0.3)
     finally:
         writer.stop.set()
         writer.thread.join()
     assert writer.error is None, writer.error
-    assert len(looks(result, "mixed")) >= 4 and len(looks(result, "lines")) >= 4
+    assert len(looks(result, "mixed")) >= 3 and len(looks(result, "lines")) >= 3
     assert result["repaired_shards"] == 0, [v for v in result["verified"] if v["mismatched"]]
     time.sleep(0.5)
     final = apply(endpoints, spark, "busy", verify=True)

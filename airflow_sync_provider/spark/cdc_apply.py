@@ -94,7 +94,7 @@ class PipelineRun:
         self.start: BinlogPosition | None = None
         self.totals = Totals()
         self.recopies = cdc_ddl.Recopies(self)
-        self.writing = threading.Lock()  # a DDL is followed while no repair writes the copy
+        self.writing = threading.RLock()  # a DDL is followed, a copy swapped, while no verification looks
         self.verifier = cdc_verify.Verifier(self)
         self.stream_ended = False
         self._polled = time.monotonic()

@@ -254,8 +254,9 @@ class Recopies:
                                            "after its last finished chunk") from exc
             began = table.recopying
             if began.get("into"):  # the copy under the new key replaces the old one, atomically
-                target.publish_working(self.run.ch, table.target_database, began["into"], table.target_database,
-                                       table.target_table)
+                with self.run.writing:  # not under a verification's look
+                    target.publish_working(self.run.ch, table.target_database, began["into"],
+                                           table.target_database, table.target_table)
                 crash_point("cdc.rekey-swapped")
                 route = self.run.stream.routes.get(name) if self.run.stream else None
                 if route is not None:

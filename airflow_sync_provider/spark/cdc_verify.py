@@ -330,7 +330,10 @@ class Verifier:
             if schema is None:
                 continue
             if check is None or copy_columns(check.schema) != copy_columns(schema):
-                check = self.checks[table.name] = plan_check(snapshot.pconn, self.ch, table, schema)
+                with self.run.writing:  # no re-copy swaps the copy in meanwhile
+                    if self.run.recopies.busy(table.name):
+                        continue
+                    check = self.checks[table.name] = plan_check(snapshot.pconn, self.ch, table, schema)
             check.table, check.schema = table, schema
             checks[table.name] = check
         if not wait(snapshot.position):
@@ -394,16 +397,28 @@ class Verifier:
             self.thread.start()
 
     def _run(self) -> None:
-        snapshot = None
+        snapshot, failures = None, 0
         try:
-            snapshot = Snapshot(self.spec)
             while not self.stop.is_set():
                 work = self.due_slices(time.time())[:1]
                 if not work:
                     self.stop.wait(SCHEDULE_TICK)
                     continue
-                for look in self.look(snapshot, work, self._wait):
-                    self.outcomes.put(look)
+                try:
+                    snapshot = snapshot or Snapshot(self.spec)
+                    for look in self.look(snapshot, work, self._wait):
+                        self.outcomes.put(look)
+                    failures = 0
+                except Exception as exc:  # e.g. the copy swapped away under a look: try again later
+                    failures += 1
+                    if failures >= LOOKS or isinstance(exc, BinlogError) and not exc.retry_helps:
+                        raise
+                    self.run.log(f"a verification look at {work} failed ({type(exc).__name__}: {str(exc)[:300]}); "
+                                 "looking again later")
+                    if snapshot is not None:
+                        snapshot.close()
+                        snapshot = None
+                    self.stop.wait(2.0)
                 self._paced()
         except BaseException as exc:  # handed to the stream's thread
             self.outcomes.put(exc)

@@ -38,6 +38,14 @@ class SelectionConflict(ValueError):
     """A run gave patterns other than its pipeline's, without saying to change them."""
 
 
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 @dataclass
 class PipelineState:
     pipeline: str
@@ -64,21 +72,31 @@ class PipelineState:
         return next((t for t in self.tables if t.name == name), None)
 
     def verification(self) -> dict:
-        """Verified / repaired counts over the pipeline's tables, and each table's last look."""
+        """Verified / repaired counts over the pipeline's tables, each table's last pass and the
+        one under way, and the table whose last pass is the oldest (never verified first)."""
         tables = [{"table": t.name, "verifications": t.verifications, "repaired_shards": t.repaired,
-                   "due": t.verify_due, "last": t.verified} for t in self.tables if t.streaming]
+                   "due": t.verify_due, "last": t.verified,
+                   "pass": {k: t.verify_pass[k] for k in ("started", "next", "slices")} if t.verify_pass else None}
+                  for t in self.tables if t.streaming]
+        by_age = sorted(tables, key=lambda t: (t["last"] or {}).get("at", 0.0))
+        oldest = {"table": by_age[0]["table"], "verified_at": (by_age[0]["last"] or {}).get("at")} if by_age else None
         return {"verifications": sum(t["verifications"] for t in tables),
                 "repaired_shards": sum(t["repaired_shards"] for t in tables),
                 "unverified": [t["table"] for t in tables if not t["verifications"]],
-                "due": [t["table"] for t in tables if t["due"]], "tables": tables}
+                "due": [t["table"] for t in tables if t["due"]], "oldest": oldest, "tables": tables}
 
-    def verification_line(self) -> str:
+    def verification_line(self, now: float | None = None) -> str:
         v = self.verification()
-        if not v["verifications"]:
-            return "not verified yet" + (f" ({len(v['due'])} table(s) due)" if v["due"] else "")
-        return (f"{v['verifications']} verification(s), {v['repaired_shards']} shard(s) repaired"
-                + (f", {len(v['unverified'])} table(s) never verified" if v["unverified"] else "")
-                + (f", {len(v['due'])} due" if v["due"] else ""))
+        oldest = v["oldest"]
+        if oldest is None:
+            return "no table to verify"
+        age = ("never verified" if not oldest["verified_at"]
+               else f"verified {_age((now or time.time()) - oldest['verified_at'])} ago")
+        head = (f"{v['verifications']} verification(s), {v['repaired_shards']} shard(s) repaired"
+                if v["verifications"] else "not verified yet")
+        return (head + (f", {len(v['unverified'])} table(s) never verified" if v["unverified"] and v["verifications"]
+                        else "") + (f", {len(v['due'])} due" if v["due"] else "") + f"; oldest: {oldest['table']} {age}")
+
 
     def to_dict(self) -> dict:
         return {"pipeline": self.pipeline, "status": self.status, "stale": self.stale,
