@@ -54,16 +54,7 @@ def carried(config: dict, at_checkpoint: dict | None) -> dict:
 
 
 def remember_shape(config: dict, schema: TableSchema) -> None:
-    config["shape"] = [dataclasses.asdict(c) for c in schema.columns]
-    config["key"] = list(schema.primary_key)
-
-
-def shape_of_load(schema: TableSchema) -> dict:
-    """The table's shape as a full load copied it (kept with the load in the ledger): a pipeline
-    started from the load decodes its first changes with it, not with the source's current one."""
-    config = {}
-    remember_shape(config, schema)
-    return config
+    config.update(schema.shape())
 
 
 def shape_of(config: dict) -> TableSchema | None:
@@ -198,7 +189,7 @@ class Recopies:
         self.running[name_of(config)] = (config, self.pool.submit(self._copy, table, position, restart))
 
     def _copy(self, table: dict, position: BinlogPosition, restart: bool) -> dict:
-        from airflow_sync_provider.spark.cdc_bootstrap import _bootstrap_table
+        from airflow_sync_provider.spark.cdc_bootstrap import bootstrap_table
 
         spec = self.spec
         ch = target.shared_client(spec.target)  # a client of the thread's own
@@ -213,7 +204,7 @@ class Recopies:
                                      driver_copy_rows=spec.driver_copy_rows, ledger_database=spec.ledger_database)
         checkpoints = Checkpoints(ch, spec.ledger_database)
         checkpoints.lease = self.checkpoints.lease
-        return _bootstrap_table(bootstrap, self.session, ch, ledger, checkpoints, bootstrap.tables[0])
+        return bootstrap_table(bootstrap, self.session, ch, ledger, checkpoints, bootstrap.tables[0])
 
     def wait(self, name: str) -> bool:
         """Let ``name``'s running re-copy finish and record it (before a DDL on the table is followed)."""
