@@ -114,6 +114,12 @@ class LoadState:
         }
 
 
+def counters_disagree(shard) -> bool:
+    """Do a shard attempt's hook counters (a :class:`ShardState`, or anything with its
+    ``records_*``) say rows went missing: read != written, or any failed?"""
+    return shard.records_read != shard.records_written or bool(shard.records_failed)
+
+
 def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     """('success' | 'wait' | 'failed', message) — the shard-counters sensor's decision.
 
@@ -125,8 +131,7 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     if state is None:
         return "wait", "no such load yet"
     ids = [s["id"] for s in state.plan.get("shards", [])]
-    bad_counters = [s.shard_id for s in state.shards.values()
-                    if s.status == SHARD_SUCCESS and (s.records_read != s.records_written or s.records_failed)]
+    bad_counters = [s.shard_id for s in state.shards.values() if s.status == SHARD_SUCCESS and counters_disagree(s)]
     done = [i for i in ids if i in state.shards and state.shards[i].status == SHARD_SUCCESS]
     if not bad_counters and len(done) == len(ids) and ids:
         return "success", f"all {len(ids)} shards succeeded, read == written, failed == 0"
