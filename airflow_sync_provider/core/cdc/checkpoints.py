@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, _TIME, LedgerTables, _ts
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, LedgerTables
+from airflow_sync_provider.core.ledger import TIME_TYPE as _TIME, utc_datetime as _ts
 
 PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_FAILED = "idle", "running", "failed"
 

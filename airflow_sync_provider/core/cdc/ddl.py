@@ -245,7 +245,7 @@ def probe_column(conn, database: str, definition: str, collation: str | None, wh
     information_schema would describe it and the value an existing row takes when the column is
     added (``NOT_CONSTANT`` when two rows inserted at different times differ: a per-row,
     time-dependent or random default — or the definition reads other columns)."""
-    from airflow_sync_provider.core.source.reader import _to_batch, arrow_schema
+    from airflow_sync_provider.core.source.reader import to_batch, arrow_schema
 
     probe = mysql_table(database, _PROBE)
     with conn.cursor() as cur:
@@ -278,7 +278,7 @@ def probe_column(conn, database: str, definition: str, collation: str | None, wh
             rows = cur.fetchall()
         finally:
             cur.execute(f"DROP TEMPORARY TABLE IF EXISTS {probe}")
-    values = _to_batch(rows, [mapping], arrow_schema([mapping]), where).column(0).to_pylist()
+    values = to_batch(rows, [mapping], arrow_schema([mapping]), where).column(0).to_pylist()
     return column, values[0] if values[0] == values[1] else NOT_CONSTANT
 
 
