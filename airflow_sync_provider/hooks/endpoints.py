@@ -7,7 +7,7 @@ provider's (host, port, login, password, schema = database, extra ``secure``).
 
 from __future__ import annotations
 
-from airflow_sync_provider.compat import BaseHook
+from airflow_sync_provider.compat import AirflowException, BaseHook
 from airflow_sync_provider.core.cdc.checkpoints import check_position
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
@@ -50,3 +50,24 @@ class SyncEndpointsHook(BaseHook):
                              ) -> tuple[str, str, dict]:
         """The hook counters' verdict on ``load_key`` (``ShardCountersSensor``'s poke and its trigger's)."""
         return check_counters(self.target(), load_key, ledger_database)
+
+
+def spark_deployment(spark_conn_id: str) -> dict:
+    """``{"master", "deploy_mode"}`` of a ``spark`` connection, read as the Spark provider's
+    ``SparkSubmitHook`` reads them (its master: the host when it is a whole master URL, else
+    ``<conn_type>://host[:port]``; ``yarn`` when the connection does not exist; the deploy mode
+    from the extra ``deploy-mode``), through Airflow's public connection API rather than that
+    hook's private state. The job itself is still submitted by ``SparkSubmitHook``."""
+    where = {"master": "yarn", "deploy_mode": None}
+    try:
+        conn = BaseHook.get_connection(spark_conn_id)
+    except AirflowException:  # as SparkSubmitHook: no such connection means YARN
+        return where
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        where["master"] = conn.host
+    else:
+        where["master"] = f"{conn.conn_type}://{conn.host or ''}"
+    if conn.port:
+        where["master"] = f"{where['master']}:{conn.port}"
+    where["deploy_mode"] = conn.extra_dejson.get("deploy-mode")
+    return where
