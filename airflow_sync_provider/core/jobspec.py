@@ -17,7 +17,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.ledger import ABANDONED_AFTER_SECONDS, DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
-from airflow_sync_provider.core.source.selection import TableSelection
+from airflow_sync_provider.core.source.selection import TableSelection, table_config
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 
@@ -393,23 +393,6 @@ def table_key(prefix: str, table: dict) -> str:
 
 def bootstrap_load_key(pipeline: str, table: dict) -> str:
     return f"cdc:{pipeline}:{table['source_database']}.{table['source_table']}"
-
-
-def table_config(table) -> dict:
-    """``"db.table"`` or a dict → {source_database, source_table, target_database, target_table,
-    columns, exclude_columns} (targets default to the source's names)."""
-    if isinstance(table, str):
-        database, _, name = table.partition(".")
-        if not name:
-            raise ValueError(f"table {table!r}: give it as database.table")
-        table = {"source_database": database, "source_table": name}
-    out = {"source_database": table["source_database"], "source_table": table["source_table"],
-           "target_database": table.get("target_database") or table["source_database"],
-           "target_table": table.get("target_table") or table["source_table"],
-           "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or []),
-           # a full load split on a collated string keeps each row's collation weight: so must CDC
-           "split_column": table.get("split_column")}
-    return out
 
 
 SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls

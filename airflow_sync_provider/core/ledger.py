@@ -39,7 +39,7 @@ def _now() -> float:
     return time.time()
 
 
-def _ts(seconds: float | None):
+def utc_datetime(seconds: float | None):
     """Epoch seconds → an aware datetime, as clickhouse-connect inserts DateTime64."""
     return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
 
@@ -114,6 +114,12 @@ class LoadState:
         }
 
 
+def counters_disagree(shard) -> bool:
+    """Do a shard attempt's hook counters (a :class:`ShardState`, or anything with its
+    ``records_*``) say rows went missing: read != written, or any failed?"""
+    return shard.records_read != shard.records_written or bool(shard.records_failed)
+
+
 def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     """('success' | 'wait' | 'failed', message) — the shard-counters sensor's decision.
 
@@ -125,8 +131,7 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     if state is None:
         return "wait", "no such load yet"
     ids = [s["id"] for s in state.plan.get("shards", [])]
-    bad_counters = [s.shard_id for s in state.shards.values()
-                    if s.status == SHARD_SUCCESS and (s.records_read != s.records_written or s.records_failed)]
+    bad_counters = [s.shard_id for s in state.shards.values() if s.status == SHARD_SUCCESS and counters_disagree(s)]
     done = [i for i in ids if i in state.shards and state.shards[i].status == SHARD_SUCCESS]
     if not bad_counters and len(done) == len(ids) and ids:
         return "success", f"all {len(ids)} shards succeeded, read == written, failed == 0"
@@ -145,33 +150,33 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     return "wait", f"{len(done)}/{len(ids)} shards done"
 
 
-_TIME = "DateTime64(6, 'UTC')"
+TIME_TYPE = "DateTime64(6, 'UTC')"  # every ledger time column (utc_datetime() gives its values)
 # The ledger's tables: (column, ClickHouse type), in the order the writers below give values.
 _LOADS = (
     ("load_key", "String"), ("generation", "UInt32"), ("status", "LowCardinality(String)"), ("source_table", "String"),
     ("target_table", "String"), ("plan", "String"), ("parts_table", "String"), ("version", "UInt64"),
     ("spec", "String"), ("error", "String"), ("repair", "Array(UInt32)"), ("start_position", "String"),
-    ("updated_at", _TIME),
+    ("updated_at", TIME_TYPE),
 )
 _SHARDS = (
     ("load_key", "String"), ("generation", "UInt32"), ("shard_id", "UInt32"), ("attempt", "UInt32"),
     ("status", "LowCardinality(String)"), ("where_sql", "String"), ("params", "String"), ("records_read", "UInt64"),
-    ("records_written", "UInt64"), ("records_failed", "UInt64"), ("bytes", "UInt64"), ("started_at", _TIME),
-    ("finished_at", f"Nullable({_TIME})"), ("error", "String"), ("version", "UInt64"), ("chunks", "UInt32"),
-    ("resume_key", "String"), ("executor", "String"), ("updated_at", _TIME),
+    ("records_written", "UInt64"), ("records_failed", "UInt64"), ("bytes", "UInt64"), ("started_at", TIME_TYPE),
+    ("finished_at", f"Nullable({TIME_TYPE})"), ("error", "String"), ("version", "UInt64"), ("chunks", "UInt32"),
+    ("resume_key", "String"), ("executor", "String"), ("updated_at", TIME_TYPE),
 )
 # A running load's driver reports here every few seconds: a row of its own, since the load's row
 # carries the plan (a piece per ~4 MiB of the table: megabytes for a billion rows).
-_HEARTBEATS = (("load_key", "String"), ("generation", "UInt32"), ("at", _TIME))
+_HEARTBEATS = (("load_key", "String"), ("generation", "UInt32"), ("at", TIME_TYPE))
 _RECONCILIATIONS = (
     ("load_key", "String"), ("generation", "UInt32"), ("verdict", "LowCardinality(String)"),
-    ("mismatched", "Array(UInt32)"), ("checksum", "Bool"), ("report", "String"), ("at", _TIME),
+    ("mismatched", "Array(UInt32)"), ("checksum", "Bool"), ("report", "String"), ("at", TIME_TYPE),
 )
 _DIFFS = (
     ("diff_key", "String"), ("run_id", "String"), ("verdict", "LowCardinality(String)"), ("old_table", "String"),
     ("new_table", "String"), ("counts", "Map(String, UInt64)"), ("rows_old", "UInt64"), ("rows_new", "UInt64"),
     ("rows_read_old", "UInt64"), ("rows_read_new", "UInt64"), ("shards", "UInt32"), ("shards_read", "UInt32"),
-    ("version", "UInt64"), ("at", _TIME), ("changes_table", "String"), ("keys", "Array(String)"),
+    ("version", "UInt64"), ("at", TIME_TYPE), ("changes_table", "String"), ("keys", "Array(String)"),
     ("compared", "Array(String)"), ("buckets_read", "UInt64"),
 )
 _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these names
@@ -180,12 +185,12 @@ _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these na
     ("rows_read_new", "UInt64"), ("identical", "UInt64"), ("changed", "UInt64"), ("new", "UInt64"),
     ("deleted", "UInt64"), ("seconds", "Float64"),
 )
-_JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", _TIME))
+_JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", TIME_TYPE))
 # A job of many tables: its tables' load keys, the errors of tables that failed before their load
 # was recorded and, per table key, the newest generation when the run began (``baseline``): a
 # table whose load is published in a later generation was copied by this run (Ledger.resume_point).
-_LOAD_SETS = (("load_key", "String"), ("tables", "Array(String)"), ("errors", "Map(String, String)"), ("at", _TIME),
-              ("baseline", "Map(String, UInt32)"))
+_LOAD_SETS = (("load_key", "String"), ("tables", "Array(String)"), ("errors", "Map(String, String)"),
+              ("at", TIME_TYPE), ("baseline", "Map(String, UInt32)"))
 
 
 class LedgerTables:
@@ -251,7 +256,7 @@ class Ledger(LedgerTables):
                              checksum: bool, report: list[dict]) -> None:
         self._create("reconciliations", _RECONCILIATIONS, "MergeTree ORDER BY (load_key, generation, at)")
         self._insert("reconciliations", [[load_key, generation, verdict, mismatched, checksum, json.dumps(report),
-                                           _ts(self._stamp())]], _RECONCILIATIONS)
+                                           utc_datetime(self._stamp())]], _RECONCILIATIONS)
 
     def write_diff(self, result: dict, shards: list[dict]) -> None:
         """A snapshot diff's run: per-flag counts and what was read row by row, per shard too
@@ -262,7 +267,7 @@ class Ledger(LedgerTables):
         self._insert("diffs", [[
             r["diff_key"], r["run_id"], r["verdict"], r["old"], r["new"], r["counts"], r["rows_old"], r["rows_new"],
             r["rows_read_old"], r["rows_read_new"], r["shards"], r["shards_read"], r["version"] or 0,
-            _ts(self._stamp()), r["changes_table"], r["keys"], r["compared"], r["buckets_read"]]], _DIFFS)
+            utc_datetime(self._stamp()), r["changes_table"], r["keys"], r["compared"], r["buckets_read"]]], _DIFFS)
         self._insert("diff_shards", [[r["diff_key"], r["run_id"], *(s[n] for n, _ in _DIFF_SHARDS[2:])] for s in shards],
                      _DIFF_SHARDS)
 
@@ -273,7 +278,7 @@ class Ledger(LedgerTables):
         its end with the errors of tables that failed before their load was recorded.
         ``baseline``: each key's newest generation when the run began (:meth:`resume_point`)."""
         self._ensure_tables([("load_sets", _LOAD_SETS, "ReplacingMergeTree(at) ORDER BY load_key")])
-        self._insert("load_sets", [[load_key, table_keys, errors or {}, _ts(self._stamp()), baseline or {}]],
+        self._insert("load_sets", [[load_key, table_keys, errors or {}, utc_datetime(self._stamp()), baseline or {}]],
                      _LOAD_SETS)
 
     def load_set(self, load_key: str) -> tuple[list[str], dict] | None:
@@ -331,7 +336,7 @@ class Ledger(LedgerTables):
     def write_job_result(self, key: str, result: dict) -> None:
         """A cluster-mode job's result (its driver cannot write a file the submitter reads)."""
         self._create("job_results", _JOB_RESULTS, "MergeTree ORDER BY result_key TTL toDateTime(at) + INTERVAL 30 DAY")
-        self._insert("job_results", [[key, json.dumps(result, default=str), _ts(self._stamp())]], _JOB_RESULTS)
+        self._insert("job_results", [[key, json.dumps(result, default=str), utc_datetime(self._stamp())]], _JOB_RESULTS)
 
     def job_result(self, key: str) -> dict:
         try:
@@ -345,13 +350,13 @@ class Ledger(LedgerTables):
         self._insert("loads", [[
             state.load_key, state.generation, state.status, state.source_table, state.target_table,
             json.dumps(state.plan), state.parts_table, state.version, json.dumps(state.spec), state.error[:4000],
-            state.repair, json.dumps(state.start_position) if state.start_position else "", _ts(self._stamp()),
+            state.repair, json.dumps(state.start_position) if state.start_position else "", utc_datetime(self._stamp()),
         ]], _LOADS)
 
     def write_heartbeat(self, state: LoadState) -> None:
         """The running load's driver is alive (:attr:`LoadState.stale` reads it)."""
         state.heartbeat = self._stamp()
-        self._insert("heartbeats", [[state.load_key, state.generation, _ts(state.heartbeat)]], _HEARTBEATS)
+        self._insert("heartbeats", [[state.load_key, state.generation, utc_datetime(state.heartbeat)]], _HEARTBEATS)
 
     def write_shard(self, load_key: str, generation: int, shard: ShardState) -> None:
         self.write_shards(load_key, generation, [shard])
@@ -360,9 +365,9 @@ class Ledger(LedgerTables):
         self._insert("shards", [[
             load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
             json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
-            shard.bytes, _ts(shard.started_at), _ts(shard.finished_at), shard.error[:4000], shard.version,
+            shard.bytes, utc_datetime(shard.started_at), utc_datetime(shard.finished_at), shard.error[:4000], shard.version,
             shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "", shard.executor,
-            _ts(self._stamp()),
+            utc_datetime(self._stamp()),
         ] for shard in shards], _SHARDS)
 
     def state(self, load_key: str) -> LoadState | None:

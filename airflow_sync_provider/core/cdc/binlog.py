@@ -623,7 +623,7 @@ def statement_targets(statement: str, schema: str) -> tuple[str, ...] | None:
     if match.group(1).upper() == "LOAD" and "TABLE" in words:  # LOAD DATA … INTO TABLE name
         at = words.index("TABLE") + 1
         if at < len(tokens):
-            return (ddl._name_at(tokens, at, schema)[0],)
+            return (ddl.name_at(tokens, at, schema)[0],)
     names = [t.text for t in tokens if t.token_type in (_sqlglot.tokens.TokenType.VAR,
                                                         _sqlglot.tokens.TokenType.IDENTIFIER)]
     return tuple(f"{schema}.{n}" for n in names) + tuple(f"{a}.{b}" for a, b in zip(names, names[1:]))

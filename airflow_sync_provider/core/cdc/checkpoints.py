@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, _TIME, LedgerTables, _ts
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, LedgerTables
+from airflow_sync_provider.core.ledger import TIME_TYPE as _TIME, utc_datetime as _ts
 
 # failed: a retry may help (it replays from the checkpoint); stopped: it cannot until the remedy
 # in the error is applied (the checkpoint stays before the cause, so every retry stops there again)

@@ -89,7 +89,7 @@ def _tokens(statement: str):
     return tokens
 
 
-def _name_at(tokens, i: int, default_schema: str) -> tuple[str, int]:
+def name_at(tokens, i: int, default_schema: str) -> tuple[str, int]:
     """The possibly qualified table name starting at token ``i``: (``db.table``, next index)."""
     parts = [tokens[i].text]
     i += 1
@@ -131,7 +131,7 @@ def parse(statement: str, default_schema: str) -> Statement | None:
         table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
         return Statement("create", (_qualified(table, default_schema),))
     if words[0] == "ALTER":
-        name, _ = _name_at(tokens, 2, default_schema)
+        name, _ = name_at(tokens, 2, default_schema)
         if not isinstance(tree, exp.Alter):  # sqlglot fell back to a bare command: not understood
             return Statement("alter", (name,), (Action(RECOPY, note="statement not understood by the parser"),))
         return _alter(tree, name, default_schema)
@@ -139,7 +139,7 @@ def parse(statement: str, default_schema: str) -> Statement | None:
     words = [t.text.upper() for t in tokens]
     i = 2 if words[1] == "TABLE" else 1
     i += 2 if words[i:i + 2] == ["IF", "EXISTS"] else 3 if words[i:i + 3] == ["IF", "NOT", "EXISTS"] else 0
-    name, _ = _name_at(tokens, min(i, len(tokens) - 1), default_schema)
+    name, _ = name_at(tokens, min(i, len(tokens) - 1), default_schema)
     return Statement({"TRUNCATE": "truncate", "DROP": "drop", "CREATE": "create"}[words[0]], (name,))
 
 
@@ -147,10 +147,10 @@ def _rename_tables(tokens, default_schema: str) -> Statement:
     """``RENAME TABLE a TO b, c TO d`` (sqlglot keeps it as a bare command)."""
     renames, i = [], 2
     while i < len(tokens):
-        source, i = _name_at(tokens, i, default_schema)
+        source, i = name_at(tokens, i, default_schema)
         if i >= len(tokens) or tokens[i].text.upper() != "TO":
             break
-        target, i = _name_at(tokens, i + 1, default_schema)
+        target, i = name_at(tokens, i + 1, default_schema)
         renames.append((source, target))
         i += 1  # the comma
     return Statement("rename", tuple(name for pair in renames for name in pair), renames=tuple(renames))
@@ -247,7 +247,7 @@ def probe_column(conn, database: str, definition: str, collation: str | None, wh
     information_schema would describe it and the value an existing row takes when the column is
     added (``NOT_CONSTANT`` when two rows inserted at different times differ: a per-row,
     time-dependent or random default — or the definition reads other columns)."""
-    from airflow_sync_provider.core.source.reader import _to_batch, arrow_schema
+    from airflow_sync_provider.core.source.reader import to_batch, arrow_schema
 
     probe = mysql_table(database, _PROBE)
     with conn.cursor() as cur:
@@ -280,7 +280,7 @@ def probe_column(conn, database: str, definition: str, collation: str | None, wh
             rows = cur.fetchall()
         finally:
             cur.execute(f"DROP TEMPORARY TABLE IF EXISTS {probe}")
-    values = _to_batch(rows, [mapping], arrow_schema([mapping]), where).column(0).to_pylist()
+    values = to_batch(rows, [mapping], arrow_schema([mapping]), where).column(0).to_pylist()
     return column, values[0] if values[0] == values[1] else NOT_CONSTANT
 
 

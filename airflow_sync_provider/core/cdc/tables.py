@@ -82,8 +82,8 @@ class PipelineTable:
                 "split_column": self.split_column}
 
     def remember_shape(self, schema: TableSchema) -> None:
-        self.shape = [dataclasses.asdict(c) for c in schema.columns]
-        self.key = list(schema.primary_key)
+        shape = schema.shape()
+        self.shape, self.key = shape["shape"], shape["key"]
 
     def schema(self) -> TableSchema | None:
         """The shape it had at the checkpoint (None before the applier first saw it)."""
@@ -136,14 +136,6 @@ class PipelineTable:
                 raise ValueError(f"table {table!r}: give it as database.table")
             return cls(database, name)
         return cls.from_dict(table)
-
-
-def shape_of_load(schema: TableSchema) -> dict:
-    """The table's shape as a full load copied it (kept with the load in the ledger): a pipeline
-    started from the load decodes its first changes with it, not with the source's current one."""
-    table = PipelineTable(schema.database, schema.table)
-    table.remember_shape(schema)
-    return {"shape": table.shape, "key": table.key}
 
 
 @dataclass

@@ -6,6 +6,8 @@ import os
 import re
 import tempfile
 
+from airflow_sync_provider.core.ledger import SHARD_SUCCESS, counters_disagree
+
 
 def shard_table(shards: list[dict]) -> str:
     """The final per-shard report (shard, status, rows, MB, seconds, rows/s)."""
@@ -208,7 +210,7 @@ def sync_html(loads: list, verdicts: dict[str, tuple[str, str]], pipelines: list
     def shard_rows(state) -> str:
         out = []
         for s in sorted(state.shards.values(), key=lambda s: s.shard_id):
-            bad = s.status != "success" or s.records_read != s.records_written or s.records_failed
+            bad = s.status != SHARD_SUCCESS or counters_disagree(s)
             out.append(f"<tr class='{'bad' if bad else ''}'><td>{s.shard_id}</td><td class='v'>{escape(s.status)}</td>"
                        f"<td>{s.attempt}</td><td>{s.records_read:,}</td><td>{s.records_written:,}</td>"
                        f"<td>{s.records_failed:,}</td><td>{s.seconds:.1f}</td>"
