@@ -491,10 +491,12 @@ def percentile(values, q: float) -> float | None:
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
-def run_lag(mysql_url, ch_url, args, pipeline, next_id: int) -> dict:
+def run_lag(mysql_url, ch_url, args, pipeline, next_id: int, extra: dict | None = None) -> dict:
+    """``extra``: more of the service's spec (bench/cdc_verify.py: its verification settings)."""
     seconds = args.lag_seconds
     # batch_seconds 0.5 in service mode, as `airflow-sync cdc run` sets it
-    spec = cdc_spec(mysql_url, ch_url, pipeline, args, service=True, max_seconds=seconds, batch_seconds=0.5)
+    spec = cdc_spec(mysql_url, ch_url, pipeline, args, service=True, max_seconds=seconds, batch_seconds=0.5,
+                    **(extra or {}))
     ch = ch_client(ch_url)
     checkpoints = Checkpoints(ch)
     box: dict = {}

@@ -25,6 +25,14 @@ def pytest_collection_modifyitems(items):
     items.sort(key=rank)  # stable: the order inside a file, and of the other files, is kept
 
 
+@pytest.fixture(scope="session", autouse=True)
+def package_log_lines():
+    """Jobs run inside a test log as their driver does: to standard output (which capsys reads)."""
+    from airflow_sync_provider.core.logs import to_stdout
+
+    to_stdout()
+
+
 DEMO_DB = "demo"
 DEMO_ORDERS = 20_000
 

@@ -108,7 +108,7 @@ class PipelineRun:
         self._polled = time.monotonic()
 
     def log(self, text: str) -> None:
-        cdc_ddl.log(self.spec.pipeline, text)
+        cdc_ddl.note(self.spec.pipeline, text)
 
     # --- the run ------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ docs/cdc-bootstrap.md argues why every row ends with its latest value.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -41,6 +42,8 @@ from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.channels import driver_copy_limit, running_record
 from airflow_sync_provider.spark.session import lazy
 from airflow_sync_provider.spark.shard_copy import Channel, Copy, LoadFailed, RowVersion, ShardCopy
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BootstrapCopy", "BootstrapFailed", "bootstrap_table", "run_cdc_bootstrap"]
 
@@ -139,8 +142,8 @@ class BootstrapCopy(ShardCopy):
                 # re-reads it whole)
                 written, nbytes = self.write(channel, inserts, shard, batches, version)
             except mysql_reader.NativeReadError as exc:  # this chunk again (its rows rank the same), by mysqlclient
-                print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); mysqlclient reads "
-                      "the rest of the shard", flush=True)
+                log.info(f"shard {shard.id}: the native reader failed ({exc}); mysqlclient reads "
+                      "the rest of the shard")
                 inserts.finish()
                 native_sql = None
                 continue
@@ -170,8 +173,8 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
     if state is not None and state.status == LOAD_PUBLISHED and not spec.restart:
         if target.table_exists(checkpoints.ch, load.target_database, load.target_table):
             return load, state, Plan.from_dict(state.plan)  # bootstrapped already: the pipeline keeps it current
-        print(f"[airflow-sync] {schema.qualified}: its copy {load.target_database}.{load.target_table} is gone; "
-              "bootstrapping it again", flush=True)
+        log.info(f"{schema.qualified}: its copy {load.target_database}.{load.target_table} is gone; "
+              "bootstrapping it again")
     if state is not None and state.status != LOAD_PUBLISHED and not spec.restart:
         state.status, state.error = LOAD_RUNNING, ""
         return load, state, Plan.from_dict(state.plan)  # resume: same shards, chunks after their resume keys
@@ -248,8 +251,8 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     if not in_driver and state.status != LOAD_PUBLISHED:
         session.start()  # the SparkContext comes up while the driver prepares
     if state.status == LOAD_PUBLISHED:
-        print(f"[airflow-sync] {schema.qualified} was bootstrapped for pipeline {spec.pipeline!r} already "
-              f"(generation {state.generation}); skipped (restart=True bootstraps it again)", flush=True)
+        log.info(f"{schema.qualified} was bootstrapped for pipeline {spec.pipeline!r} already "
+              f"(generation {state.generation}); skipped (restart=True bootstraps it again)")
         if not spec.recopy:
             entry = PipelineTable.of(table)
             entry.split_column = plan.split_column
@@ -259,7 +262,7 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     split = schema.column(plan.split_column)
     weight = split if needs_weight(split) else None  # a collated key: rows carry their weight, as full loads write them
     native_sql, note = mysql_reader.native_reader("auto", spec.source, plan, mappings, schema.primary_key, weight)
-    print(f"[airflow-sync] {schema.qualified}: reader {note}", flush=True)
+    log.info(f"{schema.qualified}: reader {note}")
     _prepare_target(ch, schema, load, weight is not None)
     start = BinlogPosition.from_dict(state.start_position)
     # the table joins the pipeline now: its changes from P0 on are applied while the chunks run,
@@ -272,9 +275,9 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     ledger.write_load(state)
     todo = state.todo()
     before = {i: (s.records_read, s.chunks) for i, s in state.shards.items()}  # finished chunks of earlier runs
-    print(f"[airflow-sync] bootstrap {schema.qualified} (pipeline {spec.pipeline!r}, from {start}): {len(todo)} of "
+    log.info(f"bootstrap {schema.qualified} (pipeline {spec.pipeline!r}, from {start}): {len(todo)} of "
           f"{len(plan.shards)} shards to read in chunks of {chunk:,} rows, {plan.channels} channel(s) "
-          + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
+          + ("in the driver" if in_driver else "as Spark tasks"))
     # the live copy has the final layout: rows carry no shard id
     copy = Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, True, split)
     copier = BootstrapCopy(load, plan, copy, state, ledger, Chunking(key, chunk, _fence(spec)))
@@ -284,7 +287,7 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     state.status = LOAD_PUBLISHED
     ledger.write_load(state)
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
-    print(shard_table(shards), flush=True)
+    log.info("%s", shard_table(shards))
     return _summary(state, load, plan, started) | _read_now(before, per_shard) | {
         "older_rows_dropped": dropped, "shards_read": len(todo)}
 
@@ -351,7 +354,7 @@ def _selected(spec: CdcBootstrapSpec) -> tuple[list[dict], dict[str, str]]:
                 unstreamable[name] = problem
             else:
                 selected.append(config)
-    print(f"[airflow-sync] pipeline {spec.pipeline!r}: {selection.to_dict()} selects {len(names)} table(s): "
+    log.info(f"pipeline {spec.pipeline!r}: {selection.to_dict()} selects {len(names)} table(s): "
           f"{', '.join(names) or 'none'}" + ("; not streamable, left out: " + "; ".join(
-              f"{n} ({why})" for n, why in unstreamable.items()) if unstreamable else ""), flush=True)
+              f"{n} ({why})" for n, why in unstreamable.items()) if unstreamable else ""))
     return selected, unstreamable

@@ -12,6 +12,7 @@ applier killed half-way follows it again (core/cdc/binlog.py, core/cdc/ddl.follo
 
 from __future__ import annotations
 
+import logging
 import dataclasses
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,9 +33,12 @@ from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.spark import cdc_bootstrap
 
+log = logging.getLogger(__name__)
 
-def log(pipeline: str, text: str) -> None:
-    print(f"[airflow-sync] pipeline {pipeline!r}: {text}", flush=True)
+
+def note(pipeline: str, text: str) -> None:
+    """A line of the pipeline's log."""
+    log.info(f"pipeline {pipeline!r}: {text}")
 
 
 def route_for(conn, ch, table: PipelineTable) -> TableRoute:
@@ -130,7 +134,7 @@ class Recopies:
         that cannot stream any more (e.g. its primary key dropped) leaves instead: False."""
         name, ch = table.name, self.run.ch
         self.wait(name)
-        log(self.spec.pipeline, f"{'re-' if table.shape else ''}copying {name}: {reason}")
+        note(self.spec.pipeline, f"{'re-' if table.shape else ''}copying {name}: {reason}")
         with mysql_reader.connect(self.spec.source) as conn:
             for _ in range(10):
                 try:
@@ -149,7 +153,7 @@ class Recopies:
             if problem:
                 routes.pop(name, None)
                 table.leave(f"not streamable: {problem}", unstreamable=True)
-                log(self.spec.pipeline, f"{name} cannot be streamed and is left out (a copy it had is kept): {problem}")
+                note(self.spec.pipeline, f"{name} cannot be streamed and is left out (a copy it had is kept): {problem}")
                 return False
             table.recopying = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
             if not target.table_exists(ch, table.target_database, table.target_table):  # a new table
@@ -158,7 +162,7 @@ class Recopies:
                 table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
                 ch.command(f"DROP TABLE IF EXISTS {ch_table(table.target_database, table.writes_to)}")
                 _create_copy(ch, before, table, table.writes_to)
-                log(self.spec.pipeline, f"{name}: its primary key is now {list(before.primary_key)}; copied into "
+                note(self.spec.pipeline, f"{name}: its primary key is now {list(before.primary_key)}; copied into "
                                         f"{table.target_database}.{table.writes_to}, swapped in when done (readers see "
                                         "the copy as it was until then)")
             else:
@@ -183,7 +187,7 @@ class Recopies:
         tables.append(table)
         if problem:
             table.leave(f"not streamable: {problem}", unstreamable=True)
-            log(self.spec.pipeline, f"{name} ({why}) cannot be streamed and stays out: {problem}")
+            note(self.spec.pipeline, f"{name} ({why}) cannot be streamed and stays out: {problem}")
             return False
         return self.start(routes, table, why)
 
@@ -191,7 +195,7 @@ class Recopies:
         """Re-copies a crashed applier left unfinished: resumed after their last finished chunk."""
         for table in tables:
             if table.recopying and not table.left and table.name not in self.running:
-                log(self.spec.pipeline, f"resuming the re-copy of {table.name} ({table.recopying['reason']})")
+                note(self.spec.pipeline, f"resuming the re-copy of {table.name} ({table.recopying['reason']})")
                 self._submit(table, restart=False)
 
     def settle(self, tables: list[PipelineTable]) -> None:
@@ -267,7 +271,7 @@ class Recopies:
                                  "seconds": round(time.time() - began["started"], 3)}
             if self.spec.verify_after_ddl:
                 table.mark_due()
-            log(self.spec.pipeline, f"{name} re-copied from {BinlogPosition.from_dict(began['position'])}: "
+            note(self.spec.pipeline, f"{name} re-copied from {BinlogPosition.from_dict(began['position'])}: "
                                     f"{result['rows']:,} rows in {time.time() - began['started']:.1f} s")
             done.append(name)
         return done
@@ -336,7 +340,7 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
             route.table.remember_shape(dataclasses.replace(route.schema, columns=tuple(followed.columns), indexes=()))
             routes[name] = route_for(conn, ch, route.table)
         if followed.statements:
-            log(pipeline, f"{name} follows {text[:200]!r}: " + "; ".join(followed.statements))
+            note(pipeline, f"{name} follows {text[:200]!r}: " + "; ".join(followed.statements))
         if followed.recopy:
             if recopies.start(routes, route.table, followed.recopy):
                 recopied.append(name)
@@ -350,7 +354,7 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
                 rows = truncate(ch, routes[name], after)
                 if run.spec.verify_after_ddl:
                     routes[name].table.mark_due()
-                log(pipeline, f"{name} truncated at {after}: {rows:,} rows tombstoned")
+                note(pipeline, f"{name} truncated at {after}: {rows:,} rows tombstoned")
                 changed.append(name)
     elif statement.kind == "drop":
         for name in statement.tables:
@@ -384,5 +388,5 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
 def _leave(pipeline: str, routes: dict, table: PipelineTable, why: str) -> None:
     routes.pop(table.name, None)
     table.leave(why)
-    log(pipeline, f"{table.name} {why}: it leaves the pipeline; its copy {table.target_database}."
+    note(pipeline, f"{table.name} {why}: it leaves the pipeline; its copy {table.target_database}."
                   f"{table.target_table} is kept as it was")

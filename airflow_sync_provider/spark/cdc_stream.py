@@ -11,6 +11,7 @@ driver for a batch of at most ``driver_write_rows`` changes, Spark tasks above.
 
 from __future__ import annotations
 
+import logging
 import dataclasses
 import multiprocessing
 import os
@@ -30,6 +31,8 @@ from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
+
+log = logging.getLogger(__name__)
 
 
 class ApplyFailed(RuntimeError):
@@ -206,8 +209,8 @@ def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition]:
         return []
     found = split_backlog(backlog_events(spec.source, start, stop), spec.readers, SPLIT_MIN_BYTES) or []
     if found:
-        print(f"[airflow-sync] pipeline {spec.pipeline!r}: {start} … {stop} read by {len(found) + 1} processes, split "
-              f"at {', '.join(map(str, found))}", flush=True)
+        log.info(f"pipeline {spec.pipeline!r}: {start} … {stop} read by {len(found) + 1} processes, split "
+              f"at {', '.join(map(str, found))}")
     return found
 
 

@@ -9,6 +9,7 @@ release the GIL, so the threads do run in parallel).
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -18,6 +19,8 @@ from typing import Callable, Iterator
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.ledger import SHARD_RUNNING, Ledger, LoadState, ShardState, executor_address
 from airflow_sync_provider.core.target import clickhouse as target
+
+log = logging.getLogger(__name__)
 
 DRIVER_COPY_ROWS = 300_000  # on a cluster: tables up to this size are copied by the driver
 
@@ -80,14 +83,14 @@ class Progress(threading.Thread):
                 ledger.write_heartbeat(self.state)
                 shards = ledger.shards(self.state.load_key, self.state.generation)
             except Exception as exc:  # the target may be briefly unreachable; the shards record it
-                print(f"[airflow-sync] progress: ledger unreachable ({type(exc).__name__})", flush=True)
+                log.info(f"progress: ledger unreachable ({type(exc).__name__})")
                 continue
             for shard in sorted(shards.values(), key=lambda s: s.shard_id):
                 if shard.shard_id in self.todo and shard.status != SHARD_RUNNING and shard.shard_id not in seen:
                     seen.add(shard.shard_id)
-                    print(f"[airflow-sync] shard {shard.shard_id} {shard.status}: {shard.records_written:,} rows, "
+                    log.info(f"shard {shard.shard_id} {shard.status}: {shard.records_written:,} rows, "
                           f"{shard.bytes / 1e6:.1f} MB, {shard.seconds:.1f} s"
-                          + (f" — {shard.error}" if shard.error else ""), flush=True)
+                          + (f" — {shard.error}" if shard.error else ""))
 
     def __enter__(self):
         self.start()

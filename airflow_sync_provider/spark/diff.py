@@ -267,7 +267,7 @@ def _native_sql(ctx: _Context) -> str | None:
             mappings = [ctx.texts[c] for c in ctx.schema.names]
             sql, note = mysql_reader.native_reader(ctx.spec.reader, ctx.spec.source, ctx.plan, mappings,
                                                    list(ctx.columns.keys))
-            print(f"[airflow-sync] diff {ctx.spec.diff_key}: rows are read by {note}", flush=True)
+            log.info(f"diff {ctx.spec.diff_key}: rows are read by {note}")
             _native[ctx.run_id] = sql
         return _native[ctx.run_id]
 
@@ -306,8 +306,8 @@ def _read_mysql(ctx: _Context, shard: Shard, pruning: Pruning, where: str):
                     batches = list(mysql_reader.read_shard_native(ctx.spec.source, ctx.plan, mappings, part,
                                                                   ctx.spec.fetch_rows, native))
                 except mysql_reader.NativeReadError as exc:
-                    print(f"[airflow-sync] {where}: the native reader failed ({exc}); reading the piece again with "
-                          "mysqlclient", flush=True)
+                    log.info(f"{where}: the native reader failed ({exc}); reading the piece again with "
+                          "mysqlclient")
                 else:
                     yield from (pa.Table.from_batches([b]) for b in batches)
                     continue
@@ -509,7 +509,7 @@ def _create_copy(spec: SnapshotDiffSpec, ch) -> dict:
         schema = read_table_schema(conn, spec.source_database, spec.source_table)
     target.check_columns(schema)
     database, table = _split(spec.old_table)
-    print(f"[airflow-sync] diff {spec.diff_key}: creating {spec.old_table} (it did not exist)", flush=True)
+    log.info(f"diff {spec.diff_key}: creating {spec.old_table} (it did not exist)")
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     ch.command(target.create_table_sql(schema, database, table))
     return target.column_types(ch, database, table)
@@ -527,8 +527,8 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
         keys = spec.key_columns or list(schema.primary_key)
         _check_copy_shape(spec, ch, copy, schema, old_types, keys)
         if skipped:
-            print(f"[airflow-sync] diff {spec.diff_key}: column(s) {skipped} of {table} are not in {spec.old_table}; "
-                  "not compared", flush=True)
+            log.info(f"diff {spec.diff_key}: column(s) {skipped} of {table} are not in {spec.old_table}; "
+                  "not compared")
         schema = dataclasses.replace(schema, primary_key=tuple(k for k in schema.primary_key if k in old_types))
         schema = schema.select([c.name for c in schema.columns if c.name in old_types])
         mappings = {m.name: m for m in schema.mappings()}
@@ -541,8 +541,8 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
         column = schema.column(plan.split_column) if plan.split_column else None
         database, name = _split(spec.old_table)
         if needs_weight(column) and column.name != weight_col:
-            print(f"[airflow-sync] diff {spec.diff_key}: {spec.old_table} holds no collation weights of "
-                  f"{column.name!r}; one shard, pruned by buckets only", flush=True)
+            log.info(f"diff {spec.diff_key}: {spec.old_table} holds no collation weights of "
+                  f"{column.name!r}; one shard, pruned by buckets only")
             plan = _one_shard(plan, conn)
             column = None
         weights = width = None

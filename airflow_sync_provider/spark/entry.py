@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import traceback
 
 from clickhouse_connect.driver import options as clickhouse_options
 
+from airflow_sync_provider.core.logs import to_stdout
 from airflow_sync_provider.core.jobspec import read_spec, write_private_json
 from airflow_sync_provider.core.submission import secrets_from_env
 from airflow_sync_provider.spark.session import LazySession
@@ -30,18 +30,6 @@ def _report(spec, result_key: str, result: dict) -> None:
             ch.close()
 
 
-def _log_to_stdout() -> None:
-    """The package's log records go to the driver's output, beside its progress lines: the
-    operator copies that into the task log, the command line into its log file."""
-    logger = logging.getLogger("airflow_sync_provider")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("[airflow-sync] %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-
-
 def run_job(job_function, argv=None) -> None:
     """Run ``job_function(spec, spark)`` with a :class:`LazySession`: the job builds the session
     only if it needs executors."""
@@ -50,7 +38,7 @@ def run_job(job_function, argv=None) -> None:
     # library in an Airflow worker are not touched). Jobs that convert Python values to Arrow
     # still import pandas, through pyarrow, when they first do.
     clickhouse_options.pd = clickhouse_options.pd_time_test = None
-    _log_to_stdout()
+    to_stdout()
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", required=True, help="path of the job-spec JSON file")
     parser.add_argument("--secrets-from-env", action="store_true",

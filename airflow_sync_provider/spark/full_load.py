@@ -12,6 +12,7 @@ does differently.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from airflow_sync_provider.core.cdc.positions import BinlogPosition, flavor, position_if_readable, snapshot_position
@@ -35,6 +36,8 @@ from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.channels import driver_copy_limit, retrying, running_record
 from airflow_sync_provider.spark.session import lazy
 from airflow_sync_provider.spark.shard_copy import Channel, Copy, LoadFailed, RowVersion, ShardCopy
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FullLoadCopy", "LoadFailed", "run_full_load"]
 
@@ -108,8 +111,8 @@ class FullLoadCopy(ShardCopy):
         try:
             self.read_native(channel, shard, record, inserts)
         except mysql_reader.NativeReadError as exc:
-            print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); reading it again "
-                  "with mysqlclient", flush=True)
+            log.info(f"shard {shard.id}: the native reader failed ({exc}); reading it again "
+                  "with mysqlclient")
             inserts.finish()  # what was sent is acknowledged before it is cleared
             record.records_read = record.records_written = record.bytes = 0
             record.version = None
@@ -289,7 +292,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
     if spec.skip_published and (done := ledger.state(spec.load_key)) is not None and done.status == LOAD_PUBLISHED:
-        print(f"[airflow-sync] load {spec.load_key!r} is published (generation {done.generation}); skipped", flush=True)
+        log.info(f"load {spec.load_key!r} is published (generation {done.generation}); skipped")
         return _published_summary(done, started)
     try:  # one job per load key; a killed job's key is free at once (core/source/locks.py)
         lock = load_lock(spec.source, spec.ledger_database, spec.load_key, f"load {spec.load_key!r}")
@@ -322,8 +325,8 @@ def _collect_left_behind(spec: FullLoadSpec, ledger: Ledger) -> None:
             state.error = (f"abandoned: no report for over {spec.abandon_after_seconds:.0f} s, so its working tables "
                            f"were dropped; {state.error}")[:4000]
             ledger.write_load(state)
-        print(f"[airflow-sync] dropped the working tables of load {w['load_key']!r} generation {w['generation']} "
-              f"({'abandoned' if w['abandon'] else 'published or replaced'})", flush=True)
+        log.info(f"dropped the working tables of load {w['load_key']!r} generation {w['generation']} "
+              f"({'abandoned' if w['abandon'] else 'published or replaced'})")
 
 
 def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, started: float) -> dict:
@@ -339,11 +342,11 @@ def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, star
                                          copy.direct))
     ledger.write_load(state)
     todo = state.todo()
-    print(f"[airflow-sync] load {state.load_key!r} generation {state.generation}: {len(todo)} of "
+    log.info(f"load {state.load_key!r} generation {state.generation}: {len(todo)} of "
           f"{len(plan.shards)} shards to read{' (repair of the published table)' if state.repair else ''}, "
-          f"{plan.channels} channel(s), split on {plan.split_column!r}", flush=True)
-    print(f"[airflow-sync] reader: {reader_note}; working table: "
-          f"{'final layout, published by a swap' if copy.direct else 'one partition per shard'}", flush=True)
+          f"{plan.channels} channel(s), split on {plan.split_column!r}")
+    log.info(f"reader: {reader_note}; working table: "
+          f"{'final layout, published by a swap' if copy.direct else 'one partition per shard'}")
 
     phases = {"prepare": time.time() - started}  # where the job's time went (bench/, the task log)
     copier = FullLoadCopy(spec, plan, copy, state, ledger)
@@ -352,8 +355,8 @@ def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, star
         channels = min(plan.channels, len(todo))
         estimate = sum(s.estimated_rows or 0 for s in plan.shards if s.id in todo)
         in_driver = estimate <= driver_rows and not session.started
-        print(f"[airflow-sync] copying about {estimate:,} rows in {channels} channel(s) "
-              + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
+        log.info(f"copying about {estimate:,} rows in {channels} channel(s) "
+              + ("in the driver" if in_driver else "as Spark tasks"))
         per_shard = copier.run(session, in_driver)
         if copier.spark_start is not None:
             phases["spark_start"] = copier.spark_start  # the session's start-up not hidden behind planning
@@ -378,9 +381,9 @@ def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, star
     ledger.write_load(state)
     ch.command(f"DROP TABLE IF EXISTS {ch_table(spec.ledger_database, state.parts_table)}")
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
-    print(shard_table(shards), flush=True)
+    log.info("%s", shard_table(shards))
     phases["publish"] = time.time() - started - sum(phases.values())
-    print("[airflow-sync] seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()), flush=True)
+    log.info("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
     return {
         "load_key": state.load_key,
         "generation": state.generation,

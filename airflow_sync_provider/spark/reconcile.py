@@ -160,7 +160,7 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
     result = _compare(spec, session, ledger)
     stored = result.pop("stored_spec")
     if result["verdict"] == MISMATCH and spec.reimport:  # a shape mismatch is not repaired by shards
-        print(f"[airflow-sync] reconcile: shards {result['mismatched']} mismatched; re-importing them", flush=True)
+        log.info(f"reconcile: shards {result['mismatched']} mismatched; re-importing them")
         repair = run_full_load(reimport_spec(stored, spec.source, spec.target), session)
         before = {k: result[k] for k in ("verdict", "mismatched", "shards")}
         result = _compare(spec, session, ledger)

@@ -21,6 +21,7 @@ its own, straight into the live copy, and counts a chunk only once it is durable
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -39,6 +40,8 @@ from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, Weight
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.channels import Progress, retrying, run_channels
+
+log = logging.getLogger(__name__)
 
 REPORT_EVERY_SECONDS = 1.0  # live hook counters: a running shard's report to the ledger
 
@@ -150,7 +153,7 @@ class ShardCopy:
             errors = "; ".join(f"shard {i}: {state.shards[i].error}" for i in failed if i in state.shards)
             state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
             retrying(lambda: self.ledger.write_load(state), self.spec.ledger_wait_seconds)
-            print(shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]), flush=True)
+            log.info("%s", shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]))
             raise self.shards_failed()
         return state
 

@@ -65,7 +65,7 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
         if done:
             log.info("%s: load %r goes on with its unfinished run: %d table(s) it published are skipped", spec.job,
                      spec.load_key, len(done))
-    print(f"[airflow-sync] {spec.job}: {len(names)} table(s) selected: {', '.join(names) or '(none)'}", flush=True)
+    log.info(f"{spec.job}: {len(names)} table(s) selected: {', '.join(names) or '(none)'}")
 
     def one(config: dict) -> dict:
         name = f"{config['source_database']}.{config['source_table']}"
@@ -90,7 +90,7 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
         what = ((f"{r['rows']:,} rows" + (" (skipped: published by this load's earlier run)" if r.get("skipped")
                                           else "") if "rows" in r else r.get("verdict", ""))
                 if r["status"] == "success" else r["error"])
-        print(f"[airflow-sync]   {r['table']:<40} {r['status']:<8} {r['seconds']:>7.2f} s  {what}"[:300], flush=True)
+        log.info(f"  {r['table']:<40} {r['status']:<8} {r['seconds']:>7.2f} s  {what}"[:300])
     failed = [r for r in results if r["status"] != "success"]
     if keys and failed:
         ledger.write_load_set(spec.load_key, list(keys.values()), {keys[r["table"]]: r["error"] for r in failed},

@@ -24,8 +24,11 @@ everything read from the old one. File numbers must stay below 2**24 (16,777,216
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 SCHEME = "binlog-v1"  # marks target tables whose _version follows this module
 # a snapshot read at P ranks just below P's own version (see the module's text): its rows, or a
@@ -185,11 +188,11 @@ def position_if_readable(conn, table: str, epoch: int = 0) -> BinlogPosition | N
     try:
         position = current_position(conn, epoch=epoch)
     except Exception as exc:  # e.g. no REPLICATION CLIENT / BINLOG MONITOR privilege
-        print(f"[airflow-sync] table {table}: binlog position unavailable ({type(exc).__name__}: {exc})", flush=True)
+        log.warning(f"table {table}: binlog position unavailable ({type(exc).__name__}: {exc})")
         return None
     if position is None:
-        print(f"[airflow-sync] table {table}: the source has no binlog; versions continue above the target's "
-              "highest", flush=True)
+        log.warning(f"table {table}: the source has no binlog; versions continue above the target's "
+              "highest")
     return position
 
 
