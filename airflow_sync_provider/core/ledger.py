@@ -114,6 +114,21 @@ class LoadState:
         }
 
 
+def failing_shards(state: LoadState) -> list[int]:
+    """The shards that make a load's counters verdict ``failed`` (none: it succeeded or is still
+    under way): shards with bad counters (read != written, or failed rows), and once the load
+    has ended (failed, published, abandoned, or its job died) every planned shard that did not
+    succeed — a published load's shards a reconciliation marked: its copy is wrong there."""
+    ids = [s["id"] for s in state.plan.get("shards", [])]
+    bad_counters = [s.shard_id for s in state.shards.values()
+                    if s.status == SHARD_SUCCESS and (s.records_read != s.records_written or s.records_failed)]
+    ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED, LOAD_ABANDONED) or state.stale
+    undone = [i for i in ids if i not in state.shards or state.shards[i].status != SHARD_SUCCESS] if ended else []
+    if not bad_counters and not undone:
+        return []
+    return sorted(set(state.failed()) | set(bad_counters) | set(undone))
+
+
 def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     """('success' | 'wait' | 'failed', message) — the shard-counters sensor's decision.
 
@@ -125,15 +140,11 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     if state is None:
         return "wait", "no such load yet"
     ids = [s["id"] for s in state.plan.get("shards", [])]
-    bad_counters = [s.shard_id for s in state.shards.values()
-                    if s.status == SHARD_SUCCESS and (s.records_read != s.records_written or s.records_failed)]
     done = [i for i in ids if i in state.shards and state.shards[i].status == SHARD_SUCCESS]
-    if not bad_counters and len(done) == len(ids) and ids:
+    failed = failing_shards(state)
+    if not failed and len(done) == len(ids) and ids:
         return "success", f"all {len(ids)} shards succeeded, read == written, failed == 0"
-    # a published load with shards a reconciliation marked: its copy is known to be wrong there
-    ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED, LOAD_ABANDONED) or state.stale
-    if bad_counters or (ended and len(done) < len(ids)):
-        failed = sorted(set(state.failed()) | set(bad_counters) | ({i for i in ids if i not in done} if ended else set()))
+    if failed:
         errors = "; ".join(f"shard {i}: {state.shards[i].error[:200]}" for i in failed
                            if i in state.shards and state.shards[i].error)
         why = "died (no heartbeat)" if state.stale else state.status
@@ -181,6 +192,31 @@ _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these na
     ("deleted", "UInt64"), ("seconds", "Float64"),
 )
 _JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", _TIME))
+# The Airflow task instance that last worked on a load, reconciliation, diff or pipeline (written by
+# the operator as its job starts): the Sync view links each row to it. ``key`` is the operator's
+# key; a job of many tables has one row for the prefix of all its table keys (``<key>:<db>.<t>``).
+_TASKS = (
+    ("kind", "LowCardinality(String)"), ("key", "String"), ("dag_id", "String"), ("task_id", "String"),
+    ("run_id", "String"), ("map_index", "Int32"), ("try_number", "UInt32"), ("at", _TIME),
+)
+TASK_LOAD, TASK_RECONCILIATION, TASK_DIFF, TASK_PIPELINE = "load", "reconciliation", "diff", "pipeline"
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """An Airflow task instance, as the ledger remembers it."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+
+def key_prefixes(key: str) -> list[str]:
+    """``key`` and each prefix of it that ends before a ``:`` (a job of many tables names its
+    tables' loads, checks and diffs ``<key>:<db>.<table>``; a bootstrap's ``cdc:<pipeline>:<db>.<t>``)."""
+    return [key] + [key[:i] for i, c in enumerate(key) if c == ":" and i]
 _LOAD_SETS = (("load_key", "String"), ("tables", "Array(String)"), ("errors", "Map(String, String)"), ("at", _TIME))
 
 
@@ -277,6 +313,31 @@ class Ledger(LedgerTables):
                              parameters={"k": load_key}).result_rows
         return (list(rows[0][0]), dict(rows[0][1])) if rows else None
 
+    def write_task(self, kind: str, key: str, task: TaskRef) -> None:
+        """The task instance working on ``key`` now (``kind``: TASK_LOAD, … ); the newest one wins."""
+        self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")  # before any job's tables
+        self._create("tasks", _TASKS, "ReplacingMergeTree(at) ORDER BY (kind, key)")
+        self._insert("tasks", [[kind, key, task.dag_id, task.task_id, task.run_id, task.map_index, task.try_number,
+                                _ts(self._stamp())]], _TASKS)
+
+    def tasks(self, kind: str, keys: list[str]) -> dict[str, TaskRef]:
+        """The task instance behind each of ``keys``: recorded for the key itself, else for its
+        longest prefix that a job of many tables was keyed by (:func:`key_prefixes`)."""
+        wanted = sorted({p for key in keys for p in key_prefixes(key)})
+        if not wanted or not self._exists("tasks"):
+            return {}
+        rows = self.ch.query(
+            f"SELECT key, argMax(dag_id, at), argMax(task_id, at), argMax(run_id, at), argMax(map_index, at),"
+            f" argMax(try_number, at) FROM {self.table('tasks')} WHERE kind = {{kind:String}}"
+            f" AND key IN {{keys:Array(String)}} GROUP BY key", parameters={"kind": kind, "keys": wanted}).result_rows
+        found = {key: TaskRef(*rest) for key, *rest in rows}
+        out = {}
+        for key in keys:  # the longest recorded: the key itself, else the nearest job of many tables
+            hit = max((p for p in key_prefixes(key) if p in found), key=len, default=None)
+            if hit is not None:
+                out[key] = found[hit]
+        return out
+
     def write_job_result(self, key: str, result: dict) -> None:
         """A cluster-mode job's result (its driver cannot write a file the submitter reads)."""
         self._create("job_results", _JOB_RESULTS, "MergeTree ORDER BY result_key TTL toDateTime(at) + INTERVAL 30 DAY")
@@ -331,6 +392,17 @@ class Ledger(LedgerTables):
                           json.loads(spec), error, json.loads(start) if start else None, list(repair), heartbeat)
         state.shards = self.shards(load_key, gen)
         return state
+
+    def table_states(self, load_key: str) -> dict[str, LoadState]:
+        """The load ``load_key`` by its key, or each recorded table load of a job of many tables
+        keyed so (:meth:`write_load_set`); empty before anything was recorded."""
+        if not self._exists("loads"):
+            return {}
+        state = self.state(load_key)
+        if state is not None:
+            return {load_key: state}
+        keys, _ = self.load_set(load_key) or ([], {})
+        return {key: found for key in keys if (found := self.state(key)) is not None}
 
     def left_behind(self, older_than: float) -> list[dict]:
         """Working (parts) tables no job will use: of a published load (a crash between publishing
