@@ -54,7 +54,7 @@ def _name(group: str, metric: str, *obj: str) -> str:
     if len(name) <= MAX_NAME:
         return name
     digest = f"{zlib.crc32(tail.encode()):08x}"
-    return f"{head}.{tail[:MAX_NAME - len(head) - len(digest) - 3]}_{digest}"
+    return f"{head}.{tail[:MAX_NAME - len(head) - len(digest) - 2]}_{digest}"
 
 
 def table_object(qualified: str) -> tuple[str, ...]:
