@@ -227,6 +227,7 @@ class LedgerTables:
         self.ch = client
         self.database = database
         self._last = 0.0
+        self._snapshot: set[str] | None = None  # snapshot_tables()
 
     def table(self, name: str) -> str:
         return ch_table(self.database, name)
@@ -235,6 +236,17 @@ class LedgerTables:
         """Strictly increasing report times from this writer (ReplacingMergeTree keeps the newest)."""
         self._last = max(_now(), self._last + 1e-6)
         return self._last
+
+    def snapshot_tables(self) -> None:
+        """Answer :meth:`_exists` from one look at the database from now on: for a reader making
+        many queries in one short request (the Sync view's page); tables created later are missed."""
+        self._snapshot = {n for (n,) in self.ch.query("SELECT name FROM system.tables WHERE database = {d:String}",
+                                                      parameters={"d": self.database}).result_rows}
+
+    def _exists(self, name: str) -> bool:
+        if self._snapshot is not None:
+            return name in self._snapshot
+        return bool(self.ch.command(f"EXISTS TABLE {self.table(name)}"))
 
     def _create(self, name: str, columns: tuple, engine: str) -> None:
         body = ", ".join(f"{ch_ident(n)} {t}" for n, t in columns)
@@ -438,9 +450,6 @@ class Ledger(LedgerTables):
                              f" GROUP BY load_key ORDER BY max(updated_at) DESC LIMIT {int(limit)}",
                              parameters={"p": prefix}).result_rows
         return [state for (key,) in keys if (state := self.state(key)) is not None]
-
-    def _exists(self, name: str) -> bool:
-        return bool(self.ch.command(f"EXISTS TABLE {self.table(name)}"))
 
     def reconciliations(self, limit: int = 50, prefix: str = "") -> list[dict]:
         """The newest reconciliation of each recently checked load, newest first."""

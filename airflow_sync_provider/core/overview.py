@@ -267,6 +267,7 @@ def _set_errors(ledger: Ledger, filters: Filters, recorded: set[str]) -> list[di
 def overview(ledger: Ledger, filters: Filters, now: float | None = None) -> Overview:
     """The first page: counts, failures with remedies, running loads, pipelines, a page of rows
     (with a key prefix: that job's loads and checks alone)."""
+    ledger.snapshot_tables()
     loads = load_rows(ledger, filters)
     counts = {"loads": {s: 0 for s in STATES}, "shards": {FAILED: 0}}
     for row in loads:

@@ -102,7 +102,7 @@ def _attention(view: Overview, now: float) -> str:
         head = (f"failed at checkpoint {state.checkpoint}" if state.status == "failed" else
                 f"stopped reporting {ago(p.age)}" if state.stale else f"{p.lag:,.0f} s behind the source")
         items.append(
-            f"<li class='{p.kind}' data-kind='pipeline'><b>{'✗' if p.failing else '⏱'} pipeline "
+            f"<li class='{p.kind}' data-kind='pipeline'><b>{'✗' if p.failing else '⚠'} pipeline "
             f"<a href='?pipeline={quote(state.pipeline, safe='')}'>{escape(state.pipeline)}</a></b> {escape(head)}"
             f" (last report {ago(p.age)})"
             + (f" <span class='err'>{escape(state.error[:300])}</span>" if state.error else "")
