@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.positions import flavor, position_if_readable, snapshot_position
+from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
@@ -354,6 +355,7 @@ def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, star
     ch.command(target.create_working_sql(schema, spec.ledger_database, state.parts_table, copy.weight is not None,
                                          copy.direct))
     ledger.write_load(state)
+    hold_point("full_load.started", spec.load_key)  # tests: loads held together (core/crash_points.py)
     todo = state.todo()
     print(f"[airflow-sync] load {state.load_key!r} generation {state.generation}: {len(todo)} of "
           f"{len(plan.shards)} shards to read{' (repair of the published table)' if state.repair else ''}, "
