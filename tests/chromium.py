@@ -5,6 +5,7 @@ navigation timing, ask where elements are drawn, take a screenshot."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ class Chromium:
         self.profile, self.width, self.height = Path(profile), width, height
         self.proc: subprocess.Popen | None = None
         self.ws = None
+        self._stack = contextlib.ExitStack()
         self._id = 0
         self.events: list[dict] = []
 
@@ -35,6 +37,14 @@ class Chromium:
              "--remote-debugging-port=0", "--remote-allow-origins=*", f"--user-data-dir={self.profile}",
              f"--window-size={self.width},{self.height}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self._connect(port_file)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _connect(self, port_file: Path) -> None:
         deadline = time.monotonic() + 60
         while not port_file.exists() or not port_file.read_text().strip():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -49,16 +59,15 @@ class Chromium:
             if time.monotonic() > deadline:
                 raise RuntimeError("chromium opened no page")
             time.sleep(0.1)
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 2 ** 20, open_timeout=30)
+        self.ws = self._stack.enter_context(connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 2 ** 20,
+                                                    open_timeout=30))
         self.send("Page.enable")
         self.send("Network.enable")
         self.send("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height, deviceScaleFactor=1,
                   mobile=False)
-        return self
 
     def __exit__(self, *exc) -> None:
-        if self.ws is not None:
-            self.ws.close()
+        self._stack.close()
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait(timeout=30)
