@@ -171,7 +171,8 @@ def _pipeline_table(pipelines: list[PipelineRow], now: float) -> str:
     rows = []
     for p in pipelines:
         s = p.state
-        lag = "–" if p.lag is None else "caught up" if p.lag == 0 else f"{p.lag:,.0f} s"
+        lag = ("–" if p.lag is None else "stopped" if p.failing and p.lag == 0 else "caught up" if p.lag == 0
+               else f"{p.lag:,.0f} s")
         rows.append(
             f"<tr class='{p.kind}'><td class='v'><a href='?pipeline={quote(s.pipeline, safe='')}'>{escape(s.pipeline)}</a>"
             f"</td><td class='v'>{escape(p.kind)}</td><td>{lag}</td><td>{ago(p.age)}</td><td>{s.events:,}</td>"
