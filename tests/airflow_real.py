@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -246,6 +247,22 @@ class RealAirflow:
                     raise
             self._check_alive()
             time.sleep(2)
+
+    def wait_for_defer_exit(self, dag_id: str, run_id: str, task_id: str, timeout: float = 300) -> None:
+        """Wait until the scheduler has taken in the executor's report of a deferred task's worker
+        exit (its "TaskInstance Finished … state=deferred" line). A deferred task released before
+        that races Airflow 3.3's scheduler: when the trigger fires first and the resumed attempt
+        is already queued or running, the stale report of the exit marks it failed ("state
+        mismatch", apache/airflow#71580, #72716). A test releases a deferred task only after this."""
+        pattern = re.compile(rf"TaskInstance Finished: dag_id={re.escape(dag_id)}, task_id={re.escape(task_id)}, "
+                             rf"run_id={re.escape(run_id)}, .*?state=deferred, ")
+        log = self.home / "scheduler.log"
+        deadline = time.monotonic() + timeout
+        while not pattern.search(log.read_text(errors="replace")):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the scheduler never took in the deferral of {dag_id}.{task_id} {run_id}")
+            self._check_alive()
+            time.sleep(0.5)
 
     def trigger(self, dag_id: str, conf: dict | None = None) -> str:
         run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})

@@ -8,7 +8,8 @@ partitions) does not meet the `dags test` tier's.
 Every test sets up what it reads (its own runs, pipelines, days) and passes alone (``-k``).
 Nothing is proven by comparing timestamps: runs held together at a hold point show they ran
 side by side (core/crash_points.py); a deferred sensor is released only by what the test does
-after seeing it deferred.
+after seeing it deferred and the scheduler having taken in its worker's exit (released sooner,
+Airflow 3.3's scheduler can fail the resumed task: RealAirflow.wait_for_defer_exit).
 """
 
 from __future__ import annotations
@@ -239,6 +240,7 @@ def test_cdc_dag_succeeds_and_a_binlog_sensor_defers_into_the_real_triggerer(tie
         airflow.wait_for_dag("sync_test_wait_for_position")
         wait = airflow.trigger("sync_test_wait_for_position", {"pipeline": "demo_cdc", "position": target})
         _wait_for_state(airflow, "sync_test_wait_for_position", wait, "wait", "deferred")
+        airflow.wait_for_defer_exit("sync_test_wait_for_position", wait, "wait")  # only now may it be released
         second = airflow.trigger("sync_demo_cdc")
         _pause(airflow, "sync_demo_cdc", False)  # the release: a CDC run applies the change
         _succeeded(airflow, "sync_demo_cdc", [second])
@@ -265,6 +267,7 @@ def test_a_deferred_binlog_sensor_fails_fast_when_the_pipeline_reports_an_error(
     far = f"{at.file}:{at.pos + 10**9}"
     run = airflow.trigger("sync_test_wait_for_position", {"pipeline": "real_tier_failing", "position": far})
     _wait_for_state(airflow, "sync_test_wait_for_position", run, "wait", "deferred")
+    airflow.wait_for_defer_exit("sync_test_wait_for_position", run, "wait")
     ledger.write(PipelineState("real_tier_failing", PIPELINE_FAILED, at, error="BinlogError: the binlog file was purged"))
     assert airflow.wait_for_runs("sync_test_wait_for_position", [run], timeout=300)[run] == "failed"
     ti = airflow.task_instances("sync_test_wait_for_position", run)["wait"]
@@ -287,6 +290,7 @@ def test_a_deferred_sensor_sends_the_lag_of_a_running_pipeline_from_the_triggere
     run = airflow.trigger("sync_test_wait_for_position",
                           {"pipeline": "real_tier_lagging", "position": f"{ahead.file}:{ahead.pos}"})
     _wait_for_state(airflow, "sync_test_wait_for_position", run, "wait", "deferred")
+    airflow.wait_for_defer_exit("sync_test_wait_for_position", run, "wait")  # before the release below
     lag = "airflow.sync.pipeline.lag_seconds.real_tier_lagging"
     assert statsd.wait_for(lag, "g", lambda v: v >= 300, timeout=120) >= 300
     since = statsd.mark()  # from here only the trigger looks at the pipeline

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, Checkpoints, PipelineState
 from airflow_sync_provider.core.ledger import (
-    LOAD_PUBLISHED, TASK_DIFF, TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, Ledger, LoadState, ShardState, TaskRef,
+    LOAD_ABANDONED, LOAD_PUBLISHED, TASK_DIFF, TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, Ledger, LoadState, ShardState, TaskRef,
     counters_verdict, failing_shards,
 )
 from airflow_sync_provider.core.metrics import checkpoint_age, lag_seconds, recopies_running
@@ -106,6 +106,9 @@ class LoadRow:
         if self.state.status == LOAD_PUBLISHED:
             return (f"re-import shards {shards} into the published table: a FullLoadOperator with "
                     "reimport='failed' on this load key, or a ReconcileOperator with on_mismatch='reimport'", command)
+        if self.state.status == LOAD_ABANDONED:
+            return ("clear the task: the load starts afresh (left unfinished so long that its working tables were "
+                    "dropped)", command)
         return f"clear the task: its retry resumes the load and reads only shards {shards}", command
 
 

@@ -14,7 +14,8 @@ from urllib.parse import quote, urlencode
 
 from airflow_sync_provider.core.ledger import TaskRef
 from airflow_sync_provider.core.overview import (
-    ATTENTION_ROWS, FAILED, LAG_WARNING_SECONDS, PAGE_ROWS, STATES, Filters, LoadRow, Overview, PipelineRow,
+    ATTENTION_ROWS, FAILED, LAG_WARNING_SECONDS, PAGE_ROWS, RECENT_DAYS, STATES, Filters, LoadRow, Overview,
+    PipelineRow,
 )
 
 REFRESH_SECONDS = 15
@@ -56,8 +57,10 @@ def _since(at: float | None, now: float) -> str:
 
 
 def _query(filters: Filters, **change) -> str:
-    values = {"table": filters.table, "state": filters.state, "load": filters.load, "page": filters.page} | change
-    return "?" + urlencode({k: v for k, v in values.items() if v and not (k == "page" and v == 1)})
+    values = {"table": filters.table, "state": filters.state, "load": filters.load, "page": filters.page,
+              "days": filters.days} | change
+    defaults = {"page": 1, "days": RECENT_DAYS}
+    return "?" + urlencode({k: v for k, v in values.items() if v and defaults.get(k) != v})
 
 
 def _page(title: str, body: str, refresh: int | None = REFRESH_SECONDS) -> str:
@@ -135,7 +138,8 @@ def _form(f: Filters) -> str:
             f"<label>table <input name='table' value='{escape(f.table)}' placeholder='db.table, shop.*, *orders*'></label> "
             f"<label>state <select name='state'><option value=''>any</option>{states}</select></label> "
             f"<label>load key <input name='load' value='{escape(f.load)}' placeholder='key prefix'></label> "
-            "<button>filter</button> <a href='./'>all</a></form>")
+            + (f"<input type='hidden' name='days' value='{f.days}'>" if f.days != RECENT_DAYS else "")
+            + "<button>filter</button> <a href='./'>all</a></form>")
 
 
 def _progress(row: LoadRow) -> str:

@@ -6,7 +6,8 @@ ledger (never a worker's disk; core/overview.py gathers, core/pages.py renders):
 * ``/sync/`` — what needs attention first (failed loads and shards, failed or lagging pipelines,
   each with its remedy and task instance), counts by state, running loads with progress, the
   pipelines, then one row per table load, worst first: ``?table=<db.table glob>``,
-  ``?state=failed|running|published|abandoned``, ``?load=<key prefix>`` and ``?page=N``.
+  ``?state=failed|running|published|abandoned``, ``?load=<key prefix>``, ``?page=N`` and
+  ``?days=N`` (published loads older than that leave the page; default 7).
   Reloads itself every 15 s.
 * ``/sync/load?key=<load key>`` — one load and its shards' hook counters.
 * ``/sync/?pipeline=<name>`` — one CDC pipeline: lag, checkpoint, verification, changes per minute.
@@ -54,8 +55,8 @@ app = FastAPI(title="Airflow Sync", docs_url=None, redoc_url=None, openapi_url=N
 
 
 @app.get("/", response_class=HTMLResponse)
-def sync_page(table: str = "", state: str = "", load: str = "", page: int = 1, pipeline: str = "", diff: str = "",
-              book: Ledger = Depends(ledger)) -> str:
+def sync_page(table: str = "", state: str = "", load: str = "", page: int = 1, days: int = ov.RECENT_DAYS,
+              pipeline: str = "", diff: str = "", book: Ledger = Depends(ledger)) -> str:
     if pipeline:
         found = ov.pipeline_page(book, pipeline)
         if found is None:
@@ -64,7 +65,7 @@ def sync_page(table: str = "", state: str = "", load: str = "", page: int = 1, p
     if diff:
         return pages.diffs_html(ov.diff_runs(book, diff, limit=50), diff)
     try:
-        filters = ov.Filters(table=table, state=state, load=load, page=page)
+        filters = ov.Filters(table=table, state=state, load=load, page=page, days=days)
     except ValueError as exc:
         raise HTTPException(400, str(exc)) from None
     return pages.overview_html(ov.overview(book, filters))
