@@ -2,9 +2,10 @@
 what failed (and the exact remedy), what is behind, what runs and how far, is the copy right —
 then one row per table load to filter and page through.
 
-A few queries whatever the number of tables: the newest generation of every load in scope with
-its shards' newest attempts (two queries), reconciliations and diff runs (one each), the task
-instances of the rows shown (one), the pipelines (one each). Loads are judged by the counters
+A few queries whatever the number of tables: the ledger's tables (one), the newest generation of
+every load in scope with its heartbeats and its shards' newest attempts (three), reconciliations
+and diff runs (a few), the task instances of the rows shown (one a kind), the pipelines (one
+each). Loads are judged by the counters
 sensor's own rules (:func:`ledger.counters_verdict`), on light ``LoadState`` objects (no plan
 text, no shard predicates). Plain Python over the ledger: no Airflow, no pyspark.
 """
@@ -19,8 +20,8 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, Checkpoints, PipelineState
 from airflow_sync_provider.core.ledger import (
-    LOAD_ABANDONED, LOAD_PUBLISHED, TASK_DIFF, TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, Ledger, LoadState, ShardState, TaskRef,
-    counters_verdict, failing_shards,
+    LOAD_ABANDONED, LOAD_PUBLISHED, TASK_DIFF, TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, Ledger, LoadState,
+    ShardState, TaskRef, counters_verdict, failing_shards,
 )
 from airflow_sync_provider.core.metrics import checkpoint_age, lag_seconds, recopies_running
 
@@ -61,9 +62,8 @@ class Filters:
 
 @dataclass
 class LoadRow:
-    state: LoadState  # light: plan shards carry only id and estimated rows; shards no predicates
-    verdict: str
-    message: str
+    state: LoadState  # light: plan shards carry only their ids; shards no predicates
+    verdict: str  # the counters sensor's: success | wait | failed
     estimated_rows: int
     updated: float
     task: TaskRef | None = None
@@ -203,7 +203,7 @@ def load_rows(ledger: Ledger, filters: Filters) -> list[LoadRow]:
             latest, parameters=params).result_rows:
         state = LoadState(key, gen, status, source, target, {"shards": [{"id": i} for i in ids]}, "", 0, {}, error,
                           None, list(repair), max(updated, beats.get((key, gen), 0.0)))
-        rows[(key, gen)] = LoadRow(state, "", "", estimated, state.heartbeat)
+        rows[(key, gen)] = LoadRow(state, "", estimated, state.heartbeat)
     for key, gen, shard_id, attempt, status, read, written, failed, started, finished, error in ledger.ch.query(
             f"SELECT load_key, generation, shard_id, attempt, status, records_read, records_written, records_failed,"
             f" toFloat64(started_at), toFloat64(finished_at), substring(error, 1, 500)"
@@ -216,7 +216,7 @@ def load_rows(ledger: Ledger, filters: Filters) -> list[LoadRow]:
             row.state.shards[shard_id] = ShardState(shard_id, attempt, status, "", [], read, written, failed,
                                                     started_at=started, finished_at=finished, error=error)
     for row in rows.values():
-        row.verdict, row.message = counters_verdict(row.state)
+        row.verdict = counters_verdict(row.state)[0]
     return sorted(rows.values(), key=lambda r: (_RANK.get(r.kind, 2), -r.updated, r.state.load_key))
 
 

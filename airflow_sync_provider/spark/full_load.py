@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.positions import flavor, position_if_readable, snapshot_position
-from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
     LOAD_ABANDONED, LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState, ShardState,
 )
+from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name
 from airflow_sync_provider.core.source.planning import Plan, plan_table
