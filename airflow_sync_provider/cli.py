@@ -21,9 +21,10 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
-from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, Checkpoints
+from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, PIPELINE_STOPPED, Checkpoints
 from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
@@ -34,8 +35,9 @@ from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, c
 from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, MIN_SHARD_ROWS, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.submission import spark_submit
+from airflow_sync_provider.core.submission import private_cache, spark_submit
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
+from airflow_sync_provider.core.verify.reconcile import FAILED, OK, SHAPE_MISMATCH
 from airflow_sync_provider.core.verify.reports import diff_summary, reconcile_table, shard_table, write_diff_report, write_report
 
 SPLIT_FACTOR_HELP = (f"shards per channel (default: {DEFAULT_SPLIT_FACTOR}, fewer when a shard would hold under "
@@ -74,27 +76,97 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _submit(spec, args, what: str, done) -> int:
+ERROR_CHARS = 1000  # a failed table's line on the terminal; the whole error is in the log file
+
+
+def _log_file(args, what: str) -> str:
+    """Where a job's whole output goes (``--log-file``, else a new file in ``$AIRFLOW_SYNC_LOG_DIR`` or
+    this user's private temporary directory), created readable by its owner only."""
+    path = getattr(args, "log_file", None)
+    if not path:
+        directory = os.environ.get("AIRFLOW_SYNC_LOG_DIR") or os.path.join(
+            str(private_cache() or tempfile.mkdtemp(prefix="airflow-sync-")), "logs")
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        path = os.path.join(directory, f"{what.replace(' ', '-')}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log")
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    return path
+
+
+def _run_job(spec, args, what: str) -> tuple[dict, str]:
+    """spark-submit ``spec``: the driver's whole output (tracebacks included) goes to the log file,
+    its one-line progress messages (``[airflow-sync] …``) also to stderr unless ``--json``; a
+    table's failure is one such line, its traceback follows it in the log file only.
+    Returns the job's result and the log file's path."""
+    path = _log_file(args, what)
+    with open(path, "a", encoding="utf-8") as log:
+        def line(text: str) -> None:
+            log.write(text + "\n")
+            log.flush()
+            # one-line progress messages; not the per-table rows a job of many prints at its end
+            # (spark/tables.py), which this command sums up itself
+            if not args.json and text.startswith("[airflow-sync]") and not text.startswith("[airflow-sync]   "):
+                print(text, file=sys.stderr, flush=True)
+
+        result = spark_submit(spec, master=args.master, line=line)
+    return result, path
+
+
+def _one_line(text) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + " … (the whole error is in the log file)"
+
+
+def _report_failure(what: str, result: dict, log_path: str, hint: str = "") -> None:
+    """A failed job on stderr: one line per failed table (or one for the job), where the log is."""
+    failed = [t for t in result.get("tables") or [] if t.get("status") == "failed"]
+    if failed:
+        others = " (the others succeeded)" if len(failed) < len(result["tables"]) else ""
+        print(f"airflow-sync: {what} failed for {len(failed)} of {len(result['tables'])} table(s){others}{hint}:",
+              file=sys.stderr)
+        for table in failed:
+            print(f"airflow-sync:   {table['table']}: {_one_line(table['error'])}", file=sys.stderr)
+    else:
+        print(f"airflow-sync: {what} failed: {_one_line(result.get('error'))}", file=sys.stderr)
+    print(f"airflow-sync: the job's whole output, tracebacks included: {log_path}", file=sys.stderr)
+
+
+def _submit(spec, args, what: str, done, hint: str = "") -> int:
     """spark-submit ``spec``; print the result as JSON or ``done(result)``'s line (or the error)."""
-    result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
+    result, log_path = _run_job(spec, args, what)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     elif result.get("status") == "success":
         print(done(result))
-    else:
-        print(f"airflow-sync: {what} failed: {result.get('error')}", file=sys.stderr)
+    if result.get("status") != "success":
+        _report_failure(what, result, log_path, hint)
     return 0 if result.get("status") == "success" else 1
 
 
 def _loaded(r: dict) -> str:
+    if r.get("skipped"):
+        return (f"skipped {r['table']} → {r['target']}: {r['rows']:,} rows, published by this load's earlier run "
+                f"(generation {r['generation']}); load key {r['load_key']!r}")
     return (f"loaded {r['table']} → {r['target']}: {r['rows']:,} rows, {r['shards']} shards ({r['shards_read']} read "
             f"now), {r['seconds']:.1f} s; load key {r['load_key']!r}")
 
 
 def _run_load(spec: FullLoadSpec, args) -> int:
+    hint = (f"; run the same command again to go on: the tables published are skipped (load key {spec.load_key!r})"
+            if spec.select or spec.tables else "")
     return _submit(spec, args, "load", lambda r: "\n".join(
         [_loaded(t) for t in r["tables"]] + [f"{len(r['tables'])} table(s), {sum(t['rows'] for t in r['tables']):,} "
-                                            f"rows in {r['seconds']:.1f} s"]) if "tables" in r else _loaded(r))
+                                            f"rows in {r['seconds']:.1f} s"]) if "tables" in r else _loaded(r), hint)
+
+
+def _pattern_key(select: dict) -> str:
+    """A pattern load's default key, from its selection: running the same command again after it
+    failed goes on with it (published tables skipped); after it finished, copies afresh."""
+    key = "+".join(select["databases"])
+    if select["tables"] != ["*"]:
+        key += "[" + ",".join(select["tables"]) + "]"
+    if select["exclude_tables"]:
+        key += "-[" + ",".join(select["exclude_tables"]) + "]"
+    return f"{key}->{select['target_database']}"
 
 
 def _many(args, source: MySQLEndpoint) -> dict | None:
@@ -125,7 +197,8 @@ def cmd_load(args) -> int:
         parallel_tables=args.parallel_tables,
         target_database="" if select else args.target_database or (
             target.database if target.database != "default" else database),
-        target_table="" if select else args.target_table or table, load_key=args.load_key or "", channels=args.channels,
+        target_table="" if select else args.target_table or table,
+        load_key=args.load_key or (_pattern_key(select) if select else ""), channels=args.channels,
         columns=args.column, exclude_columns=args.exclude_column or [],
         split_column=args.split_column, split_factor=args.split_factor, strategy=args.strategy,
         channel_record_speed=args.channel_record_speed, channel_byte_speed=args.channel_byte_speed,
@@ -145,10 +218,25 @@ def cmd_reimport(args) -> int:
 
 def cmd_status(args) -> int:
     target = ClickHouseEndpoint.from_url(args.clickhouse_url)
-    verdict, message, _ = check_counters(target, args.load, args.ledger_database)
+    verdict, message, summary = check_counters(target, args.load, args.ledger_database)
     ch = clickhouse_target.client(target)
-    state = Ledger(ch, args.ledger_database).state(args.load)
-    ch.close()
+    try:
+        ledger = Ledger(ch, args.ledger_database)
+        state = ledger.state(args.load)
+        found = ledger.load_set(args.load) if state is None else None
+        tables = {key: ledger.state(key) for key in found[0]} if found else {}
+    finally:
+        ch.close()
+    if state is None and found is not None:  # a load of many tables: each one's
+        if args.json:
+            print(json.dumps(summary | {"loads": {k: s.to_dict() if s else None for k, s in tables.items()}},
+                             indent=2, default=str))
+            return 0
+        print(f"load {args.load!r}, {len(tables)} table(s) — {verdict}: {message}")
+        for key, one in tables.items():
+            print(f"  {key}: " + (f"generation {one.generation} {one.status}" if one else
+                                  f"never recorded ({found[1].get(key, 'not run yet')})"))
+        return 0
     if state is None:
         raise LookupError(f"no load {args.load!r} in {args.ledger_database}")
     if args.json:
@@ -166,9 +254,11 @@ def cmd_reconcile(args) -> int:
     spec = ReconcileSpec(source=source, target=ClickHouseEndpoint.from_url(args.clickhouse_url),
                          load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
                          ledger_database=args.ledger_database, select=select, parallel_tables=args.parallel_tables)
-    result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
+    result, log_path = _run_job(spec, args, "reconcile")
     if result.get("status") != "success":
-        print(f"airflow-sync: reconcile failed: {result.get('error')}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(result | {"verdict": result.get("verdict", FAILED)}, indent=2, default=str))
+        _report_failure("reconcile", result, log_path)
         return 1
     tables = result["tables"] if "tables" in result else [result]
     for one in tables:
@@ -179,12 +269,22 @@ def cmd_reconcile(args) -> int:
         for one in tables:
             if len(tables) > 1:
                 print(f"{one['table']} → {one['target']} (load {one['load_key']!r}):")
-            print(reconcile_table(one["shards"]))
+            if one["shards"]:
+                print(reconcile_table(one["shards"]))
+            for note in one["shape"]["notes"]:
+                print(f"note: {note}")
             if one.get("before"):
                 print(f"first pass: shards {one['before']['mismatched']} mismatched; re-imported "
                       f"{one['reimported']['rows']:,} rows into them")
-            print(f"verdict: {one['verdict']}; mismatched shards: {one['mismatched'] or 'none'}; report {one['report']}")
-    return 0 if all(one["verdict"] == "ok" for one in tables) else 3
+            if one["verdict"] == SHAPE_MISMATCH:
+                print(f"verdict: {SHAPE_MISMATCH}: {'; '.join(one['shape']['problems'])}; {one['remedy']}; "
+                      f"report {one['report']}")
+            else:
+                print(f"verdict: {one['verdict']}; mismatched shards: {one['mismatched'] or 'none'}; "
+                      f"report {one['report']}")
+        if len(tables) > 1:
+            print(f"verdict of the {len(tables)} tables: {result['verdict']}")
+    return 0 if result["verdict"] == OK else 3
 
 
 def cmd_diff(args) -> int:
@@ -205,9 +305,11 @@ def cmd_diff(args) -> int:
         compare_columns=args.compare or None, ignore_columns=args.ignore or [], tolerances=tolerances,
         on_change=on_change, diff_key=args.diff_key or "", changes_table=args.changes_table or "",
         channels=args.channels, ledger_database=args.ledger_database, reader=args.reader)
-    result = spark_submit(spec, master=args.master, log=None if args.json else sys.stderr)
+    result, log_path = _run_job(spec, args, "diff")
     if result.get("status") != "success":
-        print(f"airflow-sync: diff failed: {result.get('error')}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(result, indent=2, default=str))
+        _report_failure("diff", result, log_path)
         return 1
     tables = result["tables"] if "tables" in result else [result]
     for one in tables:
@@ -226,8 +328,9 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         pipeline=args.pipeline, tables=args.table or [], select=_selection(args),
                         start_from_loads=args.start_from_load or [],
                         lanes=args.lanes, batch_events=args.batch_events, driver_write_rows=args.driver_write_rows,
-                        reset=args.reset, service=service, verify=args.verify, verify_every=args.verify_every,
-                        verify_after_ddl=not args.no_verify_after_ddl,
+                        reset=args.reset, service=service, verify=args.verify, verify_period=args.verify_every or args.verify_period,
+                        verify_budget=args.verify_budget,
+                        verify_after_ddl=not args.no_verify_after_ddl, change_selection=args.change_selection,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database)
 
@@ -251,6 +354,9 @@ def _selection_arguments(parser, one: str = "") -> None:
                         help="where the copies go (selected tables: {database} stands for the source's name)")
     if parser.prog.split()[-1] in ("load", "reconcile", "diff"):
         parser.add_argument("--parallel-tables", type=int, default=2, help="selected tables worked on at once")
+    else:  # a pipeline keeps the patterns it was first given; other patterns are refused unless
+        parser.add_argument("--change-selection", action="store_true",
+                            help="replace the patterns the pipeline keeps with these")
 
 
 def cmd_cdc_apply(args) -> int:
@@ -266,6 +372,7 @@ def cmd_cdc_bootstrap(args) -> int:
                             tables=args.table or [], select=_selection(args), channels=args.channels,
                             chunk_rows=args.chunk_rows,
                             watermark_table=args.watermark_table, restart=args.restart,
+                            change_selection=args.change_selection,
                             ledger_database=args.ledger_database, driver_copy_rows=args.driver_copy_rows)
     return _submit(spec, args, "cdc bootstrap", lambda r: "\n".join(
         [f"bootstrapped {t['table']} → {t['target']}: {t['rows']:,} rows in {t['chunks']} chunks "
@@ -285,9 +392,10 @@ def cmd_cdc_status(args) -> int:
         if state is None:
             raise LookupError(f"no pipeline {args.pipeline!r} in {args.ledger_database}")
         counters = ledger.counters(args.pipeline)
+        selection = ledger.selection(args.pipeline)
     finally:
         ch.close()
-    status = state.to_dict() | {"counters": counters}
+    status = state.to_dict() | {"counters": counters, "selection": selection}
     if args.mysql_url:  # lag against the source now, and whether the lease is held
         with connect(MySQLEndpoint.from_url(args.mysql_url)) as conn:
             now = current_position(conn)
@@ -311,8 +419,11 @@ def cmd_cdc_status(args) -> int:
         print(f"source now {now}; " + ("caught up" if status["caught_up"] else
                                       f"behind by {status['lag_seconds']} s" + (f", {status['lag_bytes']:,} bytes"
                                                                                 if status["lag_bytes"] else "")))
+    if selection:
+        print(f"tables selected by {json.dumps(selection)} (every run applies them; --change-selection replaces them)")
     if state.error:
-        print(f"last error: {state.error}")
+        print(("stopped, a retry stops here again until the remedy is applied: " if state.status == PIPELINE_STOPPED
+               else "last error: ") + state.error)
     for change in status["schema_changes"]:
         last, running = change.get("last_recopy"), change.get("recopying")
         if change.get("left"):
@@ -338,6 +449,12 @@ def cmd_cdc_status(args) -> int:
             print(f"{row['minute']:<26} {row['table']:<30} {row['events']:>9,} {row['rows_written']:>9,} "
                   f"{row['rows_failed']:>7,}")
     return 0
+
+
+def _log_file_argument(parser) -> None:
+    parser.add_argument("--log-file", help="where the job's whole output goes, tracebacks included (default: a new "
+                                           "file in $AIRFLOW_SYNC_LOG_DIR or $TMPDIR/airflow-sync-<uid>/logs; "
+                                           "named on stderr when the job fails)")
 
 
 def _urls(parser, mysql=True):
@@ -387,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="auto (Arrow-native unless a probe disagrees with mysqlclient), native or mysqlclient")
     load.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
     load.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    _log_file_argument(load)
     load.add_argument("--json", action="store_true")
     load.set_defaults(func=cmd_load)
 
@@ -402,6 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     reimport.add_argument("--load", required=True, help="load key")
     reimport.add_argument("--failed", action="store_true", required=True, help="only failed/unfinished shards")
     reimport.add_argument("--master", default="local[2]")
+    _log_file_argument(reimport)
     reimport.add_argument("--json", action="store_true")
     reimport.set_defaults(func=cmd_reimport)
     reconcile = sub.add_parser("reconcile", help="compare a published load shard by shard (counts, --checksum)")
@@ -413,6 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="re-import mismatched shards into the published table, then compare again")
     reconcile.add_argument("--report-dir", help="where the HTML report goes")
     reconcile.add_argument("--master", default="local[2]")
+    _log_file_argument(reconcile)
     reconcile.add_argument("--json", action="store_true")
     reconcile.set_defaults(func=cmd_reconcile)
 
@@ -438,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="large reads of MySQL rows: auto (Arrow-native unless a probe disagrees), native or mysqlclient")
     diff.add_argument("--report-dir", help="where the HTML report goes")
     diff.add_argument("--master", default="local[2]")
+    _log_file_argument(diff)
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=cmd_diff)
 
@@ -459,13 +580,18 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--reset", action="store_true", help="forget the checkpoint; start from the loads again")
         command.add_argument("--verify", action="store_true",
                              help="check every table against the source once (per-shard checksums), repair shards")
-        command.add_argument("--verify-every", type=float, default=0.0, metavar="SECONDS",
-                             help="check each table when its last check is older than this (0: only after DDL)")
+        command.add_argument("--verify-period", type=float, default=900.0, metavar="SECONDS",
+                             help="check every table, slice by slice beside the stream, once per this many seconds "
+                                  "(0: only tables due after a DDL, a re-copy or a takeover)")
+        command.add_argument("--verify-budget", type=float, default=0.1, metavar="SHARE",
+                             help="share of one source core the checks may use")
+        command.add_argument("--verify-every", type=float, default=0.0, help=argparse.SUPPRESS)
         command.add_argument("--no-verify-after-ddl", action="store_true",
                              help="do not check a table after a DDL changed it")
         if name == "run":
             command.add_argument("--max-seconds", type=float, help="stop after this long (default: never)")
         command.add_argument("--master", default="local[2]")
+        _log_file_argument(command)
         command.add_argument("--json", action="store_true")
         command.set_defaults(func=cmd_cdc_apply)
     boot = cdc_sub.add_parser("bootstrap", help="copy tables chunk by chunk under live writes (no locks; resumable) "
@@ -480,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--restart", action="store_true", help="start again instead of resuming")
     boot.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
     boot.add_argument("--master", default="local[2]")
+    _log_file_argument(boot)
     boot.add_argument("--json", action="store_true")
     boot.set_defaults(func=cmd_cdc_bootstrap)
     status = cdc_sub.add_parser("status", help="checkpoint, source position, lag, counters, last error")

@@ -297,7 +297,7 @@ def run_phase(mysql_url, ch_url, args, pipeline: str, name: str, next_id: int, s
         entry["recovered_threshold"] = threshold
     out["verifications"] = verifications(result, samples, checkpoint_lags, first, args.window)
     state = checkpoints.state(pipeline)
-    out["tables"] = state.tables if state else []
+    out["tables"] = [t.to_dict() for t in state.tables] if state else []
     out["columns"] = ch_columns(ch)
     if not out["ok"]:
         out["error"] = str(result.get("error"))[:4000]

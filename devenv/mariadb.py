@@ -54,11 +54,15 @@ def stop_process(proc: subprocess.Popen | None, timeout: float = 30) -> None:
 
 
 class MariaDB:
-    def __init__(self, base_dir: str | os.PathLike, port: int | None = None):
+    """``settings`` add to or override BINLOG_SETTINGS (server options without the leading
+    dashes, e.g. ``{"log_bin_compress": "ON"}`` or a replica's ``{"server_id": "2"}``)."""
+
+    def __init__(self, base_dir: str | os.PathLike, port: int | None = None, settings: dict | None = None):
         self.base = Path(base_dir)
         self.datadir = self.base / "data"
         self.socket = self.base / "mysqld.sock"
         self.port = port or free_port()
+        self.settings = {**BINLOG_SETTINGS, **(settings or {})}
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -104,7 +108,7 @@ class MariaDB:
             "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
             "--innodb-buffer-pool-size=512M", "--innodb-flush-log-at-trx-commit=2",
             "--max-connections=500", *self._user_args(),
-            *(f"--{k.replace('_', '-')}={v}" for k, v in BINLOG_SETTINGS.items()),
+            *(f"--{k.replace('_', '-')}={v}" for k, v in self.settings.items()),
         ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
@@ -144,8 +148,262 @@ class MariaDB:
         stop_process(self.proc)  # SIGTERM = clean InnoDB shutdown
         self.proc = None
 
+    def kill(self) -> None:
+        """SIGKILL: the server dies as in a crash or a lost host (no clean shutdown)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
     def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc):
         self.stop()
+
+
+# --- a primary with a GTID replica behind a switchable address: failover tests (issue 35) ---
+
+
+class TcpProxy:
+    """A TCP forwarder on a fixed local port: clients connect to ``port`` and reach
+    ``127.0.0.1:target``. :meth:`switch` points it elsewhere and drops the connections it carries,
+    as a virtual IP or a proxy moving to a promoted replica looks to a client (the old
+    connections break; new ones reach the new server). A connection made while the target is
+    down is closed at once, as a dead address refuses it."""
+
+    def __init__(self, target: int, port: int | None = None):
+        import threading
+
+        self.target = target
+        self._listener = socket.create_server(("127.0.0.1", port or 0), reuse_port=False)
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._pairs: set[tuple[socket.socket, socket.socket]] = set()
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, name=f"proxy:{self.port}", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            client.settimeout(None)
+            pair = (client, upstream)
+            with self._lock:
+                self._pairs.add(pair)
+            for src, dst in (pair, pair[::-1]):
+                threading.Thread(target=self._pump, args=(src, dst, pair), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, pair) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._drop(pair)
+
+    def _drop(self, pair) -> None:
+        with self._lock:
+            self._pairs.discard(pair)
+        for sock in pair:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._pairs)
+
+    def switch(self, target: int) -> None:
+        """Forward new connections to ``target`` and break the ones to the old target."""
+        self.target = target
+        with self._lock:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            self._drop(pair)
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        self.switch(self.target)
+        self._thread.join(timeout=2)
+
+
+# both servers: GTID strict mode (an out-of-order or duplicate GTID is an error, not a fork) and
+# every replicated transaction in the replica's own binlog (a promoted replica serves them)
+PAIR_SETTINGS = {"gtid_strict_mode": "ON", "log_slave_updates": "ON", "relay_log": "relay-bin"}
+LOCAL_DOMAIN = 1  # the GTID domain of the replica's own history (the primary writes domain 0)
+
+
+class ReplicatedPair:
+    """A MariaDB **primary A** and a **replica B** replicating from it by GTID
+    (``MASTER_USE_GTID=slave_pos``), each on its own data dir (under ``base_dir``, or a temporary
+    directory removed on :meth:`stop`) and free port, both with the CDC binlog settings, distinct
+    ``server_id`` (1 and 2), ``log_slave_updates=ON`` and ``gtid_strict_mode=ON``; and a
+    :class:`TcpProxy` — "the primary's address" — forwarding to A.
+
+    **B's binlog is not A's.** Before replication starts B writes a history of its own in GTID
+    domain 1, which A never writes (database ``replica_local``, a table, ``replica_history`` rows):
+    B's file offsets for A's transactions are shifted by them, while its domain-0 history is A's,
+    transaction for transaction (strict mode holds, a GTID position of A is a position on B; B's
+    own fresh-install statements are wiped with ``RESET MASTER`` first so domain 0 is A's alone).
+
+    Operations for failover tests: :meth:`wait_caught_up` (B has applied A's GTID position),
+    :meth:`stop_replication` (B falls behind from here: later writes on A are what it will miss),
+    :meth:`kill_primary` (SIGKILL), :meth:`promote_replica` (drain what B received, ``STOP SLAVE``,
+    ``RESET SLAVE ALL``, ``read_only=OFF``), :meth:`fail_over` (kill A, promote B, the proxy to B)."""
+
+    def __init__(self, base_dir: str | os.PathLike | None = None, replica_history: int = 3):
+        import tempfile
+
+        self._tmp = None if base_dir else tempfile.mkdtemp(prefix="mariadb-pair-")
+        base = Path(base_dir or self._tmp)
+        self.primary = MariaDB(base / "a", settings={**PAIR_SETTINGS, "server_id": "1"})
+        self.replica = MariaDB(base / "b", settings={**PAIR_SETTINGS, "server_id": "2", "read_only": "OFF"})
+        self.replica_history = replica_history
+        self.proxy: TcpProxy | None = None
+
+    # --- lifecycle ---
+
+    def start(self) -> "ReplicatedPair":
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:  # two installs and start-ups side by side: ~ one server's time
+            futures = [pool.submit(server.start) for server in (self.primary, self.replica)]
+            errors = [f.exception() for f in futures]
+        if any(errors):
+            self.stop()
+            raise next(e for e in errors if e)
+        try:
+            self._replicate()
+            self.proxy = TcpProxy(self.primary.port)
+            self.wait_caught_up()
+        except BaseException:
+            self.stop()  # no servers left running behind a failed start (a context manager's exit is not called)
+            raise
+        return self
+
+    def _replicate(self) -> None:
+        with self.connect(self.replica) as conn, conn.cursor() as cur:
+            cur.execute("RESET MASTER")  # B's own install statements out of domain 0
+            cur.execute("SET GLOBAL gtid_slave_pos = ''")  # from A's first transaction (before B's own GTIDs)
+            cur.execute(f"SET SESSION gtid_domain_id = {LOCAL_DOMAIN}")
+            cur.execute("CREATE DATABASE replica_local")
+            cur.execute("CREATE TABLE replica_local.history (id INT PRIMARY KEY, note VARCHAR(64))")
+            for i in range(self.replica_history):
+                cur.execute("INSERT INTO replica_local.history VALUES (%s, %s)", (i, f"replica's own write {i}"))
+            cur.execute("SET SESSION gtid_domain_id = 0")
+            cur.execute("CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %s, MASTER_USER = 'root', "
+                        "MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1",
+                        (self.primary.port, ROOT_PASSWORD))
+            cur.execute("START SLAVE")
+            cur.execute("SET GLOBAL read_only = ON")
+
+    def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.close()
+            self.proxy = None
+        for server in (self.replica, self.primary):
+            server.stop()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # --- addresses and state ---
+
+    @property
+    def url(self) -> str:
+        """The primary's address as clients know it: the proxy."""
+        return f"mysql://root:{ROOT_PASSWORD}@127.0.0.1:{self.proxy.port}/"
+
+    @staticmethod
+    def connect(server: MariaDB, **kwargs) -> pymysql.connections.Connection:
+        return pymysql.connect(host="127.0.0.1", port=server.port, user="root", password=ROOT_PASSWORD,
+                               autocommit=True, **kwargs)
+
+    def _one(self, server: MariaDB, statement: str, args=None):
+        with self.connect(server) as conn, conn.cursor() as cur:
+            cur.execute(statement, args)
+            return cur.fetchone()
+
+    def gtid_binlog_pos(self, server: MariaDB) -> str:
+        return self._one(server, "SELECT @@gtid_binlog_pos")[0]
+
+    def binlog_status(self, server: MariaDB) -> tuple[str, int]:
+        file, pos = self._one(server, "SHOW BINLOG STATUS")[:2]
+        return file, int(pos)
+
+    def replica_status(self) -> dict:
+        with self.connect(self.replica, cursorclass=pymysql.cursors.DictCursor) as conn, conn.cursor() as cur:
+            cur.execute("SHOW SLAVE STATUS")
+            return cur.fetchone() or {}
+
+    # --- failover operations ---
+
+    def wait_caught_up(self, timeout: float = 30) -> str:
+        """Wait until B has applied everything A has written (A's ``@@gtid_binlog_pos``, by
+        ``MASTER_GTID_WAIT``); returns that position."""
+        position = self.gtid_binlog_pos(self.primary)
+        if self._one(self.replica, "SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout))[0] != 0:
+            status = self.replica_status()
+            raise TimeoutError(f"replica not at {position} after {timeout}s: gtid_slave_pos "
+                               f"{status.get('Gtid_Slave_Pos')}, IO {status.get('Slave_IO_Running')} "
+                               f"({status.get('Last_IO_Error')}), SQL {status.get('Slave_SQL_Running')} "
+                               f"({status.get('Last_SQL_Error')})")
+        return position
+
+    def stop_replication(self) -> str:
+        """``STOP SLAVE``: B keeps what it has (returned: its ``gtid_slave_pos``) and misses every
+        transaction written on A from now on."""
+        with self.connect(self.replica) as conn, conn.cursor() as cur:
+            cur.execute("STOP SLAVE")
+            cur.execute("SELECT @@gtid_slave_pos")
+            return cur.fetchone()[0]
+
+    def kill_primary(self) -> None:
+        self.primary.kill()
+
+    def promote_replica(self, timeout: float = 30) -> None:
+        """Apply what B has received (its relay log), then make it a primary: ``STOP SLAVE``,
+        ``RESET SLAVE ALL``, ``read_only=OFF``. Its new transactions continue domain 0 as
+        ``0-2-N``."""
+        deadline = time.monotonic() + timeout
+        while (status := self.replica_status()) and status.get("Slave_SQL_Running") == "Yes" and (
+                status["Relay_Master_Log_File"], status["Exec_Master_Log_Pos"]) != (
+                status["Master_Log_File"], status["Read_Master_Log_Pos"]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the replica's SQL thread did not apply its relay log in {timeout}s")
+            time.sleep(0.05)
+        with self.connect(self.replica) as conn, conn.cursor() as cur:
+            cur.execute("STOP SLAVE")
+            cur.execute("RESET SLAVE ALL")
+            cur.execute("SET GLOBAL read_only = OFF")
+
+    def fail_over(self) -> None:
+        """A dies, B is promoted and takes A's address (the proxy)."""
+        self.kill_primary()
+        self.promote_replica()
+        self.proxy.switch(self.replica.port)

@@ -40,6 +40,31 @@ def mysql_url(state_dir):
         yield url
 
 
+# a MariaDB that compresses its binlog events (issue 34): every statement of 10 bytes or more
+# is written as a Query_compressed / *_rows_compressed_v1 event
+COMPRESSED_BINLOG = {"log_bin_compress": "ON", "log_bin_compress_min_len": "10"}
+
+
+@pytest.fixture(scope="session")
+def compressed_mysql_url(state_dir):
+    """A MariaDB of its own started with log_bin_compress=ON (always local: MYSQL_URL is not asked
+    to have that setting)."""
+    from devenv.mariadb import MariaDB
+
+    with MariaDB(state_dir / "mariadb-compressed", settings=COMPRESSED_BINLOG) as server:
+        yield server.url
+
+
+@pytest.fixture
+def mariadb_pair():
+    """A fresh primary A + GTID replica B behind a switchable address (devenv/mariadb.ReplicatedPair,
+    about 4 s to start), for failover tests: each test may kill A, so each gets its own pair."""
+    from devenv.mariadb import ReplicatedPair
+
+    with ReplicatedPair() as pair:
+        yield pair
+
+
 @pytest.fixture(scope="session")
 def clickhouse_url(state_dir):
     with clickhouse_service(state_dir) as url:

@@ -66,15 +66,15 @@ def test_poke_waits_for_a_given_position_succeeds_and_fails_fast(ledger):
 def test_a_table_still_replaying_towards_the_checkpoint_holds_the_sensor_back(ledger):
     """A table added to the pipeline (a bootstrap) counts from where its own replay is until it
     has joined the stream: the pipeline's position is the lower of the two."""
-    from airflow_sync_provider.core.cdc.checkpoints import PipelineTable
+    from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
 
     at(ledger, "p.joining", BinlogPosition("mysql-bin.000007", 900))
-    table = PipelineTable({"source_database": "db", "source_table": "added"}, BinlogPosition("mysql-bin.000007", 300))
-    ledger.write_table("p.joining", table)
+    table = Registration(PipelineTable("db", "added"), BinlogPosition("mysql-bin.000007", 300))
+    ledger.write_registration("p.joining", table)
     assert ledger.position("p.joining") == BinlogPosition("mysql-bin.000007", 300)
     assert sensor("p.joining", position="mysql-bin.000007:900").poke({}).is_done is False
     table.since, table.joined = BinlogPosition("mysql-bin.000007", 900), True
-    ledger.write_table("p.joining", table)
+    ledger.write_registration("p.joining", table)
     assert sensor("p.joining", position="mysql-bin.000007:900").poke({}).is_done
 
 

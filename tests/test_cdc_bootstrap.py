@@ -206,7 +206,7 @@ def test_a_table_added_to_a_running_pipeline_joins_it_and_both_stay_exact(mysql_
     service.join(90)
     assert "service" in results, "the catch-up service did not finish"
     checkpoints = Checkpoints(ch)
-    assert {t.name: t.joined for t in checkpoints.tables("grow")} == {f"{DB}.grow_a": True, f"{DB}.grow_b": True}
+    assert {t.name: t.joined for t in checkpoints.registrations("grow")} == {f"{DB}.grow_a": True, f"{DB}.grow_b": True}
     assert checkpoints.position("grow").key() >= end.key()
     assert added["start_position"]["pos"] and churn.changes > 500
     assert results["service"]["joined"] == [f"{DB}.grow_b"]  # A was its first table; B joined it running
@@ -221,4 +221,4 @@ def test_tables_the_bootstrap_cannot_page_through_are_refused_clearly(mysql_conn
         bootstrap(endpoints, spark, "refused", ["nokey"])
     with pytest.raises(UnchunkableTable, match=r"boot\.enumkey: primary key column 'k' is enum"):
         bootstrap(endpoints, spark, "refused", ["enumkey"])
-    assert not int(ch.command(f"EXISTS TABLE {DB}.nokey")) and not Checkpoints(ch).tables("refused")
+    assert not int(ch.command(f"EXISTS TABLE {DB}.nokey")) and not Checkpoints(ch).registrations("refused")

@@ -197,3 +197,78 @@ def _rows(conn, query):
     with conn.cursor() as cur:
         cur.execute(query)
         return cur.fetchall()
+
+
+KDB, KDB_CH = "kdb", "kdb_cdc"
+
+
+def _kdb_source(conn):
+    sql(conn, f"DROP DATABASE IF EXISTS {KDB}", f"CREATE DATABASE {KDB}",
+        f"CREATE TABLE {KDB}.a (id INT PRIMARY KEY, v INT)", f"INSERT INTO {KDB}.a SELECT seq, seq FROM {DB}.seq_1_to_50",
+        f"CREATE TABLE {KDB}.n (id INT NOT NULL, v INT)", f"INSERT INTO {KDB}.n SELECT seq, seq FROM {DB}.seq_1_to_50")
+
+
+def test_a_table_that_gains_a_key_joins_and_stays(mysql_conn, ch, endpoints, spark):
+    """Issue 38's case: a keyless table of a pattern pipeline is given a primary key; it is copied
+    and streamed from then on, through three more applies with writes between each (it once left
+    again on the second, its changes lost)."""
+    _kdb_source(mysql_conn)
+    select = {"databases": [KDB], "target_database": KDB_CH}
+    run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="kp", select=select,
+                                       channels=2), spark)
+    apply = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kp", lanes=2)  # no patterns: its own
+    run_cdc_apply(apply, spark)
+    assert not table_exists(ch, KDB_CH, "n")
+    sql(mysql_conn, f"ALTER TABLE {KDB}.n ADD PRIMARY KEY (id)", f"UPDATE {KDB}.n SET v = -1 WHERE id <= 5")
+    first = run_cdc_apply(apply, spark)
+    assert first["recopied"] == [f"{KDB}.n"]
+    assert assert_same_rows(mysql_conn, ch, KDB, "n", KDB_CH) == 50
+    writes = [(f"UPDATE {KDB}.n SET v = -2 WHERE id <= 10", f"DELETE FROM {KDB}.n WHERE id = 20",
+               f"INSERT INTO {KDB}.n VALUES (999, 9)"),
+              (f"UPDATE {KDB}.n SET v = v * 3 WHERE id BETWEEN 30 AND 40", f"UPDATE {KDB}.a SET v = 0 WHERE id < 5"),
+              (f"DELETE FROM {KDB}.n WHERE id > 45", f"INSERT INTO {KDB}.n VALUES (1000, 1), (1001, 2)")]
+    for statements in writes:
+        sql(mysql_conn, *statements)
+        result = run_cdc_apply(apply, spark)
+        assert f"{KDB}.n" in result["tables"] and result["recopied"] == []
+        assert_same_rows(mysql_conn, ch, KDB, "n", KDB_CH)
+        assert_same_rows(mysql_conn, ch, KDB, "a", KDB_CH)
+    state = Checkpoints(ch).state("kp")
+    assert not state.table(f"{KDB}.n").left and not state.table(f"{KDB}.n").unstreamable
+
+
+def test_a_pipeline_keeps_its_patterns_and_changes_them_only_when_told(mysql_conn, ch, endpoints, spark):
+    """A pipeline bootstrapped by pattern applies them on runs that do not repeat them (a new
+    matching table joins), refuses a run with other patterns without changing anything, and takes
+    new ones when told (a table they no longer select leaves, its copy kept)."""
+    from airflow_sync_provider.core.cdc.checkpoints import SelectionConflict
+
+    _kdb_source(mysql_conn)
+    sql(mysql_conn, f"DROP TABLE {KDB}.n")
+    select = {"databases": [KDB], "exclude_tables": ["skip_*"], "target_database": KDB_CH}
+    run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="kept", select=select,
+                                       channels=2), spark)
+    plain = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kept", lanes=2)
+    run_cdc_apply(plain, spark)
+    sql(mysql_conn, f"CREATE TABLE {KDB}.b (id INT PRIMARY KEY, v INT)", f"INSERT INTO {KDB}.b VALUES (1, 1), (2, 2)",
+        f"CREATE TABLE {KDB}.skip_c (id INT PRIMARY KEY)")
+    result = run_cdc_apply(plain, spark)
+    assert result["recopied"] == [f"{KDB}.b"] and result["selection"]["exclude_tables"] == ["skip_*"]
+    assert_same_rows(mysql_conn, ch, KDB, "b", KDB_CH)
+    assert not table_exists(ch, KDB_CH, "skip_c")
+
+    other = {"databases": [KDB], "tables": ["a"], "target_database": KDB_CH}
+    before = Checkpoints(ch).state("kept")
+    with pytest.raises(SelectionConflict, match=r"pipeline 'kept' selects its tables by .*skip_\*.*change_selection"):
+        run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kept", select=other), spark)
+    after = Checkpoints(ch).state("kept")
+    assert (after.checkpoint, after.generation, after.status) == (before.checkpoint, before.generation, before.status)
+    assert Checkpoints(ch).selection("kept")["exclude_tables"] == ["skip_*"]
+
+    sql(mysql_conn, f"UPDATE {KDB}.b SET v = 7")
+    changed = run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kept", select=other,
+                                         change_selection=True), spark)
+    assert changed["tables"] == [f"{KDB}.a"] and Checkpoints(ch).selection("kept")["tables"] == ["a"]
+    left = Checkpoints(ch).state("kept").table(f"{KDB}.b").left
+    assert left.startswith("no longer selected"), left
+    assert ch.command(f"SELECT count() FROM {KDB_CH}.b FINAL") == 2  # kept as it was

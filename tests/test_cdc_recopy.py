@@ -35,7 +35,7 @@ def bootstrap(endpoints, spark, pipeline, *tables):
 
 def recopying(ch, pipeline) -> list[str]:
     state = Checkpoints(ch).state(pipeline)
-    return [t["source_table"] for t in (state.tables if state else []) if t.get("recopying")]
+    return [t.source_table for t in (state.tables if state else []) if t.recopying]
 
 
 def test_other_tables_keep_flowing_while_one_is_recopied(mysql_conn, ch, endpoints, spark, clickhouse_url, capsys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_sync_provider.core.cdc.positions import BinlogError
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.target.clickhouse import INTERNAL_COLUMNS
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
@@ -133,14 +133,56 @@ def test_every_ddl_class_ends_exact_in_place_far_behind_or_by_a_recopy(mysql_con
     sql(mysql_conn, "SET SESSION sql_mode = DEFAULT")
 
 
-def test_a_primary_key_change_stops_before_writing_with_the_remedy(mysql_conn, ch, endpoints, spark):
-    seeded(mysql_conn, "rekey", rows=100)
-    bootstrap(endpoints, spark, "rekey", "rekey")
-    sql(mysql_conn, f"ALTER TABLE {DB}.rekey DROP PRIMARY KEY, ADD PRIMARY KEY (id, n)",
-        f"INSERT INTO {DB}.rekey (id, n) VALUES (1, 99)")
-    with pytest.raises(BinlogError, match=r"table ddl\.rekey, DDL at .*changes the primary key.*Re-bootstrap"):
-        apply(endpoints, spark, "rekey")
-    assert ch.command(f"SELECT count() FROM {TARGET}.rekey FINAL") == 100
+def test_a_primary_key_change_is_followed_by_a_copy_under_the_new_key(mysql_conn, ch, endpoints, spark):
+    """Issue 34's case (the key widened to (code, id), then a row whose id an existing row has),
+    a key column retyped, a key column renamed, and a key dropped: each table ends with FINAL ==
+    the source under its new key while the pipeline's other table keeps flowing; a table left
+    without a key leaves the pipeline as an unstreamable one, with the reason, its copy kept."""
+    sql(mysql_conn, f"CREATE DATABASE IF NOT EXISTS {DB}", f"DROP TABLE IF EXISTS {DB}.r07",
+        f"CREATE TABLE {DB}.r07 (id INT NOT NULL PRIMARY KEY, code VARCHAR(20) NOT NULL, UNIQUE KEY (code))",
+        f"INSERT INTO {DB}.r07 VALUES (1,'c1'),(2,'c2'),(3,'c3'),(4,'c4'),(5,'c5')")
+    seeded(mysql_conn, "retyped", rows=3000)
+    seeded(mysql_conn, "renamed", rows=500)
+    seeded(mysql_conn, "unkeyed", rows=300)
+    seeded(mysql_conn, "bystander", rows=1000)
+    tables = ("r07", "retyped", "renamed", "unkeyed", "bystander")
+    bootstrap(endpoints, spark, "rekey", *tables)
+    apply(endpoints, spark, "rekey")
+    sql(mysql_conn, f"ALTER TABLE {DB}.r07 DROP PRIMARY KEY, ADD PRIMARY KEY (code, id)",
+        f"INSERT INTO {DB}.r07 (id, code) VALUES (5, 'dup-5')",
+        f"UPDATE {DB}.retyped SET n = -n WHERE id <= 100",
+        f"ALTER TABLE {DB}.retyped MODIFY id BIGINT NOT NULL",
+        f"INSERT INTO {DB}.retyped (id, note) VALUES (9000000000, 'big')",
+        f"UPDATE {DB}.retyped SET note = 'after' WHERE id BETWEEN 200 AND 300",
+        f"ALTER TABLE {DB}.renamed RENAME COLUMN id TO rid",
+        f"UPDATE {DB}.renamed SET note = 'renamed key' WHERE rid <= 10",
+        f"ALTER TABLE {DB}.unkeyed DROP PRIMARY KEY",
+        f"UPDATE {DB}.bystander SET note = 'flowing' WHERE id <= 400")
+    result = apply(endpoints, spark, "rekey")
+    assert sorted(result["recopied"]) == [f"{DB}.r07", f"{DB}.renamed", f"{DB}.retyped"]
+    assert exact(mysql_conn, ch, "r07") == 6  # (5, 'c5') and (5, 'dup-5'): two rows under the new key
+    assert exact(mysql_conn, ch, "retyped") == 3001
+    assert exact(mysql_conn, ch, "renamed") == 500
+    assert exact(mysql_conn, ch, "bystander") == 1000
+    assert ch.command(f"SELECT sorting_key FROM system.tables WHERE database = '{TARGET}' AND name = 'r07'") \
+        == "code, id"
+    assert "Int64" in ch.command(f"SELECT type FROM system.columns WHERE database = '{TARGET}' AND table = 'retyped'"
+                                 " AND name = 'id'")
+    assert not ch.query(f"SELECT name FROM system.tables WHERE database = '{TARGET}' AND name LIKE '%rekey%'"
+                        ).result_rows  # the copies under the old keys are gone
+    left = {c["table"]: c["left"] for c in Checkpoints(ch).state("rekey").to_dict()["schema_changes"]
+            if c.get("left")}
+    assert list(left) == [f"{DB}.unkeyed"] and "no primary key" in left[f"{DB}.unkeyed"]
+    assert ch.command(f"SELECT count() FROM {TARGET}.unkeyed FINAL") == 300  # kept as it was
+
+    # the tables stream on under their new keys
+    sql(mysql_conn, f"UPDATE {DB}.r07 SET id = 50 WHERE code = 'dup-5'", f"DELETE FROM {DB}.r07 WHERE code = 'c1'",
+        f"UPDATE {DB}.retyped SET id = id + 10000000000 WHERE id <= 10", f"DELETE FROM {DB}.renamed WHERE rid > 490")
+    again = apply(endpoints, spark, "rekey")
+    assert again["recopied"] == []
+    assert exact(mysql_conn, ch, "r07") == 5
+    assert exact(mysql_conn, ch, "retyped") == 3001
+    assert exact(mysql_conn, ch, "renamed") == 490
 
 
 def test_dropped_and_renamed_away_tables_leave_and_a_swap_is_recopied(mysql_conn, ch, endpoints, spark,

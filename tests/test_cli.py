@@ -115,3 +115,104 @@ def _holds(conn, shard, row_id) -> bool:
     with conn.cursor() as cur:
         cur.execute(f"SELECT COUNT(*) FROM cli_db.r WHERE id = %s AND ({shard['where']})", (row_id, *shard["params"]))
         return cur.fetchone()[0] == 1
+
+
+def _attempts(ch, key: str) -> list[tuple]:
+    """Every (generation, shard, attempt) the ledger holds for a load: a shard read again adds one."""
+    return ch.query("SELECT DISTINCT generation, shard_id, attempt, status, records_read FROM airflow_sync.shards "
+                    "FINAL WHERE load_key = {k:String} ORDER BY generation, shard_id, attempt",
+                    parameters={"k": key}).result_rows
+
+
+def test_a_pattern_load_run_again_goes_on_where_it_stopped(mysql_conn, mysql_url, clickhouse_url, ch):
+    """Issue 38, part 4: `airflow-sync load --database … --load-key K` run again after a table failed
+    reads no shard of the tables it published (they are `skipped`); the failed table resumes from
+    its failed shard. A failed table is one line on stderr, its traceback in the log file."""
+    from tests.helpers import run_sql as sql
+
+    sql(mysql_conn, "DROP DATABASE IF EXISTS rdb", "CREATE DATABASE rdb", "SET SESSION sql_mode = ''",
+        "CREATE TABLE rdb.a (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO rdb.a SELECT seq, seq FROM rdb.seq_1_to_3000",
+        "CREATE TABLE rdb.b (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO rdb.b SELECT seq, seq FROM rdb.seq_1_to_1000",
+        "CREATE TABLE rdb.bad (id INT PRIMARY KEY, d DATE NOT NULL)",
+        "INSERT INTO rdb.bad SELECT seq, '2025-01-01' + INTERVAL seq % 300 DAY FROM rdb.seq_1_to_3000",
+        "UPDATE rdb.bad SET d = '0000-00-00' WHERE id = 2500")  # one bad row in one shard
+    env = dict(os.environ, MYSQL_URL=mysql_url, CLICKHOUSE_URL=clickhouse_url)
+    args = ["load", "--database", "rdb", "--target-database", "rdb_ch", "--load-key", "K", "--split-factor", "3"]
+    log_file = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"airflow-sync-test-{os.getpid()}.log")
+
+    first = run(env, *args, "--log-file", log_file)
+    assert first.returncode == 1
+    lines = first.stderr.splitlines()
+    assert "Traceback" not in first.stderr + first.stdout and not any(line.startswith("  File ") for line in lines)
+    failed = [line for line in lines if line.startswith("airflow-sync:   ")]
+    assert len(failed) == 1 and failed[0].startswith("airflow-sync:   rdb.bad: LoadFailed: table rdb.bad: shards ["), \
+        first.stderr
+    assert "column 'd'" in failed[0]
+    assert "airflow-sync: load failed for 1 of 3 table(s) (the others succeeded); run the same command again" \
+        in first.stderr
+    assert f"tracebacks included: {log_file}" in first.stderr
+    log = open(log_file, encoding="utf-8").read()
+    assert "Traceback (most recent call last)" in log and "rdb.bad: FAILED: LoadFailed" in log
+    assert oct(os.stat(log_file).st_mode & 0o777) == "0o600"
+    published = {t: _attempts(ch, f"K:rdb.{t}") for t in ("a", "b")}
+    assert all(published.values()) and all(r[0] == 1 and r[2] == 1 and r[3] == "success"
+                                           for rows in published.values() for r in rows)
+    status = run(env, "status", "--load", "K")  # the load of many tables: each one's state
+    assert status.returncode == 0 and "load 'K', 3 table(s) — failed" in status.stdout, status.stderr
+    assert "K:rdb.a: generation 1 published" in status.stdout and "K:rdb.bad: generation 1 failed" in status.stdout
+    bad_before = _attempts(ch, "K:rdb.bad")
+    bad_shard = [r[1] for r in bad_before if r[3] == "failed"]
+    assert len(bad_shard) == 1
+
+    sql(mysql_conn, "UPDATE rdb.bad SET d = '2025-06-01' WHERE id = 2500")
+    again = run(env, *args, "--json")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    tables = {t["table"]: t for t in json.loads(again.stdout)["tables"]}
+    assert tables["rdb.a"]["skipped"] and tables["rdb.b"]["skipped"] and not tables["rdb.bad"].get("skipped")
+    assert tables["rdb.bad"]["shards_read"] == 1 and tables["rdb.bad"]["generation"] == 1
+    # no shard of a published table was read again: the ledger holds the same attempts, nothing new
+    assert {t: _attempts(ch, f"K:rdb.{t}") for t in ("a", "b")} == published
+    bad_after = _attempts(ch, "K:rdb.bad")
+    assert [r[1:3] for r in bad_after if r[2] == 2] == [(bad_shard[0], 2)]
+    assert all(r[2] == 1 for r in bad_after if r[1] != bad_shard[0])
+    for name in ("a", "b", "bad"):
+        assert_same_rows(mysql_conn, ch, "rdb", name, "rdb_ch")
+
+    # the run finished: the same command once more is a new run, which copies every table afresh
+    fresh = json.loads(run(env, *args, "--json").stdout)
+    assert not any(t.get("skipped") for t in fresh["tables"]) and {t["generation"] for t in fresh["tables"]} == {2}
+
+    # one verdict for the tables beside their own (`reconcile --json`), match only if every one matched
+    check = ["reconcile", "--load", "K", "--database", "rdb", "--target-database", "rdb_ch", "--checksum", "--json"]
+    ok = run(env, *check)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["verdict"] == "ok", ok.stderr[-2000:]
+    sql(mysql_conn, "UPDATE rdb.b SET v = 'changed' WHERE id = 10")
+    bad = run(env, *check)
+    result = json.loads(bad.stdout)
+    assert bad.returncode == 3 and result["verdict"] == "mismatch"
+    assert {t["table"]: t["verdict"] for t in result["tables"]} == {"rdb.a": "ok", "rdb.b": "mismatch", "rdb.bad": "ok"}
+
+
+def test_reconcile_of_a_keyless_copy_after_the_source_got_a_key(mysql_conn, mysql_url, clickhouse_url, ch):
+    """Issue 38, part 3, as reported: the documented remedy for a table without a key (ADD PRIMARY
+    KEY) made the reconciliation of its plain MergeTree copy exit 1 with ILLEGAL_FINAL."""
+    from tests.helpers import run_sql as sql
+
+    sql(mysql_conn, "DROP DATABASE IF EXISTS kdb2", "CREATE DATABASE kdb2",
+        "CREATE TABLE kdb2.n (id INT NOT NULL, v VARCHAR(10) NULL)",
+        "INSERT INTO kdb2.n SELECT seq, CONCAT('v', seq) FROM kdb2.seq_1_to_2000")
+    env = dict(os.environ, MYSQL_URL=mysql_url, CLICKHOUSE_URL=clickhouse_url)
+    load = run(env, "load", "--database", "kdb2", "--target-database", "kdb2_ch", "--load-key", "K2")
+    assert load.returncode == 0, load.stderr[-2000:]
+    sql(mysql_conn, "ALTER TABLE kdb2.n ADD PRIMARY KEY (id)")
+
+    check = ["reconcile", "--load", "K2", "--database", "kdb2", "--target-database", "kdb2_ch", "--checksum"]
+    text = run(env, *check)
+    assert text.returncode == 0, text.stdout[-2000:] + text.stderr[-2000:]
+    assert "ILLEGAL_FINAL" not in text.stdout + text.stderr
+    assert "note: the copy is a plain MergeTree" in text.stdout and "verdict: ok" in text.stdout
+    result = json.loads(run(env, *check, "--json").stdout)
+    assert result["verdict"] == "ok" and result["tables"][0]["shape"]["final"] is False
+    assert result["tables"][0]["shards"][0]["target_rows"] == 2000

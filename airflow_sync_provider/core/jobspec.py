@@ -17,7 +17,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.ledger import ABANDONED_AFTER_SECONDS, DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
-from airflow_sync_provider.core.source.selection import TableSelection
+from airflow_sync_provider.core.source.selection import TableSelection, table_config
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 
@@ -193,13 +193,21 @@ class CdcApplySpec:
     recopy_tables: int = 1  # tables re-copied at once, beside the stream
     recopy_record_speed: int | None = None  # rows/s per re-copy channel (spare a busy source), as a bootstrap's
     driver_copy_rows: int | None = None
-    # the pipeline checks itself (spark/cdc_verify.py): per-shard checksums vs the source at one
-    # binlog position, mismatched shards repaired; after a DDL touched a table, for every table
-    # not verified within verify_every seconds (0: only after DDL), and with verify, every table once
+    # the pipeline checks itself (spark/cdc_verify.py): every table slice by slice against the
+    # source, once per verify_period seconds (0: only after a DDL, a re-copy, a takeover or a
+    # stop, or with verify=True), using at most verify_budget of one source core for it;
+    # mismatched slices repaired in place. 900 s: a divergence, whatever its cause, lives at most
+    # a quarter of an hour, for about 1.3 µs of the source's CPU per row and pass (a 10M-row table:
+    # 1.4 % of a core)
+    verify_period: float = 900.0
+    verify_budget: float = 0.1
     verify_after_ddl: bool = True
-    verify_every: float = 0.0
     verify: bool = False
+    verify_every: float = 0.0  # earlier name of verify_period (used when set)
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
+    # a pipeline keeps the patterns it was first given (select) and applies them on every run; a
+    # run giving other patterns is refused unless it says to change them
+    change_selection: bool = False
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     result_path: str = ""
     job: str = field(default="cdc_apply", init=False)
@@ -210,8 +218,11 @@ class CdcApplySpec:
         if self.lanes < 1 or self.batch_events < 1 or self.readers < 1 or self.driver_write_rows < 0:
             raise ValueError(f"pipeline {self.pipeline}: lanes, batch_events and readers must be >= 1, "
                              "driver_write_rows >= 0")
-        if self.verify_every < 0:
-            raise ValueError(f"pipeline {self.pipeline}: verify_every must be >= 0 seconds (0: only after DDL)")
+        if self.verify_every:
+            self.verify_period = self.verify_every
+        if self.verify_period < 0 or not 0 < self.verify_budget <= 1:
+            raise ValueError(f"pipeline {self.pipeline}: verify_period must be >= 0 seconds (0: only when due) and "
+                             "verify_budget a fraction of one source core in (0, 1]")
         self.tables = [table_config(t) for t in self.tables]
         TableSelection.of(self.select)
         if not self.server_id:  # stable per pipeline, clear of the usual small server ids
@@ -250,6 +261,10 @@ class CdcBootstrapSpec:
     channel_byte_speed: int | None = None
     watermark_table: str | None = None
     restart: bool = False  # start the tables' bootstraps again instead of resuming unfinished ones
+    change_selection: bool = False  # replace the patterns the pipeline keeps (CdcApplySpec.change_selection)
+    # set by the applier for a re-copy of a table it streams (spark/cdc_ddl.Recopies): the copy is
+    # then the applier's to record, nothing is registered to join the pipeline
+    recopy: bool = False
     driver_copy_rows: int | None = None  # as for a full load: tables copied by the driver's own channels
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     ledger_wait_seconds: float = 300.0
@@ -378,23 +393,6 @@ def table_key(prefix: str, table: dict) -> str:
 
 def bootstrap_load_key(pipeline: str, table: dict) -> str:
     return f"cdc:{pipeline}:{table['source_database']}.{table['source_table']}"
-
-
-def table_config(table) -> dict:
-    """``"db.table"`` or a dict → {source_database, source_table, target_database, target_table,
-    columns, exclude_columns} (targets default to the source's names)."""
-    if isinstance(table, str):
-        database, _, name = table.partition(".")
-        if not name:
-            raise ValueError(f"table {table!r}: give it as database.table")
-        table = {"source_database": database, "source_table": name}
-    out = {"source_database": table["source_database"], "source_table": table["source_table"],
-           "target_database": table.get("target_database") or table["source_database"],
-           "target_table": table.get("target_table") or table["source_table"],
-           "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or []),
-           # a full load split on a collated string keeps each row's collation weight: so must CDC
-           "split_column": table.get("split_column")}
-    return out
 
 
 SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls

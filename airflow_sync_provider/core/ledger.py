@@ -39,7 +39,7 @@ def _now() -> float:
     return time.time()
 
 
-def _ts(seconds: float | None):
+def utc_datetime(seconds: float | None):
     """Epoch seconds → an aware datetime, as clickhouse-connect inserts DateTime64."""
     return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
 
@@ -114,14 +114,19 @@ class LoadState:
         }
 
 
+def counters_disagree(shard) -> bool:
+    """Do a shard attempt's hook counters (a :class:`ShardState`, or anything with its
+    ``records_*``) say rows went missing: read != written, or any failed?"""
+    return shard.records_read != shard.records_written or bool(shard.records_failed)
+
+
 def failing_shards(state: LoadState) -> list[int]:
     """The shards that make a load's counters verdict ``failed`` (none: it succeeded or is still
     under way): shards with bad counters (read != written, or failed rows), and once the load
     has ended (failed, published, abandoned, or its job died) every planned shard that did not
     succeed — a published load's shards a reconciliation marked: its copy is wrong there."""
     ids = [s["id"] for s in state.plan.get("shards", [])]
-    bad_counters = [s.shard_id for s in state.shards.values()
-                    if s.status == SHARD_SUCCESS and (s.records_read != s.records_written or s.records_failed)]
+    bad_counters = [s.shard_id for s in state.shards.values() if s.status == SHARD_SUCCESS and counters_disagree(s)]
     ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED, LOAD_ABANDONED) or state.stale
     undone = [i for i in ids if i not in state.shards or state.shards[i].status != SHARD_SUCCESS] if ended else []
     if not bad_counters and not undone:
@@ -156,33 +161,33 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     return "wait", f"{len(done)}/{len(ids)} shards done"
 
 
-_TIME = "DateTime64(6, 'UTC')"
+TIME_TYPE = "DateTime64(6, 'UTC')"  # every ledger time column (utc_datetime() gives its values)
 # The ledger's tables: (column, ClickHouse type), in the order the writers below give values.
 _LOADS = (
     ("load_key", "String"), ("generation", "UInt32"), ("status", "LowCardinality(String)"), ("source_table", "String"),
     ("target_table", "String"), ("plan", "String"), ("parts_table", "String"), ("version", "UInt64"),
     ("spec", "String"), ("error", "String"), ("repair", "Array(UInt32)"), ("start_position", "String"),
-    ("updated_at", _TIME),
+    ("updated_at", TIME_TYPE),
 )
 _SHARDS = (
     ("load_key", "String"), ("generation", "UInt32"), ("shard_id", "UInt32"), ("attempt", "UInt32"),
     ("status", "LowCardinality(String)"), ("where_sql", "String"), ("params", "String"), ("records_read", "UInt64"),
-    ("records_written", "UInt64"), ("records_failed", "UInt64"), ("bytes", "UInt64"), ("started_at", _TIME),
-    ("finished_at", f"Nullable({_TIME})"), ("error", "String"), ("version", "UInt64"), ("chunks", "UInt32"),
-    ("resume_key", "String"), ("executor", "String"), ("updated_at", _TIME),
+    ("records_written", "UInt64"), ("records_failed", "UInt64"), ("bytes", "UInt64"), ("started_at", TIME_TYPE),
+    ("finished_at", f"Nullable({TIME_TYPE})"), ("error", "String"), ("version", "UInt64"), ("chunks", "UInt32"),
+    ("resume_key", "String"), ("executor", "String"), ("updated_at", TIME_TYPE),
 )
 # A running load's driver reports here every few seconds: a row of its own, since the load's row
 # carries the plan (a piece per ~4 MiB of the table: megabytes for a billion rows).
-_HEARTBEATS = (("load_key", "String"), ("generation", "UInt32"), ("at", _TIME))
+_HEARTBEATS = (("load_key", "String"), ("generation", "UInt32"), ("at", TIME_TYPE))
 _RECONCILIATIONS = (
     ("load_key", "String"), ("generation", "UInt32"), ("verdict", "LowCardinality(String)"),
-    ("mismatched", "Array(UInt32)"), ("checksum", "Bool"), ("report", "String"), ("at", _TIME),
+    ("mismatched", "Array(UInt32)"), ("checksum", "Bool"), ("report", "String"), ("at", TIME_TYPE),
 )
 _DIFFS = (
     ("diff_key", "String"), ("run_id", "String"), ("verdict", "LowCardinality(String)"), ("old_table", "String"),
     ("new_table", "String"), ("counts", "Map(String, UInt64)"), ("rows_old", "UInt64"), ("rows_new", "UInt64"),
     ("rows_read_old", "UInt64"), ("rows_read_new", "UInt64"), ("shards", "UInt32"), ("shards_read", "UInt32"),
-    ("version", "UInt64"), ("at", _TIME), ("changes_table", "String"), ("keys", "Array(String)"),
+    ("version", "UInt64"), ("at", TIME_TYPE), ("changes_table", "String"), ("keys", "Array(String)"),
     ("compared", "Array(String)"), ("buckets_read", "UInt64"),
 )
 _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these names
@@ -191,13 +196,13 @@ _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these na
     ("rows_read_new", "UInt64"), ("identical", "UInt64"), ("changed", "UInt64"), ("new", "UInt64"),
     ("deleted", "UInt64"), ("seconds", "Float64"),
 )
-_JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", _TIME))
+_JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", TIME_TYPE))
 # The Airflow task instance that last worked on a load, reconciliation, diff or pipeline (written by
 # the operator as its job starts): the Sync view links each row to it. ``key`` is the operator's
 # key; a job of many tables has one row for the prefix of all its table keys (``<key>:<db>.<t>``).
 _TASKS = (
     ("kind", "LowCardinality(String)"), ("key", "String"), ("dag_id", "String"), ("task_id", "String"),
-    ("run_id", "String"), ("map_index", "Int32"), ("try_number", "UInt32"), ("at", _TIME),
+    ("run_id", "String"), ("map_index", "Int32"), ("try_number", "UInt32"), ("at", TIME_TYPE),
 )
 TASK_LOAD, TASK_RECONCILIATION, TASK_DIFF, TASK_PIPELINE = "load", "reconciliation", "diff", "pipeline"
 
@@ -217,7 +222,13 @@ def key_prefixes(key: str) -> list[str]:
     """``key`` and each prefix of it that ends before a ``:`` (a job of many tables names its
     tables' loads, checks and diffs ``<key>:<db>.<table>``; a bootstrap's ``cdc:<pipeline>:<db>.<t>``)."""
     return [key] + [key[:i] for i, c in enumerate(key) if c == ":" and i]
-_LOAD_SETS = (("load_key", "String"), ("tables", "Array(String)"), ("errors", "Map(String, String)"), ("at", _TIME))
+
+
+# A job of many tables: its tables' load keys, the errors of tables that failed before their load
+# was recorded and, per table key, the newest generation when the run began (``baseline``): a
+# table whose load is published in a later generation was copied by this run (Ledger.resume_point).
+_LOAD_SETS = (("load_key", "String"), ("tables", "Array(String)"), ("errors", "Map(String, String)"),
+              ("at", TIME_TYPE), ("baseline", "Map(String, UInt32)"))
 
 
 class LedgerTables:
@@ -238,12 +249,12 @@ class LedgerTables:
         return self._last
 
     def snapshot_tables(self) -> None:
-        """Answer :meth:`_exists` from one look at the database from now on: for a reader making
+        """Answer :meth:`exists` from one look at the database from now on: for a reader making
         many queries in one short request (the Sync view's page); tables created later are missed."""
         self._snapshot = {n for (n,) in self.ch.query("SELECT name FROM system.tables WHERE database = {d:String}",
                                                       parameters={"d": self.database}).result_rows}
 
-    def _exists(self, name: str) -> bool:
+    def exists(self, name: str) -> bool:
         if self._snapshot is not None:
             return name in self._snapshot
         return bool(self.ch.command(f"EXISTS TABLE {self.table(name)}"))
@@ -295,7 +306,7 @@ class Ledger(LedgerTables):
                              checksum: bool, report: list[dict]) -> None:
         self._create("reconciliations", _RECONCILIATIONS, "MergeTree ORDER BY (load_key, generation, at)")
         self._insert("reconciliations", [[load_key, generation, verdict, mismatched, checksum, json.dumps(report),
-                                           _ts(self._stamp())]], _RECONCILIATIONS)
+                                           utc_datetime(self._stamp())]], _RECONCILIATIONS)
 
     def write_diff(self, result: dict, shards: list[dict]) -> None:
         """A snapshot diff's run: per-flag counts and what was read row by row, per shard too
@@ -306,37 +317,84 @@ class Ledger(LedgerTables):
         self._insert("diffs", [[
             r["diff_key"], r["run_id"], r["verdict"], r["old"], r["new"], r["counts"], r["rows_old"], r["rows_new"],
             r["rows_read_old"], r["rows_read_new"], r["shards"], r["shards_read"], r["version"] or 0,
-            _ts(self._stamp()), r["changes_table"], r["keys"], r["compared"], r["buckets_read"]]], _DIFFS)
+            utc_datetime(self._stamp()), r["changes_table"], r["keys"], r["compared"], r["buckets_read"]]], _DIFFS)
         self._insert("diff_shards", [[r["diff_key"], r["run_id"], *(s[n] for n, _ in _DIFF_SHARDS[2:])] for s in shards],
                      _DIFF_SHARDS)
 
-    def write_load_set(self, load_key: str, table_keys: list[str], errors: dict | None = None) -> None:
+    def write_load_set(self, load_key: str, table_keys: list[str], errors: dict | None = None,
+                       baseline: dict | None = None) -> None:
         """A job of many tables: the per-table load keys ``load_key`` stands for, written before
         any of them runs (so the counters sensor knows which loads to wait for), and again at
-        its end with the errors of tables that failed before their load was recorded."""
-        self._create("load_sets", _LOAD_SETS, "ReplacingMergeTree(at) ORDER BY load_key")
-        self._insert("load_sets", [[load_key, table_keys, errors or {}, _ts(self._stamp())]], _LOAD_SETS)
+        its end with the errors of tables that failed before their load was recorded.
+        ``baseline``: each key's newest generation when the run began (:meth:`resume_point`)."""
+        self._ensure_tables([("load_sets", _LOAD_SETS, "ReplacingMergeTree(at) ORDER BY load_key")])
+        self._insert("load_sets", [[load_key, table_keys, errors or {}, utc_datetime(self._stamp()), baseline or {}]],
+                     _LOAD_SETS)
 
     def load_set(self, load_key: str) -> tuple[list[str], dict] | None:
         """``write_load_set``'s newest (table keys, errors), or None."""
-        if not self._exists("load_sets"):
+        found = self._load_set(load_key)
+        return (found[0], found[1]) if found else None
+
+    def _load_set(self, load_key: str) -> tuple[list[str], dict, dict] | None:
+        if not self.exists("load_sets"):
             return None
-        rows = self.ch.query(f"SELECT tables, errors FROM {self.table('load_sets')} FINAL WHERE load_key = {{k:String}}",
-                             parameters={"k": load_key}).result_rows
-        return (list(rows[0][0]), dict(rows[0][1])) if rows else None
+        present = {c for (c,) in self.ch.query("SELECT name FROM system.columns WHERE database = {d:String} AND "
+                                               "table = 'load_sets'", parameters={"d": self.database}).result_rows}
+        baseline = "baseline" if "baseline" in present else "map()"  # a ledger no job of this release wrote yet
+        rows = self.ch.query(f"SELECT tables, errors, {baseline} FROM {self.table('load_sets')} FINAL "
+                             "WHERE load_key = {k:String}", parameters={"k": load_key}).result_rows
+        return (list(rows[0][0]), dict(rows[0][1]), dict(rows[0][2])) if rows else None
+
+    def newest_loads(self, load_keys: list[str]) -> dict[str, tuple[int, str]]:
+        """Each key's newest generation and its status, in one query (keys never loaded are absent)."""
+        if not load_keys or not self.exists("loads"):
+            return {}
+        rows = self.ch.query(f"SELECT load_key, generation, status FROM {self.table('loads')} FINAL"
+                             " WHERE load_key IN {k:Array(String)} ORDER BY load_key, generation DESC"
+                             " LIMIT 1 BY load_key", parameters={"k": list(load_keys)}).result_rows
+        return {key: (int(generation), status) for key, generation, status in rows}
+
+    def resume_point(self, load_key: str, table_keys: list[str]) -> tuple[dict[str, int], set[str]]:
+        """Where a job of many tables under ``load_key`` starts: (baseline, done).
+
+        The run before it (its load set) finished when every one of its tables was published by
+        it (a generation above the baseline it recorded). Then this run is a new one: it copies
+        every table afresh, and its baseline is each table's newest generation now. Otherwise
+        (a table failed, or the job died) this run goes on with that one: same baseline, and
+        ``done`` holds the tables it already published — they are not copied again; an
+        unfinished table resumes from its unfinished shards (its own load does that). A table
+        the selection gained since gets its own baseline now. One rule for every caller: the
+        operator's retries and a command line run again with the same key.
+        """
+        found = self._load_set(load_key)
+        newest = self.newest_loads(sorted(set(table_keys) | set(found[0] if found else ())))
+
+        def published_after(key: str, base: int) -> bool:
+            generation, status = newest.get(key, (0, ""))
+            return status == LOAD_PUBLISHED and generation > base
+
+        now = {key: newest.get(key, (0, ""))[0] for key in table_keys}
+        if found is None:
+            return now, set()
+        previous, _, baseline = found
+        if all(published_after(key, baseline.get(key, 0)) for key in previous):
+            return now, set()
+        kept = {key: baseline.get(key, 0) if key in previous else now[key] for key in table_keys}
+        return kept, {key for key in table_keys if published_after(key, kept[key])}
 
     def write_task(self, kind: str, key: str, task: TaskRef) -> None:
         """The task instance working on ``key`` now (``kind``: TASK_LOAD, … ); the newest one wins."""
         self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")  # before any job's tables
         self._create("tasks", _TASKS, "ReplacingMergeTree(at) ORDER BY (kind, key)")
         self._insert("tasks", [[kind, key, task.dag_id, task.task_id, task.run_id, task.map_index, task.try_number,
-                                _ts(self._stamp())]], _TASKS)
+                                utc_datetime(self._stamp())]], _TASKS)
 
     def tasks(self, kind: str, keys: list[str]) -> dict[str, TaskRef]:
         """The task instance behind each of ``keys``: recorded for the key itself, else for its
         longest prefix that a job of many tables was keyed by (:func:`key_prefixes`)."""
         wanted = sorted({p for key in keys for p in key_prefixes(key)})
-        if not wanted or not self._exists("tasks"):
+        if not wanted or not self.exists("tasks"):
             return {}
         rows = self.ch.query(
             f"SELECT key, argMax(dag_id, at), argMax(task_id, at), argMax(run_id, at), argMax(map_index, at),"
@@ -353,7 +411,7 @@ class Ledger(LedgerTables):
     def write_job_result(self, key: str, result: dict) -> None:
         """A cluster-mode job's result (its driver cannot write a file the submitter reads)."""
         self._create("job_results", _JOB_RESULTS, "MergeTree ORDER BY result_key TTL toDateTime(at) + INTERVAL 30 DAY")
-        self._insert("job_results", [[key, json.dumps(result, default=str), _ts(self._stamp())]], _JOB_RESULTS)
+        self._insert("job_results", [[key, json.dumps(result, default=str), utc_datetime(self._stamp())]], _JOB_RESULTS)
 
     def job_result(self, key: str) -> dict:
         try:
@@ -367,13 +425,13 @@ class Ledger(LedgerTables):
         self._insert("loads", [[
             state.load_key, state.generation, state.status, state.source_table, state.target_table,
             json.dumps(state.plan), state.parts_table, state.version, json.dumps(state.spec), state.error[:4000],
-            state.repair, json.dumps(state.start_position) if state.start_position else "", _ts(self._stamp()),
+            state.repair, json.dumps(state.start_position) if state.start_position else "", utc_datetime(self._stamp()),
         ]], _LOADS)
 
     def write_heartbeat(self, state: LoadState) -> None:
         """The running load's driver is alive (:attr:`LoadState.stale` reads it)."""
         state.heartbeat = self._stamp()
-        self._insert("heartbeats", [[state.load_key, state.generation, _ts(state.heartbeat)]], _HEARTBEATS)
+        self._insert("heartbeats", [[state.load_key, state.generation, utc_datetime(state.heartbeat)]], _HEARTBEATS)
 
     def write_shard(self, load_key: str, generation: int, shard: ShardState) -> None:
         self.write_shards(load_key, generation, [shard])
@@ -382,9 +440,9 @@ class Ledger(LedgerTables):
         self._insert("shards", [[
             load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
             json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
-            shard.bytes, _ts(shard.started_at), _ts(shard.finished_at), shard.error[:4000], shard.version,
+            shard.bytes, utc_datetime(shard.started_at), utc_datetime(shard.finished_at), shard.error[:4000], shard.version,
             shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "", shard.executor,
-            _ts(self._stamp()),
+            utc_datetime(self._stamp()),
         ] for shard in shards], _SHARDS)
 
     def state(self, load_key: str) -> LoadState | None:
@@ -408,7 +466,7 @@ class Ledger(LedgerTables):
     def table_states(self, load_key: str) -> dict[str, LoadState]:
         """The load ``load_key`` by its key, or each recorded table load of a job of many tables
         keyed so (:meth:`write_load_set`); empty before anything was recorded."""
-        if not self._exists("loads"):
+        if not self.exists("loads"):
             return {}
         state = self.state(load_key)
         if state is not None:
@@ -425,7 +483,7 @@ class Ledger(LedgerTables):
         names = [n for (n,) in self.ch.query(
             "SELECT name FROM system.tables WHERE database = {d:String} AND startsWith(name, 'parts_')",
             parameters={"d": self.database}).result_rows]
-        if not names or not self._exists("loads"):
+        if not names or not self.exists("loads"):
             return []
         rows = self.ch.query(
             f"SELECT load_key, generation, parts_table, target_table FROM {self.table('loads')} FINAL"
@@ -444,7 +502,7 @@ class Ledger(LedgerTables):
     def recent(self, limit: int = 50, prefix: str = "") -> list[LoadState]:
         """The most recently reported loads (each its newest generation), newest first; only
         keys starting with ``prefix`` if given (a job of many tables: ``<key>:<db>.<table>``)."""
-        if not self._exists("loads"):
+        if not self.exists("loads"):
             return []
         keys = self.ch.query(f"SELECT load_key FROM {self.table('loads')} WHERE startsWith(load_key, {{p:String}})"
                              f" GROUP BY load_key ORDER BY max(updated_at) DESC LIMIT {int(limit)}",
@@ -453,7 +511,7 @@ class Ledger(LedgerTables):
 
     def reconciliations(self, limit: int = 50, prefix: str = "") -> list[dict]:
         """The newest reconciliation of each recently checked load, newest first."""
-        if not self._exists("reconciliations"):
+        if not self.exists("reconciliations"):
             return []
         rows = self.ch.query(
             f"SELECT load_key, argMax(generation, at), argMax(verdict, at), argMax(mismatched, at),"
@@ -464,7 +522,7 @@ class Ledger(LedgerTables):
 
     def reconciliation(self, load_key: str) -> dict | None:
         """The newest reconciliation of ``load_key``, as ``reports.reconcile_html`` takes it."""
-        if not self._exists("reconciliations"):
+        if not self.exists("reconciliations"):
             return None
         rows = self.ch.query(
             f"SELECT generation, verdict, mismatched, checksum, report FROM {self.table('reconciliations')}"
@@ -480,7 +538,7 @@ class Ledger(LedgerTables):
     def diffs(self, limit: int = 50, prefix: str = "", diff_key: str = "", run_id: str = "") -> list[dict]:
         """Recent snapshot-diff runs, newest first: of keys starting with ``prefix``, or of one
         ``diff_key`` (and ``run_id``)."""
-        if not self._exists("diffs"):
+        if not self.exists("diffs"):
             return []
         names = [n for n, _ in _DIFFS if n != "at"]
         where = ("diff_key = {k:String}" + (" AND run_id = {r:String}" if run_id else "") if diff_key

@@ -184,7 +184,7 @@ def _latest_loads_sql(ledger: Ledger, filters: Filters, columns: str) -> str:
 
 def load_rows(ledger: Ledger, filters: Filters) -> list[LoadRow]:
     """Every load in scope, judged, worst and newest first."""
-    if not ledger._exists("loads"):
+    if not ledger.exists("loads"):
         return []
     params = {"prefix": filters.load, "pattern": glob_regex(filters.table) if filters.table else "",
               "days": filters.days}
@@ -224,7 +224,7 @@ def pipeline_rows(ledger: Ledger, filters: Filters, name: str = "", now: float |
     """The CDC pipelines (one of them: ``name``), failing and furthest behind first; with a table
     pattern, those with a matching table."""
     checkpoints = Checkpoints(ledger.ch, ledger.database)
-    if not ledger._exists("cdc_state"):
+    if not ledger.exists("cdc_state"):
         return []
     now = time.time() if now is None else now
     pattern = re.compile(glob_regex(filters.table)[4:], re.I) if filters.table else None
@@ -240,7 +240,7 @@ def pipeline_rows(ledger: Ledger, filters: Filters, name: str = "", now: float |
 
 
 def _newest_checks(ledger: Ledger, keys: list[str]) -> dict[str, dict]:
-    if not keys or not ledger._exists("reconciliations"):
+    if not keys or not ledger.exists("reconciliations"):
         return {}
     rows = ledger.ch.query(
         f"SELECT load_key, argMax(generation, at), argMax(verdict, at), argMax(mismatched, at), toFloat64(max(at))"
@@ -251,7 +251,7 @@ def _newest_checks(ledger: Ledger, keys: list[str]) -> dict[str, dict]:
 
 def _set_errors(ledger: Ledger, filters: Filters, recorded: set[str]) -> list[dict]:
     """Tables a job of many tables could not start a load for (``Ledger.write_load_set``)."""
-    if not ledger._exists("load_sets"):
+    if not ledger.exists("load_sets"):
         return []
     rows = ledger.ch.query(
         f"SELECT load_key, errors, toFloat64(at) FROM {ledger.table('load_sets')} FINAL"
@@ -319,7 +319,7 @@ def pipeline_page(ledger: Ledger, name: str, now: float | None = None) -> Pipeli
 
 def _verdict_counts(ledger: Ledger, table: str, key: str, filters: Filters) -> dict[str, int]:
     """The newest verdict of each key (recent ones), counted."""
-    if not ledger._exists(table):
+    if not ledger.exists(table):
         return {}
     rows = ledger.ch.query(
         f"SELECT verdict, count() FROM (SELECT argMax(verdict, at) AS verdict FROM {ledger.table(table)}"

@@ -12,7 +12,7 @@ import time
 from html import escape
 from urllib.parse import quote, urlencode
 
-from airflow_sync_provider.core.ledger import TaskRef
+from airflow_sync_provider.core.ledger import SHARD_SUCCESS, TaskRef, counters_disagree
 from airflow_sync_provider.core.overview import (
     ATTENTION_ROWS, FAILED, LAG_WARNING_SECONDS, PAGE_ROWS, RECENT_DAYS, STATES, Filters, LoadRow, Overview,
     PipelineRow,
@@ -318,7 +318,7 @@ def load_html(state, verdict: tuple[str, str], task: TaskRef | None, check: dict
     now = time.time() if now is None else now
     shards = []
     for s in sorted(state.shards.values(), key=lambda s: s.shard_id):
-        bad = s.status != "success" or s.records_read != s.records_written or s.records_failed
+        bad = s.status != SHARD_SUCCESS or counters_disagree(s)
         shards.append(f"<tr class='{'failed' if bad else ''}'><td>{s.shard_id}</td><td class='v'>{escape(s.status)}</td>"
                       f"<td>{s.attempt}</td><td>{s.records_read:,}</td><td>{s.records_written:,}</td>"
                       f"<td>{s.records_failed:,}</td><td>{s.seconds:.1f}</td><td class='v'>{escape(s.executor)}</td>"

@@ -69,7 +69,7 @@ def package_zip(directory: str) -> str:
     root = Path(airflow_sync_provider.__file__).parent
     files = sorted(root.rglob("*.py"))
     path = os.path.join(directory, "airflow_sync_provider.zip")
-    cache = _private_cache()
+    cache = private_cache()
     if cache is None:
         _write_zip(path, root, files)
         return path
@@ -87,7 +87,7 @@ def package_zip(directory: str) -> str:
     return path
 
 
-def _private_cache() -> Path | None:
+def private_cache() -> Path | None:
     """``$TMPDIR/airflow-sync-<uid>``, if it is this user's alone (None otherwise: another user
     could have made it, and a zip from there would run as this user's code)."""
     cache = Path(tempfile.gettempdir()) / f"airflow-sync-{os.getuid()}"
@@ -279,15 +279,17 @@ def run_driver(cmd: list[str], env: dict, line=None, timeout: float | None = Non
 
 
 def spark_submit(spec, master: str = "local[2]", conf: dict | None = None, timeout: float | None = None,
-                 log=None, use_spark_submit: bool = False) -> dict:
+                 log=None, use_spark_submit: bool = False, line=None) -> dict:
     """Run ``spec``'s job without Airflow (client mode; a Python driver on a local master unless
-    ``use_spark_submit``); returns the job's result."""
+    ``use_spark_submit``); returns the job's result. The driver's output goes line by line to
+    ``line`` (a callable) or the file ``log``."""
+    if line is None and log is not None:
+        line = lambda text: print(text, file=log, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="airflow-sync-") as tmp:
         cmd, env = prepare(spec, tmp, master, conf, use_spark_submit)
-        code, tail = run_driver(cmd, env, (lambda text: print(text, file=log, flush=True)) if log else None,
-                                timeout)
+        code, tail = run_driver(cmd, env, line, timeout)
         result = read_result(spec.result_path)
         if not result:
             result = {"status": "failed", "error": f"{os.path.basename(cmd[0])} exited {code}: "
-                                                   f"{'' if log else tail}"}
+                                                   f"{'' if line else tail}"}
         return result

@@ -1,4 +1,5 @@
-"""Build source/target endpoints from Airflow connections of the ecosystem's own types.
+"""Build source/target endpoints from Airflow connections of the ecosystem's own types, and
+the checks the sensors and their triggers poll through them.
 
 ``mysql`` is the MySQL provider's connection type, ``clickhouse`` the official clickhousedb
 provider's (host, port, login, password, schema = database, extra ``secure``).
@@ -6,8 +7,12 @@ provider's (host, port, login, password, schema = database, extra ``secure``).
 
 from __future__ import annotations
 
-from airflow_sync_provider.compat import BaseHook
+from airflow_sync_provider.compat import AirflowException, BaseHook
+from airflow_sync_provider.core.cdc.checkpoints import check_position
+from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, check_counters
+from airflow_sync_provider.stats import watch_pipeline
 
 
 class SyncEndpointsHook(BaseHook):
@@ -32,3 +37,42 @@ class SyncEndpointsHook(BaseHook):
         return ClickHouseEndpoint(host=conn.host or "127.0.0.1", port=int(conn.port or (8443 if secure else 8123)),
                                   user=conn.login or "default", password=conn.password or "",
                                   database=conn.schema or "default", secure=secure)
+
+    def binlog_position_check(self, pipeline: str, position: dict | str | None, max_lag_seconds: float | None,
+                              ledger_database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
+        """Has ``pipeline``'s applied checkpoint reached ``position`` (or is its lag under
+        ``max_lag_seconds``)? ``(verdict, message, summary)``: ``BinlogPositionSensor``'s poke and
+        its trigger's. While it watches, the pipeline's gauges go to Airflow's metrics
+        (docs/metrics.md): from the worker on each poke, from the triggerer while deferred."""
+        source = self.source() if max_lag_seconds is not None else None
+        target = self.target()
+        verdict, message, summary = check_position(target, pipeline, BinlogPosition.from_dict(position),
+                                                   max_lag_seconds, source, ledger_database)
+        watch_pipeline(target, pipeline, ledger_database, measured_lag=summary.get("lag_seconds"))
+        return verdict, message, summary
+
+    def shard_counters_check(self, load_key: str, ledger_database: str = DEFAULT_LEDGER_DATABASE
+                             ) -> tuple[str, str, dict]:
+        """The hook counters' verdict on ``load_key`` (``ShardCountersSensor``'s poke and its trigger's)."""
+        return check_counters(self.target(), load_key, ledger_database)
+
+
+def spark_deployment(spark_conn_id: str) -> dict:
+    """``{"master", "deploy_mode"}`` of a ``spark`` connection, read as the Spark provider's
+    ``SparkSubmitHook`` reads them (its master: the host when it is a whole master URL, else
+    ``<conn_type>://host[:port]``; ``yarn`` when the connection does not exist; the deploy mode
+    from the extra ``deploy-mode``), through Airflow's public connection API rather than that
+    hook's private state. The job itself is still submitted by ``SparkSubmitHook``."""
+    where = {"master": "yarn", "deploy_mode": None}
+    try:
+        conn = BaseHook.get_connection(spark_conn_id)
+    except AirflowException:  # as SparkSubmitHook: no such connection means YARN
+        return where
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        where["master"] = conn.host
+    else:
+        where["master"] = f"{conn.conn_type}://{conn.host or ''}"
+    if conn.port:
+        where["master"] = f"{where['master']}:{conn.port}"
+    where["deploy_mode"] = conn.extra_dejson.get("deploy-mode")
+    return where

@@ -32,11 +32,15 @@ class CdcApplyOperator(SparkJobOperator):
     :param batch_events: row changes per batch (a checkpoint after each).
     :param driver_write_rows: a batch of at most this many row changes is written by the
         driver's lane threads, a larger one by Spark tasks (0: always Spark tasks).
-    :param verify: check every table against the source once in this run: per-shard checksums
-        at one binlog position, mismatched shards repaired in place (docs/cdc.md, Verification).
-    :param verify_every: check each table whose last check is older than this many seconds
-        (0: only after a DDL changed it).
-    :param verify_after_ddl: check a table after a DDL changed it (default on).
+    :param verify_period: every table is checked against the source slice by slice at least
+        once per this many seconds (default 900), beside the stream; mismatched slices are
+        repaired in place (docs/cdc.md, Verification). 0: only tables due (after a DDL, a
+        re-copy, a takeover, or ``verify``).
+    :param verify_budget: the share of one source core the checks may use (default 0.1).
+    :param verify: check every table once in this run (before it ends).
+    :param verify_after_ddl: check a table at once after a DDL changed it (default on).
+    :param change_selection: replace the patterns the pipeline keeps with ``select`` (else a run
+        with other patterns than the pipeline's is refused).
     :param reset: forget the checkpoint and start again from ``start_from_loads`` (after a
         re-bootstrap, e.g. when the checkpoint's binlog file was purged).
     """
@@ -48,7 +52,8 @@ class CdcApplyOperator(SparkJobOperator):
                  clickhouse_conn_id: str = "clickhouse_default", start_from_loads: list | None = None,
                  tables: list | None = None, select: dict | None = None, start_position: dict | None = None, stop_position: dict | None = None,
                  lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, driver_write_rows: int = 500_000,
-                 reset: bool = False, verify: bool = False, verify_every: float = 0.0, verify_after_ddl: bool = True,
+                 reset: bool = False, verify: bool = False, verify_period: float = 900.0, verify_budget: float = 0.1,
+                 verify_after_ddl: bool = True, change_selection: bool = False, verify_every: float = 0.0,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
@@ -64,7 +69,8 @@ class CdcApplyOperator(SparkJobOperator):
         self.batch_events = batch_events
         self.driver_write_rows = driver_write_rows
         self.reset = reset
-        self.verify, self.verify_every, self.verify_after_ddl = verify, verify_every, verify_after_ddl
+        self.verify, self.verify_period, self.verify_budget = verify, verify_every or verify_period, verify_budget
+        self.verify_after_ddl, self.change_selection = verify_after_ddl, change_selection
         self.ledger_database = ledger_database
         named = tables if isinstance(tables, (list, tuple)) else []
         self.declare_assets([mysql_table(mysql_conn_id, *q) for t in named if (q := qualified(t))],
@@ -88,7 +94,8 @@ class CdcApplyOperator(SparkJobOperator):
                             start_position=self.start_position, stop_position=self.stop_position, lanes=self.lanes,
                             vnodes=self.vnodes, batch_events=self.batch_events,
                             driver_write_rows=self.driver_write_rows, reset=self.reset, verify=self.verify,
-                            verify_every=self.verify_every, verify_after_ddl=self.verify_after_ddl,
+                            verify_period=self.verify_period, verify_budget=self.verify_budget,
+                            verify_after_ddl=self.verify_after_ddl, change_selection=self.change_selection,
                             ledger_database=self.ledger_database)
 
     def summarize(self, result: dict) -> dict:
@@ -96,7 +103,7 @@ class CdcApplyOperator(SparkJobOperator):
                       result["pipeline"], result["events"], result["rows_written"], result["start"],
                       result["checkpoint"], result["seconds"])
         for look in result["verified"]:
-            self.log.info("Verified %s at %s: %d shard(s), mismatched %s%s", look["table"], look["position"],
+            self.log.info("Verified %s up to %s: %d slice(s), mismatched %s%s", look["table"], look["position"],
                           look["shards"], look["mismatched"] or "none", f" ({look['note']})" if look.get("note") else "")
         return {k: result[k] for k in ("pipeline", "tables", "joined", "start", "checkpoint", "stop", "events",
                                        "rows_written", "ddl", "recopied", "verified", "repaired_shards", "seconds")}

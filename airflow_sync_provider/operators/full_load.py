@@ -12,11 +12,6 @@ from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 
-def _retry(context) -> bool:
-    ti = context.get("ti") if hasattr(context, "get") else None
-    return (getattr(ti, "try_number", 1) or 1) > 1
-
-
 def default_load_key(task, context, source_database: str | None) -> str:
     """``<dag>.<task>.<run_id>``; a mapped task's instances (one table each) add the table."""
     key = f"{task.dag_id}.{task.task_id}.{context['run_id']}"
@@ -72,8 +67,10 @@ class FullLoadOperator(SparkJobOperator):
     :param ledger_database: ClickHouse database of the ledger (default ``airflow_sync``).
     :param skip_if_published: when ``load_key`` is already published, do nothing and return its
         summary (e.g. the full load a CDC pipeline starts from, in a scheduled DAG); in a task of
-        many tables, per table (a retry of such a task always does: the tables an earlier try
-        published are not copied again).
+        many tables, per table. Without it, a task of many tables run again after an unfinished
+        run of its key (a retry after a table failed, or after the job died) goes on with that run:
+        the tables it published are not copied again (``skipped``); once a run of the key has
+        published every table, the next one copies them all afresh.
     :param reader: ``auto`` (default: Arrow-native, unless a probe of the first rows disagrees with
         mysqlclient; the task log says which ran), ``native`` or ``mysqlclient``.
     :param driver_copy_rows: tables estimated at no more rows are copied by the Spark driver
@@ -188,8 +185,9 @@ class FullLoadOperator(SparkJobOperator):
             channel_record_speed=self.channel_record_speed, where=self.where, where_params=list(self.where_params or []),
             partition_by=self.partition_by, replace_partitions=list(self.replace_partitions or []),
             ledger_database=self.ledger_database, reader=self.reader, driver_copy_rows=self.driver_copy_rows,
-            # a retry of a task of many tables goes on from the tables its earlier tries published
-            skip_published=self.skip_if_published or bool((self.select or self.tables) and _retry(context)),
+            # a retry of a task of many tables goes on from the tables its earlier tries published: the
+            # job decides that from the ledger (Ledger.resume_point), as for the command line
+            skip_published=self.skip_if_published,
         )
 
     def summarize(self, result: dict) -> dict:

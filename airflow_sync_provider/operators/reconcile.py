@@ -5,12 +5,21 @@ from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_RECONCILIATION
 from airflow_sync_provider.core.metrics import reconcile_metrics
+from airflow_sync_provider.core.verify.reconcile import OK, SHAPE_MISMATCH, overall_verdict
 from airflow_sync_provider.core.verify.reports import reconcile_table, write_report
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 ON_MISMATCH = ("fail", "warn", "reimport")
+
+
+def _why(result: dict) -> str:
+    """What a table's verdict other than ``ok`` means, in one line."""
+    if result["verdict"] == SHAPE_MISMATCH:
+        return (f"the copy's shape no longer matches the source ({'; '.join(result['shape']['problems'])}); "
+                f"{result['remedy']}")
+    return f"shards {result['mismatched']} do not match"
 
 
 class ReconcileOperator(SparkJobOperator):
@@ -22,12 +31,16 @@ class ReconcileOperator(SparkJobOperator):
         ``select`` / ``tables``, the key the full load of many tables was given (their prefix).
     :param select, tables: check the loads of many tables in one task (as ``FullLoadOperator``
         takes them); a selected table without a published load under the key fails the task, named. XCom:
-        ``verdict`` (``ok`` only if every table is), ``tables`` (one summary and report each).
+        ``verdict`` (``ok`` only if every table is; else ``shape_mismatch`` before ``mismatch``),
+        ``tables`` (one summary and report each).
     :param parallel_tables: tables checked at once.
     :param checksum: also compare an order-independent sum of row hashes per shard.
     :param on_mismatch: ``fail`` (default), ``warn``, or ``reimport``: re-import the mismatched
         shards into the published table (in place: newer versions first, then the shards' older
         rows deleted, so readers never miss a row), compare again, and fail if they still differ.
+        A copy whose columns or key no longer match the source's (verdict ``shape_mismatch``,
+        docs/design-reconciliation.md) is compared shard by shard by no mode: ``fail`` and
+        ``reimport`` fail naming what differs and the remedy (a full reload), ``warn`` warns.
     :param report_dir: where the HTML report goes (default: a directory under the temp dir).
     """
 
@@ -80,9 +93,9 @@ class ReconcileOperator(SparkJobOperator):
         tables, problems = [], []
         for one in result["tables"]:
             tables.append({"table": one["table"], **self._summarize_one(one, raise_on_mismatch=False)})
-            if one["verdict"] != "ok":
-                problems.append(f"{one['table']}: shards {one['mismatched']} do not match")
-        verdict = "ok" if not problems else "mismatch"
+            if one["verdict"] != OK:
+                problems.append(f"{one['table']}: {_why(one)}")
+        verdict = result.get("verdict") or overall_verdict(one["verdict"] for one in result["tables"])
         self.log.info("Reconciled %d table(s): %s", len(tables), verdict)
         if problems:
             message = f"{len(problems)} of {len(tables)} table(s) do not match: " + "; ".join(problems)
@@ -98,13 +111,17 @@ class ReconcileOperator(SparkJobOperator):
         self.log.info("Report: %s", report)
         summary = {k: result[k] for k in ("load_key", "generation", "verdict", "mismatched", "checksum")}
         summary["report"] = report
+        for note in (result.get("shape") or {}).get("notes", []):
+            self.log.info("%s → %s: %s", result["table"], result["target"], note)
+        if result["verdict"] == SHAPE_MISMATCH:
+            summary |= {"problems": result["shape"]["problems"], "remedy": result["remedy"]}
         if result.get("before"):
             self.log.info("First pass found shards %s mismatched; re-imported %s rows into them, then compared again",
                           result["before"]["mismatched"], result["reimported"]["rows"])
             summary |= {"mismatched_before": result["before"]["mismatched"], "reimported": result["reimported"]}
-        if result["verdict"] != "ok":
-            message = (f"load {result['load_key']!r}: shards {result['mismatched']} do not match "
-                       f"({result['table']} → {result['target']}); see {report}")
+        if result["verdict"] != OK:
+            message = (f"load {result['load_key']!r} ({result['table']} → {result['target']}): {_why(result)}; "
+                       f"see {report}")
             if self.on_mismatch in ("fail", "reimport") and raise_on_mismatch:
                 raise AirflowException(message)
             self.log.warning("%s", message)

@@ -149,6 +149,10 @@ class SnapshotDiffOperator(SparkJobOperator):
         self.log.info("Report: %s; change set: %s (diff_key %r)", report, result["changes_table"], result["diff_key"])
         summary = {k: result[k] for k in ("diff_key", "run_id", "verdict", "counts", "rows_read_old", "rows_read_new",
                                           "shards", "shards_read", "changes_table")} | {"report": report}
+        for note in result.get("notes", []):  # the old table's engine or key against the diff's key
+            self.log.info("%s", note)
+        if result.get("notes"):
+            summary["notes"] = result["notes"]
         if result["verdict"] == "changed" and self.on_change == "fail" and raise_on_change:
             raise AirflowException(f"snapshot diff {result['diff_key']!r}: {diff_summary(result)}; see {report}")
         return summary

@@ -16,6 +16,7 @@ from airflow_sync_provider.core.submission import (
     Submission, job_script, python_driver, python_driver_command, read_result, run_driver, stage,
 )
 from airflow_sync_provider.core.target.clickhouse import client as clickhouse_client
+from airflow_sync_provider.hooks.endpoints import spark_deployment
 from airflow_sync_provider.links import SyncViewLink
 from airflow_sync_provider.stats import emit
 
@@ -121,7 +122,7 @@ class SparkJobOperator(BaseOperator):
         return hook, staged
 
     def _where(self) -> dict:
-        return SparkSubmitHook(conn_id=self.spark_conn_id)._connection  # master, deploy mode, queue, …
+        return spark_deployment(self.spark_conn_id)  # master, deploy mode
 
     def driver_command(self, spec, workdir: str) -> tuple[list[str], dict, Submission] | None:
         """The Python driver's command for ``spec`` staged in ``workdir`` (a local master), else None."""

@@ -3,26 +3,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow_sync_provider.compat import AirflowFailException, BaseSensorOperator, PokeReturnValue
-from airflow_sync_provider.core.cdc.checkpoints import check_position
-from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
+from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
-from airflow_sync_provider.stats import watch_pipeline
 from airflow_sync_provider.triggers.binlog_position import BinlogPositionTrigger
-
-
-def check(pipeline: str, position: dict | None, max_lag_seconds: float | None, clickhouse_conn_id: str,
-          mysql_conn_id: str, ledger_database: str):
-    """The sensor's (and its trigger's) check, and the pipeline's gauges while it watches
-    (docs/metrics.md): sent from the worker on each poke, from the triggerer while deferred."""
-    hook = SyncEndpointsHook(mysql_conn_id, clickhouse_conn_id)
-    source = hook.source() if max_lag_seconds is not None else None
-    target = hook.target()
-    verdict, message, summary = check_position(target, pipeline, BinlogPosition.from_dict(position), max_lag_seconds,
-                                               source, ledger_database)
-    watch_pipeline(target, pipeline, ledger_database, measured_lag=summary.get("lag_seconds"))
-    return verdict, message, summary
 
 
 class BinlogPositionSensor(BaseSensorOperator):
@@ -69,8 +54,8 @@ class BinlogPositionSensor(BaseSensorOperator):
         return self.position
 
     def _check(self, context):
-        return check(self.pipeline, self._target(context), self.max_lag_seconds, self.clickhouse_conn_id,
-                     self.mysql_conn_id, self.ledger_database)
+        return SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id).binlog_position_check(
+            self.pipeline, self._target(context), self.max_lag_seconds, self.ledger_database)
 
     def poke(self, context):
         verdict, message, summary = self._check(context)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow_sync_provider.compat import AirflowFailException, BaseSensorOperator, PokeReturnValue
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, check_counters
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.triggers.shard_counters import ShardCountersTrigger
 
@@ -31,8 +31,8 @@ class ShardCountersSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _check(self):
-        endpoint = SyncEndpointsHook(clickhouse_conn_id=self.clickhouse_conn_id).target()
-        return check_counters(endpoint, self.load_key, self.ledger_database)
+        return SyncEndpointsHook(clickhouse_conn_id=self.clickhouse_conn_id).shard_counters_check(
+            self.load_key, self.ledger_database)
 
     def poke(self, context):
         verdict, message, summary = self._check()

@@ -14,25 +14,22 @@ docs/cdc-bootstrap.md argues why every row ends with its latest value.
 from __future__ import annotations
 
 import time
-
-import pyarrow as pa
+from dataclasses import dataclass
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows, streaming_problem
 from airflow_sync_provider.core.cdc.positions import (
     BinlogError, BinlogPosition, current_position, ensure_fence, flavor, snapshot_position,
 )
 from airflow_sync_provider.core.crash_points import crash_point
-from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import (
     CdcBootstrapSpec, FullLoadSpec, bootstrap_load_key, copied_schema, public_dict, table_config,
 )
-from airflow_sync_provider.core.ledger import (
-    LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState,
-)
+from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
-from airflow_sync_provider.core.source.planning import Plan, plan_table
+from airflow_sync_provider.core.source.planning import Plan, Shard, plan_table
 from airflow_sync_provider.core.source.schema import average_row_bytes, table_rows
 from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
@@ -40,10 +37,11 @@ from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.spark.cdc_ddl import remember_shape
-from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
-from airflow_sync_provider.spark.full_load import LoadFailed
+from airflow_sync_provider.spark.channels import driver_copy_limit, running_record
 from airflow_sync_provider.spark.session import lazy
+from airflow_sync_provider.spark.shard_copy import Channel, Copy, LoadFailed, RowVersion, ShardCopy
+
+__all__ = ["BootstrapCopy", "BootstrapFailed", "bootstrap_table", "run_cdc_bootstrap"]
 
 
 class BootstrapFailed(LoadFailed):
@@ -57,61 +55,94 @@ def _fence(spec: CdcBootstrapSpec) -> str | None:
     return mysql_table(database, table)
 
 
-def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key: ChunkKey, chunk: int, mappings,
-                     weight: bool, columns_sql: str, native_sql: str | None, ch, ledger: Ledger, state: LoadState, shard,
-                     conn, kind, throttle):
-    """Read ``shard`` in chunks of ``chunk`` rows, resuming after its last finished chunk."""
-    previous = state.shards.get(shard.id)
-    record = running_record(spec.source, shard, (previous.attempt if previous else 0) + 1)
-    if previous is not None:  # resume after the last finished chunk, its counters kept
-        for name in ("records_read", "records_written", "bytes", "chunks", "resume_key", "version"):
-            setattr(record, name, getattr(previous, name))
-    names = [m.name for m in mappings] + ([SPLIT_WEIGHT_COLUMN] if weight else []) + [target.VERSION_COLUMN]
+@dataclass(frozen=True)
+class Chunking:
+    """How a bootstrap's shards are read: ``rows`` at a time along ``key``, each chunk's snapshot
+    fenced by MySQL's watermark table ``fence`` (quoted) if there is one."""
 
-    def failed(rows):
-        record.records_failed += rows
+    key: ChunkKey
+    rows: int
+    fence: str | None = None
 
-    inserts = ArrowInserts(ch, ch_table(load.target_database, load.target_table),
-                           settings=target.WEIGHT_SETTINGS if weight else None, on_failed=failed)
-    fence = _fence(spec)
-    after = key.decode(record.resume_key)
-    try:
-        ledger.write_shard(state.load_key, state.generation, record)
+
+class BootstrapCopy(ShardCopy):
+    """A bootstrap's shards: each read in key chunks on the channel's own source connection,
+    every chunk a consistent snapshot of its own written straight into the live copy, counted
+    (and its resume key moved) only once ClickHouse acknowledged it."""
+
+    def __init__(self, load: FullLoadSpec, plan: Plan, copy: Copy, state: LoadState, ledger: Ledger,
+                 chunking: Chunking):
+        super().__init__(load, plan, copy, state, ledger)
+        self.key, self.chunk, self.fence = chunking.key, chunking.rows, chunking.fence
+
+    def job_failed(self, exc: Exception) -> Exception:
+        return BootstrapFailed(f"table {self.state.source_table}: the bootstrap job failed ({type(exc).__name__}: "
+                               f"{str(exc)[:500]}); run it again: it resumes after each shard's last finished chunk")
+
+    def shards_failed(self) -> Exception:
+        return BootstrapFailed(f"table {self.state.source_table}: {self.state.error}. Run the bootstrap again: it "
+                               "resumes after each shard's last finished chunk")
+
+    def open_channel(self, in_driver: bool) -> Channel:
+        """One source connection a channel: every chunk's snapshot is opened (and its position
+        read) on it."""
+        channel = Channel(self.spec)
+        channel.conn = mysql_reader.stream_connect(self.spec.source)
+        channel.kind = flavor(channel.conn)
+        return channel
+
+    def after_shard(self, channel: Channel, record: ShardState) -> None:
+        if record.status != SHARD_SUCCESS:  # the connection may be broken: a fresh one
+            channel.conn.close()
+            channel.conn = mysql_reader.stream_connect(self.spec.source)
+
+    def start_record(self, channel: Channel, shard: Shard) -> ShardState:
+        previous = self.state.shards.get(shard.id)
+        record = running_record(self.spec.source, shard, (previous.attempt if previous else 0) + 1)
+        if previous is not None:  # resume after the last finished chunk, its counters kept
+            for name in ("records_read", "records_written", "bytes", "chunks", "resume_key", "version"):
+                setattr(record, name, getattr(previous, name))
+        return record
+
+    def inserts(self, channel: Channel, record: ShardState) -> ArrowInserts:
+        def failed(rows):
+            record.records_failed += rows
+
+        return ArrowInserts(channel.ch, ch_table(self.spec.target_database, self.spec.target_table),
+                            settings=target.WEIGHT_SETTINGS if self.copy.weight else None, on_failed=failed)
+
+    def read(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
+        """The shard in chunks, resuming after its last finished chunk."""
+        after, native_sql = self.key.decode(record.resume_key), self.copy.native_sql
         while True:
-            holder, nbytes, written = {}, 0, 0
+            holder = {}
             # the chunk's snapshot and its version: MariaDB's own position of the snapshot (read
             # inside the native SELECT), else the position taken before it (core/cdc/positions.py)
             native = native_sql is not None
-            version = (None if native and kind.mariadb
-                       else snapshot_position(conn, kind, fence).snapshot_version())
+            version = RowVersion(None if native and channel.kind.mariadb
+                                 else snapshot_position(channel.conn, channel.kind, self.fence).snapshot_version(),
+                                 holder)
+            fetch = min(self.spec.batch_rows, self.chunk)
             if native:
                 batches = mysql_reader.read_chunk_native(
-                    spec.source, plan, mappings, shard, key, after, chunk, min(spec.batch_rows, chunk), native_sql,
-                    weight, version is None, holder)
+                    self.spec.source, self.plan, self.copy.mappings, shard, self.key, after, self.chunk, fetch,
+                    native_sql, self.copy.weight is not None, version.value is None, holder)
             else:
-                batches = mysql_reader.read_chunk(conn, plan, mappings, shard, key, after, chunk,
-                                                  min(spec.batch_rows, chunk), columns_sql, weight, holder)
+                batches = mysql_reader.read_chunk(channel.conn, self.plan, self.copy.mappings, shard, self.key, after,
+                                                  self.chunk, fetch, self.copy.text_sql, self.copy.weight is not None,
+                                                  holder)
             try:
                 # the chunk streams into one insert while it is read (memory: a few batches,
                 # whatever chunk_rows is); it counts only once all of it is acknowledged (a crash
                 # re-reads it whole)
-                for batch in batches:
-                    if version is None:
-                        version = holder["snapshot"] - 2
-                    rows = batch.num_rows
-                    inserts.write(pa.RecordBatch.from_arrays(
-                        [*batch.columns, pa.repeat(pa.scalar(version, pa.uint64()), rows)], names=names))
-                    written += rows
-                    nbytes += batch.nbytes
-                    throttle.account(rows, batch.nbytes)
-                inserts.finish()
+                written, nbytes = self.write(channel, inserts, shard, batches, version)
             except mysql_reader.NativeReadError as exc:  # this chunk again (its rows rank the same), by mysqlclient
                 print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); mysqlclient reads "
                       "the rest of the shard", flush=True)
                 inserts.finish()
                 native_sql = None
                 continue
-            cur = conn.cursor()
+            cur = channel.conn.cursor()
             cur.execute("COMMIT")  # the chunk's snapshot ends: no read view is held between chunks
             cur.close()
             rows = holder["rows"]
@@ -120,44 +151,14 @@ def _bootstrap_shard(spec: CdcBootstrapSpec, load: FullLoadSpec, plan: Plan, key
             record.records_written += written
             record.bytes += nbytes
             record.chunks += 1
-            record.version = version if version is not None else record.version
+            record.version = version.value if version.value is not None else record.version
             if rows:
                 after = holder["last"]
-                record.resume_key = key.encode(after)
+                record.resume_key = self.key.encode(after)
             crash_point("bootstrap.chunk-written")
-            ledger.write_shard(state.load_key, state.generation, record)
-            if rows < chunk:
+            channel.ledger.write_shard(self.state.load_key, self.state.generation, record)
+            if rows < self.chunk:
                 break
-        record.status = SHARD_SUCCESS
-    except Exception as exc:
-        inserts.settle()
-        record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
-    finally:
-        inserts.close()
-    record.finished_at = time.time()
-    retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
-    return record
-
-
-def _bootstrap_channel(spec, load, plan, key, chunk, mappings, weight, columns_sql, native_sql, state, shard_ids):
-    """Runs on an executor or a driver thread: one source connection and one throttle for a
-    queue of shards."""
-    ch = target.shared_client(spec.target)
-    ledger = Ledger(ch, spec.ledger_database)
-    throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
-    shards = {s.id: s for s in plan.shards}
-    conn = mysql_reader.stream_connect(spec.source)
-    kind = flavor(conn)
-    try:
-        for shard_id in shard_ids:
-            record = _bootstrap_shard(spec, load, plan, key, chunk, mappings, weight, columns_sql, native_sql, ch,
-                                      ledger, state, shards[shard_id], conn, kind, throttle)
-            if record.status != SHARD_SUCCESS:  # the connection may be broken: a fresh one
-                conn.close()
-                conn = mysql_reader.stream_connect(spec.source)
-            yield vars(record) | {"seconds": record.seconds}
-    finally:
-        conn.close()
 
 
 def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkpoints: Checkpoints, conn, schema,
@@ -212,9 +213,10 @@ def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition) -> int:
     return stale
 
 
-def _bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpoints: Checkpoints,
-                     table: dict) -> dict:
-    """One table's bootstrap, by one job at a time (its load key's lock: core/source/locks.py)."""
+def bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpoints: Checkpoints,
+                    table: dict) -> dict:
+    """One table's bootstrap, by one job at a time (its load key's lock: core/source/locks.py);
+    a pipeline's re-copy of a table (spark/cdc_ddl.py) runs it too."""
     name = f"{table['source_database']}.{table['source_table']}"
     try:
         lock = load_lock(spec.source, spec.ledger_database, bootstrap_load_key(spec.pipeline, table),
@@ -234,7 +236,8 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
         schema = copied_schema(conn, table)
         target.check_columns(schema)
         key = ChunkKey.of(schema)
-        if spec.watermark_table and not flavor(conn).mariadb:
+        mariadb = flavor(conn).mariadb
+        if spec.watermark_table and not mariadb:
             ensure_fence(conn, _fence(spec))
         load, state, plan = _start_or_resume(spec, table, ledger, checkpoints, conn, schema, key)
         in_driver = (table_rows(conn, table["source_database"], table["source_table"])
@@ -245,70 +248,64 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     if state.status == LOAD_PUBLISHED:
         print(f"[airflow-sync] {schema.qualified} was bootstrapped for pipeline {spec.pipeline!r} already "
               f"(generation {state.generation}); skipped (restart=True bootstraps it again)", flush=True)
-        checkpoints.register(spec.pipeline, table | {"split_column": plan.split_column},
-                             BinlogPosition.from_dict(state.start_position))  # no-op while it is in the pipeline
-        return _summary(state, load, schema, plan, {}, [], 0, started) | {"skipped": True}
+        if not spec.recopy:
+            entry = PipelineTable.of(table)
+            entry.split_column = plan.split_column
+            checkpoints.register(spec.pipeline, entry, BinlogPosition.from_dict(state.start_position))  # no-op once joined
+        return _summary(state, load, plan, started) | {"skipped": True}
     mappings = schema.mappings()
     split = schema.column(plan.split_column)
-    weight = needs_weight(split)  # a collated key: rows carry their weight, as full loads write them
-    columns_sql = mysql_reader.select_list(mappings, split if weight else None)
-    native_sql, note = mysql_reader.native_reader("auto", spec.source, plan, mappings, schema.primary_key,
-                                                  split if weight else None)
+    weight = split if needs_weight(split) else None  # a collated key: rows carry their weight, as full loads write them
+    native_sql, note = mysql_reader.native_reader("auto", spec.source, plan, mappings, schema.primary_key, weight)
     print(f"[airflow-sync] {schema.qualified}: reader {note}", flush=True)
-    _prepare_target(ch, schema, load, weight)
+    _prepare_target(ch, schema, load, weight is not None)
     start = BinlogPosition.from_dict(state.start_position)
     # the table joins the pipeline now: its changes from P0 on are applied while the chunks run,
     # decoded with the shape it had then
-    config = table | {"split_column": plan.split_column}
-    remember_shape(config, schema)
-    checkpoints.register(spec.pipeline, config, start)
+    entry = PipelineTable.of(table)
+    entry.split_column = plan.split_column
+    entry.remember_shape(schema)
+    if not spec.recopy:
+        checkpoints.register(spec.pipeline, entry, start, again=spec.restart)
     ledger.write_load(state)
     todo = state.todo()
     before = {i: (s.records_read, s.chunks) for i, s in state.shards.items()}  # finished chunks of earlier runs
     print(f"[airflow-sync] bootstrap {schema.qualified} (pipeline {spec.pipeline!r}, from {start}): {len(todo)} of "
           f"{len(plan.shards)} shards to read in chunks of {chunk:,} rows, {plan.channels} channel(s) "
           + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
-    per_shard = []
-    if todo:
-        channels = min(plan.channels, len(todo))
-        queues = [todo[i::channels] for i in range(channels)]
-        try:
-            with Progress(load, state, todo):
-                per_shard = run_channels(session, queues, lambda q, _: _bootstrap_channel(
-                    spec, load, plan, key, chunk, mappings, weight, columns_sql, native_sql, state, q), in_driver)
-        except Exception as exc:  # e.g. an executor died: record it, so a retry resumes at once
-            state.status, state.error = LOAD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
-            retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
-            raise BootstrapFailed(f"table {schema.qualified}: the bootstrap job failed ({type(exc).__name__}: "
-                                  f"{str(exc)[:500]}); run it again: it resumes after each shard's last finished "
-                                  "chunk") from exc
-    state = ledger.state(load.load_key)
-    failed = [s["id"] for s in state.plan["shards"]
-              if s["id"] not in state.shards or state.shards[s["id"]].status != SHARD_SUCCESS]
-    if failed:
-        errors = "; ".join(f"shard {i}: {state.shards[i].error}" for i in failed if i in state.shards)
-        state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
-        retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
-        raise BootstrapFailed(f"table {schema.qualified}: {state.error}. Run the bootstrap again: it resumes after "
-                              "each shard's last finished chunk")
+    # the live copy has the final layout: rows carry no shard id
+    copy = Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, True, split)
+    copier = BootstrapCopy(load, plan, copy, state, ledger, Chunking(key, chunk, _fence(spec)))
+    per_shard = copier.run(session, in_driver) if todo else []
+    state = copier.settle(per_shard, in_driver and bool(todo))
     dropped = _drop_older(ch, load, start)
     state.status = LOAD_PUBLISHED
     ledger.write_load(state)
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
     print(shard_table(shards), flush=True)
-    return _summary(state, load, schema, plan, before, per_shard, dropped, started) | {"shards_read": len(todo)}
+    return _summary(state, load, plan, started) | _read_now(before, per_shard) | {
+        "older_rows_dropped": dropped, "shards_read": len(todo)}
 
 
-def _summary(state: LoadState, load: FullLoadSpec, schema, plan: Plan, before: dict, per_shard: list, dropped: int,
-             started: float) -> dict:
-    return {"table": schema.qualified, "target": f"{load.target_database}.{load.target_table}",
+def copied_rows(ledger: Ledger, pipeline: str, table: dict) -> dict:
+    """A finished bootstrap (or re-copy) of ``table`` as the ledger has it: {"rows": …}."""
+    state = ledger.state(bootstrap_load_key(pipeline, table))
+    return {"rows": sum(s.records_written for s in state.shards.values()) if state else 0}
+
+
+def _summary(state: LoadState, load: FullLoadSpec, plan: Plan, started: float) -> dict:
+    return {"table": state.source_table, "target": f"{load.target_database}.{load.target_table}",
             "load_key": load.load_key, "generation": state.generation, "start_position": state.start_position,
-            "rows": sum(s.records_written for s in state.shards.values()),
-            "rows_read_now": sum(r["records_read"] - before.get(r["shard_id"], (0, 0))[0] for r in per_shard),
-            "chunks": sum(s.chunks for s in state.shards.values()),
-            "chunks_read_now": sum(r["chunks"] - before.get(r["shard_id"], (0, 0))[1] for r in per_shard),
-            "shards": len(plan.shards), "shards_read": 0, "older_rows_dropped": dropped, "skipped": False,
+            "rows": sum(s.records_written for s in state.shards.values()), "rows_read_now": 0,
+            "chunks": sum(s.chunks for s in state.shards.values()), "chunks_read_now": 0,
+            "shards": len(plan.shards), "shards_read": 0, "older_rows_dropped": 0, "skipped": False,
             "split_column": plan.split_column, "seconds": round(time.time() - started, 3)}
+
+
+def _read_now(before: dict, per_shard: list) -> dict:
+    """Rows and chunks this run read (``before``: each shard's (rows, chunks) of earlier runs)."""
+    return {"rows_read_now": sum(r["records_read"] - before.get(r["shard_id"], (0, 0))[0] for r in per_shard),
+            "chunks_read_now": sum(r["chunks"] - before.get(r["shard_id"], (0, 0))[1] for r in per_shard)}
 
 
 def run_cdc_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
@@ -320,8 +317,12 @@ def run_cdc_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     ledger, checkpoints = Ledger(ch, spec.ledger_database), Checkpoints(ch, spec.ledger_database)
     ledger.ensure()
     checkpoints.ensure()
+    if spec.select:  # the pipeline keeps its patterns: every later run applies them
+        selection = checkpoints.selection_for(spec.pipeline, spec.select, spec.change_selection)
+        if selection != checkpoints.selection(spec.pipeline):
+            checkpoints.write_selection(spec.pipeline, selection)
     selected, unstreamable = _selected(spec)
-    tables = [_bootstrap_table(spec, session, ch, ledger, checkpoints, table) for table in [*spec.tables, *selected]]
+    tables = [bootstrap_table(spec, session, ch, ledger, checkpoints, table) for table in [*spec.tables, *selected]]
     with mysql_reader.connect(spec.source) as conn:
         end = current_position(conn)
     start = min((BinlogPosition.from_dict(t["start_position"]) for t in tables), key=BinlogPosition.key,

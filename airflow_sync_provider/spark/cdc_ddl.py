@@ -2,96 +2,93 @@
 a table whose values changed without row events, tombstone a truncated one, let go of a
 dropped one.
 
-A pipeline table's config (its entry in the pipeline state, written with every checkpoint)
-carries what the applier knows of it between runs: ``shape`` (its columns as copied at the
-checkpoint, so a run resuming far behind decodes with the shape of that position, not the
-source's current one), ``skip_before`` (changes ranked below it are covered by a re-copy) and
-``left`` (why it no longer streams).
+What the applier learns of a table between runs is in its :class:`PipelineTable` (the
+pipeline state, written with every checkpoint): its shape at the checkpoint (so a run
+resuming far behind decodes with the shape of that position, not the source's current one),
+``skip_before`` (changes ranked below it are covered by a re-copy), ``recopying`` and ``left``.
+Following a DDL is idempotent: the checkpoint passes a statement only once it is followed, so an
+applier killed half-way follows it again (core/cdc/binlog.py, core/cdc/ddl.follow_alter).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.binlog import TableRoute
-from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineTable
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, streaming_problem
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
-from airflow_sync_provider.core.jobspec import (
-    CdcApplySpec, CdcBootstrapSpec, bootstrap_load_key, copied_schema, table_config,
-)
+from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, TransientBinlogError, current_position
+from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.crash_points import crash_point
+from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.schema import TableSchema, TableNotFound
-from airflow_sync_provider.core.source.selection import TableSelection
+from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
-from airflow_sync_provider.core.typemap import MySQLColumn
+from airflow_sync_provider.spark import cdc_bootstrap
 
 
-def _log(spec: CdcApplySpec, text: str) -> None:
-    print(f"[airflow-sync] pipeline {spec.pipeline!r}: {text}", flush=True)
+def log(pipeline: str, text: str) -> None:
+    print(f"[airflow-sync] pipeline {pipeline!r}: {text}", flush=True)
 
 
-def name_of(config: dict) -> str:
-    return f"{config['source_database']}.{config['source_table']}"
-
-
-# what a table's config learns while it streams, carried from checkpoint to checkpoint
-_LEARNED = ("shape", "key", "collation", "split_column", "skip_before", "left", "recopies", "last_recopy", "recopying",
-            "verify_due", "verified", "verifications", "repaired")
-
-
-def carried(config: dict, at_checkpoint: dict | None) -> dict:
-    """``config`` (as registered) with what the checkpoint's copy of it learned since."""
-    if not at_checkpoint:
-        return config
-    return config | {k: at_checkpoint[k] for k in _LEARNED if k in at_checkpoint}
-
-
-def remember_shape(config: dict, schema: TableSchema) -> None:
-    config["shape"] = [dataclasses.asdict(c) for c in schema.columns]
-    config["key"] = list(schema.primary_key)
-
-
-def shape_of_load(schema: TableSchema) -> dict:
-    """The table's shape as a full load copied it (kept with the load in the ledger): a pipeline
-    started from the load decodes its first changes with it, not with the source's current one."""
-    config = {}
-    remember_shape(config, schema)
-    return config
-
-
-def shape_of(config: dict) -> TableSchema | None:
-    if not config.get("shape"):
-        return None
-    return TableSchema(config["source_database"], config["source_table"],
-                       tuple(MySQLColumn(**c) for c in config["shape"]), tuple(config["key"]))
-
-
-def route_for(conn, ch, config: dict) -> TableRoute:
+def route_for(conn, ch, table: PipelineTable) -> TableRoute:
     """The route of a pipeline table: the shape it had at the checkpoint (the source's current
     definition the first time), the copy's key, and the weight column of a collated split key."""
-    database, name = config["target_database"], config["target_table"]
+    database, name = table.target_database, table.writes_to
     if not target.table_exists(ch, database, name):
-        raise BinlogError(f"table {name_of(config)}: its target {database}.{name} does not exist; a full load "
-                          "creates it (start the pipeline from one)")
+        raise BinlogError(f"table {table.name}: its target {database}.{name} does not exist; a full load "
+                          "creates it (start the pipeline from one, or bootstrap the table again)")
     target.check_layout(ch, database, name)
     present = set(target.column_types(ch, database, name))
-    schema = shape_of(config)
+    schema = table.schema()
     if schema is None:
-        schema = copied_schema(conn, config)
+        schema = copied_schema(conn, table.copy_spec())
         schema = schema.select([c.name for c in schema.columns if c.name in present])
-        remember_shape(config, schema)
-    route = TableRoute(schema, database, name, config, skip_before=config.get("skip_before", 0))
+        table.remember_shape(schema)
+    route = TableRoute(schema, database, name, table, skip_before=table.skip_before)
     route.key = target.sorting_key(ch, database, name)  # the copy's key (a later key change is refused)
-    if SPLIT_WEIGHT_COLUMN in present and config.get("split_column"):
-        route.weight = schema.column(config["split_column"])
+    if SPLIT_WEIGHT_COLUMN in present and table.split_column:
+        route.weight = schema.column(table.split_column)
     return route
+
+
+def open_routes(conn, ch, tables: list[PipelineTable]) -> dict[str, TableRoute]:
+    """The routes of the tables still streaming (those that left stay in ``tables``)."""
+    routes = {}
+    for table in tables:
+        if table.left:
+            continue
+        try:
+            routes[table.name] = route_for(conn, ch, table)
+        except TableNotFound as exc:
+            raise BinlogError(f"table {table.name}: {exc}") from exc
+    return routes
+
+
+def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> None:
+    """A new copy ``name`` of ``table`` in the layout of ``schema``, split (chunked) on its key's first column."""
+    key = ChunkKey.of(schema).names[0]
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
+    # marked as a working table: publish_working's swap of it is idempotent
+    ch.command(target.create_working_sql(schema, table.target_database, name, weight=needs_weight(schema.column(key)),
+                                         direct=True))
+    table.split_column = key
+
+
+def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
+    """Is the copy ordered by another key than ``schema``'s primary key (other columns, or a key
+    column of another type)?"""
+    database, name = table.target_database, table.target_table
+    if target.sorting_key(ch, database, name) != list(schema.primary_key):
+        return True
+    present, wanted = target.column_types(ch, database, name), {m.name: m.ch_type for m in schema.mappings()}
+    return any(present.get(k) != wanted[k] for k in schema.primary_key)
 
 
 def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
@@ -104,11 +101,7 @@ def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
     for column, ch_type in wanted.items():
         if column not in present:
             ch.command(f"ALTER TABLE {name} ADD COLUMN {ch_ident(column)} {ch_type}")
-        elif present[column] != ch_type:
-            if column in schema.primary_key:
-                raise BinlogError(f"table {schema.qualified}: key column {column!r} is now {ch_type} in the copy's "
-                                  f"terms (was {present[column]}); the copy is sorted by it. Re-bootstrap the table "
-                                  "(restart=True)")
+        elif present[column] != ch_type:  # (not a key column: Recopies re-keys those)
             ch.command(f"ALTER TABLE {name} DROP COLUMN {ch_ident(column)}")  # the re-copy fills it anew
             ch.command(f"ALTER TABLE {name} ADD COLUMN {ch_ident(column)} {ch_type}")
 
@@ -117,103 +110,121 @@ class Recopies:
     """Re-copies running beside the stream, one thread each: the pipeline's other tables (and
     this table's changes after the re-copy's position P) keep flowing while the chunks are read,
     as they do beside a bootstrap. A re-copy's state travels with the checkpoint (``recopying``
-    in the table's config, with ``skip_before`` already at P), so an applier that crashed resumes
-    it after its last finished chunk. Only the driver's main thread touches the configs: a
-    finished re-copy is recorded by :meth:`collect`."""
+    in the table's entry, with ``skip_before`` already at P), so an applier that crashed resumes
+    it after its last finished chunk. Only the driver's main thread touches the entries: a
+    finished re-copy is recorded by :meth:`collect`.
 
-    def __init__(self, spec: CdcApplySpec, session, checkpoints):
-        self.spec, self.session, self.checkpoints = spec, session, checkpoints
-        self.pool = ThreadPoolExecutor(max(1, spec.recopy_tables), thread_name_prefix="recopy")
-        self.running: dict[str, tuple] = {}  # name → (config, future)
+    ``run``: the :class:`~airflow_sync_provider.spark.cdc_apply.PipelineRun` (spec, session,
+    ClickHouse client, checkpoints)."""
 
-    def start(self, ch, routes: dict, config: dict, reason: str) -> bool:
+    def __init__(self, run):
+        self.run, self.spec = run, run.spec
+        self.pool = ThreadPoolExecutor(max(1, self.spec.recopy_tables), thread_name_prefix="recopy")
+        self.running: dict[str, tuple] = {}  # name → (table, future)
+
+    def start(self, routes: dict, table: PipelineTable, reason: str) -> bool:
         """Re-copy a pipeline table in place with the bootstrap's chunks, at the source's position
         now and with its definition now (read on both sides of that position, so they are of the
         same moment); the table's older changes are skipped from then on (docs/cdc.md). Its route
         in ``routes`` takes the new shape at once; the copy is filled in the background. A table
         that cannot stream any more (e.g. its primary key dropped) leaves instead: False."""
-        name = name_of(config)
+        name, ch = table.name, self.run.ch
         self.wait(name)
-        _log(self.spec, f"{'re-' if config.get('shape') else ''}copying {name}: {reason}")
+        log(self.spec.pipeline, f"{'re-' if table.shape else ''}copying {name}: {reason}")
         with mysql_reader.connect(self.spec.source) as conn:
             for _ in range(10):
                 try:
-                    before = copied_schema(conn, config)
+                    before = copied_schema(conn, table.copy_spec())
                 except TableNotFound:  # dropped or renamed further on in the binlog: that DDL follows
                     routes.pop(name, None)
-                    config["left"] = f"not found when its copy was to begin ({reason[:200]})"
+                    table.leave(f"not found when its copy was to begin ({reason[:200]})")
                     return False
                 position = current_position(conn)
-                if copied_schema(conn, config) == before:
+                if copied_schema(conn, table.copy_spec()) == before:
                     break
             else:
-                raise BinlogError(f"table {name}: its definition kept changing while a re-copy began")
+                raise TransientBinlogError(f"table {name}: its definition kept changing while a re-copy began; "
+                                           "a retry may find it settled")
             problem = streaming_problem(before)
             if problem:
                 routes.pop(name, None)
-                config["left"] = config["unstreamable"] = f"not streamable: {problem}"
-                _log(self.spec, f"{name} cannot be streamed and is left out (a copy it had is kept): {problem}")
+                table.leave(f"not streamable: {problem}", unstreamable=True)
+                log(self.spec.pipeline, f"{name} cannot be streamed and is left out (a copy it had is kept): {problem}")
                 return False
-            if not target.table_exists(ch, config["target_database"], config["target_table"]):  # a new table
-                key = ChunkKey.of(before).names[0]
-                ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(config['target_database'])}")
-                ch.command(target.create_table_sql(before, config["target_database"], config["target_table"],
-                                                   weight=needs_weight(before.column(key))))
-                config["split_column"] = key
-            align_target(ch, before, config["target_database"], config["target_table"])
-            remember_shape(config, before)
-            config["skip_before"] = position.version()
-            config.pop("left", None)
-            config.pop("unstreamable", None)
-            config["recopying"] = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
-            routes[name] = route_for(conn, ch, config)
-        self._submit(config, restart=True)
+            table.recopying = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
+            if not target.table_exists(ch, table.target_database, table.target_table):  # a new table
+                _create_copy(ch, before, table, table.target_table)
+            elif _rekeyed(ch, before, table):  # its copy is ordered by another key: a new copy, swapped in when done
+                table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
+                ch.command(f"DROP TABLE IF EXISTS {ch_table(table.target_database, table.writes_to)}")
+                _create_copy(ch, before, table, table.writes_to)
+                log(self.spec.pipeline, f"{name}: its primary key is now {list(before.primary_key)}; copied into "
+                                        f"{table.target_database}.{table.writes_to}, swapped in when done (readers see "
+                                        "the copy as it was until then)")
+            else:
+                align_target(ch, before, table.target_database, table.target_table)
+            table.remember_shape(before)
+            table.skip_before = position.version()
+            table.rejoin()
+            routes[name] = route_for(conn, ch, table)
+        self._submit(table, restart=True)
         return True
 
-    def adopt(self, ch, routes: dict, configs: list[dict], name: str, since: BinlogPosition, why: str) -> bool:
-        """A table the pipeline's patterns select joins it: bootstrapped beside the stream, or,
-        when CDC cannot stream it, named with the reason (in the pipeline state and its log)."""
-        config = table_config(TableSelection.of(self.spec.select).config(name))
+    def adopt(self, routes: dict, tables: list[PipelineTable], name: str, why: str) -> bool:
+        """A table the pipeline's patterns select joins it: copied beside the stream, or, when CDC
+        cannot stream it, named with the reason (in the pipeline state and its log)."""
+        table = PipelineTable.of(self.run.selection.config(name))
+        table.by_selection = True
         with mysql_reader.connect(self.spec.source) as conn:
             try:
-                problem = streaming_problem(copied_schema(conn, config))
+                problem = streaming_problem(copied_schema(conn, table.copy_spec()))
             except TableNotFound:
                 return False  # gone again further on in the binlog: its DROP or RENAME follows
-        configs.append(config)
+        tables.append(table)
         if problem:
-            config["left"] = config["unstreamable"] = f"not streamable: {problem}"
-            _log(self.spec, f"{name} ({why}) cannot be streamed and stays out: {problem}")
-        self.checkpoints.write_table(self.spec.pipeline, PipelineTable(dict(config), since, joined=True))
-        return not problem and self.start(ch, routes, config, f"{why} at {since}")
+            table.leave(f"not streamable: {problem}", unstreamable=True)
+            log(self.spec.pipeline, f"{name} ({why}) cannot be streamed and stays out: {problem}")
+            return False
+        return self.start(routes, table, why)
 
-    def resume(self, configs: list[dict]) -> None:
+    def resume(self, tables: list[PipelineTable]) -> None:
         """Re-copies a crashed applier left unfinished: resumed after their last finished chunk."""
-        for config in configs:
-            if config.get("recopying") and not config.get("left") and name_of(config) not in self.running:
-                _log(self.spec, f"resuming the re-copy of {name_of(config)} ({config['recopying']['reason']})")
-                self._submit(config, restart=False)
+        for table in tables:
+            if table.recopying and not table.left and table.name not in self.running:
+                log(self.spec.pipeline, f"resuming the re-copy of {table.name} ({table.recopying['reason']})")
+                self._submit(table, restart=False)
 
-    def _submit(self, config: dict, restart: bool) -> None:
-        table, position = table_config(config), BinlogPosition.from_dict(config["recopying"]["position"])
-        self.running[name_of(config)] = (config, self.pool.submit(self._copy, table, position, restart))
+    def settle(self, tables: list[PipelineTable]) -> None:
+        """Re-copies under a new key whose copy was swapped in by an applier that died before
+        recording it: recorded now (before any route would look for the copy swapped away)."""
+        for table in tables:
+            into = (table.recopying or {}).get("into")
+            if into and target.swapped_in(self.run.ch, table.target_database, into, table.target_database,
+                                          table.target_table):
+                done = Future()
+                done.set_result(cdc_bootstrap.copied_rows(self.run.loads, self.spec.pipeline, table.copy_spec()))
+                self.running[table.name] = (table, done)
+                self.collect()
+
+    def _submit(self, table: PipelineTable, restart: bool) -> None:
+        position = BinlogPosition.from_dict(table.recopying["position"])
+        self.running[table.name] = (table, self.pool.submit(self._copy, table.copy_spec(), position, restart))
 
     def _copy(self, table: dict, position: BinlogPosition, restart: bool) -> dict:
-        from airflow_sync_provider.spark.cdc_bootstrap import _bootstrap_table
-
         spec = self.spec
         ch = target.shared_client(spec.target)  # a client of the thread's own
         ledger = Ledger(ch, spec.ledger_database)
         if not restart:  # the re-copy's load in the ledger: resume it, unless it is an older copy's
             state = ledger.state(bootstrap_load_key(spec.pipeline, table))
-            older = state is None or BinlogPosition.from_dict(state.start_position).key() < position.key()
-            restart = older
+            restart = state is None or BinlogPosition.from_dict(state.start_position).key() < position.key()
         bootstrap = CdcBootstrapSpec(spec.source, spec.target, spec.pipeline, tables=[table],
-                                     channels=spec.recopy_channels, restart=restart,
+                                     channels=spec.recopy_channels, restart=restart, recopy=True,
                                      channel_record_speed=spec.recopy_record_speed,
                                      driver_copy_rows=spec.driver_copy_rows, ledger_database=spec.ledger_database)
         checkpoints = Checkpoints(ch, spec.ledger_database)
-        checkpoints.lease = self.checkpoints.lease
-        return _bootstrap_table(bootstrap, self.session, ch, ledger, checkpoints, bootstrap.tables[0])
+        checkpoints.lease = self.run.checkpoints.lease
+        return cdc_bootstrap.bootstrap_table(bootstrap, self.run.session, ch, ledger, checkpoints,
+                                             bootstrap.tables[0])
 
     def wait(self, name: str) -> bool:
         """Let ``name``'s running re-copy finish and record it (before a DDL on the table is followed)."""
@@ -231,22 +242,33 @@ class Recopies:
     def collect(self) -> list[str]:
         """Record the re-copies that finished; a failed one fails the run (the next resumes it)."""
         done = []
-        for name, (config, future) in list(self.running.items()):
+        for name, (table, future) in list(self.running.items()):
             if not future.done():
                 continue
             del self.running[name]
             try:
                 result = future.result()
             except Exception as exc:
-                raise BinlogError(f"table {name}: its re-copy failed ({type(exc).__name__}: {str(exc)[:500]}); run "
-                                  "the pipeline again: it resumes the re-copy after its last finished chunk") from exc
-            began = config.pop("recopying")
-            config["recopies"] = config.get("recopies", 0) + 1
-            config["last_recopy"] = {"reason": began["reason"], "position": began["position"], "rows": result["rows"],
-                                     "seconds": round(time.time() - began["started"], 3)}
-            config["verify_due"] = True
-            _log(self.spec, f"{name} re-copied from {BinlogPosition.from_dict(began['position'])}: "
-                            f"{result['rows']:,} rows in {time.time() - began['started']:.1f} s")
+                raise TransientBinlogError(f"table {name}: its re-copy failed ({type(exc).__name__}: "
+                                           f"{str(exc)[:500]}); run the pipeline again: it resumes the re-copy "
+                                           "after its last finished chunk") from exc
+            began = table.recopying
+            if began.get("into"):  # the copy under the new key replaces the old one, atomically
+                with self.run.writing:  # not under a verification's look
+                    target.publish_working(self.run.ch, table.target_database, began["into"],
+                                           table.target_database, table.target_table)
+                crash_point("cdc.rekey-swapped")
+                route = self.run.stream.routes.get(name) if self.run.stream else None
+                if route is not None:
+                    route.target_table = table.target_table
+            table.recopying = None
+            table.recopies += 1
+            table.last_recopy = {"reason": began["reason"], "position": began["position"], "rows": result["rows"],
+                                 "seconds": round(time.time() - began["started"], 3)}
+            if self.spec.verify_after_ddl:
+                table.mark_due()
+            log(self.spec.pipeline, f"{name} re-copied from {BinlogPosition.from_dict(began['position'])}: "
+                                    f"{result['rows']:,} rows in {time.time() - began['started']:.1f} s")
             done.append(name)
         return done
 
@@ -265,113 +287,102 @@ def truncate(ch, route: TableRoute, after: BinlogPosition) -> int:
     return rows
 
 
-def _collation(conn, config: dict) -> str | None:
-    """The table's default collation (for columns the DDL gives none): tracked in the shape when
-    known, else the source's."""
-    if config.get("collation"):
-        return config["collation"]
+def _collation(conn, table: PipelineTable) -> str | None:
+    """The table's default collation (for columns the DDL gives none): tracked when known, else the source's."""
+    if table.collation:
+        return table.collation
     with conn.cursor() as cur:
         cur.execute("SELECT TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-                    (config["source_database"], config["source_table"]))
+                    (table.source_database, table.source_table))
         row = cur.fetchone()
-    config["collation"] = row[0] if row else None
-    return config["collation"]
+    table.collation = row[0] if row else None
+    return table.collation
 
 
-def follow(spec: CdcApplySpec, recopies: Recopies, ch, routes: dict, configs: list[dict], statement: str,
-           schema: str, after: BinlogPosition) -> tuple[list[str], list[str]]:
-    """Follow one DDL statement at ``after`` (the position right after it) for the pipeline's
-    tables: ``routes`` (name → route, updated in place) and ``configs`` (every table of the
-    pipeline, including those that left). Returns the names of the tables it changed."""
-    parsed = ddl.parse(statement, schema)
-    for name in {*parsed.tables, *(n for pair in parsed.renames for n in pair)}:
+def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statement, after: BinlogPosition,
+           text: str) -> tuple[list[str], list[str]]:
+    """Follow one DDL statement (``text``, parsed: ``statement``) at ``after`` (the position right
+    after it) for the pipeline's tables: ``routes`` (name → route, updated in place) and
+    ``tables`` (every table of the pipeline, including those that left). Returns the names of
+    the tables it changed and of those it re-copies."""
+    recopies, ch, pipeline = run.recopies, run.ch, run.spec.pipeline
+    for name in {*statement.tables, *(n for pair in statement.renames for n in pair)}:
         recopies.wait(name)  # a table being re-copied has the shape the re-copy reads until it is done
-    where_of = lambda name: f"table {name}, DDL at {after}: {statement[:300]!r}"  # noqa: E731
-    by_name = {name_of(c): c for c in configs}
+    where_of = lambda name: f"table {name}, DDL at {after}: {text[:300]!r}"  # noqa: E731
+    by_name = {t.name: t for t in tables}
     changed, recopied = [], []
 
     def current(name):  # a route the statement is not already covered for by a later re-copy
         route = routes.get(name)
         return route if route is not None and after.version() > route.skip_before else None
 
-    selection = TableSelection.of(spec.select)
-    left_out = by_name.get(parsed.tables[0]) if parsed.tables else None  # a table CDC could not stream
-    if parsed.kind == "alter" and left_out is not None and left_out.get("unstreamable"):
-        with mysql_reader.connect(spec.source) as conn:
+    left_out = by_name.get(statement.tables[0]) if statement.tables else None  # a table CDC could not stream
+    if statement.kind == "alter" and left_out is not None and left_out.unstreamable:
+        with mysql_reader.connect(run.spec.source) as conn:
             try:
-                problem = streaming_problem(copied_schema(conn, left_out))
+                problem = streaming_problem(copied_schema(conn, left_out.copy_spec()))
             except TableNotFound:
                 problem = "gone"  # dropped or renamed further on in the binlog
-        if problem is None and recopies.start(ch, routes, left_out, f"streamable since {after}"):
-            changed.append(parsed.tables[0])  # e.g. a primary key added: the table streams from now on
-            recopied.append(parsed.tables[0])
-    elif parsed.kind == "alter" and current(parsed.tables[0]) is not None and parsed.actions:
-        name = parsed.tables[0]
+        if problem is None and recopies.start(routes, left_out, f"streamable since {after}"):
+            changed.append(left_out.name)  # e.g. a primary key added: the table streams from now on
+            recopied.append(left_out.name)
+    elif statement.kind == "alter" and current(statement.tables[0]) is not None and statement.actions:
+        name = statement.tables[0]
         route = routes[name]
-        with mysql_reader.connect(spec.source) as conn:
-            followed = ddl.follow_alter(conn, ch, parsed, list(route.schema.columns), list(route.schema.primary_key),
-                                        route.config, (route.target_database, route.target_table), where_of(name),
-                                        _collation(conn, route.config))
-        schema_after = dataclasses.replace(route.schema, columns=tuple(followed.columns), indexes=())
-        remember_shape(route.config, schema_after)
-        with mysql_reader.connect(spec.source) as conn:
-            routes[name] = route_for(conn, ch, route.config)
+        with mysql_reader.connect(run.spec.source) as conn:
+            followed = ddl.follow_alter(conn, ch, statement, list(route.schema.columns), list(route.schema.primary_key),
+                                        route.table.copy_spec(), (route.target_database, route.target_table),
+                                        where_of(name), _collation(conn, route.table))
+            route.table.remember_shape(dataclasses.replace(route.schema, columns=tuple(followed.columns), indexes=()))
+            routes[name] = route_for(conn, ch, route.table)
         if followed.statements:
-            _log(spec, f"{name} follows {statement[:200]!r}: " + "; ".join(followed.statements))
+            log(pipeline, f"{name} follows {text[:200]!r}: " + "; ".join(followed.statements))
         if followed.recopy:
-            if recopies.start(ch, routes, route.config, followed.recopy):
+            if recopies.start(routes, route.table, followed.recopy):
                 recopied.append(name)
-        if not followed.recopy:
-            route.config["verify_due"] = True  # the pipeline checks the table against the source (cdc_verify.py)
+        else:
+            if run.spec.verify_after_ddl:
+                route.table.mark_due()  # the pipeline checks the table against the source (cdc_verify.py)
         changed.append(name)
-    elif parsed.kind == "truncate":
-        for name in parsed.tables:
+    elif statement.kind == "truncate":
+        for name in statement.tables:
             if current(name) is not None:
                 rows = truncate(ch, routes[name], after)
-                routes[name].config["verify_due"] = True
-                _log(spec, f"{name} truncated at {after}: {rows:,} rows tombstoned")
+                if run.spec.verify_after_ddl:
+                    routes[name].table.mark_due()
+                log(pipeline, f"{name} truncated at {after}: {rows:,} rows tombstoned")
                 changed.append(name)
-    elif parsed.kind == "drop":
-        for name in parsed.tables:
+    elif statement.kind == "drop":
+        for name in statement.tables:
             if current(name) is not None:
-                _leave(spec, routes, by_name[name], f"dropped at {after}")
+                _leave(pipeline, routes, by_name[name], f"dropped at {after}")
                 changed.append(name)
-    renames = list(parsed.renames)
-    if parsed.kind == "create":
-        renames = [("", parsed.tables[0])]  # a table created under a name the pipeline follows
+    renames = list(statement.renames)
+    if statement.kind == "create":
+        renames = [("", statement.tables[0])]  # a table created under a name the pipeline follows
     for source, destination in renames:
         if source and current(source) is not None:
-            _leave(spec, routes, by_name[source], f"renamed to {destination} at {after}")
+            _leave(pipeline, routes, by_name[source], f"renamed to {destination} at {after}")
             changed.append(source)
-        config = by_name.get(destination)
-        if config is None and selection is not None and selection.matches(destination):
-            if recopies.adopt(ch, routes, configs, destination, after,
-                              f"{'renamed from ' + source if source else 'created'}, selected by the patterns"):
+        table = by_name.get(destination)
+        # only the pipeline's stream takes in new tables (a joining table's replay sees its own alone)
+        if table is None and tables is run.state.tables and run.selection is not None \
+                and run.selection.matches(destination):
+            if recopies.adopt(routes, tables, destination,
+                              f"{'renamed from ' + source if source else 'created'} at {after}, selected by the "
+                              "patterns"):
                 changed.append(destination)
                 recopied.append(destination)
-        elif config is not None and destination not in routes:
+        elif table is not None and destination not in routes:
             # another table now has the followed name (an online schema change's swap): copy it
-            if recopies.start(ch, routes, config, f"{source or 'a new table'} became {destination} at {after}"):
+            if recopies.start(routes, table, f"{source or 'a new table'} became {destination} at {after}"):
                 recopied.append(destination)
             changed.append(destination)
     return changed, recopied
 
 
-def _leave(spec: CdcApplySpec, routes: dict, config: dict, why: str) -> None:
-    routes.pop(name_of(config), None)
-    config["left"] = why
-    _log(spec, f"{name_of(config)} {why}: it leaves the pipeline; its copy "
-               f"{config['target_database']}.{config['target_table']} is kept as it was")
-
-
-def open_routes(conn, ch, configs: list[dict]) -> dict[str, TableRoute]:
-    """The routes of the tables still streaming (those that left stay in ``configs``)."""
-    routes = {}
-    for config in configs:
-        if config.get("left"):
-            continue
-        try:
-            routes[name_of(config)] = route_for(conn, ch, config)
-        except TableNotFound as exc:
-            raise BinlogError(f"table {name_of(config)}: {exc}") from exc
-    return routes
+def _leave(pipeline: str, routes: dict, table: PipelineTable, why: str) -> None:
+    routes.pop(table.name, None)
+    table.leave(why)
+    log(pipeline, f"{table.name} {why}: it leaves the pipeline; its copy {table.target_database}."
+                  f"{table.target_table} is kept as it was")

@@ -1,42 +1,63 @@
-"""The pipeline checks itself: per-shard checksums of its tables, source vs copy, at one binlog
-position S, and mismatched shards repaired in place.
+"""The pipeline checks itself: every table of a pipeline is compared with the source slice by
+slice, at least once per ``verify_period``, while the stream goes on; mismatched slices are
+repaired in place.
 
-S is a consistent snapshot of the source (core/cdc/positions.snapshot_position): the source's
-checksums are computed in it, the applier then applies the binlog exactly up to S, and the
-copy's checksums (``FINAL``, tombstones excluded) are computed before anything past S is
-written, so both sides describe the same moment. A mismatched shard is re-read in the same
-snapshot and written with S's repair version, which ranks above every change before S and
-below every change after it; rows of the shard the source no longer has get tombstones of
-that version. A repaired shard is checked again at a new snapshot (on MySQL, whose snapshot
-position can miss a transaction inside group commit, that second look catches a repair made
-from a read that missed it).
+**A slice look.** A slice is one shard of a plan of the table on its split column (about
+``SHARD_ROWS`` rows; up to ``MAX_SHARDS``, plus the NULL shard). A look opens a consistent
+snapshot of the source at a binlog position S (core/cdc/positions.snapshot_position; the
+table's definition read on both sides of S must agree) and waits until the stream has applied
+everything before S — it does not stop the stream. The copy is then read once, ``FINAL``:
+keys whose newest version is at or above S's (changed at or after S) are set aside, and the
+count and checksum of the other live rows are taken; those rows are each key's value at S, as
+nothing changed them since. The source's count and checksum of the same slice, without the
+keys set aside, are computed in the snapshot. Equal: the slice is right at S. Different: the
+slice is repaired from the same snapshot — its rows written with S's repair version (above
+every change before S, below every change after it, so the keys set aside keep their newer
+values) and tombstones of that version for the copy's rows the source does not have — and
+looked at again with a new snapshot. Still different on the third look: the pipeline stops.
+
+**When.** Each table's pass goes through its slices evenly over ``verify_period`` (a table
+joins the schedule when it is first seen), at most ``verify_budget`` of one source core
+(MySQL's hashing measured as it goes). A DDL, a TRUNCATE, a re-copy or a takeover that touched
+a table makes it due (``PipelineTable.mark_due``): its next pass starts at once and goes as
+fast as the budget allows. A service does this in a thread of the driver; a bounded run does it
+while it streams and, before it ends, whatever its tables are due or behind schedule, at one
+snapshot to which it catches up (the source's rows and the copy's at the same position, no key
+set aside). ``verify=True`` makes every table due once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, snapshot_position
+from airflow_sync_provider.core.cdc.positions import (
+    BinlogError, BinlogPosition, TransientBinlogError, snapshot_position,
+)
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, choose_split_column, plan_table
-from airflow_sync_provider.core.source.schema import TableSchema, table_rows
-from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, table_rows
+from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, NotComparable, needs_weight, shard_predicates
-from airflow_sync_provider.core.verify.reconcile import (
-    checksum_source, checksum_target, clickhouse_checksum_sql, mysql_checksum_sql,
-)
+from airflow_sync_provider.core.verify.reconcile import mysql_checksum_sql
+from airflow_sync_provider.core.verify.rowhash import ch_row_hash
 
-SHARD_ROWS = 20_000  # rows per verification shard: what a mismatch costs to re-read
+SHARD_ROWS = 20_000  # rows per slice: what a mismatch costs to re-read
 MAX_SHARDS = 256
+LOOKS = 3  # a repaired slice is looked at again; still different on the third look: stop
+MAX_SET_ASIDE = 2_000  # a slice with more keys changed since S is looked at again later
+SCHEDULE_TICK = 0.5  # how often an idle verifier looks whether a slice is due
 
 
 class VerifyFailed(BinlogError):
@@ -50,91 +71,99 @@ def copy_columns(schema: TableSchema) -> dict:
 
 @dataclass
 class TableCheck:
-    """One table's shards (kept between rounds: a second look compares the same shards)."""
+    """A table's slices for one pass (its plan and the copy's predicates of each slice)."""
 
     name: str
-    config: dict
+    table: PipelineTable
+    schema: TableSchema
     plan: Plan
     predicates: list
     weight: object  # the copy's collated split column (rows carry its weight), or None
-    schema: TableSchema | None = None  # the definition at S
-    ids: list = field(default_factory=list)  # the shards looked at
-    source: dict = field(default_factory=dict)  # shard id → (rows, checksum) at S
-    copy: dict = field(default_factory=dict)  # the same of the copy at S
+
+    @property
+    def slices(self) -> list[int]:
+        return [s.id for s in self.plan.shards]
+
+    def predicate(self, slice_id: int) -> tuple[str, dict]:
+        return self.predicates[self.slices.index(slice_id)]
 
 
-def _plan(pconn, ch, config: dict, schema: TableSchema) -> tuple[Plan, list, object]:
-    """Shards of about SHARD_ROWS on the split column the copy can compare (a collated one only
-    when the copy carries its weights); one shard when there is none."""
-    database, table = config["target_database"], config["target_table"]
-    weighted = SPLIT_WEIGHT_COLUMN in target.column_types(ch, database, table) and config.get("split_column")
-    split = config.get("split_column") if weighted else choose_split_column(schema)[0]
+def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableCheck:
+    """Slices of about SHARD_ROWS on the split column the copy can compare (a collated one only
+    when the copy carries its weights); one slice when there is none."""
+    database, name = table.target_database, table.writes_to
+    weighted = SPLIT_WEIGHT_COLUMN in target.column_types(ch, database, name) and table.split_column
+    split = table.split_column if weighted else choose_split_column(schema)[0]
     if split and needs_weight(schema.column(split)) and not weighted:
         split = None
-    rows = table_rows(pconn, config["source_database"], config["source_table"])
-    shards = max(1, min(MAX_SHARDS, math.ceil(rows / SHARD_ROWS)))
+    rows = table_rows(pconn, table.source_database, table.source_table)
     plan = None
     if split:
         try:
-            plan = plan_table(pconn, schema, speed=SpeedLimits(channels=1), split_column=split, split_factor=shards,
-                              estimate=False)
-            predicates = shard_predicates(pconn, ch, plan, schema, {}, database, table)
+            plan = plan_table(pconn, schema, speed=SpeedLimits(channels=1), split_column=split,
+                              split_factor=max(1, min(MAX_SHARDS, math.ceil(rows / SHARD_ROWS))), estimate=False)
+            predicates = shard_predicates(pconn, ch, plan, schema, {}, database, name)
         except NotComparable:
             plan = None
     if plan is None:
         plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (Shard(0, "1=1"),))
         predicates = [("1", {})]
-    weight = schema.column(config["split_column"]) if weighted else None
-    return plan, predicates, weight
+    weight = schema.column(table.split_column) if weighted else None
+    return TableCheck(table.name, table, schema, plan, predicates, weight)
 
 
 class Snapshot:
-    """A consistent snapshot of the source at S, with the tables' definitions at S."""
+    """A consistent snapshot of the source at S on a connection of its own (``sconn``), with a
+    second connection for definitions (``pconn``). Reused from look to look: :meth:`open` starts
+    a new one."""
 
-    def __init__(self, spec: CdcApplySpec, configs: list[dict]):
-        self.spec = spec
-        self.pool, self.pending = ThreadPoolExecutor(1, thread_name_prefix="verify"), None
+    def __init__(self, spec: CdcApplySpec):
+        self.spec, self.position, self.began = spec, None, 0.0
         self.pconn = mysql_reader.connect(spec.source)
         self.sconn = mysql_reader.stream_connect(spec.source)
+
+    def open(self, tables: list[PipelineTable]) -> list[TableSchema | None]:
+        """Start a snapshot at S; the tables' definitions there (None: gone)."""
+        for _ in range(10):  # the definitions read on both sides of S are those at S
+            before = [self._schema(t) for t in tables]
+            self.sconn.rollback()
+            self.began = time.time()
+            self.position = snapshot_position(self.sconn)
+            if [self._schema(t) for t in tables] == before:
+                return before
+        raise TransientBinlogError(f"pipeline {self.spec.pipeline!r}: table definitions kept changing while a "
+                                   "verification began; a retry may find them settled")
+
+    def _schema(self, table: PipelineTable) -> TableSchema | None:
         try:
-            for _ in range(10):  # the definitions read on both sides of S are those at S
-                before = [copied_schema(self.pconn, c) for c in configs]
-                self.position = snapshot_position(self.sconn)
-                if [copied_schema(self.pconn, c) for c in configs] == before:
-                    self.schemas = before
-                    return
-                self.sconn.rollback()
-            raise VerifyFailed(f"pipeline {spec.pipeline!r}: table definitions kept changing while a verification "
-                               "began")
-        except BaseException:
-            self.close()
-            raise
+            return copied_schema(self.pconn, table.copy_spec())
+        except TableNotFound:
+            return None
 
-    def ready(self, timeout: float) -> bool:
-        """Are the source's checksums all computed? (raises what computing them raised)"""
-        try:
-            self.pending.result(timeout)
-        except TimeoutError:
-            return False
-        return True
+    def checksum(self, check: TableCheck, slice_id: int, set_aside: list[tuple]) -> tuple[int, int]:
+        """The slice's count and checksum in the snapshot, without the keys ``set_aside``."""
+        shard = next(s for s in check.plan.shards if s.id == slice_id)
+        where, params = shard.where, list(shard.params)
+        if set_aside:
+            key = check.schema.primary_key
+            one = "(" + ", ".join(["%s"] * len(key)) + ")"
+            where = (f"({where}) AND ({', '.join(mysql_ident(k) for k in key)}) NOT IN "
+                     f"({', '.join([one] * len(set_aside))})")
+            params += [v for k in set_aside for v in k]
+        with self.sconn.cursor() as cur:
+            cur.execute(mysql_checksum_sql(check.schema, check.plan) + where, params)
+            count, total = cur.fetchone()
+        return int(count), int(total)
 
-    def checksums(self, check: TableCheck, shard_ids) -> dict:
-        plan = _subset(check.plan, shard_ids)
-        sums = checksum_source(self.sconn, mysql_checksum_sql(check.schema, plan), plan)
-        return dict(zip((s.id for s in plan.shards), sums))
-
-    def rows(self, check: TableCheck, shard_id: int):
-        """The shard's rows in the snapshot, as Arrow batches (with the weight the copy keeps)."""
-        plan = _subset(check.plan, [shard_id])
+    def rows(self, check: TableCheck, slice_id: int):
+        """The slice's rows in the snapshot, as Arrow batches (with the weight the copy keeps)."""
+        plan = dataclasses.replace(check.plan, shards=tuple(s for s in check.plan.shards if s.id == slice_id))
         mappings = check.schema.mappings()
         columns_sql = mysql_reader.select_list(mappings, check.weight)
         return mysql_reader.read_shard(self.sconn, plan, mappings, plan.shards[0], 65536, columns_sql,
                                        check.weight is not None)
 
     def close(self):
-        if self.pending is not None:
-            self.pending.exception()  # the connection is the checksums' until they are done
-        self.pool.shutdown()
         for conn in (self.pconn, self.sconn):
             try:
                 conn.close()
@@ -142,105 +171,364 @@ class Snapshot:
                 pass
 
 
-def _subset(plan: Plan, shard_ids) -> Plan:
-    wanted = set(shard_ids)
-    return dataclasses.replace(plan, shards=tuple(s for s in plan.shards if s.id in wanted))
+def copy_at(ch, check: TableCheck, slice_id: int, position: BinlogPosition) -> tuple[tuple[int, int], list[tuple]]:
+    """The copy's count and checksum of the slice at ``position`` (the copy must have applied
+    everything before it), and the keys set aside: those changed at or after it. One read, of
+    every version (``FINAL`` would hide a key deleted after ``position``: it was live there)."""
+    where, params = check.predicate(slice_id)
+    version, deleted = ch_ident(target.VERSION_COLUMN), ch_ident(target.DELETED_COLUMN)
+    key = ", ".join(ch_ident(k) for k in check.schema.primary_key)
+    at = int(position.version())
+    k, v, d, h = (f"airflow_sync_{n}" for n in ("key", "version", "deleted", "hash"))  # no column's name
+    row = ch.query(
+        f"SELECT countIf({d} = 0 AND {v} < {at}), sumIf({h}, {d} = 0 AND {v} < {at}), "
+        f"groupArrayIf({MAX_SET_ASIDE + 1})({k}, {v} >= {at}) FROM ("
+        f"SELECT tuple({key}) AS {k}, max({version}) AS {v}, argMax({deleted}, {version}) AS {d}, "
+        f"argMax(toUInt128({ch_row_hash(check.schema.mappings())}), {version}) AS {h} "
+        f"FROM {ch_table(check.table.target_database, check.table.writes_to)} WHERE {where} GROUP BY {k})",
+        parameters=params).result_rows[0]
+    return (int(row[0]), int(row[1])), [tuple(k) for k in row[2]]
 
 
-def prepare(spec: CdcApplySpec, ch, checks: dict, configs: list[dict], shards: dict | None) -> Snapshot:
-    """Open a snapshot S and start computing the source's checksums of ``configs``' tables in it
-    (``shards``: name → shard ids to look at, all when None), in a thread: the stream goes on up to
-    S meanwhile (:meth:`Snapshot.wait` before comparing). ``checks`` keeps each table's plan."""
-    snapshot = Snapshot(spec, configs)
-    try:
-        work = []
-        for config, schema in zip(configs, snapshot.schemas):
-            name = f"{config['source_database']}.{config['source_table']}"
-            check = checks.get(name)
-            if check is None or copy_columns(check.schema) != copy_columns(schema):
-                plan, predicates, weight = _plan(snapshot.pconn, ch, config, schema)
-                check = checks[name] = TableCheck(name, config, plan, predicates, weight)
-            check.schema = schema
-            check.ids = [s.id for s in check.plan.shards]
-            if shards is not None:
-                check.ids = [i for i in check.ids if i in shards.get(name, ())]
-            check.source, check.copy = {}, {}
-            work.append(check)
-
-        def checksums():  # on the snapshot's own connection, which nothing else uses meanwhile
-            for check in work:
-                check.source = snapshot.checksums(check, check.ids)
-
-        snapshot.pending = snapshot.pool.submit(checksums)
-    except BaseException:
-        snapshot.close()
-        raise
-    return snapshot
-
-
-def copy_checksums(ch, check: TableCheck, tracked: TableSchema) -> str:
-    """The copy's checksums of the shards looked at, kept in ``check.copy`` (the copy must be at S
-    now), or a reason when the copy's columns are not the source's at S."""
-    database, table = check.config["target_database"], check.config["target_table"]
-    wanted, have = copy_columns(check.schema), copy_columns(tracked)
-    present = target.column_types(ch, database, table)
-    missing = [c for c in wanted if c not in present]
-    if have != wanted or missing:
-        diff = sorted(set(wanted.items()) ^ set(have.items()))
-        return (f"the copy's columns are not the source's at {check.schema.qualified}: "
-                f"{diff[:6] or 'missing ' + str(missing)}")
-    head = clickhouse_checksum_sql(check.schema, database, table)
-    predicates = [(f"({check.predicates[_index(check, i)][0]}) AND {ch_ident(target.DELETED_COLUMN)} = 0",
-                   check.predicates[_index(check, i)][1]) for i in check.ids]
-    check.copy = dict(zip(check.ids, checksum_target(ch, head, predicates)))
-    return ""
-
-
-def mismatched(check: TableCheck) -> list[int]:
-    """The shards whose counts or checksums differ (both sides computed)."""
-    return [i for i in check.ids if tuple(check.source[i]) != tuple(check.copy[i])]
-
-
-def _index(check: TableCheck, shard_id: int) -> int:
-    return [s.id for s in check.plan.shards].index(shard_id)
-
-
-def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, shard_ids: list[int]) -> int:
-    """Rewrite ``shard_ids`` of the copy from the snapshot: the source's rows at S's repair
-    version, and tombstones of that version for the copy's rows the source no longer has.
-    Returns the rows written."""
-    database, table = check.config["target_database"], check.config["target_table"]
+def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_id: int) -> int:
+    """Rewrite a slice of the copy from the snapshot: the source's rows at S's repair version, and
+    tombstones of that version for the copy's rows the source no longer has (rows written after
+    S rank above it and are left alone). Returns the rows written."""
+    database, table = check.table.target_database, check.table.writes_to
     version = snapshot.position.snapshot_version(repair=True)
-    written = 0
     names = [m.name for m in check.schema.mappings()] + ([SPLIT_WEIGHT_COLUMN] if check.weight else [])
+    written = 0
     writer = target.shared_client(spec.target)  # session-less: an insert may be acknowledged while the next streams
-    for shard_id in shard_ids:
-        inserts = ArrowInserts(writer, ch_table(database, table),
-                               settings=target.WEIGHT_SETTINGS if check.weight else None)
-        try:
-            for batch in snapshot.rows(check, shard_id):
-                stamp = pa.repeat(pa.scalar(version, pa.uint64()), batch.num_rows)
-                inserts.write(pa.RecordBatch.from_arrays([*batch.columns, stamp],
-                                                         names=[*names, target.VERSION_COLUMN]))
-                written += batch.num_rows
-            inserts.finish()
-        finally:
-            inserts.close()
-        where, params = check.predicates[_index(check, shard_id)]
-        target.tombstone_older(ch, database, table, version, where, params)
+    inserts = ArrowInserts(writer, ch_table(database, table), settings=target.WEIGHT_SETTINGS if check.weight else None)
+    try:
+        for batch in snapshot.rows(check, slice_id):
+            stamp = pa.repeat(pa.scalar(version, pa.uint64()), batch.num_rows)
+            inserts.write(pa.RecordBatch.from_arrays([*batch.columns, stamp], names=[*names, target.VERSION_COLUMN]))
+            written += batch.num_rows
+        inserts.finish()
+    finally:
+        inserts.close()
+    where, params = check.predicate(slice_id)
+    target.tombstone_older(ch, database, table, version, where, params)
     return written
 
 
-def record(config: dict, position: BinlogPosition, shards: int, mismatched: list[int], repaired: int, rows: int,
-           note: str = "", began: float | None = None) -> dict:
-    """What a verification of a table says, kept in its config (carried with the checkpoint);
-    ``seconds``: since ``began`` (the look's start: its catch-up, snapshot, checksums, repairs)."""
-    now = time.time()
-    outcome = {"position": position.to_dict(), "at": now, "shards": shards, "mismatched": mismatched,
-               "repaired_shards": repaired, "rows_repaired": rows} | ({"note": note} if note else {}) \
-        | ({"seconds": round(now - began, 3)} if began is not None else {})
-    config["verified"] = outcome
-    config["verifications"] = config.get("verifications", 0) + 1
-    config["repaired"] = config.get("repaired", 0) + repaired
-    config.pop("verify_due", None)
-    return outcome
+@dataclass
+class Look:
+    """One slice looked at: its verdict at S and what the repair wrote."""
+
+    table: str
+    slice_id: int
+    position: BinlogPosition
+    source: tuple
+    copy: tuple
+    set_aside: int
+    repaired_rows: int = -1  # -1: not repaired (equal, or the look was given up)
+    note: str = ""
+    began: float = 0.0  # when its snapshot was taken
+
+    @property
+    def equal(self) -> bool:
+        return self.source == self.copy
+
+
+@dataclass
+class Pass:
+    """A table's pass through its slices, carried in its entry (``verify_pass``) between runs."""
+
+    started: float
+    slices: int
+    next: int = 0
+    position: dict | None = None  # the first look's S
+    mismatched: list = field(default_factory=list)
+    repaired: int = 0
+    rows_repaired: int = 0
+    due: bool = False  # started because the table was due: not paced, only budgeted
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class Verifier:
+    """The pipeline's checks of its tables (see the module docstring). The stream's thread owns
+    the tables' entries; the looks run in a thread of their own (:meth:`start`) and hand their
+    outcomes over (:meth:`collect`), or in the stream's thread at the end of a bounded run
+    (:meth:`catch_up`). ``run``: the :class:`~airflow_sync_provider.spark.cdc_apply.PipelineRun`."""
+
+    def __init__(self, run):
+        self.run, self.spec = run, run.spec
+        self.period, self.budget = run.spec.verify_period, run.spec.verify_budget
+        self.outcomes: queue.Queue = queue.Queue()
+        self.stop, self.thread, self.error = threading.Event(), None, None
+        self.checks: dict[str, TableCheck] = {}
+        self.strikes: dict[tuple, int] = {}  # (table, slice) → looks that found it different in a row
+        self.again: dict[str, set] = {}  # slices repaired, to be looked at again first
+        self.mysql_seconds, self.began = 0.0, time.monotonic()
+        self.ch = target.client(run.spec.target)  # its own: the looks run beside the stream's writes
+
+    @property
+    def enabled(self) -> bool:
+        """Rolling passes over the period (``verify_period`` 0: only tables marked due are looked at)."""
+        return self.period > 0
+
+    # --- the schedule ---------------------------------------------------------------------
+
+    def _passes(self) -> dict[str, tuple[PipelineTable, Pass | None]]:
+        """The streaming tables the verifier may look at now, with their passes."""
+        routes, busy = self.run.stream.routes, self.run.recopies.busy
+        out = {}
+        for table in list(self.run.state.tables):
+            if table.name in routes and not busy(table.name):
+                out[table.name] = (table, Pass(**table.verify_pass) if table.verify_pass else None)
+        return out
+
+    def due_slices(self, now: float, ahead: float = 0.0) -> list[tuple[str, int]]:
+        """(table, slice) pairs due by ``now + ahead``: repaired slices first, then tables marked
+        due, then passes behind their even schedule over the period."""
+        work = [(name, s) for name, slices in self.again.items() for s in sorted(slices)]
+        for name, (table, current) in self._passes().items():
+            if name in self.again:
+                continue
+            if table.verify_due and (current is None or not current.due or current.started < table.due_since):
+                check = self.checks.get(name)  # a new pass at once
+                work += [(name, s) for s in (check.slices if check else [0])]
+                continue
+            if current is None:
+                continue  # :meth:`collect` starts its first pass
+            if not current.slices:  # its first look plans its slices
+                work.append((name, 0))
+                continue
+            if current.due:
+                work.append((name, current.next))
+                continue
+            if not self.enabled:
+                continue
+            wanted = current.slices * min(1.0, (now + ahead - current.started) / self.period)
+            if current.next < math.floor(wanted) or (current.next < current.slices and wanted >= current.slices):
+                work.append((name, current.next))
+        return work
+
+    def _schedule(self) -> None:
+        """Tables seen for the first time start their first pass (a pass done starts the next)."""
+        for table, current in self._passes().values():
+            if current is None and (self.enabled or table.verify_due):
+                table.verify_pass = Pass(time.time(), 0).to_dict()  # its slices are known at its first look
+
+    # --- a look ---------------------------------------------------------------------------
+
+    def look(self, snapshot: Snapshot, work: list[tuple[str, int]], wait) -> list[Look]:
+        """Look at ``work``'s slices at one snapshot S; ``wait(S)`` returns once the stream has
+        applied everything before S (False: it cannot, the look is given up)."""
+        passes = self._passes()
+        tables = [passes[name][0] for name in dict.fromkeys(n for n, _ in work) if name in passes]
+        if not tables:
+            return []
+        schemas = snapshot.open(tables)
+        checks = {}
+        for table, schema in zip(tables, schemas):
+            check = self.checks.get(table.name)
+            if schema is None:
+                continue
+            if check is None or copy_columns(check.schema) != copy_columns(schema):
+                with self.run.writing:  # no re-copy swaps the copy in meanwhile
+                    if self.run.recopies.busy(table.name):
+                        continue
+                    check = self.checks[table.name] = plan_check(snapshot.pconn, self.ch, table, schema)
+            check.table, check.schema = table, schema
+            checks[table.name] = check
+        if not wait(snapshot.position):
+            return []
+        looks = []
+        for name, slice_id in dict.fromkeys(work):
+            check = checks.get(name)
+            if check is None:
+                continue
+            if slice_id not in check.slices:
+                slice_id = check.slices[-1]  # a pass planned on an older plan: the plan's end
+            with self.run.writing:  # no DDL is followed meanwhile (a repair writes the copy's shape at S)
+                look = self._look(snapshot, check, slice_id)
+            if look is not None:
+                looks.append(look)
+        snapshot.sconn.rollback()
+        return looks
+
+    def _look(self, snapshot: Snapshot, check: TableCheck, slice_id: int) -> Look | None:
+        name, route = check.name, self.run.stream.routes.get(check.name)
+        if route is None or self.run.recopies.busy(name) or copy_columns(route.schema) != copy_columns(check.schema):
+            return None  # it left, is being re-copied, or a DDL changed it since S: later
+        wanted = copy_columns(check.schema)
+        present = target.column_types(self.ch, check.table.target_database, check.table.writes_to)
+        wrong = sorted((c, t, present.get(c)) for c, t in wanted.items() if present.get(c) != t)
+        if wrong:  # the copy is not of the source's shape: it is copied again (recorded by the stream's thread)
+            return Look(name, slice_id, snapshot.position, (), (), 0, began=snapshot.began,
+                        note=f"the copy's columns are not the source's at {snapshot.position}: (column, source "
+                             f"type, copy type) {wrong[:6]} (missing or of another type)")
+        copy, set_aside = copy_at(self.ch, check, slice_id, snapshot.position)
+        if len(set_aside) > MAX_SET_ASIDE:
+            return None  # too busy right now: looked at again later
+        began = time.monotonic()
+        source = snapshot.checksum(check, slice_id, set_aside)
+        self.mysql_seconds += time.monotonic() - began
+        look = Look(name, slice_id, snapshot.position, source, copy, len(set_aside), began=snapshot.began)
+        key = (name, slice_id)
+        if look.equal:
+            self.strikes.pop(key, None)
+            return look
+        self.strikes[key] = self.strikes.get(key, 0) + 1
+        if self.strikes[key] >= LOOKS:
+            look.note = "still different"
+            return look
+        self.run.checkpoints.fence()  # repairs write the copy: only under the lease
+        look.repaired_rows = repair(self.spec, self.ch, snapshot, check, slice_id)
+        return look
+
+    def _paced(self) -> None:
+        """Sleep as long as the budget asks: MySQL's hashing at most ``budget`` of one core."""
+        if self.budget > 0:
+            ahead = self.mysql_seconds / self.budget - (time.monotonic() - self.began)
+            if ahead > 0:
+                self.stop.wait(min(ahead, 5.0))
+
+    # --- in a thread beside the stream -------------------------------------------------------
+
+    def start(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="verify", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        snapshot, failures = None, 0
+        try:
+            while not self.stop.is_set():
+                work = self.due_slices(time.time())[:1]
+                if not work:
+                    self.stop.wait(SCHEDULE_TICK)
+                    continue
+                try:
+                    snapshot = snapshot or Snapshot(self.spec)
+                    for look in self.look(snapshot, work, self._wait):
+                        self.outcomes.put(look)
+                    failures = 0
+                except Exception as exc:  # e.g. the copy swapped away under a look: try again later
+                    failures += 1
+                    if failures >= LOOKS or isinstance(exc, BinlogError) and not exc.retry_helps:
+                        raise
+                    self.run.log(f"a verification look at {work} failed ({type(exc).__name__}: {str(exc)[:300]}); "
+                                 "looking again later")
+                    if snapshot is not None:
+                        snapshot.close()
+                        snapshot = None
+                    self.stop.wait(2.0)
+                self._paced()
+        except BaseException as exc:  # handed to the stream's thread
+            self.outcomes.put(exc)
+        finally:
+            if snapshot is not None:
+                snapshot.close()
+
+    def _wait(self, position: BinlogPosition) -> bool:
+        while not self.stop.is_set():
+            if self.run.state.checkpoint.key() >= position.key():
+                return True
+            if self.run.stream_ended:
+                return False
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        """Stop the thread (its last look finishes first)."""
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        self.stop.clear()
+
+    def shut(self) -> None:
+        self.close()
+        self.ch.close()
+
+    # --- in the stream's thread ---------------------------------------------------------------
+
+    def collect(self) -> None:
+        """Record the looks the thread made (in the tables' entries) and start passes that are due."""
+        self._schedule()
+        while True:
+            try:
+                item = self.outcomes.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            self.record(item)
+
+    def record(self, look: Look) -> None:
+        table = self.run.state.table(look.table)
+        if table is None or not table.verify_pass:
+            return
+        current, check = Pass(**table.verify_pass), self.checks[look.table]
+        if table.verify_due and (not current.due or current.started < table.due_since):
+            current = Pass(look.began, len(check.slices), due=True)
+        current.slices = len(check.slices)
+        if look.note.startswith("the copy's columns"):
+            if self.run.recopies.start(self.run.stream.routes, table, f"verification: {look.note}"):
+                self.run.totals.recopied.append(look.table)
+            table.verify_pass = None  # the re-copy makes it due again when done
+            self.run.totals.verified.append({"table": look.table, "position": look.position.to_dict(),
+                                             "at": time.time(), "shards": current.slices, "mismatched": [],
+                                             "repaired_shards": 0, "rows_repaired": 0, "note": look.note})
+            return
+        if look.note == "still different":
+            table.mark_due()  # every retry looks first, and stops here again while it differs
+            raise VerifyFailed(
+                f"table {look.table}: its copy still differs from the source at {look.position} in slice "
+                f"{look.slice_id} after {LOOKS - 1} repairs; the copy may hold values the checksums cannot match "
+                "(see docs/cdc.md, Verification). A retry stops here again: re-bootstrap the table (restart=True)")
+        current.position = current.position or look.position.to_dict()
+        if look.repaired_rows >= 0:
+            self.again.setdefault(look.table, set()).add(look.slice_id)
+            current.mismatched.append(look.slice_id)
+            current.repaired += 1
+            current.rows_repaired += look.repaired_rows
+            table.repaired += 1
+            self.run.totals.repaired_shards += 1
+            self.run.log(f"{look.table} differed from the source at {look.position} in slice {look.slice_id} "
+                         f"(source {look.source}, copy {look.copy}); repaired ({look.repaired_rows:,} rows rewritten)")
+        elif look.table in self.again and look.slice_id in self.again[look.table]:
+            self.again[look.table].discard(look.slice_id)  # right after its repair
+            if not self.again[look.table]:
+                del self.again[look.table]
+        if look.slice_id == current.next:
+            current.next += 1
+        if current.next >= current.slices and look.table not in self.again:
+            self._passed(table, current, look.position)
+        else:
+            table.verify_pass = current.to_dict()
+
+    def _passed(self, table: PipelineTable, current: Pass, position: BinlogPosition) -> None:
+        now = time.time()
+        outcome = {"position": position.to_dict(), "started": current.started, "at": now,
+                   "shards": current.slices, "mismatched": sorted(set(current.mismatched)),
+                   "repaired_shards": current.repaired, "rows_repaired": current.rows_repaired,
+                   "seconds": round(now - current.started, 3)}
+        table.verified = outcome
+        table.verifications += 1
+        table.verify_pass = Pass(now, current.slices).to_dict() if self.enabled else None
+        self.run.totals.verified.append({"table": table.name} | outcome)
+
+    def catch_up(self) -> None:
+        """At a bounded run's end: every slice due or behind schedule, at one snapshot the stream
+        catches up to (so nothing is set aside), and the repaired slices again, at a new one."""
+        for _ in range(LOOKS + 1):
+            self.collect()
+            work = self.due_slices(time.time(), ahead=1.0)
+            for name, (table, current) in self._passes().items():  # a pass of a due table is finished
+                if current is not None and current.due and name in self.checks:
+                    work += [(name, s) for s in self.checks[name].slices[current.next:]]
+            if not work:
+                return
+            snapshot = Snapshot(self.spec)
+            try:
+                for look in self.look(snapshot, work, self.run.follow_to):
+                    self.record(look)
+            finally:
+                snapshot.close()

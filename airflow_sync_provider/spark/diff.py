@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import queue
 import threading
 import time
@@ -48,9 +49,11 @@ from airflow_sync_provider.core.verify.pruning import (
     SCAN_SHARE, Positions, Pruning, Scope, aligned_batches, first_rows, interval_sql, label_sql, pieces,
 )
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
+from airflow_sync_provider.core.verify.shape import CopyShape, column_problems, read_copy_shape
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
 from airflow_sync_provider.spark.session import lazy
 
+log = logging.getLogger(__name__)
 BUCKET = "_diff_bucket"  # aliases no table column should shadow
 POSITION = "_diff_position"
 _POSITION_MAPPING = map_column(MySQLColumn(POSITION, "int", "int unsigned", False))
@@ -122,6 +125,7 @@ class _Context:
     positions: Positions = Positions.of_hash()
     first_width: int = 1
     new_ch: _ChTable | None = None  # a ClickHouse new side
+    advice: dict = dataclasses.field(default_factory=dict)  # what to say of a key found twice on a side
 
 
 # --- the two sides -----------------------------------------------------------------------------
@@ -424,7 +428,7 @@ def _diff_shard(ctx: _Context, clients: _Clients, shard: Shard) -> dict:
                                                   spec.bucket_rows):
             old_rows = old_schema.empty_table() if old_rows is None else old_rows.select(old_schema.names)
             new_rows = new_schema.empty_table() if new_rows is None else new_rows.select(new_schema.names)
-            result = compare(old_rows, new_rows, ctx.columns, where)
+            result = compare(old_rows, new_rows, ctx.columns, where, ctx.advice)
             for flag in FLAGS:
                 record[flag] += result.counts[flag]
             if result.changes is not None:
@@ -510,7 +514,7 @@ def _create_copy(spec: SnapshotDiffSpec, ch) -> dict:
     return target.column_types(ch, database, table)
 
 
-def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) -> dict:
+def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, copy: CopyShape) -> dict:
     """Columns, canonical schema, shards and version when the new snapshot is the MySQL table."""
     with mysql_reader.connect(spec.source) as conn:
         schema = read_table_schema(conn, spec.source_database, spec.source_table)
@@ -519,11 +523,13 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) 
         if spec.compare_columns and set(spec.compare_columns) & set(skipped):
             raise DiffError(f"table {table}: compare_columns {sorted(set(spec.compare_columns) & set(skipped))} "
                             f"are not in the old snapshot {spec.old_table}")
+        keys = spec.key_columns or list(schema.primary_key)
+        _check_copy_shape(spec, ch, copy, schema, old_types, keys)
         if skipped:
             print(f"[airflow-sync] diff {spec.diff_key}: column(s) {skipped} of {table} are not in {spec.old_table}; "
                   "not compared", flush=True)
+        schema = dataclasses.replace(schema, primary_key=tuple(k for k in schema.primary_key if k in old_types))
         schema = schema.select([c.name for c in schema.columns if c.name in old_types])
-        keys = spec.key_columns or list(schema.primary_key)
         mappings = {m.name: m for m in schema.mappings()}
         floats = [m.name for m in mappings.values() if m.source.data_type in ("float", "double", "real")]
         columns = DiffColumns.resolve(table, list(mappings), keys, spec.compare_columns, spec.ignore_columns,
@@ -562,6 +568,66 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict) 
             "mysql_columns_sql": columns_sql, "key_position": key_position,
             "positions": positions if key_position else Positions.of_hash(),
             "ch_types": {m.name: m.ch_type for m in mappings.values()}}
+
+
+def _reload_remedy(spec: SnapshotDiffSpec) -> str:
+    return (f"a retry does not help: reload {spec.source_database}.{spec.source_table} in full into {spec.old_table} "
+            "(its full load; a CDC copy: re-bootstrap it), then diff again")
+
+
+def _check_copy_shape(spec: SnapshotDiffSpec, ch, copy: CopyShape, schema, old_types: dict, keys: list[str]) -> None:
+    """The copy's columns and key against the MySQL table now (core/verify/shape.py): a key the copy
+    lacks, or a column the copy holds in another type than a load would now give it, cannot be
+    compared (nor applied) value for value: a clear error naming them and the remedy, not a
+    ClickHouse exception or flags of values read in the wrong type."""
+    table = schema.qualified
+    if not keys:
+        hint = (f"; its copy {spec.old_table} is keyed by ({', '.join(copy.key)}): pass key_columns={list(copy.key)!r} "
+                f"(--key) to pair the rows by it, or reload the table in full" if copy is not None and copy.replacing
+                and copy.key else "")
+        raise DiffError(f"table {table} has no primary key: a diff needs key_columns to pair the rows{hint}")
+    missing = [k for k in keys if k not in old_types]
+    if missing:
+        raise DiffError(f"table {table}: key column(s) {missing} are not in the old snapshot {spec.old_table} (its "
+                        f"columns: {_user_columns(old_types)}); {_reload_remedy(spec)}")
+    both = [c for c in schema.columns if c.name in old_types]
+    problems = column_problems(ch, dataclasses.replace(schema, columns=tuple(both), primary_key=()), old_types)
+    if problems:
+        raise DiffError(f"table {table}: its copy {spec.old_table} no longer has the source's shape: "
+                        f"{'; '.join(problems)}; {_reload_remedy(spec)}")
+
+
+def _shape_notes(spec: SnapshotDiffSpec, copy: CopyShape, keys: tuple[str, ...]) -> tuple[list[str], dict]:
+    """What a person should know about the old table's engine and key against the diff's key, and
+    what to say about a key found twice in it."""
+    key = f"({', '.join(keys)})"
+    if not copy.replacing:
+        return ([f"{spec.old_table} is a {copy.engine}, not a ReplacingMergeTree (as a copy loaded while the table had "
+                 f"no primary key is): read without FINAL, every stored row counts; the diff pairs rows by {key}"],
+                {"old": f"{spec.old_table} is a {copy.engine}, which merges no rows by key (e.g. a copy loaded while "
+                        f"the table had no primary key): reload it in full to get a copy keyed by {key}"})
+    if set(copy.key) != set(keys):
+        return ([f"{spec.old_table} is keyed by ({', '.join(copy.key)}) but the diff pairs rows by {key}: the flags "
+                 "describe the copy as its readers see it (FINAL keeps one row per copy key)"],
+                {"old": f"{spec.old_table} is keyed by ({', '.join(copy.key)}), not by the diff's key {key}"})
+    return [], {}
+
+
+def _check_apply(spec: SnapshotDiffSpec, copy: CopyShape, keys: tuple[str, ...]) -> None:
+    """An apply upserts rows and tombstones keys with versions: only a ReplacingMergeTree keyed by
+    exactly the diff's key makes a newer version replace the old row of its key. Anything else
+    would keep both rows (a plain MergeTree) or merge rows of different keys (another key)."""
+    key = f"({', '.join(keys)})"
+    if not copy.replacing:
+        raise DiffError(f"cannot apply to {spec.old_table}: it is a {copy.engine}, not a ReplacingMergeTree (e.g. a "
+                        f"copy loaded while the table had no primary key): an upserted row would stand beside the row "
+                        f"it replaces. "
+                        f"A retry does not help: reload it in full (a keyed source gets a ReplacingMergeTree copy "
+                        f"keyed by {key}), or diff without apply")
+    if set(copy.key) != set(keys):
+        raise DiffError(f"cannot apply to {spec.old_table}: it is keyed by ({', '.join(copy.key)}), but the diff pairs "
+                        f"rows by {key}; its ReplacingMergeTree would merge rows by the wrong key. A retry does not "
+                        "help: reload it in full (its key becomes the source's primary key), or diff without apply")
 
 
 def _ch_key_range(ch, name: str, column: str) -> tuple:
@@ -686,7 +752,14 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
         old_types = _create_copy(spec, ch)  # a first run seeds the copy: every row is new
     if not old_types:
         raise DiffError(f"the old snapshot {spec.old_table} does not exist on ClickHouse")
-    found = _resolve_clickhouse(spec, ch, old_types) if spec.new_table else _resolve_mysql(spec, ch, ledger, old_types)
+    copy = read_copy_shape(ch, *_split(spec.old_table))
+    found = (_resolve_clickhouse(spec, ch, old_types) if spec.new_table
+             else _resolve_mysql(spec, ch, ledger, old_types, copy))
+    if spec.on_change == "apply":
+        _check_apply(spec, copy, found["columns"].keys)
+    notes, advice = _shape_notes(spec, copy, found["columns"].keys)
+    for note in notes:
+        log.info("diff %s: %s", spec.diff_key, note)
     version = _apply_version(spec, ch, old_types, found["position"]) if spec.on_change == "apply" else None
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     _prepare_changes(ch, spec, found["columns"], found["ch_types"])
@@ -698,7 +771,7 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
     ctx = _Context(spec, run_id, found["columns"], found["schema"], found["texts"], plan,
                    found["old_predicates"], _ChTable.of(ch, spec.old_table),
                    found["weight"], version, found["mysql_columns_sql"], found["key_position"], found["positions"],
-                   width, found.get("new_ch"))
+                   width, found.get("new_ch"), advice)
     ids = [s.id for s in plan.shards]
     channels = max(1, min(spec.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]
@@ -721,6 +794,7 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
         "changes_table": spec.changes_table, "keys": list(ctx.columns.keys), "compared": list(ctx.columns.compared),
         "levels": max((s["levels"] for s in shards), default=0),
         "positions": "key" if ctx.key_position else "hash", "in_driver": in_driver, "spark_started": session.started,
+        "notes": notes,
     }
     ledger.write_diff(result, shards)
     _native.pop(run_id, None)

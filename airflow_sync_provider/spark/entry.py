@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import traceback
 
@@ -29,6 +30,18 @@ def _report(spec, result_key: str, result: dict) -> None:
             ch.close()
 
 
+def _log_to_stdout() -> None:
+    """The package's log records go to the driver's output, beside its progress lines: the
+    operator copies that into the task log, the command line into its log file."""
+    logger = logging.getLogger("airflow_sync_provider")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("[airflow-sync] %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def run_job(job_function, argv=None) -> None:
     """Run ``job_function(spec, spark)`` with a :class:`LazySession`: the job builds the session
     only if it needs executors."""
@@ -37,6 +50,7 @@ def run_job(job_function, argv=None) -> None:
     # library in an Airflow worker are not touched). Jobs that convert Python values to Arrow
     # still import pandas, through pyarrow, when they first do.
     clickhouse_options.pd = clickhouse_options.pd_time_test = None
+    _log_to_stdout()
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", required=True, help="path of the job-spec JSON file")
     parser.add_argument("--secrets-from-env", action="store_true",
@@ -51,9 +65,11 @@ def run_job(job_function, argv=None) -> None:
     try:
         result = {"status": "success", **job_function(spec, session)}
     except Exception as exc:
-        # The operator raises this text, so the task log shows the job's own error.
-        _report(spec, args.result_key, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
-        traceback.print_exc()
+        # The operator raises this text, so the task log shows the job's own error; a job of many
+        # tables adds every table's result (spark/tables.py), so a caller can name each failed one.
+        _report(spec, args.result_key, {**getattr(exc, "result", {}), "status": "failed",
+                                        "error": f"{type(exc).__name__}: {exc}"})
+        traceback.print_exc()  # the driver's output: the task log, or the command line's log file
         session.stop()
         sys.exit(1)
     _report(spec, args.result_key, result)

@@ -5,196 +5,156 @@ hand each channel its queue of unfinished shards, report progress, publish when 
 has succeeded. Channels run as Spark tasks on a cluster's executors, or as threads of the
 driver for a small table or on a local master (``driver_copy_rows``): one channel = one source
 connection draining its queue; per shard, drop what earlier attempts wrote, stream the rows
-into a few large INSERTs (core/target/inserts.py), report counters.
+into a few large INSERTs (core/target/inserts.py), report counters. The shard loop is the one
+the CDC bootstrap runs too (spark/shard_copy.py); :class:`FullLoadCopy` is what a full load
+does differently.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-
-import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.positions import flavor, position_if_readable, snapshot_position
-from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
-    LOAD_ABANDONED, LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_FAILED, SHARD_SUCCESS, Ledger, LoadState, ShardState,
+    LOAD_ABANDONED, LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState,
 )
 from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name
-from airflow_sync_provider.core.source.planning import Plan, plan_table
+from airflow_sync_provider.core.source.planning import Plan, Shard, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import (
-    SPLIT_WEIGHT_COLUMN, NotComparable, Weights, cut_points, needs_weight, read_weights, shard_predicates,
-    target_predicates, weight_width,
+    NotComparable, cut_points, needs_weight, read_weights, shard_predicates, target_predicates, weight_width,
 )
-from airflow_sync_provider.core.typemap import MySQLColumn
+from airflow_sync_provider.core.verify import shape as copy_shape
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.spark.cdc_ddl import shape_of_load
-from airflow_sync_provider.spark.channels import Progress, driver_copy_limit, retrying, run_channels, running_record
+from airflow_sync_provider.spark.channels import driver_copy_limit, retrying, running_record
 from airflow_sync_provider.spark.session import lazy
+from airflow_sync_provider.spark.shard_copy import Channel, Copy, LoadFailed, RowVersion, ShardCopy
 
-REPORT_EVERY_SECONDS = 1.0
-
-
-class LoadFailed(RuntimeError):
-    pass
+__all__ = ["FullLoadCopy", "LoadFailed", "run_full_load"]
 
 
-@dataclass(frozen=True)
-class _Copy:
-    """How every channel copies its shards, decided once by the driver."""
+class FullLoadCopy(ShardCopy):
+    """A full load's shards: each read whole (its pieces), in a snapshot of its own, into the
+    load's working table; a shard read again first loses what its earlier attempt wrote."""
 
-    mappings: list
-    weight: MySQLColumn | None  # a collated split column: rows carry its collation weight
-    text_sql: str  # the mysqlclient reader's SELECT list
-    native_sql: str | None  # the Arrow-native reader's, None when mysqlclient reads
-    mariadb: bool  # the native read takes MariaDB's own snapshot position (else one read before)
-    direct: bool  # the working table has the final layout (core/target/clickhouse.py)
-    split: MySQLColumn | None = None
-    weights: Weights | None = None  # the cuts' collation weights, for the direct layout's deletes
+    spark_start: float | None = None  # the wait for the SparkContext not hidden behind planning
 
-    def names(self) -> list[str]:
-        return ([m.name for m in self.mappings] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
-                + [target.VERSION_COLUMN] + ([] if self.direct else [target.SHARD_COLUMN]))
+    def before_channels(self, session, todo: list[int], in_driver: bool) -> None:
+        if in_driver:  # one ledger write for every shard's running record (else one per shard)
+            self.announced = {i: running_record(self.spec.source, self.shards[i],
+                                                (self.state.shards[i].attempt if i in self.state.shards else 0) + 1)
+                              for i in todo}
+            self.ledger.write_shards(self.state.load_key, self.state.generation, list(self.announced.values()))
+        else:
+            waited = time.time()
+            session.get()
+            self.spark_start = time.time() - waited
 
+    def job_error(self, exc: Exception) -> str:
+        return f"Spark job failed: {type(exc).__name__}: {exc}"
 
-def _clear_shard(copy: _Copy, plan: Plan, ch, database: str, working: str, shard) -> None:
-    """Remove what earlier attempts of ``shard`` wrote to the working table."""
-    if not copy.direct:
-        target.drop_shard(ch, database, working, shard.id)
-        return
-    width = weight_width(ch, database, working) if copy.weights is not None else 0
-    index = [s.id for s in plan.shards].index(shard.id)
-    where, params = target_predicates(plan, copy.split, copy.weights, None, width)[index]
-    ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
+    def shards_failed(self) -> Exception:
+        return LoadFailed(f"table {self.state.source_table}: {self.state.error}. Nothing was published; re-import "
+                          f"with reimport='failed' (airflow-sync reimport --load {self.spec.load_key!r} --failed)")
 
+    def open_channel(self, in_driver: bool) -> Channel:
+        """Spark re-runs a channel whose executor was lost (a worker died): shards it finished are
+        then not read again, and the one it was reading is cleared first. A driver thread runs
+        once, right after the driver read the ledger: nothing to look up."""
+        channel = Channel(self.spec)
+        channel.at_start = self.state if in_driver else retrying(lambda: self._now(channel.ledger),
+                                                                 self.spec.ledger_wait_seconds)
+        return channel
 
-def _load_shard(spec, plan, copy: _Copy, ch, ledger, state, shard, attempt, throttle, rewrite: bool,
-                announced: ShardState | None = None):
-    """Copy one shard; ``rewrite``: an earlier attempt of it may have written rows; ``announced``:
-    its running record, already in the ledger."""
-    names = copy.names()
-    record = announced or running_record(spec.source, shard, attempt)
-    record.started_at = time.time()
-    repair = bool(state.repair)
+    def _now(self, ledger: Ledger) -> LoadState:
+        now = ledger.state(self.state.load_key)
+        return now if now is not None and now.generation == self.state.generation else self.state
 
-    def written(rows):
-        record.records_written += rows
+    def start_record(self, channel: Channel, shard: Shard) -> ShardState:
+        previous, now = self.state.shards.get(shard.id), channel.at_start.shards.get(shard.id)
+        if now is not None and now.status == SHARD_SUCCESS and now.attempt > (previous.attempt if previous else 0):
+            return now
+        attempt = max(now.attempt if now else 0, previous.attempt if previous else 0) + 1
+        record = self.announced.get(shard.id) or running_record(self.spec.source, shard, attempt)
+        record.started_at = time.time()
+        return record
 
-    def failed(rows):
-        record.records_failed += rows
+    def inserts(self, channel: Channel, record: ShardState) -> ArrowInserts:
+        def written(rows):
+            record.records_written += rows
 
-    inserts = ArrowInserts(ch, ch_table(spec.ledger_database, state.parts_table),
-                           settings=target.WEIGHT_SETTINGS if copy.direct and copy.weight else None,
-                           max_rows=spec.insert_rows, max_bytes=spec.insert_bytes, on_written=written, on_failed=failed)
+        def failed(rows):
+            record.records_failed += rows
 
-    def copy_rows(batches, version_of):
-        reported = time.monotonic()
-        for batch in batches:
-            if record.version is None:
-                record.version = version_of()  # the rows' version: the position their snapshot saw
-            rows = batch.num_rows
-            record.records_read += rows
-            record.bytes += batch.nbytes
-            tail = [pa.repeat(pa.scalar(record.version, pa.uint64()), rows)]
-            if not copy.direct:
-                tail.append(pa.repeat(pa.scalar(shard.id, pa.uint32()), rows))
-            inserts.write(pa.RecordBatch.from_arrays([*batch.columns, *tail], names=names))
-            throttle.account(rows, batch.nbytes)
-            if time.monotonic() - reported >= REPORT_EVERY_SECONDS:  # live hook counters
-                ledger.write_shard(state.load_key, state.generation, record)
-                reported = time.monotonic()
-        inserts.finish()
+        return ArrowInserts(channel.ch, ch_table(self.spec.ledger_database, self.state.parts_table),
+                            settings=target.WEIGHT_SETTINGS if self.copy.direct and self.copy.weight else None,
+                            max_rows=self.spec.insert_rows, max_bytes=self.spec.insert_bytes, on_written=written,
+                            on_failed=failed)
 
-    def read_text():
-        conn = mysql_reader.stream_connect(spec.source)
+    def read(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
+        # an earlier attempt (attempt > 1: it is in the ledger) may have written rows
+        if record.attempt > 1 or not self.copy.direct:
+            self.clear(channel, shard)
+        record.version = None
+        if self.copy.native_sql is None:
+            self.read_text(channel, shard, record, inserts)
+            return
         try:
-            record.version = (snapshot_position(conn).snapshot_version(repair=repair) if state.start_position
-                              else state.version)
-            copy_rows(mysql_reader.read_shard(conn, plan, copy.mappings, shard, throttle.chunk_rows(spec.batch_rows),
-                                              copy.text_sql, copy.weight is not None), None)
+            self.read_native(channel, shard, record, inserts)
+        except mysql_reader.NativeReadError as exc:
+            print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); reading it again "
+                  "with mysqlclient", flush=True)
+            inserts.finish()  # what was sent is acknowledged before it is cleared
+            record.records_read = record.records_written = record.bytes = 0
+            record.version = None
+            self.clear(channel, shard)
+            self.read_text(channel, shard, record, inserts)
+        if record.version is None:  # no rows: a text read gives the empty snapshot its position
+            self.read_text(channel, shard, record, inserts)
+
+    def read_text(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
+        """mysqlclient, its snapshot's position read on the same connection."""
+        conn = mysql_reader.stream_connect(self.spec.source)
+        try:
+            record.version = (snapshot_position(conn).snapshot_version(repair=bool(self.state.repair))
+                              if self.state.start_position else self.state.version)
+            batches = mysql_reader.read_shard(conn, self.plan, self.copy.mappings, shard,
+                                              channel.throttle.chunk_rows(self.spec.batch_rows), self.copy.text_sql,
+                                              self.copy.weight is not None)
+            self.write(channel, inserts, shard, batches, RowVersion(record.version, {}), record)
         finally:
             conn.close()
 
-    def read_native():
-        holder, version = {}, state.version
-        if state.start_position and not copy.mariadb:  # MySQL: the position just before the snapshot
-            with mysql_reader.connect(spec.source) as conn:
+    def read_native(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
+        """connectorx: on MariaDB its snapshot's own position, on MySQL the position just before it."""
+        repair, holder, version = bool(self.state.repair), {}, self.state.version
+        if self.state.start_position and not self.copy.mariadb:
+            with mysql_reader.connect(self.spec.source) as conn:
                 version = snapshot_position(conn).snapshot_version(repair=repair)
-        snapshot = bool(state.start_position) and copy.mariadb
+        snapshot = bool(self.state.start_position) and self.copy.mariadb
         if not snapshot:
             record.version = version
-        copy_rows(mysql_reader.read_shard_native(spec.source, plan, copy.mappings, shard,
-                                                 throttle.chunk_rows(spec.batch_rows), copy.native_sql,
-                                                 copy.weight is not None, snapshot, holder),
-                  lambda: holder["snapshot"] - (1 if repair else 2))
+        batches = mysql_reader.read_shard_native(self.spec.source, self.plan, self.copy.mappings, shard,
+                                                 channel.throttle.chunk_rows(self.spec.batch_rows), self.copy.native_sql,
+                                                 self.copy.weight is not None, snapshot, holder)
+        self.write(channel, inserts, shard, batches, RowVersion(None if snapshot else version, holder, repair), record)
 
-    try:
-        if announced is None:  # recorded before any row is written: a re-read then clears the shard first
-            ledger.write_shard(state.load_key, state.generation, record)
-        if rewrite or not copy.direct:
-            _clear_shard(copy, plan, ch, spec.ledger_database, state.parts_table, shard)
-        record.version = None
-        if copy.native_sql is None:
-            read_text()
-        else:
-            try:
-                read_native()
-            except mysql_reader.NativeReadError as exc:
-                print(f"[airflow-sync] shard {shard.id}: the native reader failed ({exc}); reading it again "
-                      "with mysqlclient", flush=True)
-                inserts.finish()  # what was sent is acknowledged before it is cleared
-                record.records_read = record.records_written = record.bytes = 0
-                record.version = None
-                _clear_shard(copy, plan, ch, spec.ledger_database, state.parts_table, shard)
-                read_text()
-            if record.version is None:  # no rows: a text read gives the empty snapshot its position
-                read_text()
-        record.status = SHARD_SUCCESS
-    except Exception as exc:
-        inserts.settle()
-        record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
-        record.version = record.version or 0
-    finally:
-        inserts.close()
-    record.finished_at = time.time()
-    retrying(lambda: ledger.write_shard(state.load_key, state.generation, record), spec.ledger_wait_seconds)
-    return record
-
-
-def _channel_start(ledger: Ledger, state: LoadState) -> LoadState:
-    """The load as the ledger has it when a channel starts. Spark re-runs a channel whose
-    executor was lost (a worker died): shards it finished are then not read again, and the one
-    it was reading is cleared first."""
-    now = ledger.state(state.load_key)
-    return now if now is not None and now.generation == state.generation else state
-
-
-def _load_channel(spec: FullLoadSpec, plan: Plan, copy: _Copy, state: LoadState, shard_ids: list[int],
-                  in_driver: bool = False, announced: dict | None = None):
-    """Runs on an executor (or a driver thread): one channel = one source connection at a time, one throttle.
-    ``announced``: the shards' running records the driver wrote for its threads."""
-    ch = target.shared_client(spec.target)
-    ledger = Ledger(ch, spec.ledger_database)
-    throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
-    shards = {s.id: s for s in plan.shards}
-    # a driver thread runs once, right after the driver read the ledger: nothing to look up
-    at_start = state if in_driver else retrying(lambda: _channel_start(ledger, state), spec.ledger_wait_seconds)
-    for shard_id in shard_ids:
-        previous, now = state.shards.get(shard_id), at_start.shards.get(shard_id)
-        if now is not None and now.status == SHARD_SUCCESS and now.attempt > (previous.attempt if previous else 0):
-            yield vars(now) | {"seconds": now.seconds}
-            continue
-        attempt = max(now.attempt if now else 0, previous.attempt if previous else 0) + 1
-        record = _load_shard(spec, plan, copy, ch, ledger, state, shards[shard_id], attempt, throttle,
-                             now is not None, (announced or {}).get(shard_id))
-        yield vars(record) | {"seconds": record.seconds}
+    def clear(self, channel: Channel, shard: Shard) -> None:
+        """Remove what earlier attempts of ``shard`` wrote to the working table."""
+        database, working = self.spec.ledger_database, self.state.parts_table
+        if not self.copy.direct:
+            target.drop_shard(channel.ch, database, working, shard.id)
+            return
+        width = weight_width(channel.ch, database, working) if self.copy.weights is not None else 0
+        index = [s.id for s in self.plan.shards].index(shard.id)
+        where, params = target_predicates(self.plan, self.copy.split, self.copy.weights, None, width)[index]
+        channel.ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
 
 
 def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
@@ -213,6 +173,21 @@ def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
     return None, top + 1
 
 
+def _check_repairable(spec: FullLoadSpec, ch, schema, state: LoadState) -> None:
+    """A repair writes rows of the source's shape now into the published copy in place: refuse it,
+    naming what differs and the remedy, when the copy's columns or key no longer match the
+    source's (core/verify/shape.py) — it would fail on a missing column, or write values into the
+    wrong type, or merge them by the wrong key."""
+    copy = copy_shape.read_copy_shape(ch, spec.target_database, spec.target_table)
+    if copy is None:
+        return  # nothing to compare: publishing the repair names the missing table
+    check = copy_shape.check_copy(ch, schema, copy, state.plan.get("split_column"))
+    if not check.comparable:
+        raise LoadFailed(f"load {spec.load_key!r}: cannot repair {copy.qualified} in place: its shape no longer "
+                         f"matches {schema.qualified}'s ({'; '.join(check.problems)}); "
+                         f"{copy_shape.reload_remedy(spec.load_key, schema.qualified, copy.qualified)}")
+
+
 def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadState, Plan]:
     state = ledger.state(spec.load_key)
     if spec.reimport == "failed":
@@ -226,6 +201,7 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
                 raise LoadFailed(f"load {spec.load_key!r} is published and no shard is marked failed or mismatched "
                                  "(a reconciliation marks mismatched shards); run it again for a fresh copy")
             target.check_layout(ledger.ch, spec.target_database, spec.target_table)
+            _check_repairable(spec, ledger.ch, schema, state)
             state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
             state.start_position, state.version = _binlog_start(spec, ledger.ch)
             return state, Plan.from_dict(state.plan)
@@ -240,11 +216,11 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
     state = LoadState(spec.load_key, generation, LOAD_RUNNING, schema.qualified,
                       f"{spec.target_database}.{spec.target_table}", plan.to_dict(),
                       target.parts_table_name(spec.load_key, generation), version,
-                      public_dict(spec) | {"source_shape": shape_of_load(schema)}, start_position=start)
+                      public_dict(spec) | {"source_shape": schema.shape()}, start_position=start)
     return state, plan
 
 
-def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> tuple[_Copy, str]:
+def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> tuple[Copy, str]:
     """The reader (and why) and the working table's layout for this load."""
     mappings = schema.mappings()
     split = schema.column(plan.split_column) if plan.split_column else None
@@ -264,11 +240,11 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> 
                 direct, weights = False, None
         mariadb = flavor(conn).mariadb
     native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
-    return _Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
-                 split, weights), note
+    return Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
+                split, weights), note
 
 
-def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy: _Copy) -> int:
+def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy: Copy) -> int:
     """Make the loaded rows visible: swap in a full copy, replace a period's partitions, or
     repair the re-imported shards of a published table in place. Returns the rows published."""
     if copy.direct:
@@ -364,48 +340,19 @@ def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, star
           f"{'final layout, published by a swap' if copy.direct else 'one partition per shard'}", flush=True)
 
     phases = {"prepare": time.time() - started}  # where the job's time went (bench/, the task log)
+    copier = FullLoadCopy(spec, plan, copy, state, ledger)
     per_shard, in_driver = [], False
     if todo:
         channels = min(plan.channels, len(todo))
-        queues = [todo[i::channels] for i in range(channels)]  # round-robin, like DataX task groups
         estimate = sum(s.estimated_rows or 0 for s in plan.shards if s.id in todo)
         in_driver = estimate <= driver_rows and not session.started
         print(f"[airflow-sync] copying about {estimate:,} rows in {channels} channel(s) "
               + ("in the driver" if in_driver else "as Spark tasks"), flush=True)
-        try:
-            with Progress(spec, state, todo):
-                announced = None
-                if in_driver:  # one ledger write for every shard's running record (else one per shard)
-                    by_id = {s.id: s for s in plan.shards}
-                    announced = {i: running_record(spec.source, by_id[i], (state.shards[i].attempt if i in state.shards else 0) + 1)
-                                 for i in todo}
-                    ledger.write_shards(state.load_key, state.generation, list(announced.values()))
-                else:
-                    waited = time.time()
-                    session.get()
-                    phases["spark_start"] = time.time() - waited  # the session's start-up not hidden behind planning
-                per_shard = run_channels(session, queues, lambda q, driver: _load_channel(
-                    spec, plan, copy, state, q, driver, announced), in_driver)
-        except Exception as exc:  # a channel's task failed outright: say so in the ledger
-            state.status, state.error = LOAD_FAILED, f"Spark job failed: {type(exc).__name__}: {exc}"[:4000]
-            retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
-            raise
-
+        per_shard = copier.run(session, in_driver)
+        if copier.spark_start is not None:
+            phases["spark_start"] = copier.spark_start  # the session's start-up not hidden behind planning
     phases["copy"] = time.time() - started - phases["prepare"] - phases.get("spark_start", 0.0)
-    if in_driver:  # the channels' own records, as they wrote them to the ledger
-        for record in per_shard:
-            state.shards[record["shard_id"]] = ShardState(**{k: v for k, v in record.items() if k != "seconds"})
-    else:  # what the executors reported, attempts of re-run tasks included
-        state = retrying(lambda: ledger.state(spec.load_key), spec.ledger_wait_seconds)
-    failed = [i for i in (s["id"] for s in state.plan["shards"]) if i not in state.shards
-              or state.shards[i].status != SHARD_SUCCESS]
-    if failed:
-        errors = "; ".join(f"shard {i}: {state.shards[i].error}" for i in failed if i in state.shards)
-        state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
-        retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
-        print(shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]), flush=True)
-        raise LoadFailed(f"table {schema.qualified}: {state.error}. Nothing was published; re-import with "
-                         f"reimport='failed' (airflow-sync reimport --load {spec.load_key!r} --failed)")
+    state = copier.settle(per_shard, in_driver)
 
     repaired = list(state.repair)
     published = repaired or [s.id for s in plan.shards]

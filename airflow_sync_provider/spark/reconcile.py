@@ -10,6 +10,7 @@ run of the full load, same Spark session) and every shard is compared again.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,13 +20,17 @@ from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import shard_predicates
+from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reconcile import (
     checksum_source, checksum_target, clickhouse_checksum_sql, count_source, count_target, mysql_checksum_sql,
-    shard_problems,
+    MISMATCH, OK, SHAPE_MISMATCH, shard_problems,
 )
+from airflow_sync_provider.core.verify.shape import ShapeCheck, check_copy, read_copy_shape, reload_remedy
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
 from airflow_sync_provider.spark.full_load import run_full_load
 from airflow_sync_provider.spark.session import lazy
+
+log = logging.getLogger(__name__)
 
 
 def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, queries: dict, predicates: dict,
@@ -63,16 +68,57 @@ def _published(ledger: Ledger, load_key: str) -> LoadState:
     return state
 
 
+def _copy_shape(spec: ReconcileSpec, conn, ch, state: LoadState, plan: Plan):
+    """The source as the load copies it now, the plan to evaluate, and the copy's shape check
+    (core/verify/shape.py). The schema is None when the load's own column choice no longer fits
+    the source (a column it names is gone): the check then says so."""
+    database, table = state.target_table.split(".", 1)
+    copy = read_copy_shape(ch, database, table)
+    if copy is None:
+        raise ValueError(f"load {state.load_key!r}: its copy {state.target_table} does not exist on ClickHouse "
+                         f"(dropped?); {reload_remedy(state.load_key, state.source_table, state.target_table)}")
+    try:
+        schema = copied_schema(conn, state.spec)
+    except (KeyError, ValueError) as exc:  # the load named a column the source no longer has
+        check = ShapeCheck(copy, state.source_table, ())
+        check.problems.append(f"the load's column choice no longer fits the source: {exc.args[0] if exc.args else exc}")
+        return None, plan, check
+    loaded = {c["name"]: c for c in (state.spec.get("source_shape") or {}).get("shape", [])}
+    split = loaded.get(plan.split_column)
+    check = check_copy(ch, schema, copy, plan.split_column, MySQLColumn(**split) if split else None)
+    if check.comparable and plan.index and plan.index not in {i.name for i in schema.indexes}:
+        check.notes.append(f"the plan's index {plan.index!r} no longer exists in the source: its shards are counted "
+                           "there without it (full scans)")
+        plan = dataclasses.replace(plan, index=None)
+    return schema, plan, check
+
+
+def _shape_result(state: LoadState, spec: ReconcileSpec, check: ShapeCheck, ledger: Ledger) -> dict:
+    """A copy whose shape no longer matches its source: no shard is compared or marked (a re-import
+    of shards cannot fix it); the verdict names what differs and the remedy."""
+    remedy = reload_remedy(state.load_key, state.source_table, state.target_table)
+    log.warning("reconcile %s → %s: %s: %s. %s", state.source_table, state.target_table, SHAPE_MISMATCH,
+                "; ".join(check.problems), remedy)
+    ledger.write_reconciliation(state.load_key, state.generation, SHAPE_MISMATCH, [], spec.checksum, [])
+    return {"load_key": state.load_key, "generation": state.generation, "table": state.source_table,
+            "target": state.target_table, "verdict": SHAPE_MISMATCH, "mismatched": [], "checksum": spec.checksum,
+            "shards": [], "shape": check.to_dict(), "remedy": remedy, "stored_spec": state.spec, "in_driver": True}
+
+
 def _compare(spec: ReconcileSpec, session, ledger: Ledger) -> dict:
     """One pass over every shard; marks mismatched shards and records the verdict."""
     state = _published(ledger, spec.load_key)
     plan = Plan.from_dict(state.plan)
     database, table = state.target_table.split(".", 1)
     with mysql_reader.connect(spec.source) as conn:
-        schema = copied_schema(conn, state.spec)
+        schema, plan, shape = _copy_shape(spec, conn, ledger.ch, state, plan)
+        if not shape.comparable:
+            return _shape_result(state, spec, shape, ledger)
         predicates = dict(zip((s.id for s in plan.shards),
                               shard_predicates(conn, ledger.ch, plan, schema, state.spec, database, table)))
-    final = bool(schema.primary_key)  # ReplacingMergeTree: newest version of each key only
+    for note in shape.notes:
+        log.info("reconcile %s → %s: %s", state.source_table, state.target_table, note)
+    final = shape.final  # ReplacingMergeTree: newest version of each key only; a plain MergeTree has no FINAL
     queries = {"final": final}
     if spec.checksum:
         queries |= {"mysql": mysql_checksum_sql(schema, plan),
@@ -97,11 +143,11 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger) -> dict:
             shard = state.shards[row["shard_id"]]
             shard.status, shard.error = SHARD_MISMATCH, "; ".join(row["problems"])
             ledger.write_shard(state.load_key, state.generation, shard)
-    verdict = "mismatch" if mismatched else "ok"
+    verdict = MISMATCH if mismatched else OK
     ledger.write_reconciliation(state.load_key, state.generation, verdict, mismatched, spec.checksum, report)
     return {"load_key": state.load_key, "generation": state.generation, "table": state.source_table,
             "target": state.target_table, "verdict": verdict, "mismatched": mismatched, "checksum": spec.checksum,
-            "shards": report, "stored_spec": state.spec, "in_driver": in_driver}
+            "shards": report, "shape": shape.to_dict(), "stored_spec": state.spec, "in_driver": in_driver}
 
 
 def run_reconcile(spec: ReconcileSpec, spark) -> dict:
@@ -113,7 +159,7 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
     ledger = Ledger(ch, spec.ledger_database)
     result = _compare(spec, session, ledger)
     stored = result.pop("stored_spec")
-    if result["verdict"] != "ok" and spec.reimport:
+    if result["verdict"] == MISMATCH and spec.reimport:  # a shape mismatch is not repaired by shards
         print(f"[airflow-sync] reconcile: shards {result['mismatched']} mismatched; re-importing them", flush=True)
         repair = run_full_load(reimport_spec(stored, spec.source, spec.target), session)
         before = {k: result[k] for k in ("verdict", "mismatched", "shards")}

@@ -14,7 +14,9 @@ def build_session(app_name: str):
 def _warm(_) -> None:
     import importlib
 
-    importlib.import_module("airflow_sync_provider.spark.full_load")  # pyarrow, connectorx, clickhouse-connect
+    for name in ("airflow_sync_provider.core.source.reader",  # connectorx, mysqlclient, pyarrow
+                 "airflow_sync_provider.spark.shard_copy"):  # clickhouse-connect, the shard loop
+        importlib.import_module(name)
 
 
 class LazySession:

@@ -5,6 +5,7 @@ from typing import Any
 
 from airflow_sync_provider.compat import BaseTrigger, TriggerEvent
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 
 
 class BinlogPositionTrigger(BaseTrigger):
@@ -30,10 +31,8 @@ class BinlogPositionTrigger(BaseTrigger):
                  "ledger_database": self.ledger_database, "poke_interval": self.poke_interval})
 
     def _check(self):
-        from airflow_sync_provider.sensors.binlog_position import check
-
-        return check(self.pipeline, self.position, self.max_lag_seconds, self.clickhouse_conn_id,
-                     self.mysql_conn_id, self.ledger_database)
+        return SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id).binlog_position_check(
+            self.pipeline, self.position, self.max_lag_seconds, self.ledger_database)
 
     async def run(self):
         while True:

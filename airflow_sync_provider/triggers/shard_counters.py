@@ -4,7 +4,8 @@ import asyncio
 from typing import Any
 
 from airflow_sync_provider.compat import BaseTrigger, TriggerEvent
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, check_counters
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 
 
 class ShardCountersTrigger(BaseTrigger):
@@ -24,10 +25,8 @@ class ShardCountersTrigger(BaseTrigger):
                  "ledger_database": self.ledger_database, "poke_interval": self.poke_interval})
 
     def _check(self):
-        from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
-
-        endpoint = SyncEndpointsHook(clickhouse_conn_id=self.clickhouse_conn_id).target()
-        return check_counters(endpoint, self.load_key, self.ledger_database)
+        return SyncEndpointsHook(clickhouse_conn_id=self.clickhouse_conn_id).shard_counters_check(
+            self.load_key, self.ledger_database)
 
     async def run(self):
         while True:

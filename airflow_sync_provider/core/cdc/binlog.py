@@ -34,8 +34,11 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_sync_provider.core.cdc import ddl
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, event_version, file_seq
+from airflow_sync_provider.core.cdc.positions import (
+    BinlogError, BinlogPosition, ValueRefused, event_version, file_seq,
+)
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
@@ -98,7 +101,7 @@ class TableRoute:
     schema: TableSchema
     target_database: str
     target_table: str
-    config: dict = field(default_factory=dict)  # the pipeline's table entry (names, columns)
+    table: PipelineTable | None = None  # the pipeline's entry (names, columns)
     weight: MySQLColumn | None = None  # the collated split column whose weight rows carry
     skip_before: int = 0  # changes ranked below this are skipped: a re-copy from there covers them
 
@@ -114,8 +117,9 @@ class TableRoute:
         self._key_at = [self.names.index(k) for k in self.key]
         # columns the copy leaves out on purpose; any other column a rows event carries that the
         # copy lacks means a schema change was not followed
-        self._left_out = None if self.config.get("columns") is not None else \
-            {c.lower() for c in self.config.get("exclude_columns") or ()}
+        chosen = self.table.columns if self.table is not None else None
+        self._left_out = None if chosen is not None else \
+            {c.lower() for c in (self.table.exclude_columns if self.table is not None else ())}
         self._shapes_seen: set = set()
 
     def check_shape(self, names: tuple, where: str) -> None:
@@ -159,10 +163,15 @@ class TableRoute:
             try:
                 array = pa.array(values, type=mapping.arrow_type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
-                raise ValueError(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: {exc}") \
-                    from exc
+                raise ValueRefused(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: "
+                                   f"{exc}") from exc
             # a tombstone keeps the old row's values: only live rows must satisfy NOT NULL etc.
-            check_array(array.filter(pa.array([not d for d in deleted])) if any(deleted) else array, mapping, where)
+            try:
+                check_array(array.filter(pa.array([not d for d in deleted])) if any(deleted) else array, mapping,
+                            where)
+            except ValueError as exc:
+                raise ValueRefused(f"{exc}. A retry stops here again: fix the value in MySQL (the change after "
+                                   "it then carries the fixed value) and re-bootstrap the table") from exc
             arrays.append(array)
         return pa.Table.from_arrays(arrays + [pa.array(versions, pa.uint64()), pa.array(deleted, pa.uint8())],
                                     names=self.names + ["_version", "_deleted"])
@@ -178,7 +187,9 @@ class Batch:
     lanes: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(lambda: ([], [], []))))
     events: int = 0  # row changes read
     per_table: dict = field(default_factory=lambda: defaultdict(int))
-    ddl: tuple | None = None  # (statement, schema, position after it, timestamp): apply before reading on
+    # (statement, schema, position after it, timestamp): follow it before reading on. The batch
+    # itself ends before the statement (``end``), so its checkpoint never passes an unfollowed DDL
+    ddl: tuple | None = None
     done: bool = False  # the stop position (or the end of the binlog) was reached
     last_event_at: float = 0.0  # the source's timestamp of the last transaction
 
@@ -201,12 +212,13 @@ class BinlogReader:
         self.position = start
         settings = endpoint.connect_args()
         settings.pop("database", None)
-        self.stream = BinLogStreamReader(
+        self.stream = CheckedBinLogStream(  # stops on events it cannot read (see the end of this module)
             connection_settings=settings, server_id=server_id, resume_stream=True, log_file=start.file,
             log_pos=start.pos, blocking=blocking, slave_heartbeat=1 if blocking else None,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
                          MariadbGtidEvent, HeartbeatLogEvent],
-            only_schemas=sorted({r.schema.database for r in routes.values()}), freeze_schema=True)
+            only_schemas=sorted({r.schema.database for r in routes.values()}), freeze_schema=True,
+            followed=lambda: self.routes)
         self.gtid = start.gtid
         self._pending: list = []  # the open transaction's row changes
 
@@ -224,6 +236,11 @@ class BinlogReader:
         for event in iter(self.stream.fetchone, None):
             if isinstance(event, MariadbGtidEvent):
                 self.gtid = event.gtid
+            elif isinstance(event, RotateEvent):
+                # Table ids are the server's until it restarts, and a restart begins a new file:
+                # forget them (with freeze_schema the library would keep a table map whose id a
+                # restarted server gave to another table, and apply its rows to the wrong table).
+                self.stream.table_map.clear()
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 route = self.routes.get(f"{event.schema}.{event.table}")
                 if route is not None:
@@ -234,10 +251,15 @@ class BinlogReader:
                     batch.per_table[item[0].source] += 1
                 batch.events += len(self._pending)
                 self._pending = []
+                if batch.ddl:
+                    # the batch ends *before* the DDL: the checkpoint may pass the statement only
+                    # once the applier has followed it (a crash in between re-reads it)
+                    batch.end, self.position = self.position, self._here()
+                    return batch
                 batch.end = self.position = self._here()
                 batch.last_event_at = float(event.timestamp)
-                if batch.ddl or (stop is not None and batch.end.key() >= stop.key()):
-                    batch.done = batch.ddl is None
+                if stop is not None and batch.end.key() >= stop.key():
+                    batch.done = True
                     return batch
                 if batch.events >= max_events:
                     return batch
@@ -302,7 +324,8 @@ def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | 
     statement lies in the range, so its reading must stay in one piece (the routes change there)."""
     ends, weight = [], 0  # (position after a commit, row-event bytes before it)
     for file, pos, kind, end_pos, info in events:
-        if _ROWS_EVENT.match(kind):
+        kind = "Query" if kind == "Query_compressed" else kind  # MariaDB's log_bin_compress=ON
+        if _ROWS_EVENT.match(kind):  # Write_rows_v1, Write_rows_compressed_v1 …: bytes as written
             weight += end_pos - pos
         elif kind == "Xid" or kind == "Query" and _USE_PREFIX.sub("", info or "").strip().upper() == "COMMIT":
             ends.append((BinlogPosition(file, end_pos), weight))
@@ -358,9 +381,387 @@ def preflight(conn, start: BinlogPosition | None, user: str = "") -> list[str]:
         except Exception as exc:  # pymysql's access-denied errors
             raise BinlogError(f"user {user!r} may not read the binlog ({exc}); grant REPLICATION SLAVE and "
                               "REPLICATION CLIENT (MySQL) or BINLOG MONITOR (MariaDB)") from exc
+    check_compression(conn)
     if start is not None and start.file not in files:
         raise BinlogError(f"the binlog file {start.file} holding the checkpoint {start} was purged from the source "
                           f"(it has {files[0] if files else 'none'} … {files[-1] if files else ''}): the changes "
                           "since then are gone. Re-bootstrap: run a fresh full load of the tables and start the "
                           "pipeline again from it (start_from_loads=[...], reset=True)")
     return files
+
+
+# ==== No event passes unread (issue 34): compressed events, and a stop on what the reader cannot read ====
+#
+# python-mysql-replication 1.0.17 maps every event type it does not know to NotImplementedEvent
+# and drops it (``filter_non_implemented_events``), and drops known types that are not in
+# ``only_events`` before anyone sees them. On a MariaDB source with ``log_bin_compress=ON`` that
+# meant every row change and every DDL vanished without a word (issue 34).
+#
+# * **MariaDB's compressed events** (``QUERY_COMPRESSED_EVENT``, ``WRITE/UPDATE/DELETE_ROWS_
+#   COMPRESSED_EVENT(_V1)``, MariaDB's log_event.h) are the ordinary events with the part after
+#   their fixed header zlib-compressed behind a 1-byte header (bit 7 set, algorithm in bits 4-6,
+#   0 = zlib; bits 0-2 = how many big-endian bytes of uncompressed length follow). The shims
+#   below decompress that part and hand the plain event to the library's own QueryEvent /
+#   RowsEvent code (nothing of the row format is parsed here); they are registered in the
+#   library's event map. ``log_pos``, ``event_size`` and so ``event_version`` stay those of the
+#   compressed event in the file; a DDL in a compressed query is a QueryEvent like any other.
+# * **Everything the server sends is looked at** (:class:`CheckedBinLogStream`): the library is
+#   asked for every event class it has (and NotImplementedEvent); :class:`EventGate` lets through
+#   what the reader asked for and what carries no row change (an allow-list), and stops with a
+#   BinlogError on anything that could carry changes of a followed table and is not read: an
+#   unknown event type (unless the server marks it ignorable), MySQL's compressed transactions
+#   (``TRANSACTION_PAYLOAD_EVENT``: 1.0.17 has no class for them, and its inner rows would share
+#   one position, which the version scheme cannot rank), partial JSON updates, an Incident event,
+#   a change of a followed table logged as a statement, and any event class a later library
+#   version adds until it is classified here.
+
+import logging as _logging
+import zlib as _zlib
+
+import sqlglot as _sqlglot
+from pymysql.protocol import MysqlPacket as _MysqlPacket
+from pymysqlreplication import event as _event
+from pymysqlreplication.packet import BinLogPacketWrapper as _BinLogPacketWrapper
+
+_log = _logging.getLogger(__name__)
+
+QUERY_COMPRESSED_EVENT = 0xA5
+WRITE_ROWS_COMPRESSED_EVENT_V1, UPDATE_ROWS_COMPRESSED_EVENT_V1, DELETE_ROWS_COMPRESSED_EVENT_V1 = 0xA6, 0xA7, 0xA8
+WRITE_ROWS_COMPRESSED_EVENT, UPDATE_ROWS_COMPRESSED_EVENT, DELETE_ROWS_COMPRESSED_EVENT = 0xA9, 0xAA, 0xAB
+TRANSACTION_PAYLOAD_EVENT = 0x28  # MySQL >= 8.0.20, binlog_transaction_compression=ON
+INCIDENT_EVENT = 0x1A
+LOG_EVENT_IGNORABLE_F = 0x80  # header flag: "a replica that does not know this event may skip it"
+
+EVENT_TYPE_NAMES = {
+    1: "Start_v3", 2: "Query", 3: "Stop", 4: "Rotate", 5: "Intvar", 6: "Load", 7: "Slave", 8: "Create_file",
+    9: "Append_block", 10: "Exec_load", 11: "Delete_file", 12: "New_load", 13: "RAND", 14: "User var",
+    15: "Format_desc", 16: "Xid", 17: "Begin_load_query", 18: "Execute_load_query", 19: "Table_map",
+    20: "Write_rows_event_old", 21: "Update_rows_event_old", 22: "Delete_rows_event_old", 23: "Write_rows_v1",
+    24: "Update_rows_v1", 25: "Delete_rows_v1", 26: "Incident", 27: "Heartbeat", 28: "Ignorable",
+    29: "Rows_query", 30: "Write_rows", 31: "Update_rows", 32: "Delete_rows", 33: "Gtid", 34: "Anonymous_Gtid",
+    35: "Previous_gtids", 36: "Transaction_context", 37: "View_change", 38: "XA_prepare",
+    39: "Update_rows_partial", 40: "Transaction_payload", 41: "Heartbeat_v2", 42: "Gtid_tagged",
+    160: "Annotate_rows", 161: "Binlog_checkpoint", 162: "Gtid (MariaDB)", 163: "Gtid_list",
+    164: "Start_encryption", 165: "Query_compressed", 166: "Write_rows_compressed_v1",
+    167: "Update_rows_compressed_v1", 168: "Delete_rows_compressed_v1", 169: "Write_rows_compressed",
+    170: "Update_rows_compressed", 171: "Delete_rows_compressed",
+}
+
+# event types the library does not decode that carry no row change (MySQL's GTID and group
+# replication bookkeeping, heartbeats, pieces of a statement-logged LOAD DATA whose statement
+# comes in an Execute_load_query event, an old format's start event)
+HARMLESS_UNKNOWN_TYPES = frozenset({1, 7, 9, 11, 28, 34, 36, 37, 41, 42})
+
+_NO_RETRY = "A retry stops here again: the event stays in the binlog."
+
+
+def _rebootstrap(tables: str) -> str:
+    return (f"then re-bootstrap {tables} from a position after this one (CdcBootstrapOperator with restart=True, "
+            "or fresh full loads and reset=True): the changes in the events not read cannot be recovered "
+            "from this binlog")
+
+
+def uncompress_body(data: bytes) -> bytes:
+    """MariaDB's compressed record (log_event.cc, binlog_buf_uncompress): a header byte (bit 7 set,
+    algorithm in bits 4-6 — 0 is zlib, the only one — and in bits 0-2 the number of big-endian
+    bytes of the uncompressed length that follow), then a zlib stream."""
+    if not data or not data[0] & 0x80:
+        raise ValueError("not a compressed record (bit 7 of its header is clear)")
+    algorithm, lenlen = (data[0] & 0x70) >> 4, data[0] & 0x07
+    if algorithm != 0 or not 1 <= lenlen <= 4:
+        raise ValueError(f"unsupported compressed record header 0x{data[0]:02x} (algorithm {algorithm})")
+    size = int.from_bytes(data[1:1 + lenlen], "big")
+    body = _zlib.decompress(data[1 + lenlen:])
+    if len(body) != size:
+        raise ValueError(f"compressed record holds {len(body)} bytes, its header says {size}")
+    return body
+
+
+def _packed_int(data: bytes, i: int) -> tuple[int, int]:
+    """A length-encoded integer at ``data[i]``: (value, index after it)."""
+    first = data[i]
+    if first < 251:
+        return first, i + 1
+    size = {252: 2, 253: 3, 254: 8}[first]
+    return int.from_bytes(data[i + 1:i + 1 + size], "little"), i + 1 + size
+
+
+class _Decompressed:
+    """The shim: a compressed event decoded by the library's class for the plain event.
+
+    The packet's event body is replaced by the plain one (the uncompressed head, then the
+    decompressed rest) and the library's __init__ runs on it with the plain event type; then
+    ``event_type`` and ``event_size`` are set back to the compressed event's, so positions and
+    versions are those of the event in the file (``log_pos`` is the header's anyway)."""
+
+    PLAIN_TYPES: dict = {}
+    compressed = True
+
+    def __init__(self, from_packet, event_size, table_map, ctl_connection, **kwargs):
+        wire_type = from_packet.event_type
+        raw = from_packet.packet.get_all_data()  # OK byte, 19-byte header, body, [checksum]
+        body, tail = raw[20:20 + event_size], raw[20 + event_size:]
+        head = self._head_len(body, table_map, kwargs.get("post_header_lengths"), wire_type)
+        if head is None:  # a rows event of a table the reader does not track: the library skips it
+            super().__init__(from_packet, event_size, table_map, ctl_connection, **kwargs)
+            return
+        verify = kwargs.pop("verify_checksum", False) and len(tail) >= 4
+        try:
+            plain = body[:head] + uncompress_body(body[head:])
+        except (ValueError, _zlib.error) as exc:
+            raise BinlogError(f"a {EVENT_TYPE_NAMES.get(wire_type, wire_type)} event ending at offset "
+                              f"{from_packet.log_pos} cannot be decompressed: {exc}") from exc
+        packet = _MysqlPacket(raw[:20] + plain + tail, None)
+        packet.advance(20)
+        from_packet.packet, from_packet.event_type = packet, self.PLAIN_TYPES[wire_type]
+        try:
+            super().__init__(from_packet, len(plain), table_map, ctl_connection, verify_checksum=False, **kwargs)
+        finally:
+            from_packet.event_type = wire_type
+        self.event_type, self.event_size, self._plain_size = wire_type, event_size, len(plain)
+        if verify:  # the server's checksum covers the compressed event
+            self._is_event_valid = _zlib.crc32(raw[1:20 + event_size]).to_bytes(4, "little") == tail[:4]
+
+    @staticmethod
+    def _post_header(lengths, wire_type: int, default: int) -> int:
+        return lengths[wire_type - 1] if lengths and len(lengths) >= wire_type else default
+
+
+class QueryCompressedEvent(_Decompressed, QueryEvent):
+    """MariaDB's QUERY_COMPRESSED_EVENT: post-header, status variables and schema as in a query
+    event, then the statement compressed. A QueryEvent to the reader (DDL, COMMIT)."""
+
+    PLAIN_TYPES = {QUERY_COMPRESSED_EVENT: 0x02}
+
+    def _head_len(self, body: bytes, table_map, lengths, wire_type: int) -> int:
+        schema_len, status_len = body[8], int.from_bytes(body[11:13], "little")
+        return self._post_header(lengths, wire_type, 13) + status_len + schema_len + 1
+
+
+class _CompressedRows(_Decompressed):
+    """MariaDB's compressed rows events: table id and flags (and a V2 event's extra data), the
+    column count and the columns-present bitmap(s) plain, the row images compressed."""
+
+    def _head_len(self, body: bytes, table_map, lengths, wire_type: int) -> int | None:
+        if int.from_bytes(body[:6], "little") not in table_map:
+            return None
+        i = 8  # table id (6) and flags (2)
+        if self._post_header(lengths, wire_type, 10 if wire_type >= WRITE_ROWS_COMPRESSED_EVENT else 8) == 10:
+            i += int.from_bytes(body[8:10], "little")  # the extra data's length counts its own 2 bytes
+        width, i = _packed_int(body, i)
+        bitmaps = 2 if isinstance(self, UpdateRowsEvent) else 1
+        return i + bitmaps * ((width + 7) // 8)
+
+    def _fetch_rows(self):
+        # the library reads row images until event_size bytes are read: the plain event's size
+        wire, self.event_size = self.event_size, self._plain_size
+        try:
+            super()._fetch_rows()
+        finally:
+            self.event_size = wire
+
+
+class WriteRowsCompressedEvent(_CompressedRows, WriteRowsEvent):
+    PLAIN_TYPES = {WRITE_ROWS_COMPRESSED_EVENT_V1: 0x17, WRITE_ROWS_COMPRESSED_EVENT: 0x1E}
+
+
+class UpdateRowsCompressedEvent(_CompressedRows, UpdateRowsEvent):
+    PLAIN_TYPES = {UPDATE_ROWS_COMPRESSED_EVENT_V1: 0x18, UPDATE_ROWS_COMPRESSED_EVENT: 0x1F}
+
+
+class DeleteRowsCompressedEvent(_CompressedRows, DeleteRowsEvent):
+    PLAIN_TYPES = {DELETE_ROWS_COMPRESSED_EVENT_V1: 0x19, DELETE_ROWS_COMPRESSED_EVENT: 0x20}
+
+
+COMPRESSED_EVENTS = {code: cls for cls in (QueryCompressedEvent, WriteRowsCompressedEvent, UpdateRowsCompressedEvent,
+                                           DeleteRowsCompressedEvent) for code in cls.PLAIN_TYPES}
+_EVENT_MAP = _BinLogPacketWrapper._BinLogPacketWrapper__event_map  # the library's type → class table
+_EVENT_MAP.update(COMPRESSED_EVENTS)
+
+# classes that carry no row change: the reader may drop them unread
+HARMLESS_EVENTS = frozenset({
+    _event.FormatDescriptionEvent, RotateEvent, _event.StopEvent, HeartbeatLogEvent, _event.GtidEvent,
+    _event.PreviousGtidsEvent, MariadbGtidEvent, _event.MariadbGtidListEvent, _event.MariadbBinLogCheckPointEvent,
+    _event.MariadbAnnotateRowsEvent, _event.MariadbStartEncryptionEvent, _event.RowsQueryLogEvent,
+    _row_event.TableMapEvent, XidEvent, _event.XAPrepareEvent, _event.IntvarEvent, _event.RandEvent,
+    _event.UserVarEvent, _event.BeginLoadQueryEvent,
+})
+
+_DML = re.compile(r"^\s*(?:(?:/\*.*?\*/|#[^\n]*\n|--[^\n]*\n)\s*)*(insert|replace|update|delete|load|with)\b",
+                  re.IGNORECASE | re.DOTALL)
+
+
+def statement_targets(statement: str, schema: str) -> tuple[str, ...] | None:
+    """The ``db.table`` names a data-changing statement writes to (None: not a data change);
+    when the statement cannot be parsed, every name it mentions (a followed table in it then stops
+    the reader: wrongly stopping beats silently skipping)."""
+    match = _DML.match(statement)
+    if not match:
+        return None
+    if match.group(1).upper() == "REPLACE":  # INSERT's grammar; sqlglot parses only INSERT
+        statement = statement[:match.start(1)] + "INSERT" + statement[match.end(1):]
+    qualified = lambda t: f"{t.db or schema}.{t.name}"  # noqa: E731
+    try:
+        tree = _sqlglot.parse_one(statement, read="mysql", error_level=_sqlglot.ErrorLevel.RAISE)
+    except Exception:  # sqlglot's ParseError / TokenError
+        tree = None
+    if isinstance(tree, (_sqlglot.exp.Insert, _sqlglot.exp.LoadData)):
+        target = tree.this.this if isinstance(tree.this, _sqlglot.exp.Schema) else tree.this
+        if isinstance(target, _sqlglot.exp.Table):
+            return (qualified(target),)
+    if isinstance(tree, (_sqlglot.exp.Update, _sqlglot.exp.Delete)):
+        # the tables it names outside subqueries: a multi-table UPDATE / DELETE writes to any of them
+        tables = [t for t in tree.find_all(_sqlglot.exp.Table) if t.find_ancestor(_sqlglot.exp.Subquery,
+                                                                                  _sqlglot.exp.Select) is None]
+        if tables:
+            return tuple(qualified(t) for t in tables)
+    try:
+        tokens = _sqlglot.Dialect.get_or_raise("mysql").tokenize(statement)
+    except Exception:
+        tokens = []
+    words = [t.text.upper() for t in tokens]
+    if match.group(1).upper() == "LOAD" and "TABLE" in words:  # LOAD DATA … INTO TABLE name
+        at = words.index("TABLE") + 1
+        if at < len(tokens):
+            return (ddl.name_at(tokens, at, schema)[0],)
+    names = [t.text for t in tokens if t.token_type in (_sqlglot.tokens.TokenType.VAR,
+                                                        _sqlglot.tokens.TokenType.IDENTIFIER)]
+    return tuple(f"{schema}.{n}" for n in names) + tuple(f"{a}.{b}" for a, b in zip(names, names[1:]))
+
+
+class EventGate:
+    """Decides, for every event the server sends, whether the reader may go on: ``wanted``
+    classes are the reader's to handle; classes in HARMLESS_EVENTS carry no row change; the rest
+    stops with a BinlogError when it could carry a change of a ``followed()`` table."""
+
+    def __init__(self, wanted: frozenset, followed):
+        self.wanted, self.followed = wanted, followed
+
+    def check(self, event, file: str, start: int) -> None:
+        where = f"binlog {file}:{start}"
+        cls = event.__class__
+        if isinstance(event, _event.NotImplementedEvent):
+            self._unknown(event, where)
+        elif isinstance(event, QueryEvent) and cls in self.wanted:
+            self._statement(event.query, event.schema, where)
+        elif isinstance(event, _event.ExecuteLoadQueryEvent):  # LOAD DATA logged as a statement
+            packet = event.packet  # the library reads its post-header only: status vars, schema, statement
+            packet.advance(event.status_vars_length)
+            schema = packet.read(event.schema_length)
+            packet.advance(1)
+            self._statement(packet.read(event.event_size - packet.read_bytes), schema, where)
+        elif isinstance(event, _row_event.RowsEvent):
+            table = f"{event.schema}.{event.table}"
+            if table not in self.followed():
+                return
+            if isinstance(event, _row_event.PartialUpdateRowsEvent):
+                raise BinlogError(
+                    f"table {table}, {where}: a partial JSON update (Update_rows_partial, written with "
+                    "binlog_row_value_options=PARTIAL_JSON) carries only the changed part of a JSON value, so "
+                    "the row cannot be written whole; the reader stops instead of skipping it. "
+                    f"{_NO_RETRY} Set binlog_row_value_options='' on the source (globally and in the "
+                    f"sessions that set it), {_rebootstrap('the table')}")
+            if cls not in self.wanted:
+                self._not_handled(event, where, table)
+            if getattr(event, "compressed", False):
+                try:
+                    rows = event.rows
+                except BinlogError as exc:
+                    raise BinlogError(f"table {table}, {where}: {exc}") from exc
+                if len(rows) + 3 > event.event_size:  # versions are event start + row index (positions.py)
+                    raise BinlogError(
+                        f"table {table}, {where}: a compressed rows event of {event.event_size} bytes holds "
+                        f"{len(rows)} rows, more than its bytes can rank (versions are the event's offset plus "
+                        f"the row's index). {_NO_RETRY} Set log_bin_compress=OFF on the source, "
+                        f"{_rebootstrap('the table')}")
+        elif cls not in self.wanted and cls not in HARMLESS_EVENTS:
+            self._not_handled(event, where, "")
+
+    def _unknown(self, event, where: str) -> None:
+        code, flags = event.event_type, event.packet.flags
+        name = f"event type {code} ({EVENT_TYPE_NAMES.get(code, 'unknown')})"
+        if code in HARMLESS_UNKNOWN_TYPES or code != INCIDENT_EVENT and flags & LOG_EVENT_IGNORABLE_F:
+            _log.debug("%s: %s event skipped (carries no row change)", where, name)
+            return
+        if code == TRANSACTION_PAYLOAD_EVENT:
+            raise BinlogError(
+                f"{where}: a compressed transaction ({name}, written with binlog_transaction_compression=ON, "
+                "MySQL >= 8.0.20) holds its row changes zstd-compressed; python-mysql-replication 1.0.17 does "
+                "not decode it, so the reader stops instead of skipping the transaction (the tables it "
+                f"changes are inside it). {_NO_RETRY} Set binlog_transaction_compression=OFF on the source "
+                "(SET PERSIST, and in the sessions that set it), " + _rebootstrap("the pipeline's tables"))
+        if code == INCIDENT_EVENT:
+            raise BinlogError(
+                f"{where}: the source wrote an Incident ({name}): it could not log some changes (e.g. LOST_EVENTS "
+                "after a failed write to the binlog); a replica stops here too. The binlog misses changes "
+                f"that may be the pipeline's. {_NO_RETRY} Find the cause in the source's error log, "
+                + _rebootstrap("the pipeline's tables"))
+        raise BinlogError(
+            f"{where}: {name}, which python-mysql-replication 1.0.17 does not decode; it may carry "
+            "changes of the pipeline's tables (which ones cannot be told without decoding it), so the reader "
+            f"stops instead of skipping it. {_NO_RETRY} Turn off the source setting that writes this event "
+            "type, or upgrade to a release that reads it, " + _rebootstrap("the pipeline's tables"))
+
+    def _statement(self, statement, schema, where: str) -> None:
+        statement = statement.decode(errors="replace") if isinstance(statement, bytes) else statement
+        schema = schema.decode(errors="replace") if isinstance(schema, bytes) else schema
+        targets = statement_targets(statement, schema or "")
+        hit = sorted(set(targets or ()) & set(self.followed()))
+        if hit:
+            raise BinlogError(
+                f"table {', '.join(hit)}, {where}: a change logged as a statement ({statement[:200]!r}; "
+                "binlog_format=STATEMENT or MIXED in the session that ran it, or a change the server logs "
+                "that way): row-based CDC cannot apply a statement, so the reader stops instead of skipping "
+                f"it. {_NO_RETRY} Make every writer of the table use binlog_format=ROW, "
+                + _rebootstrap("the table"))
+
+    @staticmethod
+    def _not_handled(event, where: str, table: str) -> None:
+        name = EVENT_TYPE_NAMES.get(event.event_type, f"type {event.event_type}")
+        raise BinlogError(
+            f"{'table ' + table + ', ' if table else ''}{where}: python-mysql-replication decoded a {name} event "
+            f"as {event.__class__.__name__}, which this reader does not handle, and it may carry changes of the "
+            f"pipeline's tables; the reader stops instead of skipping it. {_NO_RETRY} Report it (the reader "
+            "needs to learn this event), turn off the setting that writes it, " + _rebootstrap("the tables"))
+
+
+class CheckedBinLogStream(BinLogStreamReader):
+    """A BinLogStreamReader that lets no event pass unread: it asks the library for every event
+    class it has and for the types it does not know (NotImplementedEvent), passes each through
+    :class:`EventGate`, and returns only the classes of ``only_events`` (with the compressed
+    classes of those kinds). ``followed()`` gives the ``db.table`` names whose changes matter."""
+
+    def __init__(self, *args, only_events, followed, **kwargs):
+        wanted = frozenset(only_events)
+        wanted |= {cls for cls in COMPRESSED_EVENTS.values() if any(issubclass(cls, w) for w in wanted)}
+        everything = set(_EVENT_MAP.values()) | {_event.NotImplementedEvent} | wanted
+        super().__init__(*args, only_events=everything, filter_non_implemented_events=False, **kwargs)
+        self._wanted, self._gate = wanted, EventGate(wanted, followed)
+
+    def fetchone(self):
+        while True:
+            event = super().fetchone()
+            if event is None:
+                return None
+            self._gate.check(event, self.log_file, self.log_pos - event.packet.event_size)
+            if event.__class__ in self._wanted:
+                return event
+
+
+def check_compression(conn) -> None:
+    """Preflight: refuse MySQL's compressed transactions (the reader cannot decode them); MariaDB's
+    compressed events are decoded (the shims above)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_transaction_compression', "
+                    "'log_bin_compress', 'log_bin_compress_min_len')")
+        settings = {str(name).lower(): str(value).upper() for name, value in cur.fetchall()}
+    if settings.get("binlog_transaction_compression") == "ON":
+        raise BinlogError(
+            "the source cannot feed CDC: binlog_transaction_compression=ON (MySQL writes each transaction as "
+            "one zstd-compressed Transaction_payload event, which python-mysql-replication 1.0.17 does not "
+            "decode: the changes would be lost). Set binlog_transaction_compression=OFF (SET PERSIST, and in "
+            "sessions that set it) and start again; a checkpoint older than the change needs a re-bootstrap "
+            "if compressed transactions were written since")
+    if settings.get("log_bin_compress") == "ON":
+        _log.info("the source compresses its binlog events (log_bin_compress=ON, min length %s): decoded",
+                  settings.get("log_bin_compress_min_len", "?"))

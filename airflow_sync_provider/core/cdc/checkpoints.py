@@ -26,9 +26,25 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, _TIME, LedgerTables, _ts
+from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, LedgerTables
+from airflow_sync_provider.core.ledger import TIME_TYPE as _TIME, utc_datetime as _ts
 
-PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_FAILED = "idle", "running", "failed"
+# failed: a retry may help (it replays from the checkpoint); stopped: it cannot until the remedy
+# in the error is applied (the checkpoint stays before the cause, so every retry stops there again)
+PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_FAILED, PIPELINE_STOPPED = "idle", "running", "failed", "stopped"
+
+
+class SelectionConflict(ValueError):
+    """A run gave patterns other than its pipeline's, without saying to change them."""
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 @dataclass
@@ -36,7 +52,7 @@ class PipelineState:
     pipeline: str
     status: str = PIPELINE_IDLE
     checkpoint: BinlogPosition | None = None  # everything before it is durable in the target
-    tables: list[dict] = field(default_factory=list)  # TableRoute arguments (source/target names, columns)
+    tables: list[PipelineTable] = field(default_factory=list)  # every table, those that left included
     error: str = ""
     source_position: BinlogPosition | None = None  # the source's position when last seen
     source_time: float = 0.0  # the source's timestamp of the last applied transaction
@@ -49,51 +65,53 @@ class PipelineState:
     def stale(self) -> bool:
         return self.status == PIPELINE_RUNNING and time.time() - self.heartbeat > STALE_AFTER_SECONDS
 
+    @property
+    def ended_badly(self) -> bool:
+        return self.status in (PIPELINE_FAILED, PIPELINE_STOPPED)
+
+    def table(self, name: str) -> PipelineTable | None:
+        return next((t for t in self.tables if t.name == name), None)
+
     def verification(self) -> dict:
-        """Verified / repaired counts over the pipeline's tables, and each table's last look."""
-        tables = [{"table": f"{t['source_database']}.{t['source_table']}", "verifications": t.get("verifications", 0),
-                   "repaired_shards": t.get("repaired", 0), "due": bool(t.get("verify_due")),
-                   "last": t.get("verified")} for t in self.tables if not t.get("left")]
+        """Verified / repaired counts over the pipeline's tables, each table's last pass and the
+        one under way, and the table whose last pass is the oldest (never verified first)."""
+        tables = [{"table": t.name, "verifications": t.verifications, "repaired_shards": t.repaired,
+                   "due": t.verify_due, "last": t.verified,
+                   "pass": {k: t.verify_pass[k] for k in ("started", "next", "slices")} if t.verify_pass else None}
+                  for t in self.tables if t.streaming]
+        by_age = sorted(tables, key=lambda t: (t["last"] or {}).get("at", 0.0))
+        oldest = {"table": by_age[0]["table"], "verified_at": (by_age[0]["last"] or {}).get("at")} if by_age else None
         return {"verifications": sum(t["verifications"] for t in tables),
                 "repaired_shards": sum(t["repaired_shards"] for t in tables),
                 "unverified": [t["table"] for t in tables if not t["verifications"]],
-                "due": [t["table"] for t in tables if t["due"]], "tables": tables}
+                "due": [t["table"] for t in tables if t["due"]], "oldest": oldest, "tables": tables}
 
-    def verification_line(self) -> str:
+    def verification_line(self, now: float | None = None) -> str:
         v = self.verification()
-        if not v["verifications"]:
-            return "not verified yet" + (f" ({len(v['due'])} table(s) due)" if v["due"] else "")
-        return (f"{v['verifications']} verification(s), {v['repaired_shards']} shard(s) repaired"
-                + (f", {len(v['unverified'])} table(s) never verified" if v["unverified"] else "")
-                + (f", {len(v['due'])} due" if v["due"] else ""))
+        oldest = v["oldest"]
+        if oldest is None:
+            return "no table to verify"
+        age = ("never verified" if not oldest["verified_at"]
+               else f"verified {_age((now or time.time()) - oldest['verified_at'])} ago")
+        head = (f"{v['verifications']} verification(s), {v['repaired_shards']} shard(s) repaired"
+                if v["verifications"] else "not verified yet")
+        return (head + (f", {len(v['unverified'])} table(s) never verified" if v["unverified"] and v["verifications"]
+                        else "") + (f", {len(v['due'])} due" if v["due"] else "") + f"; oldest: {oldest['table']} {age}")
+
 
     def to_dict(self) -> dict:
         return {"pipeline": self.pipeline, "status": self.status, "stale": self.stale,
                 "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
-                "tables": [f"{t['source_database']}.{t['source_table']}" for t in self.tables if not t.get("left")],
+                "tables": [t.name for t in self.tables if t.streaming],
                 # what schema changes did to tables (spark/cdc_ddl.py): left the pipeline, re-copied
-                "schema_changes": [{"table": f"{t['source_database']}.{t['source_table']}",
-                                    **{k: t[k] for k in ("left", "recopies", "last_recopy", "recopying") if k in t}}
-                                   for t in self.tables if t.get("left") or t.get("recopies") or t.get("recopying")],
+                "schema_changes": [{"table": t.name, **{k: getattr(t, k) for k in ("left", "recopies", "last_recopy",
+                                                                                    "recopying") if getattr(t, k)}}
+                                   for t in self.tables if t.left or t.recopies or t.recopying],
                 # the pipeline's checks of its copies (spark/cdc_verify.py)
                 "verification": self.verification(), "error": self.error,
                 "source_position": self.source_position.to_dict() if self.source_position else None,
                 "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat,
                 "generation": self.generation, "holder": self.holder}
-
-
-@dataclass
-class PipelineTable:
-    """A table of a pipeline: its route config (core/jobspec.table_config) and, until it has
-    joined the pipeline's stream, the position up to which its changes are durable."""
-
-    config: dict
-    since: BinlogPosition | None
-    joined: bool = False
-
-    @property
-    def name(self) -> str:
-        return f"{self.config['source_database']}.{self.config['source_table']}"
 
 
 _STATE = (
@@ -109,6 +127,9 @@ _TABLES = (
     ("pipeline", "String"), ("source_table", "String"), ("config", "String"), ("since", "String"),
     ("joined", "UInt8"), ("updated_at", _TIME),
 )
+# the tables a pipeline selects by pattern (core/source/selection.py), kept by the bootstrap or
+# the apply that first gave them: every later run applies them
+_SELECTIONS = (("pipeline", "String"), ("selection", "String"), ("updated_at", _TIME))
 
 
 class Checkpoints(LedgerTables):
@@ -119,6 +140,7 @@ class Checkpoints(LedgerTables):
             ("cdc_state", _STATE, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, generation)"),
             ("cdc_counters", _COUNTERS, "MergeTree ORDER BY (pipeline, source_table, minute)"),
             ("cdc_tables", _TABLES, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, source_table)"),
+            ("cdc_selections", _SELECTIONS, "ReplacingMergeTree(updated_at) ORDER BY pipeline"),
         ])
         # earlier releases kept one row per pipeline in cdc_pipelines (no generations): carry
         # their states over as generation 0 (two processes doing this at once insert equal rows)
@@ -137,7 +159,8 @@ class Checkpoints(LedgerTables):
         state.heartbeat = self._stamp()
         self._insert("cdc_state", [[
             state.pipeline, state.generation, state.holder, state.status,
-            json.dumps(state.checkpoint.to_dict()) if state.checkpoint else "", json.dumps(state.tables),
+            json.dumps(state.checkpoint.to_dict()) if state.checkpoint else "",
+            json.dumps([t.to_dict() for t in state.tables]),
             state.error[:4000], json.dumps(state.source_position.to_dict()) if state.source_position else "",
             state.source_time, state.events, _ts(state.heartbeat),
         ]], _STATE)
@@ -152,7 +175,7 @@ class Checkpoints(LedgerTables):
             return None
         status, checkpoint, tables, error, source, source_time, events, heartbeat, generation, holder = rows[0]
         return PipelineState(pipeline, status, BinlogPosition.from_dict(json.loads(checkpoint) if checkpoint else None),
-                             json.loads(tables), error,
+                             [PipelineTable.from_dict(t) for t in json.loads(tables)], error,
                              BinlogPosition.from_dict(json.loads(source) if source else None), source_time, events,
                              heartbeat, generation, holder)
 
@@ -166,31 +189,62 @@ class Checkpoints(LedgerTables):
         return int(self.ch.command(f"SELECT max(generation) FROM {self.table('cdc_state')}"
                                    f" WHERE pipeline = {{p:String}}", parameters={"p": pipeline}))
 
-    def tables(self, pipeline: str) -> list[PipelineTable]:
+    def registrations(self, pipeline: str) -> list[Registration]:
         rows = self.ch.query(f"SELECT config, since, joined FROM {self.table('cdc_tables')} FINAL"
                              f" WHERE pipeline = {{p:String}} ORDER BY source_table", parameters={"p": pipeline}).result_rows
-        return [PipelineTable(json.loads(config), BinlogPosition.from_dict(json.loads(since) if since else None),
-                              bool(joined)) for config, since, joined in rows]
+        return [Registration(PipelineTable.from_dict(json.loads(config)),
+                             BinlogPosition.from_dict(json.loads(since) if since else None), bool(joined))
+                for config, since, joined in rows]
 
-    def write_table(self, pipeline: str, table: PipelineTable) -> None:
+    def write_registration(self, pipeline: str, registration: Registration) -> None:
         self.fence()
         self._insert("cdc_tables", [[
-            pipeline, table.name, json.dumps(table.config), json.dumps(table.since.to_dict()) if table.since else "",
-            int(table.joined), _ts(self._stamp())]], _TABLES)
+            pipeline, registration.name, json.dumps(registration.table.to_dict()),
+            json.dumps(registration.since.to_dict()) if registration.since else "", int(registration.joined),
+            _ts(self._stamp())]], _TABLES)
 
-    def register(self, pipeline: str, config: dict, since: BinlogPosition) -> PipelineTable:
-        """Add a table whose copy began at ``since`` (a table already streaming stays as it is)."""
-        known = {t.name: t for t in self.tables(pipeline)}
-        table = PipelineTable(config, since)
-        if table.name in known and known[table.name].joined:
+    def register(self, pipeline: str, table: PipelineTable, since: BinlogPosition, again: bool = False) -> Registration:
+        """Add a table whose copy began at ``since``. A table already streaming stays as it is,
+        unless ``again`` (a bootstrap with restart=True: the copy began anew, so its changes are
+        replayed from there and the pipeline takes the table's new entry)."""
+        known = {r.name: r for r in self.registrations(pipeline)}
+        registration = Registration(table, since)
+        if table.name in known and known[table.name].joined and not again:
             return known[table.name]
-        self.write_table(pipeline, table)
-        return table
+        self.write_registration(pipeline, registration)
+        return registration
 
     def forget_tables(self, pipeline: str) -> None:
         self.fence()
         self.ch.command(f"DELETE FROM {self.table('cdc_tables')} WHERE pipeline = {{p:String}}",
                         parameters={"p": pipeline})
+
+    def selection(self, pipeline: str) -> dict | None:
+        """The patterns the pipeline selects its tables by (None: tables named one by one)."""
+        rows = self.ch.query(f"SELECT selection FROM {self.table('cdc_selections')} FINAL WHERE pipeline = {{p:String}}",
+                             parameters={"p": pipeline}).result_rows
+        return json.loads(rows[0][0]) if rows and rows[0][0] else None
+
+    def selection_for(self, pipeline: str, given: dict | None, change: bool = False) -> dict | None:
+        """The patterns a run of ``pipeline`` applies: its own when the run gives none or the same
+        ones; the run's when the pipeline has none yet or ``change`` says to replace them. Other
+        patterns are refused (nothing is changed): a pipeline's selection changes only explicitly."""
+        from airflow_sync_provider.core.source.selection import TableSelection
+
+        kept, asked = TableSelection.of(self.selection(pipeline)), TableSelection.of(given)
+        if asked is None or asked == kept:
+            return kept.to_dict() if kept else None
+        if kept is not None and not change:
+            raise SelectionConflict(
+                f"pipeline {pipeline!r} selects its tables by {kept.to_dict()}; this run asks for {asked.to_dict()}. "
+                "Nothing was changed. Give the same patterns (or none: the pipeline keeps its own), or change them "
+                "explicitly with change_selection=True (--change-selection)")
+        return asked.to_dict()
+
+    def write_selection(self, pipeline: str, selection: dict | None) -> None:
+        self.fence()
+        self._insert("cdc_selections", [[pipeline, json.dumps(selection) if selection else "", _ts(self._stamp())]],
+                     _SELECTIONS)
 
     def position(self, pipeline: str) -> BinlogPosition | None:
         """Up to where every table of the pipeline is durable: its checkpoint, or a table still
@@ -198,7 +252,7 @@ class Checkpoints(LedgerTables):
         state = self.state(pipeline)
         if state is None or state.checkpoint is None:
             return None
-        behind = [t.since for t in self.tables(pipeline) if not t.joined and t.since is not None]
+        behind = [r.since for r in self.registrations(pipeline) if not r.joined and r.since is not None]
         return min([state.checkpoint, *behind], key=BinlogPosition.key)
 
     def count(self, pipeline: str, per_table: dict[str, tuple[int, int, int]]) -> None:
@@ -249,6 +303,8 @@ def check_position(target_endpoint, pipeline: str, position: BinlogPosition | No
     summary |= {"checkpoint": reached.to_dict(), "status": state.status, "events": state.events,
                 "generation": state.generation, "holder": state.holder,
                 "verification": {k: v for k, v in state.verification().items() if k != "tables"}}
+    if state.status == PIPELINE_STOPPED:
+        return "failed", f"pipeline {pipeline!r} is stopped at checkpoint {state.checkpoint}: {state.error}", summary
     if state.status == PIPELINE_FAILED:
         return "failed", (f"pipeline {pipeline!r} failed at checkpoint {state.checkpoint}: {state.error} — fix the "
                           "cause and run it again (it replays from the checkpoint)"), summary

@@ -19,8 +19,9 @@ one of:
   older events (every one of them is out-ranked by the re-copy's rows or removed with the rows
   older than it);
 * **leaving**: the table is dropped or renamed away; its copy is kept as it was;
-* **refused**: a primary key change (the copy is keyed by it): the pipeline stops before
-  anything of the new shape is written, naming table, statement, position and the remedy.
+* **re-keyed**: a primary key change (the copy is keyed and sorted by it): nothing is changed
+  in place; the table is re-copied beside the stream into a copy ordered by the new key, which is
+  then swapped in (spark/cdc_ddl.Recopies).
 
 The rows events' own column names (``binlog_row_metadata=FULL``) are checked against the
 tracked shape (core/cdc/binlog.py), so a shape this module got wrong stops the pipeline
@@ -41,6 +42,7 @@ from sqlglot.errors import ParseError
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import TokenType
 
+from airflow_sync_provider.core.target.clickhouse import INTERNAL_COLUMNS, column_types
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 
@@ -87,7 +89,7 @@ def _tokens(statement: str):
     return tokens
 
 
-def _name_at(tokens, i: int, default_schema: str) -> tuple[str, int]:
+def name_at(tokens, i: int, default_schema: str) -> tuple[str, int]:
     """The possibly qualified table name starting at token ``i``: (``db.table``, next index)."""
     parts = [tokens[i].text]
     i += 1
@@ -129,7 +131,7 @@ def parse(statement: str, default_schema: str) -> Statement | None:
         table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
         return Statement("create", (_qualified(table, default_schema),))
     if words[0] == "ALTER":
-        name, _ = _name_at(tokens, 2, default_schema)
+        name, _ = name_at(tokens, 2, default_schema)
         if not isinstance(tree, exp.Alter):  # sqlglot fell back to a bare command: not understood
             return Statement("alter", (name,), (Action(RECOPY, note="statement not understood by the parser"),))
         return _alter(tree, name, default_schema)
@@ -137,7 +139,7 @@ def parse(statement: str, default_schema: str) -> Statement | None:
     words = [t.text.upper() for t in tokens]
     i = 2 if words[1] == "TABLE" else 1
     i += 2 if words[i:i + 2] == ["IF", "EXISTS"] else 3 if words[i:i + 3] == ["IF", "NOT", "EXISTS"] else 0
-    name, _ = _name_at(tokens, min(i, len(tokens) - 1), default_schema)
+    name, _ = name_at(tokens, min(i, len(tokens) - 1), default_schema)
     return Statement({"TRUNCATE": "truncate", "DROP": "drop", "CREATE": "create"}[words[0]], (name,))
 
 
@@ -145,10 +147,10 @@ def _rename_tables(tokens, default_schema: str) -> Statement:
     """``RENAME TABLE a TO b, c TO d`` (sqlglot keeps it as a bare command)."""
     renames, i = [], 2
     while i < len(tokens):
-        source, i = _name_at(tokens, i, default_schema)
+        source, i = name_at(tokens, i, default_schema)
         if i >= len(tokens) or tokens[i].text.upper() != "TO":
             break
-        target, i = _name_at(tokens, i + 1, default_schema)
+        target, i = name_at(tokens, i + 1, default_schema)
         renames.append((source, target))
         i += 1  # the comma
     return Statement("rename", tuple(name for pair in renames for name in pair), renames=tuple(renames))
@@ -245,7 +247,7 @@ def probe_column(conn, database: str, definition: str, collation: str | None, wh
     information_schema would describe it and the value an existing row takes when the column is
     added (``NOT_CONSTANT`` when two rows inserted at different times differ: a per-row,
     time-dependent or random default — or the definition reads other columns)."""
-    from airflow_sync_provider.core.source.reader import _to_batch, arrow_schema
+    from airflow_sync_provider.core.source.reader import to_batch, arrow_schema
 
     probe = mysql_table(database, _PROBE)
     with conn.cursor() as cur:
@@ -278,7 +280,7 @@ def probe_column(conn, database: str, definition: str, collation: str | None, wh
             rows = cur.fetchall()
         finally:
             cur.execute(f"DROP TEMPORARY TABLE IF EXISTS {probe}")
-    values = _to_batch(rows, [mapping], arrow_schema([mapping]), where).column(0).to_pylist()
+    values = to_batch(rows, [mapping], arrow_schema([mapping]), where).column(0).to_pylist()
     return column, values[0] if values[0] == values[1] else NOT_CONSTANT
 
 
@@ -372,15 +374,15 @@ class Followed:
     columns: list[MySQLColumn]
     statements: list[str]
     recopy: str = ""
+    rekey: bool = False  # the primary key changed: re-copied into a copy ordered by the new key
 
 
 def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key: list[str], config: dict,
                  target: tuple[str, str], where: str, collation: str | None) -> Followed:
     """Bring the copy ``target`` (database, table) along with one ALTER TABLE whose table has
-    ``columns`` (as copied) and primary key ``key`` before it. Raises BinlogError for what
-    cannot be followed. ``config``: the pipeline's table entry (columns / exclude_columns)."""
-    from airflow_sync_provider.core.cdc.positions import BinlogError
-
+    ``columns`` (as copied) and primary key ``key`` before it. A primary key change changes
+    nothing in place: ``rekey``, the table is re-copied under its new key. ``config``: the
+    pipeline's table entry (columns / exclude_columns)."""
     table, database = ch_table(*target), config["source_database"]
     chosen, excluded = config.get("columns"), set(config.get("exclude_columns") or ())
     columns = list(columns)
@@ -389,8 +391,7 @@ def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key
     def index(name):
         return next((i for i, c in enumerate(columns) if c.name.lower() == name.lower()), None)
 
-    def run(sql):
-        ch.command(f"ALTER TABLE {table} {sql}")
+    def run(sql):  # collected first, run at the end unless a crashed run already did (below)
         out.statements.append(sql)
 
     def recopy(reason):
@@ -412,10 +413,10 @@ def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key
                         and map_column(new, where).ch_type == map_column(old, where).ch_type:
                     columns[index(action.column)] = dataclasses.replace(new, name=old.name)
                     continue
+            # the copy is keyed and sorted by it: nothing is changed in place; the table is copied
+            # anew into a copy ordered by its new key (spark/cdc_ddl.Recopies), then swapped in
             what = "a new primary key" if action.kind == KEY else f"{action.kind} of key column {action.column!r}"
-            raise BinlogError(f"{where} changes the primary key {key} ({what}); the copy is keyed and sorted by "
-                              "it. Re-bootstrap the table (CdcBootstrapOperator with restart=True, or a fresh full "
-                              "load) and start its pipeline again")
+            return Followed(list(out.columns), [], f"{where} changes the primary key {key} ({what})", rekey=True)
         if action.kind == KEEP:
             continue
         if action.kind == RECOPY:
@@ -454,15 +455,22 @@ def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key
                     recopy(f"column {action.new_name!r} is now computed from other columns")
             new = dataclasses.replace(new, name=action.new_name)
             if new.name != old.name:
-                run(f"RENAME COLUMN {ch_ident(old.name)} TO {ch_ident(new.name)}")
+                run(f"RENAME COLUMN IF EXISTS {ch_ident(old.name)} TO {ch_ident(new.name)}")
             a, b = map_column(old, where), map_column(new, where)
             if not keeps_values(old, new, where):
                 recopy(f"column {old.name!r} {old.column_type} → {new.column_type} may change its values")
                 if a.ch_type != b.ch_type:  # a fresh column: the re-copy fills it
-                    run(f"DROP COLUMN {ch_ident(new.name)}")
-                    run(f"ADD COLUMN {ch_ident(new.name)} {b.ch_type}")
+                    run(f"DROP COLUMN IF EXISTS {ch_ident(new.name)}")
+                    run(f"ADD COLUMN IF NOT EXISTS {ch_ident(new.name)} {b.ch_type}")
             elif a.ch_type != b.ch_type:
                 run(f"MODIFY COLUMN {ch_ident(new.name)} {b.ch_type}")
             columns[at] = new
     out.columns = columns
+    # The checkpoint stays before the statement until it is followed, so an applier killed
+    # half-way follows it again: a copy that already has the columns after it is left alone.
+    present = {k: v for k, v in column_types(ch, *target).items() if k not in INTERNAL_COLUMNS}
+    if out.statements and present != {c.name: map_column(c, where).ch_type for c in columns}:
+        for sql in out.statements:
+            ch.command(f"ALTER TABLE {table} {sql}")
     return out
+

@@ -25,11 +25,29 @@ import re
 from dataclasses import dataclass
 
 SCHEME = "binlog-v1"  # marks target tables whose _version follows this module
+# a snapshot read at P ranks just below P's own version (see the module's text): its rows, or a
+# repair's (one above, so a repair outranks the copy it repairs)
+SNAPSHOT_OFFSET, REPAIR_OFFSET = 2, 1
 _FILE = re.compile(r"^(.*)\.(\d+)$")
 
 
 class BinlogError(RuntimeError):
-    """The source cannot serve CDC as configured (binlog off, wrong format, purged file…)."""
+    """The source or its binlog cannot be followed as things are (binlog off, a purged file, a
+    value or a change the copy cannot take…). The pipeline stops with its checkpoint before the
+    cause, so a retry stops there again until the remedy the message names is applied."""
+
+    retry_helps = False
+
+
+class TransientBinlogError(BinlogError):
+    """A failure a retry may cure (it replays from the checkpoint): a re-copy that failed, a
+    definition that kept changing while it was read."""
+
+    retry_helps = True
+
+
+class ValueRefused(BinlogError, ValueError):
+    """A value the copy's type would store wrongly (the full load refuses it the same way)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -56,7 +74,7 @@ class BinlogPosition:
 
     def snapshot_version(self, repair: bool = False) -> int:
         """The version of a snapshot read that saw exactly the changes before this position."""
-        return self.version() - (1 if repair else 2)
+        return snapshot_version(self.version(), repair)
 
     def key(self) -> tuple[int, int]:
         return self.seq, self.pos
@@ -89,6 +107,12 @@ def file_seq(name: str) -> int:
 
 def event_version(file: str, event_start: int, row_index: int = 0) -> int:
     return (file_seq(file) << 32 | event_start) + row_index
+
+
+def snapshot_version(position_version: int, repair: bool = False) -> int:
+    """The version of a snapshot read that saw exactly the changes before the position whose
+    version is ``position_version`` (e.g. MariaDB's snapshot position as one number)."""
+    return position_version - (REPAIR_OFFSET if repair else SNAPSHOT_OFFSET)
 
 
 def version_position(version: int) -> tuple[int, int]:

@@ -89,6 +89,9 @@ class Shard:
     estimated_rows: int | None = None
     # (where, params) of each piece, in key order; () when the shard is read as one piece
     pieces: tuple[tuple[str, tuple], ...] = ()
+    # a range shard's cut points (parameter values, None at an open end): ``low <= key < high``;
+    # None for the NULL shard and the whole table's one shard
+    bounds: tuple | None = None
 
     def queries(self) -> tuple[tuple[str, tuple], ...]:
         """The reader's predicates for this shard: its pieces, or the shard itself."""
@@ -107,7 +110,17 @@ class Plan:
     shards: tuple[Shard, ...]
     warnings: tuple[str, ...] = ()
 
+    def range_shards(self) -> list[Shard]:
+        """The shards cut from the split column's range, in key order (they come first; the NULL
+        shard follows them)."""
+        return [s for s in self.shards if s.bounds is not None]
+
+    def cut_points(self) -> list:
+        """The cuts the planner made (bound parameter values), in key order."""
+        return [s.bounds[1] for s in self.range_shards()[:-1]]
+
     def to_dict(self) -> dict:
+        ranges = self.range_shards()
         return {
             "table": self.table, "database": self.database, "split_column": self.split_column,
             "index": self.index, "strategy": self.strategy, "channels": self.channels,
@@ -116,6 +129,7 @@ class Plan:
                         **({"pieces": [{"where": w, "params": list(p)} for w, p in s.pieces]} if s.pieces else {})}
                        for s in self.shards],
             "warnings": list(self.warnings),
+            **({"cuts": self.cut_points()} if ranges else {}),
         }
 
     def to_json(self, **kwargs) -> str:
@@ -123,9 +137,11 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Plan":
+        bounds = _stored_bounds(data)
         shards = tuple(Shard(s["id"], s["where"], tuple(s["params"]), s.get("estimated_rows"),
-                             tuple((p["where"], tuple(p["params"])) for p in s.get("pieces", ())))
-                       for s in data["shards"])
+                             tuple((p["where"], tuple(p["params"])) for p in s.get("pieces", ())),
+                             bounds[i] if i < len(bounds) else None)
+                       for i, s in enumerate(data["shards"]))
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields and k not in ("shards", "warnings")}
         return cls(**values, shards=shards, warnings=tuple(data.get("warnings", ())))
@@ -134,6 +150,25 @@ class Plan:
         """``FROM db.table [FORCE INDEX (ix)]``: range shards must use the split index."""
         hint = f" FORCE INDEX ({mysql_ident(self.index)})" if self.index else ""
         return f"FROM {mysql_table(self.database, self.table)}{hint}"
+
+
+def _bounds(cuts: list) -> list[tuple]:
+    """Each range's (low, high) between increasing cuts, open-ended at both ends."""
+    edges = [None, *cuts, None]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _stored_bounds(data: dict) -> list[tuple]:
+    """The range shards' bounds of a plan as :meth:`Plan.to_dict` stored it (its ``cuts``). A plan
+    stored before cuts were kept has its range shards first and the NULL shard last, each range
+    shard's parameters led by its bounds: ``< c1``, ``>= c_i AND < c_i+1``, ``>= c_last``."""
+    if "cuts" in data:
+        return _bounds(list(data["cuts"]))
+    if not data.get("split_column") or len(data["shards"]) < 2:
+        return []
+    ranges = data["shards"][:-1]
+    cuts = [ranges[0]["params"][0]] + [s["params"][1] for s in ranges[1:-1]] if len(ranges) > 1 else []
+    return _bounds(cuts)
 
 
 # --- channels (DataX flow control) -------------------------------------------------------
@@ -261,10 +296,11 @@ def shards_from_cuts(column: MySQLColumn, cuts: list, shards: int | None = None)
     pieces = _ranges(column, cuts)
     count = min(shards or len(pieces), len(pieces))
     bounds = [i * len(pieces) // count for i in range(count + 1)]
-    out = []
-    for i, (where, params) in enumerate(_ranges(column, [cuts[b - 1] for b in bounds[1:-1]])):
+    out, chosen = [], [cuts[b - 1] for b in bounds[1:-1]]
+    edges = _bounds([to_param(column, c) for c in chosen])
+    for i, (where, params) in enumerate(_ranges(column, chosen)):
         group = pieces[bounds[i]:bounds[i + 1]]
-        out.append(Shard(i, where, params, pieces=tuple(group) if len(group) > 1 else ()))
+        out.append(Shard(i, where, params, pieces=tuple(group) if len(group) > 1 else (), bounds=edges[i]))
     out.append(Shard(len(out), f"{mysql_ident(column.name)} IS NULL"))
     return out
 

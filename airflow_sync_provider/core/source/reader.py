@@ -82,7 +82,7 @@ def read_shard(conn, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
     cur = conn.cursor()
     cur.execute(f"SELECT {columns_sql} {plan.from_clause()} WHERE {shard.where}", shard.params)
     while rows := cur.fetchmany(fetch_rows):
-        yield _to_batch(rows, mappings, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
+        yield to_batch(rows, mappings, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
     cur.close()
 
 
@@ -104,7 +104,7 @@ def read_chunk(conn, plan: Plan, mappings: list[ColumnMapping], shard: Shard, ke
     while rows := cur.fetchmany(fetch_rows):
         rows_seen += len(rows)
         last = rows[-1][width:]
-        yield _to_batch(rows, mappings, schema,  # the trailing key columns are not converted
+        yield to_batch(rows, mappings, schema,  # the trailing key columns are not converted
                         f"table {plan.database}.{plan.table}, shard {shard.id}")
     cur.close()
     if holder is not None:
@@ -136,7 +136,9 @@ def _typed(raw: pa.Array, mapping: ColumnMapping, where: str) -> pa.Array:
         raise ValueError(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: {exc}") from exc
 
 
-def _to_batch(rows, mappings, schema, where: str) -> pa.RecordBatch:
+def to_batch(rows, mappings, schema, where: str) -> pa.RecordBatch:
+    """Rows of the text protocol (tuples of the ``source_sql`` values) as one Arrow batch of
+    ``schema``, each value checked against its column's type rule (``where`` names the place)."""
     arrays = []
     for values, mapping in zip(zip(*rows), mappings):
         array = _column(values, mapping, where)
@@ -311,7 +313,7 @@ def choose_reader(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapp
         cur.close()
     finally:
         conn.close()
-    text = pa.Table.from_batches([_to_batch(rows, full, schema, where)] if rows else [], schema=schema)
+    text = pa.Table.from_batches([to_batch(rows, full, schema, where)] if rows else [], schema=schema)
     mine = pa.Table.from_batches([b for b in native if b.num_rows], schema=schema)
     if not mine.equals(text):
         return MYSQLCLIENT, "the native reader read the first rows differently from mysqlclient"

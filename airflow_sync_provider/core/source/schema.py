@@ -34,6 +34,12 @@ class TableSchema:
     def mappings(self) -> list[ColumnMapping]:
         return [map_column(c, self.qualified) for c in self.columns]
 
+    def shape(self) -> dict:
+        """The table's shape as a copy was made from it (kept with a load in the ledger and with a
+        pipeline's table): CDC decodes the table's first changes with it, not with the source's
+        current definition."""
+        return {"shape": [dataclasses.asdict(c) for c in self.columns], "key": list(self.primary_key)}
+
     def select(self, columns=None, exclude=()) -> "TableSchema":
         """The table as copied: only ``columns`` (all when None), without ``exclude``. Key
         columns cannot be left out (the target is keyed and versioned by them); indexes that

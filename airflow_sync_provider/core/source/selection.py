@@ -80,10 +80,27 @@ class TableSelection:
         return sorted(n for n in names if self.matches(n))
 
     def config(self, name: str) -> dict:
-        """The table's entry (core/jobspec.table_config's keys) with its target database."""
+        """The table's entry (:func:`table_config`'s keys) with its target database."""
         database, _, table = name.partition(".")
         return {"source_database": database, "source_table": table,
                 "target_database": self.target_database.replace("{database}", database)}
+
+
+def table_config(table) -> dict:
+    """``"db.table"`` or a dict → {source_database, source_table, target_database, target_table,
+    columns, exclude_columns} (targets default to the source's names)."""
+    if isinstance(table, str):
+        database, _, name = table.partition(".")
+        if not name:
+            raise ValueError(f"table {table!r}: give it as database.table")
+        table = {"source_database": database, "source_table": name}
+    out = {"source_database": table["source_database"], "source_table": table["source_table"],
+           "target_database": table.get("target_database") or table["source_database"],
+           "target_table": table.get("target_table") or table["source_table"],
+           "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or []),
+           # a full load split on a collated string keeps each row's collation weight: so must CDC
+           "split_column": table.get("split_column")}
+    return out
 
 
 def largest_first(conn, configs: list[dict]) -> list[dict]:
@@ -100,10 +117,8 @@ def largest_first(conn, configs: list[dict]) -> list[dict]:
 
 
 def selected_tables(conn, select: "dict | TableSelection | None", tables: list) -> list[dict]:
-    """The table configs (core/jobspec.table_config) a job works on: the named ``tables`` first,
+    """The table configs (:func:`table_config`) a job works on: the named ``tables`` first,
     then those the selection resolves to now (a named table is not taken twice)."""
-    from airflow_sync_provider.core.jobspec import table_config
-
     configs = [table_config(t) for t in tables]
     named = {f"{c['source_database']}.{c['source_table']}" for c in configs}
     selection = TableSelection.of(select)

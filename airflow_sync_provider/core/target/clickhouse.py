@@ -242,12 +242,17 @@ def _comment(ch, database: str, table: str) -> str:
     return rows[0][0] or "" if rows else ""
 
 
+def swapped_in(ch, working_db: str, working: str, database: str, table: str) -> bool:
+    """Has :func:`publish_working` swapped ``working`` in as ``table`` already?"""
+    return _comment(ch, database, table).endswith(_marker(working))
+
+
 def publish_working(ch, working_db: str, working: str, database: str, table: str) -> int:
     """Swap a direct working table (final layout) in as ``table``: readers see the old or the new
     table, never half; nothing is copied. Idempotent: after a crash between the swap and the
     drop, the working table holds the *old* copy, and is dropped rather than swapped back."""
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
-    if _comment(ch, database, table).endswith(_marker(working)):  # swapped in already
+    if swapped_in(ch, working_db, working, database, table):
         ch.command(f"DROP TABLE IF EXISTS {ch_table(working_db, working)}")
         return int(ch.command(f"SELECT count() FROM {ch_table(database, table)}"))
     return _swap_in(ch, working_db, working, database, table)

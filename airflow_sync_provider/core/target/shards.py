@@ -2,8 +2,8 @@
 
 Reconciliation counts and checksums every shard on both sides, and re-importing a mismatched
 shard of a published table replaces exactly that shard's rows, so both need the planner's MySQL
-predicates evaluated in ClickHouse, with the same cut points (read back from the stored plan)
-and the same order:
+predicates evaluated in ClickHouse, with the same cut points (the plan records them) and the
+same order:
 
 * integers, DECIMAL, FLOAT/DOUBLE, DATE, DATETIME/TIMESTAMP (UTC wall clock) and binary strings
   are ordered by ClickHouse as by MySQL: the predicate translates one to one, with typed
@@ -96,11 +96,8 @@ def weights_of(conn, column: MySQLColumn, values: list, chunk: int = 500) -> lis
 
 
 def cut_points(plan: Plan) -> list:
-    """The cuts the planner made, read back from the range shards (their leading parameters)."""
-    ranges = [s for s in plan.shards if "IS NULL" not in s.where]
-    if len(ranges) <= 1:
-        return []
-    return [ranges[0].params[0]] + [s.params[1] for s in ranges[1:-1]]
+    """The cuts the planner made, as it recorded them (:meth:`Plan.cut_points`)."""
+    return plan.cut_points()
 
 
 def time_micros(text: str) -> int:

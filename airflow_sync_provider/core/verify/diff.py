@@ -44,6 +44,9 @@ class DuplicateKey(DiffError):
     pass
 
 
+UNIQUE_KEY_ADVICE = "a diff pairs rows by a unique key (choose key_columns that are unique)"
+
+
 @dataclass(frozen=True)
 class Tolerance:
     """Floats within ``abs`` of each other, or within ``rel`` × the larger magnitude, are equal."""
@@ -95,7 +98,8 @@ class DiffColumns:
         return cls(tuple(keys), compared, tuple(columns), tolerances)
 
 
-def _key_codes(old: pa.Table, new: pa.Table, keys: tuple[str, ...], where: str) -> tuple[np.ndarray, np.ndarray]:
+def _key_codes(old: pa.Table, new: pa.Table, keys: tuple[str, ...], where: str,
+               advice: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each row's key as one integer, equal across both sides exactly where the keys are (NULL
     equal to NULL): each key column dictionary-encoded over both sides, the codes of successive
     columns combined and numbered again (so they stay below the rows' count). Vectorised: the
@@ -109,18 +113,18 @@ def _key_codes(old: pa.Table, new: pa.Table, keys: tuple[str, ...], where: str) 
         codes = c if codes is None else np.unique(codes * len(encoded.dictionary) + c, return_inverse=True)[1]
     old_codes, new_codes = codes[:old.num_rows], codes[old.num_rows:]
     for side, table, side_codes in (("old", old, old_codes), ("new", new, new_codes)):
-        _unique(table, side_codes, keys, side, where)
+        _unique(table, side_codes, keys, side, where, (advice or {}).get(side, UNIQUE_KEY_ADVICE))
     return old_codes, new_codes
 
 
-def _unique(table: pa.Table, codes: np.ndarray, keys: tuple[str, ...], side: str, where: str) -> None:
+def _unique(table: pa.Table, codes: np.ndarray, keys: tuple[str, ...], side: str, where: str,
+            advice: str = UNIQUE_KEY_ADVICE) -> None:
     order = np.argsort(codes, kind="stable")
     repeated = np.flatnonzero(codes[order][1:] == codes[order][:-1])
     if repeated.size:
         row = int(order[repeated[0] + 1])
         shown = ", ".join(f"{k}={table.column(k)[row].as_py()!r}" for k in keys)
-        raise DuplicateKey(f"{where}: key ({shown}) appears more than once in the {side} snapshot; a diff "
-                           "pairs rows by a unique key (choose key_columns that are unique)")
+        raise DuplicateKey(f"{where}: key ({shown}) appears more than once in the {side} snapshot; {advice}")
 
 
 def _differs(a: pa.Array, b: pa.Array, tolerance: Tolerance | None) -> pa.Array:
@@ -163,10 +167,12 @@ def _indices(values: np.ndarray, present: np.ndarray | None = None) -> pa.Array:
     return pa.array(values.astype(np.int64), pa.int64(), mask=None if present is None else ~present)
 
 
-def compare(old: pa.Table, new: pa.Table, columns: DiffColumns, where: str = "diff") -> BucketDiff:
-    """Pair ``old`` and ``new`` (same canonical schema) by key and flag every key."""
+def compare(old: pa.Table, new: pa.Table, columns: DiffColumns, where: str = "diff",
+            advice: dict | None = None) -> BucketDiff:
+    """Pair ``old`` and ``new`` (same canonical schema) by key and flag every key. ``advice``: what
+    to do about a key found twice on a side (``{"old": …}``), when it is not to choose another key."""
     old, new = old.combine_chunks(), new.combine_chunks()  # one copy, then every take is on one array
-    old_codes, new_codes = _key_codes(old, new, columns.keys, where)
+    old_codes, new_codes = _key_codes(old, new, columns.keys, where, advice)
     _, oi, ni = np.intersect1d(old_codes, new_codes, assume_unique=True, return_indices=True)
     order = np.argsort(ni, kind="stable")  # the pairs in the new side's row order
     oi, ni = oi[order], ni[order]

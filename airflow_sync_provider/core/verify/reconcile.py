@@ -6,9 +6,28 @@ databases compute the numbers themselves; only one row per shard travels.
 
 from __future__ import annotations
 
+from airflow_sync_provider.core.ledger import counters_disagree
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash
+
+# A table's verdict: every shard matched; shards differ (a re-import of those shards repairs them);
+# the copy's columns or key no longer match the source's (core/verify/shape.py: a full reload
+# repairs it). A job of many tables adds FAILED for a table it could not check at all.
+OK, MISMATCH, SHAPE_MISMATCH, FAILED = "ok", "mismatch", "shape_mismatch", "failed"
+# The overall verdict of many tables is the first of these that any table has: a table that was
+# not checked says least about its copy, a copy of the wrong shape needs a full reload, a
+# mismatched shard a re-import of that shard; ``ok`` only when every table matched.
+PRECEDENCE = (FAILED, SHAPE_MISMATCH, MISMATCH, OK)
+
+
+def overall_verdict(verdicts) -> str:
+    """The verdict of many tables (:data:`PRECEDENCE`); ``ok`` only if every one is ``ok``. An
+    unknown verdict ranks as ``failed``; no tables at all is ``ok`` (nothing differs)."""
+    found = set(verdicts)
+    if found - set(PRECEDENCE):
+        return FAILED
+    return next((v for v in PRECEDENCE if v in found), OK)
 
 
 def shard_problems(row: dict, counters=None) -> list[str]:
@@ -19,7 +38,7 @@ def shard_problems(row: dict, counters=None) -> list[str]:
         out.append(f"source {row['source_rows']} != target {row['target_rows']}")
     if row.get("source_checksum") != row.get("target_checksum"):
         out.append("content checksum differs")
-    if counters is not None and (counters.records_read != counters.records_written or counters.records_failed):
+    if counters is not None and counters_disagree(counters):
         out.append(f"hook counters read {counters.records_read} / written {counters.records_written} / "
                    f"failed {counters.records_failed}")
     return out

@@ -59,12 +59,20 @@ def reconcile_html(result: dict) -> str:
         for s in shards)
     title = escape(f"{result['table']} → {result['target']}: {result['verdict']}")
     repaired = ""
+    shape = result.get("shape") or {}
+    if shape.get("problems"):  # no shard was compared: the copy's shape is not the source's
+        repaired += ("\n<p class='bad'>The copy's shape no longer matches the source's, so no shard was compared:"
+                     "</p><ul>"
+                     + "".join(f"<li>{escape(p)}</li>" for p in shape["problems"]) + "</ul>"
+                     + f"\n<p>{escape(result.get('remedy', ''))}</p>")
+    for note in shape.get("notes", []):
+        repaired += f"\n<p class='note'>{escape(note)}</p>"
     if result.get("before"):
-        repaired = (f"\n<p>First pass: shards {result['before']['mismatched']} mismatched; they were re-imported "
+        repaired += (f"\n<p>First pass: shards {result['before']['mismatched']} mismatched; they were re-imported "
                     f"({result['reimported']['rows']:,} rows) and every shard compared again (below).</p>")
     return f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{padding:2px 8px;text-align:right}}
-tr.bad td{{color:#b00;font-weight:bold}} td.v,th.v{{text-align:left}} .legend span{{display:inline-block;width:12px;height:12px;margin:0 4px}}</style>
+tr.bad td,p.bad{{color:#b00;font-weight:bold}} td.v,th.v{{text-align:left}} .legend span{{display:inline-block;width:12px;height:12px;margin:0 4px}}</style>
 <h1>{title}</h1>
 <p>load <code>{escape(result['load_key'])}</code>, generation {result['generation']}, checksums
 {'on' if result['checksum'] else 'off'}; mismatched shards: {result['mismatched'] or 'none'}</p>{repaired}

@@ -1,0 +1,270 @@
+"""The CDC applier's stream: binlog ranges decoded in reader processes, written by apply lanes.
+
+A range of the binlog (:class:`ReadRange`) is decoded by python-mysql-replication in a process
+of its own (pure Python: it would otherwise share the driver's interpreter with the writes'
+bookkeeping), which turns each batch of complete transactions into per-lane Arrow payloads
+(routes by hash(table, primary key) on the ring). A bounded range with enough row-event bytes
+is split between reader processes (:class:`Readers`); their batches are handed on in binlog
+order. The driver writes a batch's lanes in parallel (:func:`write_lanes`): threads of the
+driver for a batch of at most ``driver_write_rows`` changes, Spark tasks above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import queue
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute, backlog_events, batches, split_backlog
+from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition
+from airflow_sync_provider.core.cdc.ring import HashRing
+from airflow_sync_provider.core.crash_points import crash_point
+from airflow_sync_provider.core.jobspec import CdcApplySpec
+from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.selection import TableSelection
+from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
+
+
+class ApplyFailed(RuntimeError):
+    """The run failed for a reason a retry may cure (it replays from the checkpoint)."""
+
+
+@dataclass
+class ReadRange:
+    """What a reader decodes: ``routes``' changes from ``start`` until ``stop`` (None: until
+    stopped) or ``deadline``; a DDL on a ``watched`` name (or a name ``selection`` matches) ends
+    a batch so the applier follows it before reading on."""
+
+    routes: dict[str, TableRoute]
+    watched: frozenset
+    start: BinlogPosition
+    stop: BinlogPosition | None
+    deadline: float | None = None
+    selection: dict | None = None
+
+    def part(self, start: BinlogPosition, stop: BinlogPosition | None) -> "ReadRange":
+        return dataclasses.replace(self, start=start, stop=stop)
+
+
+@dataclass
+class Decoded:
+    """A batch as the reader process hands it to the driver: positions, counts, lane payloads."""
+
+    start: BinlogPosition
+    end: BinlogPosition  # before ``ddl`` when there is one
+    events: int
+    per_table: dict
+    ddl: tuple | None  # (statement, schema, position after it, timestamp)
+    done: bool
+    last_event_at: float
+    payloads: list
+
+    def merged(self, more: "Decoded") -> "Decoded":
+        per_table = dict(self.per_table)
+        for source, count in more.per_table.items():
+            per_table[source] = per_table.get(source, 0) + count
+        return Decoded(self.start, more.end, self.events + more.events, per_table, more.ddl, more.done,
+                       more.last_event_at or self.last_event_at, [a + b for a, b in zip(self.payloads, more.payloads)])
+
+
+def _latest(route: TableRoute, rows, versions, deleted):
+    """Per key only its last change in the batch (the highest version: the one FINAL keeps)."""
+    last = {route.key_of(row): i for i, row in enumerate(rows)}
+    if len(last) == len(rows):
+        return rows, versions, deleted
+    keep = sorted(last.values())
+    return [rows[i] for i in keep], [versions[i] for i in keep], [deleted[i] for i in keep]
+
+
+def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endpoint) -> list[list[tuple]]:
+    """Per lane (index = lane): [(target database, target table, source table, Arrow IPC bytes)]."""
+    payloads = [[] for _ in range(lanes)]
+    conn = None
+    for source, per_lane in batch.lanes.items():
+        route = routes[source]
+        for lane, changes in per_lane.items():
+            rows, versions, deleted = _latest(route, *changes)
+            table = route.arrow(rows, versions, deleted, f"table {source}, binlog {batch.start}…{batch.end}")
+            if route.weight is not None:  # rows of a table split on a collated key carry their weight
+                conn = conn or mysql_reader.connect(source_endpoint)
+                values = table.column(route.weight.name).to_pylist()
+                table = table.append_column(SPLIT_WEIGHT_COLUMN, pa.array(weights_of(conn, route.weight, values),
+                                                                          pa.binary()))
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+            payloads[lane].append((route.target_database, route.target_table, source, sink.getvalue().to_pybytes()))
+    if conn is not None:
+        conn.close()
+    return payloads
+
+
+def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
+    """On an executor or a driver thread: one lane's tables, in order. Returns (source table, rows) per write."""
+    ch = target.shared_client(endpoint)
+    out = []
+    for database, table, source, data in items:
+        rows = pa.ipc.open_stream(data).read_all()
+        ch.insert_arrow(table, rows, database=database,
+                        settings=target.WEIGHT_SETTINGS if SPLIT_WEIGHT_COLUMN in rows.column_names else None)
+        out.append((source, rows.num_rows))
+        crash_point("cdc.lane-write")
+    return out
+
+
+def write_lanes(spec: CdcApplySpec, session, payloads: list, changes: int) -> list:
+    """Every lane's writes, in parallel; returns when all are acknowledged."""
+    if changes > spec.driver_write_rows:
+        session.start()  # in the background: until it is up, the driver writes these too
+        if session.ready or spec.driver_write_rows == 0:
+            return (session.get().sparkContext.parallelize(payloads, len(payloads))
+                    .map(lambda items: _write_lane(spec.target, items)).collect())
+    with ThreadPoolExecutor(len(payloads), thread_name_prefix="lane") as pool:
+        return list(pool.map(lambda items: _write_lane(spec.target, items), payloads))
+
+
+def _hand_over(out, item, halt, parent: int) -> bool:
+    """Put ``item`` on the queue; False when the driver stopped us or is gone (killed: the
+    reader must not outlive it holding a binlog connection)."""
+    while not halt.is_set() and os.getppid() == parent:
+        try:
+            out.put(item, timeout=1.0)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int) -> None:
+    """The reader process: decode complete transactions of ``part`` and turn them into lane
+    payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
+    try:
+        reader = BinlogReader(spec.source, part.start, part.routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
+                              blocking=spec.service, watched=part.watched, selection=TableSelection.of(part.selection))
+        # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
+        # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
+        seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
+        try:
+            for batch in batches(reader, part.stop, spec.batch_events, seconds):
+                if part.deadline is not None and time.time() >= part.deadline:
+                    batch.done = True
+                decoded = Decoded(batch.start, batch.end, batch.events, dict(batch.per_table), batch.ddl,
+                                  batch.done, batch.last_event_at,
+                                  _lane_payloads(batch, part.routes, spec.lanes, spec.source))
+                if not _hand_over(out, decoded, halt, parent) or batch.done or batch.ddl:
+                    break
+        finally:
+            reader.close()
+    except BaseException as exc:  # handed to the driver, which fails the run
+        _hand_over(out, exc if isinstance(exc, BinlogError)
+                   else ApplyFailed(f"binlog reader: {type(exc).__name__}: {exc}"), halt, parent)
+
+
+class _Reader:
+    """Runs :func:`_read_batches` in a process of its own."""
+
+    def __init__(self, spec: CdcApplySpec, part: ReadRange, ahead: int = 2):
+        context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
+        self.out, self.halt = context.Queue(maxsize=ahead), context.Event()
+        self.process = context.Process(target=_read_batches, args=(spec, part, self.out, self.halt, os.getpid()),
+                                       daemon=True)
+        self.process.start()
+
+    def get(self):
+        while True:
+            try:
+                return self.out.get(timeout=5)
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise ApplyFailed(f"the binlog reader process died (exit code {self.process.exitcode})") from None
+
+    def close(self):
+        self.halt.set()
+        while self.process.is_alive():  # unblock a reader waiting to hand over a batch
+            try:
+                self.out.get(timeout=0.1)
+            except queue.Empty:
+                self.process.join(0.1)
+        self.process.join()
+
+
+SPLIT_MIN_BYTES = 4 << 20  # a bounded range with fewer row-event bytes is read by one process
+
+
+def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition]:
+    """Where a bounded range is split between ``spec.readers`` reader processes (none for a
+    service, whose end is open, or a range with a DDL on it)."""
+    start, stop = part.start, part.stop
+    if stop is None or part.deadline is not None or spec.readers < 2 or stop.key() <= start.key():
+        return []
+    found = split_backlog(backlog_events(spec.source, start, stop), spec.readers, SPLIT_MIN_BYTES) or []
+    if found:
+        print(f"[airflow-sync] pipeline {spec.pipeline!r}: {start} … {stop} read by {len(found) + 1} processes, split "
+              f"at {', '.join(map(str, found))}", flush=True)
+    return found
+
+
+class Readers:
+    """``part`` split between reader processes at :func:`cuts` (core/cdc/binlog.split_backlog),
+    each decoding its share at once; their batches are handed on in binlog order, so the
+    checkpoint still only moves forward over applied batches. A later share's reader decodes
+    ahead into a deeper queue while the earlier ones are applied."""
+
+    AHEAD = 32  # batches a later share's reader may decode ahead (≈ 5–7 MB each at 50k changes)
+
+    def __init__(self, spec: CdcApplySpec, part: ReadRange):
+        bounds = [part.start, *cuts(spec, part), part.stop]
+        self.ends = bounds[1:]
+        self.readers = []
+        try:
+            for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+                # each its own replica id: the server drops a second connection under the same one
+                share = dataclasses.replace(spec, server_id=spec.server_id + i)
+                self.readers.append(_Reader(share, part.part(a, b), 2 if i == 0 else self.AHEAD))
+        except BaseException:
+            self.close()
+            raise
+        self.index = 0
+
+    def _handed_on(self, item):
+        """A share's last batch ends at its cut: the next share follows, so it is not the end."""
+        if (isinstance(item, Decoded) and item.done and self.index < len(self.readers) - 1
+                and item.end.key() == self.ends[self.index].key()):
+            self.index += 1
+            return dataclasses.replace(item, done=False)
+        return item
+
+    def get(self):
+        return self._handed_on(self.readers[self.index].get())
+
+    def get_nowait(self):
+        return self._handed_on(self.readers[self.index].out.get_nowait())
+
+    def next_batch(self, limit: int = 8) -> Decoded:
+        """The next batch, merged with the batches already waiting behind it (in order, up to a
+        DDL or the end): when writing is slower than reading, one write and one checkpoint cover
+        them all, so the applier keeps up instead of falling behind by a Spark job per batch."""
+        batch = self.get()
+        if isinstance(batch, BaseException):
+            raise batch
+        while not (batch.ddl or batch.done) and limit > 1:
+            try:
+                more = self.get_nowait()
+            except queue.Empty:
+                return batch
+            if isinstance(more, BaseException):
+                raise more
+            batch = batch.merged(more)
+            limit -= 1
+        return batch
+
+    def close(self):
+        for reader in self.readers:
+            reader.close()

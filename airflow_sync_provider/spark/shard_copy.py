@@ -1,0 +1,253 @@
+"""The shard loop a full load and a CDC bootstrap share: one run object per copied table.
+
+:class:`ShardCopy` holds the copy's context — its load spec, plan, copy decisions
+(:class:`Copy`), ledger state — and its steps are methods:
+
+* driver side: :meth:`ShardCopy.run` hands each channel a queue of the unfinished shards
+  (round-robin, like DataX task groups) under a :class:`~airflow_sync_provider.spark.channels.Progress`
+  heartbeat, records a failed Spark job in the ledger; :meth:`ShardCopy.settle` takes the shards
+  as the channels left them and fails the load, naming its failed shards, when any did not succeed;
+* channel side (a Spark task or a driver thread): :meth:`ShardCopy.channel` drains a queue,
+  :meth:`ShardCopy.copy_shard` copies one shard (its running record, its inserts, success or
+  failure, the final report), :meth:`ShardCopy.write` streams a read's batches into the inserts
+  with their version.
+
+What differs between the two copies is in their subclasses, a few hooks each:
+``full_load.FullLoadCopy`` reads a shard whole (its pieces), clears what an earlier attempt
+wrote and writes to the load's working table, published later; ``cdc_bootstrap.BootstrapCopy``
+reads a shard in key chunks on the channel's own source connection, each chunk a snapshot of
+its own, straight into the live copy, and counts a chunk only once it is durable.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from airflow_sync_provider.core.cdc.positions import snapshot_version
+from airflow_sync_provider.core.flow_control import Throttle
+from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.ledger import (
+    LOAD_FAILED, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState,
+)
+from airflow_sync_provider.core.source.planning import Plan, Shard
+from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.inserts import ArrowInserts
+from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, Weights
+from airflow_sync_provider.core.typemap import MySQLColumn
+from airflow_sync_provider.core.verify.reports import shard_table
+from airflow_sync_provider.spark.channels import Progress, retrying, run_channels
+
+REPORT_EVERY_SECONDS = 1.0  # live hook counters: a running shard's report to the ledger
+
+
+class LoadFailed(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Copy:
+    """How every channel copies its shards, decided once by the driver."""
+
+    mappings: list
+    weight: MySQLColumn | None  # a collated split column: rows carry its collation weight
+    text_sql: str  # the mysqlclient reader's SELECT list
+    native_sql: str | None  # the Arrow-native reader's, None when mysqlclient reads
+    mariadb: bool  # the native read takes MariaDB's own snapshot position (else one read before)
+    direct: bool  # rows go to a table of the final layout (else a parts table, a partition per shard)
+    split: MySQLColumn | None = None
+    weights: Weights | None = None  # the cuts' collation weights, for the direct layout's deletes
+
+    def names(self) -> list[str]:
+        return ([m.name for m in self.mappings] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
+                + [target.VERSION_COLUMN] + ([] if self.direct else [target.SHARD_COLUMN]))
+
+
+class RowVersion:
+    """The ``_version`` a read's rows take: known before the read (a position read first, or the
+    load's own version without a binlog), or MariaDB's own snapshot position, which the native
+    reader puts in ``holder["snapshot"]`` before its first batch (core/cdc/positions.py)."""
+
+    def __init__(self, value: int | None, holder: dict, repair: bool = False):
+        self.value, self.holder, self.repair = value, holder, repair
+
+    def get(self) -> int:
+        if self.value is None:
+            self.value = snapshot_version(self.holder["snapshot"], self.repair)
+        return self.value
+
+
+class Channel:
+    """What one channel holds while it drains its queue: a target client and the ledger on it,
+    one throttle (DataX flow control), and what a subclass adds (a source connection)."""
+
+    def __init__(self, spec: FullLoadSpec):
+        self.ch = target.shared_client(spec.target)
+        self.ledger = Ledger(self.ch, spec.ledger_database)
+        self.throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
+        self.conn = None  # a source connection of the channel's own, if the copy keeps one
+        self.kind = None  # that source's flavour
+        self.at_start: LoadState | None = None  # the load as the ledger had it when the channel started
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+class ShardCopy:
+    """One table's shards copied by channels: the loop a full load and a bootstrap share.
+
+    ``spec``: the copy as the ledger knows it (a full load's spec; a bootstrap's table has one
+    too); ``plan``: its shards; ``copy``: how they are read and written; ``state``: the load's
+    ledger state (the driver's, when the channels start). The driver's ``ledger`` stays on the
+    driver: an executor gets the rest (pickled with :meth:`channel`).
+    """
+
+    def __init__(self, spec: FullLoadSpec, plan: Plan, copy: Copy, state: LoadState, ledger: Ledger):
+        self.spec, self.plan, self.copy, self.state, self.ledger = spec, plan, copy, state, ledger
+        self.shards = {s.id: s for s in plan.shards}
+        self.announced: dict[int, ShardState] = {}  # running records the driver wrote for its threads
+
+    def __getstate__(self):
+        return {k: v for k, v in vars(self).items() if k != "ledger"}
+
+    # --- the driver ---------------------------------------------------------------------
+
+    def run(self, session, in_driver: bool) -> list[dict]:
+        """Copy the unfinished shards, ``channels`` at a time (threads of the driver or Spark
+        tasks: spark/channels.py); returns each shard's final record. A channel's task failing
+        outright is recorded in the ledger (a retry then resumes at once) and raised."""
+        todo = self.state.todo()
+        channels = min(self.plan.channels, len(todo))
+        queues = [todo[i::channels] for i in range(channels)]  # round-robin, like DataX task groups
+        try:
+            with Progress(self.spec, self.state, todo):
+                self.before_channels(session, todo, in_driver)
+                return run_channels(session, queues, self.channel, in_driver)
+        except Exception as exc:
+            self.state.status, self.state.error = LOAD_FAILED, self.job_error(exc)[:4000]
+            retrying(lambda: self.ledger.write_load(self.state), self.spec.ledger_wait_seconds)
+            failure = self.job_failed(exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def settle(self, per_shard: list[dict], in_driver: bool) -> LoadState:
+        """The load's shards once the channels are done: the driver threads' own records, or
+        what the executors reported to the ledger (attempts of re-run tasks included). When a
+        shard did not succeed, the load is marked failed and :meth:`shards_failed` raised."""
+        if in_driver:
+            for record in per_shard:
+                self.state.shards[record["shard_id"]] = ShardState(**{k: v for k, v in record.items() if k != "seconds"})
+        else:
+            self.state = retrying(lambda: self.ledger.state(self.spec.load_key), self.spec.ledger_wait_seconds)
+        state = self.state
+        failed = [i for i in (s["id"] for s in state.plan["shards"])
+                  if i not in state.shards or state.shards[i].status != SHARD_SUCCESS]
+        if failed:
+            errors = "; ".join(f"shard {i}: {state.shards[i].error}" for i in failed if i in state.shards)
+            state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
+            retrying(lambda: self.ledger.write_load(state), self.spec.ledger_wait_seconds)
+            print(shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]), flush=True)
+            raise self.shards_failed()
+        return state
+
+    def before_channels(self, session, todo: list[int], in_driver: bool) -> None:
+        """Hook: the driver's last step before the channels start."""
+
+    def job_error(self, exc: Exception) -> str:
+        """Hook: the ledger's error text when a channel's task failed outright."""
+        return f"{type(exc).__name__}: {exc}"
+
+    def job_failed(self, exc: Exception) -> Exception | None:
+        """Hook: what to raise then (None: the task's own exception)."""
+        return None
+
+    def shards_failed(self) -> Exception:
+        """Hook: what to raise when shards failed (``self.state.error`` names them)."""
+        return LoadFailed(f"table {self.state.source_table}: {self.state.error}")
+
+    # --- a channel ----------------------------------------------------------------------
+
+    def channel(self, shard_ids: list[int], in_driver: bool):
+        """Runs on an executor (or a driver thread): one channel drains its queue of shards,
+        yielding each shard's final record."""
+        channel = self.open_channel(in_driver)
+        try:
+            for shard_id in shard_ids:
+                shard = self.shards[shard_id]
+                record = self.start_record(channel, shard)
+                if record.status == SHARD_RUNNING:  # else finished already, by an earlier run of this task
+                    record = self.copy_shard(channel, shard, record)
+                    self.after_shard(channel, record)
+                yield vars(record) | {"seconds": record.seconds}
+        finally:
+            channel.close()
+
+    def copy_shard(self, channel: Channel, shard: Shard, record: ShardState) -> ShardState:
+        """Copy one shard: recorded as running before any row is written (so a re-read knows
+        rows may be there), read and written (:meth:`read`), then its final report, retried
+        while the ledger is unreachable (a failure must be recorded)."""
+        inserts = self.inserts(channel, record)
+        try:
+            if shard.id not in self.announced:
+                channel.ledger.write_shard(self.state.load_key, self.state.generation, record)
+            self.read(channel, shard, record, inserts)
+            record.status = SHARD_SUCCESS
+        except Exception as exc:
+            inserts.settle()
+            record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
+            record.version = record.version or 0
+        finally:
+            inserts.close()
+        record.finished_at = time.time()
+        retrying(lambda: channel.ledger.write_shard(self.state.load_key, self.state.generation, record),
+                 self.spec.ledger_wait_seconds)
+        return record
+
+    def write(self, channel: Channel, inserts: ArrowInserts, shard: Shard, batches, version: RowVersion,
+              live: ShardState | None = None) -> tuple[int, int]:
+        """Stream one read's ``batches`` into ``inserts`` with their version (and the shard's id
+        in the parts layout), within the channel's speed limits; returns (rows, bytes) once all
+        of it is acknowledged. ``live``: the shard's record, counted as rows go and reported to
+        the ledger every second (a sensor or a person watches a running load)."""
+        names, rows_total, bytes_total = self.copy.names(), 0, 0
+        reported = time.monotonic()
+        for batch in batches:
+            rows = batch.num_rows
+            tail = [pa.repeat(pa.scalar(version.get(), pa.uint64()), rows)]
+            if not self.copy.direct:
+                tail.append(pa.repeat(pa.scalar(shard.id, pa.uint32()), rows))
+            if live is not None:
+                live.version = version.value
+                live.records_read += rows
+                live.bytes += batch.nbytes
+            inserts.write(pa.RecordBatch.from_arrays([*batch.columns, *tail], names=names))
+            rows_total, bytes_total = rows_total + rows, bytes_total + batch.nbytes
+            channel.throttle.account(rows, batch.nbytes)
+            if live is not None and time.monotonic() - reported >= REPORT_EVERY_SECONDS:
+                channel.ledger.write_shard(self.state.load_key, self.state.generation, live)
+                reported = time.monotonic()
+        inserts.finish()
+        return rows_total, bytes_total
+
+    def open_channel(self, in_driver: bool) -> Channel:
+        """Hook: the channel's clients (a subclass may add a source connection)."""
+        return Channel(self.spec)
+
+    def start_record(self, channel: Channel, shard: Shard) -> ShardState:
+        """Hook: the shard's record for this attempt (running), or its finished one to skip it."""
+        raise NotImplementedError
+
+    def inserts(self, channel: Channel, record: ShardState) -> ArrowInserts:
+        """Hook: where the shard's rows go."""
+        raise NotImplementedError
+
+    def read(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
+        """Hook: read the shard and write it (:meth:`write`), counting into ``record``."""
+        raise NotImplementedError
+
+    def after_shard(self, channel: Channel, record: ShardState) -> None:
+        """Hook: after a shard's final report (e.g. a fresh connection after a failure)."""
