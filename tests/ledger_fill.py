@@ -9,6 +9,7 @@ import time
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE, Ledger, LoadState, ShardState, TaskRef
 
 
@@ -63,13 +64,12 @@ def add_pipeline(ch, database: str, name: str, status: str, tables: list[str], b
     ``behind_seconds`` (its last applied change that old)."""
     book = FillCheckpoints(ch, database)
     book.ensure()
-    configs = [{"source_database": t.split(".")[0], "source_table": t.split(".")[1],
-                "target_database": t.split(".")[0], "target_table": t.split(".")[1]} for t in tables]
+    configs = [PipelineTable.of(t) for t in tables]
     if verified:
-        configs[0]["verified"], configs[0]["verifications"] = verified, 1
+        configs[0].verified, configs[0].verifications = verified, 1
     if recopying:
-        configs[-1]["recopying"] = {"reason": recopying, "position": {"file": "mysql-bin.000001", "pos": 4},
-                                    "started": time.time() - 60}
+        configs[-1].recopying = {"reason": recopying, "position": {"file": "mysql-bin.000001", "pos": 4},
+                                 "started": time.time() - 60}
     checkpoint = BinlogPosition("mysql-bin.000003", 1_000)
     source = BinlogPosition("mysql-bin.000003", 9_000 if behind_seconds else 1_000)
     state = PipelineState(name, status, checkpoint, configs, error, source,

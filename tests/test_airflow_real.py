@@ -25,6 +25,7 @@ import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, PIPELINE_RUNNING, Checkpoints, PipelineState
 from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.crash_points import hold_file
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
@@ -403,9 +404,8 @@ def test_the_sync_view_is_loaded_by_default_and_shows_what_its_tasks_made(tier):
     ledger = Checkpoints(ch)
     ledger.ensure()
     at = BinlogPosition.from_dict(_position_text(conn))
-    ledger.write(PipelineState("real_tier_view_failing", PIPELINE_FAILED, at, [
-        {"source_database": "demo", "source_table": "customers", "target_database": "x", "target_table": "y"}],
-        error="BinlogError: <purged> binlog file"))
+    ledger.write(PipelineState("real_tier_view_failing", PIPELINE_FAILED, at, [PipelineTable("demo", "customers")],
+                               error="BinlogError: <purged> binlog file"))
 
     page = airflow.api("GET", "/sync/", raw=True)
     attention = page[page.index("id='attention'"):page.index("id='tables'")]

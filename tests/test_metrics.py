@@ -16,6 +16,7 @@ from airflow.sdk._shared.observability.metrics.validators import stat_name_defau
 from airflow_sync_provider.core import metrics
 from airflow_sync_provider.core.cdc.checkpoints import PipelineState
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.ledger import LoadState, ShardState
 
 
@@ -69,8 +70,7 @@ def test_load_metrics_count_this_tries_shard_attempts_and_every_shard_that_did_n
 def test_pipeline_gauges_and_the_counters_of_a_run():
     now = 1_000_000.0
     state = PipelineState("orders_cdc", "running", BinlogPosition("f.2", 400), [
-        {"source_database": "shop", "source_table": "orders"},
-        {"source_database": "shop", "source_table": "items", "recopying": {"reason": "DDL", "started": now}}],
+        PipelineTable("shop", "orders"), PipelineTable("shop", "items", recopying={"reason": "DDL", "started": now})],
         source_position=BinlogPosition("f.2", 900), source_time=now - 300, heartbeat=now - 20)
     got = {m.name.rsplit(".", 1)[0]: m.value for m in metrics.pipeline_gauges(state, now)}
     assert got == {"sync.pipeline.lag_seconds": 300, "sync.pipeline.checkpoint_age_seconds": 20,

@@ -87,13 +87,13 @@ def checkpoint_age(state, now: float | None = None) -> float | None:
 
 def recopies_running(state) -> list[str]:
     """The pipeline's tables being re-copied now (after a DDL or a failed verification)."""
-    return [f"{t['source_database']}.{t['source_table']}" for t in state.tables
-            if t.get("recopying") and not t.get("left")]
+    return [t.name for t in state.tables if t.recopying and t.streaming]
 
 
 def pipeline_gauges(state, now: float | None = None, measured_lag: float | None = None) -> list[Metric]:
     """A pipeline's state as gauges: lag (``measured_lag`` when a sensor measured it against the
-    source's position now), checkpoint age, re-copies under way, failed (1 or 0)."""
+    source's position now), checkpoint age, re-copies under way, failed (1 or 0: failed or
+    stopped, a stop that needs a remedy)."""
     tags = {"pipeline": state.pipeline}
     lag = measured_lag if measured_lag is not None else lag_seconds(state, now)
     age = checkpoint_age(state, now)
@@ -101,7 +101,7 @@ def pipeline_gauges(state, now: float | None = None, measured_lag: float | None 
     if age is not None:
         out.append(Metric(GAUGE, _name("pipeline", "checkpoint_age_seconds", state.pipeline), round(age, 3), tags))
     out.append(Metric(GAUGE, _name("pipeline", "recopies_running", state.pipeline), len(recopies_running(state)), tags))
-    out.append(Metric(GAUGE, _name("pipeline", "failed", state.pipeline), int(state.status == "failed"), tags))
+    out.append(Metric(GAUGE, _name("pipeline", "failed", state.pipeline), int(state.ended_badly), tags))
     return out
 
 

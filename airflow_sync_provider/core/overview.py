@@ -18,7 +18,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
-from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, Checkpoints, PipelineState
+from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, PIPELINE_STOPPED, Checkpoints, PipelineState
 from airflow_sync_provider.core.ledger import (
     LOAD_ABANDONED, LOAD_PUBLISHED, TASK_DIFF, TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, Ledger, LoadState,
     ShardState, TaskRef, counters_verdict, failing_shards,
@@ -122,7 +122,7 @@ class PipelineRow:
 
     @property
     def failing(self) -> bool:
-        return self.state.status == PIPELINE_FAILED or self.state.stale
+        return self.state.ended_badly or self.state.stale
 
     @property
     def behind(self) -> bool:
@@ -144,6 +144,9 @@ class PipelineRow:
 
     def remedy(self) -> tuple[str, str]:
         command = f"airflow-sync cdc apply --pipeline {shlex.quote(self.state.pipeline)}"
+        if self.state.status == PIPELINE_STOPPED:
+            return ("it stopped on something a rerun alone cannot fix (see the error): do what it says, then clear "
+                    "the task", command)
         if self.state.status == PIPELINE_FAILED:
             return (f"fix the cause, then clear the task: the pipeline replays from its checkpoint "
                     f"{self.state.checkpoint}", command)

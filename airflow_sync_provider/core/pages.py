@@ -102,7 +102,7 @@ def _attention(view: Overview, now: float) -> str:
             continue
         what, command = p.remedy()
         state = p.state
-        head = (f"failed at checkpoint {state.checkpoint}" if state.status == "failed" else
+        head = (f"{state.status} at checkpoint {state.checkpoint}" if state.ended_badly else
                 f"stopped reporting {ago(p.age)}" if state.stale else f"{p.lag:,.0f} s behind the source")
         items.append(
             f"<li class='{p.kind}' data-kind='pipeline'><b>{'✗' if p.failing else '⚠'} pipeline "
