@@ -25,6 +25,7 @@ import tempfile
 import time
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, PIPELINE_STOPPED, Checkpoints
+from airflow_sync_provider.core.cdc.servers import Server, reached, server_of, source_epoch
 from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
@@ -331,6 +332,7 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         reset=args.reset, service=service, verify=args.verify, verify_period=args.verify_every or args.verify_period,
                         verify_budget=args.verify_budget,
                         verify_after_ddl=not args.no_verify_after_ddl, change_selection=args.change_selection,
+                        on_binlog_lost=args.on_binlog_lost,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database)
 
@@ -397,14 +399,21 @@ def cmd_cdc_status(args) -> int:
         ch.close()
     status = state.to_dict() | {"counters": counters, "selection": selection}
     if args.mysql_url:  # lag against the source now, and whether the lease is held
-        with connect(MySQLEndpoint.from_url(args.mysql_url)) as conn:
-            now = current_position(conn)
-            status["lease_connection"] = lock_holder(conn, lock_name(args.ledger_database, args.pipeline))
-        behind = state.checkpoint is not None and state.checkpoint.key() < now.key()
-        status |= {"source_now": now.to_dict(), "caught_up": not behind,
-                   "lag_seconds": round(time.time() - state.source_time, 1) if behind and state.source_time else 0.0,
-                   "lag_bytes": (now.pos - state.checkpoint.pos if now.file == state.checkpoint.file else None)
-                   if behind else 0}
+        ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
+        try:
+            with connect(MySQLEndpoint.from_url(args.mysql_url)) as conn:
+                here = server_of(conn)
+                now = current_position(conn, epoch=source_epoch(conn, ch, args.ledger_database))
+                status["lease_connection"] = lock_holder(conn, lock_name(args.ledger_database, args.pipeline))
+        finally:
+            ch.close()
+        moved = bool(state.server) and Server.from_dict(state.server).key != here.key
+        behind = state.checkpoint is not None and not reached(state.checkpoint, now)
+        lag = round(time.time() - state.source_time, 1) if behind and state.source_time else (None if behind else 0.0)
+        status |= {"source_now": now.to_dict(), "source_server": here.to_dict(), "moved": moved,
+                   "caught_up": not behind, "lag_seconds": lag,
+                   "lag_bytes": (now.pos - state.checkpoint.pos if now.file == state.checkpoint.file
+                                 and now.epoch == state.checkpoint.epoch else None) if behind else 0}
     if args.json:
         print(json.dumps(status, indent=2, default=str))
         return 0
@@ -415,10 +424,18 @@ def cmd_cdc_status(args) -> int:
     if state.generation:
         print(f"lease generation {state.generation}, held by {state.holder}" if state.status == PIPELINE_RUNNING
               and not gone else f"last applier: {state.holder} (lease generation {state.generation})")
+    if state.server:
+        print(f"source server: {Server.from_dict(state.server)}, epoch {state.checkpoint.epoch if state.checkpoint else 0}")
     if "source_now" in status:
-        print(f"source now {now}; " + ("caught up" if status["caught_up"] else
-                                      f"behind by {status['lag_seconds']} s" + (f", {status['lag_bytes']:,} bytes"
-                                                                                if status["lag_bytes"] else "")))
+        if status["moved"]:
+            print(f"the source is now {here}: the next run resumes there by GTID (core/cdc/servers.py)")
+        elif state.ended_badly and not status["caught_up"]:  # no lag to speak of: nothing is applied
+            print(f"source now {now}; {state.status}: nothing is applied until it runs again "
+                  + (f"(last applied change {status['lag_seconds']} s old)" if status["lag_seconds"] else ""))
+        else:
+            print(f"source now {now}; " + ("caught up" if status["caught_up"] else
+                                          f"behind by {status['lag_seconds']} s" + (
+                                              f", {status['lag_bytes']:,} bytes" if status["lag_bytes"] else "")))
     if selection:
         print(f"tables selected by {json.dumps(selection)} (every run applies them; --change-selection replaces them)")
     if state.error:
@@ -578,6 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--driver-write-rows", type=int, default=500_000,
                              help="batches up to this many row changes are written by the driver (0: Spark tasks)")
         command.add_argument("--reset", action="store_true", help="forget the checkpoint; start from the loads again")
+        command.add_argument("--on-binlog-lost", choices=("recopy", "stop"), default="recopy",
+                             help="the binlog the checkpoint needs is gone: copy every table again beside a stream "
+                                  "restarted now (recopy), or stop")
         command.add_argument("--verify", action="store_true",
                              help="check every table against the source once (per-shard checksums), repair shards")
         command.add_argument("--verify-period", type=float, default=900.0, metavar="SECONDS",

@@ -170,56 +170,56 @@ class TcpProxy:
     ``127.0.0.1:target``. :meth:`switch` points it elsewhere and drops the connections it carries,
     as a virtual IP or a proxy moving to a promoted replica looks to a client (the old
     connections break; new ones reach the new server). A connection made while the target is
-    down is closed at once, as a dead address refuses it."""
+    down is closed at once, as a dead address refuses it.
+
+    It runs in a process of its own: in the test's process its threads would share the
+    interpreter with the job under test, and a busy job would stall the forwarding (a lease's
+    2-second ping, a pooled connection's wait) as no real proxy does."""
 
     def __init__(self, target: int, port: int | None = None):
-        import threading
+        import multiprocessing
 
         self.target = target
-        self._listener = socket.create_server(("127.0.0.1", port or 0), reuse_port=False)
-        self._listener.settimeout(0.2)
-        self.port = self._listener.getsockname()[1]
-        self._lock = threading.Lock()
-        self._pairs: set[tuple[socket.socket, socket.socket]] = set()
-        self._closed = False
-        self._thread = threading.Thread(target=self._accept, name=f"proxy:{self.port}", daemon=True)
-        self._thread.start()
+        self.port = port or free_port()
+        context = multiprocessing.get_context("spawn")
+        self._commands, ready = context.Queue(), context.Event()
+        self._process = context.Process(target=_proxy_main, args=(self.port, target, self._commands, ready),
+                                        daemon=True)
+        self._process.start()
+        if not ready.wait(30):
+            self._process.kill()
+            raise RuntimeError(f"the TCP proxy on port {self.port} did not start")
 
-    def _accept(self) -> None:
-        import threading
+    def switch(self, target: int) -> None:
+        """Forward new connections to ``target`` and break the ones to the old target."""
+        self.target = target
+        self._commands.put(("switch", target))
+        self._commands.put(("sync", None))
+        deadline = time.monotonic() + 10
+        while self._commands.qsize() and time.monotonic() < deadline:  # applied before this returns
+            time.sleep(0.05)
+        time.sleep(0.1)
 
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except (TimeoutError, socket.timeout):
-                continue
-            except OSError:
-                return  # closed
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            client.settimeout(None)
-            pair = (client, upstream)
-            with self._lock:
-                self._pairs.add(pair)
-            for src, dst in (pair, pair[::-1]):
-                threading.Thread(target=self._pump, args=(src, dst, pair), daemon=True).start()
+    def close(self) -> None:
+        self._commands.put(("close", None))
+        self._process.join(timeout=5)
+        if self._process.is_alive():
+            self._process.kill()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, pair) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            self._drop(pair)
 
-    def _drop(self, pair) -> None:
-        with self._lock:
-            self._pairs.discard(pair)
+def _proxy_main(port: int, target: int, commands, ready) -> None:
+    """The proxy's process: accept, pair each client with a connection to the target, pump both
+    ways; commands switch the target (dropping every pair) or close it."""
+    import queue
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", port), reuse_port=False, backlog=128)
+    listener.settimeout(0.1)
+    pairs, lock, state = set(), threading.Lock(), {"target": target}
+
+    def drop(pair):
+        with lock:
+            pairs.discard(pair)
         for sock in pair:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -227,24 +227,50 @@ class TcpProxy:
                 pass
             sock.close()
 
-    @property
-    def connections(self) -> int:
-        with self._lock:
-            return len(self._pairs)
+    def pump(src, dst, pair):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            drop(pair)
 
-    def switch(self, target: int) -> None:
-        """Forward new connections to ``target`` and break the ones to the old target."""
-        self.target = target
-        with self._lock:
-            pairs = list(self._pairs)
-        for pair in pairs:
-            self._drop(pair)
-
-    def close(self) -> None:
-        self._closed = True
-        self._listener.close()
-        self.switch(self.target)
-        self._thread.join(timeout=2)
+    ready.set()
+    while True:
+        try:
+            command, value = commands.get_nowait()
+        except queue.Empty:
+            command = None
+        if command == "close":
+            break
+        if command == "switch":
+            state["target"] = value
+            with lock:
+                current = list(pairs)
+            for pair in current:
+                drop(pair)
+        try:
+            client, _ = listener.accept()
+        except (TimeoutError, socket.timeout):
+            continue
+        try:
+            upstream = socket.create_connection(("127.0.0.1", state["target"]), timeout=5)
+        except OSError:
+            client.close()
+            continue
+        upstream.settimeout(None)
+        client.settimeout(None)
+        pair = (client, upstream)
+        with lock:
+            pairs.add(pair)
+        for src, dst in (pair, pair[::-1]):
+            threading.Thread(target=pump, args=(src, dst, pair), daemon=True).start()
+    listener.close()
+    with lock:
+        current = list(pairs)
+    for pair in current:
+        drop(pair)
 
 
 # both servers: GTID strict mode (an out-of-order or duplicate GTID is an error, not a fork) and

@@ -205,6 +205,10 @@ class CdcApplySpec:
     verify: bool = False
     verify_every: float = 0.0  # earlier name of verify_period (used when set)
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
+    # the binlog a checkpoint needs is gone (purged; a new server without that history): "recopy"
+    # restarts the stream at the source's position now and copies every table again beside it,
+    # "stop" stops the pipeline (every retry too) until it is re-bootstrapped
+    on_binlog_lost: str = "recopy"
     # a pipeline keeps the patterns it was first given (select) and applies them on every run; a
     # run giving other patterns is refused unless it says to change them
     change_selection: bool = False
@@ -220,6 +224,9 @@ class CdcApplySpec:
                              "driver_write_rows >= 0")
         if self.verify_every:
             self.verify_period = self.verify_every
+        if self.on_binlog_lost not in ("recopy", "stop"):
+            raise ValueError(f"pipeline {self.pipeline}: on_binlog_lost must be 'recopy' or 'stop', "
+                             f"not {self.on_binlog_lost!r}")
         if self.verify_period < 0 or not 0 < self.verify_budget <= 1:
             raise ValueError(f"pipeline {self.pipeline}: verify_period must be >= 0 seconds (0: only when due) and "
                              "verify_budget a fraction of one source core in (0, 1]")

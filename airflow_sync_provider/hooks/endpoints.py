@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from airflow_sync_provider.compat import AirflowException, BaseHook
 from airflow_sync_provider.core.cdc.checkpoints import check_position
-from airflow_sync_provider.core.cdc.positions import BinlogPosition
+from airflow_sync_provider.core.cdc.servers import as_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, check_counters
 from airflow_sync_provider.stats import watch_pipeline
@@ -46,10 +46,24 @@ class SyncEndpointsHook(BaseHook):
         (docs/metrics.md): from the worker on each poke, from the triggerer while deferred."""
         source = self.source() if max_lag_seconds is not None else None
         target = self.target()
-        verdict, message, summary = check_position(target, pipeline, BinlogPosition.from_dict(position),
-                                                   max_lag_seconds, source, ledger_database)
+        verdict, message, summary = check_position(target, pipeline, as_target(position), max_lag_seconds, source,
+                                                   ledger_database)
         watch_pipeline(target, pipeline, ledger_database, measured_lag=summary.get("lag_seconds"))
         return verdict, message, summary
+
+    def source_position(self, ledger_database: str = DEFAULT_LEDGER_DATABASE) -> dict:
+        """The source's binlog position now, with its GTID state and its server's epoch."""
+        from airflow_sync_provider.core.cdc.positions import current_position
+        from airflow_sync_provider.core.cdc.servers import source_epoch
+        from airflow_sync_provider.core.source.reader import connect
+        from airflow_sync_provider.core.target.clickhouse import client
+
+        ch = client(self.target())
+        try:
+            with connect(self.source()) as conn:
+                return current_position(conn, epoch=source_epoch(conn, ch, ledger_database)).to_dict()
+        finally:
+            ch.close()
 
     def shard_counters_check(self, load_key: str, ledger_database: str = DEFAULT_LEDGER_DATABASE
                              ) -> tuple[str, str, dict]:

@@ -41,6 +41,9 @@ class CdcApplyOperator(SparkJobOperator):
     :param verify_after_ddl: check a table at once after a DDL changed it (default on).
     :param change_selection: replace the patterns the pipeline keeps with ``select`` (else a run
         with other patterns than the pipeline's is refused).
+    :param on_binlog_lost: the binlog the checkpoint needs is gone (purged; a new server without
+        that history): ``"recopy"`` (default) restarts the stream at the source's position now and
+        copies every table again beside it; ``"stop"`` stops the pipeline, at every retry.
     :param reset: forget the checkpoint and start again from ``start_from_loads`` (after a
         re-bootstrap, e.g. when the checkpoint's binlog file was purged).
     """
@@ -53,7 +56,8 @@ class CdcApplyOperator(SparkJobOperator):
                  tables: list | None = None, select: dict | None = None, start_position: dict | None = None, stop_position: dict | None = None,
                  lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, driver_write_rows: int = 500_000,
                  reset: bool = False, verify: bool = False, verify_period: float = 900.0, verify_budget: float = 0.1,
-                 verify_after_ddl: bool = True, change_selection: bool = False, verify_every: float = 0.0,
+                 verify_after_ddl: bool = True, change_selection: bool = False, on_binlog_lost: str = "recopy",
+                 verify_every: float = 0.0,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
@@ -71,6 +75,7 @@ class CdcApplyOperator(SparkJobOperator):
         self.reset = reset
         self.verify, self.verify_period, self.verify_budget = verify, verify_every or verify_period, verify_budget
         self.verify_after_ddl, self.change_selection = verify_after_ddl, change_selection
+        self.on_binlog_lost = on_binlog_lost
         self.ledger_database = ledger_database
         named = tables if isinstance(tables, (list, tuple)) else []
         self.declare_assets([mysql_table(mysql_conn_id, *q) for t in named if (q := qualified(t))],
@@ -96,6 +101,7 @@ class CdcApplyOperator(SparkJobOperator):
                             driver_write_rows=self.driver_write_rows, reset=self.reset, verify=self.verify,
                             verify_period=self.verify_period, verify_budget=self.verify_budget,
                             verify_after_ddl=self.verify_after_ddl, change_selection=self.change_selection,
+                            on_binlog_lost=self.on_binlog_lost,
                             ledger_database=self.ledger_database)
 
     def summarize(self, result: dict) -> dict:

@@ -3,9 +3,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow_sync_provider.compat import AirflowFailException, BaseSensorOperator, PokeReturnValue
-from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
-from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.triggers.binlog_position import BinlogPositionTrigger
 
@@ -15,7 +13,9 @@ class BinlogPositionSensor(BaseSensorOperator):
     under a bound. Fails fast when the pipeline reports an error.
 
     :param pipeline: the pipeline (``CdcApplyOperator(pipeline=…)``).
-    :param position: ``{"file": …, "pos": …}`` to reach, e.g. from XCom
+    :param position: ``{"file": …, "pos": …}`` to reach (or a GTID state, ``"0-1-1043"`` on MariaDB,
+        ``"uuid:1-1043"`` on MySQL: reached when the checkpoint's GTID state includes it, on
+        whatever server the pipeline reads by then), e.g. from XCom
         (``{{ ti.xcom_pull('bootstrap')['end_position'] }}``). Neither it nor ``max_lag_seconds``:
         the source's current position, read at the first poke (MySQL ≥ 8.2 ``SHOW BINARY LOG
         STATUS``, older ``SHOW MASTER STATUS``, MariaDB ``SHOW BINLOG STATUS``).
@@ -47,8 +47,9 @@ class BinlogPositionSensor(BaseSensorOperator):
         stored = ti.xcom_pull(task_ids=self.task_id, key="target_position") if ti else None
         if stored:
             return stored
-        with connect(SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id).source()) as conn:
-            self.position = current_position(conn).to_dict()
+        # with the server's GTID state and epoch: reached across a failover too
+        self.position = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id).source_position(
+            self.ledger_database)
         if ti:
             ti.xcom_push(key="target_position", value=self.position)
         return self.position

@@ -24,12 +24,16 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc import ddl
-from airflow_sync_provider.core.cdc.binlog import TableRoute, preflight
+from airflow_sync_provider.core.cdc.binlog import BinlogLost, TableRoute, preflight
 from airflow_sync_provider.core.cdc.checkpoints import (
     PIPELINE_FAILED, PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_STOPPED, Checkpoints, PipelineState,
 )
 from airflow_sync_provider.core.cdc.lease import Lease, LeaseError
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
+from airflow_sync_provider.core.cdc.servers import (
+    GtidNotFound, Server, ServerEpochs, common_state, gtid_state, locate, missing_from, server_of, shared_history,
+    with_their_domains,
+)
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec
@@ -67,6 +71,8 @@ class Totals:
     recopied: list = field(default_factory=list)
     verified: list = field(default_factory=list)
     repaired_shards: int = 0
+    failover: dict = field(default_factory=dict)  # the source became another server: from, to, where
+    binlog_lost: dict = field(default_factory=dict)  # the binlog the checkpoint needed was gone: what it cost
 
 
 class PipelineRun:
@@ -87,13 +93,15 @@ class PipelineRun:
             self.previous.source_position if self.previous else None,
             self.previous.source_time if self.previous else 0.0,
             self.previous.events if self.previous and not spec.reset else 0,
-            generation=lease.generation, holder=lease.holder)
+            generation=lease.generation, holder=lease.holder,
+            server=self.previous.server if self.previous and not spec.reset else None)
         self.selection = self._selection()
         self.stream: Stream | None = None
         self.stop: BinlogPosition | None = None
         self.start: BinlogPosition | None = None
         self.totals = Totals()
         self.recopies = cdc_ddl.Recopies(self)
+        self.epochs = ServerEpochs(checkpoints)
         self.writing = threading.RLock()  # a DDL is followed, a copy swapped, while no verification looks
         self.verifier = cdc_verify.Verifier(self)
         self.stream_ended = False
@@ -148,8 +156,12 @@ class PipelineRun:
         spec, state = self.spec, self.state
         if self.selection != TableSelection.of(self.checkpoints.selection(spec.pipeline)):
             self.checkpoints.write_selection(spec.pipeline, self.selection.to_dict() if self.selection else None)
-        self.start, state.tables = self._start_and_tables()
-        state.checkpoint = self.start
+        with mysql_reader.connect(spec.source) as conn:
+            here = server_of(conn)
+            self.epochs.ensure()
+            epoch = self.epochs.epoch(here)  # registered when first seen
+            start, state.tables = self._start_and_tables(epoch)
+            self.start = state.checkpoint = self._on_server(conn, here, start, epoch)
         # a look at every table: asked for, or after a takeover (the last applier died running)
         if spec.verify or (self.previous is not None and self.previous.status == PIPELINE_RUNNING):
             for table in state.tables:
@@ -158,10 +170,18 @@ class PipelineRun:
         self.recopies.settle(state.tables)
         with mysql_reader.connect(spec.source) as conn:
             routes = cdc_ddl.open_routes(conn, self.ch, state.tables)
-            preflight(conn, self.start, spec.source.user)
-            self.stop = BinlogPosition.from_dict(spec.stop_position) or (None if spec.service
-                                                                         else current_position(conn))
+            try:
+                preflight(conn, self.start, spec.source.user)
+            except BinlogLost as lost:  # the binlog the checkpoint needs is gone
+                self.start = state.checkpoint = self._lost(conn, str(lost))
+            self.stop = BinlogPosition.from_dict(spec.stop_position) or (
+                None if spec.service else current_position(conn, epoch=self.epoch))
         self.stream = Stream(routes, state.tables, self.start)
+        if self.totals.binlog_lost:  # every table copied again beside the stream restarted at the source's now
+            for table in state.tables:
+                if table.streaming and self.recopies.start(routes, table, f"the binlog was lost: "
+                                                                          f"{self.totals.binlog_lost['why'][:300]}"):
+                    self.totals.recopied.append(table.name)
         state.source_position = self.stop
         self.checkpoints.write(state)
         self.log(f"{len(routes)} table(s) from {self.start} to {self.stop or 'until stopped'}, {spec.lanes} lane(s), "
@@ -203,7 +223,75 @@ class PipelineRun:
                               "start from full loads of them (start_from_loads=[load keys]) or give start_position "
                               "with tables")
 
-    def _start_and_tables(self) -> tuple[BinlogPosition, list[PipelineTable]]:
+    @property
+    def epoch(self) -> int:
+        """The source server's epoch (core/cdc/servers.py): the top byte of every version written."""
+        return self.state.checkpoint.epoch
+
+    def _on_server(self, conn, here: Server, start: BinlogPosition, epoch: int) -> BinlogPosition:
+        """The run's start on the server it reads: the checkpoint itself on the server it is a
+        position of; on another server (a failover) the checkpoint's GTID state found there."""
+        origin = Server.from_dict(self.state.server) or self.epochs.server_of_epoch(start.epoch) or here
+        self.state.server = here.to_dict()
+        if origin.key == here.key:  # the checkpoint's epoch is the server's (earlier releases: 0)
+            return dataclasses.replace(start, epoch=max(start.epoch, epoch))
+        return self._move(conn, origin, here, start)
+
+    def _move(self, conn, origin: Server, here: Server, start: BinlogPosition) -> BinlogPosition:
+        """Resume on another server with the same history (a promoted replica behind the same
+        address, or a connection pointed at it): find the checkpoint's GTID state in its binlog.
+        What the copy holds that the server never had (a replica promoted while behind) is
+        brought level by a look at every table; a history the server cannot serve (purged, or a
+        gap) is handled as a lost binlog."""
+        spec = self.spec
+        if not start.gtid:
+            raise BinlogError(f"pipeline {spec.pipeline!r}: its checkpoint {start} is a position on {origin}, and "
+                              f"the source is now {here}; the checkpoint carries no GTID state (written by an earlier "
+                              "release, or GTIDs are off), so its place in this server's binlog cannot be found. A "
+                              "retry stops here again: bootstrap the tables again (restart=True)")
+        epoch = self.epochs.register(here)  # above every server before: what is read from here out-ranks them
+        theirs = gtid_state(conn)
+        missing = missing_from(start.gtid, theirs, here.mariadb)
+        resume = with_their_domains(common_state(start.gtid, theirs, here.mariadb) if missing else start.gtid, theirs,
+                                    here.mariadb)
+        self.totals.failover = {"from": origin.to_dict(), "to": here.to_dict(), "checkpoint": start.to_dict(),
+                                "epoch": epoch, "missing": missing}
+        try:
+            position = locate(spec.source, resume, here.mariadb, spec.server_id + 50, epoch)
+        except GtidNotFound as exc:  # its history left ours (promoted while behind), or does not reach back
+            shared = shared_history(conn, start.gtid) if here.mariadb else None
+            if shared is None:
+                return self._lost(conn, f"{here} cannot serve the checkpoint's GTID state {resume!r} ({exc})", epoch)
+            missing = missing_from(start.gtid, shared, True)
+            self.totals.failover["missing"] = missing
+            position = locate(spec.source, with_their_domains(shared, theirs, True), True, spec.server_id + 50,
+                              epoch)
+        self.totals.failover["resumed_at"] = position.to_dict()
+        self.log(f"the source is now {here} (was {origin}): resuming at GTID {resume} = {position}"
+                 + (f"; it never had {missing}, which the copy holds: every table is looked at and brought level"
+                    if missing else ""))
+        if missing:
+            for table in self.state.tables:
+                if table.streaming:
+                    table.mark_due()
+        return position
+
+    def _lost(self, conn, why: str, epoch: int | None = None) -> BinlogPosition:
+        """The binlog the checkpoint needs is gone: with ``on_binlog_lost="recopy"`` (the default)
+        the stream restarts at the source's position now and every table is copied again beside it
+        (:meth:`_begin`); with ``"stop"`` the pipeline stops, at every retry."""
+        spec = self.spec
+        if spec.on_binlog_lost == "stop":
+            raise BinlogLost(f"pipeline {spec.pipeline!r}: {why}. A retry stops here again: let the pipeline copy "
+                             "its tables again beside the stream (on_binlog_lost='recopy', the default), or "
+                             "re-bootstrap them (restart=True)")
+        position = current_position(conn, epoch=self.epoch if epoch is None else epoch)
+        self.totals.binlog_lost = {"why": why, "checkpoint": self.state.checkpoint.to_dict(),
+                                   "restarted_at": position.to_dict()}
+        self.log(f"{why}: the stream restarts at {position} and every table is copied again beside it")
+        return position
+
+    def _start_and_tables(self, epoch: int) -> tuple[BinlogPosition, list[PipelineTable]]:
         """Where the run starts and the pipeline's tables: those of the checkpoint, as it knew
         them (the others join during the run)."""
         spec, previous = self.spec, self.previous
@@ -220,7 +308,7 @@ class PipelineRun:
             return previous.checkpoint, tables
         if not registrations:  # a new pipeline of patterns alone: its tables are copied beside the stream from now
             with mysql_reader.connect(spec.source) as conn:
-                return current_position(conn), []
+                return current_position(conn, epoch=epoch), []
         start = min((r.since for r in registrations), key=BinlogPosition.key)  # a new pipeline: all join now
         for registration in registrations:
             if not registration.joined:

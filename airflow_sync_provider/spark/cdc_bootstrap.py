@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows, streaming_problem
 from airflow_sync_provider.core.cdc.positions import (
@@ -119,9 +120,10 @@ class BootstrapCopy(ShardCopy):
             # the chunk's snapshot and its version: MariaDB's own position of the snapshot (read
             # inside the native SELECT), else the position taken before it (core/cdc/positions.py)
             native = native_sql is not None
+            epoch = BinlogPosition.from_dict(self.state.start_position).epoch  # the server's (core/cdc/servers.py)
             version = RowVersion(None if native and channel.kind.mariadb
-                                 else snapshot_position(channel.conn, channel.kind, self.fence).snapshot_version(),
-                                 holder)
+                                 else snapshot_position(channel.conn, channel.kind, self.fence, epoch).snapshot_version(),
+                                 holder, epoch=epoch)
             fetch = min(self.spec.batch_rows, self.chunk)
             if native:
                 batches = mysql_reader.read_chunk_native(
@@ -173,7 +175,7 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
     if state is not None and state.status != LOAD_PUBLISHED and not spec.restart:
         state.status, state.error = LOAD_RUNNING, ""
         return load, state, Plan.from_dict(state.plan)  # resume: same shards, chunks after their resume keys
-    start = current_position(conn)
+    start = current_position(conn, epoch=source_epoch(conn, checkpoints.ch, spec.ledger_database))
     if start is None:
         raise BinlogError(f"table {schema.qualified}: the source has no binlog (log_bin is OFF), so there are no "
                           "changes to catch up with after a bootstrap; copy it with FullLoadOperator instead")

@@ -139,7 +139,7 @@ class Recopies:
                     routes.pop(name, None)
                     table.leave(f"not found when its copy was to begin ({reason[:200]})")
                     return False
-                position = current_position(conn)
+                position = current_position(conn, epoch=self.run.epoch)
                 if copied_schema(conn, table.copy_spec()) == before:
                     break
             else:

@@ -117,8 +117,8 @@ class Snapshot:
     second connection for definitions (``pconn``). Reused from look to look: :meth:`open` starts
     a new one."""
 
-    def __init__(self, spec: CdcApplySpec):
-        self.spec, self.position, self.began = spec, None, 0.0
+    def __init__(self, spec: CdcApplySpec, epoch: int = 0):
+        self.spec, self.position, self.began, self.epoch = spec, None, 0.0, epoch
         self.pconn = mysql_reader.connect(spec.source)
         self.sconn = mysql_reader.stream_connect(spec.source)
 
@@ -128,7 +128,7 @@ class Snapshot:
             before = [self._schema(t) for t in tables]
             self.sconn.rollback()
             self.began = time.time()
-            self.position = snapshot_position(self.sconn)
+            self.position = snapshot_position(self.sconn, epoch=self.epoch)
             if [self._schema(t) for t in tables] == before:
                 return before
         raise TransientBinlogError(f"pipeline {self.spec.pipeline!r}: table definitions kept changing while a "
@@ -405,7 +405,7 @@ class Verifier:
                     self.stop.wait(SCHEDULE_TICK)
                     continue
                 try:
-                    snapshot = snapshot or Snapshot(self.spec)
+                    snapshot = snapshot or Snapshot(self.spec, self.run.epoch)
                     for look in self.look(snapshot, work, self._wait):
                         self.outcomes.put(look)
                     failures = 0
@@ -526,7 +526,7 @@ class Verifier:
                     work += [(name, s) for s in self.checks[name].slices[current.next:]]
             if not work:
                 return
-            snapshot = Snapshot(self.spec)
+            snapshot = Snapshot(self.spec, self.run.epoch)
             try:
                 for look in self.look(snapshot, work, self.run.follow_to):
                     self.record(look)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.positions import position_if_readable
+from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
@@ -549,7 +550,7 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
             weights = read_weights(conn, column, cut_points(plan))
             width = weight_width(ch, database, name) if weights.space is not None else 0
         predicates = dict(zip((s.id for s in plan.shards), target_predicates(plan, column, weights, None, width or 0)))
-        position = position_if_readable(conn, table)
+        position = position_if_readable(conn, table, source_epoch(conn, ch, spec.ledger_database))
         first = mappings[keys[0]].source
         key_position = first.data_type in _INTEGER_TYPES and not first.nullable
         if key_position:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 
-from airflow_sync_provider.core.cdc.positions import flavor, position_if_readable, snapshot_position
+from airflow_sync_provider.core.cdc.positions import BinlogPosition, flavor, position_if_readable, snapshot_position
+from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
     LOAD_ABANDONED, LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState,
@@ -122,7 +123,7 @@ class FullLoadCopy(ShardCopy):
         """mysqlclient, its snapshot's position read on the same connection."""
         conn = mysql_reader.stream_connect(self.spec.source)
         try:
-            record.version = (snapshot_position(conn).snapshot_version(repair=bool(self.state.repair))
+            record.version = (snapshot_position(conn, epoch=self.epoch).snapshot_version(repair=bool(self.state.repair))
                               if self.state.start_position else self.state.version)
             batches = mysql_reader.read_shard(conn, self.plan, self.copy.mappings, shard,
                                               channel.throttle.chunk_rows(self.spec.batch_rows), self.copy.text_sql,
@@ -136,14 +137,20 @@ class FullLoadCopy(ShardCopy):
         repair, holder, version = bool(self.state.repair), {}, self.state.version
         if self.state.start_position and not self.copy.mariadb:
             with mysql_reader.connect(self.spec.source) as conn:
-                version = snapshot_position(conn).snapshot_version(repair=repair)
+                version = snapshot_position(conn, epoch=self.epoch).snapshot_version(repair=repair)
         snapshot = bool(self.state.start_position) and self.copy.mariadb
         if not snapshot:
             record.version = version
         batches = mysql_reader.read_shard_native(self.spec.source, self.plan, self.copy.mappings, shard,
                                                  channel.throttle.chunk_rows(self.spec.batch_rows), self.copy.native_sql,
                                                  self.copy.weight is not None, snapshot, holder)
-        self.write(channel, inserts, shard, batches, RowVersion(None if snapshot else version, holder, repair), record)
+        self.write(channel, inserts, shard, batches, RowVersion(None if snapshot else version, holder, repair, self.epoch),
+                   record)
+
+    @property
+    def epoch(self) -> int:
+        """The source server's epoch (core/cdc/servers.py), taken with the load's start position."""
+        return BinlogPosition.from_dict(self.state.start_position).epoch if self.state.start_position else 0
 
     def clear(self, channel: Channel, shard: Shard) -> None:
         """Remove what earlier attempts of ``shard`` wrote to the working table."""
@@ -163,7 +170,8 @@ def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
     everything the target table holds: snapshot writers still outrank older copies, but the
     copy cannot be a starting point for CDC."""
     with mysql_reader.connect(spec.source) as conn:
-        position = position_if_readable(conn, f"{spec.source_database}.{spec.source_table}")
+        position = position_if_readable(conn, f"{spec.source_database}.{spec.source_table}",
+                                        source_epoch(conn, ch, spec.ledger_database))
     if position is not None:
         return position.to_dict(), 0
     top = 0

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.positions import snapshot_version
+from airflow_sync_provider.core.cdc.positions import EPOCH_SHIFT, snapshot_version
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import (
@@ -70,12 +70,12 @@ class RowVersion:
     load's own version without a binlog), or MariaDB's own snapshot position, which the native
     reader puts in ``holder["snapshot"]`` before its first batch (core/cdc/positions.py)."""
 
-    def __init__(self, value: int | None, holder: dict, repair: bool = False):
-        self.value, self.holder, self.repair = value, holder, repair
+    def __init__(self, value: int | None, holder: dict, repair: bool = False, epoch: int = 0):
+        self.value, self.holder, self.repair, self.epoch = value, holder, repair, epoch
 
     def get(self) -> int:
-        if self.value is None:
-            self.value = snapshot_version(self.holder["snapshot"], self.repair)
+        if self.value is None:  # MariaDB's snapshot position as one number, of the server's epoch
+            self.value = snapshot_version(self.holder["snapshot"] | self.epoch << EPOCH_SHIFT, self.repair)
         return self.value
 
 

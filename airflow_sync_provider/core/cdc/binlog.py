@@ -29,7 +29,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication import row_event as _row_event
 from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import (
-    HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent,
+    GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -38,6 +38,7 @@ from airflow_sync_provider.core.cdc.positions import (
     BinlogError, BinlogPosition, ValueRefused, event_version, file_seq,
 )
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
+from airflow_sync_provider.core.cdc.servers import GtidState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.schema import TableSchema
@@ -90,6 +91,10 @@ def _read_time2(self, column):
 _row_event.RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
 _row_event.RowsEvent._RowsEvent__read_date = _read_date_or_null
 _row_event.RowsEvent._RowsEvent__read_time2 = _read_time2
+
+class BinlogLost(BinlogError):
+    """The binlog a checkpoint needs is no longer on the source (purged)."""
+
 
 # --- row changes → versioned target rows ---
 
@@ -216,17 +221,18 @@ class BinlogReader:
             connection_settings=settings, server_id=server_id, resume_stream=True, log_file=start.file,
             log_pos=start.pos, blocking=blocking, slave_heartbeat=1 if blocking else None,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
-                         MariadbGtidEvent, HeartbeatLogEvent],
+                         MariadbGtidEvent, GtidEvent, HeartbeatLogEvent],
             only_schemas=sorted({r.schema.database for r in routes.values()}), freeze_schema=True,
             followed=lambda: self.routes)
-        self.gtid = start.gtid
+        self.epoch = start.epoch  # the server's (core/cdc/servers.py): every version read here carries it
+        self.gtids = GtidState(start.gtid)  # the server's GTID state as the stream passes transactions
         self._pending: list = []  # the open transaction's row changes
 
     def close(self):
         self.stream.close()
 
     def _here(self) -> BinlogPosition:
-        return BinlogPosition(self.stream.log_file, self.stream.log_pos, self.gtid)
+        return BinlogPosition(self.stream.log_file, self.stream.log_pos, self.gtids.text(), self.epoch)
 
     def read(self, stop: BinlogPosition | None, max_events: int, max_seconds: float) -> Batch:
         """The next batch: complete transactions until ``max_events`` row changes or
@@ -235,7 +241,9 @@ class BinlogReader:
         deadline = time.monotonic() + max_seconds
         for event in iter(self.stream.fetchone, None):
             if isinstance(event, MariadbGtidEvent):
-                self.gtid = event.gtid
+                self.gtids.add(event.gtid, mariadb=True)
+            elif isinstance(event, GtidEvent):
+                self.gtids.add(event.gtid, mariadb=False)
             elif isinstance(event, RotateEvent):
                 # Table ids are the server's until it restarts, and a restart begins a new file:
                 # forget them (with freeze_schema the library would keep a table map whose id a
@@ -278,17 +286,17 @@ class BinlogReader:
         parsed = ddl.parse(statement, schema)
         if parsed is not None and (self.watched.intersection(parsed.tables) or (
                 self.selection is not None and any(self.selection.matches(t) for t in parsed.tables))):
-            batch.ddl = (statement, schema, BinlogPosition(self.stream.log_file, self.stream.log_pos),
+            batch.ddl = (statement, schema, self._here(),
                          float(event.timestamp))
         return True
 
     def _changes(self, event, route: TableRoute):
         start = self.stream.log_pos - event.event_size  # the event's first byte
-        if event_version(self.stream.log_file, start) < route.skip_before:
+        if event_version(self.stream.log_file, start, 0, self.epoch) < route.skip_before:
             return  # a re-copy of the table from a later position covers it
         route.check_shape(tuple(c.name for c in event.columns), f"binlog {self.stream.log_file}:{start}")
         for index, change in enumerate(event.rows):
-            version = event_version(self.stream.log_file, start, index)
+            version = event_version(self.stream.log_file, start, index, self.epoch)
             if isinstance(event, UpdateRowsEvent):
                 before = route.row(change["before_values"], change.get("before_none_sources"))
                 after = route.row(change["after_values"], change.get("after_none_sources"))
@@ -355,7 +363,7 @@ def backlog_events(endpoint: MySQLEndpoint, start: BinlogPosition, stop: BinlogP
             for file in [f for f in files if start.seq <= file_seq(f) <= stop.seq]:
                 cur.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, start.pos if file == start.file else 4))
                 for name, pos, kind, _server, end_pos, info in cur.fetchall():
-                    if (file_seq(name.decode()), pos) >= stop.key():
+                    if (stop.epoch, file_seq(name.decode()), pos) >= stop.key():
                         return
                     yield file, pos, kind.decode(), end_pos, (info or b"").decode(errors="replace")
     finally:
@@ -383,7 +391,7 @@ def preflight(conn, start: BinlogPosition | None, user: str = "") -> list[str]:
                               "REPLICATION CLIENT (MySQL) or BINLOG MONITOR (MariaDB)") from exc
     check_compression(conn)
     if start is not None and start.file not in files:
-        raise BinlogError(f"the binlog file {start.file} holding the checkpoint {start} was purged from the source "
+        raise BinlogLost(f"the binlog file {start.file} holding the checkpoint {start} was purged from the source "
                           f"(it has {files[0] if files else 'none'} … {files[-1] if files else ''}): the changes "
                           "since then are gone. Re-bootstrap: run a fresh full load of the tables and start the "
                           "pipeline again from it (start_from_loads=[...], reset=True)")

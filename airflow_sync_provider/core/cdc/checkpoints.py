@@ -60,6 +60,7 @@ class PipelineState:
     heartbeat: float = 0.0
     generation: int = 0  # the lease's (core/cdc/lease.py) under which the row was written
     holder: str = ""  # the applier holding that lease: host, pid, source connection
+    server: dict | None = None  # the server the checkpoint is a position on (core/cdc/servers.Server)
 
     @property
     def stale(self) -> bool:
@@ -111,13 +112,14 @@ class PipelineState:
                 "verification": self.verification(), "error": self.error,
                 "source_position": self.source_position.to_dict() if self.source_position else None,
                 "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat,
-                "generation": self.generation, "holder": self.holder}
+                "generation": self.generation, "holder": self.holder, "server": self.server,
+                "epoch": self.checkpoint.epoch if self.checkpoint else 0}
 
 
 _STATE = (
     ("pipeline", "String"), ("generation", "UInt64"), ("holder", "String"), ("status", "LowCardinality(String)"),
     ("checkpoint", "String"), ("tables", "String"), ("error", "String"), ("source_position", "String"),
-    ("source_time", "Float64"), ("events", "UInt64"), ("updated_at", _TIME),
+    ("source_time", "Float64"), ("events", "UInt64"), ("updated_at", _TIME), ("server", "String"),
 )
 _COUNTERS = (
     ("pipeline", "String"), ("source_table", "String"), ("minute", "DateTime('UTC')"), ("events", "UInt64"),
@@ -145,7 +147,7 @@ class Checkpoints(LedgerTables):
         # earlier releases kept one row per pipeline in cdc_pipelines (no generations): carry
         # their states over as generation 0 (two processes doing this at once insert equal rows)
         if "cdc_state" in created and int(self.ch.command(f"EXISTS TABLE {self.table('cdc_pipelines')}")):
-            names = ", ".join(n for n, _ in _STATE if n not in ("generation", "holder"))
+            names = ", ".join(n for n, _ in _STATE if n not in ("generation", "holder", "server"))
             self.ch.command(f"INSERT INTO {self.table('cdc_state')} ({names}, generation, holder) "
                             f"SELECT {names}, 0, '' FROM {self.table('cdc_pipelines')} FINAL")
 
@@ -162,22 +164,22 @@ class Checkpoints(LedgerTables):
             json.dumps(state.checkpoint.to_dict()) if state.checkpoint else "",
             json.dumps([t.to_dict() for t in state.tables]),
             state.error[:4000], json.dumps(state.source_position.to_dict()) if state.source_position else "",
-            state.source_time, state.events, _ts(state.heartbeat),
+            state.source_time, state.events, _ts(state.heartbeat), json.dumps(state.server) if state.server else "",
         ]], _STATE)
 
     def state(self, pipeline: str) -> PipelineState | None:
         """The newest row of the highest generation (an older generation's applier has lost its lease)."""
         rows = self.ch.query(
             f"SELECT status, checkpoint, tables, error, source_position, source_time, events, toFloat64(updated_at),"
-            f" generation, holder FROM {self.table('cdc_state')} FINAL WHERE pipeline = {{p:String}}"
+            f" generation, holder, server FROM {self.table('cdc_state')} FINAL WHERE pipeline = {{p:String}}"
             f" ORDER BY generation DESC LIMIT 1", parameters={"p": pipeline}).result_rows
         if not rows:
             return None
-        status, checkpoint, tables, error, source, source_time, events, heartbeat, generation, holder = rows[0]
+        status, checkpoint, tables, error, source, source_time, events, heartbeat, generation, holder, server = rows[0]
         return PipelineState(pipeline, status, BinlogPosition.from_dict(json.loads(checkpoint) if checkpoint else None),
                              [PipelineTable.from_dict(t) for t in json.loads(tables)], error,
                              BinlogPosition.from_dict(json.loads(source) if source else None), source_time, events,
-                             heartbeat, generation, holder)
+                             heartbeat, generation, holder, json.loads(server) if server else None)
 
     def pipelines(self) -> list[str]:
         """Every pipeline that has a state, by name."""
@@ -276,15 +278,17 @@ class Checkpoints(LedgerTables):
                  "rows_written": w, "rows_failed": f} for t, m, e, w, f in result.result_rows]
 
 
-def check_position(target_endpoint, pipeline: str, position: BinlogPosition | None = None,
+def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | str | None" = None,
                    max_lag_seconds: float | None = None, source_endpoint=None,
                    database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
     """('success' | 'wait' | 'failed', message, summary) — the binlog position sensor's decision.
 
-    Success when the pipeline's checkpoint has reached ``position``, or (``max_lag_seconds``)
-    when it is at the source's current position or its last applied change is at most that
-    old. Failed when the pipeline reports an error (its last run failed): re-run it first.
+    Success when the pipeline's checkpoint has reached ``position`` (a position, or a GTID state;
+    across a failover, core/cdc/servers.reached), or (``max_lag_seconds``) when it is at the
+    source's current position or its last applied change is at most that old. Failed when the
+    pipeline reports an error (its last run failed or stopped).
     """
+    from airflow_sync_provider.core.cdc.servers import Server, reached as has_reached, server_of, source_epoch
     from airflow_sync_provider.core.source import reader as mysql_reader
     from airflow_sync_provider.core.target import clickhouse as clickhouse_target
     from airflow_sync_provider.core.cdc.positions import current_position
@@ -297,11 +301,13 @@ def check_position(target_endpoint, pipeline: str, position: BinlogPosition | No
         reached = ledger.position(pipeline)
     finally:
         ch.close()
-    summary = {"pipeline": pipeline, "target_position": position.to_dict() if position else None}
+    summary = {"pipeline": pipeline,
+               "target_position": position if isinstance(position, str) else position.to_dict() if position else None}
     if state is None or reached is None:
         return "wait", f"pipeline {pipeline!r} has no checkpoint yet", summary
     summary |= {"checkpoint": reached.to_dict(), "status": state.status, "events": state.events,
-                "generation": state.generation, "holder": state.holder,
+                "generation": state.generation, "holder": state.holder, "server": state.server,
+                "epoch": reached.epoch,
                 "verification": {k: v for k, v in state.verification().items() if k != "tables"}}
     if state.status == PIPELINE_STOPPED:
         return "failed", f"pipeline {pipeline!r} is stopped at checkpoint {state.checkpoint}: {state.error}", summary
@@ -309,13 +315,22 @@ def check_position(target_endpoint, pipeline: str, position: BinlogPosition | No
         return "failed", (f"pipeline {pipeline!r} failed at checkpoint {state.checkpoint}: {state.error} — fix the "
                           "cause and run it again (it replays from the checkpoint)"), summary
     if position is not None:
-        if reached.key() >= position.key():
+        if has_reached(reached, position):
             return "success", (f"pipeline {pipeline!r} reached {position} (checkpoint {reached}); "
                                f"{state.verification_line()}"), summary
         return "wait", f"pipeline {pipeline!r} at {reached}, waiting for {position}", summary
-    with mysql_reader.connect(source_endpoint) as conn:
-        now = current_position(conn)
-    lag = 0.0 if reached.key() >= now.key() else max(0.0, time.time() - state.source_time)
+    ch = clickhouse_target.client(target_endpoint)
+    try:
+        with mysql_reader.connect(source_endpoint) as conn:
+            here = server_of(conn)
+            now = current_position(conn, epoch=source_epoch(conn, ch, database))
+    finally:
+        ch.close()
+    if state.server and Server.from_dict(state.server).key != here.key:
+        summary |= {"source_position": now.to_dict(), "lag_seconds": None}
+        return "wait", (f"pipeline {pipeline!r}: the source is now {here}, its checkpoint {reached} is a position on "
+                        f"{Server.from_dict(state.server)}; its next run resumes on the new server"), summary
+    lag = 0.0 if has_reached(reached, now) else max(0.0, time.time() - state.source_time)
     summary |= {"source_position": now.to_dict(), "lag_seconds": round(lag, 3)}
     if lag <= (max_lag_seconds or 0.0):
         return "success", (f"pipeline {pipeline!r} lags {lag:.1f} s (bound {max_lag_seconds} s); "

@@ -2,7 +2,8 @@
 
 **Versions.** Every writer to a target table ranks its rows by the source's binlog order:
 
-* a row change from the binlog gets ``(file_seq << 32 | event_start) + row_index``. A rows
+* a row change from the binlog gets ``(epoch << 56 | file_seq << 32 | event_start) + row_index``
+  (the epoch: the server's, core/cdc/servers.py; 0 for the first server a ledger sees). A rows
   event of n rows is longer than n bytes (every row image has at least a null bitmap), so
   ``event_start + row_index`` stays below the next event's start: versions increase strictly
   along the binlog, across events, transactions, file rotations (``file_seq`` is the number in
@@ -15,8 +16,10 @@
 * a source without a binlog (full loads only, no CDC) has no order to follow: a load takes
   one more than the highest version the target holds.
 
-Versions are only comparable on one server's binlog: after a failover to another server (its
-own file numbers and offsets) the copy must be re-bootstrapped (a fresh full load).
+Coordinates are one server's: after a failover another server's file numbers and offsets
+continue none of them. So every server gets an **epoch** (core/cdc/servers.py), one above every
+server seen before, in the version's top byte: whatever is read from a new server out-ranks
+everything read from the old one. File numbers must stay below 2**24 (16,777,216).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ SCHEME = "binlog-v1"  # marks target tables whose _version follows this module
 # repair's (one above, so a repair outranks the copy it repairs)
 SNAPSHOT_OFFSET, REPAIR_OFFSET = 2, 1
 _FILE = re.compile(r"^(.*)\.(\d+)$")
+EPOCH_SHIFT, MAX_FILE_SEQ = 56, 1 << 24  # the epoch is the version's top byte
 
 
 class BinlogError(RuntimeError):
@@ -53,16 +57,21 @@ class ValueRefused(BinlogError, ValueError):
 @dataclass(frozen=True, order=True)
 class BinlogPosition:
     """A point between two events of one server's binlog: ``file`` and the byte offset ``pos``
-    of the next event; ``gtid`` is the server's GTID state there when known (informative)."""
+    of the next event; ``gtid``: the server's GTID state there (how another server with the same
+    history finds this point, core/cdc/servers.locate); ``epoch``: the server's
+    (core/cdc/servers.py), the versions' top byte."""
 
     file: str
     pos: int
     gtid: str = ""
+    epoch: int = 0
 
     def __post_init__(self):
         file_seq(self.file)
         if not 4 <= self.pos < 2 ** 32:
             raise ValueError(f"binlog position {self.pos} out of range in {self.file}")
+        if not 0 <= self.epoch < 256:
+            raise ValueError(f"epoch {self.epoch} out of range (0..255)")
 
     @property
     def seq(self) -> int:
@@ -70,20 +79,22 @@ class BinlogPosition:
 
     def version(self) -> int:
         """The version of the first row change at or after this position."""
-        return event_version(self.file, self.pos)
+        return event_version(self.file, self.pos, 0, self.epoch)
 
     def snapshot_version(self, repair: bool = False) -> int:
         """The version of a snapshot read that saw exactly the changes before this position."""
         return snapshot_version(self.version(), repair)
 
-    def key(self) -> tuple[int, int]:
-        return self.seq, self.pos
+    def key(self) -> tuple[int, int, int]:
+        """Order along the pipeline's binlog history: a later epoch (another server) comes after."""
+        return self.epoch, self.seq, self.pos
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.pos}" + (f" (gtid {self.gtid})" if self.gtid else "")
+        return (f"{self.file}:{self.pos}" + (f" (gtid {self.gtid})" if self.gtid else "")
+                + (f" [epoch {self.epoch}]" if self.epoch else ""))
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "pos": self.pos, "gtid": self.gtid}
+        return {"file": self.file, "pos": self.pos, "gtid": self.gtid, "epoch": self.epoch}
 
     @classmethod
     def from_dict(cls, data: dict | str | None) -> "BinlogPosition | None":
@@ -95,18 +106,21 @@ class BinlogPosition:
                 return cls.from_dict(ast.literal_eval(data.strip()))
             file, _, pos = data.strip().rpartition(":")
             return cls(file, int(pos)) if file else None
-        return cls(data["file"], int(data["pos"]), data.get("gtid") or "") if data else None
+        return cls(data["file"], int(data["pos"]), data.get("gtid") or "", int(data.get("epoch") or 0)) if data else None
 
 
 def file_seq(name: str) -> int:
     match = _FILE.match(name or "")
-    if not match or int(match.group(2)) >= 2 ** 32:
+    if not match:
         raise ValueError(f"not a binlog file name: {name!r} (expected <base>.<number>)")
+    if int(match.group(2)) >= MAX_FILE_SEQ:
+        raise ValueError(f"binlog file {name!r}: numbers from {MAX_FILE_SEQ} on do not fit the versions "
+                         "(core/cdc/positions.py); reset the server's binlog numbering (RESET MASTER) and reload")
     return int(match.group(2))
 
 
-def event_version(file: str, event_start: int, row_index: int = 0) -> int:
-    return (file_seq(file) << 32 | event_start) + row_index
+def event_version(file: str, event_start: int, row_index: int = 0, epoch: int = 0) -> int:
+    return (epoch << EPOCH_SHIFT | file_seq(file) << 32 | event_start) + row_index
 
 
 def snapshot_version(position_version: int, repair: bool = False) -> int:
@@ -115,9 +129,9 @@ def snapshot_version(position_version: int, repair: bool = False) -> int:
     return position_version - (REPAIR_OFFSET if repair else SNAPSHOT_OFFSET)
 
 
-def version_position(version: int) -> tuple[int, int]:
-    """(file_seq, offset) a version came from (for messages and status)."""
-    return version >> 32, version & 0xFFFFFFFF
+def version_position(version: int) -> tuple[int, int, int]:
+    """(epoch, file_seq, offset) a version came from (for messages and status)."""
+    return version >> EPOCH_SHIFT, (version >> 32) & (MAX_FILE_SEQ - 1), version & 0xFFFFFFFF
 
 
 # --- the source's flavour and its status statements ---
@@ -151,9 +165,9 @@ def flavor(conn) -> Flavor:
         return Flavor.parse(cur.fetchone()[0])
 
 
-def current_position(conn, kind: Flavor | None = None) -> BinlogPosition | None:
-    """The source's binlog position now (None when the binlog is off). The GTID state is read
-    first, so it never claims more than the file/position does."""
+def current_position(conn, kind: Flavor | None = None, epoch: int = 0) -> BinlogPosition | None:
+    """The source's binlog position now (None when the binlog is off), of a server of ``epoch``.
+    The GTID state is read first, so it never claims more than the file/position does."""
     kind = kind or flavor(conn)
     with conn.cursor() as cur:
         cur.execute(kind.gtid_statement())
@@ -162,14 +176,14 @@ def current_position(conn, kind: Flavor | None = None) -> BinlogPosition | None:
         row = cur.fetchone()
     if not row:
         return None
-    return BinlogPosition(row[0], int(row[1]), str(gtid).replace("\n", ""))
+    return BinlogPosition(row[0], int(row[1]), str(gtid).replace("\n", ""), epoch)
 
 
-def position_if_readable(conn, table: str) -> BinlogPosition | None:
+def position_if_readable(conn, table: str, epoch: int = 0) -> BinlogPosition | None:
     """:func:`current_position`, or None (with a note naming ``table``) when the source has no
     binlog or the user may not see it: snapshot writers then version above the target's rows."""
     try:
-        position = current_position(conn)
+        position = current_position(conn, epoch=epoch)
     except Exception as exc:  # e.g. no REPLICATION CLIENT / BINLOG MONITOR privilege
         print(f"[airflow-sync] table {table}: binlog position unavailable ({type(exc).__name__}: {exc})", flush=True)
         return None
@@ -179,7 +193,8 @@ def position_if_readable(conn, table: str) -> BinlogPosition | None:
     return position
 
 
-def snapshot_position(conn, kind: Flavor | None = None, fence: str | None = None) -> BinlogPosition | None:
+def snapshot_position(conn, kind: Flavor | None = None, fence: str | None = None,
+                      epoch: int = 0) -> BinlogPosition | None:
     """Open a consistent-snapshot transaction on ``conn`` and return a binlog position P such that
     the snapshot sees every change before P (changes after P may or may not be visible: they
     outrank the snapshot's rows, so either way the newest value wins).
@@ -196,7 +211,7 @@ def snapshot_position(conn, kind: Flavor | None = None, fence: str | None = None
     docs/cdc-bootstrap.md says so.
     """
     kind = kind or flavor(conn)
-    before = None if kind.mariadb else current_position(conn, kind)
+    before = None if kind.mariadb else current_position(conn, kind, epoch)
     with conn.cursor() as cur:
         if fence and not kind.mariadb:
             cur.execute(f"INSERT INTO {fence} (id, at) VALUES (1, NOW(6)) ON DUPLICATE KEY UPDATE at = NOW(6)")
@@ -209,7 +224,7 @@ def snapshot_position(conn, kind: Flavor | None = None, fence: str | None = None
     name, pos = status.get("binlog_snapshot_file"), status.get("binlog_snapshot_position")
     if not name:
         raise BinlogError("the source reports no binlog snapshot position (binlog off?)")
-    return BinlogPosition(name, int(pos))
+    return BinlogPosition(name, int(pos), epoch=epoch)
 
 
 def ensure_fence(conn, table: str) -> None:

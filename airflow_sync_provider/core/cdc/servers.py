@@ -89,16 +89,31 @@ def mariadb_text(state: dict[int, tuple[int, int]]) -> str:
     return ",".join(f"{d}-{s}-{n}" for d, (s, n) in sorted(state.items()))
 
 
-def advance_state(state: str, gtid: str, mariadb: bool) -> str:
-    """The GTID state after a transaction with ``gtid`` (what a reader carries from event to event)."""
-    if mariadb:
-        domains = mariadb_state(state)
-        domain, server, seq = map(int, _MARIADB_GTID.match(gtid).groups())
-        domains[domain] = (server, seq)
-        return mariadb_text(domains)
-    from pymysqlreplication.gtid import Gtid, GtidSet
+class GtidState:
+    """A GTID state kept up to date transaction by transaction (a reader's, cheap per event):
+    MariaDB's last GTID per domain, or MySQL's executed set."""
 
-    return str(GtidSet(state or None) + Gtid(gtid)) if state else str(GtidSet(gtid))
+    def __init__(self, text: str = ""):
+        self._text, self._domains, self._set = text or "", None, None
+
+    def add(self, gtid: str, mariadb: bool) -> None:
+        if mariadb:
+            if self._domains is None:
+                self._domains = mariadb_state(self._text)
+            domain, server, seq = map(int, _MARIADB_GTID.match(gtid).groups())
+            self._domains[domain] = (server, seq)
+        else:
+            from pymysqlreplication.gtid import Gtid, GtidSet
+
+            if self._set is None:
+                self._set = GtidSet(self._text or None)
+            self._set = self._set + Gtid(gtid)
+        self._text = None
+
+    def text(self) -> str:
+        if self._text is None:
+            self._text = mariadb_text(self._domains) if self._domains is not None else str(self._set)
+        return self._text
 
 
 def missing_from(ours: str, theirs: str, mariadb: bool) -> str:
@@ -107,10 +122,7 @@ def missing_from(ours: str, theirs: str, mariadb: bool) -> str:
     if mariadb:
         a, b = mariadb_state(ours), mariadb_state(theirs)
         return mariadb_text({d: v for d, v in a.items() if v[1] > b.get(d, (0, 0))[1]})
-    from pymysqlreplication.gtid import GtidSet
-
-    mine, server = GtidSet(ours or None), GtidSet(theirs or None)
-    return "" if mine <= server else str(_difference(mine, server))
+    return _mysql_minus(ours, theirs)
 
 
 def common_state(ours: str, theirs: str, mariadb: bool) -> str:
@@ -119,43 +131,60 @@ def common_state(ours: str, theirs: str, mariadb: bool) -> str:
     if mariadb:
         a, b = mariadb_state(ours), mariadb_state(theirs)
         return mariadb_text({d: v if v[1] <= b.get(d, (0, 0))[1] else b[d] for d, v in a.items() if d in b})
+    return _mysql_minus(ours, _mysql_minus(ours, theirs))
+
+
+def _mysql_minus(a: str, b: str) -> str:
+    """MySQL GTID sets: ``a`` without ``b``."""
     from pymysqlreplication.gtid import GtidSet
 
-    mine, server = GtidSet(ours or None), GtidSet(theirs or None)
-    return str(_difference(mine, _difference(mine, server)))
+    if not a:
+        return ""
+    theirs = GtidSet(b or None).gtids if b else []
+    left = []
+    for gtid in GtidSet(a).gtids:
+        for other in theirs:
+            gtid = gtid - other  # a no-op for another server's uuid
+        if gtid.intervals:
+            left.append(str(gtid))
+    return ",".join(left)
 
 
-def _difference(a, b):
-    """GtidSet a − b (python-mysql-replication's GtidSet has ``-`` for a single Gtid only)."""
-    from pymysqlreplication.gtid import GtidSet
-
-    out = GtidSet(str(a) or None)
-    for gtid in b.gtids:
-        for start, end in gtid.intervals:
-            out = _minus(out, gtid.sid, start, end)
-    return out
+def with_their_domains(state: str, theirs: str, mariadb: bool) -> str:
+    """MariaDB: ``state`` with the domains only ``theirs`` has, at their position there (a promoted
+    replica's own writes, in a domain the pipeline never saw: not asked for again from the start)."""
+    if not mariadb:
+        return state
+    ours = mariadb_state(state)
+    return mariadb_text({**{d: v for d, v in mariadb_state(theirs).items() if d not in ours}, **ours})
 
 
-def _minus(gtid_set, sid: str, start: int, end: int):
-    from pymysqlreplication.gtid import Gtid, GtidSet
+_GTID_INFO = re.compile(r"GTID (\d+)-(\d+)-(\d+)")
 
-    parts = []
-    for gtid in gtid_set.gtids:
-        if gtid.sid != sid:
-            parts.append(str(gtid))
-            continue
-        keep = []
-        for a, b in gtid.intervals:  # half-open [a, b)
-            if b <= start or a >= end:
-                keep.append((a, b))
-                continue
-            if a < start:
-                keep.append((a, start))
-            if b > end:
-                keep.append((end, b))
-        if keep:
-            parts.append(str(Gtid(sid + ":" + ":".join(f"{a}-{b - 1}" if b - 1 > a else f"{a}" for a, b in keep))))
-    return GtidSet(",".join(parts) or None)
+
+def shared_history(conn, ours: str) -> str | None:
+    """MariaDB, a server whose history left ours (a replica promoted while behind: after the last
+    transaction it got from our server it wrote its own, under the same sequence numbers): per
+    domain, the newest GTID of ours it has — the newest one in its binlog from our server with a
+    sequence not beyond ours. None when a domain has none (its binlog no longer reaches back)."""
+    wanted = mariadb_state(ours)
+    found: dict[int, tuple[int, int]] = {}
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        files = [row[0] for row in cur.fetchall()]
+        for file in reversed(files):  # newest first: the divergence is recent
+            cur.execute("SHOW BINLOG EVENTS IN %s", (file,))
+            for *_, kind, _server, _end, info in cur.fetchall():
+                match = kind == "Gtid" and _GTID_INFO.search(info or "")
+                if not match:
+                    continue
+                domain, server, seq = map(int, match.groups())
+                if domain in wanted and server == wanted[domain][0] and seq <= wanted[domain][1] \
+                        and seq > found.get(domain, (0, 0))[1]:
+                    found[domain] = (server, seq)
+            if len(found) == len(wanted):
+                break
+    return mariadb_text(found) if len(found) == len(wanted) else None
 
 
 def gtid_state(conn, kind: Flavor | None = None) -> str:
@@ -176,19 +205,20 @@ def locate(endpoint, state: str, mariadb: bool, server_id: int, epoch: int) -> B
     transaction the state does not cover begins (the end of the binlog when there is none). Raises
     :class:`GtidNotFound` when the server cannot serve the state."""
     from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, RotateEvent
+    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent
 
     from airflow_sync_provider.core.cdc.positions import current_position
 
     settings = endpoint.connect_args()
     settings.pop("database", None)
     stream = BinLogStreamReader(connection_settings=settings, server_id=server_id, blocking=False,
-                                auto_position=state, is_mariadb=mariadb,
-                                only_events=[GtidEvent, MariadbGtidEvent, RotateEvent])
+                                auto_position=state, is_mariadb=mariadb)
     try:
+        before = None  # where the event before it ended: the first transaction's own start
         for event in stream:
             if isinstance(event, (GtidEvent, MariadbGtidEvent)):
-                return BinlogPosition(stream.log_file, stream.log_pos - event.event_size, state, epoch)
+                return BinlogPosition(stream.log_file, before, state, epoch)
+            before = stream.log_pos  # (the server sends a Gtid_list ending where it skipped to)
     except Exception as exc:  # pymysql's OperationalError 1236: the server cannot find or serve the state
         raise GtidNotFound(f"the server cannot stream from GTID state {state!r}: {exc}") from exc
     finally:
@@ -233,6 +263,18 @@ class ServerEpochs:
                              parameters={"s": server.key}).result_rows
         return int(rows[0][0]) if rows else self.register(server)
 
+    def server_of_epoch(self, epoch: int) -> Server | None:
+        """The server that had ``epoch`` (None: no server registered it)."""
+        rows = self.ch.query(f"SELECT server FROM {self._table()} WHERE epoch = {{e:UInt8}} ORDER BY at DESC LIMIT 1",
+                             parameters={"e": epoch}).result_rows
+        if not rows:
+            return None
+        flavor_, *rest = rows[0][0].split(":", 1)[0], rows[0][0].split(":", 1)[1]
+        if flavor_ == "mysql":
+            return Server(False, 0, rest[0])
+        server_id, domain = rest[0].split(":")
+        return Server(True, int(server_id), domain=int(domain))
+
     def register(self, server: Server) -> int:
         """Give ``server`` an epoch above every other (a pipeline moving to it: what it reads from now
         on out-ranks everything read before, even from a server that was this one once)."""
@@ -241,5 +283,59 @@ class ServerEpochs:
         if epoch > MAX_EPOCH:
             raise BinlogError(f"{server}: the ledger has seen {MAX_EPOCH + 1} server changes, the most versions can "
                               "tell apart; reload the copies in full into a new ledger database")
-        self.ch.insert(self._table(), [[server.key, epoch, time.time()]], column_names=[n for n, _ in _SERVERS])
+        from airflow_sync_provider.core.ledger import utc_datetime
+
+        self.ch.insert(self._table(), [[server.key, epoch, utc_datetime(time.time())]],
+                       column_names=[n for n, _ in _SERVERS])
         return epoch
+
+
+def source_epoch(conn, ch, ledger_database: str) -> int:
+    """The epoch of the server ``conn`` reads from, as the ledger on ``ch`` knows it (registered
+    when first seen): the top byte of every version a writer reading it gives its rows."""
+    from airflow_sync_provider.core.ledger import LedgerTables
+
+    epochs = ServerEpochs(LedgerTables(ch, ledger_database))
+    epochs.ensure()
+    return epochs.epoch(server_of(conn))
+
+
+# --- has a checkpoint reached a position? ---------------------------------------------------------
+
+_MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+")
+
+
+def is_gtid(text: str) -> bool:
+    """A GTID state (MariaDB ``0-1-100,1-2-5`` or a MySQL GTID set) rather than ``file:pos``."""
+    first = (text or "").strip().split(",")[0].strip()
+    return bool(_MARIADB_GTID.match(first) or _MYSQL_GTID.match(first))
+
+
+def covers(state: str, wanted: str) -> bool:
+    """Does GTID state ``state`` include every transaction of ``wanted``?"""
+    if not wanted:
+        return True
+    if _MARIADB_GTID.match(wanted.split(",")[0].strip()):
+        have = mariadb_state(state) if state and _MARIADB_GTID.match(state.split(",")[0].strip()) else {}
+        return all(have.get(d, (0, 0))[1] >= seq for d, (_, seq) in mariadb_state(wanted).items())
+    from pymysqlreplication.gtid import GtidSet
+
+    return bool(state) and GtidSet(wanted) in GtidSet(state)
+
+
+def reached(checkpoint: BinlogPosition, target: "BinlogPosition | str") -> bool:
+    """Has a pipeline at ``checkpoint`` applied everything before ``target`` (a position, or a GTID
+    state)? Positions of one server compare as coordinates; of servers before and after a
+    failover, by GTID when both carry one, else by epoch (a later server comes after)."""
+    if isinstance(target, str):
+        return covers(checkpoint.gtid, target)
+    if target.epoch != checkpoint.epoch and target.gtid and checkpoint.gtid:
+        return covers(checkpoint.gtid, target.gtid)
+    return checkpoint.key() >= target.key()
+
+
+def as_target(value) -> "BinlogPosition | str | None":
+    """A sensor's ``position``: ``{"file", "pos"[, "gtid", "epoch"]}``, ``"file:pos"`` or a GTID state."""
+    if isinstance(value, str) and is_gtid(value):
+        return value.strip()
+    return BinlogPosition.from_dict(value)
