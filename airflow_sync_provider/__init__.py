@@ -44,9 +44,9 @@ def get_provider_info() -> dict:
             }
         ],
         "extra-links": ["airflow_sync_provider.links.SyncViewLink"],
-        "plugins": [
-            {"name": "airflow_sync", "plugin-class": "airflow_sync_provider.plugins.sync_view.SyncViewPlugin"},
-        ],
+        # No "plugins" here: the Sync view registers through the ``airflow.plugins`` entry point
+        # (pyproject.toml), which Airflow loads whatever [core] lazy_discover_providers says; named here
+        # too, an Airflow with eager discovery would load it twice and report "already registered".
         "integrations": [
             {
                 "integration-name": "MySQL to ClickHouse sync",

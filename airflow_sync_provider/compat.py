@@ -17,6 +17,11 @@ try:
 except ImportError:  # pragma: no cover
     from airflow.exceptions import AirflowException, AirflowFailException
 
+try:  # Airflow's metrics front (StatsD, DogStatsD, OpenTelemetry as [metrics] configures them)
+    from airflow.sdk.observability.stats import Stats
+except ImportError:  # pragma: no cover
+    from airflow.stats import Stats
+
 try:
     from airflow.triggers.base import BaseTrigger, TriggerEvent
 except ImportError:  # pragma: no cover
@@ -44,4 +49,4 @@ def __getattr__(name: str):
 
 __all__ = ["AirflowException", "Asset", "AirflowFailException", "BaseHook", "BaseOperator", "BaseOperatorLink",
            "BaseSensorOperator",
-           "BaseTrigger", "PokeReturnValue", "TriggerEvent"]  # and, on demand (__getattr__): AirflowPlugin, api_user, conf
+           "BaseTrigger", "PokeReturnValue", "Stats", "TriggerEvent"]  # and, on demand (__getattr__): AirflowPlugin, api_user, conf

@@ -10,7 +10,9 @@ downloaded here. It serves the subset of the HTTP interface that clickhouse-conn
 * chunked request bodies; ``Content-Encoding`` lz4 / zstd / gzip where the body is a
   *sequence* of compressed frames (clickhouse-connect compresses each block separately);
 * ``database``, ``default_format``, ``param_*`` (server-side parameters) and settings
-  URL parameters; compressed responses when ``enable_http_compression=1``;
+  URL parameters, the query and ``param_*`` also as ``multipart/form-data`` fields (what
+  clickhouse-connect sends when they would make the URL too long); compressed responses when
+  ``enable_http_compression=1``;
 * sessions (``session_id``, ``session_timeout``, ``session_check``): a ``SET`` or ``USE``
   statement lasts for the rest of its session, and without a session for its own request only,
   so one client's ``SET`` never changes another client's queries;
@@ -259,6 +261,10 @@ class Handler(BaseHTTPRequestHandler):
         headers = {"X-ClickHouse-Query-Id": query_id, "X-ClickHouse-Timezone": self.engine.timezone}
         try:
             body = decompress_frames(self.headers.get("Content-Encoding", ""), body)
+            kind = self.headers.get("Content-Type", "")
+            if kind.lower().startswith("multipart/form-data"):  # the query and its parameters as form fields
+                args.update(form_fields(kind, body))
+                body = b""
             params = {k[6:]: v for k, v in args.items() if k.startswith("param_")}
             settings = {
                 k: v for k, v in args.items() if k not in _TRANSPORT_PARAMS and not k.startswith("param_")
@@ -304,6 +310,21 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+def form_fields(content_type: str, body: bytes) -> dict[str, str]:
+    """The fields of a ``multipart/form-data`` body: clickhouse-connect sends the query and its
+    ``param_*`` so when they would make the URL too long (as ClickHouse's HTTP interface allows)."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    message = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
+    fields = {}
+    for part in message.iter_parts():
+        if part.get_filename():
+            raise ValueError("Code: 48. DB::Exception: external data (form files) is not served by this stand-in")
+        fields[part.get_param("name", header="content-disposition")] = part.get_payload(decode=True).decode()
+    return fields
 
 
 def serve(path: str, host: str = "127.0.0.1", port: int = 0, port_file: str | None = None):

@@ -95,13 +95,16 @@ class MariaDB:
     def start(self, timeout: float = 60) -> "MariaDB":
         ensure_installed()
         self.base.mkdir(parents=True, exist_ok=True)
+        # its internal temporary tables (every information_schema.COLUMNS query makes an Aria one)
+        # in a directory of its own, not in a /tmp that other jobs on the machine clean up
+        (self.base / "tmp").mkdir(exist_ok=True)
         fresh = not (self.datadir / "mysql").exists()
         if fresh:
             self._install()
         args = [
             "mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
             f"--socket={self.socket}", "--bind-address=127.0.0.1", f"--pid-file={self.base / 'mysqld.pid'}",
-            f"--log-error={self.base / 'error.log'}", "--skip-name-resolve",
+            f"--log-error={self.base / 'error.log'}", f"--tmpdir={self.base / 'tmp'}", "--skip-name-resolve",
             "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
             "--innodb-buffer-pool-size=512M", "--innodb-flush-log-at-trx-commit=2",
             "--max-connections=500", *self._user_args(),

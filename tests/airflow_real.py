@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -41,13 +42,73 @@ class ApiError(RuntimeError):
     pass
 
 
+class StatsdListener:
+    """A StatsD server on loopback (UDP) that keeps every metric line it receives."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:  # closed
+                return
+            with self._lock:
+                self.lines.extend(line for line in data.decode(errors="replace").split("\n") if line)
+
+    def received(self, name: str, kind: str, since: int = 0) -> list[float]:
+        """Values of ``name`` (prefix included) of ``kind`` (``g``, ``c``, ``ms``) received after
+        the ``since``-th line (:meth:`mark`)."""
+        with self._lock:
+            lines = self.lines[since:]
+        out = []
+        for line in lines:
+            stat, _, rest = line.partition(":")
+            value, _, kind_and_rate = rest.partition("|")
+            if stat == name and kind_and_rate.split("|")[0] == kind:
+                out.append(float(value))
+        return out
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self.lines)
+
+    def wait_for(self, name: str, kind: str, accept=lambda value: True, since: int = 0, timeout: float = 300,
+                 check=None) -> float:
+        """The first value of ``name`` received after ``since`` that ``accept`` takes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [v for v in self.received(name, kind, since) if accept(v)]
+            if found:
+                return found[0]
+            if time.monotonic() > deadline:
+                seen = sorted({line.split(":")[0] for line in self.lines if "sync" in line})
+                raise TimeoutError(f"no {name}|{kind} accepted in {timeout:.0f} s; sync metrics seen: {seen}")
+            if check is not None:
+                check()
+            time.sleep(0.5)
+
+    def close(self):
+        self.sock.close()
+
+
 class RealAirflow:
     """Start with :meth:`start` (or as a context manager); :meth:`api` calls the REST API."""
 
     def __init__(self, home: Path, mysql_url: str, clickhouse_url: str, dags_folder: Path = REPO / "dags",
-                 parallelism: int = 4):
+                 parallelism: int = 4, statsd_port: int | None = None, hold_dir: Path | None = None):
         self.home, self.dags_folder, self.parallelism = Path(home), Path(dags_folder), parallelism
         self.mysql_url, self.clickhouse_url = mysql_url, clickhouse_url
+        self.statsd_port, self.hold_dir = statsd_port, hold_dir
         self.meta: PostgreSQL | None = None
         self.procs: dict[str, subprocess.Popen] = {}
         self.port = free_port()
@@ -63,6 +124,10 @@ class RealAirflow:
         passwords.write_text(json.dumps({ADMIN: self._password}))
         passwords.chmod(0o600)
         env = airflow_env(self.home, self.mysql_url, self.clickhouse_url)
+        # as a plain install: the package from site-packages, not the repository (whose egg-info,
+        # from pip's editable install, would be a second distribution with the same entry points)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                            if p and Path(p).resolve() != REPO)
         env.update({
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -82,9 +147,15 @@ class RealAirflow:
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
             "AIRFLOW__SYNC__CLICKHOUSE_CONN_ID": "sync_clickhouse",  # the Sync view's ledger
-            # Airflow 3.3 loads plugins named in providers' info only without lazy discovery
-            "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
+            # nothing else: [core] lazy_discover_providers stays Airflow's default (the plugin
+            # comes through its entry point)
         })
+        if self.statsd_port:  # Airflow's metrics (ours among them) to a listener of the test's
+            env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                        "AIRFLOW__METRICS__STATSD_PORT": str(self.statsd_port),
+                        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow"})
+        if self.hold_dir:  # tests hold jobs at core/crash_points.py's hold points
+            env["AIRFLOW_SYNC_HOLD_DIR"] = str(self.hold_dir)
         return env
 
     def start(self, timeout: float = 240) -> "RealAirflow":
@@ -92,13 +163,14 @@ class RealAirflow:
         self.home.mkdir(parents=True, exist_ok=True)
         self.meta = PostgreSQL().start()
         self.env = self._environment()
-        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self.env, cwd=REPO, check=True,
+        # cwd: Airflow's home, not the repository (see _environment)
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self.env, cwd=self.home, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
         self.timings["migrate"] = time.monotonic() - started
         for component in COMPONENTS:
             log = open(self.home / f"{component}.log", "wb")  # noqa: SIM115 - kept open by the process
             self.procs[component] = subprocess.Popen([sys.executable, "-m", "airflow", component], env=self.env,
-                                                     cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                                     cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
                                                      start_new_session=True)
         deadline = time.monotonic() + timeout
         while True:
@@ -176,6 +248,22 @@ class RealAirflow:
             self._check_alive()
             time.sleep(2)
 
+    def wait_for_defer_exit(self, dag_id: str, run_id: str, task_id: str, timeout: float = 300) -> None:
+        """Wait until the scheduler has taken in the executor's report of a deferred task's worker
+        exit (its "TaskInstance Finished … state=deferred" line). A deferred task released before
+        that races Airflow 3.3's scheduler: when the trigger fires first and the resumed attempt
+        is already queued or running, the stale report of the exit marks it failed ("state
+        mismatch", apache/airflow#71580, #72716). A test releases a deferred task only after this."""
+        pattern = re.compile(rf"TaskInstance Finished: dag_id={re.escape(dag_id)}, task_id={re.escape(task_id)}, "
+                             rf"run_id={re.escape(run_id)}, .*?state=deferred, ")
+        log = self.home / "scheduler.log"
+        deadline = time.monotonic() + timeout
+        while not pattern.search(log.read_text(errors="replace")):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the scheduler never took in the deferral of {dag_id}.{task_id} {run_id}")
+            self._check_alive()
+            time.sleep(0.5)
+
     def trigger(self, dag_id: str, conf: dict | None = None) -> str:
         run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
         return run["dag_run_id"]
@@ -204,47 +292,16 @@ class RealAirflow:
                                 "?deserialize=true")
         return entry["value"]
 
-    def screenshot(self, path: str, png: Path, width: int = 1280, height: int = 1400) -> Path:
-        """A page of the API server as headless Chromium (Debian's ``chromium``) renders it,
-        signed in: Chromium loads it through a loopback proxy that adds the bearer token, so
-        the token is on no command line."""
-        import http.server
-        import shutil
-        import threading
+    def browse(self, path: str, png: Path, width: int = 1280, height: int = 1400) -> dict:
+        """A page of the API server as headless Chromium renders it, signed in (the bearer token
+        goes as a request header over the DevTools protocol: on no command line); a screenshot of
+        it to ``png``. Returns the browser's navigation timing (tests/chromium.py)."""
+        from tests.chromium import Chromium
 
-        browser = shutil.which("chromium") or shutil.which("chromium-browser")
-        if browser is None:
-            raise FileNotFoundError("chromium is not installed (apt-get install chromium)")
-        airflow = self
-
-        class Proxy(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server API
-                request = urllib.request.Request(airflow.base + self.path,
-                                                 headers={"Authorization": f"Bearer {airflow.token()}"})
-                try:
-                    with urllib.request.urlopen(request, timeout=60) as response:
-                        status, body, kind = response.status, response.read(), response.headers.get("Content-Type")
-                except urllib.error.HTTPError as exc:
-                    status, body, kind = exc.code, exc.read(), exc.headers.get("Content-Type")
-                self.send_response(status)
-                self.send_header("Content-Type", kind or "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                            f"--user-data-dir={self.home / 'chromium'}", f"--window-size={width},{height}",
-                            f"--screenshot={png}", f"http://127.0.0.1:{server.server_address[1]}{path}"],
-                           check=True, capture_output=True, timeout=120)
-        finally:
-            server.shutdown()
-        return png
+        with Chromium(self.home / "chromium", width, height) as browser:
+            timing = browser.open(self.base + path, {"Authorization": f"Bearer {self.token()}"})
+            browser.screenshot(png)
+        return timing
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         return self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"

@@ -75,6 +75,15 @@ def test_server_side_parameters_and_command(ch):
     ch.command("DROP DATABASE `we``ird db`")
 
 
+def test_parameters_too_long_for_a_url_travel_as_form_fields(ch):
+    """clickhouse-connect sends the query and its parameters as multipart/form-data when they
+    would make the URL too long (the Sync view looks up a page's load keys so)."""
+    keys = [f"dag.task.manual__2026-01-05T00:00:00+00:00:db.table_{i:04d} 'q' \\ ü" for i in range(2_000)]
+    rows = ch.query("SELECT length({k:Array(String)}), {k:Array(String)}[2000], {n:UInt32}",
+                    parameters={"k": keys, "n": 7}).result_rows
+    assert rows == [(2_000, keys[-1], 7)]
+
+
 def test_database_setting_is_per_client(clickhouse_url, ch):
     ch.command("CREATE DATABASE IF NOT EXISTS other_db")
     other = clickhouse_connect.get_client(**ClickHouseEndpoint.from_url(clickhouse_url).client_args(),

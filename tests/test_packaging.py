@@ -24,12 +24,35 @@ def test_provider_info_is_registered_and_lists_every_module():
         for entry in info.get(section, []):
             for module in entry["python-modules"]:
                 importlib.import_module(module)
-    from airflow.plugins_manager import is_valid_plugin  # the check Airflow makes before loading one
+    assert "plugins" not in info  # the Sync view comes through its entry point alone (below)
 
-    plugins = {p["name"]: p["plugin-class"] for p in info["plugins"]}
-    assert list(plugins) == ["airflow_sync"]
-    module, _, name = plugins["airflow_sync"].rpartition(".")
-    assert is_valid_plugin(getattr(importlib.import_module(module), name))
+
+def test_the_sync_view_plugin_loads_once_whatever_lazy_discover_providers_says(tmp_path):
+    """Registered in the ``airflow.plugins`` entry-point group, the plugin is loaded by Airflow's
+    plugins manager with lazy provider discovery (Airflow's default) and without it, once, with no
+    import error (named in the provider info as well, eager discovery would load it a second
+    time and report "already registered")."""
+    eps = [ep for ep in entry_points(group="airflow.plugins") if ep.value.startswith("airflow_sync_provider")]
+    assert [(ep.name, ep.value) for ep in eps] == [("airflow_sync", "airflow_sync_provider.plugins.sync_view:SyncViewPlugin")]
+    probe = (
+        "import json\n"
+        "from airflow import plugins_manager, settings\n"
+        "out = {}\n"
+        "for lazy in (True, False):\n"
+        "    settings.LAZY_LOAD_PROVIDERS = lazy\n"
+        "    plugins_manager._get_plugins.cache_clear()\n"
+        "    plugins, errors = plugins_manager._get_plugins()\n"
+        "    out[str(lazy)] = {'names': [p.name for p in plugins], 'errors': {k: v for k, v in errors.items() if 'sync' in k}}\n"
+        "print(json.dumps(out))\n")
+    env = {"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    # cwd: not the repository, whose egg-info (pip's editable install) would be a second distribution
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    for lazy in ("True", "False"):
+        assert found[lazy]["names"].count("airflow_sync") == 1, found
+        assert found[lazy]["errors"] == {}, found
 
 
 def test_airflow_providers_list_shows_the_package(tmp_path):

@@ -1,83 +1,181 @@
-"""The Sync view's page as core renders it (no Airflow, no services): tests/test_airflow_real.py
-fetches it from a running API server and screenshots it."""
+"""The Sync view's pages as core gathers and renders them (core/overview.py, core/pages.py) over a
+real ledger in ClickHouse; tests/test_sync_view_scale.py serves them to Chromium with 200 tables,
+tests/test_airflow_real.py from a running API server."""
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 
+import pytest
+
+from airflow_sync_provider.core import overview as ov
+from airflow_sync_provider.core import pages
 from airflow_sync_provider.core.cdc.checkpoints import PipelineState
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
-from airflow_sync_provider.core.ledger import LoadState, ShardState, counters_verdict
-from airflow_sync_provider.core.verify.reports import sync_html
+from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, TaskRef
+from airflow_sync_provider.core.metrics import lag_seconds
+from tests.ledger_fill import FillLedger, add_load, add_pipeline, add_task
+
+OK = ("success", 100, 100, 0, "")
 
 
-def test_the_page_shows_loads_with_shard_counters_and_pipelines_with_a_chart():
-    load = LoadState("daily.<2025-01-02>", 2, "running", "demo.orders", "demo.orders_daily",
-                     {"shards": [{"id": 0}, {"id": 1}]}, "parts_x", 0, {}, heartbeat=time.time())
-    load.shards = {0: ShardState(0, 1, "success", "1", [], 1_167, 1_167, 0, started_at=1.0, finished_at=2.0),
-                   1: ShardState(1, 2, "failed", "1", [], 10, 5, 5, error="ValueError: <bad> date")}
-    flow = PipelineState("demo_cdc", "running", BinlogPosition("mysql-bin.000002", 400), events=1_234,
-                         heartbeat=time.time())
-    counters = [{"table": "demo.orders", "minute": "2026-01-01T00:00:00", "events": 30, "rows_written": 30,
-                 "rows_failed": 0},
-                {"table": "demo.orders", "minute": "2026-01-01T00:01:00", "events": 10, "rows_written": 10,
-                 "rows_failed": 0}]
-    page = sync_html([load], {load.load_key: counters_verdict(load)}, [(flow, counters)])
-    assert "daily.&lt;2025-01-02&gt;" in page and "<2025" not in page  # escaped
-    assert "demo.orders → demo.orders_daily, generation 2, 1/2 shards done" in page
-    assert "<tr class='bad'><td>1</td><td class='v'>failed</td><td>2</td><td>10</td><td>5</td><td>5</td>" in page
-    assert "ValueError: &lt;bad&gt; date" in page
-    assert "mysql-bin.000002:400" in page and "1,234 row changes" in page
-    assert "nothing applied yet" in page or "caught up" in page or "lag ≈" in page
-    assert page.count("<rect ") == 2 and "peak 30" in page
-    empty = sync_html([], {})
-    assert "No loads in the ledger yet" in empty and "No pipelines yet" in empty
+@pytest.fixture
+def book(ch):
+    ledger = FillLedger(ch, f"sync_page_{uuid.uuid4().hex[:8]}")
+    ledger.ensure()
+    yield ledger
+    ch.command(f"DROP DATABASE IF EXISTS {ledger.database}")
 
 
-def test_the_page_lists_reconciliations_and_diffs_linked_to_their_reports():
-    checks = [{"load_key": "nightly:shop.a b", "generation": 3, "verdict": "mismatch", "mismatched": [2],
-               "checksum": True}]
-    runs = [{"diff_key": "diff:shop.t->ch.t", "run_id": "r1", "verdict": "changed", "rows_read_old": 5,
-             "rows_read_new": 6, "counts": {"identical": 10, "changed": 1, "new": 2, "deleted": 0}}]
-    page = sync_html([], {}, [], checks, runs, refresh=7, scope="Showing loads nightly")
-    assert "href='reconciliation?load=nightly%3Ashop.a%20b'" in page and "<td>3</td>" in page
-    assert "<tr class='bad'><td class='v'><a href='diff?key=diff%3Ashop.t-%3Ech.t&amp;run=r1'>" in page
-    assert "<td>10</td><td>1</td><td>2</td><td>0</td><td>11</td>" in page
-    assert '<meta http-equiv="refresh" content="7">' in page and "Showing loads nightly" in page
-    empty = sync_html([], {})
-    assert "No reconciliations yet" in empty and "No diffs yet" in empty
+def _section(page: str, element_id: str) -> str:
+    """The element with ``id=element_id`` (a table or list), as text."""
+    match = re.search(rf"<(\w+) [^>]*id='{element_id}'.*?</\1>", page, re.S)
+    assert match, f"no #{element_id} on the page"
+    return match.group(0)
 
 
-def test_each_operator_links_to_its_page_in_the_sync_view():
-    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-    from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
-    from airflow_sync_provider.links import SyncViewLink
-    from airflow_sync_provider.operators.cdc_apply import CdcApplyOperator
-    from airflow_sync_provider.operators.full_load import FullLoadOperator
-    from airflow_sync_provider.operators.reconcile import ReconcileOperator
-    from airflow_sync_provider.operators.snapshot_diff import SnapshotDiffOperator
+def test_the_first_screen_names_failures_with_their_remedy_and_task_before_the_tables(book, ch):
+    now = time.time()
+    add_load(book, "daily.2025-01-02", "shop.orders", "shop.orders_daily", "failed",
+             [OK, ("failed", 7, 0, 7, "ValueError: <bad> date in 'shipped_at'"), OK, ("failed", 0, 0, 0, "reset")])
+    add_task(book, TASK_LOAD, "daily.2025-01-02", "sync_daily", "load_day", "backfill__2025-01-03T00:00:00+00:00")
+    add_load(book, "nightly.orders", "shop.orders", "shop.orders", "published", [OK, OK, OK], at=now - 3600)
+    # published, then a reconciliation marked shard 1 (its copy differs there)
+    add_load(book, "nightly.items", "shop.items", "shop.items", "published",
+             [OK, ("mismatch", 100, 100, 0, ""), OK], at=now - 3000)
+    book.write_reconciliation("nightly.items", 1, "mismatch", [1], True, [])
+    add_task(book, TASK_RECONCILIATION, "nightly.items", "sync_nightly", "check_items", "scheduled__x")
+    add_load(book, "big.events", "shop.events", "shop.events", "running", [OK] * 4 + [("running", 50, 50, 0, "")],
+             estimated_rows=1_000, heartbeat=True, planned=10)
+    # running, but its job stopped reporting 10 minutes ago: it died
+    add_load(book, "gone.users", "crm.users", "crm.users", "running", [OK, ("running", 5, 5, 0, "")], at=now - 600)
+    add_pipeline(ch, book.database, "orders_cdc", "running", ["shop.orders"], behind_seconds=900, events=5_000)
+    add_task(book, TASK_PIPELINE, "orders_cdc", "sync_cdc", "catch_up", "scheduled__2025-01-05T00:00:00+00:00")
+    add_pipeline(ch, book.database, "crm_cdc", "failed", ["crm.users"], error="BinlogError: the binlog was purged")
+    add_pipeline(ch, book.database, "steady_cdc", "idle", ["crm.accounts"], events=7,
+                 verified={"position": {"file": "f", "pos": 1}, "at": now - 60, "shards": 3, "mismatched": [],
+                           "repaired_shards": 0, "rows_repaired": 0})
 
-    source, target = MySQLEndpoint("h", 1, "u", "p"), ClickHouseEndpoint("h", 2, "u", "p")
-    load = FullLoadOperator(task_id="l", table="t")
-    assert isinstance(load.operator_extra_links[0], SyncViewLink)
-    assert load.sync_page(FullLoadSpec(source, target, "d", "t", "d", "t", load_key="k 1")) == "/sync/?load=k+1"
-    check = ReconcileOperator(task_id="r", load_key="k")
-    assert check.sync_page(ReconcileSpec(source, target, "a:b")) == "/sync/reconciliation?load=a%3Ab"
-    assert check.sync_page(ReconcileSpec(source, target, "p", select={"databases": ["d"]})) == "/sync/?load=p"
-    diff = SnapshotDiffOperator(task_id="d", old_table="d.t", source_table="d.t")
-    assert diff.sync_page(SnapshotDiffSpec(target, "d.t", source, "d", "t", diff_key="x")) == "/sync/diff?key=x"
-    assert CdcApplyOperator(task_id="c", pipeline="p1").sync_page(type("S", (), {"pipeline": "p1"})) == \
-        "/sync/?pipeline=p1"
-    link = SyncViewLink()
-    load.sync_link = "/sync/?load=k"
-    assert link.name == "Sync view" and link.get_link(load, ti_key=None) == "/sync/?load=k"
+    view = ov.overview(book, ov.Filters())
+    page = pages.overview_html(view)
+    assert view.counts["loads"] == {"failed": 3, "running": 1, "published": 1, "abandoned": 0}
+    assert view.counts["shards"]["failed"] == 2 + 1 + 1  # two failed, one mismatched, one left running by a dead job
+    assert view.counts["pipelines"] == {"failed": 1, "behind": 1, "running": 0, "idle": 1}
+    attention = _section(page, "attention")
+    assert page.index("id='attention'") < page.index("id='running'") < page.index("id='pipelines'") \
+        < page.index("id='tables'")
+    daily = next(li for li in attention.split("<li") if "shop.orders → shop.orders_daily" in li)
+    assert "shards [1, 3] of 4 did not complete" in daily and "ValueError: &lt;bad&gt; date" in daily
+    assert "<bad>" not in page  # escaped everywhere
+    assert "clear the task: its retry resumes the load and reads only shards 1, 3" in daily
+    assert "<code>airflow-sync reimport --load daily.2025-01-02 --failed</code>" in daily
+    assert "href='../dags/sync_daily/runs/backfill__2025-01-03T00%3A00%3A00%2B00%3A00/tasks/load_day'" in daily
+    items = next(li for li in attention.split("<li") if "shop.items" in li)
+    assert "shards [1] of 3 differ from the source" in items and "reimport=&#x27;failed&#x27;" in items
+    gone = next(li for li in attention.split("<li") if "crm.users" in li)
+    assert "its job died" in gone and "shards [1] of 2" in gone and "no task recorded" in gone
+    lag = next(li for li in attention.split("<li") if "orders_cdc" in li)
+    behind = re.search(r"([\d,]+) s behind the source", lag)
+    assert behind and int(behind.group(1).replace(",", "")) >= 900 and "../dags/sync_cdc/runs/" in lag
+    assert "airflow-sync cdc apply --pipeline orders_cdc" in lag
+    crm = next(li for li in attention.split("<li") if "crm_cdc" in li)
+    assert "the binlog was purged" in crm and "replays from its checkpoint mysql-bin.000003:1000" in crm
+    assert "steady_cdc" not in attention
+    running = _section(page, "running")
+    assert "shop.events" in running and "4/10 shards" in running and "450 of ~1,000 rows (45%)" in running
+    pipelines = _section(page, "pipelines")
+    assert re.search(r"steady_cdc.*caught up.*crm\.accounts 1 min ago: ok", pipelines, re.S)
+    tables = _section(page, "tables")
+    assert tables.index("daily.2025-01-02") < tables.index("big.events") < tables.index("nightly.orders")
+    assert "href='reconciliation?load=nightly.items'" in tables and "mismatch [1]" in tables
+    assert '<meta http-equiv="refresh" content="15">' in page
 
 
-def test_a_pipeline_behind_the_source_shows_its_lag():
-    behind = PipelineState("p", "running", BinlogPosition("mysql-bin.000002", 400),
-                           source_position=BinlogPosition("mysql-bin.000002", 900), source_time=time.time() - 42,
-                           heartbeat=time.time())
-    assert "lag ≈ 42 s" in sync_html([], {}, [(behind, [])])
-    caught_up = PipelineState("p", "idle", BinlogPosition("mysql-bin.000002", 900),
-                              source_position=BinlogPosition("mysql-bin.000002", 900), heartbeat=time.time() - 5)
-    assert "caught up as of 5 s ago" in sync_html([], {}, [(caught_up, [])])
+def test_filters_narrow_the_rows_and_pages_split_them(book):
+    now = time.time()
+    for i in range(60):
+        add_load(book, f"job:shop.t{i:02d}", f"shop.t{i:02d}", f"shop_copy.t{i:02d}", "published", [OK],
+                 at=now - 100 - i)
+    for i in range(15):
+        add_load(book, f"other:crm.c{i:02d}", f"crm.c{i:02d}", f"crm.c{i:02d}", "failed",
+                 [("failed", 1, 0, 1, "boom")])
+
+    everything = ov.overview(book, ov.Filters())
+    assert everything.total == 75 and everything.pages == 2 and len(everything.rows) == ov.PAGE_ROWS
+    assert all(r.kind == "failed" for r in everything.rows[:15])  # worst first
+    second = ov.overview(book, ov.Filters(page=2))
+    assert {r.state.load_key for r in everything.rows} | {r.state.load_key for r in second.rows} == \
+        {r.state.load_key for r in ov.load_rows(book, ov.Filters())}
+    assert len(second.rows) == 25 and "href='?page=2'" in pages.overview_html(everything)
+
+    shop = ov.overview(book, ov.Filters(table="shop.*"))
+    assert shop.total == 60 and {r.state.source_table[:5] for r in shop.rows} == {"shop."}
+    assert shop.counts["loads"]["failed"] == 0 and not shop.failed
+    assert ov.overview(book, ov.Filters(table="shop_copy.t0?")).total == 10  # the target's name matches too
+    assert ov.overview(book, ov.Filters(table="C1*")).total == 5  # no dot: a table in any database, any case
+    failed = ov.overview(book, ov.Filters(state="failed"))
+    assert failed.total == 15 and {r.kind for r in failed.rows} == {"failed"}
+    assert failed.counts["loads"]["published"] == 60  # the counts are the tabs: not narrowed by state
+    by_key = ov.overview(book, ov.Filters(load="other:"))
+    assert by_key.total == 15 and not by_key.shown_pipelines
+    page = pages.overview_html(ov.overview(book, ov.Filters(table="shop.t1*", state="published")))
+    assert "value='shop.t1*'" in page and "<option value='published' selected>" in page
+    assert page.count("data-key='job:shop.t1") == 10 and "crm." not in _section(page, "tables")
+    with pytest.raises(ValueError, match="state must be one of"):
+        ov.Filters(state="nope")
+
+
+def test_old_published_loads_leave_the_page_failed_ones_stay(book):
+    old = time.time() - 10 * 86400
+    add_load(book, "old.ok", "a.ok", "a.ok", "published", [OK], at=old)
+    add_load(book, "old.bad", "a.bad", "a.bad", "failed", [("failed", 0, 0, 0, "x")], at=old)
+    assert [r.state.load_key for r in ov.load_rows(book, ov.Filters())] == ["old.bad"]
+    assert {r.state.load_key for r in ov.load_rows(book, ov.Filters(days=30))} == {"old.ok", "old.bad"}
+
+
+def test_rows_link_to_the_task_instance_of_their_job_even_a_job_of_many_tables(book):
+    add_load(book, "whole:db.a", "db.a", "db.a", "published", [OK])
+    add_load(book, "whole:db.b", "db.b", "db.b", "published", [OK])
+    add_load(book, "mapped.load.run1.db.c", "db.c", "db.c", "published", [OK])
+    add_task(book, TASK_LOAD, "whole", "dag_w", "load_all", "manual__1")
+    add_task(book, TASK_LOAD, "mapped.load.run1.db.c", "dag_m", "load", "manual__2", map_index=3)
+    tasks = book.tasks(TASK_LOAD, ["whole:db.a", "whole:db.b", "mapped.load.run1.db.c", "unknown"])
+    assert tasks["whole:db.a"] == tasks["whole:db.b"] == TaskRef("dag_w", "load_all", "manual__1", -1, 1)
+    assert pages.ti_path(tasks["mapped.load.run1.db.c"]) == "../dags/dag_m/runs/manual__2/tasks/load/mapped/3"
+    assert "unknown" not in tasks
+    add_task(book, TASK_LOAD, "whole", "dag_w", "load_all", "manual__9")  # a newer run of the same job
+    assert book.tasks(TASK_LOAD, ["whole:db.a"])["whole:db.a"].run_id == "manual__9"
+    page = pages.overview_html(ov.overview(book, ov.Filters()))
+    assert page.count("href='../dags/dag_w/runs/manual__9/tasks/load_all'") == 2
+
+
+def test_a_load_page_shows_every_shard_and_a_pipeline_page_its_chart(book, ch):
+    add_load(book, "k<1>", "db.t", "db.t2", "failed", [OK, ("failed", 10, 5, 5, "ValueError: <bad> date")])
+    add_task(book, TASK_LOAD, "k<1>", "d", "t", "r")
+    page = pages.load_html(*ov.load_page(book, "k<1>"))
+    assert "<code>k&lt;1&gt;</code>" in page and "<1>" not in page
+    shards = _section(page, "shards")
+    assert "<tr class='failed'><td>1</td><td class='v'>failed</td><td>1</td><td>10</td><td>5</td><td>5</td>" in shards
+    assert "ValueError: &lt;bad&gt; date" in shards and "../dags/d/runs/r/tasks/t" in page
+    assert ov.load_page(book, "nope") is None
+
+    add_pipeline(ch, book.database, "p", "running", ["db.t"], behind_seconds=42)
+    from tests.ledger_fill import FillCheckpoints
+    FillCheckpoints(ch, book.database).count("p", {"db.t": (30, 30, 0)})
+    found = ov.pipeline_page(book, "p")
+    page = pages.pipeline_html(found)
+    assert page.count("<rect ") == 1 and "peak 30" in page and "4" in _section(page, "pipelines")
+    assert ov.pipeline_page(book, "nope") is None
+
+
+def test_lag_is_the_age_of_the_last_applied_change_while_behind_else_zero():
+    now = 1_000_000.0
+    behind = PipelineState("p", "running", BinlogPosition("f.2", 400), source_position=BinlogPosition("f.2", 900),
+                           source_time=now - 42, heartbeat=now)
+    assert lag_seconds(behind, now) == 42
+    caught_up = PipelineState("p", "idle", BinlogPosition("f.2", 900), source_position=BinlogPosition("f.2", 900),
+                              source_time=now - 42, heartbeat=now - 5)
+    assert lag_seconds(caught_up, now) == 0
+    assert lag_seconds(PipelineState("p"), now) is None

@@ -120,6 +120,20 @@ def counters_disagree(shard) -> bool:
     return shard.records_read != shard.records_written or bool(shard.records_failed)
 
 
+def failing_shards(state: LoadState) -> list[int]:
+    """The shards that make a load's counters verdict ``failed`` (none: it succeeded or is still
+    under way): shards with bad counters (read != written, or failed rows), and once the load
+    has ended (failed, published, abandoned, or its job died) every planned shard that did not
+    succeed — a published load's shards a reconciliation marked: its copy is wrong there."""
+    ids = [s["id"] for s in state.plan.get("shards", [])]
+    bad_counters = [s.shard_id for s in state.shards.values() if s.status == SHARD_SUCCESS and counters_disagree(s)]
+    ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED, LOAD_ABANDONED) or state.stale
+    undone = [i for i in ids if i not in state.shards or state.shards[i].status != SHARD_SUCCESS] if ended else []
+    if not bad_counters and not undone:
+        return []
+    return sorted(set(state.failed()) | set(bad_counters) | set(undone))
+
+
 def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     """('success' | 'wait' | 'failed', message) — the shard-counters sensor's decision.
 
@@ -131,14 +145,11 @@ def counters_verdict(state: LoadState | None) -> tuple[str, str]:
     if state is None:
         return "wait", "no such load yet"
     ids = [s["id"] for s in state.plan.get("shards", [])]
-    bad_counters = [s.shard_id for s in state.shards.values() if s.status == SHARD_SUCCESS and counters_disagree(s)]
     done = [i for i in ids if i in state.shards and state.shards[i].status == SHARD_SUCCESS]
-    if not bad_counters and len(done) == len(ids) and ids:
+    failed = failing_shards(state)
+    if not failed and len(done) == len(ids) and ids:
         return "success", f"all {len(ids)} shards succeeded, read == written, failed == 0"
-    # a published load with shards a reconciliation marked: its copy is known to be wrong there
-    ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED, LOAD_ABANDONED) or state.stale
-    if bad_counters or (ended and len(done) < len(ids)):
-        failed = sorted(set(state.failed()) | set(bad_counters) | ({i for i in ids if i not in done} if ended else set()))
+    if failed:
         errors = "; ".join(f"shard {i}: {state.shards[i].error[:200]}" for i in failed
                            if i in state.shards and state.shards[i].error)
         why = "died (no heartbeat)" if state.stale else state.status
@@ -186,6 +197,33 @@ _DIFF_SHARDS = (  # after diff_key and run_id: a diff shard's fields by these na
     ("deleted", "UInt64"), ("seconds", "Float64"),
 )
 _JOB_RESULTS = (("result_key", "String"), ("result", "String"), ("at", TIME_TYPE))
+# The Airflow task instance that last worked on a load, reconciliation, diff or pipeline (written by
+# the operator as its job starts): the Sync view links each row to it. ``key`` is the operator's
+# key; a job of many tables has one row for the prefix of all its table keys (``<key>:<db>.<t>``).
+_TASKS = (
+    ("kind", "LowCardinality(String)"), ("key", "String"), ("dag_id", "String"), ("task_id", "String"),
+    ("run_id", "String"), ("map_index", "Int32"), ("try_number", "UInt32"), ("at", TIME_TYPE),
+)
+TASK_LOAD, TASK_RECONCILIATION, TASK_DIFF, TASK_PIPELINE = "load", "reconciliation", "diff", "pipeline"
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """An Airflow task instance, as the ledger remembers it."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+
+def key_prefixes(key: str) -> list[str]:
+    """``key`` and each prefix of it that ends before a ``:`` (a job of many tables names its
+    tables' loads, checks and diffs ``<key>:<db>.<table>``; a bootstrap's ``cdc:<pipeline>:<db>.<t>``)."""
+    return [key] + [key[:i] for i, c in enumerate(key) if c == ":" and i]
+
+
 # A job of many tables: its tables' load keys, the errors of tables that failed before their load
 # was recorded and, per table key, the newest generation when the run began (``baseline``): a
 # table whose load is published in a later generation was copied by this run (Ledger.resume_point).
@@ -200,6 +238,7 @@ class LedgerTables:
         self.ch = client
         self.database = database
         self._last = 0.0
+        self._snapshot: set[str] | None = None  # snapshot_tables()
 
     def table(self, name: str) -> str:
         return ch_table(self.database, name)
@@ -208,6 +247,17 @@ class LedgerTables:
         """Strictly increasing report times from this writer (ReplacingMergeTree keeps the newest)."""
         self._last = max(_now(), self._last + 1e-6)
         return self._last
+
+    def snapshot_tables(self) -> None:
+        """Answer :meth:`exists` from one look at the database from now on: for a reader making
+        many queries in one short request (the Sync view's page); tables created later are missed."""
+        self._snapshot = {n for (n,) in self.ch.query("SELECT name FROM system.tables WHERE database = {d:String}",
+                                                      parameters={"d": self.database}).result_rows}
+
+    def exists(self, name: str) -> bool:
+        if self._snapshot is not None:
+            return name in self._snapshot
+        return bool(self.ch.command(f"EXISTS TABLE {self.table(name)}"))
 
     def _create(self, name: str, columns: tuple, engine: str) -> None:
         body = ", ".join(f"{ch_ident(n)} {t}" for n, t in columns)
@@ -287,7 +337,7 @@ class Ledger(LedgerTables):
         return (found[0], found[1]) if found else None
 
     def _load_set(self, load_key: str) -> tuple[list[str], dict, dict] | None:
-        if not self._exists("load_sets"):
+        if not self.exists("load_sets"):
             return None
         present = {c for (c,) in self.ch.query("SELECT name FROM system.columns WHERE database = {d:String} AND "
                                                "table = 'load_sets'", parameters={"d": self.database}).result_rows}
@@ -298,7 +348,7 @@ class Ledger(LedgerTables):
 
     def newest_loads(self, load_keys: list[str]) -> dict[str, tuple[int, str]]:
         """Each key's newest generation and its status, in one query (keys never loaded are absent)."""
-        if not load_keys or not self._exists("loads"):
+        if not load_keys or not self.exists("loads"):
             return {}
         rows = self.ch.query(f"SELECT load_key, generation, status FROM {self.table('loads')} FINAL"
                              " WHERE load_key IN {k:Array(String)} ORDER BY load_key, generation DESC"
@@ -332,6 +382,31 @@ class Ledger(LedgerTables):
             return now, set()
         kept = {key: baseline.get(key, 0) if key in previous else now[key] for key in table_keys}
         return kept, {key for key in table_keys if published_after(key, kept[key])}
+
+    def write_task(self, kind: str, key: str, task: TaskRef) -> None:
+        """The task instance working on ``key`` now (``kind``: TASK_LOAD, … ); the newest one wins."""
+        self.ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(self.database)}")  # before any job's tables
+        self._create("tasks", _TASKS, "ReplacingMergeTree(at) ORDER BY (kind, key)")
+        self._insert("tasks", [[kind, key, task.dag_id, task.task_id, task.run_id, task.map_index, task.try_number,
+                                utc_datetime(self._stamp())]], _TASKS)
+
+    def tasks(self, kind: str, keys: list[str]) -> dict[str, TaskRef]:
+        """The task instance behind each of ``keys``: recorded for the key itself, else for its
+        longest prefix that a job of many tables was keyed by (:func:`key_prefixes`)."""
+        wanted = sorted({p for key in keys for p in key_prefixes(key)})
+        if not wanted or not self.exists("tasks"):
+            return {}
+        rows = self.ch.query(
+            f"SELECT key, argMax(dag_id, at), argMax(task_id, at), argMax(run_id, at), argMax(map_index, at),"
+            f" argMax(try_number, at) FROM {self.table('tasks')} WHERE kind = {{kind:String}}"
+            f" AND key IN {{keys:Array(String)}} GROUP BY key", parameters={"kind": kind, "keys": wanted}).result_rows
+        found = {key: TaskRef(*rest) for key, *rest in rows}
+        out = {}
+        for key in keys:  # the longest recorded: the key itself, else the nearest job of many tables
+            hit = max((p for p in key_prefixes(key) if p in found), key=len, default=None)
+            if hit is not None:
+                out[key] = found[hit]
+        return out
 
     def write_job_result(self, key: str, result: dict) -> None:
         """A cluster-mode job's result (its driver cannot write a file the submitter reads)."""
@@ -388,6 +463,17 @@ class Ledger(LedgerTables):
         state.shards = self.shards(load_key, gen)
         return state
 
+    def table_states(self, load_key: str) -> dict[str, LoadState]:
+        """The load ``load_key`` by its key, or each recorded table load of a job of many tables
+        keyed so (:meth:`write_load_set`); empty before anything was recorded."""
+        if not self.exists("loads"):
+            return {}
+        state = self.state(load_key)
+        if state is not None:
+            return {load_key: state}
+        keys, _ = self.load_set(load_key) or ([], {})
+        return {key: found for key in keys if (found := self.state(key)) is not None}
+
     def left_behind(self, older_than: float) -> list[dict]:
         """Working (parts) tables no job will use: of a published load (a crash between publishing
         and dropping it), of a generation a newer one replaced, or of an unpublished load whose
@@ -397,7 +483,7 @@ class Ledger(LedgerTables):
         names = [n for (n,) in self.ch.query(
             "SELECT name FROM system.tables WHERE database = {d:String} AND startsWith(name, 'parts_')",
             parameters={"d": self.database}).result_rows]
-        if not names or not self._exists("loads"):
+        if not names or not self.exists("loads"):
             return []
         rows = self.ch.query(
             f"SELECT load_key, generation, parts_table, target_table FROM {self.table('loads')} FINAL"
@@ -416,19 +502,16 @@ class Ledger(LedgerTables):
     def recent(self, limit: int = 50, prefix: str = "") -> list[LoadState]:
         """The most recently reported loads (each its newest generation), newest first; only
         keys starting with ``prefix`` if given (a job of many tables: ``<key>:<db>.<table>``)."""
-        if not self._exists("loads"):
+        if not self.exists("loads"):
             return []
         keys = self.ch.query(f"SELECT load_key FROM {self.table('loads')} WHERE startsWith(load_key, {{p:String}})"
                              f" GROUP BY load_key ORDER BY max(updated_at) DESC LIMIT {int(limit)}",
                              parameters={"p": prefix}).result_rows
         return [state for (key,) in keys if (state := self.state(key)) is not None]
 
-    def _exists(self, name: str) -> bool:
-        return bool(self.ch.command(f"EXISTS TABLE {self.table(name)}"))
-
     def reconciliations(self, limit: int = 50, prefix: str = "") -> list[dict]:
         """The newest reconciliation of each recently checked load, newest first."""
-        if not self._exists("reconciliations"):
+        if not self.exists("reconciliations"):
             return []
         rows = self.ch.query(
             f"SELECT load_key, argMax(generation, at), argMax(verdict, at), argMax(mismatched, at),"
@@ -439,7 +522,7 @@ class Ledger(LedgerTables):
 
     def reconciliation(self, load_key: str) -> dict | None:
         """The newest reconciliation of ``load_key``, as ``reports.reconcile_html`` takes it."""
-        if not self._exists("reconciliations"):
+        if not self.exists("reconciliations"):
             return None
         rows = self.ch.query(
             f"SELECT generation, verdict, mismatched, checksum, report FROM {self.table('reconciliations')}"
@@ -455,7 +538,7 @@ class Ledger(LedgerTables):
     def diffs(self, limit: int = 50, prefix: str = "", diff_key: str = "", run_id: str = "") -> list[dict]:
         """Recent snapshot-diff runs, newest first: of keys starting with ``prefix``, or of one
         ``diff_key`` (and ``run_id``)."""
-        if not self._exists("diffs"):
+        if not self.exists("diffs"):
             return []
         names = [n for n, _ in _DIFFS if n != "at"]
         where = ("diff_key = {k:String}" + (" AND run_id = {r:String}" if run_id else "") if diff_key

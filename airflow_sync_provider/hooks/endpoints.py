@@ -12,6 +12,7 @@ from airflow_sync_provider.core.cdc.checkpoints import check_position
 from airflow_sync_provider.core.cdc.servers import as_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, check_counters
+from airflow_sync_provider.stats import watch_pipeline
 
 
 class SyncEndpointsHook(BaseHook):
@@ -41,9 +42,14 @@ class SyncEndpointsHook(BaseHook):
                               ledger_database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
         """Has ``pipeline``'s applied checkpoint reached ``position`` (or is its lag under
         ``max_lag_seconds``)? ``(verdict, message, summary)``: ``BinlogPositionSensor``'s poke and
-        its trigger's."""
+        its trigger's. While it watches, the pipeline's gauges go to Airflow's metrics
+        (docs/metrics.md): from the worker on each poke, from the triggerer while deferred."""
         source = self.source() if max_lag_seconds is not None else None
-        return check_position(self.target(), pipeline, as_target(position), max_lag_seconds, source, ledger_database)
+        target = self.target()
+        verdict, message, summary = check_position(target, pipeline, as_target(position), max_lag_seconds, source,
+                                                   ledger_database)
+        watch_pipeline(target, pipeline, ledger_database, measured_lag=summary.get("lag_seconds"))
+        return verdict, message, summary
 
     def source_position(self, ledger_database: str = DEFAULT_LEDGER_DATABASE) -> dict:
         """The source's binlog position now, with its GTID state and its server's epoch."""

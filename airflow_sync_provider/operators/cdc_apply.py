@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from airflow_sync_provider.assets import clickhouse_table, mysql_table, qualified, target_of
 from airflow_sync_provider.core.jobspec import CdcApplySpec
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_PIPELINE
+from airflow_sync_provider.core.metrics import pipeline_gauges, pipeline_run_counters
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
+from airflow_sync_provider.stats import pipeline_state
 
 
 class CdcApplyOperator(SparkJobOperator):
@@ -81,6 +83,14 @@ class CdcApplyOperator(SparkJobOperator):
 
     def sync_page(self, spec) -> str:
         return sync_link(pipeline=spec.pipeline)
+
+    def ledger_subject(self, spec):
+        return TASK_PIPELINE, spec.pipeline
+
+    def job_metrics(self, spec, result, seconds, baseline):
+        """What the run did (counters), and where the pipeline stands after it (gauges)."""
+        state = pipeline_state(spec.target, spec.pipeline, spec.ledger_database)
+        return (pipeline_run_counters(result) if result else []) + (pipeline_gauges(state) if state else [])
 
     def build_spec(self, context) -> CdcApplySpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from airflow_sync_provider.assets import clickhouse_table, mysql_table, namespace, qualified, target_of
 from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcBootstrapSpec
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_LOAD
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
@@ -63,6 +63,9 @@ class CdcBootstrapOperator(SparkJobOperator):
 
     def sync_page(self, spec) -> str:
         return sync_link(pipeline=spec.pipeline)
+
+    def ledger_subject(self, spec):
+        return TASK_LOAD, f"cdc:{spec.pipeline}"  # the prefix of its tables' load keys (jobspec.bootstrap_load_key)
 
     def lineage(self, spec, result):
         return ([(namespace("mysql", spec.source), t["table"]) for t in result["tables"]],

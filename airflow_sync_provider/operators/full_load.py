@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from airflow_sync_provider.assets import clickhouse_table, is_static, mysql_table, namespace
 from airflow_sync_provider.core.jobspec import FullLoadSpec
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_LOAD
+from airflow_sync_provider.core.metrics import attempts, load_metrics
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 from airflow_sync_provider.core.verify.reports import shard_table
@@ -140,6 +141,22 @@ class FullLoadOperator(SparkJobOperator):
 
     def sync_page(self, spec) -> str:
         return sync_link(load=spec.load_key)
+
+    def ledger_subject(self, spec):
+        return TASK_LOAD, spec.load_key
+
+    def metrics_baseline(self, spec) -> dict:
+        """Each table load's shard attempts before the job: a resumed load's earlier ones are not
+        counted again."""
+        return {key: attempts(state) for key, state in self.with_ledger(spec, lambda l: l.table_states(spec.load_key)).items()}
+
+    def job_metrics(self, spec, result, seconds, baseline):
+        """Per table: rows read / written / failed and failed shards of this try (from the ledger,
+        so a failed job's shards count too), and its duration (a table of a job of many: its own)."""
+        own = {t["load_key"]: t["seconds"] for t in (result or {}).get("tables", []) if t.get("seconds") is not None}
+        states = self.with_ledger(spec, lambda ledger: ledger.table_states(spec.load_key))
+        return [m for key, state in states.items()
+                for m in load_metrics(state, (baseline or {}).get(key, {}), own.get(key, seconds))]
 
     def lineage(self, spec, result):
         tables = result.get("tables") or [result | {"table": f"{spec.source_database}.{spec.source_table}",

@@ -3,7 +3,8 @@ from __future__ import annotations
 from airflow_sync_provider.assets import namespace
 from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import ReconcileSpec
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_RECONCILIATION
+from airflow_sync_provider.core.metrics import reconcile_metrics
 from airflow_sync_provider.core.verify.reconcile import OK, SHAPE_MISMATCH, overall_verdict
 from airflow_sync_provider.core.verify.reports import reconcile_table, write_report
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
@@ -74,6 +75,12 @@ class ReconcileOperator(SparkJobOperator):
     def sync_page(self, spec) -> str:
         return sync_link(load=spec.load_key) if spec.select or spec.tables else sync_link("reconciliation",
                                                                                          load=spec.load_key)
+
+    def ledger_subject(self, spec):
+        return TASK_RECONCILIATION, spec.load_key
+
+    def job_metrics(self, spec, result, seconds, baseline):
+        return [m for one in (result or {}).get("tables") or ([result] if result else []) for m in reconcile_metrics(one)]
 
     def lineage(self, spec, result):
         return [x for t in result.get("tables") or [result]

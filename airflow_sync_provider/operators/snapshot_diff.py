@@ -3,7 +3,8 @@ from __future__ import annotations
 from airflow_sync_provider.assets import clickhouse_table, mysql_table, namespace, qualified
 from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_DIFF
+from airflow_sync_provider.core.metrics import diff_metrics
 from airflow_sync_provider.core.verify.reports import diff_summary, write_diff_report
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
@@ -96,6 +97,12 @@ class SnapshotDiffOperator(SparkJobOperator):
     def sync_page(self, spec) -> str:
         return sync_link(diff=spec.diff_key or "diff:") if spec.select or spec.tables else sync_link(
             "diff", key=spec.diff_key)
+
+    def ledger_subject(self, spec):
+        return TASK_DIFF, spec.diff_key
+
+    def job_metrics(self, spec, result, seconds, baseline):
+        return [m for one in (result or {}).get("tables") or ([result] if result else []) for m in diff_metrics(one)]
 
     def lineage(self, spec, result):
         if "tables" in result:

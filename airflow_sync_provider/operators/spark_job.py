@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_sync_provider.assets import openlineage
 from airflow_sync_provider.compat import AirflowException, Asset, BaseOperator
 from airflow_sync_provider.core.jobspec import public_dict
-from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.ledger import Ledger, TaskRef
 from airflow_sync_provider.core.submission import (
     Submission, job_script, python_driver, python_driver_command, read_result, run_driver, stage,
 )
 from airflow_sync_provider.core.target.clickhouse import client as clickhouse_client
 from airflow_sync_provider.hooks.endpoints import spark_deployment
 from airflow_sync_provider.links import SyncViewLink
+from airflow_sync_provider.stats import emit
 
 DEFAULT_CONF = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
 
@@ -70,6 +72,20 @@ class SparkJobOperator(BaseOperator):
         """This task's page in the Sync view (links.py): the loads, report or pipeline it works on."""
         return ""
 
+    def ledger_subject(self, spec) -> tuple[str, str] | None:
+        """(kind, key) of what this task's job works on in the ledger (``ledger.TASK_LOAD``, …):
+        recorded with the task instance as the job starts, so the Sync view links its rows here."""
+        return None
+
+    def metrics_baseline(self, spec):
+        """What :meth:`job_metrics` compares the job's outcome with, read before the job runs."""
+        return None
+
+    def job_metrics(self, spec, result: dict | None, seconds: float, baseline) -> list:
+        """The metrics of this try (core/metrics.py), sent after its job ended, failed ones too
+        (``result`` None: the job wrote no success result)."""
+        return []
+
     def lineage(self, spec, result: dict) -> tuple[list, list]:
         """The tables the run read and wrote: ([(namespace, name)], [(namespace, name, rows)])."""
         return [], []
@@ -122,6 +138,27 @@ class SparkJobOperator(BaseOperator):
         spec = self.build_spec(context)
         self.sync_link = self.sync_page(spec)
         self.log.info("Job spec (secrets masked): %s", json.dumps(public_dict(spec), default=str))
+        self._remember_task(spec, context)
+        baseline = self._quietly("read the ledger before the job", self.metrics_baseline, spec)
+        started, result = time.monotonic(), None
+        try:
+            result = self._run_job(spec)
+        finally:
+            done = result if result is not None and result.get("status") == "success" else None
+            emit(self._quietly("gather metrics", self.job_metrics, spec, done, time.monotonic() - started, baseline)
+                 or [])
+        if result.get("status") != "success":
+            raise AirflowException(f"{self.job} job wrote no success result: {result}")
+        self._lineage = self.lineage(spec, result)
+        summary = self.summarize(result)
+        for asset in self.outlets:  # what the downstream DAGs see on the asset event
+            events = context.get("outlet_events") if hasattr(context, "get") else None
+            if events is not None and isinstance(asset, Asset):
+                events[asset].extra = {k: summary[k] for k in ("load_key", "rows", "verdict", "counts", "checkpoint")
+                                       if k in summary}
+        return summary
+
+    def _run_job(self, spec) -> dict:
         with tempfile.TemporaryDirectory(prefix="airflow-sync-") as tmp:  # created 0700
             local = self.driver_command(spec, tmp)
             if local is not None:
@@ -139,17 +176,36 @@ class SparkJobOperator(BaseOperator):
                 except AirflowException as exc:
                     error = self._result(spec, staged).get("error")
                     raise AirflowException(f"{self.job} job failed: {error or exc}") from None
-            result = self._result(spec, staged)
-        if result.get("status") != "success":
-            raise AirflowException(f"{self.job} job wrote no success result: {result}")
-        self._lineage = self.lineage(spec, result)
-        summary = self.summarize(result)
-        for asset in self.outlets:  # what the downstream DAGs see on the asset event
-            events = context.get("outlet_events") if hasattr(context, "get") else None
-            if events is not None and isinstance(asset, Asset):
-                events[asset].extra = {k: summary[k] for k in ("load_key", "rows", "verdict", "counts", "checkpoint")
-                                       if k in summary}
-        return summary
+            return self._result(spec, staged)
+
+    def _remember_task(self, spec, context) -> None:
+        """Record this task instance in the ledger as the one working on :meth:`ledger_subject`."""
+        subject = self.ledger_subject(spec)
+        ti = context.get("ti") if hasattr(context, "get") else None
+        if subject is None or ti is None:
+            return
+        map_index = getattr(ti, "map_index", -1)
+        task = TaskRef(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index,
+                       getattr(ti, "try_number", 1) or 1)
+        self._quietly("record the task instance", lambda: self.with_ledger(spec, lambda led: led.write_task(*subject,
+                                                                                                        task)))
+
+    @staticmethod
+    def with_ledger(spec, use):
+        """``use(Ledger)`` over a client of the spec's target, closed afterwards."""
+        ch = clickhouse_client(spec.target)
+        try:
+            return use(Ledger(ch, spec.ledger_database))
+        finally:
+            ch.close()
+
+    def _quietly(self, what: str, call, *args):
+        """Bookkeeping for the Sync view and metrics never fails a task: a failure is logged."""
+        try:
+            return call(*args)
+        except Exception as exc:  # noqa: BLE001
+            self.log.warning("Could not %s (the job is not affected): %s: %s", what, type(exc).__name__, exc)
+            return None
 
     def on_kill(self) -> None:
         """The task was killed: so is a Python driver (a spark-submit one goes with its hook)."""
@@ -161,8 +217,4 @@ class SparkJobOperator(BaseOperator):
     def _result(spec, staged: Submission) -> dict:
         if staged.result_path:
             return read_result(staged.result_path)
-        ch = clickhouse_client(spec.target)
-        try:
-            return Ledger(ch, spec.ledger_database).job_result(staged.result_key)
-        finally:
-            ch.close()
+        return SparkJobOperator.with_ledger(spec, lambda ledger: ledger.job_result(staged.result_key))

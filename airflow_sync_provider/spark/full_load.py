@@ -21,6 +21,7 @@ from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, publ
 from airflow_sync_provider.core.ledger import (
     LOAD_ABANDONED, LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState,
 )
+from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name
 from airflow_sync_provider.core.source.planning import Plan, Shard, plan_table
@@ -341,6 +342,7 @@ def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, star
     ch.command(target.create_working_sql(schema, spec.ledger_database, state.parts_table, copy.weight is not None,
                                          copy.direct))
     ledger.write_load(state)
+    hold_point("full_load.started", spec.load_key)  # tests: loads held together (core/crash_points.py)
     todo = state.todo()
     log.info(f"load {state.load_key!r} generation {state.generation}: {len(todo)} of "
           f"{len(plan.shards)} shards to read{' (repair of the published table)' if state.repair else ''}, "

@@ -13,5 +13,5 @@ from airflow_sync_provider.sensors.binlog_position import BinlogPositionSensor
 
 with DAG(dag_id="sync_test_wait_for_position", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False):
     BinlogPositionSensor(task_id="wait", pipeline="{{ dag_run.conf['pipeline'] }}",
-                         position="{{ dag_run.conf['position'] }}", deferrable=True, poke_interval=2, timeout=600,
+                         position="{{ dag_run.conf['position'] }}", deferrable=True, poke_interval=2, timeout=3600,
                          mysql_conn_id="sync_mysql", clickhouse_conn_id="sync_clickhouse")
