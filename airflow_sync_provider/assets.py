@@ -56,7 +56,8 @@ def openlineage(inputs: list[tuple[str, str]], outputs: list[tuple[str, str, int
     outputs (namespace, name, rows written or None)."""
     try:
         from airflow.providers.common.compat.openlineage.facet import (
-            Dataset, OutputStatisticsOutputDatasetFacet,
+            Dataset,
+            OutputStatisticsOutputDatasetFacet,
         )
         from airflow.providers.openlineage.extractors import OperatorLineage
     except ImportError:

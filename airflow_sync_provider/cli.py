@@ -25,21 +25,42 @@ import tempfile
 import time
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, PIPELINE_STOPPED, Checkpoints
-from airflow_sync_provider.core.cdc.servers import Server, reached, server_of, source_epoch
-from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.cdc.positions import current_position
+from airflow_sync_provider.core.cdc.servers import Server, reached, server_of, source_epoch
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import (
-    DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, READERS, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
+    DEFAULT_CHUNK_ROWS,
+    READERS,
+    CdcApplySpec,
+    CdcBootstrapSpec,
+    FullLoadSpec,
+    ReconcileSpec,
+    SnapshotDiffSpec,
+    reimport_spec,
 )
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
-from airflow_sync_provider.core.source.planning import DEFAULT_SPLIT_FACTOR, MIN_SHARD_ROWS, STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
+from airflow_sync_provider.core.source.locks import lock_holder, lock_name
+from airflow_sync_provider.core.source.planning import (
+    DEFAULT_SPLIT_FACTOR,
+    MIN_SHARD_ROWS,
+    STRATEGIES,
+    Plan,
+    PlanError,
+    SpeedLimits,
+    plan_table,
+)
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.submission import private_cache, spark_submit
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.verify.reconcile import FAILED, OK, SHAPE_MISMATCH
-from airflow_sync_provider.core.verify.reports import diff_summary, reconcile_table, shard_table, write_diff_report, write_report
+from airflow_sync_provider.core.verify.reports import (
+    diff_summary,
+    reconcile_table,
+    shard_table,
+    write_diff_report,
+    write_report,
+)
 
 SPLIT_FACTOR_HELP = (f"shards per channel (default: {DEFAULT_SPLIT_FACTOR}, fewer when a shard would hold under "
                      f"{MIN_SHARD_ROWS:,} rows)")

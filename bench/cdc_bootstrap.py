@@ -35,7 +35,13 @@ import pymysql
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.jobspec import (
+    DEFAULT_CHUNK_ROWS,
+    CdcApplySpec,
+    CdcBootstrapSpec,
+    FullLoadSpec,
+    ReconcileSpec,
+)
 from airflow_sync_provider.core.submission import prepare, spark_submit
 from bench.common import fmt_rate, fmt_ratio, machine, services, timer, write_result
 from bench.full_load import GROUPS, TICKS, ProcessSampler, ch_client, run_ours, run_replicator

@@ -56,9 +56,27 @@ from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
-from bench.cdc_apply import (JOB_TIMEOUT, POLL, ROW_VALUES, SOURCE_DB, TABLE, TARGET_DB, Changes, Writer, batches,
-                             cdc_spec, ch_client, create_source, mysql_conn, percentile, position, run_full_load,
-                             source_summary, target_summary, verify_rows)
+from bench.cdc_apply import (
+    JOB_TIMEOUT,
+    POLL,
+    ROW_VALUES,
+    SOURCE_DB,
+    TABLE,
+    TARGET_DB,
+    Changes,
+    Writer,
+    batches,
+    cdc_spec,
+    ch_client,
+    create_source,
+    mysql_conn,
+    percentile,
+    position,
+    run_full_load,
+    source_summary,
+    target_summary,
+    verify_rows,
+)
 from bench.common import REPO, machine, services, timer, write_result
 from bench.full_load import ProcessSampler
 

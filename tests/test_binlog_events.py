@@ -20,8 +20,14 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 
 from airflow_sync_provider.core.cdc import binlog
 from airflow_sync_provider.core.cdc.binlog import (
-    COMPRESSED_EVENTS, BinlogReader, EventGate, QueryCompressedEvent, TableRoute, check_compression,
-    statement_targets, uncompress_body,
+    COMPRESSED_EVENTS,
+    BinlogReader,
+    EventGate,
+    QueryCompressedEvent,
+    TableRoute,
+    check_compression,
+    statement_targets,
+    uncompress_body,
 )
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.cdc.ring import HashRing

@@ -121,9 +121,9 @@ def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact
     between the write and the checkpoint, and right after it. After each kill every
     transaction the checkpoint covers is in the target; the next run resumes; in the end the
     copy is exact."""
-    from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
     import time
 
+    from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
     from airflow_sync_provider.core.submission import spark_submit
 
     _create(mysql_conn, f"CREATE TABLE {DB}.kills (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(10) NULL)")
@@ -248,11 +248,10 @@ def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exa
     import threading
     import time
 
-    from airflow_sync_provider.spark import cdc_stream
-
     import pymysql
 
     from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
+    from airflow_sync_provider.spark import cdc_stream
     from devenv.mariadb import MariaDB
 
     server = MariaDB(tmp_path / "restart").start()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import pymysql
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
@@ -96,7 +95,7 @@ def test_a_replica_promoted_behind_the_primarys_address_is_followed_by_gtid(mari
         _exact(conn, ch, "fo1")
     # the copy's versions: B's rows above every row A wrote
     top_a = state_before.checkpoint.version()
-    assert ch.command(f"SELECT min(_version) FROM fo1_ch.accounts FINAL WHERE note = 'round 5'") > top_a
+    assert ch.command("SELECT min(_version) FROM fo1_ch.accounts FINAL WHERE note = 'round 5'") > top_a
 
 
 def test_a_connection_pointed_at_the_replica_is_followed_by_gtid(mariadb_pair, ch, clickhouse_url, spark):

@@ -13,8 +13,8 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.target.clickhouse import table_exists
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
-from tests.helpers import run_sql as sql
 from tests.helpers import assert_same_rows
+from tests.helpers import run_sql as sql
 
 pytestmark = pytest.mark.slow
 DB, OTHER, TARGET = "wdb", "wdb_other", "wdb_ch"

@@ -16,8 +16,8 @@ from airflow_sync_provider.spark import cdc_verify
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
-from tests.helpers import run_sql as sql
 from tests.helpers import assert_same_rows, recreate_tables
+from tests.helpers import run_sql as sql
 
 pytestmark = pytest.mark.slow
 DB, TARGET = "vfy", "vfy_ch"

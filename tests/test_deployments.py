@@ -179,11 +179,11 @@ def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path,
                                                                       spark):
     """What a YARN/Kubernetes driver does, run here: the staged spec (no passwords) in another
     working directory, the passwords from the environment, the result through the ledger."""
+    from airflow_sync_provider.core.jobspec import FullLoadSpec
     from airflow_sync_provider.core.ledger import Ledger
     from airflow_sync_provider.core.submission import spark_env
-    from airflow_sync_provider.spark.full_load import run_full_load
     from airflow_sync_provider.core.target.clickhouse import client
-    from airflow_sync_provider.core.jobspec import FullLoadSpec
+    from airflow_sync_provider.spark.full_load import run_full_load
 
     source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
     run_full_load(FullLoadSpec(source=source, target=target, source_database="demo", source_table="customers",

@@ -13,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.verify.diff import (
-    CHANGED, DELETED, IDENTICAL, NEW, DiffColumns, DiffError, DuplicateKey, Tolerance, compare,
+    CHANGED,
+    DELETED,
+    IDENTICAL,
+    NEW,
+    DiffColumns,
+    DiffError,
+    DuplicateKey,
+    Tolerance,
+    compare,
 )
 
 SCHEMA = pa.schema([("k1", pa.int64()), ("k2", pa.string()), ("f", pa.float64()), ("s", pa.string()),

@@ -14,12 +14,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.source.planning import (
-    DEFAULT_SPLIT_FACTOR, MIN_SHARD_ROWS, PIECE_BYTES, Plan, PlanError, Shard, SpeedLimits, auto_split_factor,
-    choose_split_column, equal_width_cuts, index_ordered_cuts, pieces_per_shard, shards_from_cuts,
+    DEFAULT_SPLIT_FACTOR,
+    MIN_SHARD_ROWS,
+    PIECE_BYTES,
+    Plan,
+    PlanError,
+    Shard,
+    SpeedLimits,
+    auto_split_factor,
+    choose_split_column,
+    equal_width_cuts,
+    index_ordered_cuts,
+    pieces_per_shard,
+    shards_from_cuts,
 )
 from airflow_sync_provider.core.source.schema import Index, TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn
-
 
 # --- a Python evaluator for the planner's five predicate forms --------------------------
 

@@ -8,8 +8,8 @@ with range access (EXPLAIN), not a full scan.
 from __future__ import annotations
 
 import pymysql
-from pymysql.constants import SERVER_STATUS
 import pytest
+from pymysql.constants import SERVER_STATUS
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source import planning
@@ -17,6 +17,7 @@ from airflow_sync_provider.core.source.planning import MIN_SHARD_ROWS, Shard, Sp
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import mysql_table
 from tests.adversarial import DB, SPLIT, TABLES, WEIRD
+
 
 def hits_per_row(conn, database, table, shards):
     """(min, max) over rows of the number of shard predicates each row satisfies."""

@@ -14,8 +14,18 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.verify.pruning import (
-    FIRST_ROWS, LEAF_ROWS, MAX_BUCKETS, SCAN_SHARE, Positions, Pruning, aligned_batches, first_rows, interval_sql,
-    merged, pieces, step,
+    FIRST_ROWS,
+    LEAF_ROWS,
+    MAX_BUCKETS,
+    SCAN_SHARE,
+    Positions,
+    Pruning,
+    aligned_batches,
+    first_rows,
+    interval_sql,
+    merged,
+    pieces,
+    step,
 )
 
 

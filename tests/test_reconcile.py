@@ -16,7 +16,7 @@ from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import SHARD_MISMATCH, Ledger
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.target.shards import read_weights, cut_points, target_predicates, weight_width
+from airflow_sync_provider.core.target.shards import cut_points, read_weights, target_predicates, weight_width
 from airflow_sync_provider.core.verify.reconcile import count_target
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
@@ -252,7 +252,10 @@ def test_checksums_see_a_change_in_any_column_of_any_mapped_type(in_range, endpo
     """Every mapped type (tests/test_full_load_job.py's matrix, float extremes included) checksums
     equal on an exact copy, and a newer version of one row with one column changed is seen."""
     from airflow_sync_provider.core.verify.reconcile import (
-        checksum_source, checksum_target, clickhouse_checksum_sql, mysql_checksum_sql,
+        checksum_source,
+        checksum_target,
+        clickhouse_checksum_sql,
+        mysql_checksum_sql,
     )
     from tests.test_full_load_job import ROWS, TYPES_DDL
 

@@ -14,7 +14,12 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import (
-    CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec, SnapshotDiffSpec, reimport_spec,
+    CdcApplySpec,
+    CdcBootstrapSpec,
+    FullLoadSpec,
+    ReconcileSpec,
+    SnapshotDiffSpec,
+    reimport_spec,
 )
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.submission import prepare, read_result, spark_submit

@@ -86,7 +86,7 @@ def test_the_first_screen_names_failures_with_their_remedy_and_task_before_the_t
     running = _section(page, "running")
     assert "shop.events" in running and "4/10 shards" in running and "450 of ~1,000 rows (45%)" in running
     pipelines = _section(page, "pipelines")
-    assert re.search(r"steady_cdc.*caught up.*crm\.accounts 1 min ago: ok", pipelines, re.S)
+    assert re.search(r"steady_cdc.*caught up.*oldest: crm\.accounts 1 min ago", pipelines, re.S)
     tables = _section(page, "tables")
     assert tables.index("daily.2025-01-02") < tables.index("big.events") < tables.index("nightly.orders")
     assert "href='reconciliation?load=nightly.items'" in tables and "mismatch [1]" in tables

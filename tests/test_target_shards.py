@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from airflow_sync_provider.core.source.planning import Plan, shards_from_cuts, to_param
 from airflow_sync_provider.core.target.shards import (
-    NotComparable, Period, Weights, cut_points, needs_weight, target_predicates, time_micros,
+    NotComparable,
+    Period,
+    Weights,
+    cut_points,
+    needs_weight,
+    target_predicates,
+    time_micros,
 )
 from airflow_sync_provider.core.typemap import MySQLColumn
 

@@ -20,8 +20,18 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, PIPELINE_STOPPED, Checkpoints, PipelineState
 from airflow_sync_provider.core.ledger import (
-    LOAD_ABANDONED, LOAD_PUBLISHED, TASK_DIFF, TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, Ledger, LoadState,
-    ShardState, TaskRef, counters_verdict, failing_shards,
+    LOAD_ABANDONED,
+    LOAD_PUBLISHED,
+    TASK_DIFF,
+    TASK_LOAD,
+    TASK_PIPELINE,
+    TASK_RECONCILIATION,
+    Ledger,
+    LoadState,
+    ShardState,
+    TaskRef,
+    counters_verdict,
+    failing_shards,
 )
 from airflow_sync_provider.core.metrics import checkpoint_age, lag_seconds, recopies_running
 
@@ -119,6 +129,7 @@ class PipelineRow:
     age: float | None  # since its last report (checkpoint)
     task: TaskRef | None = None
     counters: list[dict] = field(default_factory=list)  # per table and minute, a pipeline's own page only
+    selection: dict | None = None  # the patterns it keeps (core/cdc/checkpoints.Checkpoints.selection)
 
     @property
     def failing(self) -> bool:
@@ -238,7 +249,8 @@ def pipeline_rows(ledger: Ledger, filters: Filters, name: str = "", now: float |
         state = checkpoints.state(pipeline)
         if state is None or (pattern and not any(pattern.match(t) for t in state.to_dict()["tables"])):
             continue
-        out.append(PipelineRow(state, lag_seconds(state, now), checkpoint_age(state, now)))
+        out.append(PipelineRow(state, lag_seconds(state, now), checkpoint_age(state, now),
+                               selection=checkpoints.selection(pipeline)))
     return sorted(out, key=lambda p: (not p.failing, not p.behind, -(p.lag or 0), p.state.pipeline))
 
 

@@ -8,13 +8,22 @@ Links are relative to ``/sync/``: a task instance is ``../dags/<dag>/runs/<run>/
 
 from __future__ import annotations
 
+import json
 import time
 from html import escape
 from urllib.parse import quote, urlencode
 
 from airflow_sync_provider.core.ledger import SHARD_SUCCESS, TaskRef, counters_disagree
 from airflow_sync_provider.core.overview import (
-    ATTENTION_ROWS, FAILED, LAG_WARNING_SECONDS, PAGE_ROWS, RECENT_DAYS, STATES, Filters, LoadRow, Overview,
+    ATTENTION_ROWS,
+    FAILED,
+    LAG_WARNING_SECONDS,
+    PAGE_ROWS,
+    RECENT_DAYS,
+    STATES,
+    Filters,
+    LoadRow,
+    Overview,
     PipelineRow,
 )
 
@@ -163,12 +172,18 @@ def _running(view: Overview, now: float) -> str:
 
 
 def _verification(p: PipelineRow, now: float) -> str:
+    """The table verified longest ago (never verified first), and what the newest pass found."""
+    v = p.state.verification()
+    oldest = v["oldest"]
+    if oldest is None:
+        return "–"
+    head = (f"oldest: {escape(oldest['table'])} "
+            + ("<span class='failed'>never verified</span>" if not oldest["verified_at"]
+               else _since(oldest["verified_at"], now)))
     last = p.last_verified
-    if last is None:
-        return "never"
-    return (f"{escape(last['table'])} {_since(last['at'], now)}: "
-            + (f"<span class='failed'>{len(last['mismatched'])} shard(s) mismatched</span>" if last["mismatched"]
-               else "ok"))
+    return head + (f"; {v['repaired_shards']} slice(s) repaired in all" if v["repaired_shards"] else "") + (
+        f"; newest: <span class='failed'>{len(last['mismatched'])} mismatched</span>" if last and last["mismatched"]
+        else "")
 
 
 def _pipeline_table(pipelines: list[PipelineRow], now: float) -> str:
@@ -303,6 +318,10 @@ def pipeline_html(p: PipelineRow, now: float | None = None) -> str:
             + f"<p>checkpoint {escape(str(s.checkpoint))}; source seen at {escape(str(s.source_position))}; "
             f"{s.events:,} row changes applied in total; {escape(s.verification_line())}; lease generation "
             f"{s.generation}{', holder ' + escape(s.holder) if s.holder else ''}</p>"
+            + (f"<p>source server: {escape(_server(s.server))}, epoch {s.checkpoint.epoch if s.checkpoint else 0}</p>"
+               if s.server else "")
+            + (f"<p>tables selected by <code>{escape(json.dumps(p.selection))}</code> (every run applies them; "
+               "<code>change_selection=True</code> replaces them)</p>" if p.selection else "")
             + (f"<p class='error'>{escape(s.error)}</p><p>remedy: {escape(what)} — {task_link(p.task)}; or "
                f"{_cmd(command)}</p>" if p.failing else "")
             + _minute_chart(p.counters)
@@ -310,6 +329,12 @@ def pipeline_html(p: PipelineRow, now: float | None = None) -> str:
             f"<th class='v'>last verified</th><th></th></tr>{tables}</table>"
             + (f"<h2>Schema changes</h2><ul>{changes}</ul>" if changes else ""))
     return _page(f"Sync: {s.pipeline}", body)
+
+
+def _server(server: dict) -> str:
+    from airflow_sync_provider.core.cdc.servers import Server
+
+    return str(Server.from_dict(server))
 
 
 def load_html(state, verdict: tuple[str, str], task: TaskRef | None, check: dict | None,

@@ -13,7 +13,13 @@ from airflow_sync_provider.compat import AirflowException, Asset, BaseOperator
 from airflow_sync_provider.core.jobspec import public_dict
 from airflow_sync_provider.core.ledger import Ledger, TaskRef
 from airflow_sync_provider.core.submission import (
-    Submission, job_script, python_driver, python_driver_command, read_result, run_driver, stage,
+    Submission,
+    job_script,
+    python_driver,
+    python_driver_command,
+    read_result,
+    run_driver,
+    stage,
 )
 from airflow_sync_provider.core.target.clickhouse import client as clickhouse_client
 from airflow_sync_provider.hooks.endpoints import spark_deployment

@@ -26,12 +26,25 @@ from dataclasses import dataclass, field
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.binlog import BinlogLost, TableRoute, preflight
 from airflow_sync_provider.core.cdc.checkpoints import (
-    PIPELINE_FAILED, PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_STOPPED, Checkpoints, PipelineState,
+    PIPELINE_FAILED,
+    PIPELINE_IDLE,
+    PIPELINE_RUNNING,
+    PIPELINE_STOPPED,
+    Checkpoints,
+    PipelineState,
 )
 from airflow_sync_provider.core.cdc.lease import Lease, LeaseError
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.cdc.servers import (
-    GtidNotFound, Server, ServerEpochs, common_state, gtid_state, locate, missing_from, server_of, shared_history,
+    GtidNotFound,
+    Server,
+    ServerEpochs,
+    common_state,
+    gtid_state,
+    locate,
+    missing_from,
+    server_of,
+    shared_history,
     with_their_domains,
 )
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration

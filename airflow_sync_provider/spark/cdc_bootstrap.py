@@ -18,15 +18,25 @@ import time
 from dataclasses import dataclass
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.cdc.servers import source_epoch
-from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows, streaming_problem
 from airflow_sync_provider.core.cdc.positions import (
-    BinlogError, BinlogPosition, current_position, ensure_fence, flavor, snapshot_position,
+    BinlogError,
+    BinlogPosition,
+    current_position,
+    ensure_fence,
+    flavor,
+    snapshot_position,
 )
+from airflow_sync_provider.core.cdc.servers import source_epoch
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import (
-    CdcBootstrapSpec, FullLoadSpec, bootstrap_load_key, copied_schema, public_dict, table_config,
+    CdcBootstrapSpec,
+    FullLoadSpec,
+    bootstrap_load_key,
+    copied_schema,
+    public_dict,
+    table_config,
 )
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState
 from airflow_sync_provider.core.source import reader as mysql_reader

@@ -12,8 +12,8 @@ applier killed half-way follows it again (core/cdc/binlog.py, core/cdc/ddl.follo
 
 from __future__ import annotations
 
-import logging
 import dataclasses
+import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 

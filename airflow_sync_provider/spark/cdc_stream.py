@@ -11,8 +11,8 @@ driver for a batch of at most ``driver_write_rows`` changes, Spark tasks above.
 
 from __future__ import annotations
 
-import logging
 import dataclasses
+import logging
 import multiprocessing
 import os
 import queue

@@ -33,13 +33,15 @@ import math
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.positions import (
-    BinlogError, BinlogPosition, TransientBinlogError, snapshot_position,
+    BinlogError,
+    BinlogPosition,
+    TransientBinlogError,
+    snapshot_position,
 )
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema

@@ -39,15 +39,39 @@ from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import (
-    SPLIT_WEIGHT_COLUMN, cut_points, mysql_weight_sql, needs_weight, read_weights, target_predicates, weight_width,
+    SPLIT_WEIGHT_COLUMN,
+    cut_points,
+    mysql_weight_sql,
+    needs_weight,
+    read_weights,
+    target_predicates,
+    weight_width,
 )
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 from airflow_sync_provider.core.verify.diff import (
-    CHANGED, DELETED, FLAGS, IDENTICAL, NEW, DiffColumns, DiffError, change_samples, compare, new_name, nullable,
+    CHANGED,
+    DELETED,
+    FLAGS,
+    IDENTICAL,
+    NEW,
+    DiffColumns,
+    DiffError,
+    change_samples,
+    compare,
+    new_name,
+    nullable,
     old_name,
 )
 from airflow_sync_provider.core.verify.pruning import (
-    SCAN_SHARE, Positions, Pruning, Scope, aligned_batches, first_rows, interval_sql, label_sql, pieces,
+    SCAN_SHARE,
+    Positions,
+    Pruning,
+    Scope,
+    aligned_batches,
+    first_rows,
+    interval_sql,
+    label_sql,
+    pieces,
 )
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.core.verify.shape import CopyShape, column_problems, read_copy_shape

@@ -9,8 +9,8 @@ import traceback
 
 from clickhouse_connect.driver import options as clickhouse_options
 
-from airflow_sync_provider.core.logs import to_stdout
 from airflow_sync_provider.core.jobspec import read_spec, write_private_json
+from airflow_sync_provider.core.logs import to_stdout
 from airflow_sync_provider.core.submission import secrets_from_env
 from airflow_sync_provider.spark.session import LazySession
 

@@ -17,11 +17,18 @@ import time
 
 from airflow_sync_provider.core.cdc.positions import BinlogPosition, flavor, position_if_readable, snapshot_position
 from airflow_sync_provider.core.cdc.servers import source_epoch
+from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
 from airflow_sync_provider.core.ledger import (
-    LOAD_ABANDONED, LOAD_FAILED, LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState,
+    LOAD_ABANDONED,
+    LOAD_FAILED,
+    LOAD_PUBLISHED,
+    LOAD_RUNNING,
+    SHARD_SUCCESS,
+    Ledger,
+    LoadState,
+    ShardState,
 )
-from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name
 from airflow_sync_provider.core.source.planning import Plan, Shard, plan_table
@@ -30,7 +37,13 @@ from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import (
-    NotComparable, cut_points, needs_weight, read_weights, shard_predicates, target_predicates, weight_width,
+    NotComparable,
+    cut_points,
+    needs_weight,
+    read_weights,
+    shard_predicates,
+    target_predicates,
+    weight_width,
 )
 from airflow_sync_provider.core.verify import shape as copy_shape
 from airflow_sync_provider.core.verify.reports import shard_table

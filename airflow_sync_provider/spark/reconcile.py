@@ -22,8 +22,16 @@ from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import shard_predicates
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reconcile import (
-    checksum_source, checksum_target, clickhouse_checksum_sql, count_source, count_target, mysql_checksum_sql,
-    MISMATCH, OK, SHAPE_MISMATCH, shard_problems,
+    MISMATCH,
+    OK,
+    SHAPE_MISMATCH,
+    checksum_source,
+    checksum_target,
+    clickhouse_checksum_sql,
+    count_source,
+    count_target,
+    mysql_checksum_sql,
+    shard_problems,
 )
 from airflow_sync_provider.core.verify.shape import ShapeCheck, check_copy, read_copy_shape, reload_remedy
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels

@@ -31,7 +31,13 @@ from airflow_sync_provider.core.cdc.positions import EPOCH_SHIFT, snapshot_versi
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import (
-    LOAD_FAILED, SHARD_FAILED, SHARD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState,
+    LOAD_FAILED,
+    SHARD_FAILED,
+    SHARD_RUNNING,
+    SHARD_SUCCESS,
+    Ledger,
+    LoadState,
+    ShardState,
 )
 from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.target import clickhouse as target

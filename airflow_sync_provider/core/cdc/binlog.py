@@ -29,13 +29,22 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication import row_event as _row_event
 from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import (
-    GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent,
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.positions import (
-    BinlogError, BinlogPosition, ValueRefused, event_version, file_seq,
+    BinlogError,
+    BinlogPosition,
+    ValueRefused,
+    event_version,
+    file_seq,
 )
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
 from airflow_sync_provider.core.cdc.servers import GtidState

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, LedgerTables
-from airflow_sync_provider.core.ledger import TIME_TYPE as _TIME, utc_datetime as _ts
+from airflow_sync_provider.core.ledger import TIME_TYPE as _TIME
+from airflow_sync_provider.core.ledger import utc_datetime as _ts
 
 # failed: a retry may help (it replays from the checkpoint); stopped: it cannot until the remedy
 # in the error is applied (the checkpoint stays before the cause, so every retry stops there again)
@@ -288,10 +289,11 @@ def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | s
     source's current position or its last applied change is at most that old. Failed when the
     pipeline reports an error (its last run failed or stopped).
     """
-    from airflow_sync_provider.core.cdc.servers import Server, reached as has_reached, server_of, source_epoch
+    from airflow_sync_provider.core.cdc.positions import current_position
+    from airflow_sync_provider.core.cdc.servers import Server, server_of, source_epoch
+    from airflow_sync_provider.core.cdc.servers import reached as has_reached
     from airflow_sync_provider.core.source import reader as mysql_reader
     from airflow_sync_provider.core.target import clickhouse as clickhouse_target
-    from airflow_sync_provider.core.cdc.positions import current_position
 
     ch = clickhouse_target.client(target_endpoint)
     try:

@@ -38,12 +38,12 @@ from decimal import Decimal
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
 from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError
 from sqlglot.tokens import TokenType
 
-from airflow_sync_provider.core.target.clickhouse import INTERNAL_COLUMNS, column_types
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
+from airflow_sync_provider.core.target.clickhouse import INTERNAL_COLUMNS, column_types
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 
 # --- what a statement does -------------------------------------------------------------------
@@ -247,7 +247,7 @@ def probe_column(conn, database: str, definition: str, collation: str | None, wh
     information_schema would describe it and the value an existing row takes when the column is
     added (``NOT_CONSTANT`` when two rows inserted at different times differ: a per-row,
     time-dependent or random default — or the definition reads other columns)."""
-    from airflow_sync_provider.core.source.reader import to_batch, arrow_schema
+    from airflow_sync_provider.core.source.reader import arrow_schema, to_batch
 
     probe = mysql_table(database, _PROBE)
     with conn.cursor() as cur:

@@ -27,8 +27,8 @@ Strings have no meaningful width, so ``equal`` uses index-ordered bounds for the
 from __future__ import annotations
 
 import dataclasses
-import functools
 import datetime as dt
+import functools
 import json
 import math
 from dataclasses import dataclass
