@@ -772,7 +772,10 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
         lines.append(f"Not measured: {lag.get('error')}")
     else:
         w = lag["writer"]
-        f2 = (lambda v: f"{v:.2f}" if v is not None else "—")
+
+        def f2(v):
+            return f"{v:.2f}" if v is not None else "—"
+
         res = lag["result"]
         applied = res.get("events", 0) or 0
         lines += ["| service run | writer: row changes, s, achieved changes/s | lag samples | lag p50 s | lag p99 s "

@@ -526,7 +526,7 @@ def run_size(args, rows: int, mysql_url: str, ch_url: str, state: Path) -> dict:
         entry = {"scenario": scenario, "title": title, "description": description, "expected": expected,
                  "change_seconds": t["seconds"], "runs": {}}
 
-        def show(name, run):
+        def show(name, run, entry=entry, expected=expected, sums=sums):
             entry["runs"][name] = run
             check(run, expected, sums, name)
             counts = run.get("counts") or {}

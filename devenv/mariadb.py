@@ -119,10 +119,10 @@ class MariaDB:
                 conn = pymysql.connect(unix_socket=str(self.socket), user="root",
                                        password="" if fresh else ROOT_PASSWORD)
                 break
-            except pymysql.err.OperationalError:
+            except pymysql.err.OperationalError as exc:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise TimeoutError(f"MariaDB not ready after {timeout}s; see {self.base / 'error.log'}")
+                    raise TimeoutError(f"MariaDB not ready after {timeout}s; see {self.base / 'error.log'}") from exc
                 time.sleep(0.2)
         with conn, conn.cursor() as cur:
             if fresh:  # root over TCP with a password, like a real server

@@ -76,10 +76,10 @@ class PostgreSQL:
                 conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="airflow", password=PASSWORD,
                                         dbname="postgres")
                 break
-            except psycopg2.OperationalError:
+            except psycopg2.OperationalError as exc:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise TimeoutError(f"PostgreSQL not ready after {timeout}s; see {self.base / 'server.log'}")
+                    raise TimeoutError(f"PostgreSQL not ready after {timeout}s; see {self.base / 'server.log'}") from exc
                 time.sleep(0.2)
         conn.autocommit = True
         try:

@@ -221,7 +221,7 @@ class SparkCluster:
         proc.wait()
 
     def stop(self) -> None:
-        for name, proc in list(self.procs.items()):
+        for _name, proc in list(self.procs.items()):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:

@@ -148,7 +148,8 @@ class FullLoadOperator(SparkJobOperator):
     def metrics_baseline(self, spec) -> dict:
         """Each table load's shard attempts before the job: a resumed load's earlier ones are not
         counted again."""
-        return {key: attempts(state) for key, state in self.with_ledger(spec, lambda l: l.table_states(spec.load_key)).items()}
+        states = self.with_ledger(spec, lambda ledger: ledger.table_states(spec.load_key))
+        return {key: attempts(state) for key, state in states.items()}
 
     def job_metrics(self, spec, result, seconds, baseline):
         """Per table: rows read / written / failed and failed shards of this try (from the ledger,

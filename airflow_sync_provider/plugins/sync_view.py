@@ -50,13 +50,16 @@ def ledger() -> Iterator[Ledger]:
         ch.close()
 
 
+# the pages' ``book`` parameter: one (frozen, so shareable) Depends marker for every page
+LEDGER = Depends(ledger)
+
 app = FastAPI(title="Airflow Sync", docs_url=None, redoc_url=None, openapi_url=None,
               dependencies=[Depends(api_user())])
 
 
 @app.get("/", response_class=HTMLResponse)
 def sync_page(table: str = "", state: str = "", load: str = "", page: int = 1, days: int = ov.RECENT_DAYS,
-              pipeline: str = "", diff: str = "", book: Ledger = Depends(ledger)) -> str:
+              pipeline: str = "", diff: str = "", book: Ledger = LEDGER) -> str:
     if pipeline:
         found = ov.pipeline_page(book, pipeline)
         if found is None:
@@ -72,7 +75,7 @@ def sync_page(table: str = "", state: str = "", load: str = "", page: int = 1, d
 
 
 @app.get("/load", response_class=HTMLResponse)
-def load_page(key: str, book: Ledger = Depends(ledger)) -> str:
+def load_page(key: str, book: Ledger = LEDGER) -> str:
     found = ov.load_page(book, key)
     if found is None:
         raise HTTPException(404, f"no load {key!r} in the ledger")
@@ -80,7 +83,7 @@ def load_page(key: str, book: Ledger = Depends(ledger)) -> str:
 
 
 @app.get("/reconciliation", response_class=HTMLResponse)
-def reconciliation_page(load: str, book: Ledger = Depends(ledger)) -> str:
+def reconciliation_page(load: str, book: Ledger = LEDGER) -> str:
     result = book.reconciliation(load)
     if result is None:
         raise HTTPException(404, f"no reconciliation of load {load!r} in the ledger")
@@ -88,7 +91,7 @@ def reconciliation_page(load: str, book: Ledger = Depends(ledger)) -> str:
 
 
 @app.get("/diff", response_class=HTMLResponse)
-def diff_page(key: str, run: str = "", book: Ledger = Depends(ledger)) -> str:
+def diff_page(key: str, run: str = "", book: Ledger = LEDGER) -> str:
     found = book.diff(key, run)
     if found is None:
         raise HTTPException(404, f"no diff run {key!r} {run!r} in the ledger")

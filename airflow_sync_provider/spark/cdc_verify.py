@@ -523,7 +523,7 @@ class Verifier:
         for _ in range(LOOKS + 1):
             self.collect()
             work = self.due_slices(time.time(), ahead=1.0)
-            for name, (table, current) in self._passes().items():  # a pass of a due table is finished
+            for name, (_table, current) in self._passes().items():  # a pass of a due table is finished
                 if current is not None and current.due and name in self.checks:
                     work += [(name, s) for s in self.checks[name].slices[current.next:]]
             if not work:

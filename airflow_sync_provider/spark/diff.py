@@ -323,7 +323,7 @@ def _read_mysql(ctx: _Context, shard: Shard, pruning: Pruning, where: str):
     native = _native_sql(ctx) if _by_key(ctx) and not ctx.weight and many else None
     conn = None
     try:
-        for predicate, rows in _read_pieces(ctx, pruning, NATIVE_RANGES if native else RANGE_BATCH):
+        for predicate, _rows in _read_pieces(ctx, pruning, NATIVE_RANGES if native else RANGE_BATCH):
             part = dataclasses.replace(shard, where=f"({shard.where}) AND {predicate} ORDER BY {position}", pieces=())
             if native is not None:
                 try:

@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import codecs
 import datetime as dt
+import logging as _logging
 import re
 import time
+import zlib as _zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import sqlglot as _sqlglot
+from pymysql.protocol import MysqlPacket as _MysqlPacket
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication import event as _event
 from pymysqlreplication import row_event as _row_event
 from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import (
@@ -36,6 +41,7 @@ from pymysqlreplication.event import (
     RotateEvent,
     XidEvent,
 )
+from pymysqlreplication.packet import BinLogPacketWrapper as _BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_sync_provider.core.cdc import ddl
@@ -431,14 +437,6 @@ def preflight(conn, start: BinlogPosition | None, user: str = "") -> list[str]:
 #   one position, which the version scheme cannot rank), partial JSON updates, an Incident event,
 #   a change of a followed table logged as a statement, and any event class a later library
 #   version adds until it is classified here.
-
-import logging as _logging
-import zlib as _zlib
-
-import sqlglot as _sqlglot
-from pymysql.protocol import MysqlPacket as _MysqlPacket
-from pymysqlreplication import event as _event
-from pymysqlreplication.packet import BinLogPacketWrapper as _BinLogPacketWrapper
 
 _log = _logging.getLogger(__name__)
 

@@ -139,7 +139,7 @@ class ArrowInserts:
             except queue.Full:
                 if insert.future.done():  # it stopped taking rows: it failed
                     self._outcome(insert)
-                    raise RuntimeError(f"the insert into {self.table_sql} ended before its rows were sent")
+                    raise RuntimeError(f"the insert into {self.table_sql} ended before its rows were sent") from None
 
     def _end(self) -> None:
         """End the open insert; it is acknowledged in the background while the next one streams
