@@ -5,7 +5,8 @@
   airflow-sync status   --load KEY [--json]
   airflow-sync reimport --load KEY --failed
   airflow-sync reconcile --load KEY [--checksum] [--json]   (exit 3 on a mismatch)
-  airflow-sync diff --old DB.TABLE (--table DB.NAME | --new DB.TABLE) [--apply | --fail]   (exit 3 on changes with --fail)
+  airflow-sync diff --old DB.TABLE (--table DB.NAME | --new DB.TABLE) [--apply | --fail]
+                                                                   (exit 3 on changes with --fail)
   airflow-sync cdc bootstrap --pipeline P --table DB.NAME …     (chunked snapshot under live writes)
   airflow-sync cdc apply  --pipeline P [--start-from-load KEY …]   (catch up to the source's position now)
   airflow-sync cdc run    --pipeline P [--max-seconds S]          (a long-running service)
@@ -346,12 +347,12 @@ def cmd_diff(args) -> int:
 
 
 def _cdc_spec(args, service: bool) -> CdcApplySpec:
-    return CdcApplySpec(source=MySQLEndpoint.from_url(args.mysql_url), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
-                        pipeline=args.pipeline, tables=args.table or [], select=_selection(args),
-                        start_from_loads=args.start_from_load or [],
+    return CdcApplySpec(source=MySQLEndpoint.from_url(args.mysql_url),
+                        target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
+                        tables=args.table or [], select=_selection(args), start_from_loads=args.start_from_load or [],
                         lanes=args.lanes, batch_events=args.batch_events, driver_write_rows=args.driver_write_rows,
-                        reset=args.reset, service=service, verify=args.verify, verify_period=args.verify_every or args.verify_period,
-                        verify_budget=args.verify_budget,
+                        reset=args.reset, service=service, verify=args.verify,
+                        verify_period=args.verify_every or args.verify_period, verify_budget=args.verify_budget,
                         verify_after_ddl=not args.no_verify_after_ddl, change_selection=args.change_selection,
                         on_binlog_lost=args.on_binlog_lost,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
@@ -363,8 +364,8 @@ def _selection(args) -> dict | None:
         if args.select_table or args.exclude_table:
             raise SystemExit("--select-table / --exclude-table need --database (the databases to select from)")
         return None
-    return {"databases": args.database, "tables": args.select_table or ["*"], "exclude_tables": args.exclude_table or [],
-            "target_database": args.target_database or "{database}"}
+    return {"databases": args.database, "tables": args.select_table or ["*"],
+            "exclude_tables": args.exclude_table or [], "target_database": args.target_database or "{database}"}
 
 
 def _selection_arguments(parser, one: str = "") -> None:
@@ -386,7 +387,8 @@ def cmd_cdc_apply(args) -> int:
     return _submit(_cdc_spec(args, service=args.cdc_command == "run"), args, f"cdc {args.cdc_command}", lambda r: (
         f"pipeline {r['pipeline']!r}: {r['events']:,} row changes applied, checkpoint "
         f"{r['checkpoint']['file']}:{r['checkpoint']['pos']}, {r['seconds']:.1f} s"
-        + (f"; {len(r['verified'])} table check(s), {r['repaired_shards']} shard(s) repaired" if r["verified"] else "")))
+        + (f"; {len(r['verified'])} table check(s), {r['repaired_shards']} shard(s) repaired" if r["verified"]
+           else "")))
 
 
 def cmd_cdc_bootstrap(args) -> int:
@@ -446,7 +448,8 @@ def cmd_cdc_status(args) -> int:
         print(f"lease generation {state.generation}, held by {state.holder}" if state.status == PIPELINE_RUNNING
               and not gone else f"last applier: {state.holder} (lease generation {state.generation})")
     if state.server:
-        print(f"source server: {Server.from_dict(state.server)}, epoch {state.checkpoint.epoch if state.checkpoint else 0}")
+        print(f"source server: {Server.from_dict(state.server)}, "
+              f"epoch {state.checkpoint.epoch if state.checkpoint else 0}")
     if "source_now" in status:
         if status["moved"]:
             print(f"the source is now {here}: the next run resumes there by GTID (core/cdc/servers.py)")
@@ -593,7 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--changes-table", help="db.table for the change set (default: <old>__changes)")
     diff.add_argument("--channels", type=int, default=2)
     diff.add_argument("--reader", choices=READERS, default="auto",
-                      help="large reads of MySQL rows: auto (Arrow-native unless a probe disagrees), native or mysqlclient")
+                      help="large reads of MySQL rows: auto (Arrow-native unless a probe disagrees), native or "
+                           "mysqlclient")
     diff.add_argument("--report-dir", help="where the HTML report goes")
     diff.add_argument("--master", default="local[2]")
     _log_file_argument(diff)

@@ -47,6 +47,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+# and, on demand (__getattr__): AirflowPlugin, api_user, conf
 __all__ = ["AirflowException", "Asset", "AirflowFailException", "BaseHook", "BaseOperator", "BaseOperatorLink",
            "BaseSensorOperator",
-           "BaseTrigger", "PokeReturnValue", "Stats", "TriggerEvent"]  # and, on demand (__getattr__): AirflowPlugin, api_user, conf
+           "BaseTrigger", "PokeReturnValue", "Stats", "TriggerEvent"]

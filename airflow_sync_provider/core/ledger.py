@@ -110,7 +110,8 @@ class LoadState:
             "load_key": self.load_key, "generation": self.generation, "status": self.status,
             "stale": self.stale, "source_table": self.source_table, "target_table": self.target_table,
             "error": self.error, "shard_count": len(self.plan.get("shards", [])),
-            "shards": [vars(s) | {"seconds": round(s.seconds, 3)} for s in sorted(self.shards.values(), key=lambda s: s.shard_id)],
+            "shards": [vars(s) | {"seconds": round(s.seconds, 3)}
+                       for s in sorted(self.shards.values(), key=lambda s: s.shard_id)],
         }
 
 
@@ -318,8 +319,8 @@ class Ledger(LedgerTables):
             r["diff_key"], r["run_id"], r["verdict"], r["old"], r["new"], r["counts"], r["rows_old"], r["rows_new"],
             r["rows_read_old"], r["rows_read_new"], r["shards"], r["shards_read"], r["version"] or 0,
             utc_datetime(self._stamp()), r["changes_table"], r["keys"], r["compared"], r["buckets_read"]]], _DIFFS)
-        self._insert("diff_shards", [[r["diff_key"], r["run_id"], *(s[n] for n, _ in _DIFF_SHARDS[2:])] for s in shards],
-                     _DIFF_SHARDS)
+        self._insert("diff_shards", [[r["diff_key"], r["run_id"], *(s[n] for n, _ in _DIFF_SHARDS[2:])]
+                                     for s in shards], _DIFF_SHARDS)
 
     def write_load_set(self, load_key: str, table_keys: list[str], errors: dict | None = None,
                        baseline: dict | None = None) -> None:
@@ -440,9 +441,9 @@ class Ledger(LedgerTables):
         self._insert("shards", [[
             load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
             json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
-            shard.bytes, utc_datetime(shard.started_at), utc_datetime(shard.finished_at), shard.error[:4000], shard.version,
-            shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "", shard.executor,
-            utc_datetime(self._stamp()),
+            shard.bytes, utc_datetime(shard.started_at), utc_datetime(shard.finished_at), shard.error[:4000],
+            shard.version, shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "",
+            shard.executor, utc_datetime(self._stamp()),
         ] for shard in shards], _SHARDS)
 
     def state(self, load_key: str) -> LoadState | None:
@@ -454,7 +455,8 @@ class Ledger(LedgerTables):
             f" FROM {self.table('loads')} AS l FINAL"
             f" LEFT JOIN (SELECT generation, max(at) AS at FROM {self.table('heartbeats')}"
             f" WHERE load_key = {{k:String}} GROUP BY generation) AS h ON h.generation = l.generation"
-            f" WHERE l.load_key = {{k:String}} ORDER BY l.generation DESC LIMIT 1", parameters={"k": load_key}).result_rows
+            f" WHERE l.load_key = {{k:String}} ORDER BY l.generation DESC LIMIT 1",
+            parameters={"k": load_key}).result_rows
         if not rows:
             return None
         gen, status, source, target, plan, parts, version, spec, error, heartbeat, repair, start = rows[0]

@@ -97,7 +97,8 @@ def pipeline_gauges(state, now: float | None = None, measured_lag: float | None 
     tags = {"pipeline": state.pipeline}
     lag = measured_lag if measured_lag is not None else lag_seconds(state, now)
     age = checkpoint_age(state, now)
-    out = [Metric(GAUGE, _name("pipeline", "lag_seconds", state.pipeline), round(lag, 3), tags)] if lag is not None else []
+    out = ([Metric(GAUGE, _name("pipeline", "lag_seconds", state.pipeline), round(lag, 3), tags)] if lag is not None
+           else [])
     if age is not None:
         out.append(Metric(GAUGE, _name("pipeline", "checkpoint_age_seconds", state.pipeline), round(age, 3), tags))
     out.append(Metric(GAUGE, _name("pipeline", "recopies_running", state.pipeline), len(recopies_running(state)), tags))

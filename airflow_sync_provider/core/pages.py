@@ -29,7 +29,8 @@ from airflow_sync_provider.core.overview import (
 
 REFRESH_SECONDS = 15
 
-_STYLE = """body{font-family:sans-serif;margin:1.2em;color:#222} h1{margin:.2em 0} h2{margin:1em 0 .3em;font-size:1.15em}
+_STYLE = """body{font-family:sans-serif;margin:1.2em;color:#222} h1{margin:.2em 0} \
+h2{margin:1em 0 .3em;font-size:1.15em}
 td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee;vertical-align:top} td.v,th.v{text-align:left}
 table{border-collapse:collapse} .failed,tr.failed td,p.error{color:#b00} .behind,tr.behind td{color:#a60}
 .running{color:#06c} .ok,.published,.success,.idle{color:#2a7} form{margin:.4em 0} input{width:14em}
@@ -49,7 +50,8 @@ def task_link(task: TaskRef | None) -> str:
     if task is None:
         return "<span class='err'>no task recorded (the command line?)</span>"
     label = f"{task.dag_id}.{task.task_id}" + (f"[{task.map_index}]" if task.map_index >= 0 else "")
-    return (f"<a class='ti' href='{escape(ti_path(task))}' title='{escape(f'run {task.run_id}, try {task.try_number}')}'>"
+    return (f"<a class='ti' href='{escape(ti_path(task))}'"
+            f" title='{escape(f'run {task.run_id}, try {task.try_number}')}'>"
             f"{escape(label)}</a> <span class='err'>{escape(task.run_id)}</span>")
 
 
@@ -144,7 +146,8 @@ def _counts(view: Overview) -> str:
 def _form(f: Filters) -> str:
     states = "".join(f"<option value='{s}'{' selected' if s == f.state else ''}>{s}</option>" for s in STATES)
     return ("<form method='get' action='./'>"
-            f"<label>table <input name='table' value='{escape(f.table)}' placeholder='db.table, shop.*, *orders*'></label> "
+            f"<label>table <input name='table' value='{escape(f.table)}'"
+            " placeholder='db.table, shop.*, *orders*'></label> "
             f"<label>state <select name='state'><option value=''>any</option>{states}</select></label> "
             f"<label>load key <input name='load' value='{escape(f.load)}' placeholder='key prefix'></label> "
             + (f"<input type='hidden' name='days' value='{f.days}'>" if f.days != RECENT_DAYS else "")
@@ -193,7 +196,8 @@ def _pipeline_table(pipelines: list[PipelineRow], now: float) -> str:
         lag = ("–" if p.lag is None else "stopped" if p.failing and p.lag == 0 else "caught up" if p.lag == 0
                else f"{p.lag:,.0f} s")
         rows.append(
-            f"<tr class='{p.kind}'><td class='v'><a href='?pipeline={quote(s.pipeline, safe='')}'>{escape(s.pipeline)}</a>"
+            f"<tr class='{p.kind}'><td class='v'><a href='?pipeline={quote(s.pipeline, safe='')}'>"
+            f"{escape(s.pipeline)}</a>"
             f"</td><td class='v'>{escape(p.kind)}</td><td>{lag}</td><td>{ago(p.age)}</td><td>{s.events:,}</td>"
             f"<td class='v'>{_verification(p, now)}</td><td class='v'>{escape(', '.join(p.recopying)) or '–'}</td>"
             f"<td class='v'>{task_link(p.task)}</td><td class='v err'>{escape(s.error[:200])}</td></tr>")
@@ -208,7 +212,8 @@ def _check_cell(row: LoadRow) -> str:
     if not check:
         return "–"
     cls = "ok" if check["verdict"] == "ok" else FAILED
-    return (f"<a class='{cls}' href='reconciliation?load={quote(row.state.load_key, safe='')}'>{escape(check['verdict'])}"
+    return (f"<a class='{cls}' href='reconciliation?load={quote(row.state.load_key, safe='')}'>"
+            f"{escape(check['verdict'])}"
             + (f" {escape(str(check['mismatched']))}" if check["mismatched"] else "") + "</a>")
 
 
@@ -216,8 +221,10 @@ def _rows(view: Overview, now: float) -> str:
     f = view.filters
     body = "".join(
         f"<tr class='{r.kind}' data-key='{escape(r.state.load_key)}'><td class='v'>{escape(r.kind)}</td>"
-        f"<td class='v'>{_load_link(r)}</td><td class='v'><code>{escape(r.state.load_key)}</code> g{r.state.generation}</td>"
-        f"<td>{r.done}/{r.planned}" + (f" <span class='failed'>✗{len(r.failed_shards)}</span>" if r.failed_shards else "")
+        f"<td class='v'>{_load_link(r)}</td><td class='v'><code>{escape(r.state.load_key)}</code>"
+        f" g{r.state.generation}</td>"
+        f"<td>{r.done}/{r.planned}"
+        + (f" <span class='failed'>✗{len(r.failed_shards)}</span>" if r.failed_shards else "")
         + f"</td><td>{r.rows_written:,}</td><td>{_since(r.updated, now)}</td><td class='v'>{_check_cell(r)}</td>"
         f"<td class='v'>{task_link(r.task)}</td><td class='v'><a href='load?key={quote(r.state.load_key, safe='')}'>"
         "shards</a></td></tr>" for r in view.rows)
@@ -241,7 +248,8 @@ def _reconciliations(checks: list[dict]) -> str:
     rows = "".join(
         f"<tr class='{'' if r['verdict'] == 'ok' else 'failed'}'><td class='v'><a href='reconciliation?load="
         f"{quote(r['load_key'], safe='')}'>{escape(r['load_key'])}</a></td><td>{r['generation']}</td>"
-        f"<td class='v'>{escape(r['verdict'])}</td><td class='v'>{escape(str(list(r['mismatched']))) if r['mismatched'] else ''}"
+        f"<td class='v'>{escape(r['verdict'])}</td>"
+        f"<td class='v'>{escape(str(list(r['mismatched']))) if r['mismatched'] else ''}"
         f"</td><td class='v'>{'yes' if r['checksum'] else 'no'}</td><td class='v'>{task_link(r.get('task'))}</td></tr>"
         for r in checks)
     return ("<h2>Recent reconciliations</h2><table id='reconciliations'><tr><th class='v'>load</th><th>generation</th>"
@@ -273,7 +281,8 @@ def overview_html(view: Overview, now: float | None = None) -> str:
     body = [f"<h1>Sync{scope}</h1>", _form(f), _counts(view), _attention(view, now), _running(view, now)]
     if view.shown_pipelines:
         body.append(f"<h2>CDC pipelines ({len(view.pipelines)})</h2>"
-                    + (_pipeline_table(view.pipelines, now) if view.pipelines else "<p class='empty'>No pipelines.</p>"))
+                    + (_pipeline_table(view.pipelines, now) if view.pipelines
+                       else "<p class='empty'>No pipelines.</p>"))
     body.append(_rows(view, now))
     body.append(_reconciliations(view.reconciliations))
     if view.shown_pipelines:
@@ -294,7 +303,8 @@ def _minute_chart(counters: list[dict]) -> str:
     top, bar, height = max(minutes.values()) or 1, 24, 80
     bars = "".join(
         f'<rect x="{i * (bar + 6)}" y="{height - n / top * height:.1f}" width="{bar}" height="{n / top * height:.1f}" '
-        f'fill="#4e79a7"><title>{escape(m)}: {n:,} changes</title></rect>' for i, (m, n) in enumerate(sorted(minutes.items())))
+        f'fill="#4e79a7"><title>{escape(m)}: {n:,} changes</title></rect>'
+        for i, (m, n) in enumerate(sorted(minutes.items())))
     return (f'<svg class="chart" width="{len(minutes) * (bar + 6)}" height="{height}" role="img">{bars}</svg>'
             f"<p>changes applied per minute, {escape(min(minutes))} … {escape(max(minutes))} (peak {top:,})</p>")
 
@@ -307,7 +317,8 @@ def pipeline_html(p: PipelineRow, now: float | None = None) -> str:
     info = s.to_dict()
     tables = "".join(
         f"<tr><td class='v'>{escape(t['table'])}</td><td>{t['verifications']}</td><td>{t['repaired_shards']}</td>"
-        f"<td class='v'>{_since((t['last'] or {}).get('at'), now)}</td><td class='v'>{'due' if t['due'] else ''}</td></tr>"
+        f"<td class='v'>{_since((t['last'] or {}).get('at'), now)}</td>"
+        f"<td class='v'>{'due' if t['due'] else ''}</td></tr>"
         for t in info["verification"]["tables"])
     changes = "".join(f"<li>{escape(c['table'])}: {escape(str({k: v for k, v in c.items() if k != 'table'}))}</li>"
                       for c in info["schema_changes"])
@@ -344,7 +355,8 @@ def load_html(state, verdict: tuple[str, str], task: TaskRef | None, check: dict
     shards = []
     for s in sorted(state.shards.values(), key=lambda s: s.shard_id):
         bad = s.status != SHARD_SUCCESS or counters_disagree(s)
-        shards.append(f"<tr class='{'failed' if bad else ''}'><td>{s.shard_id}</td><td class='v'>{escape(s.status)}</td>"
+        shards.append(f"<tr class='{'failed' if bad else ''}'><td>{s.shard_id}</td>"
+                      f"<td class='v'>{escape(s.status)}</td>"
                       f"<td>{s.attempt}</td><td>{s.records_read:,}</td><td>{s.records_written:,}</td>"
                       f"<td>{s.records_failed:,}</td><td>{s.seconds:.1f}</td><td class='v'>{escape(s.executor)}</td>"
                       f"<td class='v err'>{escape(s.error[:300])}</td></tr>")

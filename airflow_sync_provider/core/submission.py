@@ -109,8 +109,9 @@ def _write_zip(path: str, root: Path, files: list[Path]) -> None:
             stamp = time.localtime(int(file.stat().st_mtime) & ~1)[:6]  # zip times have 2-second steps
             zf.writestr(zipfile.ZipInfo(name, stamp), source, zipfile.ZIP_DEFLATED)
             code = compile(source, name, "exec", dont_inherit=True)
-            header = (importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(time.mktime(stamp + (0, 0, -1))) & 0xFFFFFFFF,
-                                                                 len(source) & 0xFFFFFFFF))
+            header = (importlib.util.MAGIC_NUMBER
+                      + struct.pack("<III", 0, int(time.mktime(stamp + (0, 0, -1))) & 0xFFFFFFFF,
+                                    len(source) & 0xFFFFFFFF))
             zf.writestr(zipfile.ZipInfo(name[:-3] + ".pyc", stamp), header + marshal.dumps(code), zipfile.ZIP_DEFLATED)
 
 

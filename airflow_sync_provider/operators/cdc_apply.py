@@ -53,7 +53,8 @@ class CdcApplyOperator(SparkJobOperator):
 
     def __init__(self, *, pipeline: str, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", start_from_loads: list | None = None,
-                 tables: list | None = None, select: dict | None = None, start_position: dict | None = None, stop_position: dict | None = None,
+                 tables: list | None = None, select: dict | None = None, start_position: dict | None = None,
+                 stop_position: dict | None = None,
                  lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, driver_write_rows: int = 500_000,
                  reset: bool = False, verify: bool = False, verify_period: float = 900.0, verify_budget: float = 0.1,
                  verify_after_ddl: bool = True, change_selection: bool = False, on_binlog_lost: str = "recopy",
@@ -95,7 +96,8 @@ class CdcApplyOperator(SparkJobOperator):
     def build_spec(self, context) -> CdcApplySpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         return CdcApplySpec(source=hook.source(), target=hook.target(), pipeline=self.pipeline,
-                            tables=list(self.tables or []), select=self.select, start_from_loads=list(self.start_from_loads or []),
+                            tables=list(self.tables or []), select=self.select,
+                            start_from_loads=list(self.start_from_loads or []),
                             start_position=self.start_position, stop_position=self.stop_position, lanes=self.lanes,
                             vnodes=self.vnodes, batch_events=self.batch_events,
                             driver_write_rows=self.driver_write_rows, reset=self.reset, verify=self.verify,
@@ -110,6 +112,7 @@ class CdcApplyOperator(SparkJobOperator):
                       result["checkpoint"], result["seconds"])
         for look in result["verified"]:
             self.log.info("Verified %s up to %s: %d slice(s), mismatched %s%s", look["table"], look["position"],
-                          look["shards"], look["mismatched"] or "none", f" ({look['note']})" if look.get("note") else "")
+                          look["shards"], look["mismatched"] or "none",
+                          f" ({look['note']})" if look.get("note") else "")
         return {k: result[k] for k in ("pipeline", "tables", "joined", "start", "checkpoint", "stop", "events",
                                        "rows_written", "ddl", "recopied", "verified", "repaired_shards", "seconds")}

@@ -37,9 +37,10 @@ class CdcBootstrapOperator(SparkJobOperator):
     job = "cdc_bootstrap"
     template_fields = ("pipeline", "tables", "select")
 
-    def __init__(self, *, pipeline: str, tables: list | None = None, select: dict | None = None, mysql_conn_id: str = "mysql_default",
-                 clickhouse_conn_id: str = "clickhouse_default", channels: int = 2, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                 split_factor: int | None = None, watermark_table: str | None = None, restart: bool = False,
+    def __init__(self, *, pipeline: str, tables: list | None = None, select: dict | None = None,
+                 mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
+                 channels: int = 2, chunk_rows: int = DEFAULT_CHUNK_ROWS, split_factor: int | None = None,
+                 watermark_table: str | None = None, restart: bool = False,
                  channel_record_speed: int | None = None, channel_byte_speed: int | None = None,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, driver_copy_rows: int | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -74,8 +75,8 @@ class CdcBootstrapOperator(SparkJobOperator):
     def build_spec(self, context) -> CdcBootstrapSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         return CdcBootstrapSpec(source=hook.source(), target=hook.target(), pipeline=self.pipeline,
-                                tables=list(self.tables), select=self.select, channels=self.channels, chunk_rows=self.chunk_rows,
-                                watermark_table=self.watermark_table, restart=self.restart,
+                                tables=list(self.tables), select=self.select, channels=self.channels,
+                                chunk_rows=self.chunk_rows, watermark_table=self.watermark_table, restart=self.restart,
                                 channel_record_speed=self.channel_record_speed,
                                 channel_byte_speed=self.channel_byte_speed, ledger_database=self.ledger_database,
                                 driver_copy_rows=self.driver_copy_rows, split_factor=self.split_factor)

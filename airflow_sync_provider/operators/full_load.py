@@ -79,8 +79,8 @@ class FullLoadOperator(SparkJobOperator):
     """
 
     job = "full_load"
-    template_fields = ("table", "select", "tables", "load_key", "source_database", "target_database", "target_table", "columns", "exclude_columns", "split_column",
-                       "where", "where_params", "replace_partitions")
+    template_fields = ("table", "select", "tables", "load_key", "source_database", "target_database", "target_table",
+                       "columns", "exclude_columns", "split_column", "where", "where_params", "replace_partitions")
 
     def __init__(self, *, table: str | None = None, select: dict | None = None, tables: list | None = None,
                  parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
@@ -183,7 +183,8 @@ class FullLoadOperator(SparkJobOperator):
             insert_rows=self.insert_rows, insert_bytes=self.insert_bytes,
             split_column=self.split_column, split_factor=self.split_factor, strategy=self.strategy,
             byte_speed=self.byte_speed, record_speed=self.record_speed, channel_byte_speed=self.channel_byte_speed,
-            channel_record_speed=self.channel_record_speed, where=self.where, where_params=list(self.where_params or []),
+            channel_record_speed=self.channel_record_speed, where=self.where,
+            where_params=list(self.where_params or []),
             partition_by=self.partition_by, replace_partitions=list(self.replace_partitions or []),
             ledger_database=self.ledger_database, reader=self.reader, driver_copy_rows=self.driver_copy_rows,
             # a retry of a task of many tables goes on from the tables its earlier tries published: the

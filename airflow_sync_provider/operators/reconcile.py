@@ -80,7 +80,8 @@ class ReconcileOperator(SparkJobOperator):
         return TASK_RECONCILIATION, spec.load_key
 
     def job_metrics(self, spec, result, seconds, baseline):
-        return [m for one in (result or {}).get("tables") or ([result] if result else []) for m in reconcile_metrics(one)]
+        return [m for one in (result or {}).get("tables") or ([result] if result else [])
+                for m in reconcile_metrics(one)]
 
     def lineage(self, spec, result):
         return [x for t in result.get("tables") or [result]

@@ -49,7 +49,8 @@ class SnapshotDiffOperator(SparkJobOperator):
     """
 
     job = "snapshot_diff"
-    template_fields = ("old_table", "select", "tables", "source_table", "new_table", "diff_key", "changes_table", "report_dir")
+    template_fields = ("old_table", "select", "tables", "source_table", "new_table", "diff_key", "changes_table",
+                       "report_dir")
 
     def __init__(self, *, old_table: str = "", source_table: str = "", new_table: str = "",
                  select: dict | None = None, tables: list | None = None, parallel_tables: int = 2,
@@ -134,7 +135,8 @@ class SnapshotDiffOperator(SparkJobOperator):
     def summarize(self, result: dict) -> dict:
         if "tables" not in result:
             return self._summarize_one(result)
-        tables = [{"table": one["table"], **self._summarize_one(one, raise_on_change=False)} for one in result["tables"]]
+        tables = [{"table": one["table"], **self._summarize_one(one, raise_on_change=False)}
+                  for one in result["tables"]]
         changed = [t for t in tables if t["verdict"] != "identical"]  # "changed", or "applied" (on_change="apply")
         verdict = ("applied" if self.on_change == "apply" else "changed") if changed else "identical"
         self.log.info("Snapshot diff of %d table(s): %s", len(tables), verdict)

@@ -135,7 +135,8 @@ class BootstrapCopy(ShardCopy):
             native = native_sql is not None
             epoch = BinlogPosition.from_dict(self.state.start_position).epoch  # the server's (core/cdc/servers.py)
             version = RowVersion(None if native and channel.kind.mariadb
-                                 else snapshot_position(channel.conn, channel.kind, self.fence, epoch).snapshot_version(),
+                                 else snapshot_position(channel.conn, channel.kind, self.fence,
+                                                        epoch).snapshot_version(),
                                  holder, epoch=epoch)
             fetch = min(self.spec.batch_rows, self.chunk)
             if native:
@@ -266,7 +267,8 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
         if not spec.recopy:
             entry = PipelineTable.of(table)
             entry.split_column = plan.split_column
-            checkpoints.register(spec.pipeline, entry, BinlogPosition.from_dict(state.start_position))  # no-op once joined
+            # no-op once joined
+            checkpoints.register(spec.pipeline, entry, BinlogPosition.from_dict(state.start_position))
         return _summary(state, load, plan, started) | {"skipped": True}
     mappings = schema.mappings()
     split = schema.column(plan.split_column)

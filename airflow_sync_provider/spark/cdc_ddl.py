@@ -153,7 +153,8 @@ class Recopies:
             if problem:
                 routes.pop(name, None)
                 table.leave(f"not streamable: {problem}", unstreamable=True)
-                note(self.spec.pipeline, f"{name} cannot be streamed and is left out (a copy it had is kept): {problem}")
+                note(self.spec.pipeline,
+                     f"{name} cannot be streamed and is left out (a copy it had is kept): {problem}")
                 return False
             table.recopying = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
             if not target.table_exists(ch, table.target_database, table.target_table):  # a new table

@@ -2,9 +2,10 @@
 
 A full load, a CDC bootstrap, a reconciliation and a snapshot diff hand each channel a queue of
 shards. Channels run as Spark tasks on a cluster's executors, or as threads of the driver for a
-small table or on a local master (then no SparkContext is started at all): executors of ``local[N]`` would be processes of this same machine, adding the
-SparkContext's start-up and CPU while spreading nothing (connectorx and the HTTP inserts
-release the GIL, so the threads do run in parallel).
+small table or on a local master (then no SparkContext is started at all): executors of
+``local[N]`` would be processes of this same machine, adding the SparkContext's start-up and
+CPU while spreading nothing (connectorx and the HTTP inserts release the GIL, so the threads do
+run in parallel).
 """
 
 from __future__ import annotations

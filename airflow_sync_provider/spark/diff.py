@@ -276,7 +276,8 @@ def _read_ch(ctx: _Context, ch, table: _ChTable, shard_id: int, scope: Scope, we
             yield _cast(block, schema, where)
 
 
-PIECE_ROWS = 100_000  # the most rows of one MySQL read query: connectorx holds a query's result while the comparison lags
+# the most rows of one MySQL read query: connectorx holds a query's result while the comparison lags
+PIECE_ROWS = 100_000
 NATIVE_ROWS = 20_000  # a shard reading this many rows or more reads them through connectorx
 NATIVE_RANGES = 256  # key ranges per connectorx query (a connection each): a scattered change's piece holds ~8,000 rows
 _native: dict = {}  # run id -> the native reader's SELECT list, or None (mysqlclient): one probe per process
@@ -718,7 +719,8 @@ def _prepare_changes(ch, spec: SnapshotDiffSpec, columns: DiffColumns, ch_types:
     if not existing:
         ch.command(sql.format(table=name))
         return
-    partition_key = ch.command("SELECT partition_key FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+    partition_key = ch.command("SELECT partition_key FROM system.tables"
+                               " WHERE database = {d:String} AND name = {t:String}",
                                parameters={"d": database, "t": table})
     if str(partition_key).strip() != "diff_key":  # written by an earlier release: one partition for all keys
         staging = ch_table(database, f"{table}__repartition")

@@ -158,10 +158,10 @@ class FullLoadCopy(ShardCopy):
         if not snapshot:
             record.version = version
         batches = mysql_reader.read_shard_native(self.spec.source, self.plan, self.copy.mappings, shard,
-                                                 channel.throttle.chunk_rows(self.spec.batch_rows), self.copy.native_sql,
-                                                 self.copy.weight is not None, snapshot, holder)
-        self.write(channel, inserts, shard, batches, RowVersion(None if snapshot else version, holder, repair, self.epoch),
-                   record)
+                                                 channel.throttle.chunk_rows(self.spec.batch_rows),
+                                                 self.copy.native_sql, self.copy.weight is not None, snapshot, holder)
+        self.write(channel, inserts, shard, batches,
+                   RowVersion(None if snapshot else version, holder, repair, self.epoch), record)
 
     @property
     def epoch(self) -> int:
@@ -192,7 +192,8 @@ def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
         return position.to_dict(), 0
     top = 0
     if target.table_exists(ch, spec.target_database, spec.target_table):
-        top = int(ch.command(f"SELECT max({target.VERSION_COLUMN}) FROM {ch_table(spec.target_database, spec.target_table)}")
+        top = int(ch.command(f"SELECT max({target.VERSION_COLUMN})"
+                             f" FROM {ch_table(spec.target_database, spec.target_table)}")
                   or 0)
     return None, top + 1
 
@@ -408,8 +409,8 @@ def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, star
         "shards": len(plan.shards),
         "shards_read": len(todo),
         "repaired": repaired,
-        "per_shard": [{k: s[k] for k in ("shard_id", "status", "attempt", "records_read", "records_written", "records_failed",
-                                         "bytes", "seconds")} for s in per_shard],
+        "per_shard": [{k: s[k] for k in ("shard_id", "status", "attempt", "records_read", "records_written",
+                                         "records_failed", "bytes", "seconds")} for s in per_shard],
         "channels": plan.channels,
         "split_column": plan.split_column,
         "start_position": state.start_position,

@@ -2,9 +2,10 @@
 
 Channels count (and optionally checksum) their shards on both sides, inside the databases, as
 threads of the driver on a local master or for a small table (no SparkContext is started:
-the work is the databases'), as Spark tasks on a cluster otherwise; the driver compares, marks mismatched shards in the ledger and records the verdict. With
-``reimport`` the mismatched shards are then re-imported into the published table (a repair
-run of the full load, same Spark session) and every shard is compared again.
+the work is the databases'), as Spark tasks on a cluster otherwise; the driver compares, marks
+mismatched shards in the ledger and records the verdict. With ``reimport`` the mismatched shards
+are then re-imported into the published table (a repair run of the full load, same Spark
+session) and every shard is compared again.
 """
 
 from __future__ import annotations

@@ -149,7 +149,8 @@ class ShardCopy:
         shard did not succeed, the load is marked failed and :meth:`shards_failed` raised."""
         if in_driver:
             for record in per_shard:
-                self.state.shards[record["shard_id"]] = ShardState(**{k: v for k, v in record.items() if k != "seconds"})
+                self.state.shards[record["shard_id"]] = ShardState(**{k: v for k, v in record.items()
+                                                                      if k != "seconds"})
         else:
             self.state = retrying(lambda: self.ledger.state(self.spec.load_key), self.spec.ledger_wait_seconds)
         state = self.state

@@ -81,7 +81,8 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
             log.error("%s: FAILED: %s", name, _one_line(exc), exc_info=True)
             return {"table": name, "status": "failed", "error": _one_line(exc)[:2000],
                     "seconds": round(time.time() - began, 3)}
-        return {**result, "table": name, "config": config, "status": "success", "seconds": round(time.time() - began, 3)}
+        return {**result, "table": name, "config": config, "status": "success",
+                "seconds": round(time.time() - began, 3)}
 
     with ThreadPoolExecutor(max(1, min(spec.parallel_tables, len(configs))), thread_name_prefix="table") as pool:
         done_results = dict(zip((id(c) for c in order), pool.map(one, order)))

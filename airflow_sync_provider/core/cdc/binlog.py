@@ -68,7 +68,8 @@ _ENCODINGS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "utf16": 
               "utf16le": "utf-16-le", "utf32": "utf-32-be", "latin1": "mysql_latin1"}
 codecs.register(lambda name: codecs.CodecInfo(
     name="mysql_latin1", encode=lambda text, errors="strict": codecs.charmap_encode(text, errors, _LATIN1_ENCODE),
-    decode=lambda data, errors="strict": codecs.charmap_decode(data, errors, _LATIN1)) if name == "mysql_latin1" else None)
+    decode=lambda data, errors="strict": codecs.charmap_decode(data, errors, _LATIN1))
+    if name == "mysql_latin1" else None)
 
 
 def _charset_to_encoding(name):

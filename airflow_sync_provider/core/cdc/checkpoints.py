@@ -98,7 +98,8 @@ class PipelineState:
         head = (f"{v['verifications']} verification(s), {v['repaired_shards']} shard(s) repaired"
                 if v["verifications"] else "not verified yet")
         return (head + (f", {len(v['unverified'])} table(s) never verified" if v["unverified"] and v["verifications"]
-                        else "") + (f", {len(v['due'])} due" if v["due"] else "") + f"; oldest: {oldest['table']} {age}")
+                        else "") + (f", {len(v['due'])} due" if v["due"] else "")
+                + f"; oldest: {oldest['table']} {age}")
 
 
     def to_dict(self) -> dict:
@@ -194,7 +195,8 @@ class Checkpoints(LedgerTables):
 
     def registrations(self, pipeline: str) -> list[Registration]:
         rows = self.ch.query(f"SELECT config, since, joined FROM {self.table('cdc_tables')} FINAL"
-                             f" WHERE pipeline = {{p:String}} ORDER BY source_table", parameters={"p": pipeline}).result_rows
+                             f" WHERE pipeline = {{p:String}} ORDER BY source_table",
+                             parameters={"p": pipeline}).result_rows
         return [Registration(PipelineTable.from_dict(json.loads(config)),
                              BinlogPosition.from_dict(json.loads(since) if since else None), bool(joined))
                 for config, since, joined in rows]
@@ -224,7 +226,8 @@ class Checkpoints(LedgerTables):
 
     def selection(self, pipeline: str) -> dict | None:
         """The patterns the pipeline selects its tables by (None: tables named one by one)."""
-        rows = self.ch.query(f"SELECT selection FROM {self.table('cdc_selections')} FINAL WHERE pipeline = {{p:String}}",
+        rows = self.ch.query(f"SELECT selection FROM {self.table('cdc_selections')} FINAL"
+                             " WHERE pipeline = {p:String}",
                              parameters={"p": pipeline}).result_rows
         return json.loads(rows[0][0]) if rows and rows[0][0] else None
 

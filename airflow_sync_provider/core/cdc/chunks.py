@@ -68,15 +68,16 @@ class ChunkKey:
     @classmethod
     def of(cls, schema: TableSchema) -> "ChunkKey":
         if not schema.primary_key:
-            raise UnchunkableTable(f"table {schema.qualified} has no primary key: the bootstrap pages through it by key and "
-                            "CDC keys its rows by it. Add a primary key, or copy the table with FullLoadOperator "
-                            "(whole-table reloads, no CDC)")
+            raise UnchunkableTable(f"table {schema.qualified} has no primary key: the bootstrap pages through it by "
+                                   "key and CDC keys its rows by it. Add a primary key, or copy the table with "
+                                   "FullLoadOperator (whole-table reloads, no CDC)")
         columns = tuple(schema.column(name) for name in schema.primary_key)
         for col in columns:
             if col.data_type not in _INTEGER | _DECIMAL | _TEXT | _BYTES | _TEMPORAL:
-                raise UnchunkableTable(f"table {schema.qualified}: primary key column {col.name!r} is {col.column_type}, "
-                                "which cannot be paged through exactly (ENUM/SET sort by index but compare as text; "
-                                "FLOAT/DOUBLE/BIT have no exact text form); copy the table with FullLoadOperator")
+                raise UnchunkableTable(f"table {schema.qualified}: primary key column {col.name!r} is "
+                                       f"{col.column_type}, which cannot be paged through exactly (ENUM/SET sort by "
+                                       "index but compare as text; FLOAT/DOUBLE/BIT have no exact text form); copy "
+                                       "the table with FullLoadOperator")
         return cls(schema.qualified, columns)
 
     @property

@@ -75,7 +75,7 @@ def _refusal(checkpoints, pipeline: str, held: LockHeld) -> str:
     if state is not None and held.connection_id is not None and \
             state.holder.endswith(f"source connection {held.connection_id}"):
         holder = f"{state.holder} (generation {state.generation})"
-    return (f"pipeline {pipeline!r} is held by another applier: {holder}, which holds lock {held.name!r} on the source. "
-            "Two appliers must not run one pipeline, so this one did nothing. Leave that applier running (or stop it "
-            "first); if it died, the source frees its lock as its connection drops (at once for a killed process, "
-            f"within {LOCK_WAIT_TIMEOUT} s for a lost host): run this again then")
+    return (f"pipeline {pipeline!r} is held by another applier: {holder}, which holds lock {held.name!r} on the "
+            "source. Two appliers must not run one pipeline, so this one did nothing. Leave that applier running (or "
+            "stop it first); if it died, the source frees its lock as its connection drops (at once for a killed "
+            f"process, within {LOCK_WAIT_TIMEOUT} s for a lost host): run this again then")

@@ -109,7 +109,8 @@ class BinlogPosition:
                 return cls.from_dict(ast.literal_eval(data.strip()))
             file, _, pos = data.strip().rpartition(":")
             return cls(file, int(pos)) if file else None
-        return cls(data["file"], int(data["pos"]), data.get("gtid") or "", int(data.get("epoch") or 0)) if data else None
+        return (cls(data["file"], int(data["pos"]), data.get("gtid") or "", int(data.get("epoch") or 0)) if data
+                else None)
 
 
 def file_seq(name: str) -> int:

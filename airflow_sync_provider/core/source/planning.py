@@ -269,7 +269,8 @@ def to_param(column: MySQLColumn, value: Any):
     if isinstance(value, dt.timedelta):
         micros = abs(value) // dt.timedelta(microseconds=1)
         sign = "-" if value < dt.timedelta(0) else ""
-        return f"{sign}{micros // 3_600_000_000:02d}:{micros // 60_000_000 % 60:02d}:{micros // 1_000_000 % 60:02d}.{micros % 1_000_000:06d}"
+        return (f"{sign}{micros // 3_600_000_000:02d}:{micros // 60_000_000 % 60:02d}:"
+                f"{micros // 1_000_000 % 60:02d}.{micros % 1_000_000:06d}")
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).hex()
     if isinstance(value, str):  # a binary column read back as text
@@ -472,8 +473,8 @@ def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, s
         plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
                     tuple(warnings))
     if estimate:
-        shards = [s if s.estimated_rows is not None else dataclasses.replace(s, estimated_rows=_explain_rows(conn, plan, s))
-                  for s in shards]
+        shards = [s if s.estimated_rows is not None
+                  else dataclasses.replace(s, estimated_rows=_explain_rows(conn, plan, s)) for s in shards]
     return dataclasses.replace(plan, shards=tuple(shards))
 
 

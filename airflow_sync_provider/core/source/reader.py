@@ -98,7 +98,8 @@ def read_chunk(conn, plan: Plan, mappings: list[ColumnMapping], shard: Shard, ke
     where, params = key.after(after)
     cur = conn.cursor()
     cur.execute(f"SELECT {columns_sql}, {key.raw_select()} FROM {mysql_table(plan.database, plan.table)}"
-                f" FORCE INDEX (PRIMARY) WHERE ({shard.where}) AND ({where}) ORDER BY {key.order_by()} LIMIT {int(limit)}",
+                f" FORCE INDEX (PRIMARY) WHERE ({shard.where}) AND ({where})"
+                f" ORDER BY {key.order_by()} LIMIT {int(limit)}",
                 (*shard.params, *params))
     width, rows_seen, last = len(mappings), 0, None
     while rows := cur.fetchmany(fetch_rows):
@@ -302,7 +303,8 @@ def choose_reader(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapp
     schema = arrow_schema(full)
     try:
         native = [native_batch(b, full, schema, where) for b in
-                  _native_stream(endpoint, plan.database, f"SELECT {native_select_list(mappings, weight)}{tail}", PROBE_ROWS)]
+                  _native_stream(endpoint, plan.database, f"SELECT {native_select_list(mappings, weight)}{tail}",
+                                 PROBE_ROWS)]
     except (NativeReadError, ValueError) as exc:
         return MYSQLCLIENT, f"the native reader failed on the first rows ({exc})"
     conn = stream_connect(endpoint)

@@ -87,7 +87,8 @@ def read_table_schema(conn, database: str, table: str) -> TableSchema:
         )
         cur.execute(
             "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS"
-            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX",
+            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+            " ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX",
             (database, table),
         )
         grouped: dict[str, tuple[bool, list[str]]] = {}

@@ -101,13 +101,15 @@ def create_table_sql(schema: TableSchema, database: str, table: str, partition_b
     (e.g. ``toYYYYMMDD(created_at)``) for period-scoped loads. ``weight``: the table is loaded
     split on a collated string and keeps each row's weight, hidden.
     """
-    cols = (_columns(schema) + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
+    cols = (_columns(schema)
+            + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
             + _weight(weight, hidden=True))
     engine = (f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)}, {ch_ident(DELETED_COLUMN)})" if schema.primary_key
               else "MergeTree")
     partition = f" PARTITION BY {partition_by}" if partition_by else ""
     return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{ch_table(database, table)} (\n  "
-            + ",\n  ".join(cols) + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)} COMMENT {ch_string(TABLE_COMMENT + marker)}")
+            + ",\n  ".join(cols) + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)}"
+            f" COMMENT {ch_string(TABLE_COMMENT + marker)}")
 
 
 def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> str:
@@ -286,7 +288,8 @@ def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, datab
     for partition in partitions:
         pid = ch_string(partition)
         if partition in present:
-            ch.command(f"ALTER TABLE {ch_table(database, table)} REPLACE PARTITION ID {pid} FROM {ch_table(database, stage)}")
+            ch.command(f"ALTER TABLE {ch_table(database, table)} REPLACE PARTITION ID {pid}"
+                       f" FROM {ch_table(database, stage)}")
         else:
             ch.command(f"ALTER TABLE {ch_table(database, table)} DROP PARTITION ID {pid}")
     ch.command(f"DROP TABLE {ch_table(database, stage)}")
@@ -321,6 +324,7 @@ def publish_repair(ch, schema: TableSchema, parts: str, parts_db: str, database:
     if copied != rows:
         copy_parts(ch, schema, parts, parts_db, database, table, weight)
     params = {k: v for _, p, _ in shards for k, v in p.items()} | {f"rv{i}": v for i, (*_, v) in enumerate(shards)}
-    older = " OR ".join(f"(({where}) AND {version_column} < {{rv{i}:UInt64}})" for i, (where, _, _) in enumerate(shards))
+    older = " OR ".join(f"(({where}) AND {version_column} < {{rv{i}:UInt64}})"
+                        for i, (where, _, _) in enumerate(shards))
     ch.command(f"DELETE FROM {final} WHERE {older}", parameters=params)
     return rows

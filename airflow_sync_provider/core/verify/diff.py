@@ -193,7 +193,8 @@ def compare(old: pa.Table, new: pa.Table, columns: DiffColumns, where: str = "di
     changed_lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(names, pa.string()))
     none_added, none_gone = np.zeros(len(added), np.int64), np.zeros(len(gone), np.int64)
     old_take = _indices(np.concatenate([oi[changed], none_added, gone]),
-                        np.concatenate([np.ones(len(changed), bool), np.zeros(len(added), bool), np.ones(len(gone), bool)]))
+                        np.concatenate([np.ones(len(changed), bool), np.zeros(len(added), bool),
+                                        np.ones(len(gone), bool)]))
     new_take = _indices(np.concatenate([ni[changed], added, none_gone]),
                         np.concatenate([np.ones(len(changed) + len(added), bool), np.zeros(len(gone), bool)]))
     present = _indices(np.concatenate([ni[changed], added]))  # changed + new, then deleted

@@ -73,8 +73,8 @@ def mysql_checksum_sql(schema, plan: Plan) -> str:
 
 def clickhouse_checksum_sql(schema, database: str, table: str, final: bool = True) -> str:
     """The same count and checksum in ClickHouse (append the shard's predicate)."""
-    return (f"SELECT count(), ifNull(sum(toUInt128({ch_row_hash(schema.mappings())})), 0) FROM {ch_table(database, table)}"
-            f"{' FINAL' if final else ''} WHERE ")
+    return (f"SELECT count(), ifNull(sum(toUInt128({ch_row_hash(schema.mappings())})), 0)"
+            f" FROM {ch_table(database, table)}{' FINAL' if final else ''} WHERE ")
 
 
 def checksum_source(conn, head: str, plan: Plan) -> list[tuple[int, int]]:

@@ -72,14 +72,17 @@ def reconcile_html(result: dict) -> str:
                     f"({result['reimported']['rows']:,} rows) and every shard compared again (below).</p>")
     return f"""<!doctype html><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{padding:2px 8px;text-align:right}}
-tr.bad td,p.bad{{color:#b00;font-weight:bold}} td.v,th.v{{text-align:left}} .legend span{{display:inline-block;width:12px;height:12px;margin:0 4px}}</style>
+tr.bad td,p.bad{{color:#b00;font-weight:bold}} td.v,th.v{{text-align:left}} \
+.legend span{{display:inline-block;width:12px;height:12px;margin:0 4px}}</style>
 <h1>{title}</h1>
 <p>load <code>{escape(result['load_key'])}</code>, generation {result['generation']}, checksums
 {'on' if result['checksum'] else 'off'}; mismatched shards: {result['mismatched'] or 'none'}</p>{repaired}
-<p class="legend"><span style="background:#4e79a7"></span>source rows <span style="background:#59a14f"></span>target rows
+<p class="legend"><span style="background:#4e79a7"></span>source rows \
+<span style="background:#59a14f"></span>target rows
 <span style="background:#e15759"></span>target rows of a mismatched shard</p>
 <svg width="{width}" height="{height + 50}" role="img">{''.join(bars)}</svg>
-<table><tr><th>shard</th><th>source</th><th>target</th><th>read</th><th>written</th><th>failed</th><th class="v">verdict</th></tr>
+<table><tr><th>shard</th><th>source</th><th>target</th><th>read</th><th>written</th><th>failed</th>\
+<th class="v">verdict</th></tr>
 {rows}</table>
 """
 
@@ -130,7 +133,8 @@ def diff_html(result: dict, shards: list[dict], samples: dict, note: str = "") -
                 else:
                     cells += f"<td>{cell(new if flag != 'deleted' else old)}</td>"
             body.append(f"<tr>{cells}</tr>")
-        sections.append(f"<h2>{flag}: {counts[flag]:,} (first {len(rows)})</h2><table><tr>{head}</tr>{''.join(body)}</table>")
+        sections.append(f"<h2>{flag}: {counts[flag]:,} (first {len(rows)})</h2>"
+                        f"<table><tr>{head}</tr>{''.join(body)}</table>")
     per_shard = "".join(
         f"<tr><td>{s['shard_id']}</td><td>{s['old_rows']:,}</td><td>{s['new_rows']:,}</td>"
         f"<td>{s['buckets_read']}/{s['buckets']}</td><td>{s['rows_read_old'] + s['rows_read_new']:,}</td>"
