@@ -128,7 +128,8 @@ def fingerprint(ch, database: str) -> dict:
     sums = ", ".join(f"sum(cityHash64(ifNull({expr}, '\\N')))" for expr in COLUMNS.values())
     try:
         row = ch.query(f"SELECT count(), {sums} FROM {ch_table(database, TABLE)} FINAL").result_rows[0]
-        types = dict(ch.query("SELECT name, type FROM system.columns WHERE database = {d:String} AND table = {t:String}",
+        types = dict(ch.query("SELECT name, type FROM system.columns"
+                              " WHERE database = {d:String} AND table = {t:String}",
                               parameters={"d": database, "t": TABLE}).result_rows)
     except Exception as exc:  # reported, not fatal
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
@@ -461,7 +462,8 @@ def run_peer(mysql_url, ch_url, venv: Path, start: dict, max_version: int, expec
                     if dead or elapsed > cap:
                         out["error"] = (f"{'a process exited' if dead else f'not caught up after {cap:.0f} s'}; "
                                         f"target (count, Σ cents, Σ id) {summary} vs source {expect_summary}\n"
-                                        f"db_replicator: {tail(db_log, 1500)}\nbinlog_replicator: {tail(bin_log, 1500)}")
+                                        f"db_replicator: {tail(db_log, 1500)}\n"
+                                        f"binlog_replicator: {tail(bin_log, 1500)}")
                         out["wall"] = None
                         out["elapsed"] = elapsed
                         break
@@ -587,7 +589,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="≈100k changes and a 20 s lag phase")
     parser.add_argument("--lanes", type=int, default=CdcApplySpec.__dataclass_fields__["lanes"].default)
     parser.add_argument("--batch-events", type=int, default=CdcApplySpec.__dataclass_fields__["batch_events"].default)
-    parser.add_argument("--batch-seconds", type=float, default=CdcApplySpec.__dataclass_fields__["batch_seconds"].default,
+    parser.add_argument("--batch-seconds", type=float,
+                        default=CdcApplySpec.__dataclass_fields__["batch_seconds"].default,
                         help="batch_seconds of the bounded run (the service run uses 0.5, as `airflow-sync cdc run`)")
     parser.add_argument("--lag-seconds", type=float, default=None, help="max_seconds of the service run (60; quick 20)")
     parser.add_argument("--write-rate", type=float, default=2000.0, help="row changes/s during the lag phase")
@@ -614,7 +617,8 @@ def main(argv=None):
         load = run_full_load(mysql_url, ch_url)
         print(f"full load: {load['rows']:,} rows in {load['wall']:.1f} s, binlog start {load['start']}", flush=True)
         peer_init = peer_initial_copy(mysql_url, ch_url, venv, timeout=1800)
-        print(f"mysql-ch-replicator initial copy: {peer_init['rows']:,} rows in {peer_init['seconds']:.1f} s", flush=True)
+        print(f"mysql-ch-replicator initial copy: {peer_init['rows']:,} rows in {peer_init['seconds']:.1f} s",
+              flush=True)
         assert peer_init["rows"] == INITIAL_ROWS, peer_init
 
         before = position(mysql_url)
@@ -633,7 +637,8 @@ def main(argv=None):
             print(f"ours FAILED: {ours['error'][:2000]}", flush=True)
 
         peer = run_peer(mysql_url, ch_url, venv, load["start"], peer_init["max_version"], expect, args.replicator_cap)
-        print(f"mysql-ch-replicator: {'caught up in %.1f s' % peer['wall'] if peer['ok'] else peer.get('error', '')[:2000]}",
+        print("mysql-ch-replicator: "
+              f"{'caught up in %.1f s' % peer['wall'] if peer['ok'] else peer.get('error', '')[:2000]}",
               flush=True)
 
         lag = None
@@ -706,12 +711,15 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
     if ours["ok"]:
         res = ours["result"]
         rc = ours["rows_check"]
-        check = ("count, Σ amount, Σ id equal; " if ours["summary_ok"] else f"**summary differs**: {ours['summary']}; ") + \
-            (f"row-for-row equal ({rc['rows']:,} rows)" if rc["ok"] else f"**row-for-row differs**: {rc['error'][:300]}")
+        check = ("count, Σ amount, Σ id equal; " if ours["summary_ok"]
+                 else f"**summary differs**: {ours['summary']}; ") + \
+            (f"row-for-row equal ({rc['rows']:,} rows)" if rc["ok"]
+             else f"**row-for-row differs**: {rc['error'][:300]}")
         lines.append(f"| **ours**: `spark_submit(CdcApplySpec(lanes={args.lanes}, batch_events={args.batch_events:,}, "
                      f"batch_seconds={args.batch_seconds:g}))`, "
-                     f"bounded | {res['events']:,} read | {ours['wall']:.1f} | {fmt_rate(ours_rate)} | {ours['inner']:.1f} | "
-                     f"{fmt_rate(ours_inner)} | 1.00× | {check} | {ours['sampler'].contention()} |")
+                     f"bounded | {res['events']:,} read | {ours['wall']:.1f} | {fmt_rate(ours_rate)} | "
+                     f"{ours['inner']:.1f} | {fmt_rate(ours_inner)} | 1.00× | {check} | "
+                     f"{ours['sampler'].contention()} |")
     else:
         lines.append(f"| **ours** | — | {ours['wall']:.1f} (failed) | — | — | — | — | job failed (below) | "
                      f"{ours['sampler'].contention()} |")
@@ -725,8 +733,8 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
         elif "error" in fp:
             content += f"; fingerprint n/a ({fp['error'][:100]})"
         lines.append(f"| mysql-ch-replicator 0.1.16 realtime (binlog_replicator + db_replicator) | {n:,} | "
-                     f"{peer['wall']:.1f} | {fmt_rate(peer_rate)} | — | — | {fmt_ratio(ours_rate, peer_rate)} | {content} | "
-                     f"{peer['sampler'].contention()} |")
+                     f"{peer['wall']:.1f} | {fmt_rate(peer_rate)} | — | — | {fmt_ratio(ours_rate, peer_rate)} | "
+                     f"{content} | {peer['sampler'].contention()} |")
     else:
         elapsed = peer.get("elapsed")
         lines.append(f"| mysql-ch-replicator 0.1.16 realtime | {n:,} | "
@@ -739,7 +747,8 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
     if ours["ok"]:
         res = ours["result"]
         lines += ["", f"Ours in detail: {res['events']:,} row changes read (generated: {n:,}), "
-                      f"{res['rows_written']:,} rows written (the last change per key in each batch), {res['lanes']} lanes, "
+                      f"{res['rows_written']:,} rows written (the last change per key in each batch), "
+                      f"{res['lanes']} lanes, "
                       f"{ours['batches']:,} batches (≈{res['events'] / max(1, ours['batches']):,.0f} changes each; "
                       f"batch_events={args.batch_events:,}, batch_seconds={args.batch_seconds:g}); "
                       f"≈{ours['wall'] - ours['inner']:.1f} s spark-submit/JVM start-up and shutdown (wall − in-job); "
@@ -765,7 +774,8 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
             lines += ["", "Its target's row count over time (s, rows): " +
                       ", ".join(f"{t:.0f}: {r}" for t, r in peer["progress"])]
 
-    lines += ["", f"## Lag in service mode ({args.lag_seconds:.0f} s run, writer ≈{args.write_rate:,.0f} changes/s)", ""]
+    lines += ["", f"## Lag in service mode ({args.lag_seconds:.0f} s run, "
+                  f"writer ≈{args.write_rate:,.0f} changes/s)", ""]
     if lag is None:
         lines.append("Not measured: our bounded run failed.")
     elif not lag.get("writer"):
@@ -792,11 +802,11 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
         lines += ["", f"The job marked the pipeline running {lag['startup']:.1f} s after spark-submit started (JVM "
                       "start-up); the writer started then and stopped a few seconds before the job's max_seconds. "
                       "Lag = time the poll was sent − newest `changed_at` (the writer's `NOW(6)`, UTC, on every "
-                      f"inserted/updated row) in the target, polled every {POLL} s from the writer's first commit until "
-                      f"it stopped; {lag['lower_bounds']} of the samples were taken before any of the writer's changes "
-                      "was visible and count as now − the writer's first commit (a lower bound). 'First change visible' "
-                      "= from the writer's first commit to the first poll that saw one of its changes (includes the "
-                      "first Spark task of the run)."]
+                      f"inserted/updated row) in the target, polled every {POLL} s from the writer's first commit "
+                      f"until it stopped; {lag['lower_bounds']} of the samples were taken before any of the writer's "
+                      "changes was visible and count as now − the writer's first commit (a lower bound). 'First "
+                      "change visible' = from the writer's first commit to the first poll that saw one of its changes "
+                      "(includes the first Spark task of the run)."]
         if w.error:
             lines.append(f"\n**Writer error:** {w.error}")
         rows_text = ""

@@ -225,14 +225,16 @@ def report(args, rows, full, busy, replicator, boot, quiet, load_start, load_end
              f"Machine: {machine()}. ClickHouse: the chDB endpoint (one statement at a time). One run, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load_start[0]:.2f} → "
              f"{load_end[0]:.2f}; total {total:.0f} s.", "",
-             "| path | source | wall s | rows/s (wall) | in-job s | rows/s (in-job) | bootstrap ÷ this (wall / in-job) |",
+             "| path | source | wall s | rows/s (wall) | in-job s | rows/s (in-job) "
+             "| bootstrap ÷ this (wall / in-job) |",
              "|---|---|---|---|---|---|---|",
              f"| **ours: bootstrap**, {args.channels} channels, chunks of {args.chunk_rows:,} | writer at "
              f"{boot['writer_rate']:,.0f} changes/s + catch-up service running | {boot['wall']:.1f} | "
-             f"{fmt_rate(rate(boot['wall']))} | {boot['inner']:.1f} | {fmt_rate(rate(boot['inner']))} | 1.00× / 1.00× |",
-             f"| ours: full load, {args.channels} channels | quiet | {full['wall']:.1f} | {fmt_rate(rate(full['wall']))} | "
-             f"{full['inner']:.1f} | {fmt_rate(rate(full['inner']))} | {fmt_ratio(full['wall'], boot['wall'])} / "
-             f"{fmt_ratio(full['inner'], boot['inner'])} |",
+             f"{fmt_rate(rate(boot['wall']))} | {boot['inner']:.1f} | {fmt_rate(rate(boot['inner']))} | "
+             "1.00× / 1.00× |",
+             f"| ours: full load, {args.channels} channels | quiet | {full['wall']:.1f} | "
+             f"{fmt_rate(rate(full['wall']))} | {full['inner']:.1f} | {fmt_rate(rate(full['inner']))} | "
+             f"{fmt_ratio(full['wall'], boot['wall'])} / {fmt_ratio(full['inner'], boot['inner'])} |",
              f"| ours: full load, {args.channels} channels | the same writer (no catch-up) | {busy['wall']:.1f} | "
              f"{fmt_rate(rate(busy['wall']))} | {busy['inner']:.1f} | {fmt_rate(rate(busy['inner']))} | "
              f"{fmt_ratio(busy['wall'], boot['wall'])} / {fmt_ratio(busy['inner'], boot['inner'])} |",
@@ -241,7 +243,8 @@ def report(args, rows, full, busy, replicator, boot, quiet, load_start, load_end
              f"{fmt_ratio(quiet['wall'], boot['wall'])} / {fmt_ratio(quiet['inner'], boot['inner'])} |"]
     if replicator.get("wall"):
         lines.append(f"| mysql-ch-replicator initial copy, 2 workers | quiet | {replicator['wall']:.1f} | "
-                     f"{fmt_rate(rate(replicator['wall']))} | — | — | {fmt_ratio(replicator['wall'], boot['wall'])} / — |")
+                     f"{fmt_rate(rate(replicator['wall']))} | — | — | "
+                     f"{fmt_ratio(replicator['wall'], boot['wall'])} / — |")
     else:
         lines.append(f"| mysql-ch-replicator initial copy | quiet | > {args.replicator_cap:.0f} (stopped) | | | | |")
     lag = f"{boot['lag']:.1f} s" if boot["lag"] is not None else "not reached"
@@ -251,13 +254,16 @@ def report(args, rows, full, busy, replicator, boot, quiet, load_start, load_end
               f"Reconciliation with checksums after catch-up: **{boot['verdict']}**"
               + (f" (mismatched shards {boot['mismatched']})" if boot["mismatched"] else "") + ".",
               f"* Catch-up lag after the bootstrap ended (until the pipeline passed the bootstrap's end position): "
-              f"**{lag}**; after the writer stopped the pipeline reached the source's position in {boot['drain']:.1f} s.",
+              f"**{lag}**; after the writer stopped the pipeline reached the source's position in "
+              f"{boot['drain']:.1f} s.",
               f"* Goals: ≥ 0.9× our full load — under writes {fmt_ratio(full['wall'], boot['wall'])} wall, "
               f"{fmt_ratio(full['inner'], boot['inner'])} in-job (against the full load under the same writes: "
-              f"{fmt_ratio(busy['wall'], boot['wall'])} wall, {fmt_ratio(busy['inner'], boot['inner'])} in-job); quiet {fmt_ratio(full['wall'], quiet['wall'])} wall, "
+              f"{fmt_ratio(busy['wall'], boot['wall'])} wall, {fmt_ratio(busy['inner'], boot['inner'])} in-job); "
+              f"quiet {fmt_ratio(full['wall'], quiet['wall'])} wall, "
               f"{fmt_ratio(full['inner'], quiet['inner'])} in-job; ≥ 3× mysql-ch-replicator — "
               f"{fmt_ratio(replicator.get('wall'), boot['wall'])} wall; lag < 5 s — {lag}.",
-              f"* Load average during the bootstrap under writes / CPU of processes not in the bench: {boot['sampler'].contention()}",
+              "* Load average during the bootstrap under writes / CPU of processes not in the bench: "
+              f"{boot['sampler'].contention()}",
               "* CPU seconds per process group while each ran, bootstrap quiet → bootstrap under writes (full load "
               "under the same writes); under writes includes the catch-up service's JVM and Python driver; the writer "
               "runs in the bench's own process and is not counted: " + "; ".join(

@@ -377,11 +377,16 @@ def git_state() -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="100k rows, 30 s phases, a DDL every 10 s, verify_every 10 s in (d)")
-    parser.add_argument("--rows", type=int, default=None, help="rows in the table (1,000,000; quick 100,000)")
-    parser.add_argument("--phase-seconds", type=float, default=None, help="max_seconds of each service run (90; quick 30)")
-    parser.add_argument("--ddl-every", type=float, default=None, help="seconds between ADD COLUMNs in (b) (30; quick 10)")
-    parser.add_argument("--recopy-at", type=float, default=None, help="the re-copying DDL's second in (c) (20; quick 8)")
+    parser.add_argument("--quick", action="store_true",
+                        help="100k rows, 30 s phases, a DDL every 10 s, verify_every 10 s in (d)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="rows in the table (1,000,000; quick 100,000)")
+    parser.add_argument("--phase-seconds", type=float, default=None,
+                        help="max_seconds of each service run (90; quick 30)")
+    parser.add_argument("--ddl-every", type=float, default=None,
+                        help="seconds between ADD COLUMNs in (b) (30; quick 10)")
+    parser.add_argument("--recopy-at", type=float, default=None,
+                        help="the re-copying DDL's second in (c) (20; quick 8)")
     parser.add_argument("--recopy-ddl", default=RECOPY_DDL, help="the ALTER TABLE clause of (c)")
     parser.add_argument("--verify-every", type=float, default=None,
                         help="verify_every of phase (d), seconds (30; quick 10)")
@@ -569,7 +574,8 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
                   "started by this bench (other engineers' tests), cores on average during the phase. A "
                   "verification's seconds: spark/cdc_verify.record's `seconds`, from the look's start (catch-up to "
                   "the source's current position, snapshot S with the source's per-shard checksums, applying up to "
-                  "S, the copy's checksums, repairs) to its verdict; the stream stands still from S until the copy's checksums are computed, and goes on while MySQL's finish (docs/cdc.md, Verification)."]
+                  "S, the copy's checksums, repairs) to its verdict; the stream stands still from S until the "
+                  "copy's checksums are computed, and goes on while MySQL's finish (docs/cdc.md, Verification)."]
 
     if "b" in phases:
         b = phases["b"]
@@ -602,12 +608,14 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
             last = cfg.get("last_recopy") or {}
             rl = e.get("recopy_line") or {}
             samples, cps = c.get("samples", []), c.get("checkpoint_lags", [])
-            done_at = e["end"] - c["first_commit"] + e["recopied_after"] if e.get("recopied_after") is not None else None
+            done_at = (e["end"] - c["first_commit"] + e["recopied_after"] if e.get("recopied_after") is not None
+                       else None)
             during = [lag for at, lag, *_ in samples if done_at is not None and e["at"] <= at <= done_at]
             cp_during = [v for at, v in cps if done_at is not None and e["at"] <= at <= done_at]
             after_v = [v for v in c.get("verifications", []) if v["began"] >= e["at"]]
-            vtext = "; ".join(f"{f2(v.get('seconds'))} s, {v.get('shards')} shards, {v.get('repaired_shards')} repaired, "
-                              f"lag max {f2(v.get('lag_max'))} s" for v in after_v) or "none"
+            vtext = "; ".join(f"{f2(v.get('seconds'))} s, {v.get('shards')} shards, "
+                              f"{v.get('repaired_shards')} repaired, lag max {f2(v.get('lag_max'))} s"
+                              for v in after_v) or "none"
 
             def pv(key):
                 return prev.get(key, "—")
@@ -619,17 +627,20 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
                       f"| on the source (MariaDB ALTER) | {e['end'] - e['start']:.2f} s | {pv('source')} s |",
                       f"| re-copy began (job's 're-copying' line) after | {f2(e.get('recopy_started_after'))} s | "
                       f"{pv('began')} s |",
-                      f"| **re-copy, the applier's line** | {rl.get('rows', 0):,} rows in **{f2(rl.get('seconds'))} s** "
-                      f"(from {rl.get('position', '—')}) | {pv('rows')} rows in **{pv('seconds')} s** |",
+                      f"| **re-copy, the applier's line** | {rl.get('rows', 0):,} rows in "
+                      f"**{f2(rl.get('seconds'))} s** (from {rl.get('position', '—')}) | "
+                      f"{pv('rows')} rows in **{pv('seconds')} s** |",
                       f"| re-copy, checkpoint `last_recopy` | {last.get('rows', 0):,} rows in "
-                      f"{f2(last.get('seconds'))} s; reason: {last.get('reason', '—')}; recopies: {cfg.get('recopies', 0)} "
-                      f"| {pv('last_recopy')} s |",
+                      f"{f2(last.get('seconds'))} s; reason: {last.get('reason', '—')}; "
+                      f"recopies: {cfg.get('recopies', 0)} | {pv('last_recopy')} s |",
                       f"| from the source's ALTER to the 're-copied' line | {f2(e.get('recopied_after'))} s | "
                       f"{pv('recopied_after')} s |",
-                      f"| lag max while the re-copy ran (DDL → 're-copied' line) | {f2(max(during) if during else None)} s "
-                      "| — |",
-                      f"| checkpoint's lag max while the re-copy ran | {f2(max(cp_during) if cp_during else None)} s | — |",
-                      f"| **lag max from the DDL on** (to the phase's end) | **{f2(e.get('max_after'))} s** (phase (a): "
+                      "| lag max while the re-copy ran (DDL → 're-copied' line) | "
+                      f"{f2(max(during) if during else None)} s | — |",
+                      "| checkpoint's lag max while the re-copy ran | "
+                      f"{f2(max(cp_during) if cp_during else None)} s | — |",
+                      "| **lag max from the DDL on** (to the phase's end) | "
+                      f"**{f2(e.get('max_after'))} s** (phase (a): "
                       f"{f2(phases['a'].get('max')) if 'a' in phases else '—'} s) | **{pv('lag_max')} s** |",
                       f"| **checkpoint's lag max from the DDL on** | **{f2(e.get('checkpoint_max_after'))} s** | "
                       f"**{pv('checkpoint_max')} s** |",
@@ -644,7 +655,8 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
                       "contention)."]
         recopy_lines = [line for _, line in c.get("lines", []) if "re-cop" in line or " follows " in line]
         if recopy_lines:
-            lines += ["", "The job's lines: " + "; ".join(f"`{line.split(': ', 1)[-1][:220]}`" for line in recopy_lines[:6])]
+            lines += ["", "The job's lines: "
+                      + "; ".join(f"`{line.split(': ', 1)[-1][:220]}`" for line in recopy_lines[:6])]
 
     every = [(n, v) for n in names for v in phases[n].get("verifications", [])]
     if every:
@@ -667,7 +679,8 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
                       "after a re-copy when it is recorded), so `verify_after_ddl=True` (the default) verifies the "
                       "table then; (d) verifies every "
                       f"{args.verify_every:g} s (the first at the run's start: the last verification was in (c))."]
-        differed = [line for n in names for _, line in phases[n].get("lines", []) if " differed from the source " in line]
+        differed = [line for n in names for _, line in phases[n].get("lines", [])
+                    if " differed from the source " in line]
         if differed:
             lines += ["", "**The job logged repairs:** " + "; ".join(f"`{line[:300]}`" for line in differed[:10])]
 
@@ -697,7 +710,8 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
             tr = p["tail_run"]
             lines.append(f"* ({n}) the service run stopped behind the source; a bounded run "
                          f"({tr['result'].get('status')}, {tr['result'].get('events', 0) or 0:,} changes, "
-                         f"{tr['wall']:.1f} s) brought the target to {'= source' if tr['summary_ok'] else '**≠ source**'}.")
+                         f"{tr['wall']:.1f} s) brought the target to "
+                         f"{'= source' if tr['summary_ok'] else '**≠ source**'}.")
     if rows_check is not None:
         lines.append("* At the end, row for row (tests/helpers.assert_same_rows: every source row and column, "
                      "the added ones included, vs the target FINAL): "

@@ -59,8 +59,8 @@ def main() -> None:
                                        target_database=TARGET, target_table="t", load_key=f"{DB}.t", channels=2),
                           None)
         lines += [f"Copy: {rows:,} rows by the full load in {load['seconds']:.1f} s.", "",
-                  "| changed at random | SCAN_SHARE | wall s, median (each run) | levels | rows read row by row (% of the table) "
-                  "| changed found |", "|---|---|---|---|---|---|"]
+                  "| changed at random | SCAN_SHARE | wall s, median (each run) | levels "
+                  "| rows read row by row (% of the table) | changed found |", "|---|---|---|---|---|---|"]
         for percent in (0.1, 1.0):
             with conn.cursor() as cur:
                 cur.execute(f"UPDATE {DB}.t SET v = -v WHERE v < 0")  # the previous scenario undone
@@ -85,8 +85,9 @@ def main() -> None:
             f"Reproduce: `.venv/bin/python -m bench.diff_text_keys --rows {rows}`", "",
             "A table `(id VARCHAR(36) PRIMARY KEY, v INT, s VARCHAR(40))` with UUID keys in a private MariaDB "
             "10.11, its copy in the chDB stand-in (**one statement at a time**); each diff runs in this process, "
-            "2 channels, after the previous one; each setting 3 times, in rotating order. CRC32 positions: no index orders them, so a second level scans "
-            "each shard again on both sides. `SCAN_SHARE` 0 cuts every differing bucket above 32 rows (before); "
+            "2 channels, after the previous one; each setting 3 times, in rotating order. CRC32 positions: no "
+            "index orders them, so a second level scans each shard again on both sides. `SCAN_SHARE` 0 cuts every "
+            "differing bucket above 32 rows (before); "
             f"{pruning.SCAN_SHARE} (the default) reads the buckets to cut when they hold at most that share of "
             "the shard's rows; 1.0 always reads them.", ""]
     write_result("diff_text_keys", "\n".join(head + lines) + "\n")

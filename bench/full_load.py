@@ -288,7 +288,8 @@ def fingerprint(ch, database: str, table: str, final: bool = False) -> dict:
     source = ch_table(database, table) + (" FINAL" if final else "")
     try:
         row = ch.query(f"SELECT count(), {sums} FROM {source}").result_rows[0]
-        types = dict(ch.query("SELECT name, type FROM system.columns WHERE database = {d:String} AND table = {t:String}",
+        types = dict(ch.query("SELECT name, type FROM system.columns"
+                              " WHERE database = {d:String} AND table = {t:String}",
                               parameters={"d": database, "t": table}).result_rows)
     except Exception as exc:  # reported, not fatal: the row count was already asserted
         return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
@@ -320,7 +321,8 @@ def empty_like_ours(ch, ours_table: str, table: str) -> None:
     """A plain MergeTree with exactly the column types our load created (minus its _version)."""
     ch.command(f"DROP TABLE IF EXISTS {ch_table(TARGET_DB, table)}")
     ch.command(f"CREATE TABLE {ch_table(TARGET_DB, table)} ENGINE = MergeTree ORDER BY id "
-               f"AS SELECT * EXCEPT ({ch_ident('_version')}, {ch_ident('_deleted')}) FROM {ch_table(TARGET_DB, ours_table)} LIMIT 0")
+               f"AS SELECT * EXCEPT ({ch_ident('_version')}, {ch_ident('_deleted')})"
+               f" FROM {ch_table(TARGET_DB, ours_table)} LIMIT 0")
 
 
 def run_mysql_function(mysql_url, ch_url, db, rows, ours_table, source=TABLE) -> dict:
@@ -493,8 +495,8 @@ def generate_shape(mysql_url: str, db: str, shape: str, rows: int) -> None:
     if shape == "wide":
         columns = _wide_columns()
     else:
-        columns = [("n", "INT NOT NULL", "seq * 7 % 1000003"), ("label", "VARCHAR(20) NULL",
-                                                                 "IF(seq % 10 = 0, NULL, CONCAT('label-', seq % 100000))")]
+        columns = [("n", "INT NOT NULL", "seq * 7 % 1000003"),
+                   ("label", "VARCHAR(20) NULL", "IF(seq % 10 = 0, NULL, CONCAT('label-', seq % 100000))")]
     conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
     with conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
@@ -692,7 +694,8 @@ def report_goals(rows, ours, mysqlfn, diy, ours_by_size, small_run, shapes) -> l
             "Sampled from /proc every 0.2 s during each path (a process's CPU counts from its first sample; "
             "one started meanwhile counts whole). *Afterwards*: the ClickHouse endpoint's CPU from the path's end "
             "until it is idle (background merges of what the path wrote), counted in the second total.", "",
-            "| table | path | " + " | ".join(GROUPS) + " | total | ÷ mysql() | afterwards | total with it | ÷ mysql() |",
+            "| table | path | " + " | ".join(GROUPS)
+            + " | total | ÷ mysql() | afterwards | total with it | ÷ mysql() |",
             "|---|---|" + "---|" * (len(GROUPS) + 5)]
 
     def after(run, n):
@@ -782,8 +785,9 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
         row(f"(c) mysql-ch-replicator initial copy, {args.replicator_threads} workers", run, ratio_w, "—")
     if replicator and replicator["rows"] != rows:
         rep_note = (f" mysql-ch-replicator was probed at {replicator['rows']:,} rows: {replicator['wall']:.0f} s → "
-                    f"≈{projected / 60:.0f} min projected at {rows:,} rows, over the {args.replicator_cap / 60:.0f}-min "
-                    f"cap, so it is reported at {replicator['rows']:,} rows and compared with ours at that size.")
+                    f"≈{projected / 60:.0f} min projected at {rows:,} rows, over the "
+                    f"{args.replicator_cap / 60:.0f}-min cap, so it is reported at {replicator['rows']:,} rows and "
+                    "compared with ours at that size.")
 
     rep_ratio = "—"
     if replicator:
@@ -792,10 +796,12 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
         if replicator["rows"] != rows:
             rep_ratio += f" (at {replicator['rows']:,} rows)"
     lines += ["", f"Ratios of rows/s, ours ÷ other (> 1 = ours faster), wall vs wall: "
-                  f"**÷ (a) {fmt_ratio(ours_wall, m_rate)}**, **÷ (b) {fmt_ratio(ours_wall, rate(rows, diy['wall']))}**, "
+                  f"**÷ (a) {fmt_ratio(ours_wall, m_rate)}**, "
+                  f"**÷ (b) {fmt_ratio(ours_wall, rate(rows, diy['wall']))}**, "
                   f"**÷ (c) {rep_ratio}**; on in-job time (start-up excluded): ÷ (a) {fmt_ratio(ours_job, m_rate)}, "
                   f"÷ (b) {fmt_ratio(ours_job, rate(rows, diy['inner']))}."]
-    samplers = [r["sampler"] for r in [ours, mysqlfn, diy, *replicator_runs, *ours_by_size.values()] if r.get("sampler")]
+    samplers = [r["sampler"] for r in [ours, mysqlfn, diy, *replicator_runs, *ours_by_size.values()]
+                if r.get("sampler")]
     timed = [x.foreign_cores for x in samplers if x.seconds >= 2] or [x.foreign_cores for x in samplers]
     if max(timed) > 0.25:
         lines += ["", f"**Contention:** other processes on this 2-core machine (other work running alongside the "
@@ -809,8 +815,8 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
         lines += ["", f"Where our {ours['wall']:.1f} s went: ≈{ours['wall'] - ours['inner']:.1f} s spark-submit/JVM "
                       f"start-up and shutdown (wall − in-job); ≈{busy:.1f} s reading and writing shards (Σ per-shard "
                       f"seconds {shard_seconds:.1f} ÷ {ours['channels']} channels: {rows / busy:,.0f} rows/s while "
-                      f"copying); ≈{ours['inner'] - busy:.1f} s the rest of the job (ledger, planning, the reader probe, "
-                      "the SparkContext start not hidden behind planning, count check, swap)."]
+                      f"copying); ≈{ours['inner'] - busy:.1f} s the rest of the job (ledger, planning, the reader "
+                      "probe, the SparkContext start not hidden behind planning, count check, swap)."]
     goal_a = ours_wall / m_rate if m_rate else 0
     goal_a_job = ours_job / m_rate if m_rate else 0
     diy_wall_ratio = ours_wall / rate(rows, diy["wall"])
@@ -824,7 +830,8 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
               f"— {'met' if diy_job_ratio >= 1.2 else 'NOT met'}."]
     if replicator:
         base = ours_by_size.get(replicator["rows"])
-        lines.append(f"* vs (c) mysql-ch-replicator: {rate(base['rows'], base['wall']) / rate(replicator['rows'], replicator['wall']):.2f}× "
+        lines.append("* vs (c) mysql-ch-replicator: "
+                     f"{rate(base['rows'], base['wall']) / rate(replicator['rows'], replicator['wall']):.2f}× "
                      f"(wall vs wall at {replicator['rows']:,} rows; no goal set).{rep_note}")
 
     lines += ["", "## Peak RSS of our job's Python workers", "",
@@ -839,8 +846,9 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
     for size in rss_rows:
         run = ours_by_size[size]
         s = run["sampler"]
-        lines.append(f"| {size:,} | {run['wall']:.1f} | {fmt_rate(rate(size, run['wall']))} | {s.worker_peak_mib:.0f} | "
-                     f"{len(s.worker_max)} | {s.workers_sum_max / 1024:.0f} | {s.daemon_max / 1024:.0f} | "
+        lines.append(f"| {size:,} | {run['wall']:.1f} | {fmt_rate(rate(size, run['wall']))} | "
+                     f"{s.worker_peak_mib:.0f} | {len(s.worker_max)} | {s.workers_sum_max / 1024:.0f} | "
+                     f"{s.daemon_max / 1024:.0f} | "
                      f"{s.jvm_max / 1024:.0f} | {s.driver_max / 1024:.0f} |")
     if len(rss_rows) > 1:
         a, b = ours_by_size[rss_rows[0]]["sampler"], ours_by_size[rss_rows[-1]]["sampler"]
@@ -864,11 +872,12 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
               f"* **ours** — `spark_submit(FullLoadSpec(channels={args.channels}, load_key=<unique>))`, "
               f"`local[2]`, strategy {ours['strategy']}, {ours['shards']} shards. *Wall*: from the call to its "
               "return: spark-submit and JVM start-up, the package zip, the ledger, planning (balanced: sampling the "
-              "key; the SparkContext starts meanwhile), the reader probe, reading each shard's pieces (about 4 MiB each) "
-              "with connectorx (binary protocol) into Arrow batches with value checks, streaming them into a few large "
-              "inserts (up to 1M rows each, `FORMAT ArrowStream`, LZ4) straight into a working table of the final "
-              "layout, the count check and the atomic swap, and JVM shutdown. *In-job*: the job's own `seconds` (from the job "
-              "function's start to its return: everything above except spark-submit/JVM start-up and shutdown). "
+              "key; the SparkContext starts meanwhile), the reader probe, reading each shard's pieces (about 4 MiB "
+              "each) with connectorx (binary protocol) into Arrow batches with value checks, streaming them into a "
+              "few large inserts (up to 1M rows each, `FORMAT ArrowStream`, LZ4) straight into a working table of "
+              "the final layout, the count check and the atomic swap, and JVM shutdown. *In-job*: the job's own "
+              "`seconds` (from the job function's start to its return: everything above except spark-submit/JVM "
+              "start-up and shutdown). "
               "Not included: the bench's own `count()` on the target.",
               "* **(a) `mysql()`** — one `INSERT INTO t SELECT * FROM mysql('host:port', db, 'orders', user, "
               "password)` through clickhouse-connect into a plain MergeTree with our load's column types "
@@ -881,7 +890,8 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
               "batch (≤65,536 rows) with `client.insert_arrow` into a pre-created plain MergeTree (our column types; "
               "not timed). *Wall*: the spark-submit process, start-up and shutdown included. *In-script*: after the "
               "SparkSession is up until the last write returned. No ledger, retries, atomic publish or value checks.",
-              f"* **(c) mysql-ch-replicator 0.1.16** (own venv) — `mysql_ch_replicator db_replicator --initial_only=True` "
+              "* **(c) mysql-ch-replicator 0.1.16** (own venv) — "
+              "`mysql_ch_replicator db_replicator --initial_only=True` "
               f"with `initial_replication_threads: {args.replicator_threads}` (worker processes, each reading the "
               "table in PK order with a CRC32 filter, batches of 50,000 rows with pymysql) into its own "
               "ReplacingMergeTree in a separate database, then its RENAME swap. *Wall*: the whole process "

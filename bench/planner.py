@@ -103,7 +103,8 @@ def main(argv=None):
                 for channels in (2, 8):
                     with timer() as t:
                         plan = plan_table(pconn, schema, speed=SpeedLimits(channels=channels), strategy=strategy)
-                    lines.append(f"| plan {strategy}, {channels} channels ({len(plan.shards)} shards) | {t['seconds']:.2f} |")
+                    lines.append(f"| plan {strategy}, {channels} channels ({len(plan.shards)} shards) | "
+                                 f"{t['seconds']:.2f} |")
                     print(lines[-1], flush=True)
             # the index walk itself (what balanced costs when equal widths are not already even)
             column = schema.column("id")
@@ -113,7 +114,8 @@ def main(argv=None):
             with timer() as t:
                 plan = plan_table(pconn, read_table_schema(pconn, "bench_big", "customers"),
                                   speed=SpeedLimits(channels=8), strategy="balanced")
-            lines.append(f"| plan balanced, VARCHAR utf8mb4_unicode_ci key, 10k rows, 8 channels | {t['seconds']:.3f} |")
+            lines.append("| plan balanced, VARCHAR utf8mb4_unicode_ci key, 10k rows, 8 channels | "
+                         f"{t['seconds']:.3f} |")
     write_result("planner", "\n".join(lines) + "\n")
 
 

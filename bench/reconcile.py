@@ -281,12 +281,12 @@ def report(args, rows, runs, injected, gen_seconds, load_start, load_end, total)
     lines = [f"# Reconciliation bench — {dt.date.today()}", "",
              f"Machine: {machine()}", "",
              f"Source: the demo `orders` table (devenv/demo_data.py, 10 columns: BIGINT PK, VARCHAR, DECIMAL(12,2), "
-             f"nullable DECIMAL(5,2), DATETIME(3), nullable DATETIME, VARCHAR(16), nullable VARCHAR(255), INT UNSIGNED, "
-             f"nullable DOUBLE), **{rows:,} rows**, in a local MariaDB; generated in {gen_seconds:.0f} s. Target: our "
-             f"full load's ReplacingMergeTree in the local ClickHouse-HTTP endpoint (devenv/clickhouse_http.py: chDB in "
-             f"one process). Our load: {load['shards']} shards, {load['channels']} channels, strategy "
-             f"{load['strategy']}, split on `{load['split_column']}`. Every path ran once, in the order listed, in the "
-             "same run.", "",
+             f"nullable DECIMAL(5,2), DATETIME(3), nullable DATETIME, VARCHAR(16), nullable VARCHAR(255), INT "
+             f"UNSIGNED, nullable DOUBLE), **{rows:,} rows**, in a local MariaDB; generated in {gen_seconds:.0f} s. "
+             f"Target: our full load's ReplacingMergeTree in the local ClickHouse-HTTP endpoint "
+             f"(devenv/clickhouse_http.py: chDB in one process). Our load: {load['shards']} shards, "
+             f"{load['channels']} channels, strategy {load['strategy']}, split on `{load['split_column']}`. Every "
+             "path ran once, in the order listed, in the same run.", "",
              f"Load average (1/5/15 min) at start: {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
              f"at end: {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; whole bench {total / 60:.1f} min "
              "(2-core machine, possibly shared with other work; last column: 1-min load average before→after).", "",
@@ -299,12 +299,13 @@ def report(args, rows, runs, injected, gen_seconds, load_start, load_end, total)
                      f"{run.get('verdict', '—')}{'' if run.get('ok') else ' **(check failed)**'} | {run['load']} |")
     lines += ["", f"Rows 6–7 ran after the target was changed: `ALTER TABLE … DELETE WHERE id = {injected['deleted']}` "
                   f"and `ALTER TABLE … UPDATE status = '{TAMPERED}' WHERE id = {injected['changed']}` (both with "
-                  f"`mutations_sync = 2`, {injected['seconds']:.1f} s, not timed in any path) — 2 rows differ. Expected "
-                  f"verdicts: ours `ok`, `ok`, then `mismatch` naming the shards holding those ids (per the load's plan: "
-                  f"{', '.join(map(str, injected.get('shards', [])))}); reladiff 0, 0, then 2 rows (1 missing in the "
-                  "target, 1 updated). Rows 8–9: our job re-imports the mismatched shards into the published table "
-                  "(newer version, then a lightweight DELETE of the shards' older rows) and compares every shard "
-                  "again; then reladiff, which shares no code with us, checks the repaired copy: 0 rows."]
+                  f"`mutations_sync = 2`, {injected['seconds']:.1f} s, not timed in any path) — 2 rows differ. "
+                  "Expected verdicts: ours `ok`, `ok`, then `mismatch` naming the shards holding those ids (per the "
+                  f"load's plan: {', '.join(map(str, injected.get('shards', [])))}); reladiff 0, 0, then 2 rows (1 "
+                  "missing in the target, 1 updated). Rows 8–9: our job re-imports the mismatched shards into the "
+                  "published table (newer version, then a lightweight DELETE of the shards' older rows) and "
+                  "compares every shard again; then reladiff, which shares no code with us, checks the repaired "
+                  "copy: 0 rows."]
     mism = next((r for r in runs[5:] if r["kind"] == "ours"), None)
     if mism and mism.get("problems"):
         lines += ["", "Our mismatch report: " + "; ".join(f"shard {sid}: {', '.join(p)}"

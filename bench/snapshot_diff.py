@@ -25,8 +25,9 @@ row in memory) and reported as "> cap", not as an answer.
 The DIY job is this file too: ``spark-submit … bench/snapshot_diff.py --diy-worker …``.
 It needs the MariaDB JDBC driver at /usr/share/java/mariadb-java-client.jar (Debian: libmariadb-java),
 installed when missing as bench/full_load.py does; where it cannot be, the DIY path is left out
-(and the report says so) instead of failing every scenario. Services: private MariaDB + chDB endpoint under $BENCH_STATE (default
-/tmp/airflow-sync-bench-snapshot_diff), or MYSQL_URL / CLICKHOUSE_URL.
+(and the report says so) instead of failing every scenario. Services: private MariaDB + chDB
+endpoint under $BENCH_STATE (default /tmp/airflow-sync-bench-snapshot_diff), or MYSQL_URL /
+CLICKHOUSE_URL.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ def _diy_worker(argv) -> None:
             for batch in batches:
                 for i in batch.column(0).to_pylist():
                     lo, hi = bounds[i]
-                    where = " AND ".join([f"`{key}` >= {lo}"] * (lo is not None) + [f"`{key}` < {hi}"] * (hi is not None))
+                    where = " AND ".join([f"`{key}` >= {lo}"] * (lo is not None)
+                                         + [f"`{key}` < {hi}"] * (hi is not None))
                     sql = (f"SELECT {', '.join(f'`{c}`' for c in columns)} FROM {old_table} FINAL "
                            f"WHERE _deleted = 0{' AND ' + where if where else ''}")
                     with client.query_arrow_stream(sql) as stream:
@@ -491,7 +493,8 @@ def main(argv=None):
     (state / "results.json").write_text(json.dumps(raw, indent=1, default=str))
     print(f"raw results: {state / 'results.json'}", flush=True)
     failed = [f"{size['rows']:,} rows, {e['title']} / {name}: {run.get('error')}" for size in sizes
-              for e in size["results"] for name, run in e["runs"].items() if not run.get("ok") and not run.get("capped")]
+              for e in size["results"] for name, run in e["runs"].items()
+              if not run.get("ok") and not run.get("capped")]
     if failed:
         print("FAILED checks:\n" + "\n".join(failed), file=sys.stderr)
         sys.exit(1)
@@ -532,11 +535,13 @@ def run_size(args, rows: int, mysql_url: str, ch_url: str, state: Path) -> dict:
             counts = run.get("counts") or {}
             extra = (f", read {run['rows_read_old']:,}/{run['rows_read_new']:,} rows, shards read "
                      f"{run['shards_read']}/{run['shards']}, buckets read {run['buckets_read']}/{run['buckets']}, "
-                     f"levels {run['levels']}, driver peak {run['sampler'].driver_max / 1024:.0f} MiB" if "rows_read_old" in run else "")
+                     f"levels {run['levels']}, driver peak {run['sampler'].driver_max / 1024:.0f} MiB"
+                     if "rows_read_old" in run else "")
             print(f"  {name}: {run['wall']:.1f} s wall, "
                   f"{run['inner'] if run.get('inner') is not None else float('nan'):.1f} s inner — "
                   f"{', '.join(f'{f} {counts.get(f, 0):,}' for f in FLAGS)}{extra}"
-                  + ("" if run.get("ok") else f"\n  {'CAPPED' if run.get('capped') else 'PROBLEM'}: {run.get('error')}"),
+                  + ("" if run.get("ok")
+                     else f"\n  {'CAPPED' if run.get('capped') else 'PROBLEM'}: {run.get('error')}"),
                   flush=True)
 
         # every path starts with the target idle: the previous apply's parts merge in the
@@ -624,8 +629,9 @@ def report(args, sizes, load_start, load_end, total) -> list[str]:
              "installed when missing as bench/full_load.py does; reladiff's peer venv is built on first use)."
              + ("" if args.diy else " **The DIY path was not run**: libmariadb-java could not be installed here, so "
                 "its columns and goal say \"not run\" / \"not measured\"."), "",
-             f"Sizes: **{' and '.join(format(s['rows'], ',') for s in sizes)} rows**, one after the other in one process "
-             "(each size its own source table, copy and five scenarios; the previous size's databases dropped first)."
+             f"Sizes: **{' and '.join(format(s['rows'], ',') for s in sizes)} rows**, one after the other in one "
+             "process (each size its own source table, copy and five scenarios; the previous size's databases "
+             "dropped first)."
              + (f" Not run: {', '.join(f'{n:,}' for n in missing)} rows (issue 24 asks for 1M and 10M)." if missing
                 else ""), "",
              "Source (the **new** snapshot): the demo `orders` table (devenv/demo_data.py, 10 columns: BIGINT PK, "
@@ -657,9 +663,10 @@ def size_section(size: dict) -> list[str]:
              f"Source generated in {size['gen_seconds']:.0f} s; the copy's full load took {load['wall']:.1f} s wall "
              f"({load['inner']:.1f} s job), {load['shards']} shards, split on `{load['split_column']}`. This size took "
              f"{size['seconds'] / 60:.1f} min in all.", "",
-             "| scenario | differing keys (changed / new / deleted) | **ours** wall s (job s) | DIY Spark wall s (job s) "
-             "| reladiff wall s (diff s) | ours ÷ DIY, wall (job) | ours ÷ reladiff, wall (diff) "
-             "| ours: rows read row by row, old / new (% of the table) | ours: shards read; levels; buckets read (first level) "
+             "| scenario | differing keys (changed / new / deleted) | **ours** wall s (job s) "
+             "| DIY Spark wall s (job s) | reladiff wall s (diff s) | ours ÷ DIY, wall (job) "
+             "| ours ÷ reladiff, wall (diff) | ours: rows read row by row, old / new (% of the table) "
+             "| ours: shards read; levels; buckets read (first level) "
              "| **ours diff + apply** wall s (job s) | all paths found the same keys |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in results:
@@ -678,7 +685,8 @@ def size_section(size: dict) -> list[str]:
                f"({ours['buckets']:,}) "
                if ours.get("ok") else "| failed | failed ")
             + (f"| {secs(apply)} ({secs(apply, 'inner')}) " if apply else "| — (not run: nothing to apply) ")
-            + f"| {'yes' if _agree(e) else '**no**'}{' (capped runs: no answer)' if any(x.get('capped') for x in r.values()) else ''} |")
+            + f"| {'yes' if _agree(e) else '**no**'}"
+              f"{' (capped runs: no answer)' if any(x.get('capped') for x in r.values()) else ''} |")
     lines += ["", "Ratios below 1× mean ours was faster. *Wall*: each path from its launch to its answer (ours and our "
                   "reconciliation: the `spark_submit(…)` call, which on a local master stages the spec and the "
                   "package zip and runs the job's script as a plain Python driver process — no spark-submit, no JVM — "
@@ -701,7 +709,8 @@ def size_section(size: dict) -> list[str]:
                             f"{run['shards']} shards; {run['levels']} level(s) of {run['positions']} positions, "
                             f"{run['buckets_read']:,} buckets read of {run['buckets']:,} at the first level; "
                             + ("no SparkContext (driver threads)" if not run.get("spark_started") else
-                               "SparkContext started") + f"; Python driver peak RSS {run['sampler'].driver_max / 1024:.0f} MiB")
+                               "SparkContext started")
+                            + f"; Python driver peak RSS {run['sampler'].driver_max / 1024:.0f} MiB")
             if name == "reconcile" and run.get("ok"):
                 note.append(f"verdict {run['verdict']}; "
                             + ("no SparkContext" if not run.get("spark_started") else "SparkContext started"))
@@ -724,9 +733,9 @@ def size_section(size: dict) -> list[str]:
     lines += [f"* {e['title']}: {e['description']}." for e in results]
     lines += ["", f"Apply is what keeps the scenarios independent: each scenario's diff + apply run brings the copy "
                   f"level with the source, so the next scenario's diffs see only its own change. At the end the copy "
-                  f"held {versions['stored']:,} stored rows (every version and tombstone) for {versions['live']:,} live "
-                  f"keys in {versions['parts']} active parts: in (e) `FINAL` had that much more to merge on read than "
-                  "in (a)."]
+                  f"held {versions['stored']:,} stored rows (every version and tombstone) for {versions['live']:,} "
+                  f"live keys in {versions['parts']} active parts: in (e) `FINAL` had that much more to merge on "
+                  "read than in (a)."]
     lines += ["", "### Agreement", ""]
     bad = [e for e in results if not _agree(e)]
     capped = [f"{e['title']} / {p}" for e in results for p, run in e["runs"].items() if run.get("capped")]

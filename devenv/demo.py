@@ -2,9 +2,10 @@
 
 Starts MariaDB and the chDB ClickHouse endpoint (or uses MYSQL_URL / CLICKHOUSE_URL),
 generates the demo data, runs the example DAGs with ``airflow dags test`` — the full loads,
-the whole ``demo`` database by pattern in one job (load + reconciliation), then CDC (bootstrap of orders and order_items while a writer changes them, catch-up, the
-binlog position sensor, reconciliation with checksums) — printing a line per task while
-Airflow's full log goes to a file, and ends with source vs target row counts per copy.
+the whole ``demo`` database by pattern in one job (load + reconciliation), then CDC (bootstrap
+of orders and order_items while a writer changes them, catch-up, the binlog position sensor,
+reconciliation with checksums) — printing a line per task while Airflow's full log goes to a
+file, and ends with source vs target row counts per copy.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class _TaskWatcher(threading.Thread):
     def _newest_run(self) -> int:
         try:
             with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=1) as db:
-                return db.execute("SELECT COALESCE(MAX(id), 0) FROM dag_run WHERE dag_id = ?", (self.dag_id,)).fetchone()[0]
+                return db.execute("SELECT COALESCE(MAX(id), 0) FROM dag_run WHERE dag_id = ?",
+                                  (self.dag_id,)).fetchone()[0]
         except sqlite3.Error:
             return 0
 
@@ -112,7 +114,8 @@ class _TaskWatcher(threading.Thread):
                 continue
             seconds = ""
             try:
-                seconds = f" in {(dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds():.1f} s"
+                took = dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)
+                seconds = f" in {took.total_seconds():.1f} s"
             except (TypeError, ValueError):
                 pass
             detail = _summary(task, json.loads(values[task])) if task in values else ""

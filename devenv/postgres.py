@@ -79,7 +79,8 @@ class PostgreSQL:
             except psycopg2.OperationalError as exc:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise TimeoutError(f"PostgreSQL not ready after {timeout}s; see {self.base / 'server.log'}") from exc
+                    raise TimeoutError(f"PostgreSQL not ready after {timeout}s; "
+                                       f"see {self.base / 'server.log'}") from exc
                 time.sleep(0.2)
         conn.autocommit = True
         try:
