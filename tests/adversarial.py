@@ -12,13 +12,15 @@ QUOTES = ["a'b", "a\\b", "\\'", "'", "\\", "a\\'b'c", "''", "%s", "x%sy", "\\0\\
 
 TABLES = {
     "bigint_signed": ("(k BIGINT PRIMARY KEY, v INT)",
-                      [f"INSERT INTO {{t}} SELECT CAST(seq AS SIGNED) * 3074457345618258 - 4611686018427387904, seq FROM seq_1_to_{N}",
+                      [f"INSERT INTO {{t}} SELECT CAST(seq AS SIGNED) * 3074457345618258 - 4611686018427387904, seq"
+                       f" FROM seq_1_to_{N}",
                        "INSERT INTO {t} VALUES (-9223372036854775808, 0), (9223372036854775807, 0), (-1, 0), (0, 0)"]),
     "bigint_unsigned": ("(k BIGINT UNSIGNED PRIMARY KEY, v INT)",
                         [f"INSERT INTO {{t}} SELECT seq * 6148914691236517, seq FROM seq_1_to_{N}",
                          "INSERT INTO {t} VALUES (0, 0), (18446744073709551615, 0), (18446744073709551614, 0)"]),
     "decimal_65_30": ("(k DECIMAL(65, 30) PRIMARY KEY)",
-                      [f"INSERT INTO {{t}} SELECT CAST(seq AS SIGNED) * 1234567.000000000000000000000000000001 - 1000000000 FROM seq_1_to_{N}",
+                      [f"INSERT INTO {{t}} SELECT CAST(seq AS SIGNED) * 1234567.000000000000000000000000000001"
+                       f" - 1000000000 FROM seq_1_to_{N}",
                        "INSERT INTO {t} VALUES (99999999999999999999999999999999999.999999999999999999999999999999),"
                        " (-99999999999999999999999999999999999.999999999999999999999999999999),"
                        " (0.000000000000000000000000000001)"]),
@@ -39,7 +41,8 @@ TABLES = {
                         f"INSERT INTO {{t}} (s) SELECT CONCAT(IF(seq % 2, 'k', 'K'), seq % 97, REPEAT(' ', seq % 3))"
                         f" FROM seq_1_to_{N}"]),
     "emoji_4byte": ("(k VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_520_ci PRIMARY KEY)",
-                    [f"INSERT INTO {{t}} SELECT CONCAT(ELT(1 + seq % 8, '🙂', '🚀', '𠀀', '😀x', 'a🙂', 'Ω', '€', '💩'),"
+                    [f"INSERT INTO {{t}} SELECT CONCAT(ELT(1 + seq % 8,"
+                     " '🙂', '🚀', '𠀀', '😀x', 'a🙂', 'Ω', '€', '💩'),"
                      f" seq) FROM seq_1_to_{N}"]),
     "emoji_general_ci": ("(id INT AUTO_INCREMENT PRIMARY KEY,"
                          " s VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci, KEY ix_s (s))",
@@ -54,11 +57,13 @@ TABLES = {
     "composite_pk": ("(a INT NOT NULL, b VARCHAR(8) NOT NULL, PRIMARY KEY (a, b))",
                      [f"INSERT INTO {{t}} SELECT seq % 50, CONCAT('b', seq) FROM seq_1_to_{N}"]),
     "no_index": ("(a INT, b VARCHAR(8))", [f"INSERT INTO {{t}} SELECT seq, 'x' FROM seq_1_to_{N}"]),
-    "we`ird tab'le ñ": (f"({mysql_ident(WEIRD)} INT NOT NULL, v INT, UNIQUE KEY {mysql_ident('u`k ñ')} ({mysql_ident(WEIRD)}))",
+    "we`ird tab'le ñ": (f"({mysql_ident(WEIRD)} INT NOT NULL, v INT,"
+                        f" UNIQUE KEY {mysql_ident('u`k ñ')} ({mysql_ident(WEIRD)}))",
                         [f"INSERT INTO {{t}} SELECT seq * 7, seq FROM seq_1_to_{N}"]),
     "quoted_values": ("(k VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY)", ["QUOTES"]),
     "binary_key": ("(k VARBINARY(8) PRIMARY KEY)",
-                   [f"INSERT INTO {{t}} SELECT UNHEX(LPAD(HEX(seq * 2654435761 % 4294967296), 8, '0')) FROM seq_1_to_{N}",
+                   [f"INSERT INTO {{t}} SELECT UNHEX(LPAD(HEX(seq * 2654435761 % 4294967296), 8, '0'))"
+                    f" FROM seq_1_to_{N}",
                     "INSERT INTO {t} VALUES (X''), (X'00'), (X'27'), (X'5C'), (X'5C27'), (X'FF'), (X'C0AF')"]),
     "boolean_key": ("(id INT AUTO_INCREMENT PRIMARY KEY, f BOOLEAN NOT NULL, KEY ix_f (f))",
                     [f"INSERT INTO {{t}} (f) SELECT seq % 2 FROM seq_1_to_{N}"]),

@@ -28,9 +28,12 @@ def _value(rng, column: str):
         "amount": lambda: f"{rng.randint(-10 ** 34, 10 ** 34)}.{rng.randint(0, 10 ** 30 - 1):030d}",
         "name": lambda: rng.choice(["", "ñandú", "🙂 emoji", "it's", "x" * 40, f"n{rng.randint(0, 999)}"]),
         "at": lambda: f"{rng.randint(1900, 2299)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
-                      f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}.{rng.randint(0, 999999):06d}",
-        "ts": lambda: f"{rng.randint(1971, 2037)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} 12:00:00.{rng.randint(0, 999999):06d}",
-        "t": lambda: f"{rng.choice(['-', ''])}{rng.randint(0, 838)}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}.{rng.randint(0, 999):03d}",
+                      f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}."
+                      f"{rng.randint(0, 999999):06d}",
+        "ts": lambda: f"{rng.randint(1971, 2037)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
+                      f"12:00:00.{rng.randint(0, 999999):06d}",
+        "t": lambda: f"{rng.choice(['-', ''])}{rng.randint(0, 838)}:{rng.randint(0, 59):02d}:"
+                     f"{rng.randint(0, 59):02d}.{rng.randint(0, 999):03d}",
         "b": lambda: rng.randint(0, 4095),
         "e": lambda: rng.choice("abc"),
         "s": lambda: rng.choice(["", "x", "y", "x,y"]),
@@ -117,7 +120,8 @@ class Writer:
                              [(account, rng.randint(0, 5), f"{rng.randint(-999, 999)}.{rng.randint(0, 99):02d}",
                                rng.choice([None, "n", "ü"])) for _ in range(rng.randint(1, 4))])
         if rng.random() < 0.3:
-            n += cur.execute(f"DELETE FROM {self.db}.`lines` WHERE account_id = %s AND seq < %s", (account, rng.randint(0, 5)))
+            n += cur.execute(f"DELETE FROM {self.db}.`lines` WHERE account_id = %s AND seq < %s",
+                             (account, rng.randint(0, 5)))
         return n
 
     def run(self):

@@ -54,8 +54,8 @@ def source_rows(conn, database: str, table: str) -> dict:
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         # FLOAT as DOUBLE: the text protocol prints FLOAT with 6 significant digits only
-        cur.execute(f"SELECT {', '.join(mysql_ident(c.name) + (' + 0e0' if c.data_type == 'float' else '') for c in schema.columns)} "
-                    f"FROM {mysql_table(database, table)}")
+        selected = ", ".join(mysql_ident(c.name) + (" + 0e0" if c.data_type == "float" else "") for c in schema.columns)
+        cur.execute(f"SELECT {selected} FROM {mysql_table(database, table)}")
         rows = [tuple(_normalise(v, c.data_type) for v, c in zip(r, schema.columns)) for r in cur.fetchall()]
     return _keyed(rows, schema)
 
@@ -82,7 +82,8 @@ def assert_same_rows(conn, ch, database: str, table: str, target_database: str |
     extra = target.keys() - source.keys()
     assert not missing and not extra, f"{table}: {len(missing)} missing keys, {len(extra)} extra keys"
     changed = [k for k in source if source[k] != target[k]]
-    assert not changed, f"{table}: {len(changed)} rows differ, e.g.\n{_short(source[changed[0]])} !=\n{_short(target[changed[0]])}"
+    assert not changed, (f"{table}: {len(changed)} rows differ, e.g.\n{_short(source[changed[0]])} !=\n"
+                         f"{_short(target[changed[0]])}")
     return sum(source.values()) if isinstance(source, Counter) else len(source)
 
 

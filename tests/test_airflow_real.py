@@ -269,7 +269,8 @@ def test_a_deferred_binlog_sensor_fails_fast_when_the_pipeline_reports_an_error(
     run = airflow.trigger("sync_test_wait_for_position", {"pipeline": "real_tier_failing", "position": far})
     _wait_for_state(airflow, "sync_test_wait_for_position", run, "wait", "deferred")
     airflow.wait_for_defer_exit("sync_test_wait_for_position", run, "wait")
-    ledger.write(PipelineState("real_tier_failing", PIPELINE_FAILED, at, error="BinlogError: the binlog file was purged"))
+    ledger.write(PipelineState("real_tier_failing", PIPELINE_FAILED, at,
+                               error="BinlogError: the binlog file was purged"))
     assert airflow.wait_for_runs("sync_test_wait_for_position", [run], timeout=300)[run] == "failed"
     ti = airflow.task_instances("sync_test_wait_for_position", run)["wait"]
     log = airflow.task_log("sync_test_wait_for_position", run, "wait", max(1, ti["try_number"]))

@@ -24,7 +24,8 @@ def test_operators_declare_the_tables_they_read_and_write():
                                  target_database="copy", **CONNS)
     assert templated.inlets == [] and templated.outlets == []  # known at run time only: not an asset
     boot = CdcBootstrapOperator(task_id="c", pipeline="p", tables=["shop.orders", {
-        "source_database": "shop", "source_table": "items", "target_database": "cdc", "target_table": "lines"}], **CONNS)
+        "source_database": "shop", "source_table": "items", "target_database": "cdc", "target_table": "lines"}],
+        **CONNS)
     assert uris(boot.outlets) == ["clickhouse://dst/shop/orders", "clickhouse://dst/cdc/lines"]
     diff = SnapshotDiffOperator(task_id="d", source_table="shop.orders", old_table="copy.orders", on_change="apply",
                                 **CONNS)
@@ -43,7 +44,8 @@ def test_openlineage_facets_name_the_real_hosts_and_the_rows_written():
     facets = load.get_openlineage_facets_on_complete(None)
     assert [(d.namespace, d.name) for d in facets.inputs] == [("mysql://db1:3307", "shop.orders")]
     [out] = facets.outputs
-    assert (out.namespace, out.name, out.facets["outputStatistics"].rowCount) == ("clickhouse://ch1:8123", "copy.orders", 42)
+    assert ((out.namespace, out.name, out.facets["outputStatistics"].rowCount)
+            == ("clickhouse://ch1:8123", "copy.orders", 42))
     diff = SnapshotDiffOperator(task_id="d", source_table="shop.orders", old_table="copy.orders", on_change="apply",
                                 **CONNS)
     spec = SnapshotDiffSpec(target=target, old_table="copy.orders", source=source, source_database="shop",

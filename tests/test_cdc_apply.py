@@ -89,7 +89,8 @@ def test_live_writes_caught_up_by_bounded_runs_match_the_source_row_for_row(mysq
     _create(mysql_conn, MIXED_DDL, LINES_DDL)
     with Writer(mysql_url) as writer:
         time.sleep(2)
-        keys = [full_load(endpoints, spark, "mixed", "cdc.live.mixed"), full_load(endpoints, spark, "lines", "cdc.live.lines")]
+        keys = [full_load(endpoints, spark, "mixed", "cdc.live.mixed"),
+                full_load(endpoints, spark, "lines", "cdc.live.lines")]
         runs = [apply(endpoints, spark, "live", start_from_loads=keys, reset=True, batch_events=500)]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -164,7 +165,8 @@ def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact
         present = {r[0] for r in ch.query(f"SELECT id FROM {TARGET}.kills FINAL").result_rows}
         covered = [ids for position, ids in committed if position.key() <= state.checkpoint.key()]
         lost = [i for ids in covered for i in ids if i not in present and i not in deleted]
-        assert not lost, f"after a kill at {point}:{count} the checkpoint {state.checkpoint} is ahead of the data: {lost[:5]}"
+        assert not lost, (f"after a kill at {point}:{count} the checkpoint {state.checkpoint} is ahead of the data: "
+                          f"{lost[:5]}")
         # the binlog reader process does not outlive a killed driver (it would hold its connection)
         deadline = time.monotonic() + 10
         while set(_orphan_readers()) - orphans_before and time.monotonic() < deadline:

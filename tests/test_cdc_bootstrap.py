@@ -56,7 +56,8 @@ def test_bootstrap_under_live_writes_then_catch_up_is_exact_and_reconciles(mysql
     writer = Writer(mysql_url, database=DB, hold_every=25, hold_seconds=1.0)
     writer.prefill(12_000)
     with mysql_conn.cursor() as cur:
-        cur.execute(f"INSERT INTO {DB}.`lines` SELECT a.seq, b.seq, a.seq / 100, NULL FROM {DB}.seq_1_to_2000 a, {DB}.seq_0_to_4 b")
+        cur.execute(f"INSERT INTO {DB}.`lines` SELECT a.seq, b.seq, a.seq / 100, NULL"
+                    f" FROM {DB}.seq_1_to_2000 a, {DB}.seq_0_to_4 b")
     with writer:
         time.sleep(1)
         result = bootstrap(endpoints, spark, "boot-live", ["mixed", "lines"], channels=2, split_factor=2)
@@ -167,7 +168,8 @@ class _Churn(threading.Thread):
                     if rng.random() < 0.2:
                         cur.execute(f"DELETE FROM {DB}.{table} WHERE id IN ({', '.join(['%s'] * 10)})", ids)
                     else:
-                        cur.executemany(f"INSERT INTO {DB}.{table} VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = VALUES(v)",
+                        cur.executemany(f"INSERT INTO {DB}.{table} VALUES (%s, %s)"
+                                        " ON DUPLICATE KEY UPDATE v = VALUES(v)",
                                         [(i, rng.randint(0, 10 ** 6)) for i in ids])
                 self.changes += 10
         except Exception as exc:

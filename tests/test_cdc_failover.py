@@ -49,8 +49,9 @@ def _pipeline(pair, clickhouse_url, spark, name: str):
         _writes(conn, 1)
     pair.wait_caught_up()
     run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline=name, channels=2,
-                                       tables=[{"source_database": DB, "source_table": t, "target_database": f"{name}_ch"}
-                                               for t in ("accounts", "lines")]), spark)
+                                       tables=[{"source_database": DB, "source_table": t,
+                                                "target_database": f"{name}_ch"} for t in ("accounts", "lines")]),
+                      spark)
     return endpoints
 
 

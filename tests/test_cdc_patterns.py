@@ -204,7 +204,8 @@ KDB, KDB_CH = "kdb", "kdb_cdc"
 
 def _kdb_source(conn):
     sql(conn, f"DROP DATABASE IF EXISTS {KDB}", f"CREATE DATABASE {KDB}",
-        f"CREATE TABLE {KDB}.a (id INT PRIMARY KEY, v INT)", f"INSERT INTO {KDB}.a SELECT seq, seq FROM {DB}.seq_1_to_50",
+        f"CREATE TABLE {KDB}.a (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {KDB}.a SELECT seq, seq FROM {DB}.seq_1_to_50",
         f"CREATE TABLE {KDB}.n (id INT NOT NULL, v INT)", f"INSERT INTO {KDB}.n SELECT seq, seq FROM {DB}.seq_1_to_50")
 
 

@@ -27,7 +27,8 @@ def test_load_fails_status_names_shard_reimport_completes(mysql_conn, mysql_url,
         cur.execute("SET SESSION sql_mode = ''")
         cur.execute("DROP TABLE IF EXISTS t")
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, d DATE NOT NULL, s VARCHAR(10))")
-        cur.execute("INSERT INTO t SELECT seq, '2025-01-01' + INTERVAL seq % 300 DAY, CONCAT('s', seq) FROM seq_1_to_5000")
+        cur.execute("INSERT INTO t SELECT seq, '2025-01-01' + INTERVAL seq % 300 DAY, CONCAT('s', seq)"
+                    " FROM seq_1_to_5000")
         cur.execute("UPDATE t SET d = '0000-00-00' WHERE id = 4321")  # one bad row in one shard
     env = dict(os.environ, MYSQL_URL=mysql_url.rstrip("/") + "/cli_db", CLICKHOUSE_URL=clickhouse_url)
     key = "cli.t"

@@ -44,7 +44,8 @@ def test_insert_and_query_many_blocks(clickhouse_url, table, compress):
         "n": pa.array([None] * ROWS, pa.float64()),
     })
     client.insert_arrow(table, arrow)
-    count, id_sum, d_sum, nulls = client.query(f"SELECT count(), sum(id), sum(d), countIf(n IS NULL) FROM {table}").result_rows[0]
+    count, id_sum, d_sum, nulls = client.query(f"SELECT count(), sum(id), sum(d), countIf(n IS NULL) FROM {table}"
+                                               ).result_rows[0]
     assert count == 2 * ROWS
     assert id_sum == sum(range(2 * ROWS))
     assert d_sum == sum(decimal.Decimal(i) / 100 for i in range(ROWS)) + decimal.Decimal("1.25") * ROWS

@@ -117,7 +117,8 @@ def test_whole_database_dags_one_job_and_mapped_copy_every_selected_table(airflo
             "AND key = 'return_value'")]
     one = {task: x for dag, task, _, x in xcoms if dag == "sync_demo_database"}
     assert sorted(one["load_database"]["selected"]) == sorted(f"demo.{t}" for t in demo_db)
-    assert {t["table"]: t["rows"] for t in one["load_database"]["tables"]} == {f"demo.{t}": n for t, n in demo_db.items()}
+    assert ({t["table"]: t["rows"] for t in one["load_database"]["tables"]}
+            == {f"demo.{t}": n for t, n in demo_db.items()})
     assert one["reconcile_database"]["verdict"] == "ok" and len(one["reconcile_database"]["tables"]) == len(demo_db)
     mapped = [(task, index, x) for dag, task, index, x in xcoms if dag == "sync_demo_database_mapped"]
     loads = {x["table"]: x for task, index, x in mapped if task == "load"}

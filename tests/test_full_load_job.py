@@ -76,10 +76,10 @@ def test_adversarial_tables_load_row_for_row(matrix, mysql_url, clickhouse_url, 
     from tests.adversarial import DB, SPLIT
 
     for name in tables:
-        spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
-                            source_database=DB, source_table=name, target_database=f"{DB}_{strategy}",
-                            target_table=name, channels=2, split_column=SPLIT.get(name), strategy=strategy,
-                            reader=reader)
+        spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url),
+                            target=ClickHouseEndpoint.from_url(clickhouse_url), source_database=DB,
+                            source_table=name, target_database=f"{DB}_{strategy}", target_table=name, channels=2,
+                            split_column=SPLIT.get(name), strategy=strategy, reader=reader)
         result = spark_submit(spec, timeout=600)
         assert result["status"] == "success", (name, result)
         total = assert_same_rows(matrix, ch, DB, name, target_database=f"{DB}_{strategy}")
@@ -168,7 +168,8 @@ def test_the_probe_falls_back_when_the_native_reader_disagrees(mysql_conn, mysql
 
     def off_by_one(*args, **kwargs):
         for batch in real(*args, **kwargs):
-            yield batch.set_column(0, batch.schema.field(0), pa.compute.add(batch.column(0), pa.scalar(1, batch.column(0).type)))
+            yield batch.set_column(0, batch.schema.field(0),
+                                   pa.compute.add(batch.column(0), pa.scalar(1, batch.column(0).type)))
 
     monkeypatch.setattr(reader, "_native_stream", off_by_one)
     with mysql_conn.cursor() as cur:

@@ -59,7 +59,8 @@ def wait_for(predicate, timeout=120, interval=0.2):
 
 
 def ledger_state(ch, key):
-    return Ledger(ch, "airflow_sync").state(key) if clickhouse_target.table_exists(ch, "airflow_sync", "loads") else None
+    return (Ledger(ch, "airflow_sync").state(key) if clickhouse_target.table_exists(ch, "airflow_sync", "loads")
+            else None)
 
 
 def test_sigkill_mid_load_then_resume_reads_only_unfinished_shards(mysql_conn, mysql_url, clickhouse_url, ch, tmp_path):

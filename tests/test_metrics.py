@@ -85,7 +85,8 @@ def test_pipeline_gauges_and_the_counters_of_a_run():
     assert counters == {"sync.pipeline.changes_applied.orders_cdc": ("incr", 1234),
                         "sync.pipeline.verifications.orders_cdc": ("incr", 2),
                         "sync.pipeline.verify_mismatches.orders_cdc": ("incr", 2),
-                        "sync.pipeline.repairs.orders_cdc": ("incr", 2), "sync.pipeline.recopies.orders_cdc": ("incr", 1)}
+                        "sync.pipeline.repairs.orders_cdc": ("incr", 2),
+                        "sync.pipeline.recopies.orders_cdc": ("incr", 1)}
 
 
 def test_reconciliation_and_diff_metrics_carry_the_verdict_and_rows_read():
@@ -97,7 +98,8 @@ def test_reconciliation_and_diff_metrics_carry_the_verdict_and_rows_read():
     diff = {"old": "copy.orders", "diff_key": "d", "verdict": "changed", "rows_read_old": 3, "rows_read_new": 4,
             "counts": {"identical": 100, "changed": 2, "new": 1, "deleted": 0}}
     assert {m.name: m.value for m in metrics.diff_metrics(diff)} == {
-        "sync.diff.changed.copy.orders": 1, "sync.diff.rows_read.copy.orders": 7, "sync.diff.differences.copy.orders": 3}
+        "sync.diff.changed.copy.orders": 1, "sync.diff.rows_read.copy.orders": 7,
+        "sync.diff.differences.copy.orders": 3}
 
 
 def test_metrics_reach_a_statsd_server_through_airflows_stats(tmp_path):
@@ -117,7 +119,8 @@ def test_metrics_reach_a_statsd_server_through_airflows_stats(tmp_path):
               "stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)  # as a task does\n"
               "emit([Metric(**m) for m in json.loads(sys.argv[1])])\n")
     env = {"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "AIRFLOW__METRICS__STATSD_ON": "True",
-           "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1", "AIRFLOW__METRICS__STATSD_PORT": str(listener.getsockname()[1]),
+           "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+           "AIRFLOW__METRICS__STATSD_PORT": str(listener.getsockname()[1]),
            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow"}
     out = subprocess.run([sys.executable, "-c", script, json.dumps([vars(m) for m in sent])], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
@@ -127,4 +130,5 @@ def test_metrics_reach_a_statsd_server_through_airflows_stats(tmp_path):
         received |= {line for line in listener.recv(65536).decode().split("\n") if line.startswith("airflow.sync.")}
     listener.close()
     assert received == {"airflow.sync.pipeline.lag_seconds.orders_cdc:12.5|g",
-                        "airflow.sync.load.shards_failed.shop.orders:2|c", "airflow.sync.load.duration.shop.orders:1500.000000|ms"}
+                        "airflow.sync.load.shards_failed.shop.orders:2|c",
+                        "airflow.sync.load.duration.shop.orders:1500.000000|ms"}

@@ -33,7 +33,8 @@ def test_the_sync_view_plugin_loads_once_whatever_lazy_discover_providers_says(t
     import error (named in the provider info as well, eager discovery would load it a second
     time and report "already registered")."""
     eps = [ep for ep in entry_points(group="airflow.plugins") if ep.value.startswith("airflow_sync_provider")]
-    assert [(ep.name, ep.value) for ep in eps] == [("airflow_sync", "airflow_sync_provider.plugins.sync_view:SyncViewPlugin")]
+    assert ([(ep.name, ep.value) for ep in eps]
+            == [("airflow_sync", "airflow_sync_provider.plugins.sync_view:SyncViewPlugin")])
     probe = (
         "import json\n"
         "from airflow import plugins_manager, settings\n"
@@ -42,7 +43,8 @@ def test_the_sync_view_plugin_loads_once_whatever_lazy_discover_providers_says(t
         "    settings.LAZY_LOAD_PROVIDERS = lazy\n"
         "    plugins_manager._get_plugins.cache_clear()\n"
         "    plugins, errors = plugins_manager._get_plugins()\n"
-        "    out[str(lazy)] = {'names': [p.name for p in plugins], 'errors': {k: v for k, v in errors.items() if 'sync' in k}}\n"
+        "    out[str(lazy)] = {'names': [p.name for p in plugins],"
+        " 'errors': {k: v for k, v in errors.items() if 'sync' in k}}\n"
         "print(json.dumps(out))\n")
     env = {"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     # cwd: not the repository, whose egg-info (pip's editable install) would be a second distribution

@@ -144,7 +144,8 @@ def test_pieces_partition_their_shard(kind):
             assert sum(matches(p, column, v) for p in pieces) == 1, (v, shard)
         for shard in shards:  # a piece never reaches outside its shard
             for where, params in shard.queries():
-                assert all(matches(shard, column, v) for v in keys + probes if matches(Shard(0, where, params), column, v))
+                assert all(matches(shard, column, v) for v in keys + probes
+                           if matches(Shard(0, where, params), column, v))
 
     check()
 
@@ -223,7 +224,8 @@ def test_plan_json_round_trip():
     plan = Plan("db", "t", "k", "PRIMARY", "equal", 2, 5, tuple(shards), ("w",))
     again = Plan.from_dict(json.loads(plan.to_json()))
     assert again == plan
-    pieced = Plan("db", "t", "k", "PRIMARY", "equal", 1, 1, tuple(shards_from_cuts(column, [Decimal(i) for i in range(1, 6)], 2)))
+    pieced = Plan("db", "t", "k", "PRIMARY", "equal", 1, 1,
+                  tuple(shards_from_cuts(column, [Decimal(i) for i in range(1, 6)], 2)))
     assert Plan.from_dict(json.loads(pieced.to_json())) == pieced and pieced.shards[0].pieces
     assert plan.to_dict()["shards"][1] == {"id": 1, "where": "`k` >= CAST(%s AS DECIMAL(65, 30)) AND "
                                            "`k` < CAST(%s AS DECIMAL(65, 30))",

@@ -117,7 +117,8 @@ def test_an_automatic_split_factor_gives_small_tables_one_shard_per_channel(matr
     # 5 × the floor: two shards per channel with 2 channels (not 4 ×: the optimizer's estimate of
     # exactly 4 × came out 2.5 % low now and then, one shard per channel)
     with matrix.cursor() as cur:
-        cur.execute(f"INSERT INTO {DB}.auto_small SELECT seq, seq FROM seq_{MIN_SHARD_ROWS + 1}_to_{5 * MIN_SHARD_ROWS}")
+        cur.execute(f"INSERT INTO {DB}.auto_small SELECT seq, seq"
+                    f" FROM seq_{MIN_SHARD_ROWS + 1}_to_{5 * MIN_SHARD_ROWS}")
         cur.execute(f"ANALYZE TABLE {DB}.auto_small")
         cur.fetchall()
     plan = plan_table(matrix, schema, speed=SpeedLimits(channels=2))
@@ -158,7 +159,8 @@ def test_cli_prints_the_plan_as_json_and_each_where_counts_its_shard(mysql_url, 
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert {"table", "split_column", "strategy", "channels", "shards", "warnings"} <= plan.keys()
-    assert (plan["table"], plan["split_column"], plan["strategy"], plan["channels"]) == ("varchar_ci_pad", "s", "balanced", 3)
+    assert ((plan["table"], plan["split_column"], plan["strategy"], plan["channels"])
+            == ("varchar_ci_pad", "s", "balanced", 3))
     assert len(plan["shards"]) <= 3 * 2 + 1
     with matrix.cursor() as cur:
         cur.execute(f"SELECT COUNT(*) FROM {mysql_table(DB, 'varchar_ci_pad')}")
@@ -166,7 +168,8 @@ def test_cli_prints_the_plan_as_json_and_each_where_counts_its_shard(mysql_url, 
         counts = []
         for shard in plan["shards"]:
             assert set(shard) <= {"id", "where", "params", "estimated_rows", "pieces"}
-            cur.execute(f"SELECT COUNT(*) FROM {mysql_table(DB, 'varchar_ci_pad')} WHERE {shard['where']}", shard["params"])
+            cur.execute(f"SELECT COUNT(*) FROM {mysql_table(DB, 'varchar_ci_pad')} WHERE {shard['where']}",
+                        shard["params"])
             counts.append(cur.fetchone()[0])
     assert sum(counts) == total
 

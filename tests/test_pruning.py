@@ -200,7 +200,8 @@ def test_first_buckets_stay_within_one_aggregations_limit():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 4), st.integers(0, 50)), max_size=40, unique_by=lambda t: t[0]),
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 4), st.integers(0, 50)), max_size=40,
+                unique_by=lambda t: t[0]),
        st.integers(1, 120), st.integers(1, 5))
 def test_pieces_cover_the_read_buckets_in_order_within_their_bounds(buckets, max_rows, max_intervals):
     # disjoint buckets (first, last, rows): label b of width 4 is offsets 4b .. 4b + length - 1

@@ -187,8 +187,8 @@ def test_checksums_find_each_content_change_in_its_shard(in_range, endpoints, sp
                     f" t DATETIME(3) NOT NULL, f DOUBLE NULL, tm TIME(2) NULL, b VARBINARY(4) NULL)")
         cur.execute(f"INSERT INTO {DB}.content SELECT seq, IF(seq % 5 = 0, NULL, CONCAT('s', seq)), seq / 100,"
                     f" TIMESTAMP('2025-01-01 00:00:00.123') + INTERVAL seq SECOND, seq / 7,"
-                    f" IF(seq % 3 = 0, NULL, SEC_TO_TIME(CAST(seq AS SIGNED) * 997 - 400000) + INTERVAL seq % 100 * 10000"
-                    f" MICROSECOND), UNHEX(HEX(seq)) FROM {DB}.seq_1_to_1000")
+                    f" IF(seq % 3 = 0, NULL, SEC_TO_TIME(CAST(seq AS SIGNED) * 997 - 400000)"
+                    f" + INTERVAL seq % 100 * 10000 MICROSECOND), UNHEX(HEX(seq)) FROM {DB}.seq_1_to_1000")
     key = load(endpoints, spark, "content", target_database=FIX)
     assert reconcile(endpoints, spark, key)["verdict"] == "ok"
     plan = Plan.from_dict(Ledger(ch).state(key).plan)

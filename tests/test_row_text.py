@@ -186,7 +186,8 @@ def _texts(sides, rows: list[tuple]) -> tuple[list, list]:
         cur.executemany(f"INSERT INTO {DB}.pairs VALUES ({', '.join(['%s'] * len(mappings))})",
                         [(n, *row) for n, row in enumerate(rows)])
         texts = ", ".join(f"CAST({m.mysql_text(mysql_ident(m.name))} AS CHAR CHARACTER SET utf8mb4)" for m in hashed)
-        cur.execute(f"SELECT {row_text(hashed, 'mysql')}, {mysql_row_hash(hashed)}, {texts} FROM {DB}.pairs ORDER BY id")
+        cur.execute(f"SELECT {row_text(hashed, 'mysql')}, {mysql_row_hash(hashed)}, {texts}"
+                    f" FROM {DB}.pairs ORDER BY id")
         mysql = [(_bytes(text), *rest) for text, *rest in cur.fetchall()]
     # the copy: the loader's own read of the rows (type rules' source_sql, Arrow casts), inserted as is
     plan = Plan(DB, "pairs", None, None, "balanced", 1, 1, (Shard(0, "1=1"),))

@@ -64,7 +64,8 @@ def write(ledger, key, load_status, shards):
 
 
 def sensor(key, **kwargs):
-    return ShardCountersSensor(task_id="wait", load_key=key, clickhouse_conn_id="sensor_ch", poke_interval=0.1, **kwargs)
+    return ShardCountersSensor(task_id="wait", load_key=key, clickhouse_conn_id="sensor_ch", poke_interval=0.1,
+                               **kwargs)
 
 
 def test_poke_waits_succeeds_and_fails_fast(ledger_conn):
@@ -101,7 +102,8 @@ def test_trigger_round_trips_and_reports(ledger_conn):
         task = asyncio.create_task(first_event(waiting))
         await asyncio.sleep(0.5)
         assert not task.done()  # still waiting for shards 1 and 2
-        write(ledger_conn, "t.later", "failed", [shard(0), shard(1, "failed", error="e"), shard(2, "failed", error="e")])
+        write(ledger_conn, "t.later", "failed",
+              [shard(0), shard(1, "failed", error="e"), shard(2, "failed", error="e")])
         return await asyncio.wait_for(task, 30)
 
     event = asyncio.run(finish_later())

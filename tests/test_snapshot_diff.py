@@ -67,8 +67,8 @@ def _negative_zero(ch, table: str, where: str) -> None:
     """MariaDB stores -0e0 as 0; ClickHouse keeps -0.0: the copy's row gets it (a newer version).
     The diff must call it equal to the source's 0.0 (core/verify/diff.py says why)."""
     copy = f"{TARGET}.{table}"
-    ch.command(f"INSERT INTO {copy} SELECT * REPLACE (negate(toFloat64(0)) AS f, _version + 1 AS _version) FROM {copy} FINAL "
-               f"WHERE {where}")
+    ch.command(f"INSERT INTO {copy} SELECT * REPLACE (negate(toFloat64(0)) AS f, _version + 1 AS _version)"
+               f" FROM {copy} FINAL WHERE {where}")
     assert ch.command(f"SELECT 1 / f < 0 FROM {copy} FINAL WHERE {where}") == 1
 
 
@@ -236,7 +236,8 @@ def test_scattered_changes_are_found_exactly_reading_a_small_fraction(mysql_conn
     if first:
         monkeypatch.setattr(pruning, "FIRST_ROWS", first)
     table = "sc_int" if key.endswith("BIGINT") else "sc_text"  # a change set's table per key type
-    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.{table} ({key} PRIMARY KEY, v INT NOT NULL, s VARCHAR(20) NULL)")
+    recreate_tables(mysql_conn, DB,
+                    f"CREATE TABLE {DB}.{table} ({key} PRIMARY KEY, v INT NOT NULL, s VARCHAR(20) NULL)")
     with mysql_conn.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.{table} SELECT seq, seq, CONCAT('s', seq) FROM {DB}.seq_1_to_{ROWS}")
     _load(endpoints, spark, table, f"dif.{table}")
@@ -424,8 +425,8 @@ def test_a_diff_replaces_only_its_own_change_set_and_leaves_no_deleted_rows_behi
     ch.command(f"DROP TABLE IF EXISTS {changes}")
     first = diff(endpoints, spark, "parts")
     assert first["counts"]["changed"] == ROWS // 1000
-    assert ch.command(f"SELECT partition_key FROM system.tables WHERE database = '{TARGET}' AND name = 'parts__changes'") \
-        == "diff_key"
+    assert ch.command(f"SELECT partition_key FROM system.tables WHERE database = '{TARGET}'"
+                      " AND name = 'parts__changes'") == "diff_key"
     # as an earlier release left it: one partition, this diff's rows and another diff key's
     ch.command(f"CREATE TABLE {changes}_old AS {changes} ENGINE = MergeTree ORDER BY (diff_key, flag, id)")
     ch.command(f"INSERT INTO {changes}_old SELECT * FROM {changes}")

@@ -173,7 +173,8 @@ def round_trip(conn, target, endpoints, spark, family: str, rows: list[tuple], r
     assert assert_same_rows(conn, target, DB, family, TARGET) == len(values)
     result = run_reconcile(ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key=key, checksum=True,
                                          reimport=reimport), spark)
-    assert result["verdict"] == "ok", f"{family}: shards with problems: {[s for s in result['shards'] if s['problems']]}"
+    assert result["verdict"] == "ok", \
+        f"{family}: shards with problems: {[s for s in result['shards'] if s['problems']]}"
     return result
 
 

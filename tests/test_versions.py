@@ -41,7 +41,8 @@ def test_positions_parse_and_order():
     with pytest.raises(ValueError, match="not a binlog file name"):
         file_seq("mysql-bin")
     assert BinlogPosition("m.000002", 4) > BinlogPosition("m.000001", 999999)
-    assert BinlogPosition.from_dict(BinlogPosition("m.1", 120, "0-1-5").to_dict()) == BinlogPosition("m.1", 120, "0-1-5")
+    assert (BinlogPosition.from_dict(BinlogPosition("m.1", 120, "0-1-5").to_dict())
+            == BinlogPosition("m.1", 120, "0-1-5"))
 
 
 @pytest.mark.parametrize("version, statement", [
