@@ -137,7 +137,10 @@ class PipelineRun:
         except BaseException as exc:
             stopped = isinstance(exc, BinlogError) and not exc.retry_helps
             state.status = PIPELINE_STOPPED if stopped else PIPELINE_FAILED
-            state.error = f"{type(exc).__name__}: {exc}"[:4000]
+            state.error = f"{type(exc).__name__}: {exc}"
+            if stopped and "retry" not in state.error:  # whether a retry helps, in every stop's words
+                state.error += " (a retry stops here again until the remedy is applied)"
+            state.error = state.error[:4000]
             if not self.lease.lost:  # else the state is the next holder's to write
                 self.checkpoints.write(state)  # the checkpoint stays at the last durable batch
             if isinstance(exc, (BinlogError, ApplyFailed, LeaseError, ValueError)):
