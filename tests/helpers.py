@@ -101,3 +101,14 @@ def recreate_tables(conn, database: str, *ddls: str) -> None:
             name = ddl.split("(")[0].split(".")[-1].strip()
             cur.execute(f"DROP TABLE IF EXISTS {database}.{name}")
             cur.execute(ddl)
+
+
+def bootstrap_tables(endpoints, spark, pipeline: str, database: str, target: str, *tables: str, **kwargs):
+    """A CDC bootstrap of ``database``'s ``tables`` into ``target`` (two channels)."""
+    from airflow_sync_provider.core.jobspec import CdcBootstrapSpec
+    from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
+
+    return run_cdc_bootstrap(CdcBootstrapSpec(
+        source=endpoints[0], target=endpoints[1], pipeline=pipeline, channels=kwargs.pop("channels", 2),
+        tables=[{"source_database": database, "source_table": t, "target_database": target} for t in tables],
+        **kwargs), spark)

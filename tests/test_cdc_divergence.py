@@ -12,7 +12,7 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.submission import spark_submit
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
-from tests.helpers import assert_same_rows
+from tests.helpers import assert_same_rows, bootstrap_tables
 from tests.helpers import run_sql as sql
 
 pytestmark = pytest.mark.slow
@@ -28,9 +28,7 @@ def _tables(conn, *names, rows=300):
 
 
 def _bootstrap(endpoints, spark, pipeline, *tables):
-    return run_cdc_bootstrap(CdcBootstrapSpec(
-        source=endpoints[0], target=endpoints[1], pipeline=pipeline, channels=2,
-        tables=[{"source_database": DB, "source_table": t, "target_database": TARGET} for t in tables]), spark)
+    return bootstrap_tables(endpoints, spark, pipeline, DB, TARGET, *tables)
 
 
 # every place a kill can land around two DDL statements in one run: after the checkpoint before
