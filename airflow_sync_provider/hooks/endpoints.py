@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from airflow_sync_provider.compat import AirflowException, BaseHook
 from airflow_sync_provider.core.cdc.checkpoints import check_position
-from airflow_sync_provider.core.cdc.servers import as_target
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, check_counters
 from airflow_sync_provider.stats import watch_pipeline
@@ -46,7 +45,7 @@ class SyncEndpointsHook(BaseHook):
         (docs/metrics.md): from the worker on each poke, from the triggerer while deferred."""
         source = self.source() if max_lag_seconds is not None else None
         target = self.target()
-        verdict, message, summary = check_position(target, pipeline, as_target(position), max_lag_seconds, source,
+        verdict, message, summary = check_position(target, pipeline, position, max_lag_seconds, source,
                                                    ledger_database)
         watch_pipeline(target, pipeline, ledger_database, measured_lag=summary.get("lag_seconds"))
         return verdict, message, summary

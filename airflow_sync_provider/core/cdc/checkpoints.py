@@ -282,18 +282,19 @@ class Checkpoints(LedgerTables):
                  "rows_written": w, "rows_failed": f} for t, m, e, w, f in result.result_rows]
 
 
-def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | str | None" = None,
+def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | dict | str | None" = None,
                    max_lag_seconds: float | None = None, source_endpoint=None,
                    database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
     """('success' | 'wait' | 'failed', message, summary) — the binlog position sensor's decision.
 
     Success when the pipeline's checkpoint has reached ``position`` (a position, or a GTID state;
-    across a failover, core/cdc/servers.reached), or (``max_lag_seconds``) when it is at the
+    across a failover, core/cdc/servers.reached; a position naming no epoch is one on the server
+    the pipeline reads now, core/cdc/servers.as_target), or (``max_lag_seconds``) when it is at the
     source's current position or its last applied change is at most that old. Failed when the
     pipeline reports an error (its last run failed or stopped).
     """
     from airflow_sync_provider.core.cdc.positions import current_position
-    from airflow_sync_provider.core.cdc.servers import Server, server_of, source_epoch
+    from airflow_sync_provider.core.cdc.servers import Server, as_target, server_of, source_epoch
     from airflow_sync_provider.core.cdc.servers import reached as has_reached
     from airflow_sync_provider.core.source import reader as mysql_reader
     from airflow_sync_provider.core.target import clickhouse as clickhouse_target
@@ -307,9 +308,10 @@ def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | s
     finally:
         ch.close()
     summary = {"pipeline": pipeline,
-               "target_position": position if isinstance(position, str) else position.to_dict() if position else None}
+               "target_position": position.to_dict() if isinstance(position, BinlogPosition) else position}
     if state is None or reached is None:
         return "wait", f"pipeline {pipeline!r} has no checkpoint yet", summary
+    position = as_target(position, epoch=reached.epoch)
     summary |= {"checkpoint": reached.to_dict(), "status": state.status, "events": state.events,
                 "generation": state.generation, "holder": state.holder, "server": state.server,
                 "epoch": reached.epoch,

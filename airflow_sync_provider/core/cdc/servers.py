@@ -20,8 +20,8 @@ earlier releases (no migration: their copies keep their versions).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-import time
 from dataclasses import dataclass
 
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, Flavor, flavor
@@ -237,7 +237,15 @@ _SERVERS = (("server", "String"), ("epoch", "UInt8"), ("at", "DateTime64(6, 'UTC
 
 class ServerEpochs:
     """The epoch of each server a ledger has seen (``airflow_sync.source_servers``: a row per
-    registration; a server's epoch is its newest row's)."""
+    claim of an epoch by a server).
+
+    An epoch belongs to the server that claimed it first (the ClickHouse server's clock, then the
+    server key); a server's epoch is the highest it owns. Claims take no lock (ClickHouse has no
+    transactions), so every claim reads the table in one statement, inserts, and reads the
+    epoch's owner back: processes that see a server for the first time at once (three backfill
+    days, a bootstrap and a sensor) read the same state and claim the same epoch, and of two
+    servers that claimed one epoch at once the later takes the next one before writing anything.
+    """
 
     def __init__(self, ledger):
         from airflow_sync_provider.core.ledger import LedgerTables
@@ -259,35 +267,44 @@ class ServerEpochs:
 
     def epoch(self, server: Server) -> int:
         """The server's epoch; a server seen for the first time gets one above every other."""
-        rows = self.ch.query(f"SELECT epoch FROM {self._table()} WHERE server = {{s:String}} ORDER BY at DESC LIMIT 1",
-                             parameters={"s": server.key}).result_rows
-        return int(rows[0][0]) if rows else self.register(server)
-
-    def server_of_epoch(self, epoch: int) -> Server | None:
-        """The server that had ``epoch`` (None: no server registered it)."""
-        rows = self.ch.query(f"SELECT server FROM {self._table()} WHERE epoch = {{e:UInt8}} ORDER BY at DESC LIMIT 1",
-                             parameters={"e": epoch}).result_rows
-        if not rows:
-            return None
-        flavor_, *rest = rows[0][0].split(":", 1)[0], rows[0][0].split(":", 1)[1]
-        if flavor_ == "mysql":
-            return Server(False, 0, rest[0])
-        server_id, domain = rest[0].split(":")
-        return Server(True, int(server_id), domain=int(domain))
+        return self._claim(server, highest=False)
 
     def register(self, server: Server) -> int:
-        """Give ``server`` an epoch above every other (a pipeline moving to it: what it reads from now
-        on out-ranks everything read before, even from a server that was this one once)."""
-        seen, top = self.ch.query(f"SELECT count(), max(epoch) FROM {self._table()}").result_rows[0]
-        epoch = int(top) + 1 if seen else 0
-        if epoch > MAX_EPOCH:
-            raise BinlogError(f"{server}: the ledger has seen {MAX_EPOCH + 1} server changes, the most versions can "
-                              "tell apart; reload the copies in full into a new ledger database")
-        from airflow_sync_provider.core.ledger import utc_datetime
+        """The server's epoch, made the highest: a pipeline moving to it (what it reads from now on
+        out-ranks everything read before, even from a server that was this one once). A server
+        that already has the highest epoch keeps it (the second pipeline to move to it)."""
+        return self._claim(server, highest=True)
 
-        self.ch.insert(self._table(), [[server.key, epoch, utc_datetime(time.time())]],
-                       column_names=[n for n, _ in _SERVERS])
-        return epoch
+    def server_of_epoch(self, epoch: int) -> Server | None:
+        """The server that owns ``epoch`` (None: no server claimed it)."""
+        rows = self.ch.query(f"SELECT argMin(server, (at, server)) FROM {self._table()} WHERE epoch = {{e:UInt8}} "
+                             "HAVING count() > 0", parameters={"e": epoch}).result_rows
+        if not rows:
+            return None
+        kind, rest = rows[0][0].split(":", 1)
+        if kind == "mysql":
+            return Server(False, 0, rest)
+        server_id, domain = rest.split(":")
+        return Server(True, int(server_id), domain=int(domain))
+
+    def _claim(self, server: Server, highest: bool) -> int:
+        owners = f"SELECT epoch, argMin(server, (at, server)) AS owner FROM {self._table()} GROUP BY epoch"
+        for _ in range(MAX_EPOCH + 2):
+            owned, mine, top, seen = self.ch.query(
+                f"SELECT countIf(owner = {{s:String}}), maxIf(epoch, owner = {{s:String}}), max(epoch), count() "
+                f"FROM ({owners})", parameters={"s": server.key}).result_rows[0]
+            if owned and (not highest or mine == top):
+                return int(mine)
+            epoch = int(top) + 1 if seen else 0
+            if epoch > MAX_EPOCH:
+                raise BinlogError(f"{server}: the ledger has seen {MAX_EPOCH + 1} server changes, the most versions "
+                                  "can tell apart; reload the copies in full into a new ledger database")
+            self.ch.command(f"INSERT INTO {self._table()} SELECT {{s:String}}, {{e:UInt8}}, now64(6, 'UTC')",
+                            parameters={"s": server.key, "e": epoch})
+            holder = self.server_of_epoch(epoch)
+            if holder is not None and holder.key == server.key:
+                return epoch
+        raise BinlogError(f"{server}: no epoch could be claimed in the ledger {self.database!r}")
 
 
 def source_epoch(conn, ch, ledger_database: str) -> int:
@@ -334,8 +351,20 @@ def reached(checkpoint: BinlogPosition, target: "BinlogPosition | str") -> bool:
     return checkpoint.key() >= target.key()
 
 
-def as_target(value) -> "BinlogPosition | str | None":
-    """A sensor's ``position``: ``{"file", "pos"[, "gtid", "epoch"]}``, ``"file:pos"`` or a GTID state."""
+def as_target(value, epoch: int = 0) -> "BinlogPosition | str | None":
+    """A sensor's ``position``: ``{"file", "pos"[, "gtid", "epoch"]}``, ``"file:pos"`` or a GTID
+    state. A position that names no epoch is one on the server read now (``epoch``): a
+    ``file:pos`` read off the source by hand after a failover must not compare as the first
+    server's, which every checkpoint since has passed."""
+    if isinstance(value, BinlogPosition) or value is None:
+        return value
     if isinstance(value, str) and is_gtid(value):
         return value.strip()
-    return BinlogPosition.from_dict(value)
+    if isinstance(value, str) and value.strip().startswith("{"):  # a dict rendered by a template
+        import ast
+
+        value = ast.literal_eval(value.strip())
+    position = BinlogPosition.from_dict(value)
+    if position is None or (isinstance(value, dict) and value.get("epoch") is not None):
+        return position
+    return dataclasses.replace(position, epoch=epoch)
