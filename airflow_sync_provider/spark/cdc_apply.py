@@ -86,6 +86,7 @@ class Totals:
     repaired_shards: int = 0
     failover: dict = field(default_factory=dict)  # the source became another server: from, to, where
     binlog_lost: dict = field(default_factory=dict)  # the binlog the checkpoint needed was gone: what it cost
+    xa_commits_unseen: int = 0  # commits of XA transactions prepared before the copy (BinlogReader)
 
 
 class PipelineRun:
@@ -107,7 +108,8 @@ class PipelineRun:
             self.previous.source_time if self.previous else 0.0,
             self.previous.events if self.previous and not spec.reset else 0,
             generation=lease.generation, holder=lease.holder,
-            server=self.previous.server if self.previous and not spec.reset else None)
+            server=self.previous.server if self.previous and not spec.reset else None,
+            prepared=self.previous.prepared if self.previous and not spec.reset else {})
         self.selection = self._selection()
         self.stream: Stream | None = None
         self.stop: BinlogPosition | None = None
@@ -157,7 +159,7 @@ class PipelineRun:
                 "start": self.start.to_dict(), "checkpoint": state.checkpoint.to_dict(),
                 "stop": self.stop.to_dict() if self.stop else None, **totals, "lanes": self.spec.lanes,
                 "generation": self.lease.generation, "selection": self.selection.to_dict() if self.selection else None,
-                "seconds": round(time.time() - self.started, 3)}
+                "prepared_xa": len(state.prepared), "seconds": round(time.time() - self.started, 3)}
 
     def _selection(self) -> TableSelection | None:
         """The patterns this run applies: the pipeline's own (kept in the ledger by the bootstrap
@@ -283,6 +285,10 @@ class PipelineRun:
             position = locate(spec.source, with_their_domains(shared, theirs, True), True, spec.server_id + 50,
                               epoch)
         self.totals.failover["resumed_at"] = position.to_dict()
+        if self.state.prepared:  # where they began is a position on the old server: forgotten, and
+            # their commits here count as unseen (every table is looked at after them)
+            self.log(f"XA transaction(s) prepared on {origin} and not committed: {sorted(self.state.prepared)}")
+            self.state.prepared = {}
         self.log(f"the source is now {here} (was {origin}): resuming at GTID {resume} = {position}"
                  + (f"; it never had {missing}, which the copy holds: every table is looked at and brought level"
                     if missing else ""))
@@ -304,6 +310,7 @@ class PipelineRun:
         position = current_position(conn, epoch=self.epoch if epoch is None else epoch)
         self.totals.binlog_lost = {"why": why, "checkpoint": self.state.checkpoint.to_dict(),
                                    "restarted_at": position.to_dict()}
+        self.state.prepared = {}  # their rows are in the copies made beside the stream
         self.log(f"{why}: the stream restarts at {position} and every table is copied again beside it")
         return position
 
@@ -394,6 +401,7 @@ class PipelineRun:
         else:
             self.state.checkpoint = end
             if batch is not None:
+                self.state.prepared = batch.prepared
                 self.state.events += batch.events
                 self.state.source_time = batch.last_event_at or self.state.source_time
             self.checkpoints.write(self.state)
@@ -406,8 +414,10 @@ class PipelineRun:
         if stop is not None and stop.key() <= stream.position.key():
             return True  # nothing to read (a service's blocking reader would wait for the next event)
         while True:
+            main = stream.joining is None
             part = ReadRange(stream.routes, frozenset(t.name for t in stream.tables), stream.position, stop, deadline,
-                             self.selection.to_dict() if self.selection and stream.joining is None else None)
+                             self.selection.to_dict() if self.selection and main else None,
+                             self.state.prepared if main else None)
             reader = Readers(self.spec, part)
             try:
                 batch = self._apply_batches(stream, reader, poll)
@@ -441,6 +451,8 @@ class PipelineRun:
                         self.totals.rows_written += rows
             crash_point("cdc.written")
             self.totals.events += batch.events
+            if batch.xa_commits_unseen:
+                self._unseen_xa_commits(stream, batch)
             self.advance(stream, batch.end, batch)  # every write acknowledged: the checkpoint may pass the batch
             self.checkpoints.count(self.spec.pipeline, per_table)
             crash_point("cdc.checkpointed")
@@ -448,6 +460,17 @@ class PipelineRun:
                 return batch
             if poll():
                 return None
+
+    def _unseen_xa_commits(self, stream: Stream, batch: Decoded) -> None:
+        """XA COMMITs of transactions prepared before the stream began (before a copy's snapshot,
+        or a joining table's): their rows are in no snapshot and not in the stream, so the
+        stream's tables are looked at (and repaired)."""
+        self.totals.xa_commits_unseen += batch.xa_commits_unseen
+        for table in stream.tables:
+            if table.streaming:
+                table.mark_due()
+        self.log(f"{batch.xa_commits_unseen} XA transaction(s) prepared before the stream began committed by "
+                 f"{batch.end}: every table is looked at")
 
     def _follow_ddl(self, stream: Stream, batch: Decoded) -> None:
         """Follow the DDL the batch ended before; the checkpoint passes it only then (a crash in

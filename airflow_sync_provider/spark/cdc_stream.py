@@ -51,6 +51,7 @@ class ReadRange:
     stop: BinlogPosition | None
     deadline: float | None = None
     selection: dict | None = None
+    prepared: dict | None = None  # XA transactions prepared before ``start`` (BinlogReader): xid → position
 
     def part(self, start: BinlogPosition, stop: BinlogPosition | None) -> "ReadRange":
         return dataclasses.replace(self, start=start, stop=stop)
@@ -68,13 +69,16 @@ class Decoded:
     done: bool
     last_event_at: float
     payloads: list
+    prepared: dict = dataclasses.field(default_factory=dict)  # XA transactions open at ``end``
+    xa_commits_unseen: int = 0  # Batch.xa_commits_unseen
 
     def merged(self, more: "Decoded") -> "Decoded":
         per_table = dict(self.per_table)
         for source, count in more.per_table.items():
             per_table[source] = per_table.get(source, 0) + count
         return Decoded(self.start, more.end, self.events + more.events, per_table, more.ddl, more.done,
-                       more.last_event_at or self.last_event_at, [a + b for a, b in zip(self.payloads, more.payloads)])
+                       more.last_event_at or self.last_event_at, [a + b for a, b in zip(self.payloads, more.payloads)],
+                       more.prepared, self.xa_commits_unseen + more.xa_commits_unseen)
 
 
 def _latest(route: TableRoute, rows, versions, deleted):
@@ -150,7 +154,8 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int) -
     payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
     try:
         reader = BinlogReader(spec.source, part.start, part.routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
-                              blocking=spec.service, watched=part.watched, selection=TableSelection.of(part.selection))
+                              blocking=spec.service, watched=part.watched, selection=TableSelection.of(part.selection),
+                              prepared=part.prepared)
         # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
         # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
         seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
@@ -160,7 +165,8 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int) -
                     batch.done = True
                 decoded = Decoded(batch.start, batch.end, batch.events, dict(batch.per_table), batch.ddl,
                                   batch.done, batch.last_event_at,
-                                  _lane_payloads(batch, part.routes, spec.lanes, spec.source))
+                                  _lane_payloads(batch, part.routes, spec.lanes, spec.source), batch.prepared,
+                                  batch.xa_commits_unseen)
                 if not _hand_over(out, decoded, halt, parent) or batch.done or batch.ddl:
                     break
         finally:
@@ -205,7 +211,8 @@ def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition]:
     """Where a bounded range is split between ``spec.readers`` reader processes (none for a
     service, whose end is open, or a range with a DDL on it)."""
     start, stop = part.start, part.stop
-    if stop is None or part.deadline is not None or spec.readers < 2 or stop.key() <= start.key():
+    if (stop is None or part.deadline is not None or spec.readers < 2 or stop.key() <= start.key()
+            or part.prepared):  # a parked XA transaction's commit must reach the reader that holds its rows
         return []
     found = split_backlog(backlog_events(spec.source, start, stop), spec.readers, SPLIT_MIN_BYTES) or []
     if found:

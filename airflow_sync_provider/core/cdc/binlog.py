@@ -39,6 +39,7 @@ from pymysqlreplication.event import (
     MariadbGtidEvent,
     QueryEvent,
     RotateEvent,
+    XAPrepareEvent,
     XidEvent,
 )
 from pymysqlreplication.packet import BinLogPacketWrapper as _BinLogPacketWrapper
@@ -213,6 +214,10 @@ class Batch:
     ddl: tuple | None = None
     done: bool = False  # the stop position (or the end of the binlog) was reached
     last_event_at: float = 0.0  # the source's timestamp of the last transaction
+    # XA transactions prepared and not yet committed at ``end``: xid → where each began (a new
+    # reader reads their rows again from there: see BinlogReader)
+    prepared: dict = field(default_factory=dict)
+    xa_commits_unseen: int = 0  # XA COMMITs in it of transactions prepared before the reader's start
 
     def add(self, route: TableRoute, lane: int, row: tuple, version: int, deleted: bool):
         rows, versions, flags = self.lanes[route.source][lane]
@@ -222,11 +227,24 @@ class Batch:
 
 
 class BinlogReader:
-    """A resumable stream of complete transactions for a set of tables, cut into batches."""
+    """A resumable stream of complete transactions for a set of tables, cut into batches.
+
+    **XA transactions.** A prepared XA transaction's rows are written at ``XA PREPARE`` (after
+    ``XA END``), but exist only at its ``XA COMMIT`` — a transaction of its own, maybe hours and
+    many batches later — and never after ``XA ROLLBACK``. The reader parks the rows under the xid
+    and adds them to the batch of the commit; the checkpoint moves on meanwhile and carries the
+    parked xids with where each began (``Batch.prepared``), so a new reader reads just those
+    transactions again (a prepared transaction is one contiguous group in the binlog). Their
+    versions stay those of their events: the source holds the rows locked from the prepare to the
+    commit, so no other change of them lies in between. ``XA COMMIT … ONE PHASE`` is an ordinary
+    commit. A commit of a transaction prepared before the reader's start (a copy's snapshot
+    cannot see a prepared transaction) is counted in ``Batch.xa_commits_unseen``: its rows are
+    not in the stream, and the applier has every table looked at.
+    """
 
     def __init__(self, endpoint: MySQLEndpoint, start: BinlogPosition, routes: dict[str, TableRoute],
                  ring: HashRing, server_id: int, blocking: bool = False, watched: frozenset = frozenset(),
-                 selection=None):
+                 selection=None, prepared: dict | None = None):
         self.routes, self.ring = routes, ring
         self.watched = set(routes) | set(watched)  # DDL on these names ends a batch (tables that left too)
         self.selection = selection  # and on names the pipeline's patterns select (a table joining)
@@ -237,12 +255,20 @@ class BinlogReader:
             connection_settings=settings, server_id=server_id, resume_stream=True, log_file=start.file,
             log_pos=start.pos, blocking=blocking, slave_heartbeat=1 if blocking else None,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
-                         MariadbGtidEvent, GtidEvent, HeartbeatLogEvent],
+                         MariadbGtidEvent, GtidEvent, HeartbeatLogEvent, XAPrepareEvent],
             only_schemas=sorted({r.schema.database for r in routes.values()}), freeze_schema=True,
             followed=lambda: self.routes)
         self.epoch = start.epoch  # the server's (core/cdc/servers.py): every version read here carries it
         self.gtids = GtidState(start.gtid)  # the server's GTID state as the stream passes transactions
         self._pending: list = []  # the open transaction's row changes
+        self._endpoint, self._server_id = endpoint, server_id
+        # xid → (where the transaction began, its row changes): prepared, not yet committed
+        self._prepared: dict[str, tuple[BinlogPosition, list]] = {}
+        for xid, began in (prepared or {}).items():
+            began = BinlogPosition.from_dict(began)
+            self._prepared[xid] = (began, self._read_prepared(xid, began))
+        self._unseen = 0
+        self._xa_open = False  # the open transaction is an XA one (its rows are versioned at its commit)
 
     def close(self):
         self.stream.close()
@@ -253,13 +279,15 @@ class BinlogReader:
     def read(self, stop: BinlogPosition | None, max_events: int, max_seconds: float) -> Batch:
         """The next batch: complete transactions until ``max_events`` row changes or
         ``max_seconds`` have gone by, a DDL on a replicated table, ``stop`` or the binlog's end."""
-        batch = Batch(self.position, self.position)
+        batch = Batch(self.position, self.position, prepared=self._prepared_at())
         deadline = time.monotonic() + max_seconds
         for event in iter(self.stream.fetchone, None):
             if isinstance(event, MariadbGtidEvent):
                 self.gtids.add(event.gtid, mariadb=True)
+                self._xa_open = bool(event.flags & MARIADB_FL_PREPARED_XA)
             elif isinstance(event, GtidEvent):
                 self.gtids.add(event.gtid, mariadb=False)
+                self._xa_open = False
             elif isinstance(event, RotateEvent):
                 # Table ids are the server's until it restarts, and a restart begins a new file:
                 # forget them (with freeze_schema the library would keep a table map whose id a
@@ -269,12 +297,25 @@ class BinlogReader:
                 route = self.routes.get(f"{event.schema}.{event.table}")
                 if route is not None:
                     self._changes(event, route)
-            elif isinstance(event, XidEvent) or (isinstance(event, QueryEvent) and self._boundary(event, batch)):
-                for item in self._pending:
+            elif isinstance(event, XAPrepareEvent) and not event.one_phase:  # parked until its XA COMMIT
+                self._prepared[xa_id(event)] = (self.position, self._pending)
+                self._pending, self._xa_open = [], False
+                batch.end = self.position = self._here()
+                batch.prepared = self._prepared_at()
+                if stop is not None and batch.end.key() >= stop.key():
+                    batch.done = True
+                    return batch
+            elif (isinstance(event, (XidEvent, XAPrepareEvent))
+                  or (isinstance(event, QueryEvent) and self._boundary(event, batch))):
+                # (an XA transaction's rows are skipped here, by their version at its commit)
+                pending = [item for item in self._pending if item[3] >= item[0].skip_before]
+                for item in pending:
                     batch.add(*item)
                     batch.per_table[item[0].source] += 1
-                batch.events += len(self._pending)
-                self._pending = []
+                batch.events += len(pending)
+                self._pending, self._xa_open = [], False
+                batch.prepared, batch.xa_commits_unseen = self._prepared_at(), batch.xa_commits_unseen + self._unseen
+                self._unseen = 0
                 if batch.ddl:
                     # the batch ends *before* the DDL: the checkpoint may pass the statement only
                     # once the applier has followed it (a crash in between re-reads it)
@@ -296,8 +337,14 @@ class BinlogReader:
         """Is this query event a transaction boundary? COMMIT (non-transactional tables) and
         DDL are; a DDL on a replicated table ends the batch so the target changes first."""
         statement = event.query.decode(errors="replace") if isinstance(event.query, bytes) else event.query
-        if statement.strip().upper() in ("BEGIN", "XA START"):
-            return False
+        head = statement.strip().upper()
+        if head.startswith(("XA START", "XA BEGIN")):  # MySQL's (MariaDB's is a flag of the GTID event)
+            self._xa_open = True
+        if head in ("BEGIN", "XA START") or head.startswith(("XA START", "XA BEGIN", "XA END")):
+            return False  # the transaction goes on (to COMMIT, or XA END … XA PREPARE)
+        if head.startswith(("XA COMMIT", "XA ROLLBACK")):
+            self._xa_end(event, statement, head.startswith("XA COMMIT"))
+            return True
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         parsed = ddl.parse(statement, schema)
         if parsed is not None and (self.watched.intersection(parsed.tables) or (
@@ -306,10 +353,57 @@ class BinlogReader:
                          float(event.timestamp))
         return True
 
+    def _xa_end(self, event: QueryEvent, statement: str, commit: bool) -> None:
+        """``XA COMMIT xid`` brings the parked rows into the open transaction (``… ONE PHASE``:
+        its rows are the open transaction's already); ``XA ROLLBACK xid`` drops them.
+
+        Committed rows take the commit's version, not their events': they exist from the commit
+        on, and a copy's snapshot taken between prepare and commit did not see them, so they
+        must out-rank it (and are skipped exactly when the copy began after the commit). Only
+        each key's last change is kept (one atomic transaction: its final state is what exists),
+        so one version serves them all."""
+        if " ONE PHASE" in statement.upper():
+            return
+        xid = xa_id_of_statement(statement)
+        parked = self._prepared.pop(xid, None)
+        if parked is not None:
+            if commit:
+                version = event_version(self.stream.log_file, self.stream.log_pos - event.event_size, 0, self.epoch)
+                last = {}
+                for route, lane, row, _, deleted in parked[1]:
+                    last[(route.source, route.key_of(row))] = (route, lane, row, version, deleted)
+                self._pending.extend(last.values())
+        elif commit:  # prepared before this reader's start: not before a copy's snapshot, say so
+            self._unseen += 1
+            _log.warning("binlog %s: %s of a transaction prepared before the stream's start: its rows are not in "
+                         "the stream; every table is looked at", self._here(), statement.strip()[:200])
+
+    def _prepared_at(self) -> dict:
+        return {xid: began.to_dict() for xid, (began, _) in self._prepared.items()}
+
+    def _read_prepared(self, xid: str, began: BinlogPosition) -> list:
+        """The row changes of prepared transaction ``xid``, read again from where it began."""
+        again = BinlogReader(self._endpoint, began, self.routes, self.ring, self._server_id + 90)
+        again._xa_open = True
+        try:
+            for event in iter(again.stream.fetchone, None):
+                if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                    route = self.routes.get(f"{event.schema}.{event.table}")
+                    if route is not None:
+                        again._changes(event, route)
+                elif isinstance(event, XAPrepareEvent) and xa_id(event) == xid:
+                    return again._pending
+                elif isinstance(event, (XidEvent, XAPrepareEvent)):
+                    break
+        finally:
+            again.close()
+        raise BinlogError(f"the prepared XA transaction {xid} is not where the checkpoint says it began ({began}); "
+                          "a retry stops here again: bootstrap the tables again (restart=True)")
+
     def _changes(self, event, route: TableRoute):
         start = self.stream.log_pos - event.event_size  # the event's first byte
-        if event_version(self.stream.log_file, start, 0, self.epoch) < route.skip_before:
-            return  # a re-copy of the table from a later position covers it
+        if not self._xa_open and event_version(self.stream.log_file, start, 0, self.epoch) < route.skip_before:
+            return  # a re-copy of the table from a later position covers it (an XA's rows: at its commit)
         route.check_shape(tuple(c.name for c in event.columns), f"binlog {self.stream.log_file}:{start}")
         for index, change in enumerate(event.rows):
             version = event_version(self.stream.log_file, start, index, self.epoch)
@@ -325,6 +419,23 @@ class BinlogReader:
 
     def _item(self, route: TableRoute, row: tuple, version: int, deleted: bool):
         return route, self.ring.lane(route_key(route.source, route.key_of(row))), row, version, deleted
+
+
+MARIADB_FL_PREPARED_XA = 0x40  # a GTID event's flag: its group is an XA transaction's prepare (log_event.h)
+_XA_ID = re.compile(r"X'([0-9A-Fa-f]*)'\s*,\s*X'([0-9A-Fa-f]*)'\s*,\s*(\d+)")
+
+
+def xa_id(event: XAPrepareEvent) -> str:
+    """An XA transaction's id as the binlog's XA statements write it (gtrid, bqual, format)."""
+    return f"{event.xid_gtrid.hex()},{event.xid_bqual.hex()},{event.xid_format_id}"
+
+
+def xa_id_of_statement(statement: str) -> str:
+    match = _XA_ID.search(statement)
+    if not match:
+        raise BinlogError(f"cannot tell which XA transaction {statement.strip()[:200]!r} ends (expected "
+                          "X'gtrid',X'bqual',format as MySQL and MariaDB write it)")
+    return f"{match.group(1).lower()},{match.group(2).lower()},{int(match.group(3))}"
 
 
 def batches(reader: BinlogReader, stop: BinlogPosition | None, max_events: int, max_seconds: float) -> Iterator[Batch]:
@@ -345,7 +456,8 @@ def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | 
     """Cut points (positions right after a commit) that split the row-event bytes of ``events``
     — (file, pos, type, end_pos, info) rows of SHOW BINLOG EVENTS, in binlog order — into about
     ``parts`` equal shares. ``[]``: too little to split (under ``min_bytes``); None: a DDL
-    statement lies in the range, so its reading must stay in one piece (the routes change there)."""
+    statement lies in the range, so its reading must stay in one piece (the routes change there),
+    or an XA transaction (its rows are applied at its commit, which one reader must see)."""
     ends, weight = [], 0  # (position after a commit, row-event bytes before it)
     for file, pos, kind, end_pos, info in events:
         kind = "Query" if kind == "Query_compressed" else kind  # MariaDB's log_bin_compress=ON
@@ -355,6 +467,8 @@ def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | 
             ends.append((BinlogPosition(file, end_pos), weight))
         elif kind == "Query" and ddl.parse(_USE_PREFIX.sub("", info or ""), "") is not None:
             return None
+        elif kind == "XA_prepare" or kind == "Query" and _USE_PREFIX.sub("", info or "").upper().startswith("XA "):
+            return None  # a prepared transaction's rows travel to its commit: one reader sees both
     if parts < 2 or weight < min_bytes:
         return []
     cuts, share = [], weight / parts

@@ -62,6 +62,9 @@ class PipelineState:
     generation: int = 0  # the lease's (core/cdc/lease.py) under which the row was written
     holder: str = ""  # the applier holding that lease: host, pid, source connection
     server: dict | None = None  # the server the checkpoint is a position on (core/cdc/servers.Server)
+    # XA transactions prepared before the checkpoint and not committed by then: xid → where each
+    # began (core/cdc/binlog.BinlogReader reads their rows again from there)
+    prepared: dict = field(default_factory=dict)
 
     @property
     def stale(self) -> bool:
@@ -115,13 +118,14 @@ class PipelineState:
                 "source_position": self.source_position.to_dict() if self.source_position else None,
                 "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat,
                 "generation": self.generation, "holder": self.holder, "server": self.server,
-                "epoch": self.checkpoint.epoch if self.checkpoint else 0}
+                "epoch": self.checkpoint.epoch if self.checkpoint else 0, "prepared_xa": sorted(self.prepared)}
 
 
 _STATE = (
     ("pipeline", "String"), ("generation", "UInt64"), ("holder", "String"), ("status", "LowCardinality(String)"),
     ("checkpoint", "String"), ("tables", "String"), ("error", "String"), ("source_position", "String"),
     ("source_time", "Float64"), ("events", "UInt64"), ("updated_at", _TIME), ("server", "String"),
+    ("prepared", "String"),
 )
 _COUNTERS = (
     ("pipeline", "String"), ("source_table", "String"), ("minute", "DateTime('UTC')"), ("events", "UInt64"),
@@ -149,7 +153,7 @@ class Checkpoints(LedgerTables):
         # earlier releases kept one row per pipeline in cdc_pipelines (no generations): carry
         # their states over as generation 0 (two processes doing this at once insert equal rows)
         if "cdc_state" in created and int(self.ch.command(f"EXISTS TABLE {self.table('cdc_pipelines')}")):
-            names = ", ".join(n for n, _ in _STATE if n not in ("generation", "holder", "server"))
+            names = ", ".join(n for n, _ in _STATE if n not in ("generation", "holder", "server", "prepared"))
             self.ch.command(f"INSERT INTO {self.table('cdc_state')} ({names}, generation, holder) "
                             f"SELECT {names}, 0, '' FROM {self.table('cdc_pipelines')} FINAL")
 
@@ -167,21 +171,24 @@ class Checkpoints(LedgerTables):
             json.dumps([t.to_dict() for t in state.tables]),
             state.error[:4000], json.dumps(state.source_position.to_dict()) if state.source_position else "",
             state.source_time, state.events, _ts(state.heartbeat), json.dumps(state.server) if state.server else "",
+            json.dumps(state.prepared) if state.prepared else "",
         ]], _STATE)
 
     def state(self, pipeline: str) -> PipelineState | None:
         """The newest row of the highest generation (an older generation's applier has lost its lease)."""
         rows = self.ch.query(
             f"SELECT status, checkpoint, tables, error, source_position, source_time, events, toFloat64(updated_at),"
-            f" generation, holder, server FROM {self.table('cdc_state')} FINAL WHERE pipeline = {{p:String}}"
+            f" generation, holder, server, prepared FROM {self.table('cdc_state')} FINAL WHERE pipeline = {{p:String}}"
             f" ORDER BY generation DESC LIMIT 1", parameters={"p": pipeline}).result_rows
         if not rows:
             return None
-        status, checkpoint, tables, error, source, source_time, events, heartbeat, generation, holder, server = rows[0]
+        (status, checkpoint, tables, error, source, source_time, events, heartbeat, generation, holder, server,
+         prepared) = rows[0]
         return PipelineState(pipeline, status, BinlogPosition.from_dict(json.loads(checkpoint) if checkpoint else None),
                              [PipelineTable.from_dict(t) for t in json.loads(tables)], error,
                              BinlogPosition.from_dict(json.loads(source) if source else None), source_time, events,
-                             heartbeat, generation, holder, json.loads(server) if server else None)
+                             heartbeat, generation, holder, json.loads(server) if server else None,
+                             json.loads(prepared) if prepared else {})
 
     def pipelines(self) -> list[str]:
         """Every pipeline that has a state, by name."""
