@@ -462,6 +462,9 @@ def cmd_cdc_status(args) -> int:
                                               f", {status['lag_bytes']:,} bytes" if status["lag_bytes"] else "")))
     if selection:
         print(f"tables selected by {json.dumps(selection)} (every run applies them; --change-selection replaces them)")
+    if state.prepared:
+        print(f"{len(state.prepared)} XA transaction(s) prepared and not committed at the checkpoint (applied at "
+              f"their XA COMMIT): {', '.join(sorted(state.prepared))}")
     if state.error:
         print(("stopped, a retry stops here again until the remedy is applied: " if state.status == PIPELINE_STOPPED
                else "last error: ") + state.error)
