@@ -136,3 +136,27 @@ def test_a_backlog_with_xa_is_read_in_one_piece():
               ("b.000001", 5140, "Write_rows_v1", 9000, ""), ("b.000001", 9000, "Xid", 9031, "COMMIT"),
               ("b.000001", 9031, "Query", 9100, "XA COMMIT X'6b',X'',1")]
     assert split_backlog(events, 2, 10) is None
+
+
+def test_a_parked_transaction_whose_binlog_is_gone_is_let_go(endpoints):
+    """Its file purged: the reader starts without it (its commit then counts as unseen, and the
+    tables are looked at) instead of failing every run."""
+    from airflow_sync_provider.core.cdc.binlog import BinlogReader
+    from airflow_sync_provider.core.cdc.ring import HashRing
+
+    reader = BinlogReader(endpoints[0], _now(endpoints[0]), {}, HashRing(2), 4242,
+                          prepared={"6b,,1": {"file": "mysql-bin.000000", "pos": 4}})
+    try:
+        assert reader._prepared_at() == {}
+    finally:
+        reader.close()
+
+
+def _now(endpoint):
+    from airflow_sync_provider.core.cdc.positions import current_position
+
+    conn = pymysql.connect(**endpoint.connect_args())
+    try:
+        return current_position(conn)
+    finally:
+        conn.close()

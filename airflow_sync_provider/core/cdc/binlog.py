@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pymysql
 import sqlglot as _sqlglot
 from pymysql.protocol import MysqlPacket as _MysqlPacket
 from pymysqlreplication import BinLogStreamReader
@@ -266,7 +267,13 @@ class BinlogReader:
         self._prepared: dict[str, tuple[BinlogPosition, list]] = {}
         for xid, began in (prepared or {}).items():
             began = BinlogPosition.from_dict(began)
-            self._prepared[xid] = (began, self._read_prepared(xid, began))
+            try:
+                self._prepared[xid] = (began, self._read_prepared(xid, began))
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != 1236:  # not "the server cannot serve that binlog position"
+                    raise
+                # purged: its commit counts as unseen (the tables are looked at after it)
+                _log.warning("binlog %s: the prepared XA transaction %s can no longer be read (%s)", began, xid, exc)
         self._unseen = 0
         self._xa_open = False  # the open transaction is an XA one (its rows are versioned at its commit)
 
