@@ -470,7 +470,7 @@ class PipelineRun:
             if table.streaming:
                 table.mark_due()
         self.log(f"{batch.xa_commits_unseen} XA transaction(s) prepared before the stream began committed by "
-                 f"{batch.end}: every table is looked at")
+                 f"{batch.end}: {', '.join(t.name for t in stream.tables if t.streaming)} looked at")
 
     def _follow_ddl(self, stream: Stream, batch: Decoded) -> None:
         """Follow the DDL the batch ended before; the checkpoint passes it only then (a crash in

@@ -236,8 +236,7 @@ class BinlogReader:
     and adds them to the batch of the commit; the checkpoint moves on meanwhile and carries the
     parked xids with where each began (``Batch.prepared``), so a new reader reads just those
     transactions again (a prepared transaction is one contiguous group in the binlog). Their
-    versions stay those of their events: the source holds the rows locked from the prepare to the
-    commit, so no other change of them lies in between. ``XA COMMIT … ONE PHASE`` is an ordinary
+    rows take the commit's version (:meth:`_xa_end`). ``XA COMMIT … ONE PHASE`` is an ordinary
     commit. A commit of a transaction prepared before the reader's start (a copy's snapshot
     cannot see a prepared transaction) is counted in ``Batch.xa_commits_unseen``: its rows are
     not in the stream, and the applier has every table looked at.
@@ -286,7 +285,15 @@ class BinlogReader:
     def read(self, stop: BinlogPosition | None, max_events: int, max_seconds: float) -> Batch:
         """The next batch: complete transactions until ``max_events`` row changes or
         ``max_seconds`` have gone by, a DDL on a replicated table, ``stop`` or the binlog's end."""
-        batch = Batch(self.position, self.position, prepared=self._prepared_at())
+        batch = self._read(stop, max_events, max_seconds)
+        # the XA transactions open at the batch's end (a batch ends at a boundary, where the
+        # reader's own state is the end's), and the commits it saw of ones prepared before the start
+        batch.prepared = {xid: began.to_dict() for xid, (began, _) in self._prepared.items()}
+        batch.xa_commits_unseen, self._unseen = self._unseen, 0
+        return batch
+
+    def _read(self, stop: BinlogPosition | None, max_events: int, max_seconds: float) -> Batch:
+        batch = Batch(self.position, self.position)
         deadline = time.monotonic() + max_seconds
         for event in iter(self.stream.fetchone, None):
             if isinstance(event, MariadbGtidEvent):
@@ -308,21 +315,18 @@ class BinlogReader:
                 self._prepared[xa_id(event)] = (self.position, self._pending)
                 self._pending, self._xa_open = [], False
                 batch.end = self.position = self._here()
-                batch.prepared = self._prepared_at()
                 if stop is not None and batch.end.key() >= stop.key():
                     batch.done = True
                     return batch
             elif (isinstance(event, (XidEvent, XAPrepareEvent))
                   or (isinstance(event, QueryEvent) and self._boundary(event, batch))):
-                # (an XA transaction's rows are skipped here, by their version at its commit)
-                pending = [item for item in self._pending if item[3] >= item[0].skip_before]
-                for item in pending:
+                if self._xa_open:  # MySQL's XA COMMIT … ONE PHASE: rows gathered unskipped, as for a prepare
+                    self._pending = [item for item in self._pending if item[3] >= item[0].skip_before]
+                for item in self._pending:
                     batch.add(*item)
                     batch.per_table[item[0].source] += 1
-                batch.events += len(pending)
+                batch.events += len(self._pending)
                 self._pending, self._xa_open = [], False
-                batch.prepared, batch.xa_commits_unseen = self._prepared_at(), batch.xa_commits_unseen + self._unseen
-                self._unseen = 0
                 if batch.ddl:
                     # the batch ends *before* the DDL: the checkpoint may pass the statement only
                     # once the applier has followed it (a crash in between re-reads it)
@@ -347,7 +351,7 @@ class BinlogReader:
         head = statement.strip().upper()
         if head.startswith(("XA START", "XA BEGIN")):  # MySQL's (MariaDB's is a flag of the GTID event)
             self._xa_open = True
-        if head in ("BEGIN", "XA START") or head.startswith(("XA START", "XA BEGIN", "XA END")):
+        if head == "BEGIN" or head.startswith(("XA START", "XA BEGIN", "XA END")):
             return False  # the transaction goes on (to COMMIT, or XA END … XA PREPARE)
         if head.startswith(("XA COMMIT", "XA ROLLBACK")):
             self._xa_end(event, statement, head.startswith("XA COMMIT"))
@@ -379,14 +383,11 @@ class BinlogReader:
                 last = {}
                 for route, lane, row, _, deleted in parked[1]:
                     last[(route.source, route.key_of(row))] = (route, lane, row, version, deleted)
-                self._pending.extend(last.values())
+                self._pending.extend(item for item in last.values() if version >= item[0].skip_before)
         elif commit:  # prepared before this reader's start: not before a copy's snapshot, say so
             self._unseen += 1
             _log.warning("binlog %s: %s of a transaction prepared before the stream's start: its rows are not in "
                          "the stream; every table is looked at", self._here(), statement.strip()[:200])
-
-    def _prepared_at(self) -> dict:
-        return {xid: began.to_dict() for xid, (began, _) in self._prepared.items()}
 
     def _read_prepared(self, xid: str, began: BinlogPosition) -> list:
         """The row changes of prepared transaction ``xid``, read again from where it began."""

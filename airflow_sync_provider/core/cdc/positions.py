@@ -100,17 +100,20 @@ class BinlogPosition:
         return {"file": self.file, "pos": self.pos, "gtid": self.gtid, "epoch": self.epoch}
 
     @classmethod
-    def from_dict(cls, data: dict | str | None) -> "BinlogPosition | None":
-        """From ``{"file", "pos"[, "gtid"]}`` or the text ``file:pos`` (e.g. a rendered template)."""
+    def from_dict(cls, data: dict | str | None, epoch: int = 0) -> "BinlogPosition | None":
+        """From ``{"file", "pos"[, "gtid", "epoch"]}`` or the text ``file:pos`` (e.g. a rendered
+        template); ``epoch`` when it names none."""
         if isinstance(data, str):
             if data.strip().startswith("{"):  # a dict rendered by a template
                 import ast
 
-                return cls.from_dict(ast.literal_eval(data.strip()))
+                return cls.from_dict(ast.literal_eval(data.strip()), epoch)
             file, _, pos = data.strip().rpartition(":")
-            return cls(file, int(pos)) if file else None
-        return (cls(data["file"], int(data["pos"]), data.get("gtid") or "", int(data.get("epoch") or 0)) if data
-                else None)
+            return cls(file, int(pos), epoch=epoch) if file else None
+        if not data:
+            return None
+        named = data.get("epoch")
+        return cls(data["file"], int(data["pos"]), data.get("gtid") or "", epoch if named is None else int(named))
 
 
 def file_seq(name: str) -> int:

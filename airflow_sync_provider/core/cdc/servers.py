@@ -20,7 +20,6 @@ earlier releases (no migration: their copies keep their versions).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -360,11 +359,4 @@ def as_target(value, epoch: int = 0) -> "BinlogPosition | str | None":
         return value
     if isinstance(value, str) and is_gtid(value):
         return value.strip()
-    if isinstance(value, str) and value.strip().startswith("{"):  # a dict rendered by a template
-        import ast
-
-        value = ast.literal_eval(value.strip())
-    position = BinlogPosition.from_dict(value)
-    if position is None or (isinstance(value, dict) and value.get("epoch") is not None):
-        return position
-    return dataclasses.replace(position, epoch=epoch)
+    return BinlogPosition.from_dict(value, epoch)
