@@ -5,8 +5,6 @@ Verification is off here (verify_period=0) so only the stream itself can make th
 
 from __future__ import annotations
 
-import time
-
 import pymysql
 import pytest
 
@@ -20,21 +18,45 @@ pytestmark = pytest.mark.slow
 DB, TARGET = "xa_src", "xa_ch"
 
 
+class Prepared:
+    """XA transactions prepared on the source, each on a session of its own that stays open and
+    later ends it. (Closing the session and ending the transaction from another one, as a
+    transaction manager may, races MariaDB: XA RECOVER lists the transaction while the closed
+    session still holds it, and an XA COMMIT then fails with "Unknown XID".)"""
+
+    def __init__(self, endpoint):
+        self.endpoint, self.sessions = endpoint, {}
+
+    def __call__(self, xid: str, *statements: str) -> None:
+        conn = pymysql.connect(**self.endpoint.connect_args(), autocommit=True)
+        self.sessions[xid] = conn
+        sql(conn, f"XA START '{xid}'", *statements, f"XA END '{xid}'", f"XA PREPARE '{xid}'")
+
+    def end(self, xid: str, commit: bool = True) -> None:
+        conn = self.sessions.pop(xid)
+        try:
+            sql(conn, f"XA {'COMMIT' if commit else 'ROLLBACK'} '{xid}'")
+        finally:
+            conn.close()
+
+    def close(self) -> None:  # what a failed test left prepared would lock the tables of the next
+        for xid in list(self.sessions):
+            self.end(xid, commit=False)
+
+
+@pytest.fixture
+def prepare(endpoints):
+    prepared = Prepared(endpoints[0])
+    yield prepared
+    prepared.close()
+
+
 @pytest.fixture
 def xa(endpoints, mysql_conn, spark):
     recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v VARCHAR(20))",
                     f"CREATE TABLE {DB}.u (id INT PRIMARY KEY, v VARCHAR(20))")
     sql(mysql_conn, f"INSERT INTO {DB}.t VALUES (1, 'one'), (2, 'two')", f"INSERT INTO {DB}.u VALUES (1, 'one')")
     bootstrap_tables(endpoints, spark, "xa", DB, TARGET, "t", "u")
-    yield endpoints[0]
-    _roll_back_prepared(endpoints[0])
-
-
-def _roll_back_prepared(endpoint) -> None:
-    conn = pymysql.connect(**endpoint.connect_args(), autocommit=True)
-    for xid in _recoverable(endpoint):
-        sql(conn, f"XA ROLLBACK '{xid.decode()}'")
-    conn.close()
 
 
 def _apply(endpoints, spark) -> dict:
@@ -47,49 +69,24 @@ def _same(conn, ch):
         assert_same_rows(conn, ch, DB, table, TARGET)
 
 
-def _prepare(endpoint, xid: str, *statements: str) -> None:
-    """Prepared on a connection of its own, which then goes (the transaction stays prepared:
-    MariaDB >= 10.5, MySQL >= 5.7.7), as a transaction manager's would; returns once the server
-    has taken it over from the closed session (until then another session's XA COMMIT fails
-    with "Unknown XID")."""
-    conn = pymysql.connect(**endpoint.connect_args(), autocommit=True)
-    try:
-        sql(conn, f"XA START '{xid}'", *statements, f"XA END '{xid}'", f"XA PREPARE '{xid}'")
-    finally:
-        conn.close()
-    deadline = time.monotonic() + 30
-    while xid.encode() not in _recoverable(endpoint):
-        assert time.monotonic() < deadline, f"XA {xid!r} was not recoverable 30 s after its session closed"
-        time.sleep(0.05)
-
-
-def _recoverable(endpoint) -> list[bytes]:
-    conn = pymysql.connect(**endpoint.connect_args(), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("XA RECOVER")
-            return [data[:gtrid_length] for _format, gtrid_length, _bqual, data in cur.fetchall()]
-    finally:
-        conn.close()
-
-
-def test_prepared_rows_appear_at_commit_and_never_after_a_rollback(xa, endpoints, mysql_conn, ch, spark):
-    _prepare(xa, "keep", f"INSERT INTO {DB}.t VALUES (10, 'prepared')", f"UPDATE {DB}.t SET v = 'changed' WHERE id = 1")
-    _prepare(xa, "drop", f"INSERT INTO {DB}.u VALUES (20, 'rolled back')",
-             f"DELETE FROM {DB}.t WHERE id = 2")
+def test_prepared_rows_appear_at_commit_and_never_after_a_rollback(xa, prepare, endpoints, mysql_conn, ch,
+                                                                    spark):
+    prepare("keep", f"INSERT INTO {DB}.t VALUES (10, 'prepared')", f"UPDATE {DB}.t SET v = 'changed' WHERE id = 1")
+    prepare("drop", f"INSERT INTO {DB}.u VALUES (20, 'rolled back')",
+            f"DELETE FROM {DB}.t WHERE id = 2")
     sql(mysql_conn, f"INSERT INTO {DB}.u VALUES (30, 'plain')")
     first = _apply(endpoints, spark)
     _same(mysql_conn, ch)  # neither prepared transaction is visible yet, the plain insert is
     assert first["prepared_xa"] == 2, first
 
-    sql(mysql_conn, "XA ROLLBACK 'drop'")
+    prepare.end("drop", commit=False)
     sql(mysql_conn, f"INSERT INTO {DB}.t VALUES (11, 'after')")
     _apply(endpoints, spark)  # a new run: the parked transaction is read again from its start
     _same(mysql_conn, ch)
 
-    sql(mysql_conn, "XA COMMIT 'keep'")
-    _prepare(xa, "both", f"UPDATE {DB}.t SET v = 'again' WHERE id = 10")
-    sql(mysql_conn, "XA COMMIT 'both'")  # prepared and committed within one run
+    prepare.end("keep")
+    prepare("both", f"UPDATE {DB}.t SET v = 'again' WHERE id = 10")
+    prepare.end("both")  # prepared and committed within one run
     sql(mysql_conn, "XA START 'one'", f"INSERT INTO {DB}.u VALUES (40, 'one phase')", "XA END 'one'",
         "XA COMMIT 'one' ONE PHASE")
     last = _apply(endpoints, spark)
@@ -98,32 +95,31 @@ def test_prepared_rows_appear_at_commit_and_never_after_a_rollback(xa, endpoints
     assert ch.command(f"SELECT v FROM {TARGET}.t FINAL WHERE id = 10") == "again"
 
 
-def test_a_copy_taken_between_prepare_and_commit_is_outranked_by_the_commit(xa, endpoints, mysql_conn, ch, spark):
+def test_a_copy_taken_between_prepare_and_commit_is_outranked_by_the_commit(xa, prepare, endpoints, mysql_conn,
+                                                                             ch, spark):
     """The stream reads the prepare, a re-bootstrap's snapshot (which cannot see the prepared rows)
     comes next, then the commit: the committed rows rank at the commit, above the snapshot (at
     their events' positions they ranked below it and the copy kept the old row)."""
     _apply(endpoints, spark)
-    _prepare(xa, "between", f"INSERT INTO {DB}.t VALUES (5, 'between')", f"UPDATE {DB}.t SET v = 'new' WHERE id = 1",
-             f"DELETE FROM {DB}.u WHERE id = 1")
+    prepare("between", f"INSERT INTO {DB}.t VALUES (5, 'between')", f"UPDATE {DB}.t SET v = 'new' WHERE id = 1",
+            f"DELETE FROM {DB}.u WHERE id = 1")
     bootstrap_tables(endpoints, spark, "xa", DB, TARGET, "t", "u", restart=True)
-    sql(mysql_conn, "XA COMMIT 'between'")
+    prepare.end("between")
     result = _apply(endpoints, spark)
     _same(mysql_conn, ch)
     assert result["xa_commits_unseen"] == 0, result
 
 
-def test_a_commit_whose_prepare_came_before_the_pipeline_has_every_table_looked_at(endpoints, mysql_conn, ch, spark):
+def test_a_commit_whose_prepare_came_before_the_pipeline_has_every_table_looked_at(prepare, endpoints, mysql_conn,
+                                                                                   ch, spark):
     """Prepared before a new pipeline's bootstrap, committed after: the stream has only the
     commit, so the run looks at every table and repairs what it brought."""
     recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v VARCHAR(20))",
                     f"CREATE TABLE {DB}.u (id INT PRIMARY KEY, v VARCHAR(20))")
     sql(mysql_conn, f"INSERT INTO {DB}.t VALUES (1, 'one')")
-    try:
-        _prepare(endpoints[0], "early", f"INSERT INTO {DB}.t VALUES (5, 'early')")
-        bootstrap_tables(endpoints, spark, "xa_late", DB, TARGET, "t", "u", restart=True)
-        sql(mysql_conn, "XA COMMIT 'early'")
-    finally:
-        _roll_back_prepared(endpoints[0])
+    prepare("early", f"INSERT INTO {DB}.t VALUES (5, 'early')")
+    bootstrap_tables(endpoints, spark, "xa_late", DB, TARGET, "t", "u", restart=True)
+    prepare.end("early")
     result = run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="xa_late", lanes=2,
                                         verify_period=0, verify_after_ddl=False), spark)
     _same(mysql_conn, ch)
