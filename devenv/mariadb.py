@@ -6,6 +6,7 @@ its own data dir and a free port so tests and the demo never touch a system data
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -433,3 +434,24 @@ class ReplicatedPair:
         self.kill_primary()
         self.promote_replica()
         self.proxy.switch(self.replica.port)
+
+
+# --- several servers: a source group's shards (issue 42) ---
+
+
+@contextlib.contextmanager
+def group_servers(base_dir: str | os.PathLike, names, settings: dict | None = None):
+    """One MariaDB per name (each its own data dir, port, binlog and ``server_id``), started side
+    by side; yields ``{name: url}`` and stops them all at the end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    servers = {name: MariaDB(Path(base_dir) / name, settings={**(settings or {}), "server_id": str(11 + i)})
+               for i, name in enumerate(names)}
+    try:
+        with ThreadPoolExecutor(len(servers)) as pool:
+            for done in [pool.submit(server.start) for server in servers.values()]:
+                done.result()
+        yield {name: server.url for name, server in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop()

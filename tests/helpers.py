@@ -87,6 +87,42 @@ def assert_same_rows(conn, ch, database: str, table: str, target_database: str |
     return sum(source.values()) if isinstance(source, Counter) else len(source)
 
 
+def assert_merged_rows(conns: dict, ch, merged: str, members: list[tuple[str, str, str]]) -> int:
+    """A merged copy (core/source/group.py) FINAL equals the union of its ``members``' rows
+    ((source, database, table); ``conns``: a connection per source), each with its source
+    columns and NULL in the columns its table lacks, row for row."""
+    database, table = merged.split(".", 1)
+    internal = {"_version", "_deleted", "_split_weight"}
+    sources = ("_source", "_source_database", "_source_table")
+    columns = [n for n, _ in ch.query("SELECT name, type FROM system.columns WHERE database = {d:String} AND "
+                                      "table = {t:String} ORDER BY position", parameters={"d": database, "t": table}
+                                      ).result_rows if n not in internal and n not in sources]
+    expected, key = {}, None
+    for source, db, name in members:
+        schema = read_table_schema(conns[source], db, name)
+        key = [columns.index(k) for k in schema.primary_key]
+        for row in source_rows(conns[source], db, name).values():
+            values = dict(zip([c.name for c in schema.columns], row))
+            merged_row = tuple(values.get(c) for c in columns) + (source, db, name)
+            expected[tuple(merged_row[i] for i in key) + (source, db, name)] = merged_row
+    binary = _binary_columns(conns, members) & set(columns)
+    result = ch.query(f"SELECT {', '.join(ch_ident(c) for c in [*columns, *sources])} FROM {ch_table(database, table)} "
+                      "FINAL", column_formats={c: "bytes" for c in binary})
+    actual = {tuple(r[i] for i in key) + tuple(r[-3:]): tuple(r) for r in result.result_rows}
+    missing, extra = expected.keys() - actual.keys(), actual.keys() - expected.keys()
+    assert not missing and not extra, (f"{merged}: {len(missing)} missing keys (e.g. {sorted(missing)[:3]}), "
+                                       f"{len(extra)} extra keys (e.g. {sorted(extra)[:3]})")
+    changed = [k for k in expected if expected[k] != actual[k]]
+    assert not changed, (f"{merged}: {len(changed)} rows differ, e.g.\n{_short(expected[changed[0]])} !=\n"
+                         f"{_short(actual[changed[0]])}")
+    return len(expected)
+
+
+def _binary_columns(conns: dict, members) -> set[str]:
+    return {c.name for source, db, name in members for c in read_table_schema(conns[source], db, name).columns
+            if c.data_type in BINARY_TYPES}
+
+
 def run_sql(conn, *statements) -> None:
     with conn.cursor() as cur:
         for statement in statements:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import ABANDONED_AFTER_SECONDS, DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.source.group import Member, Source, check_sources
 from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.source.selection import TableSelection, table_config
@@ -37,9 +38,14 @@ class FullLoadSpec:
     Many tables in one job: ``select`` (patterns, core/source/selection.py) and/or ``tables``
     instead of the four names; each table is a load of its own (:meth:`for_table`, key
     :func:`table_key`), ``parallel_tables`` at a time (spark/tables.py).
+
+    A source group: ``sources`` (several servers) instead of ``source``, the selection applied to
+    each; with ``merge_into`` every selected table goes into one merged copy, published at once
+    (spark/group_load.py; each source table is a load of its own, :meth:`for_member`), else each
+    source's tables are copied side by side (:meth:`for_source`).
     """
 
-    source: MySQLEndpoint
+    source: MySQLEndpoint | None
     target: ClickHouseEndpoint
     source_database: str
     source_table: str
@@ -86,10 +92,18 @@ class FullLoadSpec:
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel_tables: int = 2
+    sources: list = field(default_factory=list)  # a source group (core/source/group.Source each)
+    merge_into: str = ""  # "db.table": the group's tables merged into one copy
+    member: dict | None = None  # a load of one table of a merged copy (set by the group's run)
     result_path: str = ""
     job: str = field(default="full_load", init=False)
 
     def __post_init__(self):
+        if _group(self):
+            self.speed().channel_count()
+            if not self.load_key:
+                self.load_key = f"group->{self.merge_into}" if self.merge_into else ""
+            return
         if _many_tables(self):
             return
         self.speed().channel_count()  # a bad speed/channel configuration fails before submitting
@@ -126,6 +140,16 @@ class FullLoadSpec:
         return SpeedLimits(channels=self.channels, byte=self.byte_speed, record=self.record_speed,
                            channel_byte=self.channel_byte_speed, channel_record=self.channel_record_speed)
 
+    def for_member(self, member: Member, endpoint: MySQLEndpoint, table: dict) -> "FullLoadSpec":
+        """One source table's load of a merged copy (``table``: its table_config)."""
+        database, _, name = self.merge_into.partition(".")
+        return dataclasses.replace(
+            self, source=endpoint, sources=[], merge_into="", select=None, tables=[], member=dataclasses.asdict(member),
+            source_database=member.database, source_table=member.table, target_database=database, target_table=name,
+            load_key=member_key(self.load_key, member), columns=table["columns"] or self.columns,
+            exclude_columns=table["exclude_columns"] or self.exclude_columns,
+            split_column=table["split_column"] or self.split_column)
+
 
 @dataclass
 class ReconcileSpec:
@@ -141,10 +165,19 @@ class ReconcileSpec:
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel_tables: int = 2
+    # a source group's load (``load_key``: the group's): every member's, against its own source
+    sources: list = field(default_factory=list)
+    merge_into: str = ""
     result_path: str = ""
     job: str = field(default="reconcile", init=False)
 
     def __post_init__(self):
+        if self.sources:
+            self.sources = [Source.of(s) for s in self.sources]
+            check_sources(self.sources)
+            if not self.load_key:
+                raise ValueError("a source group's reconciliation needs the group load's key (load_key=...)")
+            return
         if not _many_tables(self) and not self.load_key:
             raise ValueError("a reconciliation needs the load's key (load_key=...), or tables by select=/tables=")
 
@@ -380,6 +413,45 @@ class SnapshotDiffSpec:
             changes_table="")
 
 
+def _group(spec) -> bool:
+    """A spec of a source group (``sources``): checked here; its tables are resolved per source."""
+    if not spec.sources:
+        return False
+    spec.sources = [Source.of(s) for s in spec.sources]
+    check_sources(spec.sources)
+    if spec.source is not None:
+        raise ValueError("give the source as source= (one server) or sources= (a group), not both")
+    if not (spec.select or spec.tables):
+        raise ValueError("a source group applies one table selection to every source: give select= (patterns) "
+                         "and/or tables=")
+    if spec.merge_into and "." not in spec.merge_into:
+        raise ValueError(f"merge_into {spec.merge_into!r}: give it as database.table")
+    TableSelection.of(spec.select)
+    if spec.parallel_tables < 1:
+        raise ValueError(f"parallel_tables must be >= 1, got {spec.parallel_tables}")
+    if not spec.merge_into:  # side by side: each source's tables in a database of their own by default
+        if spec.select and not spec.select.get("target_database"):
+            spec.select = {**spec.select, "target_database": SIDE_BY_SIDE}
+        spec.tables = [table_config(_with_target(t, SIDE_BY_SIDE)) for t in spec.tables]
+    else:
+        spec.tables = [table_config(t) for t in spec.tables]
+    return True
+
+
+SIDE_BY_SIDE = "{source}_{database}"  # a group's target database per source, without merge_into
+
+
+def _with_target(table, template: str) -> dict:
+    entry = dict(table) if isinstance(table, dict) else table_config(table) | {"target_database": None}
+    entry["target_database"] = entry.get("target_database") or template.replace("{database}", entry["source_database"])
+    return entry
+
+
+def member_key(prefix: str, member: Member) -> str:
+    """A merged copy's member load key: ``<group key>:<source>:<db>.<table>``."""
+    return f"{prefix}:{member.name}"
+
+
 def _many_tables(spec) -> bool:
     """A spec of several tables (select / tables): checked table by table (``for_table``)."""
     if not (spec.select or spec.tables):
@@ -426,6 +498,8 @@ def spec_from_dict(data: dict):
     for key, endpoint in _ENDPOINTS.items():
         if data.get(key) is not None:
             data[key] = endpoint(**data[key])
+    if data.get("sources"):
+        data["sources"] = [Source.of(s) for s in data["sources"]]
     return cls(**data)
 
 
@@ -437,12 +511,30 @@ def reimport_spec(stored: dict, source: MySQLEndpoint, target: ClickHouseEndpoin
                                                         "target": dataclasses.asdict(target)}), reimport="failed")
 
 
+def reimport_group_spec(stored: dict, sources: list, target: ClickHouseEndpoint, load_key: str,
+                        tables: list[str]) -> FullLoadSpec:
+    """The group load that re-imports a merged copy's failed or mismatched shards (its members'
+    ``tables``), from one member's stored spec and the group's sources given again."""
+    merge_into = f"{stored['target_database']}.{stored['target_table']}"
+    stored = {k: v for k, v in stored.items()
+              if k not in ("result_path", "source", "target", "source_shape", "member", "source_database",
+                           "source_table", "target_database", "target_table", "columns", "exclude_columns",
+                           "split_column")}
+    return spec_from_dict(stored | {"source": None, "target": dataclasses.asdict(target), "source_database": "",
+                                    "source_table": "", "target_database": "", "target_table": "",
+                                    "sources": [dataclasses.asdict(s) for s in sources], "load_key": load_key,
+                                    "merge_into": merge_into, "tables": sorted(set(tables)),
+                                    "reimport": "failed"})
+
+
 def public_dict(spec) -> dict:
     """The spec with every secret replaced by '***' (for logs and XCom)."""
 
     def scrub(obj):
         if isinstance(obj, dict):
             return {k: ("***" if k in _SECRET_KEYS and v else scrub(v)) for k, v in obj.items()}
+        if isinstance(obj, list):  # a group's sources
+            return [scrub(v) for v in obj]
         return obj
 
     return scrub(spec_to_dict(spec))

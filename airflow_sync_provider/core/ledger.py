@@ -429,10 +429,12 @@ class Ledger(LedgerTables):
             state.repair, json.dumps(state.start_position) if state.start_position else "", utc_datetime(self._stamp()),
         ]], _LOADS)
 
-    def write_heartbeat(self, state: LoadState) -> None:
-        """The running load's driver is alive (:attr:`LoadState.stale` reads it)."""
-        state.heartbeat = self._stamp()
-        self._insert("heartbeats", [[state.load_key, state.generation, utc_datetime(state.heartbeat)]], _HEARTBEATS)
+    def write_heartbeat(self, *states: LoadState) -> None:
+        """The running loads' driver is alive (:attr:`LoadState.stale` reads it); one insert."""
+        stamp = self._stamp()
+        for state in states:
+            state.heartbeat = stamp
+        self._insert("heartbeats", [[s.load_key, s.generation, utc_datetime(stamp)] for s in states], _HEARTBEATS)
 
     def write_shard(self, load_key: str, generation: int, shard: ShardState) -> None:
         self.write_shards(load_key, generation, [shard])

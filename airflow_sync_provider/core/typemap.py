@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_sync_provider.core.sql import mysql_literal
+
 
 class UnsupportedType(ValueError):
     pass
@@ -59,10 +61,19 @@ class MySQLColumn:
     # the server is MariaDB, whose text of a DOUBLE is exact (see FloatRule); not part of the
     # column's definition, so shapes stored before it existed still compare equal
     mariadb: bool = field(default=False, compare=False)
+    # a column of a merged copy (core/source/group.py) that is not this source table's own: one
+    # the table lacks (NULL in its rows), or a source column holding ``tag`` (where a row came from)
+    absent: bool = False
+    tag: str | None = None
 
     @property
     def unsigned(self) -> bool:
         return "unsigned" in self.column_type.lower()
+
+    @property
+    def in_table(self) -> bool:
+        """The source table has this column (it is neither absent nor a source column)."""
+        return not self.absent and self.tag is None
 
 
 _UTF8 = ("utf8mb4", "utf8mb3", "utf8", "ascii")
@@ -399,6 +410,12 @@ class ColumnMapping:
         return self.rule.arrow_type(self.source)
 
     def source_sql(self, col_sql: str) -> str:
+        """The target value as a SELECT of the source table computes it from ``col_sql``; for a
+        column the table does not hold (a merged copy's), its value: NULL or the source's tag."""
+        if self.source.absent:  # typed: a NULL-typed result column is one the Arrow-native reader cannot read
+            return "CAST(NULL AS CHAR)"
+        if self.source.tag is not None:
+            return mysql_literal(self.source.tag)
         return self.rule.source_sql(col_sql, self.source)
 
     def from_binlog(self, value):

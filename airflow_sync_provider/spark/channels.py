@@ -69,29 +69,37 @@ def retrying(action, wait_seconds: float):
 
 
 class Progress(threading.Thread):
-    """Driver-side: keeps the load's heartbeat and logs each shard as it finishes."""
+    """Driver-side: keeps the loads' heartbeats (one load, or a source group's members) and logs
+    each shard as it finishes. ``loads``: (state, shard ids to do) each."""
 
-    def __init__(self, spec, state: LoadState, todo: list[int]):
+    LOOKS = 4  # loads whose shards one tick reads (a group of many: in turns)
+
+    def __init__(self, spec, loads: list[tuple[LoadState, list[int]]]):
         super().__init__(daemon=True)
-        self.spec, self.state, self.todo = spec, state, set(todo)
+        self.spec, self.loads = spec, [(state, set(todo)) for state, todo in loads]
         self.stop = threading.Event()
 
     def run(self):
         ledger = Ledger(target.shared_client(self.spec.target), self.spec.ledger_database)
-        seen = set()
+        seen, turn = set(), 0
+        named = len(self.loads) > 1  # a group's shards are named with their table
         while not self.stop.wait(2.0):
+            looked = [self.loads[(turn + i) % len(self.loads)] for i in range(min(self.LOOKS, len(self.loads)))]
+            turn += len(looked)
             try:
-                ledger.write_heartbeat(self.state)
-                shards = ledger.shards(self.state.load_key, self.state.generation)
+                ledger.write_heartbeat(*(state for state, _ in self.loads))
+                found = [(state, todo, ledger.shards(state.load_key, state.generation)) for state, todo in looked]
             except Exception as exc:  # the target may be briefly unreachable; the shards record it
                 log.info(f"progress: ledger unreachable ({type(exc).__name__})")
                 continue
-            for shard in sorted(shards.values(), key=lambda s: s.shard_id):
-                if shard.shard_id in self.todo and shard.status != SHARD_RUNNING and shard.shard_id not in seen:
-                    seen.add(shard.shard_id)
-                    log.info(f"shard {shard.shard_id} {shard.status}: {shard.records_written:,} rows, "
-                          f"{shard.bytes / 1e6:.1f} MB, {shard.seconds:.1f} s"
-                          + (f" — {shard.error}" if shard.error else ""))
+            for state, todo, shards in found:
+                for shard in sorted(shards.values(), key=lambda s: s.shard_id):
+                    key = (state.load_key, shard.shard_id)
+                    if shard.shard_id in todo and shard.status != SHARD_RUNNING and key not in seen:
+                        seen.add(key)
+                        log.info(f"{state.source_table + ' ' if named else ''}shard {shard.shard_id} {shard.status}: "
+                                 f"{shard.records_written:,} rows, {shard.bytes / 1e6:.1f} MB, {shard.seconds:.1f} s"
+                                 + (f" — {shard.error}" if shard.error else ""))
 
     def __enter__(self):
         self.start()

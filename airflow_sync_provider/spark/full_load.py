@@ -12,6 +12,7 @@ does differently.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -30,6 +31,7 @@ from airflow_sync_provider.core.ledger import (
     ShardState,
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name
 from airflow_sync_provider.core.source.planning import Plan, Shard, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
@@ -172,11 +174,12 @@ class FullLoadCopy(ShardCopy):
         """Remove what earlier attempts of ``shard`` wrote to the working table."""
         database, working = self.spec.ledger_database, self.state.parts_table
         if not self.copy.direct:
-            target.drop_shard(channel.ch, database, working, shard.id)
+            target.drop_shard(channel.ch, database, working, self.copy.shard_base + shard.id)
             return
         width = weight_width(channel.ch, database, working) if self.copy.weights is not None else 0
         index = [s.id for s in self.plan.shards].index(shard.id)
-        where, params = target_predicates(self.plan, self.copy.split, self.copy.weights, None, width)[index]
+        where, params = target_predicates(self.plan, self.copy.split, self.copy.weights, None, width,
+                                          self.copy.member)[index]
         channel.ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
 
 
@@ -213,7 +216,10 @@ def _check_repairable(spec: FullLoadSpec, ch, schema, state: LoadState) -> None:
                          f"{copy_shape.reload_remedy(spec.load_key, schema.qualified, copy.qualified)}")
 
 
-def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadState, Plan]:
+def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | None = None
+                     ) -> tuple[LoadState, Plan]:
+    """The load's ledger state and plan: resumed, a repair of a published load, or a new
+    generation (its working table ``working``, a source group's shared one, or its own)."""
     state = ledger.state(spec.load_key)
     if spec.reimport == "failed":
         if state is None:
@@ -229,6 +235,8 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
             _check_repairable(spec, ledger.ch, schema, state)
             state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
             state.start_position, state.version = _binlog_start(spec, ledger.ch)
+            if working:
+                state.parts_table = working
             return state, Plan.from_dict(state.plan)
     if state is not None and state.status not in (LOAD_PUBLISHED, LOAD_ABANDONED):
         state.status, state.error = LOAD_RUNNING, ""
@@ -240,20 +248,21 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema) -> tuple[LoadSt
     start, version = _binlog_start(spec, ledger.ch)
     state = LoadState(spec.load_key, generation, LOAD_RUNNING, schema.qualified,
                       f"{spec.target_database}.{spec.target_table}", plan.to_dict(),
-                      target.parts_table_name(spec.load_key, generation), version,
+                      working or target.parts_table_name(spec.load_key, generation), version,
                       public_dict(spec) | {"source_shape": schema.shape()}, start_position=start)
     return state, plan
 
 
-def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> tuple[Copy, str]:
-    """The reader (and why) and the working table's layout for this load."""
+def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, direct: bool = True) -> tuple[Copy, str]:
+    """The reader (and why) and the working table's layout for this load (``direct=False``: the
+    parts layout, whatever the load could take: a source group's members share one)."""
     mappings = schema.mappings()
     split = schema.column(plan.split_column) if plan.split_column else None
     weight = split if needs_weight(split) else None  # collated key: rows carry their weight
     # a full reload writes straight into a table of the final layout, unless ClickHouse cannot
     # tell a shard's rows apart (then a re-read shard could not be cleared); a resumed load
     # keeps the layout it started with
-    direct, weights = not state.repair and not spec.partition_by, None
+    direct, weights = direct and not state.repair and not spec.partition_by, None
     if direct and target.table_exists(ch, spec.ledger_database, state.parts_table):
         direct = not target.is_parts_layout(ch, spec.ledger_database, state.parts_table)
     with mysql_reader.connect(spec.source) as conn:
@@ -266,7 +275,7 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> 
         mariadb = flavor(conn).mariadb
     native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
     return Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
-                split, weights), note
+                split, weights, member=member_filter(schema)), note
 
 
 def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy: Copy) -> int:
@@ -278,14 +287,18 @@ def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy:
     weight = copy.weight is not None
     args = (ch, schema, state.parts_table, spec.ledger_database, spec.target_database, spec.target_table)
     if state.repair:
-        with mysql_reader.connect(spec.source) as conn:
-            predicates = shard_predicates(conn, ch, plan, schema, state.spec, spec.target_database, spec.target_table)
-        chosen = [(where, params, state.shards[shard.id].version)
-                  for shard, (where, params) in zip(plan.shards, predicates) if shard.id in state.repair]
-        return target.publish_repair(*args, chosen, weight)
+        return target.publish_repair(*args, repaired_shards(spec, ch, schema, plan, state), weight)
     if spec.partition_by:
         return target.publish_partitions(*args, spec.partition_by, list(spec.replace_partitions), weight)
     return target.publish_full(*args, weight)
+
+
+def repaired_shards(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> list[tuple[str, dict, int]]:
+    """The re-read shards of a repair: each one's target predicate and its read's version."""
+    with mysql_reader.connect(spec.source) as conn:
+        predicates = shard_predicates(conn, ch, plan, schema, state.spec, spec.target_database, spec.target_table)
+    return [(where, params, state.shards[shard.id].version)
+            for shard, (where, params) in zip(plan.shards, predicates) if shard.id in state.repair]
 
 
 def _published_summary(state: LoadState, started: float) -> dict:
@@ -309,18 +322,22 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     if spec.skip_published and (done := ledger.state(spec.load_key)) is not None and done.status == LOAD_PUBLISHED:
         log.info(f"load {spec.load_key!r} is published (generation {done.generation}); skipped")
         return _published_summary(done, started)
-    try:  # one job per load key; a killed job's key is free at once (core/source/locks.py)
-        lock = load_lock(spec.source, spec.ledger_database, spec.load_key, f"load {spec.load_key!r}")
-    except LockHeld as held:
-        raise LoadFailed(str(held)) from None
+    load = TableLoad(spec, session, ledger)
+    load.lock()
     try:
-        _collect_left_behind(spec, ledger)
-        return _load(spec, session, ch, ledger, lock, started)
+        collect_left_behind(spec, ledger)
+        load.prepare()
+        load.begin()
+        in_driver = load.copy_in_driver(load.estimate())
+        per_shard = load.copier.run(session, in_driver) if load.todo else []
+        load.settle(per_shard, in_driver)
+        load.publish()
+        return load.done(per_shard)
     finally:
-        lock.release()
+        load.unlock()
 
 
-def _collect_left_behind(spec: FullLoadSpec, ledger: Ledger) -> None:
+def collect_left_behind(spec: FullLoadSpec, ledger: Ledger) -> None:
     """Drop the working tables no job will use (Ledger.left_behind): unpublished loads nobody
     resumed for ``abandon_after_seconds`` are marked abandoned, so running one again starts
     afresh. A load whose lock is held is running, however quiet, and is left alone."""
@@ -344,79 +361,149 @@ def _collect_left_behind(spec: FullLoadSpec, ledger: Ledger) -> None:
               f"({'abandoned' if w['abandon'] else 'published or replaced'})")
 
 
-def _load(spec: FullLoadSpec, session, ch, ledger: Ledger, lock: NamedLock, started: float) -> dict:
-    driver_rows = driver_copy_limit(spec.driver_copy_rows, session)
-    with mysql_reader.connect(spec.source) as conn:
-        schema = copied_schema(conn, spec_to_dict(spec))
-        if table_rows(conn, spec.source_database, spec.source_table) > driver_rows:
-            session.start()  # the SparkContext comes up while the driver plans
-    target.check_columns(schema)
-    state, plan = _start_or_resume(spec, ledger, schema)
-    copy, reader_note = _plan_copy(spec, ch, schema, plan, state)
-    ch.command(target.create_working_sql(schema, spec.ledger_database, state.parts_table, copy.weight is not None,
-                                         copy.direct))
-    ledger.write_load(state)
-    hold_point("full_load.started", spec.load_key)  # tests: loads held together (core/crash_points.py)
-    todo = state.todo()
-    log.info(f"load {state.load_key!r} generation {state.generation}: {len(todo)} of "
-          f"{len(plan.shards)} shards to read{' (repair of the published table)' if state.repair else ''}, "
-          f"{plan.channels} channel(s), split on {plan.split_column!r}")
-    log.info(f"reader: {reader_note}; working table: "
-          f"{'final layout, published by a swap' if copy.direct else 'one partition per shard'}")
+class TableLoad:
+    """One table's load, step by step: :func:`run_full_load` runs the steps in order; a source
+    group's merged copy (spark/group_load.py) runs each for every member, with one working table,
+    one set of channels and one publish. Holds the load's context: spec, session, ledger (and its
+    client), the copied schema, ledger state, plan, copy decisions and phases."""
 
-    phases = {"prepare": time.time() - started}  # where the job's time went (bench/, the task log)
-    copier = FullLoadCopy(spec, plan, copy, state, ledger)
-    per_shard, in_driver = [], False
-    if todo:
-        channels = min(plan.channels, len(todo))
-        estimate = sum(s.estimated_rows or 0 for s in plan.shards if s.id in todo)
-        in_driver = estimate <= driver_rows and not session.started
-        log.info(f"copying about {estimate:,} rows in {channels} channel(s) "
-              + ("in the driver" if in_driver else "as Spark tasks"))
-        per_shard = copier.run(session, in_driver)
-        if copier.spark_start is not None:
-            phases["spark_start"] = copier.spark_start  # the session's start-up not hidden behind planning
-    phases["copy"] = time.time() - started - phases["prepare"] - phases.get("spark_start", 0.0)
-    state = copier.settle(per_shard, in_driver)
+    def __init__(self, spec: FullLoadSpec, session, ledger: Ledger):
+        self.spec, self.session, self.ledger, self.ch = spec, session, ledger, ledger.ch
+        self.started = time.time()
+        self._lock: NamedLock | None = None
+        self.phases: dict[str, float] = {}  # where the job's time went (bench/, the task log)
+        self.todo: list[int] = []
 
-    repaired = list(state.repair)
-    published = repaired or [s.id for s in plan.shards]
-    written = sum(s.records_written for s in state.shards.values() if s.shard_id in published)
-    if lock.lost:  # another job may own the key now: it publishes, not this one
-        raise LoadFailed(f"load {spec.load_key!r}: this job lost its lock on the source ({lock.lost}) and publishes "
-                         "nothing; run it again (it resumes from the finished shards)")
-    try:
-        landed = _publish(spec, ch, schema, plan, state, copy)
-    except Exception as exc:  # e.g. the target went away: recorded, and publishing again is safe
-        state.status, state.error = LOAD_FAILED, f"publishing failed: {type(exc).__name__}: {exc}"[:4000]
-        retrying(lambda: ledger.write_load(state), spec.ledger_wait_seconds)
-        raise
-    if landed != written:
-        raise LoadFailed(f"table {schema.qualified}: {written} rows written but {landed} published")
-    state.status, state.repair = LOAD_PUBLISHED, []
-    ledger.write_load(state)
-    ch.command(f"DROP TABLE IF EXISTS {ch_table(spec.ledger_database, state.parts_table)}")
-    shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
-    log.info("%s", shard_table(shards))
-    phases["publish"] = time.time() - started - sum(phases.values())
-    log.info("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
-    return {
-        "load_key": state.load_key,
-        "generation": state.generation,
-        "table": schema.qualified,
-        "target": f"{spec.target_database}.{spec.target_table}",
-        "rows": written,
-        "shards": len(plan.shards),
-        "shards_read": len(todo),
-        "repaired": repaired,
-        "per_shard": [{k: s[k] for k in ("shard_id", "status", "attempt", "records_read", "records_written",
-                                         "records_failed", "bytes", "seconds")} for s in per_shard],
-        "channels": plan.channels,
-        "split_column": plan.split_column,
-        "start_position": state.start_position,
-        "strategy": plan.strategy,
-        "reader": reader_note,
-        "warnings": list(plan.warnings),
-        "phases": {k: round(v, 3) for k, v in phases.items()},
-        "seconds": round(time.time() - started, 3),
-    }
+    def lock(self) -> None:
+        """One job per load key; a killed job's key is free at once (core/source/locks.py)."""
+        try:
+            self._lock = load_lock(self.spec.source, self.spec.ledger_database, self.spec.load_key,
+                                   f"load {self.spec.load_key!r}")
+        except LockHeld as held:
+            raise LoadFailed(str(held)) from None
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+    def read_schema(self):
+        """The source table as this load copies it."""
+        with mysql_reader.connect(self.spec.source) as conn:
+            return copied_schema(conn, spec_to_dict(self.spec))
+
+    def estimate(self) -> int:
+        """The rows the load has left to copy, by the plan's estimates."""
+        return sum(s.estimated_rows or 0 for s in self.plan.shards if s.id in self.todo)
+
+    def copy_in_driver(self, rows: int) -> bool:
+        """Are ``rows`` (this load's, or a group's) copied by the driver's own channels?"""
+        return rows <= driver_copy_limit(self.spec.driver_copy_rows, self.session) and not self.session.started
+
+    def prepare(self, schema=None, working: str | None = None, direct: bool = True) -> None:
+        """The schema copied (``schema``: a merged copy's member view, else the source table's),
+        the ledger state and plan (new or resumed), the copy's reader and layout."""
+        spec = self.spec
+        self.schema = schema or self.read_schema()
+        if schema is None:
+            with mysql_reader.connect(spec.source) as conn:
+                if table_rows(conn, spec.source_database, spec.source_table) > driver_copy_limit(
+                        spec.driver_copy_rows, self.session):
+                    self.session.start()  # the SparkContext comes up while the driver plans
+        target.check_columns(self.schema)
+        self.state, self.plan = _start_or_resume(spec, self.ledger, self.schema, working)
+        self.copy, self.reader_note = _plan_copy(spec, self.ch, self.schema, self.plan, self.state, direct)
+        self.todo = self.state.todo()
+
+    def use_layout(self, direct: bool, shard_base: int = 0) -> None:
+        """A source group's member: the group's one working-table layout, and where its shards'
+        ids start in a shared parts table."""
+        if self.copy.direct != direct:
+            self.copy, self.reader_note = _plan_copy(self.spec, self.ch, self.schema, self.plan, self.state, direct)
+        self.copy = dataclasses.replace(self.copy, shard_base=shard_base)
+
+    def create_working(self) -> None:
+        self.ch.command(target.create_working_sql(self.schema, self.spec.ledger_database, self.state.parts_table,
+                                                  self.copy.weight is not None, self.copy.direct))
+
+    def begin(self, create: bool = True) -> None:
+        """The working table (unless a group made it), the load recorded as running."""
+        if create:
+            self.create_working()
+        self.ledger.write_load(self.state)
+        hold_point("full_load.started", self.spec.load_key)  # tests: loads held together (core/crash_points.py)
+        state, plan, copy = self.state, self.plan, self.copy
+        log.info(f"load {state.load_key!r} generation {state.generation}: {len(self.todo)} of "
+                 f"{len(plan.shards)} shards to read{' (repair of the published table)' if state.repair else ''}, "
+                 f"{plan.channels} channel(s), split on {plan.split_column!r}")
+        log.info(f"reader: {self.reader_note}; working table: "
+                 f"{'final layout, published by a swap' if copy.direct else 'one partition per shard'}")
+        self.phases["prepare"] = time.time() - self.started
+        self.copier = FullLoadCopy(self.spec, plan, copy, state, self.ledger)
+        if self.todo:
+            log.info(f"copying about {self.estimate():,} rows in {min(plan.channels, len(self.todo))} channel(s)")
+
+    def settle(self, per_shard: list[dict], in_driver: bool) -> None:
+        """The shards as the channels left them (a failed one fails the load, naming it)."""
+        if self.copier.spark_start is not None:
+            self.phases["spark_start"] = self.copier.spark_start  # the session's start-up not hidden behind planning
+        self.phases["copy"] = time.time() - self.started - self.phases["prepare"] - self.phases.get("spark_start", 0)
+        self.state = self.copier.settle(per_shard, in_driver and bool(self.todo))
+        if self._lock is not None and self._lock.lost:  # another job may own the key now: it publishes
+            raise LoadFailed(f"load {self.spec.load_key!r}: this job lost its lock on the source ({self._lock.lost}) "
+                             "and publishes nothing; run it again (it resumes from the finished shards)")
+
+    @property
+    def written(self) -> int:
+        """Rows written by the shards this load publishes (a repair: its re-read shards)."""
+        published = self.state.repair or [s.id for s in self.plan.shards]
+        return sum(s.records_written for s in self.state.shards.values() if s.shard_id in published)
+
+    def publish(self, written: int | None = None) -> int:
+        """Make the rows visible (:func:`_publish`); a failure is recorded (publishing again is
+        safe). ``written``: the rows the working table holds (a source group's: every member's)."""
+        written = self.written if written is None else written
+        try:
+            landed = _publish(self.spec, self.ch, self.schema, self.plan, self.state, self.copy)
+        except Exception as exc:  # e.g. the target went away: recorded, and publishing again is safe
+            self.failed(f"publishing failed: {type(exc).__name__}: {exc}")
+            raise
+        if landed != written:
+            raise LoadFailed(f"{self.spec.target_database}.{self.spec.target_table}: {written} rows written but "
+                             f"{landed} published")
+        return landed
+
+    def failed(self, error: str) -> None:
+        self.state.status, self.state.error = LOAD_FAILED, error[:4000]
+        retrying(lambda: self.ledger.write_load(self.state), self.spec.ledger_wait_seconds)
+
+    def done(self, per_shard: list[dict], drop: bool = True) -> dict:
+        """The load published: recorded, its working table dropped (unless a group's), its result."""
+        state, plan = self.state, self.plan
+        repaired = list(state.repair)
+        state.status, state.repair = LOAD_PUBLISHED, []
+        self.ledger.write_load(state)
+        if drop:
+            self.ch.command(f"DROP TABLE IF EXISTS {ch_table(self.spec.ledger_database, state.parts_table)}")
+        log.info("%s", shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]))
+        self.phases["publish"] = time.time() - self.started - sum(self.phases.values())
+        log.info("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in self.phases.items()))
+        return {
+            "load_key": state.load_key,
+            "generation": state.generation,
+            "table": state.source_table,
+            "target": f"{self.spec.target_database}.{self.spec.target_table}",
+            "rows": self.written,
+            "shards": len(plan.shards),
+            "shards_read": len(self.todo),
+            "repaired": repaired,
+            "per_shard": [{k: s[k] for k in ("shard_id", "status", "attempt", "records_read", "records_written",
+                                             "records_failed", "bytes", "seconds")} for s in per_shard],
+            "channels": plan.channels,
+            "split_column": plan.split_column,
+            "start_position": state.start_position,
+            "strategy": plan.strategy,
+            "reader": self.reader_note,
+            "warnings": list(plan.warnings),
+            "phases": {k: round(v, 3) for k, v in self.phases.items()},
+            "seconds": round(time.time() - self.started, 3),
+        }

@@ -15,10 +15,12 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema, reimport_spec
+from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema, reimport_group_spec, reimport_spec
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, SHARD_MISMATCH, Ledger, LoadState
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.group import Member, member_view, merged_schema
 from airflow_sync_provider.core.source.planning import Plan
+from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import shard_predicates
 from airflow_sync_provider.core.typemap import MySQLColumn
@@ -32,11 +34,13 @@ from airflow_sync_provider.core.verify.reconcile import (
     count_source,
     count_target,
     mysql_checksum_sql,
+    overall_verdict,
     shard_problems,
 )
 from airflow_sync_provider.core.verify.shape import ShapeCheck, check_copy, read_copy_shape, reload_remedy
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
 from airflow_sync_provider.spark.full_load import run_full_load
+from airflow_sync_provider.spark.group_load import run_group_load
 from airflow_sync_provider.spark.session import lazy
 
 log = logging.getLogger(__name__)
@@ -77,10 +81,11 @@ def _published(ledger: Ledger, load_key: str) -> LoadState:
     return state
 
 
-def _copy_shape(spec: ReconcileSpec, conn, ch, state: LoadState, plan: Plan):
+def _copy_shape(spec: ReconcileSpec, conn, ch, state: LoadState, plan: Plan, merged: TableSchema | None = None):
     """The source as the load copies it now, the plan to evaluate, and the copy's shape check
     (core/verify/shape.py). The schema is None when the load's own column choice no longer fits
-    the source (a column it names is gone): the check then says so."""
+    the source (a column it names is gone): the check then says so. ``merged``: a merged copy's
+    shape (core/source/group.py), which the member's table is seen through."""
     database, table = state.target_table.split(".", 1)
     copy = read_copy_shape(ch, database, table)
     if copy is None:
@@ -88,6 +93,8 @@ def _copy_shape(spec: ReconcileSpec, conn, ch, state: LoadState, plan: Plan):
                          f"(dropped?); {reload_remedy(state.load_key, state.source_table, state.target_table)}")
     try:
         schema = copied_schema(conn, state.spec)
+        if merged is not None:
+            schema = member_view(merged, Member.of(state.spec["member"]), schema)
     except (KeyError, ValueError) as exc:  # the load named a column the source no longer has
         check = ShapeCheck(copy, state.source_table, ())
         check.problems.append(f"the load's column choice no longer fits the source: {exc.args[0] if exc.args else exc}")
@@ -114,13 +121,13 @@ def _shape_result(state: LoadState, spec: ReconcileSpec, check: ShapeCheck, ledg
             "shards": [], "shape": check.to_dict(), "remedy": remedy, "stored_spec": state.spec, "in_driver": True}
 
 
-def _compare(spec: ReconcileSpec, session, ledger: Ledger) -> dict:
+def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema | None = None) -> dict:
     """One pass over every shard; marks mismatched shards and records the verdict."""
     state = _published(ledger, spec.load_key)
     plan = Plan.from_dict(state.plan)
     database, table = state.target_table.split(".", 1)
     with mysql_reader.connect(spec.source) as conn:
-        schema, plan, shape = _copy_shape(spec, conn, ledger.ch, state, plan)
+        schema, plan, shape = _copy_shape(spec, conn, ledger.ch, state, plan, merged)
         if not shape.comparable:
             return _shape_result(state, spec, shape, ledger)
         predicates = dict(zip((s.id for s in plan.shards),
@@ -176,3 +183,54 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
         result.pop("stored_spec")
         result |= {"before": before, "reimported": {k: repair[k] for k in ("repaired", "rows", "seconds")}}
     return result | {"spark_started": session.started, "seconds": round(time.time() - started, 3)}
+
+
+def run_group_reconcile(spec: ReconcileSpec, spark) -> dict:
+    """A merged copy's reconciliation (core/source/group.py): every member load of the group's key
+    (its load set) against its own source, each seen through the merged copy's shape as the
+    members' tables are now; ``reimport`` re-imports the mismatched shards of every member in one
+    group re-import (spark/group_load.py), then compares again."""
+    started = time.time()
+    session = lazy(spark)
+    ledger = Ledger(target.shared_client(spec.target), spec.ledger_database)
+    found = ledger.load_set(spec.load_key)
+    if found is None:
+        raise ValueError(f"no group load {spec.load_key!r} in the ledger: reconcile the key a group load ran under")
+    states = {key: _published(ledger, key) for key in found[0]}
+    sources = {s.name: s for s in spec.sources}
+    members = []
+    for key, state in states.items():
+        member = Member.of(state.spec["member"])
+        if member.source not in sources:
+            raise ValueError(f"group load {spec.load_key!r} copied {member.name}, but no source named "
+                             f"{member.source!r} is given (sources: {sorted(sources)})")
+        with mysql_reader.connect(sources[member.source].endpoint) as conn:
+            members.append((key, member, copied_schema(conn, state.spec)))
+    merged = merged_schema([(m, schema) for _, m, schema in members], next(iter(states.values())).target_table)
+
+    def compare() -> list[dict]:
+        def one(item) -> dict:
+            key, member, _ = item
+            single = dataclasses.replace(spec, source=sources[member.source].endpoint, sources=[], load_key=key,
+                                         reimport=False)
+            result = _compare(single, session, ledger, merged)
+            result.pop("stored_spec")
+            return result | {"member": member.name}
+
+        with ThreadPoolExecutor(max(1, min(spec.parallel_tables, len(members)))) as pool:
+            return list(pool.map(one, members))
+
+    results = compare()
+    summary = {"load_key": spec.load_key, "merge_into": merged.qualified, "tables": results,
+               "verdict": overall_verdict(r["verdict"] for r in results)}
+    if summary["verdict"] == MISMATCH and spec.reimport:
+        log.info("reconcile %s: shards mismatched in %s; re-importing them", spec.load_key,
+                 ", ".join(r["member"] for r in results if r["mismatched"]))
+        stored = next(iter(states.values())).spec
+        repair = run_group_load(reimport_group_spec(stored, spec.sources, spec.target, spec.load_key,
+                                                    [f"{m.database}.{m.table}" for _, m, _ in members]), session)
+        before = {k: summary[k] for k in ("verdict", "tables")}
+        results = compare()
+        summary |= {"tables": results, "verdict": overall_verdict(r["verdict"] for r in results), "before": before,
+                    "reimported": {"rows": repair["rows"], "seconds": repair["seconds"]}}
+    return summary | {"spark_started": session.started, "seconds": round(time.time() - started, 3)}

@@ -22,7 +22,9 @@ its own, straight into the live copy, and counts a chunk only once it is durable
 from __future__ import annotations
 
 import logging
+import queue
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -68,6 +70,10 @@ class Copy:
     direct: bool  # rows go to a table of the final layout (else a parts table, a partition per shard)
     split: MySQLColumn | None = None
     weights: Weights | None = None  # the cuts' collation weights, for the direct layout's deletes
+    # a merged copy's member (core/source/group.py): the filter of its rows on the target, and
+    # where its shards' ids start in the group's shared parts table
+    member: tuple = ("1", {})
+    shard_base: int = 0
 
     def names(self) -> list[str]:
         return ([m.name for m in self.mappings] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
@@ -128,20 +134,7 @@ class ShardCopy:
         """Copy the unfinished shards, ``channels`` at a time (threads of the driver or Spark
         tasks: spark/channels.py); returns each shard's final record. A channel's task failing
         outright is recorded in the ledger (a retry then resumes at once) and raised."""
-        todo = self.state.todo()
-        channels = min(self.plan.channels, len(todo))
-        queues = [todo[i::channels] for i in range(channels)]  # round-robin, like DataX task groups
-        try:
-            with Progress(self.spec, self.state, todo):
-                self.before_channels(session, todo, in_driver)
-                return run_channels(session, queues, self.channel, in_driver)
-        except Exception as exc:
-            self.state.status, self.state.error = LOAD_FAILED, self.job_error(exc)[:4000]
-            retrying(lambda: self.ledger.write_load(self.state), self.spec.ledger_wait_seconds)
-            failure = self.job_failed(exc)
-            if failure is None:
-                raise
-            raise failure from exc
+        return run_together([self], session, self.plan.channels, in_driver)[0]
 
     def settle(self, per_shard: list[dict], in_driver: bool) -> LoadState:
         """The load's shards once the channels are done: the driver threads' own records, or
@@ -187,14 +180,19 @@ class ShardCopy:
         channel = self.open_channel(in_driver)
         try:
             for shard_id in shard_ids:
-                shard = self.shards[shard_id]
-                record = self.start_record(channel, shard)
-                if record.status == SHARD_RUNNING:  # else finished already, by an earlier run of this task
-                    record = self.copy_shard(channel, shard, record)
-                    self.after_shard(channel, record)
-                yield vars(record) | {"seconds": record.seconds}
+                yield self.copy_one(channel, shard_id)
         finally:
             channel.close()
+
+    def copy_one(self, channel: Channel, shard_id: int) -> dict:
+        """One shard on an open channel: its final record (skipped when an earlier run of the
+        task finished it)."""
+        shard = self.shards[shard_id]
+        record = self.start_record(channel, shard)
+        if record.status == SHARD_RUNNING:  # else finished already, by an earlier run of this task
+            record = self.copy_shard(channel, shard, record)
+            self.after_shard(channel, record)
+        return vars(record) | {"seconds": record.seconds}
 
     def copy_shard(self, channel: Channel, shard: Shard, record: ShardState) -> ShardState:
         """Copy one shard: recorded as running before any row is written (so a re-read knows
@@ -229,7 +227,7 @@ class ShardCopy:
             rows = batch.num_rows
             tail = [pa.repeat(pa.scalar(version.get(), pa.uint64()), rows)]
             if not self.copy.direct:
-                tail.append(pa.repeat(pa.scalar(shard.id, pa.uint32()), rows))
+                tail.append(pa.repeat(pa.scalar(self.copy.shard_base + shard.id, pa.uint32()), rows))
             if live is not None:
                 live.version = version.value
                 live.records_read += rows
@@ -261,3 +259,71 @@ class ShardCopy:
 
     def after_shard(self, channel: Channel, record: ShardState) -> None:
         """Hook: after a shard's final report (e.g. a fresh connection after a failure)."""
+
+
+def run_together(copiers: list[ShardCopy], session, channels: int, in_driver: bool) -> list[list[dict]]:
+    """The unfinished shards of several copies (one table's, or a source group's members') copied
+    by one set of ``channels``, the largest shards first; returns each copy's final records. In
+    the driver a channel takes the next shard whoever's it is, so one slow source keeps one
+    channel busy, not the others idle; as Spark tasks each channel gets a fixed queue, balanced by
+    estimated rows. A channel opens a copy's connections when it first takes one of its shards.
+    A channel's task failing outright is recorded in every copy's ledger state and raised."""
+    items = sorted(((i, shard_id) for i, copier in enumerate(copiers) for shard_id in copier.state.todo()),
+                   key=lambda item: -(copiers[item[0]].shards[item[1]].estimated_rows or 0))
+    out: list[list[dict]] = [[] for _ in copiers]
+    if not items:
+        return out
+    channels = max(1, min(channels, len(items)))
+    try:
+        with Progress(copiers[0].spec, [(c.state, c.state.todo()) for c in copiers]):
+            for copier in copiers:
+                copier.before_channels(session, copier.state.todo(), in_driver)
+            if in_driver:
+                work = queue.SimpleQueue()
+                for item in items:
+                    work.put(item)
+                with ThreadPoolExecutor(channels, thread_name_prefix="channel") as pool:
+                    done = [r for records in pool.map(lambda _: _drain(copiers, work, True), range(channels))
+                            for r in records]
+            else:
+                queues, weights = [[] for _ in range(channels)], [0] * channels
+                for item in items:  # longest first onto the least loaded queue
+                    j = weights.index(min(weights))
+                    queues[j].append(item)
+                    weights[j] += (copiers[item[0]].shards[item[1]].estimated_rows or 0) + 1
+                done = run_channels(session, queues, lambda q, _: _drain(copiers, q, False), False)
+    except Exception as exc:
+        for copier in copiers:
+            copier.state.status, copier.state.error = LOAD_FAILED, copier.job_error(exc)[:4000]
+            retrying(lambda c=copier: c.ledger.write_load(c.state), copier.spec.ledger_wait_seconds)
+        failure = copiers[0].job_failed(exc)
+        if failure is None:
+            raise
+        raise failure from exc
+    for i, record in done:
+        out[i].append(record)
+    return out
+
+
+def _drain(copiers: list[ShardCopy], work, in_driver: bool) -> list[tuple[int, dict]]:
+    """One channel: the shards of ``work`` (a shared queue in the driver, a list on an executor),
+    each on the channel of its copy (opened when first needed); (copy index, record) each."""
+    opened: dict[int, Channel] = {}
+    items = iter(lambda: _next(work), None) if isinstance(work, queue.SimpleQueue) else iter(work)
+    out = []
+    try:
+        for i, shard_id in items:
+            if i not in opened:
+                opened[i] = copiers[i].open_channel(in_driver)
+            out.append((i, copiers[i].copy_one(opened[i], shard_id)))
+    finally:
+        for channel in opened.values():
+            channel.close()
+    return out
+
+
+def _next(work: queue.SimpleQueue):
+    try:
+        return work.get_nowait()
+    except queue.Empty:
+        return None

@@ -34,6 +34,15 @@ class TableSchema:
     def mappings(self) -> list[ColumnMapping]:
         return [map_column(c, self.qualified) for c in self.columns]
 
+    @property
+    def target_key(self) -> tuple[str, ...]:
+        """The copy's key on the target: the primary key, then (a merged copy: core/source/group.py)
+        the source columns, so rows of different source tables never share a key. A table
+        without a primary key has no key (a plain MergeTree copy collapses no rows)."""
+        if not self.primary_key:
+            return ()
+        return self.primary_key + tuple(c.name for c in self.columns if c.tag is not None)
+
     def shape(self) -> dict:
         """The table's shape as a copy was made from it (kept with a load in the ledger and with a
         pipeline's table): CDC decodes the table's first changes with it, not with the source's

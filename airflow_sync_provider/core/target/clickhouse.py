@@ -87,7 +87,7 @@ def _weight(weight: bool, hidden: bool) -> list[str]:
 
 
 def _order_by(schema: TableSchema) -> str:
-    return "(" + ", ".join(ch_ident(c) for c in schema.primary_key) + ")" if schema.primary_key else "tuple()"
+    return "(" + ", ".join(ch_ident(c) for c in schema.target_key) + ")" if schema.primary_key else "tuple()"
 
 
 def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
 from airflow_sync_provider.core.typemap import MySQLColumn
@@ -126,11 +127,13 @@ class Period:
 
 
 def target_predicates(plan: Plan, column: MySQLColumn | None, weights: Weights | None = None,
-                      period: Period | None = None, weight_width: int = 0) -> list[tuple[str, dict]]:
+                      period: Period | None = None, weight_width: int = 0,
+                      member: tuple[str, dict] = ("1", {})) -> list[tuple[str, dict]]:
     """One ClickHouse predicate with server-side parameters per shard, in plan order.
 
     ``weights`` (from :func:`read_weights`) is required for collated string columns, with
     ``weight_width`` ≥ the longest weight stored on the target (for PAD SPACE padding).
+    ``member``: a merged copy's member filter (core/source/group.member_filter), and-ed to each.
     """
     table = f"{plan.database}.{plan.table}"
     cuts = cut_points(plan)
@@ -190,6 +193,8 @@ def target_predicates(plan: Plan, column: MySQLColumn | None, weights: Weights |
     if period is not None:
         out = [(f"({w}) AND _partition_id IN {{partitions:Array(String)}}", p | {"partitions": list(period.partitions)})
                for w, p in out]
+    if member[0] != "1":
+        out = [(f"({w}) AND {member[0]}", p | member[1]) for w, p in out]
     return out
 
 
@@ -206,4 +211,4 @@ def shard_predicates(conn, ch, plan: Plan, schema, spec: dict, database: str, ta
         weights = read_weights(conn, column, cut_points(plan))
         if weights.space is not None:
             width = weight_width(ch, database, table)
-    return target_predicates(plan, column, weights, Period.of_spec(spec), width)
+    return target_predicates(plan, column, weights, Period.of_spec(spec), width, member_filter(schema))

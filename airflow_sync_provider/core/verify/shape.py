@@ -144,7 +144,7 @@ def check_copy(ch, schema: TableSchema, copy: CopyShape, split_column: str | Non
     """Compare ``copy`` with the copy a load of ``schema`` (the source now, as the load selects
     its columns) would make. ``split_column``: the load's split column, whose collation weights
     the copy may hold; ``loaded_split``: that column as it was when the load read it (if known)."""
-    check = ShapeCheck(copy, schema.qualified, tuple(schema.primary_key))
+    check = ShapeCheck(copy, schema.qualified, tuple(schema.target_key))
     problems = check.problems
     if not copy.merge_tree:
         problems.append(f"the copy {copy.qualified} is a {copy.engine} table; a load makes a MergeTree "
@@ -157,7 +157,7 @@ def check_copy(ch, schema: TableSchema, copy: CopyShape, split_column: str | Non
             problems.append(f"column {column.name!r} ({column.column_type}) is in the source but not in the copy")
     names = {c.name for c in schema.columns}
     problems += [f"column {name!r} is in the copy but no longer in the source" for name in present if name not in names]
-    key = tuple(schema.primary_key)
+    key = tuple(schema.target_key)
     if copy.replacing:
         if not key:
             problems.append(f"the source has no primary key any more, but the copy is a ReplacingMergeTree keyed by "

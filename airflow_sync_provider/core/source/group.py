@@ -1,0 +1,190 @@
+"""Source groups: several MySQL sources (servers), one table selection, one merged copy.
+
+A sharded estate keeps one logical table as many tables on many servers (``shop_0.orders_00`` …
+``shop_7.orders_63``). A *source group* names the servers (:class:`Source`: a name and an
+endpoint each) and applies one selection to every one of them; each selected table is a
+*member* (:class:`Member`: source, database, table). With ``merge_into`` every member's rows go
+into one ClickHouse table, the **merged copy**, which carries where each row came from in three
+source columns (:data:`SOURCE_COLUMNS`) placed after the primary key in the copy's key:
+
+* ids that overlap from shard to shard never collide, and a row moved from one shard to another
+  is a delete in one member and an insert in the other;
+* ReplacingMergeTree compares versions only among rows of one key, so only among rows of one
+  member, which come from one server's binlog: versions of two servers are never compared
+  (each server's positions and epochs rank its own changes only, core/cdc/positions.py);
+* the key still starts with the primary key, so queries by id use the index.
+
+Columns are the union over the members (:func:`merged_schema`), checked before anything is
+copied: one name must map to one ClickHouse type in every member, and every member must have the
+same primary key, or the group is refused naming both members and the column. A column a member
+lacks is NULL in its rows (so the merged column is Nullable).
+
+A member is read through its **view** (:func:`member_view`): its table's schema in the merged
+copy's column order, where a column it lacks is *absent* (read as NULL) and the source columns
+are *tags* (read as the member's own constants) — ``MySQLColumn.absent`` / ``.tag``, which the
+type rules' ``source_sql`` turn into SQL (core/typemap.py). Every path that copies or compares a
+table (readers, checksums, the diff, CDC) then handles a member as it handles any table, and the
+target DDL made from a view is the merged copy's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from airflow_sync_provider.core.endpoints import MySQLEndpoint
+from airflow_sync_provider.core.source.schema import TableSchema
+from airflow_sync_provider.core.sql import ch_ident
+from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType, map_column
+
+SOURCE_COLUMNS = ("_source", "_source_database", "_source_table")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class IncompatibleShards(ValueError):
+    """Members of a group whose tables cannot be merged into one copy (names both)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One server of a group: its name (in the merged copy's ``_source`` column, in ledger keys
+    and in ``$MYSQL_URL_<NAME>``) and where to connect."""
+
+    name: str
+    endpoint: MySQLEndpoint
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(f"source name {self.name!r}: 1-64 letters, digits, '_', '-' or '.', starting with a "
+                             "letter or digit (it is written into the merged copy and into ledger keys)")
+
+    @classmethod
+    def of(cls, value: "dict | Source") -> "Source":
+        if isinstance(value, Source):
+            return value
+        endpoint = value["endpoint"]
+        return cls(value["name"], endpoint if isinstance(endpoint, MySQLEndpoint) else MySQLEndpoint(**endpoint))
+
+
+def env_name(source: str) -> str:
+    """``$MYSQL_URL_<NAME>``: the source's name upper-cased, other characters as ``_``."""
+    return "MYSQL_URL_" + re.sub(r"[^A-Z0-9]", "_", source.upper())
+
+
+def check_sources(sources: list[Source]) -> None:
+    seen = set()
+    for source in sources:
+        if source.name in seen:
+            raise ValueError(f"source {source.name!r} is named twice in the group")
+        seen.add(source.name)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One source table of a group."""
+
+    source: str
+    database: str
+    table: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}:{self.database}.{self.table}"
+
+    @property
+    def tags(self) -> tuple[str, str, str]:
+        return self.source, self.database, self.table
+
+    @classmethod
+    def of(cls, value: dict) -> "Member":
+        """From a member spec's ``member`` entry (which may carry more, e.g. its ``shard_base``)."""
+        return cls(value["source"], value["database"], value["table"])
+
+    @classmethod
+    def parse(cls, name: str) -> "Member":
+        source, _, qualified = name.partition(":")
+        database, _, table = qualified.partition(".")
+        return cls(source, database, table)
+
+
+def _tag_column(name: str, value: str) -> MySQLColumn:
+    return MySQLColumn(name, "varchar", "varchar(255)", False, charset="utf8mb4", collation="utf8mb4_bin", tag=value)
+
+
+def _base_type(column: MySQLColumn, where: str) -> str:
+    try:
+        return map_column(dataclasses.replace(column, nullable=False), where).ch_type
+    except UnsupportedType as exc:
+        raise IncompatibleShards(str(exc)) from None
+
+
+def merged_schema(members: list[tuple[Member, TableSchema]], merge_into: str) -> TableSchema:
+    """The merged copy's shape: the union of the members' columns (in order of first appearance),
+    Nullable where a member lacks one, the members' common primary key, then the source columns.
+    Refuses, naming both members, a column one name maps to two ClickHouse types or two type
+    families, and members with different primary keys."""
+    if not members:
+        raise ValueError(f"merge into {merge_into}: no source table is selected on any source")
+    database, _, table = merge_into.partition(".")
+    first, first_schema = members[0]
+    union: dict[str, tuple[MySQLColumn, Member, str]] = {}
+    for member, schema in members:
+        for column in schema.columns:
+            if column.name in SOURCE_COLUMNS:
+                raise IncompatibleShards(f"{member.name}: column {column.name!r} has the name of a merged copy's "
+                                         f"source column {list(SOURCE_COLUMNS)}; leave it out (exclude_columns) or "
+                                         "rename it")
+            base = _base_type(column, member.name)
+            seen = union.get(column.name)
+            if seen is None:
+                union[column.name] = (column, member, base)
+                continue
+            other, other_member, other_base = seen
+            if other_base != base or type(map_column(other).rule) is not type(map_column(column).rule):
+                raise IncompatibleShards(
+                    f"column {column.name!r} is {other.column_type} in {other_member.name} but {column.column_type} in "
+                    f"{member.name}: one merged column cannot hold both ({other_base} vs {base}). Make the shards "
+                    "agree, or leave the column out (exclude_columns)")
+            if column.nullable and not other.nullable:
+                union[column.name] = (dataclasses.replace(other, nullable=True), other_member, base)
+        if schema.primary_key != first_schema.primary_key:
+            raise IncompatibleShards(
+                f"{member.name} has PRIMARY KEY ({', '.join(schema.primary_key)}) but {first.name} has "
+                f"({', '.join(first_schema.primary_key)}): a merged copy is keyed by one primary key (then the "
+                "source columns). Make the shards' keys agree")
+    columns = []
+    for name, (column, _, _) in union.items():
+        everywhere = all(any(c.name == name for c in schema.columns) for _, schema in members)
+        columns.append(column if everywhere else dataclasses.replace(column, nullable=True))
+    columns += [_tag_column(name, "") for name in SOURCE_COLUMNS]
+    return TableSchema(database, table, tuple(columns), first_schema.primary_key)
+
+
+def member_view(merged: TableSchema, member: Member, schema: TableSchema) -> TableSchema:
+    """``member``'s table (``schema``: as copied) in the merged copy's columns: its own columns
+    (with the merged nullability), the ones it lacks absent, the source columns its tags."""
+    own = {c.name: c for c in schema.columns}
+    tags = dict(zip(SOURCE_COLUMNS, member.tags))
+    columns = []
+    for column in merged.columns:
+        if column.name in tags:
+            columns.append(_tag_column(column.name, tags[column.name]))
+        elif column.name in own:
+            columns.append(dataclasses.replace(own[column.name], nullable=column.nullable))
+        else:
+            columns.append(dataclasses.replace(column, absent=True, nullable=True))
+    unknown = [name for name in own if name not in {c.name for c in merged.columns}]
+    if unknown:
+        raise IncompatibleShards(f"{member.name}: columns {unknown} are not in the merged copy {merged.qualified}")
+    return dataclasses.replace(schema, columns=tuple(columns))
+
+
+def member_filter(schema: TableSchema) -> tuple[str, dict]:
+    """The ClickHouse predicate (with its parameters) that picks a member's rows from the merged
+    copy, for a member's view (``("1", {})`` for a table that is not a member)."""
+    tags = [c for c in schema.columns if c.tag is not None]
+    if not tags:
+        return "1", {}
+    where = " AND ".join(f"{ch_ident(c.name)} = {{member_tag{i}:String}}" for i, c in enumerate(tags))
+    return where, {f"member_tag{i}": c.tag for i, c in enumerate(tags)}

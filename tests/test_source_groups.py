@@ -1,0 +1,160 @@
+"""Source groups (issue 42): three MariaDB servers, two databases each, ``orders_0 … orders_3`` with
+overlapping auto-increment ids and one shard missing a column, merged into one ClickHouse table;
+loaded, reconciled with checksums, re-imported shard by shard, and refused when two shards
+cannot be merged. Every check compares the merged copy (FINAL) with the union of the sources row
+for row (tests/helpers.assert_merged_rows), each row with its source columns."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pymysql
+import pytest
+
+from airflow_sync_provider.core.endpoints import MySQLEndpoint
+from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.ledger import check_counters
+from airflow_sync_provider.core.source.group import IncompatibleShards, Source
+from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.spark.full_load import run_full_load
+from airflow_sync_provider.spark.group_load import run_group_load
+from airflow_sync_provider.spark.groups import each_group
+from airflow_sync_provider.spark.reconcile import run_group_reconcile, run_reconcile
+from devenv.mariadb import group_servers
+from tests.helpers import assert_merged_rows, assert_same_rows, run_sql
+
+pytestmark = pytest.mark.slow
+
+SOURCES = ("s0", "s1", "s2")
+LAYOUT = {"shop_x": ("orders_0", "orders_1"), "shop_y": ("orders_2", "orders_3")}
+SELECT = {"databases": ["shop_*"], "tables": ["orders_*"]}
+MERGED = "analytics_g.orders"
+ORDERS = """CREATE TABLE {name} (
+  id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  customer INT NOT NULL,
+  amount DECIMAL(12, 2) NOT NULL,
+  status VARCHAR(16) NOT NULL,
+  {note}created DATETIME(6) NOT NULL
+) CHARSET utf8mb4"""
+
+
+def members() -> list[tuple[str, str, str]]:
+    return [(s, d, t) for s in SOURCES for d, tables in LAYOUT.items() for t in tables]
+
+
+@pytest.fixture(scope="module")
+def trio(tmp_path_factory):
+    """Three MariaDB servers (each its own binlog and server_id), named s0 … s2."""
+    with group_servers(tmp_path_factory.mktemp("group"), SOURCES) as urls:
+        yield urls
+
+
+def _fill(urls: dict, rng: random.Random) -> None:
+    """Every shard's tables from id 1 (ids overlap across shards); s2's shop_y.orders_3 has no
+    ``note`` column."""
+    for source, url in urls.items():
+        with pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True) as conn:
+            for database, tables in LAYOUT.items():
+                run_sql(conn, f"DROP DATABASE IF EXISTS {database}", f"CREATE DATABASE {database}")
+                for table in tables:
+                    lacks = (source, database, table) == ("s2", "shop_y", "orders_3")
+                    run_sql(conn, ORDERS.format(name=f"{database}.{table}",
+                                                note="" if lacks else "note VARCHAR(64) NULL,\n  "))
+                    rows = rng.randint(150, 600)
+                    with conn.cursor() as cur:
+                        columns = "customer, amount, status, created" + ("" if lacks else ", note")
+                        values = "%s, %s, %s, %s" + ("" if lacks else ", %s")
+                        cur.executemany(
+                            f"INSERT INTO {database}.{table} ({columns}) VALUES ({values})",
+                            [(rng.randint(1, 99), f"{rng.randint(0, 99999)}.{rng.randint(0, 99):02d}",
+                              rng.choice(("new", "paid", "sent")), f"2025-01-{rng.randint(1, 28):02d} 10:00:00.5",
+                              *(() if lacks else (rng.choice((None, f"from {source}", "ünïcødé 🚀")),)))
+                             for _ in range(rows)])
+
+
+def _spec(urls: dict, endpoints, **kwargs) -> FullLoadSpec:
+    return FullLoadSpec(None, endpoints[1], "", "", "", "", sources=[Source(n, MySQLEndpoint.from_url(u))
+                                                                     for n, u in urls.items()],
+                        merge_into=MERGED, select=SELECT, channels=3, **kwargs)
+
+
+def _conns(urls: dict) -> dict:
+    return {name: pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True)
+            for name, url in urls.items()}
+
+
+load_group = each_group(run_full_load, run_group_load)
+reconcile_group = each_group(run_reconcile, run_group_reconcile)
+
+
+def test_merged_load_reconciles_exactly_and_keys_by_source(trio, endpoints, ch, spark):
+    _fill(trio, random.Random(42))
+    spec = _spec(trio, endpoints, load_key="group-load-1")
+    result = load_group(spec, spark)
+    assert sorted(t["table"] for t in result["tables"]) == sorted(f"{d}.{t}" for _, d, t in members())
+    conns = _conns(trio)
+    try:
+        rows = assert_merged_rows(conns, ch, MERGED, members())
+        assert rows == result["rows"] and rows > len(members()) * 150
+        # ids overlap from shard to shard: only the source columns keep them apart
+        assert ch.command(f"SELECT count() FROM {MERGED} FINAL WHERE id = 1") == len(members())
+        assert target.sorting_key(ch, *MERGED.split(".")) == ["id", "_source", "_source_database", "_source_table"]
+        # the shard without `note` reads NULL there
+        assert ch.command(f"SELECT countIf(isNotNull(note)) FROM {MERGED} FINAL WHERE _source = 's2' AND "
+                          "_source_table = 'orders_3'") == 0
+    finally:
+        for conn in conns.values():
+            conn.close()
+    verdict, message, summary = check_counters(endpoints[1], "group-load-1")
+    assert verdict == "success", message
+    assert summary["tables"] == len(members())
+    check = ReconcileSpec(None, endpoints[1], "group-load-1", checksum=True,
+                          sources=spec.sources, merge_into=MERGED)
+    reconciled = reconcile_group(check, spark)
+    assert reconciled["verdict"] == "ok", reconciled
+    assert len(reconciled["tables"]) == len(members())
+
+
+def test_a_wrong_shard_of_one_source_table_is_found_and_reimported_alone(trio, endpoints, ch, spark):
+    _fill(trio, random.Random(7))
+    spec = _spec(trio, endpoints, load_key="group-load-2")
+    load_group(spec, spark)
+    # the copy loses rows of one member, and another member's row goes stale
+    ch.command(f"DELETE FROM {MERGED} WHERE _source = 's1' AND _source_table = 'orders_2' AND id % 7 = 0")
+    ch.command(f"ALTER TABLE {MERGED} UPDATE status = 'stale' WHERE _source = 's0' AND _source_table = 'orders_1' "
+               "AND id = 3 SETTINGS mutations_sync = 1")
+    check = ReconcileSpec(None, endpoints[1], "group-load-2", checksum=True, reimport=True,
+                          sources=spec.sources, merge_into=MERGED)
+    result = reconcile_group(check, spark)
+    before = {t["member"]: t["verdict"] for t in result["before"]["tables"]}
+    assert {m for m, v in before.items() if v != "ok"} == {"s1:shop_y.orders_2", "s0:shop_x.orders_1"}
+    assert result["verdict"] == "ok", result
+    conns = _conns(trio)
+    try:
+        assert_merged_rows(conns, ch, MERGED, members())
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
+def test_shards_that_cannot_be_merged_are_refused_naming_both(trio, endpoints, spark):
+    _fill(trio, random.Random(3))
+    with pymysql.connect(**MySQLEndpoint.from_url(trio["s1"]).connect_args(), autocommit=True) as conn:
+        run_sql(conn, "ALTER TABLE shop_x.orders_0 MODIFY amount DECIMAL(14, 4) NOT NULL")
+    with pytest.raises(IncompatibleShards) as refused:
+        load_group(_spec(trio, endpoints, load_key="group-load-3"), spark)
+    text = str(refused.value)
+    assert "'amount'" in text and "s1:shop_x.orders_0" in text and "s0:shop_x.orders_0" in text
+
+
+def test_without_merge_into_each_source_is_copied_side_by_side(trio, endpoints, ch, spark):
+    _fill(trio, random.Random(11))
+    spec = dataclasses.replace(_spec(trio, endpoints, load_key="group-load-4"), merge_into="",
+                               select={**SELECT, "tables": ["orders_0"]})
+    result = load_group(spec, spark)
+    assert sorted((t["source"], t["target"]) for t in result["tables"]) == [
+        (s, f"{s}_shop_x.orders_0") for s in SOURCES]
+    for source, url in trio.items():
+        with pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True) as conn:
+            assert_same_rows(conn, ch, "shop_x", "orders_0", f"{source}_shop_x")
