@@ -37,9 +37,11 @@ from airflow_sync_provider.core.jobspec import (
     FullLoadSpec,
     ReconcileSpec,
     SnapshotDiffSpec,
+    reimport_group_spec,
     reimport_spec,
 )
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
+from airflow_sync_provider.core.source.group import Source, env_name
 from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.source.planning import (
     DEFAULT_SPLIT_FACTOR,
@@ -166,16 +168,18 @@ def _submit(spec, args, what: str, done, hint: str = "") -> int:
 
 
 def _loaded(r: dict) -> str:
+    name = r.get("member") or (f"{r['source']}:{r['table']}" if r.get("source") else r["table"])
     if r.get("skipped"):
-        return (f"skipped {r['table']} → {r['target']}: {r['rows']:,} rows, published by this load's earlier run "
+        return (f"skipped {name} → {r['target']}: {r['rows']:,} rows, published by this load's earlier run "
                 f"(generation {r['generation']}); load key {r['load_key']!r}")
-    return (f"loaded {r['table']} → {r['target']}: {r['rows']:,} rows, {r['shards']} shards ({r['shards_read']} read "
+    return (f"loaded {name} → {r['target']}: {r['rows']:,} rows, {r['shards']} shards ({r['shards_read']} read "
             f"now), {r['seconds']:.1f} s; load key {r['load_key']!r}")
 
 
 def _run_load(spec: FullLoadSpec, args) -> int:
     hint = (f"; run the same command again to go on: the tables published are skipped (load key {spec.load_key!r})"
-            if spec.select or spec.tables else "")
+            if (spec.select or spec.tables) and not spec.merge_into else
+            f"; run the same command again to go on (load key {spec.load_key!r})" if spec.merge_into else "")
     return _submit(spec, args, "load", lambda r: "\n".join(
         [_loaded(t) for t in r["tables"]] + [f"{len(r['tables'])} table(s), {sum(t['rows'] for t in r['tables']):,} "
                                             f"rows in {r['seconds']:.1f} s"]) if "tables" in r else _loaded(r), hint)
@@ -209,9 +213,60 @@ def _one_database(args, source: MySQLEndpoint) -> str:
     return (args.database or [source.database])[0]
 
 
+def _sources(args) -> list[Source]:
+    """``--source NAME`` (repeat): a source group, each source's URL from ``$MYSQL_URL_<NAME>`` (the
+    name upper-cased, other characters as ``_``), so no password is on a command line."""
+    sources = []
+    for name in getattr(args, "source", None) or []:
+        variable = env_name(name)
+        if not os.environ.get(variable):
+            raise SystemExit(f"airflow-sync: --source {name}: set ${variable} to its mysql://user:pass@host:port/ URL")
+        sources.append(Source(name, MySQLEndpoint.from_url(os.environ[variable])))
+    if getattr(args, "merge_into", None) and not sources:
+        raise SystemExit("airflow-sync: --merge-into merges the tables of a source group: name the sources with "
+                         "--source NAME (repeat)")
+    return sources
+
+
+def _group_tables(args) -> list[str]:
+    """A group's ``--table`` (one database): the same table on every source."""
+    if not getattr(args, "table", None):
+        return []
+    if "." in args.table:
+        return [args.table]
+    if not args.database or len(args.database) != 1:
+        raise SystemExit("airflow-sync: with --source, give --table as db.table or with one --database")
+    return [f"{args.database[0]}.{args.table}"]
+
+
+def _group_select(args) -> dict | None:
+    if getattr(args, "table", None) and not (args.select_table or args.exclude_table):
+        return None
+    if not args.database:
+        raise SystemExit("airflow-sync: with --source, select tables with --database (pattern; repeat) "
+                         "[--select-table …] or name one with --table db.table")
+    return {"databases": args.database, "tables": args.select_table or ["*"],
+            "exclude_tables": args.exclude_table or [],
+            **({"target_database": args.target_database} if args.target_database else {})}
+
+
+def _group_load(args, sources: list[Source], target: ClickHouseEndpoint) -> FullLoadSpec:
+    return FullLoadSpec(
+        source=None, target=target, source_database="", source_table="", target_database="", target_table="",
+        sources=sources, merge_into=args.merge_into or "", select=_group_select(args), tables=_group_tables(args),
+        parallel_tables=args.parallel_tables, load_key=args.load_key or "", channels=args.channels,
+        columns=args.column, exclude_columns=args.exclude_column or [], split_column=args.split_column,
+        split_factor=args.split_factor, strategy=args.strategy, channel_record_speed=args.channel_record_speed,
+        channel_byte_speed=args.channel_byte_speed, ledger_database=args.ledger_database, reader=args.reader,
+        driver_copy_rows=args.driver_copy_rows)
+
+
 def cmd_load(args) -> int:
-    source = MySQLEndpoint.from_url(args.mysql_url)
     target = ClickHouseEndpoint.from_url(args.clickhouse_url)
+    sources = _sources(args)
+    if sources:
+        return _run_load(_group_load(args, sources, target), args)
+    source = MySQLEndpoint.from_url(args.mysql_url)
     select = _many(args, source)
     database = "" if select else _one_database(args, source)
     table = "" if select else args.table
@@ -232,8 +287,17 @@ def cmd_load(args) -> int:
 def cmd_reimport(args) -> int:
     target = ClickHouseEndpoint.from_url(args.clickhouse_url)
     ch = clickhouse_target.client(target)
-    state = Ledger(ch, args.ledger_database).state(args.load)
-    ch.close()
+    try:
+        ledger = Ledger(ch, args.ledger_database)
+        state = ledger.state(args.load)
+        members = ledger.load_set(args.load) if state is None else None
+        first = ledger.state(members[0][0]) if members and members[0] else None
+    finally:
+        ch.close()
+    if first is not None and first.spec.get("member"):  # a source group's merged copy: its members are the load set's
+        member = first.spec["member"]
+        return _run_load(reimport_group_spec(first.spec, _sources(args), target, args.load,
+                                             [f"{member['database']}.{member['table']}"]), args)
     if state is None:
         raise LookupError(f"no load {args.load!r} in {args.ledger_database}")
     return _run_load(reimport_spec(state.spec, MySQLEndpoint.from_url(args.mysql_url), target), args)
@@ -272,11 +336,24 @@ def cmd_status(args) -> int:
 
 
 def cmd_reconcile(args) -> int:
-    source = MySQLEndpoint.from_url(args.mysql_url)
-    select = _many(args, source) if args.database or args.select_table or args.exclude_table or not args.load else None
-    spec = ReconcileSpec(source=source, target=ClickHouseEndpoint.from_url(args.clickhouse_url),
-                         load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
-                         ledger_database=args.ledger_database, select=select, parallel_tables=args.parallel_tables)
+    sources = _sources(args)
+    if sources:
+        select = _group_select(args) if args.database else None
+        if not args.merge_into and not select:
+            raise SystemExit("airflow-sync: reconcile a group's merged copy with --merge-into (as loaded), or its "
+                             "side-by-side copies with --database [--select-table …]")
+        spec = ReconcileSpec(source=None, target=ClickHouseEndpoint.from_url(args.clickhouse_url),
+                             load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
+                             ledger_database=args.ledger_database, select=select,
+                             parallel_tables=args.parallel_tables, sources=sources, merge_into=args.merge_into or "")
+    else:
+        source = MySQLEndpoint.from_url(args.mysql_url)
+        select = _many(args, source) if args.database or args.select_table or args.exclude_table or not args.load \
+            else None
+        spec = ReconcileSpec(source=source, target=ClickHouseEndpoint.from_url(args.clickhouse_url),
+                             load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
+                             ledger_database=args.ledger_database, select=select,
+                             parallel_tables=args.parallel_tables)
     result, log_path = _run_job(spec, args, "reconcile")
     if result.get("status") != "success":
         if args.json:
@@ -291,7 +368,7 @@ def cmd_reconcile(args) -> int:
     else:
         for one in tables:
             if len(tables) > 1:
-                print(f"{one['table']} → {one['target']} (load {one['load_key']!r}):")
+                print(f"{one.get('member') or one['table']} → {one['target']} (load {one['load_key']!r}):")
             if one["shards"]:
                 print(reconcile_table(one["shards"]))
             for note in one["shape"]["notes"]:
@@ -376,6 +453,12 @@ def _selection_arguments(parser, one: str = "") -> None:
     parser.add_argument("--exclude-table", action="append", help="pattern to leave out (repeat)")
     parser.add_argument("--target-database",
                         help="where the copies go (selected tables: {database} stands for the source's name)")
+    parser.add_argument("--source", action="append", metavar="NAME",
+                        help="a source group: this source (repeat), its URL in $MYSQL_URL_<NAME> (upper-cased, other "
+                             "characters as _); the selection applies to every source")
+    parser.add_argument("--merge-into", metavar="DB.TABLE",
+                        help="with --source: every selected table of every source into this one table, keyed by the "
+                             "primary key and _source, _source_database, _source_table (docs/source-groups.md)")
     if parser.prog.split()[-1] in ("load", "reconcile", "diff"):
         parser.add_argument("--parallel-tables", type=int, default=2, help="selected tables worked on at once")
     else:  # a pipeline keeps the patterns it was first given; other patterns are refused unless
@@ -563,6 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
     _urls(reimport)
     reimport.add_argument("--load", required=True, help="load key")
     reimport.add_argument("--failed", action="store_true", required=True, help="only failed/unfinished shards")
+    reimport.add_argument("--source", action="append", metavar="NAME",
+                          help="a source group's load: its sources (repeat; URLs in $MYSQL_URL_<NAME>)")
     reimport.add_argument("--master", default="local[2]")
     _log_file_argument(reimport)
     reimport.add_argument("--json", action="store_true")
@@ -671,7 +756,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     for name in ("mysql_url", "clickhouse_url"):
-        optional = name == "mysql_url" and getattr(args, "cdc_command", None) == "status"
+        optional = name == "mysql_url" and (getattr(args, "cdc_command", None) == "status"
+                                            or bool(getattr(args, "source", None)))
         if hasattr(args, name) and not getattr(args, name) and not optional:
             option = name.replace("_", "-")
             print(f"airflow-sync: error: --{option} or ${name.upper()} is required", file=sys.stderr)

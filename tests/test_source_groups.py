@@ -7,7 +7,12 @@ for row (tests/helpers.assert_merged_rows), each row with its source columns."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -158,3 +163,50 @@ def test_without_merge_into_each_source_is_copied_side_by_side(trio, endpoints, 
     for source, url in trio.items():
         with pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True) as conn:
             assert_same_rows(conn, ch, "shop_x", "orders_0", f"{source}_shop_x")
+
+
+def test_command_line_group_load_fails_on_one_shard_and_reimports_only_it(trio, endpoints, clickhouse_url, ch):
+    """`airflow-sync load --source … --merge-into`: a bad value in one source table fails its
+    shard alone; `status` names it; `reimport --failed` re-reads only that shard and publishes
+    every member at once; `reconcile --checksum` then says ok. Source URLs only in the environment."""
+    _fill(trio, random.Random(5))
+    with pymysql.connect(**MySQLEndpoint.from_url(trio["s1"]).connect_args(), autocommit=True) as conn:
+        run_sql(conn, "SET SESSION sql_mode = ''", "UPDATE shop_y.orders_2 SET created = '0000-00-00' WHERE id = 17")
+    env = dict(os.environ, CLICKHOUSE_URL=clickhouse_url, **{f"MYSQL_URL_{n.upper()}": u for n, u in trio.items()})
+    env.pop("MYSQL_URL", None)
+    group = [arg for name in SOURCES for arg in ("--source", name)]
+    merged = "analytics_g.orders_cli"
+    load = cli(env, "load", *group, "--database", "shop_*", "--select-table", "orders_*", "--merge-into", merged,
+               "--load-key", "group-cli", "--channels", "3")
+    assert load.returncode == 1, load.stdout + load.stderr
+    assert "s1:shop_y.orders_2" in load.stderr or "shop_y.orders_2" in load.stderr, load.stderr
+    assert not ch.command(f"EXISTS TABLE {merged}")  # nothing published while one member failed
+    status = cli(env, "status", "--load", "group-cli", "--json")
+    summary = json.loads(status.stdout)
+    assert summary["verdict"] == "failed" and summary["failed_loads"] == ["group-cli:s1:shop_y.orders_2"]
+    with pymysql.connect(**MySQLEndpoint.from_url(trio["s1"]).connect_args(), autocommit=True) as conn:
+        run_sql(conn, "UPDATE shop_y.orders_2 SET created = '2025-02-02' WHERE id = 17")
+    again = cli(env, "reimport", "--load", "group-cli", "--failed", *group, "--json")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    result = json.loads(again.stdout)
+    read = {t["member"]: t["shards_read"] for t in result["tables"]}
+    assert read.pop("s1:shop_y.orders_2") == 1 and set(read.values()) == {0}
+    conns = _conns(trio)
+    try:
+        assert_merged_rows(conns, ch, merged, members())
+    finally:
+        for conn in conns.values():
+            conn.close()
+    check = cli(env, "reconcile", *group, "--merge-into", merged, "--load", "group-cli", "--checksum")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "verdict of the 12 tables: ok" in check.stdout
+    for url in trio.values():
+        password = MySQLEndpoint.from_url(url).password
+        assert password not in load.stdout + load.stderr + again.stdout + check.stdout
+
+
+CLI = str(Path(sys.executable).parent / "airflow-sync")
+
+
+def cli(env, *args):
+    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=600)

@@ -88,7 +88,8 @@ class GroupLoad:
             for load, records in zip(loads, per_shard):
                 load.settle(records, self.in_driver)
             self._publish(loads, done)
-            results = [load.done(records, drop=False) for load, records in zip(loads, per_shard)]
+            results = [load.done(records, drop=False) | {"member": Member.of(load.spec.member).name}
+                       for load, records in zip(loads, per_shard)]
             if loads:  # every member is recorded published: the working table goes
                 working = loads[0].state.parts_table
                 ledger.ch.command(f"DROP TABLE IF EXISTS {ch_table(spec.ledger_database, working)}")
@@ -171,18 +172,18 @@ class GroupLoad:
         return loads
 
     def _working(self, states: dict, keys: list[str]) -> str:
-        """The group's working table: the one its unfinished run was writing, else a new one."""
-        if self.spec.reimport:
-            generation = max((s.generation for s in states.values() if s), default=0)
-            return target.parts_table_name(f"{self.spec.load_key}:repair", generation)
+        """The group's working table: the one its unfinished run was writing, else a new one (a
+        re-import into the published copy: one for the repair)."""
         running = {s.parts_table for s in states.values() if s and s.status not in (LOAD_PUBLISHED, LOAD_ABANDONED)}
         if len(running) > 1:
             raise LoadFailed(f"group load {self.spec.load_key!r}: its members were started by different runs "
                              f"(working tables {sorted(running)}); run it under a new load key")
         if running:
             return running.pop()
-        return target.parts_table_name(self.spec.load_key, 1 + max((s.generation for s in states.values() if s),
-                                                                   default=0))
+        generation = max((s.generation for s in states.values() if s), default=0)
+        if self.spec.reimport:
+            return target.parts_table_name(f"{self.spec.load_key}:repair", generation)
+        return target.parts_table_name(self.spec.load_key, generation + 1)
 
     @staticmethod
     def _shard_bases(todo, states: dict) -> dict[str, int]:
