@@ -51,6 +51,13 @@ def namespace(kind: str, endpoint) -> str:
     return f"{kind}://{endpoint.host}:{endpoint.port}"
 
 
+def source_of(spec, result: dict):
+    """The MySQL endpoint a table's result came from: the spec's source, or for a source group's
+    table (its ``member`` or ``source`` names the source) that source's."""
+    name = result.get("source") or (result.get("member") or "").partition(":")[0]
+    return next((s.endpoint for s in getattr(spec, "sources", None) or [] if s.name == name), spec.source)
+
+
 def openlineage(inputs: list[tuple[str, str]], outputs: list[tuple[str, str, int | None]]):
     """An ``OperatorLineage`` (None without the OpenLineage provider): inputs (namespace, name),
     outputs (namespace, name, rows written or None)."""

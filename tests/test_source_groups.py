@@ -18,10 +18,11 @@ import pymysql
 import pytest
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import check_counters
 from airflow_sync_provider.core.source.group import IncompatibleShards, Source
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.spark.diff import run_group_diff, run_snapshot_diff
 from airflow_sync_provider.spark.full_load import run_full_load
 from airflow_sync_provider.spark.group_load import run_group_load
 from airflow_sync_provider.spark.groups import each_group
@@ -210,3 +211,38 @@ CLI = str(Path(sys.executable).parent / "airflow-sync")
 
 def cli(env, *args):
     return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_diff_of_the_merged_copy_with_its_sources_flags_and_applies_per_source(trio, endpoints, ch, spark):
+    """Each source table against the merged copy's rows of it, keyed by id and the source columns:
+    a change on one shard is one changed row of that source only (the same id elsewhere stays
+    identical); applied, the copy equals the sources again. Two merged snapshots diff by the copy's
+    key (source columns in it)."""
+    _fill(trio, random.Random(23))
+    load_group(_spec(trio, endpoints, load_key="group-load-5"), spark)
+    ch.command(f"DROP TABLE IF EXISTS {MERGED}_before")
+    ch.command(f"CREATE TABLE {MERGED}_before AS {MERGED}")
+    ch.command(f"INSERT INTO {MERGED}_before SELECT * FROM {MERGED}")
+    with pymysql.connect(**MySQLEndpoint.from_url(trio["s2"]).connect_args(), autocommit=True) as conn:
+        run_sql(conn, "UPDATE shop_x.orders_1 SET status = 'refunded' WHERE id = 5",
+                "DELETE FROM shop_y.orders_3 WHERE id = 9",
+                "INSERT INTO shop_y.orders_3 (customer, amount, status, created) VALUES (1, 2.50, 'new', NOW(6))")
+    spec = SnapshotDiffSpec(endpoints[1], "", sources=[Source(n, MySQLEndpoint.from_url(u)) for n, u in trio.items()],
+                            merge_into=MERGED, select=SELECT, on_change="apply")
+    result = diff_group(spec, spark)
+    assert result["counts"]["changed"] == 1 and result["counts"]["deleted"] == 1 and result["counts"]["new"] == 1
+    flagged = {t["member"]: t["counts"] for t in result["tables"] if t["verdict"] != "identical"}
+    assert set(flagged) == {"s2:shop_x.orders_1", "s2:shop_y.orders_3"}, flagged
+    conns = _conns(trio)
+    try:
+        assert_merged_rows(conns, ch, MERGED, members())
+    finally:
+        for conn in conns.values():
+            conn.close()
+    both = SnapshotDiffSpec(endpoints[1], f"{MERGED}_before", new_table=MERGED, diff_key="merged-vs-merged")
+    compared = diff_group(both, spark)
+    assert compared["keys"] == ["id", "_source", "_source_database", "_source_table"]
+    assert (compared["counts"]["changed"], compared["counts"]["deleted"], compared["counts"]["new"]) == (1, 1, 1)
+
+
+diff_group = each_group(run_snapshot_diff, run_group_diff)

@@ -375,12 +375,24 @@ class SnapshotDiffSpec:
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel_tables: int = 2
+    # a source group (core/source/group.py): with merge_into, every member's table against the
+    # merged copy's rows of it (key: the primary key and the source columns); else side by side
+    sources: list = field(default_factory=list)
+    merge_into: str = ""
+    member: dict | None = None  # one member's diff (set by the group's run)
     result_path: str = ""
     job: str = field(default="snapshot_diff", init=False)
 
     def __post_init__(self):
         if self.reader not in READERS:
             raise ValueError(f"reader must be one of {READERS}, got {self.reader!r}")
+        if _group(self):
+            if self.on_change not in ("fail", "warn", "apply"):
+                raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {self.on_change!r}")
+            if self.merge_into:
+                self.diff_key = self.diff_key or f"diff:group->{self.merge_into}"
+                self.changes_table = self.changes_table or f"{self.merge_into}__changes"
+            return
         if _many_tables(self):
             if self.source is None or self.new_table:
                 raise ValueError("a diff of tables by select=/tables= compares MySQL tables (source) with their copies")
@@ -404,6 +416,14 @@ class SnapshotDiffSpec:
     @property
     def new_name(self) -> str:
         return self.new_table or f"{self.source_database}.{self.source_table}"
+
+    def for_member(self, member: Member, endpoint: MySQLEndpoint, table: dict | None = None) -> "SnapshotDiffSpec":
+        """One source table of a merged copy against the copy's rows of it (``table``: its
+        table_config, unused: a diff compares every column the copy holds)."""
+        return dataclasses.replace(
+            self, source=endpoint, sources=[], merge_into="", select=None, tables=[], member=dataclasses.asdict(member),
+            source_database=member.database, source_table=member.table, old_table=self.merge_into,
+            diff_key=member_key(self.diff_key, member))
 
     def for_table(self, table: dict) -> "SnapshotDiffSpec":
         return dataclasses.replace(

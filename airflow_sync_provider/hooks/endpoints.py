@@ -11,6 +11,7 @@ from airflow_sync_provider.compat import AirflowException, BaseHook
 from airflow_sync_provider.core.cdc.checkpoints import check_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, check_counters
+from airflow_sync_provider.core.source.group import Source, check_sources
 from airflow_sync_provider.stats import watch_pipeline
 
 
@@ -29,6 +30,20 @@ class SyncEndpointsHook(BaseHook):
         return MySQLEndpoint(host=conn.host or "127.0.0.1", port=int(conn.port or 3306),
                              user=conn.login or "root", password=conn.password or "",
                              database=conn.schema or "")
+
+    def sources(self, entries: list) -> list[Source]:
+        """A source group's sources from ``[{"name": "s0", "mysql_conn_id": "shard0"}, …]``, each
+        connection read as :meth:`source` reads one."""
+        group = []
+        for entry in entries:
+            unknown = set(entry) - {"name", "mysql_conn_id"}
+            if unknown or "name" not in entry or "mysql_conn_id" not in entry:
+                raise ValueError(f"source {entry!r}: give each as {{'name': …, 'mysql_conn_id': …}}"
+                                 + (f" (unknown keys {sorted(unknown)})" if unknown else ""))
+            group.append(Source(entry["name"], SyncEndpointsHook(entry["mysql_conn_id"],
+                                                                 self.clickhouse_conn_id).source()))
+        check_sources(group)
+        return group
 
     def target(self) -> ClickHouseEndpoint:
         conn = self.get_connection(self.clickhouse_conn_id)

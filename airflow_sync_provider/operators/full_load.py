@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from airflow_sync_provider.assets import clickhouse_table, is_static, mysql_table, namespace
+from airflow_sync_provider.assets import clickhouse_table, is_static, mysql_table, namespace, source_of
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_LOAD
 from airflow_sync_provider.core.metrics import attempts, load_metrics
@@ -38,6 +38,13 @@ class FullLoadOperator(SparkJobOperator):
         ``source_table``, ``target_database``, ``target_table``, ``columns``, ``exclude_columns``,
         ``split_column``), alone or besides ``select``.
     :param parallel_tables: tables copied at once in a task of many (each with its ``channels``).
+    :param sources: a source group instead of ``mysql_conn_id``: ``[{"name": "s0", "mysql_conn_id":
+        "shard0"}, …]``, ``select`` / ``tables`` applied to every source (docs/source-groups.md).
+    :param merge_into: with ``sources``, ``"db.table"``: every selected table of every source copied
+        into this one table, keyed by the primary key and the source columns ``_source``,
+        ``_source_database``, ``_source_table``, published at once; each source table is a load of
+        its own (``<load_key>:<source>:<db>.<table>``). Without it the sources' tables are copied
+        side by side (target database ``{source}_{database}`` unless the selection names one).
     :param load_key: names the load in the ledger (default ``<dag>.<task>.<run_id>``, with
         ``.<db>.<table>`` added in a mapped task): a retry resumes it and reads only unfinished
         shards; once published, the same key copies afresh.
@@ -79,12 +86,14 @@ class FullLoadOperator(SparkJobOperator):
     """
 
     job = "full_load"
-    template_fields = ("table", "select", "tables", "load_key", "source_database", "target_database", "target_table",
+    template_fields = ("table", "select", "tables", "merge_into", "load_key", "source_database", "target_database",
+                       "target_table",
                        "columns", "exclude_columns", "split_column", "where", "where_params", "replace_partitions")
 
     def __init__(self, *, table: str | None = None, select: dict | None = None, tables: list | None = None,
                  parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
-                 clickhouse_conn_id: str = "clickhouse_default", load_key: str | None = None,
+                 clickhouse_conn_id: str = "clickhouse_default", sources: list | None = None,
+                 merge_into: str = "", load_key: str | None = None,
                  reimport: str | None = None, source_database: str | None = None,
                  target_database: str | None = None, target_table: str | None = None,
                  columns: list | None = None, exclude_columns: list | None = None,
@@ -99,6 +108,10 @@ class FullLoadOperator(SparkJobOperator):
         super().__init__(**kwargs)
         if bool(table) == bool(select or tables):
             raise ValueError(f"task {kwargs.get('task_id')}: give table= (one table) or select= / tables= (many)")
+        if (sources or merge_into) and not (select or tables):
+            raise ValueError(f"task {kwargs.get('task_id')}: a source group applies select= / tables= to every source")
+        self.sources = sources
+        self.merge_into = merge_into
         self.table = table
         self.select = select
         self.tables = tables
@@ -162,11 +175,13 @@ class FullLoadOperator(SparkJobOperator):
     def lineage(self, spec, result):
         tables = result.get("tables") or [result | {"table": f"{spec.source_database}.{spec.source_table}",
                                                      "target": f"{spec.target_database}.{spec.target_table}"}]
-        return ([(namespace("mysql", spec.source), t["table"]) for t in tables],
+        return ([(namespace("mysql", source_of(spec, t)), t["table"]) for t in tables],
                 [(namespace("clickhouse", spec.target), t["target"], t.get("rows")) for t in tables])
 
     def build_spec(self, context) -> FullLoadSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
+        if self.sources:
+            return self._group_spec(hook, context)
         source, target = hook.source(), hook.target()
         source_db = self.source_database or source.database
         if not source_db and self.table:
@@ -192,15 +207,31 @@ class FullLoadOperator(SparkJobOperator):
             skip_published=self.skip_if_published,
         )
 
+    def _group_spec(self, hook: SyncEndpointsHook, context) -> FullLoadSpec:
+        return FullLoadSpec(
+            source=None, target=hook.target(), source_database="", source_table="", target_database="",
+            target_table="", sources=hook.sources(self.sources), merge_into=self.merge_into,
+            load_key=self.load_key or default_load_key(self, context, None), select=self.select,
+            tables=list(self.tables or []), parallel_tables=self.parallel_tables, reimport=self.reimport,
+            columns=list(self.columns) if self.columns else None, exclude_columns=list(self.exclude_columns or []),
+            channels=self.channels, batch_rows=self.batch_rows, insert_rows=self.insert_rows,
+            insert_bytes=self.insert_bytes, split_column=self.split_column, split_factor=self.split_factor,
+            strategy=self.strategy, byte_speed=self.byte_speed, record_speed=self.record_speed,
+            channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
+            where=self.where, where_params=list(self.where_params or []), partition_by=self.partition_by,
+            replace_partitions=list(self.replace_partitions or []), ledger_database=self.ledger_database,
+            reader=self.reader, driver_copy_rows=self.driver_copy_rows, skip_published=self.skip_if_published)
+
     def summarize(self, result: dict) -> dict:
         if "tables" in result:
-            tables = [{k: t.get(k) for k in ("table", "target", "load_key", "generation", "rows", "shards", "seconds",
-                                             "skipped")}
+            tables = [{k: t.get(k) for k in ("table", "member", "source", "target", "load_key", "generation", "rows",
+                                             "shards", "seconds", "skipped")}
                       for t in result["tables"]]
-            self.log.info("Loaded %d table(s), %d rows, in %.1f s", len(tables), sum(t["rows"] for t in tables),
+            self.log.info("Loaded %d table(s), %d rows, in %.1f s", len(tables), sum(t["rows"] or 0 for t in tables),
                           result["seconds"])
-            return {"load_key": result["load_key"], "selected": result["selected"], "tables": tables,
-                    "rows": sum(t["rows"] for t in tables), "seconds": result["seconds"]}
+            group = {k: result[k] for k in ("merge_into", "sources", "members") if k in result}
+            return {"load_key": result["load_key"], "selected": result.get("selected") or result.get("members", []),
+                    "tables": tables, "rows": sum(t["rows"] or 0 for t in tables), "seconds": result["seconds"]} | group
         for warning in result.get("warnings", []):
             self.log.warning("%s", warning)
         if result["per_shard"]:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from airflow_sync_provider.assets import namespace
+from airflow_sync_provider.assets import namespace, source_of
 from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_RECONCILIATION
@@ -34,6 +34,10 @@ class ReconcileOperator(SparkJobOperator):
         ``verdict`` (``ok`` only if every table is; else ``shape_mismatch`` before ``mismatch``),
         ``tables`` (one summary and report each).
     :param parallel_tables: tables checked at once.
+    :param sources, merge_into: a source group's load (as ``FullLoadOperator`` took them; ``load_key``
+        the group's): with ``merge_into`` every source table of the merged copy against its own
+        source, re-imported together (``on_mismatch="reimport"``); without it, each source's tables
+        copied side by side (``select`` / ``tables``).
     :param checksum: also compare an order-independent sum of row hashes per shard.
     :param on_mismatch: ``fail`` (default), ``warn``, or ``reimport``: re-import the mismatched
         shards into the published table (in place: newer versions first, then the shards' older
@@ -45,16 +49,19 @@ class ReconcileOperator(SparkJobOperator):
     """
 
     job = "reconcile"
-    template_fields = ("load_key", "select", "tables", "report_dir")
+    template_fields = ("load_key", "select", "tables", "merge_into", "report_dir")
 
     def __init__(self, *, load_key: str = "", select: dict | None = None, tables: list | None = None,
                  parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
-                 clickhouse_conn_id: str = "clickhouse_default", checksum: bool = False, on_mismatch: str = "fail",
+                 clickhouse_conn_id: str = "clickhouse_default", sources: list | None = None, merge_into: str = "",
+                 checksum: bool = False, on_mismatch: str = "fail",
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, report_dir: str | None = None, **kwargs):
         super().__init__(**kwargs)
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {ON_MISMATCH}, got {on_mismatch!r}")
         self.load_key = load_key
+        self.sources = sources
+        self.merge_into = merge_into
         self.select = select
         self.tables = tables
         self.parallel_tables = parallel_tables
@@ -67,10 +74,11 @@ class ReconcileOperator(SparkJobOperator):
 
     def build_spec(self, context) -> ReconcileSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
-        return ReconcileSpec(source=hook.source(), target=hook.target(), load_key=self.load_key,
+        group = hook.sources(self.sources) if self.sources else []
+        return ReconcileSpec(source=None if group else hook.source(), target=hook.target(), load_key=self.load_key,
                              checksum=self.checksum, reimport=self.on_mismatch == "reimport",
                              ledger_database=self.ledger_database, select=self.select, tables=list(self.tables or []),
-                             parallel_tables=self.parallel_tables)
+                             parallel_tables=self.parallel_tables, sources=group, merge_into=self.merge_into)
 
     def sync_page(self, spec) -> str:
         return sync_link(load=spec.load_key) if spec.select or spec.tables else sync_link("reconciliation",
@@ -85,17 +93,18 @@ class ReconcileOperator(SparkJobOperator):
 
     def lineage(self, spec, result):
         return [x for t in result.get("tables") or [result]
-                for x in ((namespace("mysql", spec.source), t["table"]), (namespace("clickhouse", spec.target),
-                                                                         t["target"]))], []
+                for x in ((namespace("mysql", source_of(spec, t)), t["table"]),
+                          (namespace("clickhouse", spec.target), t["target"]))], []
 
     def summarize(self, result: dict) -> dict:
         if "tables" not in result:
             return self._summarize_one(result)
         tables, problems = [], []
         for one in result["tables"]:
-            tables.append({"table": one["table"], **self._summarize_one(one, raise_on_mismatch=False)})
+            name = one.get("member") or one["table"]
+            tables.append({"table": name, **self._summarize_one(one, raise_on_mismatch=False)})
             if one["verdict"] != OK:
-                problems.append(f"{one['table']}: {_why(one)}")
+                problems.append(f"{name}: {_why(one)}")
         verdict = result.get("verdict") or overall_verdict(one["verdict"] for one in result["tables"])
         self.log.info("Reconciled %d table(s): %s", len(tables), verdict)
         if problems:
@@ -103,7 +112,8 @@ class ReconcileOperator(SparkJobOperator):
             if self.on_mismatch in ("fail", "reimport"):
                 raise AirflowException(message)
             self.log.warning("%s", message)
-        return {"load_key": result["load_key"], "verdict": verdict, "selected": result["selected"], "tables": tables}
+        return {"load_key": result["load_key"], "verdict": verdict, "selected": result.get("selected", []),
+                "tables": tables}
 
     def _summarize_one(self, result: dict, raise_on_mismatch: bool = True) -> dict:
         self.log.info("Reconciliation of %s → %s:\n%s", result["table"], result["target"],

@@ -33,9 +33,10 @@ from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.group import SOURCE_COLUMNS, Member, member_filter, member_view, merged_schema
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, lock_name
 from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, explain, plan_table
-from airflow_sync_provider.core.source.schema import read_table_schema
+from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import (
@@ -76,6 +77,7 @@ from airflow_sync_provider.core.verify.pruning import (
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.core.verify.shape import CopyShape, column_problems, read_copy_shape
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
+from airflow_sync_provider.spark.groups import group_members
 from airflow_sync_provider.spark.session import lazy
 
 log = logging.getLogger(__name__)
@@ -290,8 +292,8 @@ def _native_sql(ctx: _Context) -> str | None:
     with _native_lock:
         if ctx.run_id not in _native:
             mappings = [ctx.texts[c] for c in ctx.schema.names]
-            sql, note = mysql_reader.native_reader(ctx.spec.reader, ctx.spec.source, ctx.plan, mappings,
-                                                   list(ctx.columns.keys))
+            keys = [k for k in ctx.columns.keys if ctx.texts[k].source.in_table]  # not a merged copy's source columns
+            sql, note = mysql_reader.native_reader(ctx.spec.reader, ctx.spec.source, ctx.plan, mappings, keys)
             log.info(f"diff {ctx.spec.diff_key}: rows are read by {note}")
             _native[ctx.run_id] = sql
         return _native[ctx.run_id]
@@ -540,16 +542,20 @@ def _create_copy(spec: SnapshotDiffSpec, ch) -> dict:
     return target.column_types(ch, database, table)
 
 
-def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, copy: CopyShape) -> dict:
-    """Columns, canonical schema, shards and version when the new snapshot is the MySQL table."""
+def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, copy: CopyShape,
+                   merged: TableSchema | None = None) -> dict:
+    """Columns, canonical schema, shards and version when the new snapshot is the MySQL table
+    (``merged``: a merged copy's shape, which a member's table is seen through)."""
     with mysql_reader.connect(spec.source) as conn:
         schema = read_table_schema(conn, spec.source_database, spec.source_table)
+        if merged is not None:
+            schema = member_view(merged, Member.of(spec.member), schema)
         table = schema.qualified
         skipped = [c.name for c in schema.columns if c.name not in old_types]
         if spec.compare_columns and set(spec.compare_columns) & set(skipped):
             raise DiffError(f"table {table}: compare_columns {sorted(set(spec.compare_columns) & set(skipped))} "
                             f"are not in the old snapshot {spec.old_table}")
-        keys = spec.key_columns or list(schema.primary_key)
+        keys = spec.key_columns or list(schema.target_key)
         _check_copy_shape(spec, ch, copy, schema, old_types, keys)
         if skipped:
             log.info(f"diff {spec.diff_key}: column(s) {skipped} of {table} are not in {spec.old_table}; "
@@ -574,7 +580,8 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
         if needs_weight(column):
             weights = read_weights(conn, column, cut_points(plan))
             width = weight_width(ch, database, name) if weights.space is not None else 0
-        predicates = dict(zip((s.id for s in plan.shards), target_predicates(plan, column, weights, None, width or 0)))
+        predicates = dict(zip((s.id for s in plan.shards), target_predicates(plan, column, weights, None, width or 0,
+                                                                             member_filter(schema))))
         position = position_if_readable(conn, table, source_epoch(conn, ch, spec.ledger_database))
         first = mappings[keys[0]].source
         key_position = first.data_type in _INTEGER_TYPES and not first.nullable
@@ -751,9 +758,10 @@ def _apply_version(spec: SnapshotDiffSpec, ch, old_types: dict, position) -> int
 CHANGES_WAIT_SECONDS = 3600  # a diff waits this long for another one writing its change set
 
 
-def run_snapshot_diff(spec: SnapshotDiffSpec, spark) -> dict:
+def run_snapshot_diff(spec: SnapshotDiffSpec, spark, merged: TableSchema | None = None) -> dict:
     """One diff; diffs that write one change-set table (e.g. a backfill's runs) take turns: each
-    clears its rows there and may recreate the table (a lock on the source, when there is one)."""
+    clears its rows there and may recreate the table (a lock on the source, when there is one).
+    ``merged``: a member's diff of a merged copy (:func:`run_group_diff`)."""
     if spec.source is None:  # ClickHouse against ClickHouse: no source to hold a lock on
         return _diff(spec, spark)
     name = lock_name(spec.ledger_database, f"changes:{spec.changes_table}")
@@ -764,12 +772,12 @@ def run_snapshot_diff(spec: SnapshotDiffSpec, spark) -> dict:
                         f"over {CHANGES_WAIT_SECONDS} s ({held.where} holds lock {held.name!r}); run it again later, "
                         "or give this diff a changes_table of its own") from None
     try:
-        return _diff(spec, spark)
+        return _diff(spec, spark, merged)
     finally:
         lock.release()
 
 
-def _diff(spec: SnapshotDiffSpec, spark) -> dict:
+def _diff(spec: SnapshotDiffSpec, spark, merged: TableSchema | None = None) -> dict:
     started = time.time()
     ch = target.client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
@@ -781,7 +789,7 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
         raise DiffError(f"the old snapshot {spec.old_table} does not exist on ClickHouse")
     copy = read_copy_shape(ch, *_split(spec.old_table))
     found = (_resolve_clickhouse(spec, ch, old_types) if spec.new_table
-             else _resolve_mysql(spec, ch, ledger, old_types, copy))
+             else _resolve_mysql(spec, ch, ledger, old_types, copy, merged))
     if spec.on_change == "apply":
         _check_apply(spec, copy, found["columns"].keys)
     notes, advice = _shape_notes(spec, copy, found["columns"].keys)
@@ -828,3 +836,41 @@ def _diff(spec: SnapshotDiffSpec, spark) -> dict:
     samples = change_samples(ch, spec.changes_table, spec.diff_key, run_id, spec.sample_rows)
     ch.close()
     return result | {"shard_results": shards, "samples": samples, "seconds": round(time.time() - started, 3)}
+
+
+def run_group_diff(spec: SnapshotDiffSpec, spark) -> dict:
+    """A merged copy (core/source/group.py) against its sources: every member's table against the
+    copy's rows of it (its source columns in the key), each a diff of its own
+    (``<diff key>:<source>:<db>.<table>``) into one change set; rows of the copy from a source
+    table no longer selected are counted as ``orphans`` (a re-load removes them)."""
+    started = time.time()
+    session = lazy(spark)
+    members = group_members(spec)
+    merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge_into)
+    ch = target.client(spec.target)
+    try:
+        database, table = _split(spec.merge_into)
+        if not target.table_exists(ch, database, table):
+            if spec.on_change != "apply":
+                raise DiffError(f"the merged copy {spec.merge_into} does not exist on ClickHouse")
+            ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+            ch.command(target.create_table_sql(member_view(merged, members[0][0], members[0][3]), database, table))
+        tags = ", ".join(ch_ident(c) for c in SOURCE_COLUMNS)
+        present = {tuple(r) for r in ch.query(f"SELECT DISTINCT {tags} FROM {ch_table(database, table)} FINAL"
+                                              ).result_rows}
+    finally:
+        ch.close()
+    orphans = sorted(":".join((s, f"{d}.{t}")) for s, d, t in present - {m.tags for m, *_ in members})
+    results = []
+    for member, source, _, _ in members:  # one at a time: they share the change set's table
+        one = run_snapshot_diff(spec.for_member(member, source.endpoint), session, merged)
+        results.append({k: v for k, v in one.items() if k not in ("shard_results", "samples")}
+                       | {"member": member.name, "table": f"{member.database}.{member.table}"})
+    counts = {flag: sum(r["counts"][flag] for r in results) for flag in FLAGS}
+    if orphans:
+        log.warning("diff %s: %s holds rows of source tables no longer selected: %s", spec.diff_key, spec.merge_into,
+                    ", ".join(orphans))
+    changed = any(r["verdict"] != "identical" for r in results)
+    return {"diff_key": spec.diff_key, "merge_into": spec.merge_into, "tables": results, "counts": counts,
+            "orphans": orphans, "verdict": ("applied" if spec.on_change == "apply" else "changed") if changed
+            else "identical", "selected": [m.name for m, *_ in members], "seconds": round(time.time() - started, 3)}

@@ -222,7 +222,7 @@ def run_group_reconcile(spec: ReconcileSpec, spark) -> dict:
 
     results = compare()
     summary = {"load_key": spec.load_key, "merge_into": merged.qualified, "tables": results,
-               "verdict": overall_verdict(r["verdict"] for r in results)}
+               "selected": [m.name for _, m, _ in members], "verdict": overall_verdict(r["verdict"] for r in results)}
     if summary["verdict"] == MISMATCH and spec.reimport:
         log.info("reconcile %s: shards mismatched in %s; re-importing them", spec.load_key,
                  ", ".join(r["member"] for r in results if r["mismatched"]))
