@@ -43,18 +43,25 @@ class SnapshotDiffOperator(SparkJobOperator):
         XCom: ``verdict`` (``changed`` — ``applied`` with ``on_change="apply"`` — if any table
         differed), ``tables`` (one summary and report each).
     :param parallel_tables: tables compared at once.
+    :param sources, merge_into: a source group (as ``FullLoadOperator`` takes them) with ``select``
+        / ``tables``: with ``merge_into`` each source table against the merged copy's rows of it
+        (keyed by the primary key and the source columns; ``diff_key`` each one's prefix, one
+        change set ``<merge_into>__changes``; XCom also names ``orphans``: source tables the copy
+        holds rows of that are no longer selected); without it, each source's tables against
+        their side-by-side copies.
     :param reader: how large reads of MySQL rows go, as ``FullLoadOperator``'s: ``auto``
         (Arrow-native unless a probe of the first rows disagrees with mysqlclient), ``native`` or
         ``mysqlclient``. Reads of a few rows (a scattered change's) always use mysqlclient.
     """
 
     job = "snapshot_diff"
-    template_fields = ("old_table", "select", "tables", "source_table", "new_table", "diff_key", "changes_table",
-                       "report_dir")
+    template_fields = ("old_table", "select", "tables", "merge_into", "source_table", "new_table", "diff_key",
+                       "changes_table", "report_dir")
 
     def __init__(self, *, old_table: str = "", source_table: str = "", new_table: str = "",
                  select: dict | None = None, tables: list | None = None, parallel_tables: int = 2,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
+                 sources: list | None = None, merge_into: str = "",
                  key_columns: list[str] | None = None, compare_columns: list[str] | None = None,
                  ignore_columns: list[str] | None = None, tolerances: dict | None = None, on_change: str = "warn",
                  diff_key: str = "", changes_table: str = "", channels: int = 2, split_factor: int = 1,
@@ -65,6 +72,8 @@ class SnapshotDiffOperator(SparkJobOperator):
             raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {on_change!r}")
         if bool(old_table) == bool(select or tables):
             raise ValueError(f"task {kwargs.get('task_id')}: give old_table= (one table) or select= / tables= (many)")
+        self.sources = sources
+        self.merge_into = merge_into
         self.old_table = old_table
         self.select = select
         self.tables = tables
@@ -122,8 +131,10 @@ class SnapshotDiffOperator(SparkJobOperator):
         database, _, table = self.source_table.partition(".")
         if self.source_table and not table:
             raise ValueError(f"source_table {self.source_table!r}: give it as database.table")
-        source = hook.source() if self.source_table or self.select or self.tables else None
+        group = hook.sources(self.sources) if self.sources else []
+        source = hook.source() if (self.source_table or self.select or self.tables) and not group else None
         return SnapshotDiffSpec(
+            sources=group, merge_into=self.merge_into,
             target=hook.target(), old_table=self.old_table, source=source, source_database=database,
             source_table=table, new_table=self.new_table, key_columns=self.key_columns,
             compare_columns=self.compare_columns, ignore_columns=list(self.ignore_columns or []),
@@ -135,7 +146,7 @@ class SnapshotDiffOperator(SparkJobOperator):
     def summarize(self, result: dict) -> dict:
         if "tables" not in result:
             return self._summarize_one(result)
-        tables = [{"table": one["table"], **self._summarize_one(one, raise_on_change=False)}
+        tables = [{"table": one.get("member") or one["table"], **self._summarize_one(one, raise_on_change=False)}
                   for one in result["tables"]]
         changed = [t for t in tables if t["verdict"] != "identical"]  # "changed", or "applied" (on_change="apply")
         verdict = ("applied" if self.on_change == "apply" else "changed") if changed else "identical"
