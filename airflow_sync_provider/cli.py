@@ -426,7 +426,8 @@ def cmd_diff(args) -> int:
 def _cdc_spec(args, service: bool) -> CdcApplySpec:
     return CdcApplySpec(source=MySQLEndpoint.from_url(args.mysql_url),
                         target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
-                        tables=args.table or [], select=_selection(args), start_from_loads=args.start_from_load or [],
+                        tables=_named_tables(args), select=_selection(args),
+                        start_from_loads=args.start_from_load or [],
                         lanes=args.lanes, batch_events=args.batch_events, driver_write_rows=args.driver_write_rows,
                         reset=args.reset, service=service, verify=args.verify,
                         verify_period=args.verify_every or args.verify_period, verify_budget=args.verify_budget,
@@ -434,6 +435,17 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         on_binlog_lost=args.on_binlog_lost,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database)
+
+
+def _named_tables(args) -> list:
+    """``--table db.name`` (repeat), each into ``--target-database`` when one is given."""
+    bad = [t for t in args.table or [] if "." not in t]
+    if bad:
+        raise SystemExit(f"airflow-sync: --table {bad[0]}: give it as db.table")
+    if not args.target_database:
+        return list(args.table or [])
+    return [{"source_database": t.partition(".")[0], "source_table": t.partition(".")[2],
+             "target_database": args.target_database} for t in args.table or []]
 
 
 def _selection(args) -> dict | None:
@@ -477,7 +489,7 @@ def cmd_cdc_apply(args) -> int:
 def cmd_cdc_bootstrap(args) -> int:
     spec = CdcBootstrapSpec(source=MySQLEndpoint.from_url(args.mysql_url),
                             target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
-                            tables=args.table or [], select=_selection(args), channels=args.channels,
+                            tables=_named_tables(args), select=_selection(args), channels=args.channels,
                             chunk_rows=args.chunk_rows,
                             watermark_table=args.watermark_table, restart=args.restart,
                             change_selection=args.change_selection,

@@ -217,3 +217,20 @@ def test_reconcile_of_a_keyless_copy_after_the_source_got_a_key(mysql_conn, mysq
     result = json.loads(run(env, *check, "--json").stdout)
     assert result["verdict"] == "ok" and result["tables"][0]["shape"]["final"] is False
     assert result["tables"][0]["shards"][0]["target_rows"] == 2000
+
+
+def test_cdc_bootstrap_puts_the_copy_into_the_target_database_given(mysql_conn, mysql_url, clickhouse_url, ch):
+    """`cdc bootstrap --table db.t --target-database x` copies into x (an option is honoured or
+    refused, never ignored: before, the copy landed in the source's database)."""
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS cli_boot")
+        cur.execute("DROP TABLE IF EXISTS cli_boot.t")
+        cur.execute("CREATE TABLE cli_boot.t (id INT PRIMARY KEY, s VARCHAR(10))")
+        cur.execute("USE cli_boot")
+        cur.execute("INSERT INTO t SELECT seq, CONCAT('s', seq) FROM seq_1_to_300")
+    env = dict(os.environ, MYSQL_URL=mysql_url, CLICKHOUSE_URL=clickhouse_url)
+    boot = run(env, "cdc", "bootstrap", "--pipeline", "cli-boot", "--table", "cli_boot.t",
+               "--target-database", "cli_boot_elsewhere")
+    assert boot.returncode == 0, boot.stdout[-2000:] + boot.stderr[-2000:]
+    assert assert_same_rows(mysql_conn, ch, "cli_boot", "t", "cli_boot_elsewhere") == 300
+    assert not ch.command("EXISTS TABLE cli_boot.t")

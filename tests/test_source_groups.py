@@ -246,3 +246,31 @@ def test_a_diff_of_the_merged_copy_with_its_sources_flags_and_applies_per_source
 
 
 diff_group = each_group(run_snapshot_diff, run_group_diff)
+
+
+def test_a_period_load_replaces_the_period_across_every_source(trio, endpoints, ch, spark):
+    """A period of a group (where + partition_by + replace_partitions): every source's rows of the
+    day, and only them, replace the day's partition of the merged copy, published at once; run
+    again after the sources changed, the day follows them (idempotent per period)."""
+    _fill(trio, random.Random(31))
+    period = dict(merge_into="analytics_g.orders_days", where="created >= %s AND created < %s",
+                  where_params=["2025-01-05", "2025-01-06"], partition_by="toYYYYMMDD(created)",
+                  replace_partitions=["20250105"])
+    load_group(dataclasses.replace(_spec(trio, endpoints, load_key="group-day-1"), **period), spark)
+    with pymysql.connect(**MySQLEndpoint.from_url(trio["s0"]).connect_args(), autocommit=True) as conn:
+        run_sql(conn, "DELETE FROM shop_x.orders_0 WHERE created >= '2025-01-05' AND created < '2025-01-06' "
+                      "LIMIT 3")
+    load_group(dataclasses.replace(_spec(trio, endpoints, load_key="group-day-2"), **period), spark)
+    expected = 0
+    for url in trio.values():
+        with pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True) as conn:
+            with conn.cursor() as cur:
+                for database, tables in LAYOUT.items():
+                    for table in tables:
+                        cur.execute(f"SELECT count(*) FROM {database}.{table} WHERE created >= '2025-01-05' "
+                                    "AND created < '2025-01-06'")
+                        expected += cur.fetchone()[0]
+    assert expected > 0
+    counts = dict(ch.query("SELECT toYYYYMMDD(created), count() FROM analytics_g.orders_days FINAL GROUP BY 1"
+                           ).result_rows)
+    assert counts == {20250105: expected}
