@@ -183,7 +183,7 @@ class FullLoadCopy(ShardCopy):
         channel.ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
 
 
-def _binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
+def binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
     """The source's binlog position now (each shard's read then takes its own snapshot's), or,
     for a source without a binlog (or without the privilege to see it), one version above
     everything the target table holds: snapshot writers still outrank older copies, but the
@@ -216,10 +216,11 @@ def _check_repairable(spec: FullLoadSpec, ch, schema, state: LoadState) -> None:
                          f"{copy_shape.reload_remedy(spec.load_key, schema.qualified, copy.qualified)}")
 
 
-def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | None = None
-                     ) -> tuple[LoadState, Plan]:
+def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | None = None,
+                     start: tuple[dict | None, int] | None = None) -> tuple[LoadState, Plan]:
     """The load's ledger state and plan: resumed, a repair of a published load, or a new
-    generation (its working table ``working``, a source group's shared one, or its own)."""
+    generation (its working table ``working``, a source group's shared one, or its own).
+    ``start``: :func:`binlog_start` read already (a source group's, once per source)."""
     state = ledger.state(spec.load_key)
     if spec.reimport == "failed":
         if state is None:
@@ -234,7 +235,7 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | 
             target.check_layout(ledger.ch, spec.target_database, spec.target_table)
             _check_repairable(spec, ledger.ch, schema, state)
             state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
-            state.start_position, state.version = _binlog_start(spec, ledger.ch)
+            state.start_position, state.version = start or binlog_start(spec, ledger.ch)
             if working:
                 state.parts_table = working
             return state, Plan.from_dict(state.plan)
@@ -245,11 +246,11 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | 
         plan = plan_table(conn, schema, speed=spec.speed(), split_column=spec.split_column,
                           split_factor=spec.split_factor, strategy=spec.strategy, where=spec.filter())
     generation = state.generation + 1 if state else 1
-    start, version = _binlog_start(spec, ledger.ch)
+    position, version = start or binlog_start(spec, ledger.ch)
     state = LoadState(spec.load_key, generation, LOAD_RUNNING, schema.qualified,
                       f"{spec.target_database}.{spec.target_table}", plan.to_dict(),
                       working or target.parts_table_name(spec.load_key, generation), version,
-                      public_dict(spec) | {"source_shape": schema.shape()}, start_position=start)
+                      public_dict(spec) | {"source_shape": schema.shape()}, start_position=position)
     return state, plan
 
 
@@ -399,9 +400,10 @@ class TableLoad:
         """Are ``rows`` (this load's, or a group's) copied by the driver's own channels?"""
         return rows <= driver_copy_limit(self.spec.driver_copy_rows, self.session) and not self.session.started
 
-    def prepare(self, schema=None, working: str | None = None, direct: bool = True) -> None:
+    def prepare(self, schema=None, working: str | None = None, start: tuple | None = None) -> None:
         """The schema copied (``schema``: a merged copy's member view, else the source table's),
-        the ledger state and plan (new or resumed), the copy's reader and layout."""
+        the ledger state and plan (new or resumed), the copy's reader and layout (a source group
+        passes its shared ``working`` table and its source's ``start``)."""
         spec = self.spec
         self.schema = schema or self.read_schema()
         if schema is None:
@@ -410,8 +412,8 @@ class TableLoad:
                         spec.driver_copy_rows, self.session):
                     self.session.start()  # the SparkContext comes up while the driver plans
         target.check_columns(self.schema)
-        self.state, self.plan = _start_or_resume(spec, self.ledger, self.schema, working)
-        self.copy, self.reader_note = _plan_copy(spec, self.ch, self.schema, self.plan, self.state, direct)
+        self.state, self.plan = _start_or_resume(spec, self.ledger, self.schema, working, start)
+        self.copy, self.reader_note = _plan_copy(spec, self.ch, self.schema, self.plan, self.state)
         self.todo = self.state.todo()
 
     def use_layout(self, direct: bool, shard_base: int = 0) -> None:

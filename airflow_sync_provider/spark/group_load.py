@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, member_key
 from airflow_sync_provider.core.ledger import LOAD_ABANDONED, LOAD_PUBLISHED, Ledger
@@ -37,10 +38,11 @@ from airflow_sync_provider.spark.channels import driver_copy_limit
 from airflow_sync_provider.spark.full_load import (
     LoadFailed,
     TableLoad,
+    binlog_start,
     collect_left_behind,
     repaired_shards,
 )
-from airflow_sync_provider.spark.groups import group_members
+from airflow_sync_provider.spark.groups import CONNECT_AT_ONCE, group_members
 from airflow_sync_provider.spark.session import lazy
 from airflow_sync_provider.spark.shard_copy import run_together
 
@@ -134,29 +136,47 @@ class GroupLoad:
                 raise LoadFailed(str(held)) from None
 
     def _prepare(self, members, merged, keys: list[str], done: set[str]) -> list[TableLoad]:
-        """Each member's load (resumed or new) on the group's working table, in one layout."""
+        """Each member's load (resumed or new) on the group's working table, in one layout. Members
+        are planned a few at a time; the binlog position is read once per source and the reader
+        probed once per shape of table (core/source/reader.choose_reader), its choice kept for the
+        members of that shape."""
         spec, ledger = self.spec, self.ledger
-        todo = [(m, s, c, schema) for (m, s, c, schema), key in zip(members, keys) if key not in done]
         states = {key: ledger.state(key) for key in keys}
         working = self._working(states, keys)
+        todo = [(m, s, c, schema) for (m, s, c, schema), key in zip(members, keys) if key not in done]
         bases = self._shard_bases(todo, states)
-        total = 0
-        loads = []
+        specs = []
         for member, source, config, schema in todo:
             one = spec.for_member(member, source.endpoint, config)
-            one = dataclasses.replace(one, member=one.member | {"shard_base": bases[member.name]})
             state = states[one.load_key]
             if spec.reimport and (state is None or state.status == LOAD_PUBLISHED and not state.failed()):
                 continue  # a re-import takes the members with failed or mismatched shards only
-            load = TableLoad(one, self.session, ledger)
-            load.prepare(member_view(merged, member, schema), working)
-            loads.append(load)
-            total += load.estimate()
-        if not loads:
+            specs.append((dataclasses.replace(one, member=one.member | {"shard_base": bases[member.name]}),
+                          member_view(merged, member, schema), source))
+        if not specs:
             if spec.reimport:
                 raise LoadFailed(f"group load {spec.load_key!r}: no member has failed or mismatched shards to "
                                  "re-import")
-            return loads
+            return []
+        starts = self._starts({source.name: one for one, _, source in specs})
+        readers: dict = {}
+
+        def prepare(item) -> TableLoad:
+            one, view, source = item
+            shape = _shape_key(view)
+            if spec.reader == "auto" and shape in readers:
+                one = dataclasses.replace(one, reader=readers[shape])
+            load = TableLoad(one, self.session, ledger)
+            load.prepare(view, working, starts[source.name])
+            readers.setdefault(shape, "native" if load.copy.native_sql is not None else "mysqlclient")
+            return load
+
+        firsts = list({_shape_key(view): item for item in specs for view in [item[1]]}.values())
+        with ThreadPoolExecutor(min(CONNECT_AT_ONCE, len(specs))) as pool:
+            prepared = dict(zip(map(id, firsts), pool.map(prepare, firsts)))
+            rest = [item for item in specs if id(item) not in prepared]
+            prepared |= dict(zip(map(id, rest), pool.map(prepare, rest)))
+        loads = [prepared[id(item)] for item in specs]
         direct = all(load.copy.direct for load in loads)
         for load in loads:
             load.use_layout(direct, load.spec.member["shard_base"] * SHARDS_PER_MEMBER)
@@ -164,12 +184,18 @@ class GroupLoad:
         weighted.create_working()  # one table; with the weight column if any member's rows carry one
         for load in loads:
             load.begin(create=False)
+        total = sum(load.estimate() for load in loads)
         if total > driver_copy_limit(spec.driver_copy_rows, self.session):
             self.session.start()
         self.in_driver = loads[0].copy_in_driver(total)
         log.info(f"copying about {total:,} rows of {len(loads)} table(s) in {spec.speed().channel_count()} shared "
                  f"channel(s) " + ("in the driver" if self.in_driver else "as Spark tasks"))
         return loads
+
+    def _starts(self, by_source: dict) -> dict:
+        """Each source's binlog position (and version without one), read once for its members."""
+        with ThreadPoolExecutor(min(CONNECT_AT_ONCE, len(by_source))) as pool:
+            return dict(zip(by_source, pool.map(lambda one: binlog_start(one, self.ledger.ch), by_source.values())))
 
     def _working(self, states: dict, keys: list[str]) -> str:
         """The group's working table: the one its unfinished run was writing, else a new one (a
@@ -241,3 +267,8 @@ def _prefixed(where: str, params: dict, prefix: str, version: int) -> tuple[str,
     """A shard predicate whose parameter names cannot meet another member's."""
     renamed = re.sub(r"\{(\w+):", lambda m: "{" + prefix + m.group(1) + ":", where)
     return renamed, {prefix + k: v for k, v in params.items()}, version
+
+
+def _shape_key(view) -> tuple:
+    """What decides how a member's rows read: its columns' definitions (not its source's tags)."""
+    return tuple((c.name, c.column_type, c.charset, c.collation, c.absent) for c in view.columns if c.tag is None)
