@@ -31,6 +31,7 @@ from airflow_sync_provider.core.ledger import LOAD_ABANDONED, LOAD_PUBLISHED, Le
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_view, merged_schema
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
+from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.source.selection import table_config
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
@@ -159,6 +160,7 @@ class GroupLoad:
                                  "re-import")
             return []
         starts = self._starts({source.name: one for one, _, source in specs})
+        specs = self._channels(specs)
         readers: dict = {}
 
         def prepare(item) -> TableLoad:
@@ -191,6 +193,21 @@ class GroupLoad:
         log.info(f"copying about {total:,} rows of {len(loads)} table(s) in {spec.speed().channel_count()} shared "
                  f"channel(s) " + ("in the driver" if self.in_driver else "as Spark tasks"))
         return loads
+
+    def _channels(self, specs: list) -> list:
+        """Each member planned with its share of the group's channels by its estimated rows (at
+        least one): shards of a group's many small tables stay about the size one table's would
+        be (each shard costs a query, ledger records and an insert), while the channels are shared."""
+        def rows(item) -> int:
+            with mysql_reader.connect(item[0].source) as conn:
+                return table_rows(conn, item[0].source_database, item[0].source_table)
+
+        with ThreadPoolExecutor(min(CONNECT_AT_ONCE, len(specs))) as pool:
+            estimates = list(pool.map(rows, specs))
+        channels, total = self.spec.speed().channel_count(), max(1, sum(estimates))
+        return [(dataclasses.replace(one, channels=max(1, min(channels, round(channels * n / total))),
+                                     byte_speed=None, record_speed=None), view, source)
+                for (one, view, source), n in zip(specs, estimates)]
 
     def _starts(self, by_source: dict) -> dict:
         """Each source's binlog position (and version without one), read once for its members."""
