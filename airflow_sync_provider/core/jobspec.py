@@ -15,12 +15,20 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import ABANDONED_AFTER_SECONDS, DEFAULT_LEDGER_DATABASE
-from airflow_sync_provider.core.source.group import Member, Source, check_sources
+from airflow_sync_provider.core.source.group import (
+    Member,
+    Source,
+    check_sources,
+    part_pipeline,
+    refresh_view,
+    tags_view,
+)
 from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.source.selection import TableSelection, table_config
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
+from airflow_sync_provider.core.typemap import MySQLColumn
 
 _SECRET_KEYS = {"password"}
 
@@ -197,7 +205,7 @@ class CdcApplySpec:
     when it starts; ``service`` runs until stopped (or ``max_seconds``).
     """
 
-    source: MySQLEndpoint
+    source: MySQLEndpoint | None
     target: ClickHouseEndpoint
     pipeline: str
     tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
@@ -245,6 +253,15 @@ class CdcApplySpec:
     # a pipeline keeps the patterns it was first given (select) and applies them on every run; a
     # run giving other patterns is refused unless it says to change them
     change_selection: bool = False
+    # a source group (core/source/group.py): a pipeline per source (spark/cdc_group.py), its
+    # tables merged into merge_into; the group's runs in the driver or as long-running tasks on
+    # the cluster's executors ("executors"); a shard (table or source) that leaves the group:
+    # its rows in the merged copy "keep" or "delete"
+    sources: list = field(default_factory=list)
+    merge_into: str = ""
+    placement: str = "driver"
+    on_shard_removed: str = "keep"
+    group: dict | None = None  # one source's pipeline of a group: {pipeline, source, sources, merge_into}
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     result_path: str = ""
     job: str = field(default="cdc_apply", init=False)
@@ -265,8 +282,16 @@ class CdcApplySpec:
                              "verify_budget a fraction of one source core in (0, 1]")
         self.tables = [table_config(t) for t in self.tables]
         TableSelection.of(self.select)
+        if self.placement not in ("driver", "executors") or self.on_shard_removed not in ("keep", "delete"):
+            raise ValueError(f"pipeline {self.pipeline}: placement must be 'driver' or 'executors', on_shard_removed "
+                             "'keep' or 'delete'")
+        _cdc_group(self)
         if not self.server_id:  # stable per pipeline, clear of the usual small server ids
             self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30
+
+    def for_source(self, source: Source) -> "CdcApplySpec":
+        """One source's pipeline of a group (its own lease, checkpoint, server and lag)."""
+        return _part(self, source)
 
 
 # rows per bootstrap chunk: each chunk is one consistent read (its read view held ~2 s at 250k
@@ -287,7 +312,7 @@ class CdcBootstrapSpec:
     snapshot-position window MySQL leaves open; MariaDB reports the exact position itself.
     """
 
-    source: MySQLEndpoint
+    source: MySQLEndpoint | None
     target: ClickHouseEndpoint
     pipeline: str
     tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
@@ -306,6 +331,10 @@ class CdcBootstrapSpec:
     # then the applier's to record, nothing is registered to join the pipeline
     recopy: bool = False
     driver_copy_rows: int | None = None  # as for a full load: tables copied by the driver's own channels
+    # a source group, as CdcApplySpec's: every source's selected tables, merged into merge_into
+    sources: list = field(default_factory=list)
+    merge_into: str = ""
+    group: dict | None = None
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     ledger_wait_seconds: float = 300.0
     result_path: str = ""
@@ -314,6 +343,7 @@ class CdcBootstrapSpec:
     def __post_init__(self):
         if not self.pipeline:
             raise ValueError("a CDC bootstrap needs its pipeline's name (pipeline=...)")
+        _cdc_group(self)
         if not self.tables and not self.select:
             raise ValueError(f"pipeline {self.pipeline}: name the tables to bootstrap (tables=['db.table', ...]) or "
                              "select them by pattern (select={'databases': [...], 'tables': [...]})")
@@ -323,6 +353,9 @@ class CdcBootstrapSpec:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         self.tables = [table_config(t) for t in self.tables]
+
+    def for_source(self, source: Source) -> "CdcBootstrapSpec":
+        return _part(self, source)
 
     def load_spec(self, table: dict, split_column: str) -> FullLoadSpec:
         """The table's copy as the ledger, reconciliation and re-import know it (a full load's
@@ -467,6 +500,35 @@ def _with_target(table, template: str) -> dict:
     return entry
 
 
+def _cdc_group(spec) -> None:
+    """A CDC spec of a source group: its sources checked (the part of one source needs none)."""
+    if not spec.sources:
+        if spec.merge_into and not spec.group:
+            raise ValueError(f"pipeline {spec.pipeline}: merge_into merges a source group's tables; name the sources "
+                             "(sources=[...])")
+        return
+    spec.sources = [Source.of(s) for s in spec.sources]
+    check_sources(spec.sources)
+    if spec.source is not None:
+        raise ValueError("give the source as source= (one server) or sources= (a group), not both")
+    if spec.merge_into and "." not in spec.merge_into:
+        raise ValueError(f"merge_into {spec.merge_into!r}: give it as database.table")
+    if "@" in spec.pipeline:
+        raise ValueError(f"pipeline {spec.pipeline!r}: a group's name may not hold '@' (its sources' pipelines are "
+                         "named <pipeline>@<source>)")
+
+
+def _part(spec, source: Source):
+    """A group CDC spec's part for ``source``: the source's pipeline ``<pipeline>@<source>``, its
+    tables the group's (merged ones point at the merged copy)."""
+    group = {"pipeline": spec.pipeline, "source": source.name, "sources": [s.name for s in spec.sources],
+             "merge_into": spec.merge_into}
+    extra = {"server_id": 0} if hasattr(spec, "server_id") else {}
+    return dataclasses.replace(spec, source=source.endpoint, sources=[], pipeline=part_pipeline(spec.pipeline,
+                                                                                                source.name),
+                               group=group, **extra)
+
+
 def member_key(prefix: str, member: Member) -> str:
     """A merged copy's member load key: ``<group key>:<source>:<db>.<table>``."""
     return f"{prefix}:{member.name}"
@@ -501,9 +563,16 @@ _ENDPOINTS = {"source": MySQLEndpoint, "target": ClickHouseEndpoint}
 
 def copied_schema(conn, spec: dict) -> TableSchema:
     """The source table as a load copies it (its ``columns`` / ``exclude_columns``); ``spec`` is a
-    full load's spec as a dict (the ledger keeps it in that form)."""
+    full load's spec as a dict (the ledger keeps it in that form), or a pipeline table's entry —
+    of a merged copy's member, seen through its ``view`` (core/source/group.refresh_view)."""
     schema = read_table_schema(conn, spec["source_database"], spec["source_table"])
-    return schema.select(spec.get("columns"), spec.get("exclude_columns") or ())
+    schema = schema.select(spec.get("columns"), spec.get("exclude_columns") or ())
+    if spec.get("member"):
+        view = spec.get("view")
+        schema = refresh_view(TableSchema(schema.database, schema.table, tuple(MySQLColumn(**c) for c in view["shape"]),
+                                          tuple(view["key"])) if view else tags_view(Member.of(spec["member"])),
+                              schema)
+    return schema
 
 
 def spec_to_dict(spec) -> dict:

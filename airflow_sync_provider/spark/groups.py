@@ -77,8 +77,10 @@ def group_members(spec) -> list[tuple[Member, Source, dict, object]]:
             found = []
             for config in selected_tables(conn, spec.select, spec.tables):
                 member = Member(source.name, config["source_database"], config["source_table"])
-                one = spec.for_member(member, source.endpoint, config)
-                found.append((member, source, config, copied_schema(conn, spec_to_dict(one))))
+                # a load's columns are its table's or the job's (FullLoadSpec.for_member)
+                one = spec_to_dict(spec.for_member(member, source.endpoint, config)) if hasattr(spec, "for_member") \
+                    else config
+                found.append((member, source, config, copied_schema(conn, one)))
             return found
 
     with ThreadPoolExecutor(min(CONNECT_AT_ONCE, len(spec.sources))) as pool:

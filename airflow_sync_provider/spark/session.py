@@ -103,3 +103,4 @@ class ReadySession(LazySession):
 
 def lazy(spark) -> LazySession:
     return spark if isinstance(spark, LazySession) else ReadySession(spark)
+

@@ -35,6 +35,11 @@ class PipelineTable:
     exclude_columns: list[str] = field(default_factory=list)
     split_column: str | None = None
     by_selection: bool = False  # joined because the pipeline's patterns select it
+    # a member of a merged copy (core/source/group.py: source, database, table): its shape is the
+    # member's view (columns it lacks absent, the source columns its tags); a change the merged
+    # copy follows only once every shard has made it, which this one waits at (core/cdc/merged_ddl.py)
+    member: dict | None = None
+    waiting: dict | None = None
     # what the applier learned while it streamed
     shape: list[dict] | None = None  # its columns as copied at the checkpoint (MySQLColumn fields)
     key: list[str] | None = None  # its primary key there
@@ -79,7 +84,9 @@ class PipelineTable:
         return {"source_database": self.source_database, "source_table": self.source_table,
                 "target_database": self.target_database, "target_table": self.writes_to,
                 "columns": self.columns, "exclude_columns": list(self.exclude_columns),
-                "split_column": self.split_column}
+                "split_column": self.split_column,
+                **({"member": self.member, "view": {"shape": self.shape, "key": self.key}}
+                   if self.member and self.shape else {"member": self.member} if self.member else {})}
 
     def remember_shape(self, schema: TableSchema) -> None:
         shape = schema.shape()

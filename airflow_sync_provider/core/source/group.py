@@ -108,6 +108,44 @@ class Member:
         return cls(source, database, table)
 
 
+def part_pipeline(pipeline: str, source: str) -> str:
+    """A source group's CDC pipeline is a pipeline per source: ``<pipeline>@<source>``."""
+    return f"{pipeline}@{source}"
+
+
+def member_config(merge_into: str, member: Member, config: dict) -> dict:
+    """A member's table entry (core/source/selection.table_config's keys): its target is the merged
+    copy, and it knows which member it is."""
+    database, _, table = merge_into.partition(".")
+    return {**config, "target_database": database, "target_table": table, "member": dataclasses.asdict(member)}
+
+
+def tags_view(member: Member) -> TableSchema:
+    """The view of a member that has none yet (it joins a running group): its source columns only;
+    :func:`refresh_view` adds its table's own."""
+    return TableSchema(member.database, member.table, tuple(_tag_column(n, v) for n, v in zip(SOURCE_COLUMNS,
+                                                                                                member.tags)), ())
+
+
+def refresh_view(view: TableSchema, own: TableSchema) -> TableSchema:
+    """A member's view kept up with its table's definition now (``own``): its columns in the view's
+    order, those the table no longer has absent, new ones before the source columns, the tags
+    kept. A view only grows: a column leaves the merged copy when its last shard drops it
+    (core/cdc/merged_ddl.py), not here."""
+    present = {c.name: c for c in own.columns}
+    columns, seen = [], set()
+    for column in view.columns:
+        if column.tag is not None:
+            continue
+        seen.add(column.name)
+        now = present.get(column.name)
+        columns.append(dataclasses.replace(now, nullable=now.nullable or column.nullable) if now is not None
+                       else dataclasses.replace(column, absent=True, nullable=True))
+    columns += [dataclasses.replace(c, nullable=True) for c in own.columns if c.name not in seen]
+    columns += [c for c in view.columns if c.tag is not None]
+    return dataclasses.replace(own, columns=tuple(columns))
+
+
 def _tag_column(name: str, value: str) -> MySQLColumn:
     return MySQLColumn(name, "varchar", "varchar(255)", False, charset="utf8mb4", collation="utf8mb4_bin", tag=value)
 
