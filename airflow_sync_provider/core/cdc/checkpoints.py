@@ -138,6 +138,8 @@ _TABLES = (
 # the tables a pipeline selects by pattern (core/source/selection.py), kept by the bootstrap or
 # the apply that first gave them: every later run applies them
 _SELECTIONS = (("pipeline", "String"), ("selection", "String"), ("updated_at", _TIME))
+# a source group's pipeline: its sources (each a pipeline <pipeline>@<source>) and its merged copy
+_GROUPS = (("pipeline", "String"), ("sources", "Array(String)"), ("merge_into", "String"), ("updated_at", _TIME))
 
 
 class Checkpoints(LedgerTables):
@@ -149,6 +151,7 @@ class Checkpoints(LedgerTables):
             ("cdc_counters", _COUNTERS, "MergeTree ORDER BY (pipeline, source_table, minute)"),
             ("cdc_tables", _TABLES, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, source_table)"),
             ("cdc_selections", _SELECTIONS, "ReplacingMergeTree(updated_at) ORDER BY pipeline"),
+            ("cdc_groups", _GROUPS, "ReplacingMergeTree(updated_at) ORDER BY pipeline"),
         ])
         # earlier releases kept one row per pipeline in cdc_pipelines (no generations): carry
         # their states over as generation 0 (two processes doing this at once insert equal rows)
@@ -258,6 +261,17 @@ class Checkpoints(LedgerTables):
         self.fence()
         self._insert("cdc_selections", [[pipeline, json.dumps(selection) if selection else "", _ts(self._stamp())]],
                      _SELECTIONS)
+
+    def write_group(self, pipeline: str, sources: list[str], merge_into: str) -> None:
+        """A source group's pipeline: its sources and merged copy (the status, sensor and Sync view
+        show it as one copy with a row per source)."""
+        self._insert("cdc_groups", [[pipeline, list(sources), merge_into, _ts(self._stamp())]], _GROUPS)
+
+    def group(self, pipeline: str) -> dict | None:
+        """``{"sources": [...], "merge_into": ...}`` of a source group's pipeline, or None."""
+        rows = self.ch.query(f"SELECT sources, merge_into FROM {self.table('cdc_groups')} FINAL"
+                             " WHERE pipeline = {p:String}", parameters={"p": pipeline}).result_rows
+        return {"sources": list(rows[0][0]), "merge_into": rows[0][1]} if rows else None
 
     def position(self, pipeline: str) -> BinlogPosition | None:
         """Up to where every table of the pipeline is durable: its checkpoint, or a table still

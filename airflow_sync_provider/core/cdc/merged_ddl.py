@@ -78,11 +78,12 @@ class MemberFollowed:
     waiting: dict | None = None
 
 
-def _base(ch_type: str) -> str:
+def base_type(ch_type: str) -> str:
+    """A ClickHouse type without its Nullable()."""
     return ch_type[9:-1] if ch_type.startswith("Nullable(") else ch_type
 
 
-def _nullable(ch_type: str) -> str:
+def nullable_type(ch_type: str) -> str:
     return ch_type if ch_type.startswith("Nullable(") else f"Nullable({ch_type})"
 
 
@@ -133,17 +134,17 @@ def follow_member_alter(conn, statement: Statement, columns: list[MySQLColumn], 
             column = dataclasses.replace(column, name=action.column, nullable=True)
             ch_type = map_column(column, where).ch_type
             present = merged.get(action.column)
-            if present is not None and _base(present) != _base(ch_type):
+            if present is not None and base_type(present) != base_type(ch_type):
                 raise BinlogError(f"{where}: {member} adds column {action.column!r} as {column.column_type} "
-                                  f"({_base(ch_type)}), but the merged copy has it as {present} (from "
+                                  f"({base_type(ch_type)}), but the merged copy has it as {present} (from "
                                   f"{', '.join(others_with(action.column)) or 'another shard'}): one merged column "
                                   "cannot hold both. A retry stops here again: give the shards one type for it")
             if present is None:
-                out.merged.append(f"ADD COLUMN IF NOT EXISTS {ch_ident(column.name)} {_nullable(ch_type)}")
+                out.merged.append(f"ADD COLUMN IF NOT EXISTS {ch_ident(column.name)} {nullable_type(ch_type)}")
             if value is NOT_CONSTANT:
                 out.recopy = out.recopy or f"column {column.name!r} takes a per-row, time-dependent or random value"
             elif value is not None:
-                out.rows.append(f"{ch_ident(column.name)} = {ch_literal(value, _nullable(ch_type))}")
+                out.rows.append(f"{ch_ident(column.name)} = {ch_literal(value, nullable_type(ch_type))}")
             at = index(action.column)
             if at is not None:
                 columns[at] = column
@@ -158,7 +159,7 @@ def follow_member_alter(conn, statement: Statement, columns: list[MySQLColumn], 
             present = merged.get(old.name)
             if others_with(old.name):
                 if present is not None and not present.startswith("Nullable("):
-                    out.merged.append(f"MODIFY COLUMN {ch_ident(old.name)} {_nullable(present)}")
+                    out.merged.append(f"MODIFY COLUMN {ch_ident(old.name)} {nullable_type(present)}")
                 out.rows.append(f"{ch_ident(old.name)} = NULL")
                 columns[at] = dataclasses.replace(old, absent=True, nullable=True)
             else:  # the last shard that had it
@@ -177,13 +178,13 @@ def follow_member_alter(conn, statement: Statement, columns: list[MySQLColumn], 
                                       "cannot follow it. A retry stops here again: load the group again")
             new = dataclasses.replace(new, name=action.new_name, nullable=old.nullable or new.nullable)
             a, b = map_column(old, where).ch_type, map_column(new, where).ch_type
-            if new.name.lower() == old.name.lower() and _base(a) == _base(b):
+            if new.name.lower() == old.name.lower() and base_type(a) == base_type(b):
                 if not keeps_values(old, new, where):
                     out.recopy = out.recopy or (f"column {old.name!r} {old.column_type} → {new.column_type} may "
                                                 "change its values")
                 columns[at] = new
                 continue
-            change = {"column": old.name, "to": new.name, "type": _base(b)}
+            change = {"column": old.name, "to": new.name, "type": base_type(b)}
             behind = [s.name for s in siblings if not _made(s, change) and s.waiting != change]
             if behind:
                 out.waiting = change
@@ -194,13 +195,13 @@ def follow_member_alter(conn, statement: Statement, columns: list[MySQLColumn], 
             if new.name != old.name:
                 out.merged.append(f"RENAME COLUMN IF EXISTS {ch_ident(old.name)} TO {ch_ident(new.name)}")
             present = merged.get(new.name) or merged.get(old.name) or a
-            if _base(present) != _base(b):
-                if not widens(_base(present), _base(b)):
+            if base_type(present) != base_type(b):
+                if not widens(base_type(present), base_type(b)):
                     raise BinlogError(f"{where}: every shard of the merged copy changed column {old.name!r} to "
                                       f"{new.column_type}, whose values the copy's {present} does not hold unchanged "
                                       "the other way round; a retry stops here again: load the group again")
                 out.merged.append(f"MODIFY COLUMN {ch_ident(new.name)} "
-                                  f"{_nullable(b) if present.startswith('Nullable(') else b}")
+                                  f"{nullable_type(b) if present.startswith('Nullable(') else b}")
             if not keeps_values(old, new, where):
                 out.recopy = out.recopy or (f"column {old.name!r} {old.column_type} → {new.column_type} may change "
                                             "its values")
@@ -214,11 +215,11 @@ def _made(sibling: Sibling, change: dict) -> bool:
     found = next((c for n, c in sibling.columns.items() if n.lower() == change["to"].lower()), None)
     gone = change["column"].lower() == change["to"].lower() or not any(
         n.lower() == change["column"].lower() for n in sibling.columns)
-    return found is not None and gone and _base(map_column(found, sibling.name).ch_type) == change["type"]
+    return found is not None and gone and base_type(map_column(found, sibling.name).ch_type) == change["type"]
 
 
 def _what(change: dict, was: str) -> str:
     if change["column"] != change["to"]:
         return f"renames column {change['column']!r} to {change['to']!r}" + (
-            f" ({change['type']})" if _base(was) != change["type"] else "")
-    return f"changes column {change['column']!r} from {_base(was)} to {change['type']}"
+            f" ({change['type']})" if base_type(was) != change["type"] else "")
+    return f"changes column {change['column']!r} from {base_type(was)} to {change['type']}"

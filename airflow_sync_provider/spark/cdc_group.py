@@ -1,0 +1,165 @@
+"""A source group's CDC (core/source/group.py): one pipeline over every source's binlog.
+
+A group's pipeline ``P`` is a pipeline per source, ``P@<source>``, each exactly a pipeline of
+its own (spark/cdc_apply.py): its own lease on its server, checkpoint, server identity and epoch,
+failover and lost-binlog handling, verification and lag. Its tables are that source's members of
+the merged copy (``PipelineTable.member``: they write their source columns and read through their
+view). What is the group's:
+
+* **the bootstrap** (:func:`run_group_bootstrap`): every source's selected tables, their columns
+  merged (the merged copy created, or given the columns it lacks, before anything is copied),
+  each member bootstrapped into it in its source's pipeline; the selection is kept by every
+  source's pipeline, so a table created later on any source joins by bootstrap;
+* **a run** (:func:`run_group_apply`): every source's pipeline run at once — in the driver, a
+  thread each (each with its reader processes), or with ``placement="executors"`` as long-running
+  tasks on the cluster's executors, a source per task, so a group of many servers does not put
+  every binlog reader in one process. A source that fails or stops does not stop the others; the
+  run fails at its end naming it;
+* **its record** in the ledger (sources, merged copy): ``cdc status``, the binlog position sensor
+  and the Sync view show the group as one copy with a row per source; its lag is its worst
+  source's;
+* **DDL across shards** (core/cdc/merged_ddl.py): each source's run reads the others' recorded
+  tables when one of its members changes shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.merged_ddl import base_type, nullable_type
+from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.source.group import (
+    IncompatibleShards,
+    member_config,
+    member_view,
+    merged_schema,
+    part_pipeline,
+)
+from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.typemap import map_column
+from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
+from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
+from airflow_sync_provider.spark.groups import group_members
+from airflow_sync_provider.spark.session import lazy
+from airflow_sync_provider.spark.tables import TablesFailed
+
+log = logging.getLogger(__name__)
+
+
+class GroupFailed(TablesFailed):
+    """Some sources of a group's run failed or stopped (the others ran); ``result`` names each."""
+
+
+def _record(spec, ch) -> Checkpoints:
+    checkpoints = Checkpoints(ch, spec.ledger_database)
+    checkpoints.ensure()
+    checkpoints.write_group(spec.pipeline, [s.name for s in spec.sources], spec.merge_into)
+    return checkpoints
+
+
+def prepare_merged(ch, merged, view) -> list[str]:
+    """The merged copy as the members need it: created from a member's ``view`` when missing,
+    else given the columns it lacks (Nullable: shards that lack them read NULL); a column it has
+    in another ClickHouse type is refused, naming it. Returns the clauses run."""
+    database, table = merged.database, merged.table
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+    if not target.table_exists(ch, database, table):
+        ch.command(target.create_table_sql(view, database, table))
+        return ["CREATE TABLE"]
+    target.check_layout(ch, database, table)
+    present, done = target.column_types(ch, database, table), []
+    for column in merged.columns:
+        ch_type = map_column(column, merged.qualified).ch_type
+        if column.name not in present:
+            clause = f"ADD COLUMN IF NOT EXISTS {ch_ident(column.name)} {nullable_type(ch_type)}"
+            ch.command(f"ALTER TABLE {ch_table(database, table)} {clause}")
+            done.append(clause)
+        elif base_type(present[column.name]) != base_type(ch_type):
+            raise IncompatibleShards(f"column {column.name!r} is {present[column.name]} in the merged copy "
+                                     f"{merged.qualified} but the shards have it as {ch_type}; give the shards the "
+                                     "copy's type, or load the group again")
+    return done
+
+
+def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
+    """Every source's selected tables bootstrapped into the merged copy, each in its source's
+    pipeline; without ``merge_into`` each source's tables side by side in their own targets."""
+    started = time.time()
+    session = lazy(spark)
+    ch = target.shared_client(spec.target)
+    checkpoints = _record(spec, ch)
+    members = group_members(spec)
+    by_source: dict[str, list[dict]] = {}
+    if spec.merge_into:
+        merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge_into)
+        views = {m.name: member_view(merged, m, schema) for m, _, _, schema in members}
+        if members:
+            prepare_merged(ch, merged, views[members[0][0].name])
+        for member, source, config, _ in members:
+            entry = member_config(spec.merge_into, member, config)
+            entry["view"] = views[member.name].shape()
+            by_source.setdefault(source.name, []).append(entry)
+    else:
+        for _, source, config, _ in members:
+            by_source.setdefault(source.name, []).append(
+                config | {"target_database": config["target_database"].replace("{source}", source.name)})
+    results = {}
+    for source in spec.sources:  # each source's pipeline keeps the patterns: later tables join by bootstrap
+        part = spec.for_source(source)
+        if spec.select:
+            checkpoints.write_selection(part.pipeline, spec.select)
+        tables = by_source.get(source.name, [])
+        if not tables:
+            results[source.name] = {"pipeline": part.pipeline, "tables": [], "rows": 0}
+            continue
+        results[source.name] = run_cdc_bootstrap(dataclasses.replace(part, tables=tables, select=None), session)
+    return {"pipeline": spec.pipeline, "merge_into": spec.merge_into, "sources": results,
+            "tables": [t | {"source": name} for name, r in results.items() for t in r["tables"]],
+            "rows": sum(r["rows"] for r in results.values()), "seconds": round(time.time() - started, 3)}
+
+
+def _part_in_task(part: CdcApplySpec) -> dict:
+    """One source's pipeline as a Spark task (on an executor): no SparkSession there, so its
+    batches are written by the task's own threads."""
+    return _run_part(part, lazy(None))
+
+
+def _run_part(part: CdcApplySpec, session) -> dict:
+    try:
+        return {"status": "success", **run_cdc_apply(part, session)}
+    except Exception as exc:  # the others go on; the group's run fails at its end naming this one
+        log.error("pipeline %r: FAILED: %s: %s", part.pipeline, type(exc).__name__, exc, exc_info=True)
+        return {"status": "failed", "pipeline": part.pipeline, "error": f"{type(exc).__name__}: {exc}"[:4000],
+                "stopped": not getattr(exc, "retry_helps", True)}
+
+
+def run_group_apply(spec: CdcApplySpec, spark) -> dict:
+    """Every source's pipeline of the group run at once (bounded, or as services)."""
+    started = time.time()
+    session = lazy(spark)
+    ch = target.shared_client(spec.target)
+    _record(spec, ch)
+    parts = [spec.for_source(source) for source in spec.sources]
+    if spec.placement == "executors":
+        # a source per task: its binlog reader and writers on an executor, for as long as it runs
+        context = session.get().sparkContext
+        done = context.parallelize(parts, len(parts)).map(_part_in_task).collect()
+    else:
+        with ThreadPoolExecutor(len(parts), thread_name_prefix="source") as pool:
+            done = list(pool.map(lambda part: _run_part(part, session), parts))
+    results = {source.name: result for source, result in zip(spec.sources, done)}
+    ok = [r for r in results.values() if r["status"] == "success"]
+    summary = {"pipeline": spec.pipeline, "merge_into": spec.merge_into, "placement": spec.placement,
+               "sources": results, "events": sum(r["events"] for r in ok),
+               "rows_written": sum(r["rows_written"] for r in ok), "seconds": round(time.time() - started, 3)}
+    failed = {name: r for name, r in results.items() if r["status"] != "success"}
+    if failed:
+        raise GroupFailed(f"{len(failed)} of {len(results)} source(s) of pipeline {spec.pipeline!r} failed (the "
+                          "others ran): " + "; ".join(f"{part_pipeline(spec.pipeline, n)}: {r['error']}"
+                                                      for n, r in failed.items()), summary)
+    return summary
