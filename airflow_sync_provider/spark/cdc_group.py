@@ -55,6 +55,15 @@ class GroupFailed(TablesFailed):
     """Some sources of a group's run failed or stopped (the others ran); ``result`` names each."""
 
 
+def in_group(run_one, run_group):
+    """A CDC job's entry: ``run_group`` for a source group's spec (``sources``), else ``run_one``."""
+    def run(spec, spark) -> dict:
+        return run_group(spec, spark) if spec.sources else run_one(spec, spark)
+
+    run.__name__ = run_one.__name__
+    return run
+
+
 def _record(spec, ch) -> Checkpoints:
     checkpoints = Checkpoints(ch, spec.ledger_database)
     checkpoints.ensure()
