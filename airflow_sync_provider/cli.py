@@ -424,7 +424,10 @@ def cmd_diff(args) -> int:
 
 
 def _cdc_spec(args, service: bool) -> CdcApplySpec:
-    return CdcApplySpec(source=MySQLEndpoint.from_url(args.mysql_url),
+    sources = _sources(args)
+    return CdcApplySpec(source=None if sources else MySQLEndpoint.from_url(args.mysql_url),
+                        sources=sources, merge_into=args.merge_into or "", placement=args.placement,
+                        on_shard_removed=args.on_shard_removed,
                         target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
                         tables=_named_tables(args), select=_selection(args),
                         start_from_loads=args.start_from_load or [],
@@ -478,29 +481,46 @@ def _selection_arguments(parser, one: str = "") -> None:
                             help="replace the patterns the pipeline keeps with these")
 
 
+def _applied(r: dict) -> str:
+    if "sources" in r:  # a source group: a line per source's pipeline
+        return "\n".join([f"{name}: " + _applied(one) for name, one in r["sources"].items()]
+                         + [f"pipeline {r['pipeline']!r}: {r['events']:,} row changes from {len(r['sources'])} "
+                            f"source(s), {r['seconds']:.1f} s"])
+    return (f"pipeline {r['pipeline']!r}: {r['events']:,} row changes applied, checkpoint "
+            f"{r['checkpoint']['file']}:{r['checkpoint']['pos']}, {r['seconds']:.1f} s"
+            + (f"; {len(r['verified'])} table check(s), {r['repaired_shards']} shard(s) repaired" if r["verified"]
+               else ""))
+
+
 def cmd_cdc_apply(args) -> int:
-    return _submit(_cdc_spec(args, service=args.cdc_command == "run"), args, f"cdc {args.cdc_command}", lambda r: (
-        f"pipeline {r['pipeline']!r}: {r['events']:,} row changes applied, checkpoint "
-        f"{r['checkpoint']['file']}:{r['checkpoint']['pos']}, {r['seconds']:.1f} s"
-        + (f"; {len(r['verified'])} table check(s), {r['repaired_shards']} shard(s) repaired" if r["verified"]
-           else "")))
+    return _submit(_cdc_spec(args, service=args.cdc_command == "run"), args, f"cdc {args.cdc_command}", _applied)
 
 
 def cmd_cdc_bootstrap(args) -> int:
-    spec = CdcBootstrapSpec(source=MySQLEndpoint.from_url(args.mysql_url),
+    sources = _sources(args)
+    spec = CdcBootstrapSpec(source=None if sources else MySQLEndpoint.from_url(args.mysql_url),
+                            sources=sources, merge_into=args.merge_into or "",
                             target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
                             tables=_named_tables(args), select=_selection(args), channels=args.channels,
                             chunk_rows=args.chunk_rows,
                             watermark_table=args.watermark_table, restart=args.restart,
                             change_selection=args.change_selection,
                             ledger_database=args.ledger_database, driver_copy_rows=args.driver_copy_rows)
-    return _submit(spec, args, "cdc bootstrap", lambda r: "\n".join(
-        [f"bootstrapped {t['table']} → {t['target']}: {t['rows']:,} rows in {t['chunks']} chunks "
-         f"({t['rows_read_now']:,} rows read now), {t['seconds']:.1f} s" for t in r["tables"]]
-        + [f"left out {name}: {why}" for name, why in r["unstreamable"].items()]
-        + [f"pipeline {r['pipeline']!r}: from {r['start_position']['file']}:{r['start_position']['pos']} to "
-           f"{r['end_position']['file']}:{r['end_position']['pos']}; `airflow-sync cdc apply --pipeline "
-           f"{r['pipeline']}` catches it up"]))
+    return _submit(spec, args, "cdc bootstrap", _bootstrapped)
+
+
+def _bootstrapped(r: dict) -> str:
+    lines = [f"bootstrapped {(t['source'] + ':') if t.get('source') else ''}{t['table']} → {t['target']}: "
+             f"{t['rows']:,} rows in {t['chunks']} chunks ({t['rows_read_now']:,} rows read now), {t['seconds']:.1f} s"
+             for t in r["tables"]]
+    if "sources" in r:  # a source group
+        return "\n".join(lines + [f"pipeline {r['pipeline']!r}: {len(r['sources'])} source(s)"
+                                  + (f" merged into {r['merge_into']}" if r["merge_into"] else "")
+                                  + f"; `airflow-sync cdc apply --pipeline {r['pipeline']} --source …` catches it up"])
+    return "\n".join(lines + [f"left out {name}: {why}" for name, why in r["unstreamable"].items()]
+                     + [f"pipeline {r['pipeline']!r}: from {r['start_position']['file']}:{r['start_position']['pos']} "
+                        f"to {r['end_position']['file']}:{r['end_position']['pos']}; `airflow-sync cdc apply "
+                        f"--pipeline {r['pipeline']}` catches it up"])
 
 
 def cmd_cdc_status(args) -> int:
@@ -733,6 +753,12 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--verify-every", type=float, default=0.0, help=argparse.SUPPRESS)
         command.add_argument("--no-verify-after-ddl", action="store_true",
                              help="do not check a table after a DDL changed it")
+        command.add_argument("--placement", choices=("driver", "executors"), default="driver",
+                             help="a source group: every source's pipeline in the driver (a thread each), or as a "
+                                  "long-running Spark task each on the cluster's executors")
+        command.add_argument("--on-shard-removed", choices=("keep", "delete"), default="keep",
+                             help="a source group: a shard (table or source) that leaves keeps its rows in the merged "
+                                  "copy, or they are deleted")
         if name == "run":
             command.add_argument("--max-seconds", type=float, help="stop after this long (default: never)")
         command.add_argument("--master", default="local[2]")
