@@ -8,7 +8,7 @@ provider's (host, port, login, password, schema = database, extra ``secure``).
 from __future__ import annotations
 
 from airflow_sync_provider.compat import AirflowException, BaseHook
-from airflow_sync_provider.core.cdc.checkpoints import check_position
+from airflow_sync_provider.core.cdc.checkpoints import check_group_position, check_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, check_counters
 from airflow_sync_provider.core.source.group import Source, check_sources
@@ -51,6 +51,19 @@ class SyncEndpointsHook(BaseHook):
         return ClickHouseEndpoint(host=conn.host or "127.0.0.1", port=int(conn.port or (8443 if secure else 8123)),
                                   user=conn.login or "default", password=conn.password or "",
                                   database=conn.schema or "default", secure=secure)
+
+    def group_position_check(self, pipeline: str, sources: list, positions: dict | None,
+                             max_lag_seconds: float | None, ledger_database: str = DEFAULT_LEDGER_DATABASE
+                             ) -> tuple[str, str, dict]:
+        """:meth:`binlog_position_check` of a source group's pipeline: every source's (``sources``
+        as operators take them; ``positions``: per source name)."""
+        group = {s.name: s.endpoint for s in self.sources(sources)}
+        return check_group_position(self.target(), pipeline, group, positions, max_lag_seconds, ledger_database)
+
+    def group_positions(self, sources: list, ledger_database: str = DEFAULT_LEDGER_DATABASE) -> dict:
+        """Every source's binlog position now (:meth:`source_position` of each)."""
+        return {s["name"]: SyncEndpointsHook(s["mysql_conn_id"], self.clickhouse_conn_id).source_position(
+            ledger_database) for s in sources}
 
     def binlog_position_check(self, pipeline: str, position: dict | str | None, max_lag_seconds: float | None,
                               ledger_database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:

@@ -46,10 +46,19 @@ class CdcApplyOperator(SparkJobOperator):
         copies every table again beside it; ``"stop"`` stops the pipeline, at every retry.
     :param reset: forget the checkpoint and start again from ``start_from_loads`` (after a
         re-bootstrap, e.g. when the checkpoint's binlog file was purged).
+    :param sources, merge_into: a source group's pipeline (as ``CdcBootstrapOperator`` took them,
+        docs/source-groups.md): every source's pipeline ``<pipeline>@<source>`` is run, each with
+        its own checkpoint, server and lag; one failing or stopping does not stop the others (the
+        task fails at its end naming it). XCom: ``sources`` (each one's summary).
+    :param placement: a group's sources run in this driver (``"driver"``, a thread each) or as one
+        long-running Spark task each on the cluster's executors (``"executors"``).
+    :param on_shard_removed: a group's shard that leaves (its table dropped or renamed away):
+        its rows in the merged copy are kept (``"keep"``) or deleted (``"delete"``).
     """
 
     job = "cdc_apply"
-    template_fields = ("pipeline", "start_from_loads", "tables", "select", "start_position", "stop_position")
+    template_fields = ("pipeline", "start_from_loads", "tables", "select", "start_position", "stop_position",
+                       "merge_into")
 
     def __init__(self, *, pipeline: str, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", start_from_loads: list | None = None,
@@ -58,10 +67,15 @@ class CdcApplyOperator(SparkJobOperator):
                  lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, driver_write_rows: int = 500_000,
                  reset: bool = False, verify: bool = False, verify_period: float = 900.0, verify_budget: float = 0.1,
                  verify_after_ddl: bool = True, change_selection: bool = False, on_binlog_lost: str = "recopy",
-                 verify_every: float = 0.0,
+                 verify_every: float = 0.0, sources: list | None = None, merge_into: str = "",
+                 placement: str = "driver", on_shard_removed: str = "keep",
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.sources = sources
+        self.merge_into = merge_into
+        self.placement = placement
+        self.on_shard_removed = on_shard_removed
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id
         self.start_from_loads = start_from_loads
@@ -95,7 +109,10 @@ class CdcApplyOperator(SparkJobOperator):
 
     def build_spec(self, context) -> CdcApplySpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
-        return CdcApplySpec(source=hook.source(), target=hook.target(), pipeline=self.pipeline,
+        group = hook.sources(self.sources) if self.sources else []
+        return CdcApplySpec(source=None if group else hook.source(), target=hook.target(), pipeline=self.pipeline,
+                            sources=group, merge_into=self.merge_into, placement=self.placement,
+                            on_shard_removed=self.on_shard_removed,
                             tables=list(self.tables or []), select=self.select,
                             start_from_loads=list(self.start_from_loads or []),
                             start_position=self.start_position, stop_position=self.stop_position, lanes=self.lanes,
@@ -107,6 +124,13 @@ class CdcApplyOperator(SparkJobOperator):
                             ledger_database=self.ledger_database)
 
     def summarize(self, result: dict) -> dict:
+        if "sources" in result:  # a source group: every source's pipeline
+            for name, one in result["sources"].items():
+                self.log.info("Source %s:", name)
+                self.summarize(one)
+            return {"pipeline": result["pipeline"], "events": result["events"], "rows_written": result["rows_written"],
+                    "sources": {n: {k: one.get(k) for k in ("pipeline", "checkpoint", "events", "rows_written")}
+                                for n, one in result["sources"].items()}, "seconds": result["seconds"]}
         self.log.info("Pipeline %s: %d row changes applied (%d rows written) from %s to %s in %.1f s",
                       result["pipeline"], result["events"], result["rows_written"], result["start"],
                       result["checkpoint"], result["seconds"])

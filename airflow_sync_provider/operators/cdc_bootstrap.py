@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from airflow_sync_provider.assets import clickhouse_table, mysql_table, namespace, qualified, target_of
+from airflow_sync_provider.assets import clickhouse_table, mysql_table, namespace, qualified, source_of, target_of
 from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_LOAD
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
@@ -32,19 +32,27 @@ class CdcBootstrapOperator(SparkJobOperator):
     :param driver_copy_rows: tables estimated at no more rows are read by the Spark driver's own
         channels (threads), without executors; default: 300,000 on a cluster, every table on a
         local master; 0: always Spark tasks.
+    :param sources, merge_into: a source group (docs/source-groups.md): ``select`` / ``tables``
+        applied to every source, each source's tables joining its own pipeline
+        ``<pipeline>@<source>``; with ``merge_into`` (``"db.table"``) all of them bootstrapped into one
+        merged copy (its columns the union of the shards', created or extended before anything is
+        copied). XCom: ``sources`` (each one's summary), ``tables`` (with their ``source``).
     """
 
     job = "cdc_bootstrap"
-    template_fields = ("pipeline", "tables", "select")
+    template_fields = ("pipeline", "tables", "select", "merge_into")
 
     def __init__(self, *, pipeline: str, tables: list | None = None, select: dict | None = None,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  channels: int = 2, chunk_rows: int = DEFAULT_CHUNK_ROWS, split_factor: int | None = None,
                  watermark_table: str | None = None, restart: bool = False,
                  channel_record_speed: int | None = None, channel_byte_speed: int | None = None,
-                 ledger_database: str = DEFAULT_LEDGER_DATABASE, driver_copy_rows: int | None = None, **kwargs):
+                 ledger_database: str = DEFAULT_LEDGER_DATABASE, driver_copy_rows: int | None = None,
+                 sources: list | None = None, merge_into: str = "", **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.sources = sources
+        self.merge_into = merge_into
         self.tables = tables or []
         self.select = select
         self.mysql_conn_id = mysql_conn_id
@@ -69,12 +77,14 @@ class CdcBootstrapOperator(SparkJobOperator):
         return TASK_LOAD, f"cdc:{spec.pipeline}"  # the prefix of its tables' load keys (jobspec.bootstrap_load_key)
 
     def lineage(self, spec, result):
-        return ([(namespace("mysql", spec.source), t["table"]) for t in result["tables"]],
+        return ([(namespace("mysql", source_of(spec, t)), t["table"]) for t in result["tables"]],
                 [(namespace("clickhouse", spec.target), t["target"], t["rows"]) for t in result["tables"]])
 
     def build_spec(self, context) -> CdcBootstrapSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
-        return CdcBootstrapSpec(source=hook.source(), target=hook.target(), pipeline=self.pipeline,
+        group = hook.sources(self.sources) if self.sources else []
+        return CdcBootstrapSpec(source=None if group else hook.source(), target=hook.target(), pipeline=self.pipeline,
+                                sources=group, merge_into=self.merge_into,
                                 tables=list(self.tables), select=self.select, channels=self.channels,
                                 chunk_rows=self.chunk_rows, watermark_table=self.watermark_table, restart=self.restart,
                                 channel_record_speed=self.channel_record_speed,
@@ -82,6 +92,13 @@ class CdcBootstrapOperator(SparkJobOperator):
                                 driver_copy_rows=self.driver_copy_rows, split_factor=self.split_factor)
 
     def summarize(self, result: dict) -> dict:
+        if "sources" in result:  # a source group
+            for table in result["tables"]:
+                self.log.info("Bootstrap of %s:%s: %d rows in %d chunks, %.1f s", table["source"], table["table"],
+                              table["rows"], table["chunks"], table["seconds"])
+            return {k: result[k] for k in ("pipeline", "merge_into", "tables", "rows", "seconds")} | {
+                "sources": {n: {k: r.get(k) for k in ("pipeline", "start_position", "end_position", "rows")}
+                            for n, r in result["sources"].items()}}
         for table in result["tables"]:
             self.log.info("Bootstrap of %s: %d rows in %d chunks (%d rows read by this run), %.1f s",
                           table["table"], table["rows"], table["chunks"], table["rows_read_now"], table["seconds"])

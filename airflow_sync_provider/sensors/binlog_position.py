@@ -5,7 +5,7 @@ from datetime import timedelta
 from airflow_sync_provider.compat import AirflowFailException, BaseSensorOperator, PokeReturnValue
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
-from airflow_sync_provider.triggers.binlog_position import BinlogPositionTrigger
+from airflow_sync_provider.triggers.binlog_position import BinlogPositionTrigger, check
 
 
 class BinlogPositionSensor(BaseSensorOperator):
@@ -20,16 +20,24 @@ class BinlogPositionSensor(BaseSensorOperator):
         the source's current position, read at the first poke (MySQL ≥ 8.2 ``SHOW BINARY LOG
         STATUS``, older ``SHOW MASTER STATUS``, MariaDB ``SHOW BINLOG STATUS``).
     :param max_lag_seconds: succeed instead when the pipeline is this close to the source.
+    :param sources: a source group's pipeline (as ``CdcApplyOperator`` took them,
+        ``[{"name": …, "mysql_conn_id": …}]``): every source's pipeline is waited for; ``position``
+        is then a position per source name (``{"s0": {...}, "s1": "0-11-42"}``; without it, each
+        source's position at the first poke), and ``max_lag_seconds`` bounds every source's lag
+        (the group's is its worst source's). Fails as soon as one source's pipeline failed or
+        stopped, naming it.
     Works in ``poke`` and ``reschedule`` mode, or ``deferrable=True`` (trigger).
     """
 
-    template_fields = ("pipeline", "position")
+    template_fields = ("pipeline", "position", "sources")
     ui_color = "#c8e6c9"
 
     def __init__(self, *, pipeline: str, position: dict | None = None, max_lag_seconds: float | None = None,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
-                 ledger_database: str = DEFAULT_LEDGER_DATABASE, deferrable: bool = False, **kwargs):
+                 sources: list | None = None, ledger_database: str = DEFAULT_LEDGER_DATABASE,
+                 deferrable: bool = False, **kwargs):
         super().__init__(**kwargs)
+        self.sources = sources
         self.pipeline = pipeline
         self.position = position
         self.max_lag_seconds = max_lag_seconds
@@ -48,15 +56,16 @@ class BinlogPositionSensor(BaseSensorOperator):
         if stored:
             return stored
         # with the server's GTID state and epoch: reached across a failover too
-        self.position = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id).source_position(
-            self.ledger_database)
+        hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
+        self.position = (hook.group_positions(self.sources, self.ledger_database) if self.sources
+                         else hook.source_position(self.ledger_database))
         if ti:
             ti.xcom_push(key="target_position", value=self.position)
         return self.position
 
     def _check(self, context):
-        return SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id).binlog_position_check(
-            self.pipeline, self._target(context), self.max_lag_seconds, self.ledger_database)
+        return check(self.pipeline, self._target(context), self.max_lag_seconds, self.mysql_conn_id,
+                     self.clickhouse_conn_id, self.sources, self.ledger_database)
 
     def poke(self, context):
         verdict, message, summary = self._check(context)
@@ -72,7 +81,7 @@ class BinlogPositionSensor(BaseSensorOperator):
         if verdict == "wait":
             self.defer(trigger=BinlogPositionTrigger(self.pipeline, self._target(context), self.max_lag_seconds,
                                                      self.clickhouse_conn_id, self.mysql_conn_id,
-                                                     self.ledger_database, self.poke_interval),
+                                                     self.ledger_database, self.poke_interval, self.sources),
                        method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
         return self.execute_complete(context, {"status": verdict, "message": message, "summary": summary})
 

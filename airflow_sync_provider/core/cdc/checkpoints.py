@@ -364,3 +364,30 @@ def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | d
         return "success", (f"pipeline {pipeline!r} lags {lag:.1f} s (bound {max_lag_seconds} s); "
                            f"{state.verification_line()}"), summary
     return "wait", f"pipeline {pipeline!r} lags {lag:.1f} s behind the source (bound {max_lag_seconds} s)", summary
+
+
+def check_group_position(target_endpoint, pipeline: str, sources: dict, positions: dict | None = None,
+                         max_lag_seconds: float | None = None, database: str = DEFAULT_LEDGER_DATABASE
+                         ) -> tuple[str, str, dict]:
+    """:func:`check_position` of a source group's pipeline (spark/cdc_group.py): every source's
+    pipeline ``<pipeline>@<source>`` (``sources``: name → endpoint) at its own position
+    (``positions``: name → position; a source without one: its lag bound), or within the lag
+    bound. Failed as soon as one source's is (named); success once every source's is. The
+    group's lag is its worst source's."""
+    from airflow_sync_provider.core.source.group import part_pipeline
+
+    verdicts = {name: check_position(target_endpoint, part_pipeline(pipeline, name), (positions or {}).get(name),
+                                     max_lag_seconds, endpoint, database)
+                for name, endpoint in sources.items()}
+    lags = [s.get("lag_seconds") for _, _, s in verdicts.values()]
+    summary = {"pipeline": pipeline, "sources": {name: s for name, (_, _, s) in verdicts.items()},
+               "lag_seconds": None if any(lag is None for lag in lags) or not lags else max(lags)}
+    failed = [m for v, m, _ in verdicts.values() if v == "failed"]
+    if failed:
+        return "failed", f"source group {pipeline!r}: " + "; ".join(failed), summary
+    waiting = [m for v, m, _ in verdicts.values() if v == "wait"]
+    if waiting:
+        return "wait", (f"source group {pipeline!r}: {len(verdicts) - len(waiting)}/{len(verdicts)} sources there; "
+                        + "; ".join(waiting)), summary
+    return "success", f"source group {pipeline!r}: every source there (" + "; ".join(
+        m for _, m, _ in verdicts.values()) + ")", summary
