@@ -59,6 +59,7 @@ from airflow_sync_provider.core.cdc.servers import GtidState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.schema import TableSchema
+from airflow_sync_provider.core.tls import pymysql_wrapper
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 
 # --- corrections to python-mysql-replication's decoding (see the module docstring) ---
@@ -249,10 +250,8 @@ class BinlogReader:
         self.watched = set(routes) | set(watched)  # DDL on these names ends a batch (tables that left too)
         self.selection = selection  # and on names the pipeline's patterns select (a table joining)
         self.position = start
-        settings = endpoint.connect_args()
-        settings.pop("database", None)
         self.stream = CheckedBinLogStream(  # stops on events it cannot read (see the end of this module)
-            connection_settings=settings, server_id=server_id, resume_stream=True, log_file=start.file,
+            **binlog_connection(endpoint), server_id=server_id, resume_stream=True, log_file=start.file,
             log_pos=start.pos, blocking=blocking, slave_heartbeat=1 if blocking else None,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
                          MariadbGtidEvent, GtidEvent, HeartbeatLogEvent, XAPrepareEvent],
@@ -488,12 +487,19 @@ def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | 
     return cuts
 
 
+def binlog_connection(endpoint: MySQLEndpoint) -> dict:
+    """python-mysql-replication's connection arguments for ``endpoint``: its settings (TLS
+    included) and a ``pymysql_wrapper`` that opens both its connections (the control one and the
+    dump) as every other pymysql connection is opened (core/tls.py: TLS or no connection)."""
+    settings = endpoint.connect_args()
+    settings.pop("database", None)
+    return {"connection_settings": settings, "pymysql_wrapper": pymysql_wrapper(endpoint)}
+
+
 def backlog_events(endpoint: MySQLEndpoint, start: BinlogPosition, stop: BinlogPosition):
     """SHOW BINLOG EVENTS from ``start`` (an event boundary: a checkpoint) up to ``stop``. Raw
     bytes: an Info column quotes statements, binary values and all."""
-    import pymysql
-
-    conn = pymysql.connect(**endpoint.connect_args(), use_unicode=False)
+    conn = endpoint.connect(use_unicode=False)
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW BINARY LOGS")
