@@ -21,7 +21,8 @@ from airflow_sync_provider.core.source.selection import TableSelection, table_co
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 
-_SECRET_KEYS = {"password"}
+# what public_dict masks: passwords and the private keys of client certificates (core/endpoints.py)
+_SECRET_KEYS = {"password", "ssl_key", "client_cert_key"}
 
 
 READERS = ("auto", "native", "mysqlclient")
@@ -102,6 +103,7 @@ class FullLoadSpec:
             raise ValueError(f"reimport must be None or 'failed', got {self.reimport!r}")
         if self.reader not in READERS:
             raise ValueError(f"reader must be one of {READERS}, got {self.reader!r} (table {self.source_table})")
+        _check_reader(self.reader, self.source, self.source_table)
         if bool(self.partition_by) != bool(self.replace_partitions) or (self.partition_by and not self.where):
             raise ValueError(f"table {self.source_table}: a period load needs where, partition_by and "
                              "replace_partitions together (e.g. where='created_at >= %s AND created_at < %s', "
@@ -348,6 +350,7 @@ class SnapshotDiffSpec:
     def __post_init__(self):
         if self.reader not in READERS:
             raise ValueError(f"reader must be one of {READERS}, got {self.reader!r}")
+        _check_reader(self.reader, self.source, self.source_table or self.new_table)
         if _many_tables(self):
             if self.source is None or self.new_table:
                 raise ValueError("a diff of tables by select=/tables= compares MySQL tables (source) with their copies")
@@ -378,6 +381,13 @@ class SnapshotDiffSpec:
             source_table=table["source_table"], old_table=f"{table['target_database']}.{table['target_table']}",
             diff_key=f"{self.diff_key}:{table['source_database']}.{table['source_table']}" if self.diff_key else "",
             changes_table="")
+
+
+def _check_reader(reader: str, source: MySQLEndpoint | None, table: str) -> None:
+    """The Arrow-native reader (connectorx) has no TLS: refused for a source that asks for it."""
+    if reader == "native" and source is not None and source.ssl_mode != "DISABLED":
+        raise ValueError(f"table {table}: reader='native' (connectorx) cannot connect with TLS, and {source.address} "
+                         "asks for it; use reader='auto' (it reads such a source with mysqlclient) or 'mysqlclient'")
 
 
 def _many_tables(spec) -> bool:

@@ -53,6 +53,9 @@ from airflow_sync_provider.core.cdc.positions import (
     ValueRefused,
     event_version,
     file_seq,
+    flavor,
+    grant,
+    monitor_privilege,
 )
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
 from airflow_sync_provider.core.cdc.servers import GtidState
@@ -514,9 +517,11 @@ def backlog_events(endpoint: MySQLEndpoint, start: BinlogPosition, stop: BinlogP
         conn.close()
 
 
-def preflight(conn, start: BinlogPosition | None, user: str = "") -> list[str]:
+def preflight(conn, start: BinlogPosition | None, endpoint: MySQLEndpoint, server_id: int) -> list[str]:
     """Refuse, with what to do, a source that cannot feed CDC from ``start``; returns the
-    binlog files the server still has (pymysql connection)."""
+    binlog files the server still has (``conn``: pymysql, to ``endpoint``). The user's right to
+    stream the binlog is tried with a dump from its end as replica ``server_id`` (one no
+    pipeline uses: a server drops a replica's older dump when another registers with its id)."""
     with conn.cursor() as cur:
         cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN"
                     " ('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata')")
@@ -530,16 +535,32 @@ def preflight(conn, start: BinlogPosition | None, user: str = "") -> list[str]:
         try:
             cur.execute("SHOW BINARY LOGS")
             files = [row[0] for row in cur.fetchall()]
-        except Exception as exc:  # pymysql's access-denied errors
-            raise BinlogError(f"user {user!r} may not read the binlog ({exc}); grant REPLICATION SLAVE and "
-                              "REPLICATION CLIENT (MySQL) or BINLOG MONITOR (MariaDB)") from exc
+        except pymysql.err.OperationalError as exc:  # access denied
+            raise BinlogError(f"user {endpoint.user!r} may not list the binlog ({exc}); CDC needs "
+                              f"{monitor_privilege(flavor(conn))} (and REPLICATION SLAVE to stream it): "
+                              f"{grant(conn, monitor_privilege(flavor(conn)))}") from exc
     check_compression(conn)
+    check_dump(endpoint, files[-1] if files else None, server_id)
     if start is not None and start.file not in files:
         raise BinlogLost(f"the binlog file {start.file} holding the checkpoint {start} was purged from the source "
                           f"(it has {files[0] if files else 'none'} … {files[-1] if files else ''}): the changes "
                           "since then are gone. Re-bootstrap: run a fresh full load of the tables and start the "
                           "pipeline again from it (start_from_loads=[...], reset=True)")
     return files
+
+
+def check_dump(endpoint: MySQLEndpoint, last_file: str | None, server_id: int) -> None:
+    """Preflight: the user may stream the binlog (REPLICATION SLAVE): a dump of the last file's
+    head, nothing of it read (CheckedBinLogStream names the grant when the server refuses)."""
+    if last_file is None:
+        return
+    stream = CheckedBinLogStream(**binlog_connection(endpoint), server_id=server_id, blocking=False,
+                                 resume_stream=True, log_file=last_file, log_pos=4, only_events=[RotateEvent],
+                                 followed=lambda: {})
+    try:
+        stream.fetchone()
+    finally:
+        stream.close()
 
 
 # ==== No event passes unread (issue 34): compressed events, and a stop on what the reader cannot read ====
@@ -869,6 +890,9 @@ class EventGate:
             "needs to learn this event), turn off the setting that writes it, " + _rebootstrap("the tables"))
 
 
+ACCESS_DENIED_TO_DUMP = 1227  # ER_SPECIFIC_ACCESS_DENIED_ERROR, the dump's answer without REPLICATION SLAVE
+
+
 class CheckedBinLogStream(BinLogStreamReader):
     """A BinLogStreamReader that lets no event pass unread: it asks the library for every event
     class it has and for the types it does not know (NotImplementedEvent), passes each through
@@ -884,7 +908,14 @@ class CheckedBinLogStream(BinLogStreamReader):
 
     def fetchone(self):
         while True:
-            event = super().fetchone()
+            try:
+                event = super().fetchone()
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != ACCESS_DENIED_TO_DUMP:
+                    raise
+                raise BinlogError(f"the source refuses to stream its binlog to this user ({exc.args[1]}); CDC needs "
+                                  f"REPLICATION SLAVE: {grant(self._ctl_connection, 'REPLICATION SLAVE')}. A retry "
+                                  "stops here again until it is granted") from None
             if event is None:
                 return None
             self._gate.check(event, self.log_file, self.log_pos - event.packet.event_size)
