@@ -536,9 +536,9 @@ def preflight(conn, start: BinlogPosition | None, endpoint: MySQLEndpoint, serve
             cur.execute("SHOW BINARY LOGS")
             files = [row[0] for row in cur.fetchall()]
         except pymysql.err.OperationalError as exc:  # access denied
-            raise BinlogError(f"user {endpoint.user!r} may not list the binlog ({exc}); CDC needs "
-                              f"{monitor_privilege(flavor(conn))} (and REPLICATION SLAVE to stream it): "
-                              f"{grant(conn, monitor_privilege(flavor(conn)))}") from exc
+            privilege = monitor_privilege(flavor(conn))
+            raise BinlogError(f"user {endpoint.user!r} may not read the binlog ({exc}); CDC needs {privilege} to "
+                              f"list it and REPLICATION SLAVE to stream it: {grant(conn, privilege)}") from exc
     check_compression(conn)
     check_dump(endpoint, files[-1] if files else None, server_id)
     if start is not None and start.file not in files:
