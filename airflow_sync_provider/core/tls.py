@@ -69,9 +69,9 @@ def read_pem(path: str, parameter: str, where: str) -> tuple[str, str]:
     key found in a certificate file is kept apart: it is a secret, the certificate is not).
     ``parameter`` and ``where`` name the setting in the error."""
     try:
-        with open(os.path.expanduser(path)) as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
+        with open(os.path.expanduser(path), "rb") as fh:
+            text = fh.read().decode("ascii", errors="replace")  # PEM is ASCII; a DER file then has no block
+    except OSError as exc:
         raise ValueError(f"{where}: {parameter}={path!r} cannot be read ({exc})") from None
     blocks = [m.group(0) for m in _PEM_BLOCK.finditer(text)]
     if not blocks:
