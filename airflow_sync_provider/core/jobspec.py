@@ -7,6 +7,7 @@ form that may be logged or pushed to XCom.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
@@ -23,6 +24,7 @@ from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 
 # what public_dict masks: passwords and the private keys of client certificates (core/endpoints.py)
 _SECRET_KEYS = {"password", "ssl_key", "client_cert_key"}
+_CERTIFICATE_KEYS = {"ssl_ca", "ssl_cert", "ca_cert", "client_cert"}
 
 
 READERS = ("auto", "native", "mysqlclient")
@@ -447,12 +449,19 @@ def reimport_spec(stored: dict, source: MySQLEndpoint, target: ClickHouseEndpoin
                                                         "target": dataclasses.asdict(target)}), reimport="failed")
 
 
+def _pem_summary(text: str) -> str:
+    """A certificate (bundle) in a line: public, but a provider's CA bundle runs to 100+ KB."""
+    return f"<PEM: {text.count('-----BEGIN ')} block(s), sha256 {hashlib.sha256(text.encode()).hexdigest()[:16]}>"
+
+
 def public_dict(spec) -> dict:
-    """The spec with every secret replaced by '***' (for logs and XCom)."""
+    """The spec with every secret replaced by '***' and certificates by a one-line summary (for
+    logs, XCom and the ledger)."""
 
     def scrub(obj):
         if isinstance(obj, dict):
-            return {k: ("***" if k in _SECRET_KEYS and v else scrub(v)) for k, v in obj.items()}
+            return {k: ("***" if k in _SECRET_KEYS and v else _pem_summary(v) if k in _CERTIFICATE_KEYS and v
+                        and v != "certifi" else scrub(v)) for k, v in obj.items()}
         return obj
 
     return scrub(spec_to_dict(spec))
