@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from airflow_sync_provider.core.tls import MODES, REQUIRING, VERIFYING, pem_file, read_pem
+from airflow_sync_provider.core.tls import MODES, REQUIRING, VERIFYING, pem_file, read_pem, unverified_context
 
 log = logging.getLogger(__name__)
 
@@ -232,13 +232,12 @@ class MySQLEndpoint:
         args = self._common()
         if database or self.database:
             args["database"] = database or self.database
-        if self.ssl_mode != "DISABLED":
-            ssl = {"check_hostname": self.ssl_mode == "VERIFY_IDENTITY", "verify_mode": self.ssl_mode in VERIFYING}
-            if self.ssl_mode in VERIFYING:
-                ssl["ca"] = pem_file(self.ssl_ca)
-            if self.ssl_cert:
-                ssl["cert"], ssl["key"] = pem_file(self.ssl_cert), pem_file(self.ssl_key)
-            args["ssl"] = ssl
+        client = (pem_file(self.ssl_cert), pem_file(self.ssl_key)) if self.ssl_cert else (None, None)
+        if self.ssl_mode in VERIFYING:
+            args["ssl"] = {"ca": pem_file(self.ssl_ca), "check_hostname": self.ssl_mode == "VERIFY_IDENTITY",
+                           "verify_mode": True, **({"cert": client[0], "key": client[1]} if self.ssl_cert else {})}
+        elif self.ssl_mode != "DISABLED":
+            args["ssl"] = unverified_context(*client)
         if self.init_command:
             args["init_command"] = self.init_command
         return args
