@@ -611,8 +611,8 @@ def tls_comparison(args) -> None:
         gen = generate_changes(plain, args.changes, INITIAL_ROWS + 1, args.seed)
         stop, expect = position(plain), source_summary(plain)
         print(f"generated {gen['changes']:,} row changes in {gen['transactions']:,} transactions", flush=True)
-        for round_ in range(args.repeat):
-            for name, (mysql_url, ch_url, db) in urls.items():
+        for round_ in range(args.repeat):  # every other round in reverse order: no variant always runs first
+            for name, (mysql_url, ch_url, db) in list(urls.items())[::1 if round_ % 2 == 0 else -1]:
                 run = run_ours(mysql_url, ch_url, args, f"bench-cdc-tls-{uuid.uuid4().hex[:8]}",
                                loads[name]["load_key"], stop.to_dict(), expect, db)
                 assert run["ok"] and run["summary_ok"] and run["rows_check"]["ok"], (name, run.get("error"), run)
@@ -629,8 +629,9 @@ def tls_comparison(args) -> None:
              f"{events:,} row changes of the 10-column table of bench/cdc_apply.py (a {INITIAL_ROWS:,}-row full "
              "load first, per variant), from one MariaDB that takes TLS and plain connections alike "
              "(TLS 1.3, the server's default cipher) into the chDB stand-in over HTTP, or a second one over HTTPS "
-             f"with mutual TLS. Variants interleaved, {args.repeat} round(s); changes/s from the job's own "
-             "seconds, best round; every run's copy checked row for row against the source.", "",
+             "with mutual TLS. Variants interleaved (every other round in reverse order), "
+             f"{args.repeat} round(s); changes/s from the job's own seconds, best round; every run's copy checked "
+             "row for row against the source.", "",
              f"Load average (1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
              f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; {(time.monotonic() - started) / 60:.1f} "
              "min in all (the machine is shared with other jobs).", "",

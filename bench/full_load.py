@@ -567,8 +567,8 @@ def tls_comparison(args) -> None:
             ch = ch_client(url)
             ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(TARGET_DB)}")
             ch.close()
-        for round_ in range(args.repeat):
-            for name, source_tls, target_tls, reader in TLS_VARIANTS:
+        for round_ in range(args.repeat):  # every other round in reverse order: no variant always runs first
+            for name, source_tls, target_tls, reader in TLS_VARIANTS[::1 if round_ % 2 == 0 else -1]:
                 run = run_ours(tls if source_tls else plain, https if target_tls else http, db, args.rows,
                                args.channels, reader=reader)
                 runs[name].append(run)
@@ -581,7 +581,7 @@ def tls_comparison(args) -> None:
              f"({args.rows:,} rows), our full load (`spark_submit(FullLoadSpec)`, {args.channels} channels, local "
              "driver) from one MariaDB that takes TLS and plain connections alike (its certificate signed by "
              "devenv/certs.py's CA; TLS 1.3, the server's default cipher) into the chDB stand-in over HTTP, or a "
-             "second one over HTTPS with mutual TLS. Variants interleaved, "
+             "second one over HTTPS with mutual TLS. Variants interleaved (every other round in reverse order), "
              f"{args.repeat} round(s); rows/s from the job's own seconds (no spark-submit start-up), best round.",
              "", f"Load average (1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
              f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; {(time.monotonic() - started) / 60:.1f} "

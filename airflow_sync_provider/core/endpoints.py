@@ -13,6 +13,7 @@ so that a logged endpoint never leaks one.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass, field
@@ -83,10 +84,13 @@ def _json_dict(value, name: str, where: str):
 
 
 def _named(options: dict, names: dict, where: str) -> dict:
-    """``options`` by setting (aliases resolved), refusing unknown names and a setting given twice."""
+    """``options`` by setting (aliases resolved), refusing unknown names and a setting given twice.
+    An empty value is no value (as the MySQL provider's hook reads its extras)."""
     found, spelled = {}, {}
     for name, value in options.items():
         key = names.get(str(name).lower())
+        if key is not None and (value is None or value == "" or value == {}):
+            continue
         if key is None:
             raise ValueError(f"{where}: unknown parameter {name!r} (known: {', '.join(sorted(set(names.values())))})")
         if key in found:
@@ -291,6 +295,7 @@ class MySQLEndpoint:
         return self.ssl_mode in REQUIRING
 
 
+@functools.cache
 def _mariadb_client() -> bool:
     """mysqlclient is built on MariaDB's Connector/C (3.x), which emulates ``ssl_mode``, rather than
     on MySQL's libmysqlclient (5.7, 8.x, 9.x), which has it."""
