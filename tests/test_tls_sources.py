@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pymysqlreplication import BinLogStreamReader
 
-from airflow_sync_provider.core.cdc.binlog import binlog_connection, preflight
+from airflow_sync_provider.core.cdc.binlog import preflight
 from airflow_sync_provider.core.cdc.positions import BinlogError, ensure_fence
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
@@ -49,7 +49,7 @@ def _mysqlclient(endpoint):
 def _binlog(endpoint):
     """The binlog stream's two connections (control and dump); the server is TLS-only, so a
     connection it accepts is encrypted."""
-    stream = BinLogStreamReader(**binlog_connection(endpoint), server_id=7_700_001, blocking=False)
+    stream = BinLogStreamReader(**endpoint.replication_args(), server_id=7_700_001, blocking=False)
     try:
         stream.fetchone()
         return "accepted by a TLS-only server"

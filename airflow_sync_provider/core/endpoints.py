@@ -246,6 +246,16 @@ class MySQLEndpoint:
             args["init_command"] = self.init_command
         return args
 
+    def replication_args(self) -> dict:
+        """python-mysql-replication's connection arguments: its ``connection_settings`` (TLS
+        included) and a ``pymysql_wrapper`` that opens both its connections, the control one and
+        the dump, as :meth:`connect` does (core/tls.py: TLS, or no connection)."""
+        from airflow_sync_provider.core.tls import pymysql_wrapper
+
+        settings = self.connect_args()
+        settings.pop("database", None)
+        return {"connection_settings": settings, "pymysql_wrapper": pymysql_wrapper(self)}
+
     def connect(self, **overrides):
         """A pymysql connection (``overrides`` replace arguments): core/tls.open_pymysql."""
         from airflow_sync_provider.core.tls import open_pymysql

@@ -62,7 +62,6 @@ from airflow_sync_provider.core.cdc.servers import GtidState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.schema import TableSchema
-from airflow_sync_provider.core.tls import pymysql_wrapper
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 
 # --- corrections to python-mysql-replication's decoding (see the module docstring) ---
@@ -254,7 +253,7 @@ class BinlogReader:
         self.selection = selection  # and on names the pipeline's patterns select (a table joining)
         self.position = start
         self.stream = CheckedBinLogStream(  # stops on events it cannot read (see the end of this module)
-            **binlog_connection(endpoint), server_id=server_id, resume_stream=True, log_file=start.file,
+            **endpoint.replication_args(), server_id=server_id, resume_stream=True, log_file=start.file,
             log_pos=start.pos, blocking=blocking, slave_heartbeat=1 if blocking else None,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
                          MariadbGtidEvent, GtidEvent, HeartbeatLogEvent, XAPrepareEvent],
@@ -490,15 +489,6 @@ def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | 
     return cuts
 
 
-def binlog_connection(endpoint: MySQLEndpoint) -> dict:
-    """python-mysql-replication's connection arguments for ``endpoint``: its settings (TLS
-    included) and a ``pymysql_wrapper`` that opens both its connections (the control one and the
-    dump) as every other pymysql connection is opened (core/tls.py: TLS or no connection)."""
-    settings = endpoint.connect_args()
-    settings.pop("database", None)
-    return {"connection_settings": settings, "pymysql_wrapper": pymysql_wrapper(endpoint)}
-
-
 def backlog_events(endpoint: MySQLEndpoint, start: BinlogPosition, stop: BinlogPosition):
     """SHOW BINLOG EVENTS from ``start`` (an event boundary: a checkpoint) up to ``stop``. Raw
     bytes: an Info column quotes statements, binary values and all."""
@@ -554,7 +544,7 @@ def check_dump(endpoint: MySQLEndpoint, last_file: str | None, server_id: int) -
     head, nothing of it read (CheckedBinLogStream names the grant when the server refuses)."""
     if last_file is None:
         return
-    stream = CheckedBinLogStream(**binlog_connection(endpoint), server_id=server_id, blocking=False,
+    stream = CheckedBinLogStream(**endpoint.replication_args(), server_id=server_id, blocking=False,
                                  resume_stream=True, log_file=last_file, log_pos=4, only_events=[RotateEvent],
                                  followed=lambda: {})
     try:

@@ -206,11 +206,10 @@ def locate(endpoint, state: str, mariadb: bool, server_id: int, epoch: int) -> B
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent
 
-    from airflow_sync_provider.core.cdc.binlog import binlog_connection
     from airflow_sync_provider.core.cdc.positions import current_position
     from airflow_sync_provider.core.tls import SourceRefused
 
-    stream = BinLogStreamReader(**binlog_connection(endpoint), server_id=server_id, blocking=False,
+    stream = BinLogStreamReader(**endpoint.replication_args(), server_id=server_id, blocking=False,
                                 auto_position=state, is_mariadb=mariadb)
     try:
         before = None  # where the event before it ended: the first transaction's own start
