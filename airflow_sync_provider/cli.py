@@ -54,9 +54,9 @@ from airflow_sync_provider.core.source.planning import (
 )
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.submission import private_cache, spark_submit
+from airflow_sync_provider.core.submission import spark_submit
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
-from airflow_sync_provider.core.tls import SourceRefused
+from airflow_sync_provider.core.tls import SourceRefused, private_dir
 from airflow_sync_provider.core.verify.reconcile import FAILED, OK, SHAPE_MISMATCH
 from airflow_sync_provider.core.verify.reports import (
     diff_summary,
@@ -111,7 +111,7 @@ def _log_file(args, what: str) -> str:
     path = getattr(args, "log_file", None)
     if not path:
         directory = os.environ.get("AIRFLOW_SYNC_LOG_DIR") or os.path.join(
-            str(private_cache() or tempfile.mkdtemp(prefix="airflow-sync-")), "logs")
+            str(private_dir() or tempfile.mkdtemp(prefix="airflow-sync-")), "logs")
         os.makedirs(directory, mode=0o700, exist_ok=True)
         path = os.path.join(directory, f"{what.replace(' ', '-')}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log")
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))

@@ -33,7 +33,6 @@ import marshal
 import os
 import shlex
 import shutil
-import stat
 import struct
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from pathlib import Path
 
 import airflow_sync_provider
 from airflow_sync_provider.core.jobspec import spec_to_dict, write_private_json, write_spec
+from airflow_sync_provider.core.tls import private_dir
 
 # Where a cluster-mode driver finds the passwords (environment variables the cluster sets).
 SECRET_ENV = {"source": "AIRFLOW_SYNC_MYSQL_PASSWORD", "target": "AIRFLOW_SYNC_CLICKHOUSE_PASSWORD"}
@@ -75,7 +75,7 @@ def package_zip(directory: str) -> str:
     root = Path(airflow_sync_provider.__file__).parent
     files = sorted(root.rglob("*.py"))
     path = os.path.join(directory, "airflow_sync_provider.zip")
-    cache = private_cache()
+    cache = private_dir()
     if cache is None:
         _write_zip(path, root, files)
         return path
@@ -91,20 +91,6 @@ def package_zip(directory: str) -> str:
     except OSError:
         shutil.copyfile(cached, path)
     return path
-
-
-def private_cache() -> Path | None:
-    """``$TMPDIR/airflow-sync-<uid>``, if it is this user's alone (None otherwise: another user
-    could have made it, and a zip from there would run as this user's code)."""
-    cache = Path(tempfile.gettempdir()) / f"airflow-sync-{os.getuid()}"
-    try:
-        cache.mkdir(mode=0o700, exist_ok=True)
-        st = os.lstat(cache)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return None
-    return cache
 
 
 def _write_zip(path: str, root: Path, files: list[Path]) -> None:
