@@ -13,7 +13,9 @@
   airflow-sync cdc status --pipeline P [--json]
 
 Passwords may come from the environment instead: ``MYSQL_URL`` and ``CLICKHOUSE_URL`` are used
-when the options are absent, so no password need appear on a command line.
+when the options are absent, so no password need appear on a command line. TLS and the other
+connection settings are the URLs' query parameters (``?ssl_mode=VERIFY_IDENTITY&ssl_ca=/path/ca.pem``,
+``https://…?ca_cert=/path/ca.pem``): docs/connections.md.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ from airflow_sync_provider.core.source.planning import (
 )
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.submission import private_cache, spark_submit
+from airflow_sync_provider.core.submission import spark_submit
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
+from airflow_sync_provider.core.tls import SourceRefused, private_dir
 from airflow_sync_provider.core.verify.reconcile import FAILED, OK, SHAPE_MISMATCH
 from airflow_sync_provider.core.verify.reports import (
     diff_summary,
@@ -110,7 +113,7 @@ def _log_file(args, what: str) -> str:
     path = getattr(args, "log_file", None)
     if not path:
         directory = os.environ.get("AIRFLOW_SYNC_LOG_DIR") or os.path.join(
-            str(private_cache() or tempfile.mkdtemp(prefix="airflow-sync-")), "logs")
+            str(private_dir() or tempfile.mkdtemp(prefix="airflow-sync-")), "logs")
         os.makedirs(directory, mode=0o700, exist_ok=True)
         path = os.path.join(directory, f"{what.replace(' ', '-')}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log")
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
@@ -619,9 +622,9 @@ def _log_file_argument(parser) -> None:
 def _urls(parser, mysql=True):
     if mysql:
         parser.add_argument("--mysql-url", default=os.environ.get("MYSQL_URL"),
-                            help="mysql://user:pass@host:port/db (default: $MYSQL_URL)")
+                            help="mysql://user:pass@host:port/db[?ssl_mode=…&ssl_ca=…] (default: $MYSQL_URL)")
     parser.add_argument("--clickhouse-url", default=os.environ.get("CLICKHOUSE_URL"),
-                        help="http://user:pass@host:8123/db (default: $CLICKHOUSE_URL)")
+                        help="http(s)://user:pass@host:8123/db[?ca_cert=…] (default: $CLICKHOUSE_URL)")
     parser.add_argument("--ledger-database", default=DEFAULT_LEDGER_DATABASE)
 
 
@@ -630,7 +633,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="print the shard plan of a table (reads keys and EXPLAINs, loads nothing)")
     plan.add_argument("--mysql-url", default=os.environ.get("MYSQL_URL"),
-                      help="mysql://user:pass@host:port/db (default: $MYSQL_URL)")
+                      help="mysql://user:pass@host:port/db[?ssl_mode=…&ssl_ca=…] (default: $MYSQL_URL)")
     plan.add_argument("--database", help="source database (default: the URL's path)")
     plan.add_argument("--table", required=True)
     plan.add_argument("--split-column")
@@ -802,7 +805,7 @@ def main(argv=None) -> int:
             return 2
     try:
         return args.func(args)
-    except (PlanError, KeyError, LookupError, ValueError) as exc:
+    except (PlanError, KeyError, LookupError, ValueError, SourceRefused) as exc:
         print(f"airflow-sync: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
 

@@ -4,6 +4,7 @@ binlog range to copies of one ``orders``-like table on the same data and machine
 our job's lag in service mode under a steady write load.
 
     .venv/bin/python -m bench.cdc_apply [--changes 1000000] [--quick] [--keep]
+    .venv/bin/python -m bench.cdc_apply --tls [--quick] [--repeat 2]   (plain text vs TLS only)
 
 Scenario: a 10-column table (BIGINT PK, INT, DECIMAL(12,2), nullable DECIMAL(5,2), VARCHAR(16),
 nullable VARCHAR(255), DATETIME(6), nullable DATETIME(6), nullable DOUBLE, TINYINT) with 100k rows,
@@ -273,9 +274,9 @@ class Writer(threading.Thread):
 # Ours
 # ---------------------------------------------------------------------------------------------
 
-def run_full_load(mysql_url, ch_url) -> dict:
+def run_full_load(mysql_url, ch_url, target_db: str = TARGET_DB) -> dict:
     spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                        source_database=SOURCE_DB, source_table=TABLE, target_database=TARGET_DB,
+                        source_database=SOURCE_DB, source_table=TABLE, target_database=target_db,
                         target_table=TABLE, channels=2, load_key=f"bench-cdc-{uuid.uuid4().hex[:12]}")
     with timer() as wall:
         result = spark_submit(spec, timeout=JOB_TIMEOUT)
@@ -290,7 +291,7 @@ def cdc_spec(mysql_url, ch_url, pipeline, args, **kwargs) -> CdcApplySpec:
                         pipeline=pipeline, lanes=args.lanes, batch_events=args.batch_events, **kwargs)
 
 
-def verify_rows(mysql_url, ch_url) -> dict:
+def verify_rows(mysql_url, ch_url, target_db: str = TARGET_DB) -> dict:
     """Row-for-row: source vs our target FINAL (tests/helpers.py, independent of the job's code)."""
     from tests.helpers import assert_same_rows
 
@@ -298,7 +299,7 @@ def verify_rows(mysql_url, ch_url) -> dict:
     ch = ch_client(ch_url)
     try:
         with timer() as t:
-            rows = assert_same_rows(conn, ch, SOURCE_DB, TABLE, TARGET_DB)
+            rows = assert_same_rows(conn, ch, SOURCE_DB, TABLE, target_db)
         return {"ok": True, "rows": rows, "seconds": t["seconds"]}
     except AssertionError as exc:
         return {"ok": False, "error": str(exc)[:2000]}
@@ -313,7 +314,7 @@ def batches(ch, pipeline: str) -> int:
                           "WHERE pipeline = {p:String}", parameters={"p": pipeline}))
 
 
-def run_ours(mysql_url, ch_url, args, pipeline, load_key, stop, expect_summary) -> dict:
+def run_ours(mysql_url, ch_url, args, pipeline, load_key, stop, expect_summary, target_db: str = TARGET_DB) -> dict:
     spec = cdc_spec(mysql_url, ch_url, pipeline, args, start_from_loads=[load_key], stop_position=stop,
                     batch_seconds=args.batch_seconds)
     with ProcessSampler(interval=1.0) as sampler, timer() as wall:
@@ -325,11 +326,11 @@ def run_ours(mysql_url, ch_url, args, pipeline, load_key, stop, expect_summary) 
     out["inner"] = float(result["seconds"])
     ch = ch_client(ch_url)
     out["batches"] = batches(ch, pipeline)
-    out["summary"] = target_summary(ch, TARGET_DB)
-    out["fingerprint"] = fingerprint(ch, TARGET_DB)
+    out["summary"] = target_summary(ch, target_db)
+    out["fingerprint"] = fingerprint(ch, target_db)
     ch.close()
     out["summary_ok"] = out["summary"] == expect_summary
-    out["rows_check"] = verify_rows(mysql_url, ch_url)
+    out["rows_check"] = verify_rows(mysql_url, ch_url, target_db)
     return out
 
 
@@ -582,6 +583,66 @@ def rate(n, seconds) -> float | None:
     return n / seconds if n and seconds else None
 
 
+# the TLS comparison's variants: (name, source over TLS, target over HTTPS, target database)
+TLS_VARIANTS = (("plain text", False, False, "bench_cdc_plain"),
+                ("TLS source (VERIFY_IDENTITY): the binlog stream and every connection", True, False, "bench_cdc_tls"),
+                ("TLS source + HTTPS target (mutual TLS)", True, True, "bench_cdc_tls_https"))
+
+
+def tls_comparison(args) -> None:
+    """``--tls``: one bounded catch-up of the same binlog range (P0 → P1, ``--changes`` row changes)
+    over plain text and over TLS, side by side on one server that takes both
+    (bench/common.tls_services); ``--repeat`` rounds interleaved (each a new pipeline from its
+    variant's full load), the best of each reported. Writes bench/results/cdc_apply_tls.md."""
+    from bench.common import tls_services
+
+    load_start, started = os.getloadavg(), time.monotonic()
+    runs = {name: [] for name, *_ in TLS_VARIANTS}
+    with tls_services("cdc-tls") as (plain, tls, http, https):
+        urls = {name: (tls if source_tls else plain, https if target_tls else http, db)
+                for name, source_tls, target_tls, db in TLS_VARIANTS}
+        for _, ch_url, db in urls.values():
+            ch = ch_client(ch_url)
+            ch.command(f"DROP DATABASE IF EXISTS {ch_ident(db)}")
+            ch.command(f"CREATE DATABASE {ch_ident(db)}")
+            ch.close()
+        create_source(plain, INITIAL_ROWS)
+        loads = {name: run_full_load(*urls[name]) for name in urls}  # each variant's P0, before the changes
+        gen = generate_changes(plain, args.changes, INITIAL_ROWS + 1, args.seed)
+        stop, expect = position(plain), source_summary(plain)
+        print(f"generated {gen['changes']:,} row changes in {gen['transactions']:,} transactions", flush=True)
+        for round_ in range(args.repeat):  # every other round in reverse order: no variant always runs first
+            for name, (mysql_url, ch_url, db) in list(urls.items())[::1 if round_ % 2 == 0 else -1]:
+                run = run_ours(mysql_url, ch_url, args, f"bench-cdc-tls-{uuid.uuid4().hex[:8]}",
+                               loads[name]["load_key"], stop.to_dict(), expect, db)
+                assert run["ok"] and run["summary_ok"] and run["rows_check"]["ok"], (name, run.get("error"), run)
+                runs[name].append(run)
+                print(f"round {round_ + 1}, {name}: {run['result']['events']:,} events in {run['inner']:.2f} s job",
+                      flush=True)
+    load_end = os.getloadavg()
+    best = {name: min(r["inner"] for r in rs) for name, rs in runs.items()}
+    events = runs[TLS_VARIANTS[0][0]][0]["result"]["events"]
+    plain_best = best[TLS_VARIANTS[0][0]]
+    lines = [f"# CDC catch-up over TLS vs plain text — {dt.date.today()}", "", f"Machine: {machine()}", "",
+             f"`python -m bench.cdc_apply --tls --changes {args.changes} --repeat {args.repeat}`: one bounded "
+             f"catch-up (`spark_submit(CdcApplySpec)`, {args.lanes} lanes) of the same binlog range, "
+             f"{events:,} row changes of the 10-column table of bench/cdc_apply.py (a {INITIAL_ROWS:,}-row full "
+             "load first, per variant), from one MariaDB that takes TLS and plain connections alike "
+             "(TLS 1.3, the server's default cipher) into the chDB stand-in over HTTP, or a second one over HTTPS "
+             "with mutual TLS. Variants interleaved (every other round in reverse order), "
+             f"{args.repeat} round(s); changes/s from the job's own seconds, best round; every run's copy checked "
+             "row for row against the source.", "",
+             f"Load average (1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
+             f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; {(time.monotonic() - started) / 60:.1f} "
+             "min in all (the machine is shared with other jobs).", "",
+             "| variant | job s (each round) | changes/s (best) | vs plain text |", "|---|---|---|---|"]
+    for name, *_ in TLS_VARIANTS:
+        rounds = " / ".join(f"{r['inner']:.2f}" for r in runs[name])
+        lines.append(f"| {name} | {rounds} | {fmt_rate(rate(events, best[name]))} | "
+                     f"{(plain_best / best[name] - 1) * 100:+.1f} % |")
+    write_result("cdc_apply_tls", "\n".join(lines) + "\n")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=None,
@@ -598,8 +659,14 @@ def main(argv=None):
                         help="seconds to wait for mysql-ch-replicator to catch up (default: 1800, quick 600)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the bench databases afterwards")
+    parser.add_argument("--tls", action="store_true",
+                        help="only the TLS comparison: one catch-up over plain text and over TLS, side by side")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of the TLS comparison's variants")
     args = parser.parse_args(argv)
     args.changes = args.changes or (100_000 if args.quick else 1_000_000)
+    if args.tls:
+        tls_comparison(args)
+        return
     args.lag_seconds = args.lag_seconds or (20.0 if args.quick else 60.0)
     args.replicator_cap = args.replicator_cap or (600.0 if args.quick else 1800.0)
     load_start = os.getloadavg()

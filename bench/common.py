@@ -39,6 +39,23 @@ def services(name: str):
         yield mysql_url, clickhouse_url
 
 
+@contextlib.contextmanager
+def tls_services(name: str):
+    """For the benches' TLS variants: one MariaDB that takes TLS and plain connections alike (its
+    certificate from devenv/certs.py; ``require_secure_transport`` off, so both variants read the
+    same server and data), a chDB endpoint over HTTP and one over HTTPS (mutual TLS). Yields
+    (plain MySQL URL, TLS MySQL URL (VERIFY_IDENTITY), HTTP URL, HTTPS URL)."""
+    from devenv.certs import Certificates
+    from devenv.clickhouse_http import ChdbEndpoint
+    from devenv.mariadb import ROOT_PASSWORD, MariaDB
+
+    state = Path(os.environ.get("BENCH_STATE", f"/tmp/airflow-sync-bench-{name}"))
+    certs = Certificates(state / "certs").make()
+    with MariaDB(state / "mariadb", tls=certs, settings={"require_secure_transport": "OFF"}) as server, \
+            ChdbEndpoint(state / "clickhouse") as http, ChdbEndpoint(state / "clickhouse-https", tls=certs) as https:
+        yield f"mysql://root:{ROOT_PASSWORD}@127.0.0.1:{server.port}/", server.url, http.url, https.url
+
+
 def write_result(name: str, text: str) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.md"

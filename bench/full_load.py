@@ -4,6 +4,7 @@ Spark JDBC job (bench/diy_spark_jdbc.py) and (c) mysql-ch-replicator's initial c
 data and machine in one run; plus the peak RSS of our job's Python workers at several table sizes.
 
     .venv/bin/python -m bench.full_load [--rows 10000000] [--rss-rows 1000000,10000000]
+    .venv/bin/python -m bench.full_load --tls [--rows 1000000] [--repeat 2]   (plain text vs TLS only)
 """
 
 from __future__ import annotations
@@ -296,10 +297,10 @@ def fingerprint(ch, database: str, table: str, final: bool = False) -> dict:
     return {"count": int(row[0]), "columns": dict(zip(COLUMNS, (int(v) for v in row[1:]))), "types": types}
 
 
-def run_ours(mysql_url, ch_url, db, rows, channels, table=TABLE) -> dict:
+def run_ours(mysql_url, ch_url, db, rows, channels, table=TABLE, reader="auto") -> dict:
     spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
                         source_database=db, source_table=table, target_database=TARGET_DB,
-                        target_table=f"ours_{table}_{rows}", channels=channels,
+                        target_table=f"ours_{table}_{rows}", channels=channels, reader=reader,
                         load_key=f"bench-full-load-{db}-{uuid.uuid4().hex[:12]}")
     with ProcessSampler() as sampler, timer() as wall:
         result = spark_submit(spec)
@@ -541,9 +542,75 @@ def rate(rows, seconds) -> float | None:
     return rows / seconds if seconds else None
 
 
+# the TLS comparison's variants: (name, source over TLS, target over HTTPS, reader)
+TLS_VARIANTS = (("plain text, Arrow-native reader (connectorx; the default)", False, False, "auto"),
+                ("plain text, mysqlclient reader", False, False, "mysqlclient"),
+                ("TLS source (VERIFY_IDENTITY), mysqlclient (what auto picks)", True, False, "auto"),
+                ("TLS source + HTTPS target (mutual TLS)", True, True, "auto"))
+
+
+def tls_comparison(args) -> None:
+    """``--tls``: our full load over plain text and over TLS side by side in one run, on one server
+    that takes both (bench/common.tls_services), ``--repeat`` rounds of every variant interleaved;
+    the best of each is reported (the machine is shared). Writes bench/results/full_load_tls.md."""
+    from bench.common import tls_services
+
+    load_start, started = os.getloadavg(), time.monotonic()
+    runs = {name: [] for name, *_ in TLS_VARIANTS}
+    with tls_services("fullload-tls") as (plain, tls, http, https):
+        db = f"bench_fl_tls_{args.rows}"
+        with timer() as gen:
+            counts = demo_data.generate(plain, db, orders=args.rows, customers=10_000, item_orders=10)
+        assert counts["orders"] == args.rows, counts
+        print(f"generated {db}.orders: {args.rows:,} rows in {gen['seconds']:.1f} s", flush=True)
+        for url in (http, https):
+            ch = ch_client(url)
+            ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(TARGET_DB)}")
+            ch.close()
+        for round_ in range(args.repeat):  # every other round in reverse order: no variant always runs first
+            for name, source_tls, target_tls, reader in TLS_VARIANTS[::1 if round_ % 2 == 0 else -1]:
+                run = run_ours(tls if source_tls else plain, https if target_tls else http, db, args.rows,
+                               args.channels, reader=reader)
+                runs[name].append(run)
+                print(f"round {round_ + 1}, {name}: {run['inner']:.2f} s job ({run['reader'][:60]})", flush=True)
+    load_end = os.getloadavg()
+    best = {name: min(r["inner"] for r in rs) for name, rs in runs.items()}
+    (native, text, tls_text, tls_both) = (best[name] for name, *_ in TLS_VARIANTS)
+    lines = [f"# Full load over TLS vs plain text — {dt.date.today()}", "", f"Machine: {machine()}", "",
+             f"`python -m bench.full_load --tls --rows {args.rows} --repeat {args.repeat}`: the demo `orders` table "
+             f"({args.rows:,} rows), our full load (`spark_submit(FullLoadSpec)`, {args.channels} channels, local "
+             "driver) from one MariaDB that takes TLS and plain connections alike (its certificate signed by "
+             "devenv/certs.py's CA; TLS 1.3, the server's default cipher) into the chDB stand-in over HTTP, or a "
+             "second one over HTTPS with mutual TLS. Variants interleaved (every other round in reverse order), "
+             f"{args.repeat} round(s); rows/s from the job's own seconds (no spark-submit start-up), best round.",
+             "", f"Load average (1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
+             f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; {(time.monotonic() - started) / 60:.1f} "
+             "min in all (the machine is shared with other jobs).", "",
+             "| variant | reader | job s (each round) | rows/s (best) | vs plain, same reader | vs the plain default |",
+             "|---|---|---|---|---|---|"]
+    for name, source_tls, _, reader in TLS_VARIANTS:
+        same = text if source_tls or reader == "mysqlclient" else native
+        rounds = " / ".join(f"{r['inner']:.2f}" for r in runs[name])
+        lines.append(f"| {name} | {runs[name][0]['reader'].split(';')[0][:40]} | {rounds} | "
+                     f"{fmt_rate(rate(args.rows, best[name]))} | {_cost(same, best[name])} | "
+                     f"{_cost(native, best[name])} |")
+    lines += ["", f"TLS's own cost on rows/s (the text reader, plain → TLS source): {_cost(text, tls_text)}; "
+              f"with the HTTPS target too: {_cost(text, tls_both)}. What a TLS source costs against the plain "
+              f"default, which reads with connectorx (it has no TLS, core/tls.py): {_cost(native, tls_text)}."]
+    write_result("full_load_tls", "\n".join(lines) + "\n")
+
+
+def _cost(base_seconds: float, seconds: float) -> str:
+    """The change in rows/s from ``base_seconds`` to ``seconds`` for the same rows, as a percentage."""
+    return f"{(base_seconds / seconds - 1) * 100:+.1f} %"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--tls", action="store_true",
+                        help="only the TLS comparison: ours over plain text and over TLS, side by side")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of the TLS comparison's variants")
     parser.add_argument("--rss-rows", default="1000000,10000000",
                         help="comma-separated sizes at which to report our workers' peak RSS")
     parser.add_argument("--channels", type=int, default=2)
@@ -559,6 +626,9 @@ def main(argv=None):
     parser.add_argument("--no-profile", dest="profile", action="store_false",
                         help="skip the perf profile of our job (taken when `perf` is installed)")
     args = parser.parse_args(argv)
+    if args.tls:
+        tls_comparison(args)
+        return
     if not diy_available():
         raise SystemExit(f"the DIY Spark JDBC path needs {MARIADB_JAR} (Debian: apt-get install libmariadb-java)")
     rss_rows = sorted({int(x) for x in args.rss_rows.split(",") if x.strip()})

@@ -22,7 +22,10 @@ downloaded here. It serves the subset of the HTTP interface that clickhouse-conn
 chDB opens a data path in one process only, so every client goes through this one
 process; statements run one at a time under a lock (chDB's session is not re-entrant).
 
-Run: ``python -m devenv.clickhouse_http --path DIR [--port 0] [--port-file FILE]``.
+With ``--tls-cert/--tls-key`` it serves HTTPS instead (a ClickHouse ``https_port``), and with
+``--tls-client-ca`` it also demands a client certificate signed by that CA (mutual TLS).
+
+Run: ``python -m devenv.clickhouse_http --path DIR [--port 0] [--port-file FILE] [--tls-cert F --tls-key F]``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -327,18 +331,41 @@ def form_fields(content_type: str, body: bytes) -> dict[str, str]:
     return fields
 
 
-def serve(path: str, host: str = "127.0.0.1", port: int = 0, port_file: str | None = None):
+class HttpsServer(ThreadingHTTPServer):
+    """HTTPS: each accepted connection's handshake runs in its own request thread."""
+
+    context: ssl.SSLContext
+
+    def finish_request(self, request, client_address):
+        super().finish_request(self.context.wrap_socket(request, server_side=True), client_address)
+
+
+def tls_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    if client_ca:
+        context.load_verify_locations(client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def serve(path: str, host: str = "127.0.0.1", port: int = 0, port_file: str | None = None,
+          tls: ssl.SSLContext | None = None):
     os.makedirs(path, exist_ok=True)
     Handler.engine = ChdbEngine(path)
-    server = ThreadingHTTPServer((host, port), Handler)
+    if tls is not None:
+        server = HttpsServer((host, port), Handler)
+        server.context = tls
+    else:
+        server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     if port_file:
         tmp = port_file + ".tmp"
         with open(tmp, "w") as fh:
             fh.write(str(server.server_address[1]))
         os.replace(tmp, port_file)  # atomic: a reader never sees a half-written port
-    print(f"chDB ClickHouse-HTTP stand-in on http://{host}:{server.server_address[1]} (data {path})",
-          flush=True)
+    print(f"chDB ClickHouse-HTTP stand-in on {'https' if tls else 'http'}://{host}:{server.server_address[1]} "
+          f"(data {path})", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     try:
         server.serve_forever()
@@ -353,8 +380,12 @@ def main(argv=None):
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--port-file", help="write the bound port here once listening")
+    parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key", help="… and its private key")
+    parser.add_argument("--tls-client-ca", help="demand client certificates signed by this CA")
     args = parser.parse_args(argv)
-    serve(args.path, args.host, args.port, args.port_file)
+    tls = tls_context(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    serve(args.path, args.host, args.port, args.port_file, tls)
 
 
 if __name__ == "__main__":
@@ -362,21 +393,37 @@ if __name__ == "__main__":
 
 
 class ChdbEndpoint:
-    """Runs the stand-in as a subprocess (chDB allows one process per data path)."""
+    """Runs the stand-in as a subprocess (chDB allows one process per data path). With ``tls``
+    (devenv/certs.py) it serves HTTPS with the test CA's server certificate and demands the test
+    client certificate; ``url`` then carries the CA and the client certificate and key."""
 
-    def __init__(self, data_dir: str | os.PathLike):
+    def __init__(self, data_dir: str | os.PathLike, tls=None):
         self.data_dir = os.fspath(data_dir)
         self.port: int | None = None
         self.proc = None
+        self.tls = tls
 
     @property
     def url(self) -> str:
-        return f"http://default:@127.0.0.1:{self.port}/"
+        if self.tls is None:
+            return f"http://default:@127.0.0.1:{self.port}/"
+        from urllib.parse import urlencode
+
+        files = {"ca_cert": self.tls.ca, "client_cert": self.tls.client_cert, "client_cert_key": self.tls.client_key}
+        return f"https://default:@127.0.0.1:{self.port}/?{urlencode(files)}"
+
+    def _ping(self) -> None:
+        import urllib.request
+
+        scheme, context = "http", None
+        if self.tls is not None:
+            scheme, context = "https", ssl.create_default_context(cafile=self.tls.ca)
+            context.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+        urllib.request.urlopen(f"{scheme}://127.0.0.1:{self.port}/ping", timeout=10, context=context).read()
 
     def start(self, timeout: float = 60) -> "ChdbEndpoint":
         import subprocess
         import time
-        import urllib.request
 
         os.makedirs(self.data_dir, exist_ok=True)
         port_file = os.path.join(self.data_dir, "http.port")
@@ -386,6 +433,9 @@ class ChdbEndpoint:
                 "--port-file", port_file]
         if self.port:
             args += ["--port", str(self.port)]
+        if self.tls is not None:
+            args += ["--tls-cert", self.tls.server_cert, "--tls-key", self.tls.server_key,
+                     "--tls-client-ca", self.tls.ca]
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         log = open(os.path.join(self.data_dir, "http.log"), "ab")
@@ -398,7 +448,7 @@ class ChdbEndpoint:
             time.sleep(0.1)
         with open(port_file) as fh:
             self.port = int(fh.read())
-        urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ping", timeout=10).read()
+        self._ping()
         return self
 
     def stop(self) -> None:

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pymysql
 
@@ -56,19 +57,32 @@ def stop_process(proc: subprocess.Popen | None, timeout: float = 30) -> None:
 
 class MariaDB:
     """``settings`` add to or override BINLOG_SETTINGS (server options without the leading
-    dashes, e.g. ``{"log_bin_compress": "ON"}`` or a replica's ``{"server_id": "2"}``)."""
+    dashes, e.g. ``{"log_bin_compress": "ON"}`` or a replica's ``{"server_id": "2"}``).
 
-    def __init__(self, base_dir: str | os.PathLike, port: int | None = None, settings: dict | None = None):
+    ``tls`` (devenv/certs.py): the server takes TLS connections only
+    (``require_secure_transport=ON``, its certificate signed by ``tls.ca``); root keeps the local
+    socket, and its TCP URL verifies the server against the CA."""
+
+    def __init__(self, base_dir: str | os.PathLike, port: int | None = None, settings: dict | None = None,
+                 tls=None):
         self.base = Path(base_dir)
         self.datadir = self.base / "data"
         self.socket = self.base / "mysqld.sock"
         self.port = port or free_port()
-        self.settings = {**BINLOG_SETTINGS, **(settings or {})}
+        self.tls = tls
+        tls_settings = {"ssl_ca": tls.ca, "ssl_cert": tls.server_cert, "ssl_key": tls.server_key,
+                        "require_secure_transport": "ON"} if tls else {}
+        self.settings = {**BINLOG_SETTINGS, **tls_settings, **(settings or {})}
         self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"mysql://root:{ROOT_PASSWORD}@127.0.0.1:{self.port}/"
+        tls = f"?ssl_mode=VERIFY_IDENTITY&ssl_ca={quote(self.tls.ca, safe='')}" if self.tls else ""
+        return f"mysql://root:{ROOT_PASSWORD}@127.0.0.1:{self.port}/{tls}"
+
+    def _tcp_ssl(self) -> dict | None:
+        """pymysql's ``ssl`` for root's own TCP connections (a TLS-only server refuses plain text)."""
+        return {"ca": self.tls.ca} if self.tls else None
 
     def _user_args(self) -> list[str]:
         return ["--user=root"] if os.geteuid() == 0 else []
@@ -137,7 +151,8 @@ class MariaDB:
     def _check_tcp_reaches_this_server(self) -> None:
         """The URL's port must lead to this data dir, not to another test worker's server that
         took the same port (free_port() only finds a port that was free a moment ago)."""
-        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password=ROOT_PASSWORD) as conn:
+        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password=ROOT_PASSWORD,
+                             ssl=self._tcp_ssl()) as conn:
             with conn.cursor() as cur:
                 cur.execute("SELECT @@datadir")
                 datadir = Path(cur.fetchone()[0]).resolve()

@@ -12,6 +12,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)  #
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # the real-Airflow tier's screenshots of the Sync view
 pkg-config --exists libmariadb 2>/dev/null || need_apt+=(libmariadb-dev pkg-config)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # the TLS tests' certificates (devenv/certs.py)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_apt+=(iproute2)  # the cluster tests' network namespace
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then

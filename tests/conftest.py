@@ -63,6 +63,16 @@ def compressed_mysql_url(state_dir):
         yield server.url
 
 
+@pytest.fixture(scope="session")
+def tls(state_dir):
+    """A TLS-only MariaDB with least-privileged accounts and an HTTPS ClickHouse stand-in
+    (tests/tls_source.py): always local, started once per session on first use (~4 s)."""
+    from tests.tls_source import TlsSource
+
+    with TlsSource.running(state_dir / "tls") as source:
+        yield source
+
+
 @pytest.fixture
 def mariadb_pair():
     """A fresh primary A + GTID replica B behind a switchable address (devenv/mariadb.ReplicatedPair,

@@ -13,9 +13,10 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.source.planning import auto_split_factor
+from airflow_sync_provider.core.target.clickhouse import client
 from devenv.airflow_env import REPO, airflow_env
 from tests.airflow_run import ArgvWatcher, run_dag
-from tests.helpers import assert_same_rows
+from tests.helpers import assert_same_rows, recreate_tables
 
 MYSQL_SECRET = "Pw-7f3c9d-s3cret"
 CLICKHOUSE_SECRET = "Ch-91ab-s3cret"
@@ -252,3 +253,47 @@ def test_snapshot_diff_dag_seeds_then_applies_each_days_changes(airflow_home, de
             cur.execute("DELETE FROM demo.orders WHERE id > 1100000000")
             cur.execute("INSERT INTO demo.orders SELECT * FROM demo.orders_kept_for_diff")
             cur.execute("DROP TABLE demo.orders_kept_for_diff")
+
+
+def test_tls_example_dag_reads_a_tls_only_source_through_connection_extras(airflow_home, tls):
+    """dags/example_tls_source.py under `airflow dags test`, its connections' extras as the MySQL
+    and clickhousedb providers document them (tests/tls_source.py: the REQUIRE X509 account with
+    its client certificate, VERIFY_IDENTITY, init_command; HTTPS with mutual TLS): full load,
+    reconcile --checksum and a snapshot diff on one table, bootstrap and CDC apply on another,
+    each copy equal to the source; then the source changes and the catch-up task alone applies it."""
+    from tests.tls_source import PASSWORD
+
+    home, env = airflow_home
+    env = {**env, **tls.connection_env("tls_dag")}
+    root = tls.root()
+    for table in ("orders", "events"):
+        recreate_tables(root, "tls_dag", f"CREATE TABLE tls_dag.{table} (id INT PRIMARY KEY, v VARCHAR(20) NULL, "
+                                         "at DATETIME(6) NOT NULL)")
+        with root.cursor() as cur:
+            cur.execute(f"INSERT INTO tls_dag.{table} SELECT seq, IF(seq % 9 = 0, NULL, CONCAT('v😀', seq)), "
+                        "TIMESTAMPADD(MICROSECOND, seq, '2025-02-01') FROM tls_dag.seq_1_to_3000")
+    target = client(tls.target())
+    try:
+        run = run_dag(env, "sync_tls_source")
+        log = run.stdout + run.stderr
+        assert run.returncode == 0, log[-5000:]
+        for table in ("orders", "events"):
+            assert_same_rows(root, target, "tls_dag", table, "tls_dag_copy")
+        with sqlite3.connect(Path(home) / "airflow.db") as db:
+            xcoms = {task: json.loads(value) for task, value in db.execute(
+                "SELECT task_id, value FROM xcom WHERE dag_id = 'sync_tls_source' AND key = 'return_value'")}
+        assert xcoms["reconcile"]["verdict"] == "ok" and xcoms["reconcile"]["checksum"]
+        assert xcoms["diff"]["verdict"] == "identical" and xcoms["bootstrap"]["tables"][0]["rows"] == 3000
+        assert "reader: mysqlclient: the source asks for TLS (ssl_mode=VERIFY_IDENTITY)" in log
+        with root.cursor() as cur:
+            cur.execute("UPDATE tls_dag.events SET v = 'changed' WHERE id % 50 = 0")
+            cur.execute("DELETE FROM tls_dag.events WHERE id % 77 = 0")
+        again = subprocess.run([sys.executable, "-m", "airflow", "tasks", "test", "sync_tls_source", "catch_up"],
+                               env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+        log += again.stdout + again.stderr
+        assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
+        assert assert_same_rows(root, target, "tls_dag", "events", "tls_dag_copy") == 3000 - 3000 // 77
+        assert PASSWORD not in log and "PRIVATE KEY" not in log
+    finally:
+        target.close()
+        root.close()

@@ -158,6 +158,59 @@ def test_a_worker_killed_mid_load_ends_exact_and_no_shard_counts_twice(cluster, 
         cluster.wait_for_workers(2)
 
 
+def test_a_load_over_tls_on_the_executors_uses_the_certificates_the_job_shipped(cluster, tls, tmp_path):
+    """The source over TLS as the least-privileged REQUIRE SSL account (VERIFY_CA: the executors
+    reach it at an address its certificate does not name) and the target over HTTPS with a client
+    certificate (server_host_name=localhost), every shard read on the executors of both workers.
+    The certificate files given are deleted before the job is submitted, and the executors run with
+    a TMPDIR of their own: they connect with the contents the job carried, written there 0600."""
+    import shutil
+    import stat
+    from urllib.parse import quote, urlencode
+
+    from airflow_sync_provider.core.target.clickhouse import client
+    from tests.tls_source import PASSWORD
+
+    root = tls.root()
+    recreate_tables(root, "tls_clu", "CREATE TABLE tls_clu.t (id BIGINT PRIMARY KEY, v VARCHAR(30) NULL, "
+                                     "amount DECIMAL(12,2) NOT NULL)")
+    with root.cursor() as cur:
+        cur.execute("INSERT INTO tls_clu.t SELECT seq, IF(seq % 11 = 0, NULL, CONCAT('über ', seq)), seq / 7 "
+                    "FROM tls_clu.seq_1_to_60000")
+    given = tmp_path / "given"
+    given.mkdir()
+    for name in ("ca.pem", "client.pem", "client.key"):
+        shutil.copy(tls.certs.path(name), given / name)
+    mysql = (f"mysql://sync:{quote(PASSWORD, safe='')}@{cluster.host_ip}:{cluster.expose(tls.server.port)}/tls_clu?"
+             + urlencode({"ssl_mode": "VERIFY_CA", "ssl_ca": given / "ca.pem"}))
+    https = (f"https://default:@{cluster.host_ip}:{cluster.expose(tls.clickhouse.port)}/?"
+             + urlencode({"ca_cert": given / "ca.pem", "client_cert": given / "client.pem",
+                          "client_cert_key": given / "client.key", "server_host_name": "localhost"}))
+    source, target = MySQLEndpoint.from_url(mysql), ClickHouseEndpoint.from_url(https)
+    shutil.rmtree(given)  # from here the certificates exist only inside the endpoints
+    executor_tmp = tmp_path / "executor-tmp"
+    executor_tmp.mkdir()
+    spec = FullLoadSpec(source=source, target=target, source_database="tls_clu", source_table="t",
+                        target_database="tls_clu_copy", target_table="t", load_key="clu.tls", channels=4,
+                        driver_copy_rows=0)
+    result = spark_submit(spec, master=cluster.url, conf={**cluster.driver_conf,
+                                                          "spark.executorEnv.TMPDIR": str(executor_tmp)}, timeout=900)
+    assert result.get("status") == "success", result
+    ch = client(tls.target())
+    try:
+        assert assert_same_rows(root, ch, "tls_clu", "t", "tls_clu_copy") == 60_000
+        state = Ledger(ch).state("clu.tls")
+        assert {s.executor.split("/")[1] for s in state.shards.values()} == {cluster.host_ip, cluster.netns.ns_ip}
+    finally:
+        ch.close()
+        root.close()
+    private = executor_tmp / f"airflow-sync-{os.getuid()}"
+    written = {p.read_text() for p in private.glob("tls-*.pem")}
+    assert written == {source.ssl_ca, target.client_cert, target.client_cert_key}  # the CA is one file for both
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in private.glob("tls-*.pem"))
+
+
 CLUSTER_DAG = '''
 import datetime as dt
 from airflow.sdk import DAG

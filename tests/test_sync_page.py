@@ -179,3 +179,21 @@ def test_lag_is_the_age_of_the_last_applied_change_while_behind_else_zero():
                               source_time=now - 42, heartbeat=now - 5)
     assert lag_seconds(caught_up, now) == 0
     assert lag_seconds(PipelineState("p"), now) is None
+
+
+@pytest.mark.parametrize("conn_id", ["no_such_ledger", ""])
+def test_without_its_ledger_connection_the_view_names_the_connection_and_the_setting(monkeypatch, conn_id):
+    """[sync] clickhouse_conn_id unset (its default, clickhouse_default, does not exist here) or
+    naming no connection: a page saying which connection was looked for and what chooses it."""
+    from fastapi.testclient import TestClient
+
+    from airflow_sync_provider.compat import api_user
+    from airflow_sync_provider.plugins import sync_view
+
+    monkeypatch.setenv("AIRFLOW__SYNC__CLICKHOUSE_CONN_ID", conn_id)
+    monkeypatch.delenv("AIRFLOW_CONN_CLICKHOUSE_DEFAULT", raising=False)
+    monkeypatch.setitem(sync_view.app.dependency_overrides, api_user(), lambda: None)
+    page = TestClient(sync_view.app).get("/", params={"table": "shop.*"})
+    assert page.status_code == 503, page.text
+    assert f"<code>{conn_id or 'clickhouse_default'}</code>" in page.text and "isn&#x27;t defined" in page.text
+    assert "[sync] clickhouse_conn_id (AIRFLOW__SYNC__CLICKHOUSE_CONN_ID)" in page.text

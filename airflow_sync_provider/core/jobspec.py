@@ -7,6 +7,7 @@ form that may be logged or pushed to XCom.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
@@ -30,7 +31,9 @@ from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 from airflow_sync_provider.core.typemap import MySQLColumn
 
-_SECRET_KEYS = {"password"}
+# what public_dict masks: passwords and the private keys of client certificates (core/endpoints.py)
+_SECRET_KEYS = {"password", "ssl_key", "client_cert_key"}
+_CERTIFICATE_KEYS = {"ssl_ca", "ssl_cert", "ca_cert", "client_cert"}
 
 
 READERS = ("auto", "native", "mysqlclient")
@@ -124,6 +127,7 @@ class FullLoadSpec:
             raise ValueError(f"reimport must be None or 'failed', got {self.reimport!r}")
         if self.reader not in READERS:
             raise ValueError(f"reader must be one of {READERS}, got {self.reader!r} (table {self.source_table})")
+        _check_reader(self.reader, self.source, self.source_table)
         if bool(self.partition_by) != bool(self.replace_partitions) or (self.partition_by and not self.where):
             raise ValueError(f"table {self.source_table}: a period load needs where, partition_by and "
                              "replace_partitions together (e.g. where='created_at >= %s AND created_at < %s', "
@@ -419,6 +423,7 @@ class SnapshotDiffSpec:
     def __post_init__(self):
         if self.reader not in READERS:
             raise ValueError(f"reader must be one of {READERS}, got {self.reader!r}")
+        _check_reader(self.reader, self.source, self.source_table or self.new_table)
         if _group(self):
             if self.on_change not in ("fail", "warn", "apply"):
                 raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {self.on_change!r}")
@@ -534,6 +539,13 @@ def member_key(prefix: str, member: Member) -> str:
     return f"{prefix}:{member.name}"
 
 
+def _check_reader(reader: str, source: MySQLEndpoint | None, table: str) -> None:
+    """The Arrow-native reader (connectorx) has no TLS: refused for a source that asks for it."""
+    if reader == "native" and source is not None and source.ssl_mode != "DISABLED":
+        raise ValueError(f"table {table}: reader='native' (connectorx) cannot connect with TLS, and {source.address} "
+                         "asks for it; use reader='auto' (it reads such a source with mysqlclient) or 'mysqlclient'")
+
+
 def _many_tables(spec) -> bool:
     """A spec of several tables (select / tables): checked table by table (``for_table``)."""
     if not (spec.select or spec.tables):
@@ -616,12 +628,19 @@ def reimport_group_spec(stored: dict, sources: list, target: ClickHouseEndpoint,
                                     "reimport": "failed"})
 
 
+def _pem_summary(text: str) -> str:
+    """A certificate (bundle) in a line: public, but a provider's CA bundle runs to 100+ KB."""
+    return f"<PEM: {text.count('-----BEGIN ')} block(s), sha256 {hashlib.sha256(text.encode()).hexdigest()[:16]}>"
+
+
 def public_dict(spec) -> dict:
-    """The spec with every secret replaced by '***' (for logs and XCom)."""
+    """The spec with every secret replaced by '***' and certificates by a one-line summary (for
+    logs, XCom and the ledger)."""
 
     def scrub(obj):
         if isinstance(obj, dict):
-            return {k: ("***" if k in _SECRET_KEYS and v else scrub(v)) for k, v in obj.items()}
+            return {k: ("***" if k in _SECRET_KEYS and v else _pem_summary(v) if k in _CERTIFICATE_KEYS and v
+                        and v != "certifi" else scrub(v)) for k, v in obj.items()}
         if isinstance(obj, list):  # a group's sources
             return [scrub(v) for v in obj]
         return obj

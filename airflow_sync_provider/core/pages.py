@@ -378,3 +378,14 @@ def load_html(state, verdict: tuple[str, str], task: TaskRef | None, check: dict
 def diffs_html(runs: list[dict], prefix: str) -> str:
     return _page("Sync: diffs", f"<h1>Snapshot diffs {escape(prefix)}*</h1><p><a href='./'>all of Sync</a></p>"
                  + diffs_table(runs))
+
+
+def no_ledger_html(conn_id: str, setting: str, cause: str) -> str:
+    """The page shown when the ledger's ClickHouse connection is missing or cannot be used."""
+    body = (f"<p class='error'>The Sync view reads its ledger from the ClickHouse connection "
+            f"<code>{escape(conn_id)}</code>, and it cannot be used: {escape(cause)}</p>"
+            f"<p>The connection is chosen by <code>{escape(setting)}</code> (default "
+            "<code>clickhouse_default</code>); its ledger database by <code>[sync] ledger_database</code>. "
+            "Create the connection (type <code>clickhouse</code>, docs/connections.md) or point the setting at "
+            "the one your sync jobs use.</p>")
+    return _page("Sync: no ledger connection", body, refresh=None)

@@ -9,7 +9,9 @@ and where the result comes back, for each way Spark can run the driver.
   the driver reads them from its environment, which the cluster sets (``SECRET_ENV``: on
   Kubernetes from a secret, ``spark.kubernetes.driver.secretKeyRef``; on YARN from the
   cluster's own configuration), and writes its result to the ledger on ClickHouse under a key
-  the submitter then reads. Nothing secret is on any command line or in a staged file.
+  the submitter then reads. A client certificate's private key (``KEY_ENV``) travels the same
+  way; the certificates themselves (not secret) stay in the spec. Nothing secret is on any
+  command line or in a staged file.
 
 On a **local master** the job's script runs as a plain Python process instead (``python_driver``):
 every job there copies, checksums and diffs in the driver's threads (spark/channels.py) and never
@@ -31,7 +33,6 @@ import marshal
 import os
 import shlex
 import shutil
-import stat
 import struct
 import subprocess
 import sys
@@ -46,11 +47,16 @@ from pathlib import Path
 
 import airflow_sync_provider
 from airflow_sync_provider.core.jobspec import spec_to_dict, write_private_json, write_spec
+from airflow_sync_provider.core.tls import private_dir
 
 # Where a cluster-mode driver finds the passwords (environment variables the cluster sets).
 SECRET_ENV = {"source": "AIRFLOW_SYNC_MYSQL_PASSWORD", "target": "AIRFLOW_SYNC_CLICKHOUSE_PASSWORD"}
 # The keys of a Kubernetes secret holding them (``kubernetes_secret=`` names the secret).
 K8S_SECRET_KEYS = {"source": "mysql-password", "target": "clickhouse-password"}
+# An endpoint's client-certificate private key, when it has a client certificate: (the
+# certificate's field, the key's field, the variable, the Kubernetes secret's key).
+KEY_ENV = {"source": ("ssl_cert", "ssl_key", "AIRFLOW_SYNC_MYSQL_SSL_KEY", "mysql-ssl-key"),
+           "target": ("client_cert", "client_cert_key", "AIRFLOW_SYNC_CLICKHOUSE_TLS_KEY", "clickhouse-tls-key")}
 
 
 def job_script(job: str) -> str:
@@ -69,7 +75,7 @@ def package_zip(directory: str) -> str:
     root = Path(airflow_sync_provider.__file__).parent
     files = sorted(root.rglob("*.py"))
     path = os.path.join(directory, "airflow_sync_provider.zip")
-    cache = private_cache()
+    cache = private_dir()
     if cache is None:
         _write_zip(path, root, files)
         return path
@@ -85,20 +91,6 @@ def package_zip(directory: str) -> str:
     except OSError:
         shutil.copyfile(cached, path)
     return path
-
-
-def private_cache() -> Path | None:
-    """``$TMPDIR/airflow-sync-<uid>``, if it is this user's alone (None otherwise: another user
-    could have made it, and a zip from there would run as this user's code)."""
-    cache = Path(tempfile.gettempdir()) / f"airflow-sync-{os.getuid()}"
-    try:
-        cache.mkdir(mode=0o700, exist_ok=True)
-        st = os.lstat(cache)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return None
-    return cache
 
 
 def _write_zip(path: str, root: Path, files: list[Path]) -> None:
@@ -190,31 +182,45 @@ def stage(spec, workdir: str, master: str, deploy_mode: str | None = None, pyspa
                          "drivers of a standalone cluster in client mode only")
     spec.result_path = ""
     data = spec_to_dict(spec)
-    for side in SECRET_ENV:
+    secrets = {}  # variable -> the Kubernetes secret's key
+    for side, variable in SECRET_ENV.items():
         if data.get(side):
             data[side]["password"] = ""  # the cluster supplies it (SECRET_ENV)
+            secrets[variable] = K8S_SECRET_KEYS[side]
+            cert, key_field, key_variable, k8s_key = KEY_ENV[side]
+            if data[side].get(cert):
+                data[side][key_field] = ""  # likewise (KEY_ENV)
+                secrets[key_variable] = k8s_key
     write_private_json(spec_path, data)
     os.chmod(spec_path, 0o644)  # no secret inside; the cluster's staging copies it
     key = uuid.uuid4().hex
     conf = {"spark.pyspark.python": pyspark_python} if pyspark_python else {}
     if kubernetes_secret:
-        for side, variable in SECRET_ENV.items():
-            conf[f"spark.kubernetes.driver.secretKeyRef.{variable}"] = f"{kubernetes_secret}:{K8S_SECRET_KEYS[side]}"
+        for variable, k8s_key in secrets.items():
+            conf[f"spark.kubernetes.driver.secretKeyRef.{variable}"] = f"{kubernetes_secret}:{k8s_key}"
     return Submission(["--spec", "spec.json", "--secrets-from-env", "--result-key", key], files=spec_path,
                       py_files=py_files, conf=conf, result_key=key)
 
 
 def secrets_from_env(spec) -> None:
-    """A cluster-mode driver: fill the spec's passwords from the environment the cluster set."""
+    """A cluster-mode driver: fill the spec's passwords (and client-certificate keys) from the
+    environment the cluster set."""
     for side, variable in SECRET_ENV.items():
         endpoint = getattr(spec, side, None)
         if endpoint is None:
             continue
-        if variable not in os.environ:
-            raise RuntimeError(f"the job runs in cluster deploy mode: its driver needs ${variable} (the {side}'s "
-                               "password) in its environment — on Kubernetes give the operator kubernetes_secret=; "
-                               "on YARN set it in the cluster's configuration (never on the spark-submit command line)")
-        setattr(spec, side, dataclasses.replace(endpoint, password=os.environ[variable]))
+        cert, key_field, key_variable, _ = KEY_ENV[side]
+        wanted = {"password": (variable, "password")}
+        if getattr(endpoint, cert):
+            wanted[key_field] = (key_variable, "client certificate's private key")
+        for env, what in wanted.values():
+            if env not in os.environ:
+                raise RuntimeError(f"the job runs in cluster deploy mode: its driver needs ${env} (the {side}'s "
+                                   f"{what}) in its environment — on Kubernetes give the operator kubernetes_secret=; "
+                                   "on YARN set it in the cluster's configuration (never on the spark-submit command "
+                                   "line)")
+        endpoint = dataclasses.replace(endpoint, **{name: os.environ[env] for name, (env, _) in wanted.items()})
+        setattr(spec, side, endpoint)
 
 
 def python_driver(master: str, deploy_mode: str | None = None) -> bool:

@@ -2,7 +2,9 @@
 the checks the sensors and their triggers poll through them.
 
 ``mysql`` is the MySQL provider's connection type, ``clickhouse`` the official clickhousedb
-provider's (host, port, login, password, schema = database, extra ``secure``).
+provider's (host, port, login, password, schema = database), their extras read as those providers
+document them (TLS included): what changes the jobs' sessions is honoured, what cannot be is refused
+by name, the rest is logged as not applied (docs/connections.md).
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ class SyncEndpointsHook(BaseHook):
 
     def source(self) -> MySQLEndpoint:
         conn = self.get_connection(self.mysql_conn_id)
-        return MySQLEndpoint(host=conn.host or "127.0.0.1", port=int(conn.port or 3306),
-                             user=conn.login or "root", password=conn.password or "",
-                             database=conn.schema or "")
+        return MySQLEndpoint.from_connection(
+            conn.host or "127.0.0.1", int(conn.port or 3306), conn.login or "root", conn.password or "",
+            conn.schema or "", conn.extra_dejson, f"connection {self.mysql_conn_id!r} (mysql)")
 
     def sources(self, entries: list) -> list[Source]:
         """A source group's sources from ``[{"name": "s0", "mysql_conn_id": "shard0"}, …]``, each
@@ -47,10 +49,10 @@ class SyncEndpointsHook(BaseHook):
 
     def target(self) -> ClickHouseEndpoint:
         conn = self.get_connection(self.clickhouse_conn_id)
-        secure = str(conn.extra_dejson.get("secure", False)).lower() in ("1", "true", "yes")
-        return ClickHouseEndpoint(host=conn.host or "127.0.0.1", port=int(conn.port or (8443 if secure else 8123)),
-                                  user=conn.login or "default", password=conn.password or "",
-                                  database=conn.schema or "default", secure=secure)
+        return ClickHouseEndpoint.from_connection(
+            conn.host or "127.0.0.1", int(conn.port) if conn.port else None, conn.login or "default",
+            conn.password or "", conn.schema or "default", conn.extra_dejson,
+            f"connection {self.clickhouse_conn_id!r} (clickhouse)")
 
     def group_position_check(self, pipeline: str, sources: list, positions: dict | None,
                              max_lag_seconds: float | None, ledger_database: str = DEFAULT_LEDGER_DATABASE

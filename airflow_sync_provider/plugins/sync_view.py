@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 
-from airflow_sync_provider.compat import AirflowPlugin, api_user, conf
+from airflow_sync_provider.compat import AirflowException, AirflowPlugin, api_user, conf
 from airflow_sync_provider.core import overview as ov
 from airflow_sync_provider.core import pages
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger
@@ -39,11 +39,26 @@ from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 SAMPLE_ROWS = 20
 
 
+SETTING = "[sync] clickhouse_conn_id (AIRFLOW__SYNC__CLICKHOUSE_CONN_ID)"
+
+
+class NoLedger(Exception):
+    """The ledger's connection is missing or cannot be used: answered with a page saying so."""
+
+    def __init__(self, conn_id: str, cause: str):
+        super().__init__(conn_id, cause)
+        self.conn_id, self.cause = conn_id, cause
+
+
 def ledger() -> Iterator[Ledger]:
     """The ledger of ``[sync] clickhouse_conn_id`` for one request (a FastAPI dependency, so a test
     can serve the pages over a ledger of its own)."""
-    hook = SyncEndpointsHook(clickhouse_conn_id=conf.get("sync", "clickhouse_conn_id", fallback="clickhouse_default"))
-    ch = clickhouse_target.client(hook.target())
+    conn_id = conf.get("sync", "clickhouse_conn_id", fallback="") or "clickhouse_default"
+    try:
+        endpoint = SyncEndpointsHook(clickhouse_conn_id=conn_id).target()
+    except (AirflowException, ValueError) as exc:  # no such connection; extras that cannot be honoured
+        raise NoLedger(conn_id, str(exc) or type(exc).__name__) from None
+    ch = clickhouse_target.client(endpoint)
     try:
         yield Ledger(ch, conf.get("sync", "ledger_database", fallback=DEFAULT_LEDGER_DATABASE))
     finally:
@@ -55,6 +70,11 @@ LEDGER = Depends(ledger)
 
 app = FastAPI(title="Airflow Sync", docs_url=None, redoc_url=None, openapi_url=None,
               dependencies=[Depends(api_user())])
+
+
+@app.exception_handler(NoLedger)
+def no_ledger_page(_request, exc: NoLedger) -> HTMLResponse:
+    return HTMLResponse(pages.no_ledger_html(exc.conn_id, SETTING, exc.cause), status_code=503)
 
 
 @app.get("/", response_class=HTMLResponse)

@@ -189,7 +189,7 @@ class PipelineRun:
         with mysql_reader.connect(spec.source) as conn:
             routes = cdc_ddl.open_routes(conn, self.ch, state.tables)
             try:
-                preflight(conn, self.start, spec.source.user)
+                preflight(conn, self.start, spec.source, spec.server_id + 70)  # the dump probe's own replica id
             except BinlogLost as lost:  # the binlog the checkpoint needs is gone
                 self.start = state.checkpoint = self._lost(conn, str(lost))
             self.stop = BinlogPosition.from_dict(spec.stop_position) or (

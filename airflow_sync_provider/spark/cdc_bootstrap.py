@@ -253,8 +253,7 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
         target.check_columns(schema)
         key = ChunkKey.of(schema)
         mariadb = flavor(conn).mariadb
-        if spec.watermark_table and not mariadb:
-            ensure_fence(conn, _fence(spec))
+        fence = ensure_fence(conn, _fence(spec)) if spec.watermark_table and not mariadb else None
         load, state, plan = _start_or_resume(spec, table, ledger, checkpoints, conn, schema, key)
         in_driver = (table_rows(conn, table["source_database"], table["source_table"])
                      <= driver_copy_limit(spec.driver_copy_rows, session))
@@ -292,7 +291,7 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
           + ("in the driver" if in_driver else "as Spark tasks"))
     # the live copy has the final layout: rows carry no shard id
     copy = Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, True, split)
-    copier = BootstrapCopy(load, plan, copy, state, ledger, Chunking(key, chunk, _fence(spec)))
+    copier = BootstrapCopy(load, plan, copy, state, ledger, Chunking(key, chunk, fence))
     per_shard = copier.run(session, in_driver) if todo else []
     state = copier.settle(per_shard, in_driver and bool(todo))
     dropped = _drop_older(ch, load, start)

@@ -53,6 +53,9 @@ from airflow_sync_provider.core.cdc.positions import (
     ValueRefused,
     event_version,
     file_seq,
+    flavor,
+    grant,
+    monitor_privilege,
 )
 from airflow_sync_provider.core.cdc.ring import HashRing, route_key
 from airflow_sync_provider.core.cdc.servers import GtidState
@@ -249,10 +252,8 @@ class BinlogReader:
         self.watched = set(routes) | set(watched)  # DDL on these names ends a batch (tables that left too)
         self.selection = selection  # and on names the pipeline's patterns select (a table joining)
         self.position = start
-        settings = endpoint.connect_args()
-        settings.pop("database", None)
         self.stream = CheckedBinLogStream(  # stops on events it cannot read (see the end of this module)
-            connection_settings=settings, server_id=server_id, resume_stream=True, log_file=start.file,
+            **endpoint.replication_args(), server_id=server_id, resume_stream=True, log_file=start.file,
             log_pos=start.pos, blocking=blocking, slave_heartbeat=1 if blocking else None,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
                          MariadbGtidEvent, GtidEvent, HeartbeatLogEvent, XAPrepareEvent],
@@ -491,9 +492,7 @@ def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | 
 def backlog_events(endpoint: MySQLEndpoint, start: BinlogPosition, stop: BinlogPosition):
     """SHOW BINLOG EVENTS from ``start`` (an event boundary: a checkpoint) up to ``stop``. Raw
     bytes: an Info column quotes statements, binary values and all."""
-    import pymysql
-
-    conn = pymysql.connect(**endpoint.connect_args(), use_unicode=False)
+    conn = endpoint.connect(use_unicode=False)
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW BINARY LOGS")
@@ -508,9 +507,11 @@ def backlog_events(endpoint: MySQLEndpoint, start: BinlogPosition, stop: BinlogP
         conn.close()
 
 
-def preflight(conn, start: BinlogPosition | None, user: str = "") -> list[str]:
+def preflight(conn, start: BinlogPosition | None, endpoint: MySQLEndpoint, server_id: int) -> list[str]:
     """Refuse, with what to do, a source that cannot feed CDC from ``start``; returns the
-    binlog files the server still has (pymysql connection)."""
+    binlog files the server still has (``conn``: pymysql, to ``endpoint``). The user's right to
+    stream the binlog is tried with a dump from its end as replica ``server_id`` (one no
+    pipeline uses: a server drops a replica's older dump when another registers with its id)."""
     with conn.cursor() as cur:
         cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN"
                     " ('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata')")
@@ -524,16 +525,32 @@ def preflight(conn, start: BinlogPosition | None, user: str = "") -> list[str]:
         try:
             cur.execute("SHOW BINARY LOGS")
             files = [row[0] for row in cur.fetchall()]
-        except Exception as exc:  # pymysql's access-denied errors
-            raise BinlogError(f"user {user!r} may not read the binlog ({exc}); grant REPLICATION SLAVE and "
-                              "REPLICATION CLIENT (MySQL) or BINLOG MONITOR (MariaDB)") from exc
+        except pymysql.err.OperationalError as exc:  # access denied
+            privilege = monitor_privilege(flavor(conn))
+            raise BinlogError(f"user {endpoint.user!r} may not read the binlog ({exc}); CDC needs {privilege} to "
+                              f"list it and REPLICATION SLAVE to stream it: {grant(conn, privilege)}") from exc
     check_compression(conn)
+    check_dump(endpoint, files[-1] if files else None, server_id)
     if start is not None and start.file not in files:
         raise BinlogLost(f"the binlog file {start.file} holding the checkpoint {start} was purged from the source "
                           f"(it has {files[0] if files else 'none'} … {files[-1] if files else ''}): the changes "
                           "since then are gone. Re-bootstrap: run a fresh full load of the tables and start the "
                           "pipeline again from it (start_from_loads=[...], reset=True)")
     return files
+
+
+def check_dump(endpoint: MySQLEndpoint, last_file: str | None, server_id: int) -> None:
+    """Preflight: the user may stream the binlog (REPLICATION SLAVE): a dump of the last file's
+    head, nothing of it read (CheckedBinLogStream names the grant when the server refuses)."""
+    if last_file is None:
+        return
+    stream = CheckedBinLogStream(**endpoint.replication_args(), server_id=server_id, blocking=False,
+                                 resume_stream=True, log_file=last_file, log_pos=4, only_events=[RotateEvent],
+                                 followed=lambda: {})
+    try:
+        stream.fetchone()
+    finally:
+        stream.close()
 
 
 # ==== No event passes unread (issue 34): compressed events, and a stop on what the reader cannot read ====
@@ -863,6 +880,9 @@ class EventGate:
             "needs to learn this event), turn off the setting that writes it, " + _rebootstrap("the tables"))
 
 
+ACCESS_DENIED_TO_DUMP = 1227  # ER_SPECIFIC_ACCESS_DENIED_ERROR, the dump's answer without REPLICATION SLAVE
+
+
 class CheckedBinLogStream(BinLogStreamReader):
     """A BinLogStreamReader that lets no event pass unread: it asks the library for every event
     class it has and for the types it does not know (NotImplementedEvent), passes each through
@@ -878,7 +898,14 @@ class CheckedBinLogStream(BinLogStreamReader):
 
     def fetchone(self):
         while True:
-            event = super().fetchone()
+            try:
+                event = super().fetchone()
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != ACCESS_DENIED_TO_DUMP:
+                    raise
+                raise BinlogError(f"the source refuses to stream its binlog to this user ({exc.args[1]}); CDC needs "
+                                  f"REPLICATION SLAVE: {grant(self._ctl_connection, 'REPLICATION SLAVE')}. A retry "
+                                  "stops here again until it is granted") from None
             if event is None:
                 return None
             self._gate.check(event, self.log_file, self.log_pos - event.packet.event_size)

@@ -166,6 +166,28 @@ class Flavor:
         return "SELECT @@GLOBAL.gtid_binlog_pos" if self.mariadb else "SELECT @@GLOBAL.gtid_executed"
 
 
+def account(conn) -> str:
+    """The account the server authenticated this connection as, quoted for a GRANT: ``'sync'@'%'``."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        row = cur.fetchone()
+        text = next(iter(row.values())) if isinstance(row, dict) else row[0]  # (a DictCursor's row too)
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    user, _, host = text.rpartition("@")
+    return "'{}'@'{}'".format(user.replace("'", "''"), host.replace("'", "''"))
+
+
+def grant(conn, privilege: str, on: str = "*.*") -> str:
+    """The statement that gives this connection's account ``privilege`` (for an error to name)."""
+    return f"GRANT {privilege} ON {on} TO {account(conn)}"
+
+
+def monitor_privilege(kind: Flavor) -> str:
+    """The privilege that shows the binlog's files and position: MariaDB >= 10.5.2 renamed
+    REPLICATION CLIENT to BINLOG MONITOR."""
+    return "BINLOG MONITOR" if kind.mariadb and kind.version >= (10, 5, 2) else "REPLICATION CLIENT"
+
+
 def flavor(conn) -> Flavor:
     with conn.cursor() as cur:
         cur.execute("SELECT VERSION()")
@@ -192,7 +214,13 @@ def position_if_readable(conn, table: str, epoch: int = 0) -> BinlogPosition | N
     try:
         position = current_position(conn, epoch=epoch)
     except Exception as exc:  # e.g. no REPLICATION CLIENT / BINLOG MONITOR privilege
-        log.warning(f"table {table}: binlog position unavailable ({type(exc).__name__}: {exc})")
+        try:
+            remedy = (f"; to record it (a CDC pipeline can then start from this load): "
+                      f"{grant(conn, monitor_privilege(flavor(conn)))}")
+        except Exception:  # the connection itself is gone: the error above says why
+            remedy = ""
+        log.warning(f"table {table}: binlog position unavailable ({type(exc).__name__}: {exc}); the load's rows are "
+                    f"versioned above the copy's highest{remedy}")
         return None
     if position is None:
         log.warning(f"table {table}: the source has no binlog; versions continue above the target's "
@@ -234,12 +262,21 @@ def snapshot_position(conn, kind: Flavor | None = None, fence: str | None = None
     return BinlogPosition(name, int(pos), epoch=epoch)
 
 
-def ensure_fence(conn, table: str) -> None:
+def ensure_fence(conn, table: str) -> str | None:
     """Create the watermark (fence) table ``table`` (quoted) and check that commits reach the
-    engine in binlog order, which the fence relies on (MySQL; MariaDB needs no fence)."""
+    engine in binlog order, which the fence relies on (MySQL; MariaDB needs no fence); returns
+    the fence, or None on a read-only server (a replica: nothing may be written there, so the
+    snapshots go unfenced, as without ``watermark_table``)."""
     with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.read_only")
+        if int(cur.fetchone()[0]):
+            log.warning(f"the source is read-only (read_only=ON: a replica?): the watermark table {table} cannot be "
+                        "written, so the bootstrap's snapshots are not fenced (docs/cdc-bootstrap.md: the window "
+                        "it closes stays open; point watermark_table at a writable primary to close it)")
+            return None
         cur.execute("SELECT @@GLOBAL.binlog_order_commits")
         if not int(cur.fetchone()[0]):
             raise BinlogError("binlog_order_commits is OFF on the source: engine commits may then overtake the "
                               "binlog order and the watermark cannot fence a snapshot; turn it ON")
         cur.execute(f"CREATE TABLE IF NOT EXISTS {table} (id TINYINT PRIMARY KEY, at DATETIME(6)) ENGINE = InnoDB")
+    return table

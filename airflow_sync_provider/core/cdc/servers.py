@@ -207,10 +207,9 @@ def locate(endpoint, state: str, mariadb: bool, server_id: int, epoch: int) -> B
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent
 
     from airflow_sync_provider.core.cdc.positions import current_position
+    from airflow_sync_provider.core.tls import SourceRefused
 
-    settings = endpoint.connect_args()
-    settings.pop("database", None)
-    stream = BinLogStreamReader(connection_settings=settings, server_id=server_id, blocking=False,
+    stream = BinLogStreamReader(**endpoint.replication_args(), server_id=server_id, blocking=False,
                                 auto_position=state, is_mariadb=mariadb)
     try:
         before = None  # where the event before it ended: the first transaction's own start
@@ -218,13 +217,13 @@ def locate(endpoint, state: str, mariadb: bool, server_id: int, epoch: int) -> B
             if isinstance(event, (GtidEvent, MariadbGtidEvent)):
                 return BinlogPosition(stream.log_file, before, state, epoch)
             before = stream.log_pos  # (the server sends a Gtid_list ending where it skipped to)
+    except SourceRefused:
+        raise
     except Exception as exc:  # pymysql's OperationalError 1236: the server cannot find or serve the state
         raise GtidNotFound(f"the server cannot stream from GTID state {state!r}: {exc}") from exc
     finally:
         stream.close()
-    import pymysql
-
-    with pymysql.connect(**endpoint.connect_args()) as conn:
+    with endpoint.connect() as conn:
         here = current_position(conn, epoch=epoch)
     return BinlogPosition(here.file, here.pos, state, epoch)
 

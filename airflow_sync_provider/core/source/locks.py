@@ -19,8 +19,6 @@ import socket
 import threading
 import time
 
-import pymysql
-
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 
 # A lost host's successor can start within ~10 s: the lock is freed after LOCK_WAIT_TIMEOUT. The
@@ -69,8 +67,8 @@ class NamedLock:
     def take(cls, source: MySQLEndpoint, name: str, wait_seconds: float = 0) -> "NamedLock":
         """Take ``name`` (waiting up to ``wait_seconds`` for its holder to let go) or raise
         :class:`LockHeld`."""
-        conn = pymysql.connect(**source.connect_args(), autocommit=True, connect_timeout=PING_TIMEOUT * 3,
-                               read_timeout=PING_TIMEOUT, write_timeout=PING_TIMEOUT)
+        conn = source.connect(autocommit=True, connect_timeout=PING_TIMEOUT * 3, read_timeout=PING_TIMEOUT,
+                              write_timeout=PING_TIMEOUT)
         try:
             deadline = time.monotonic() + wait_seconds
             with conn.cursor() as cur:

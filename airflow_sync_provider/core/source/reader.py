@@ -21,18 +21,18 @@ import connectorx
 import MySQLdb
 import MySQLdb.cursors
 import pyarrow as pa
-import pymysql
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.sql import mysql_ident, mysql_inline, mysql_table
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, mysql_weight_sql
+from airflow_sync_provider.core.tls import open_mysqlclient
 from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, check_array, map_column
 
 
 def connect(endpoint: MySQLEndpoint):
     """A pymysql connection for metadata and planning queries."""
-    conn = pymysql.connect(**endpoint.connect_args(), autocommit=True)
+    conn = endpoint.connect(autocommit=True)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
     return conn
@@ -45,8 +45,7 @@ def stream_connect(endpoint: MySQLEndpoint):
     faster than pymysql; without its per-value conversions (``conv={}``) the values stay text
     and Arrow casts whole columns. Rows are streamed, never held in memory.
     """
-    conn = MySQLdb.connect(**endpoint.connect_args(), cursorclass=MySQLdb.cursors.SSCursor, autocommit=True,
-                           conv={})
+    conn = open_mysqlclient(endpoint, cursorclass=MySQLdb.cursors.SSCursor, autocommit=True, conv={})
     cur = conn.cursor()
     cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP values come back as UTC instants
     cur.close()
@@ -186,11 +185,6 @@ def native_select_list(mappings: list[ColumnMapping], weight: MySQLColumn | None
     return columns
 
 
-def _native_url(endpoint: MySQLEndpoint, database: str) -> str:
-    return (f"mysql://{quote(endpoint.user, safe='')}:{quote(endpoint.password, safe='')}@{endpoint.host}:"
-            f"{endpoint.port}/{quote(database, safe='')}")
-
-
 def _redacted(exc: BaseException, endpoint: MySQLEndpoint) -> str:
     """connectorx's message, first line, without the password (its URL carries it)."""
     text = (str(exc).splitlines() or [type(exc).__name__])[0][:500]
@@ -201,11 +195,12 @@ def _redacted(exc: BaseException, endpoint: MySQLEndpoint) -> str:
 
 def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
     """connectorx's batches of ``query``, run inside a consistent snapshot with UTC sessions."""
-    pre = ["SET time_zone = '+00:00'", "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
+    pre = [*([endpoint.init_command] if endpoint.init_command else []), "SET time_zone = '+00:00'",
+           "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
     stream = None
     try:
         try:
-            stream = connectorx.read_sql(_native_url(endpoint, database), query, return_type="arrow_stream",
+            stream = connectorx.read_sql(endpoint.connectorx_url(database), query, return_type="arrow_stream",
                                          batch_size=batch_rows, pre_execution_query=pre)
         except BaseException as exc:  # pyo3's PanicException is a BaseException
             if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
@@ -294,8 +289,12 @@ PROBE_ROWS = 1000
 
 def choose_reader(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], key: list[str],
                   weight: MySQLColumn | None = None) -> tuple[str, str]:
-    """The reader for this table and why: native, unless it fails on the table's first rows or
-    reads them differently from mysqlclient (a type connectorx maps in a way we did not expect)."""
+    """The reader for this table and why: native, unless the source asks for TLS (connectorx has
+    none), or the native reader fails on the table's first rows or reads them differently from
+    mysqlclient (a type connectorx maps in a way we did not expect)."""
+    if endpoint.ssl_mode != "DISABLED":
+        return MYSQLCLIENT, (f"mysqlclient: the source asks for TLS (ssl_mode={endpoint.ssl_mode}), which "
+                             "connectorx lacks")
     order = f" ORDER BY {', '.join(mysql_ident(k) for k in key)}" if key else ""
     tail = f" FROM {mysql_table(plan.database, plan.table)}{order} LIMIT {PROBE_ROWS}"
     where = f"table {plan.database}.{plan.table} (reader probe)"
@@ -329,6 +328,9 @@ def native_reader(choice: str, endpoint: MySQLEndpoint, plan: Plan, mappings: li
     if choice == MYSQLCLIENT:
         return None, "mysqlclient (reader='mysqlclient')"
     if choice == NATIVE:
+        if endpoint.ssl_mode != "DISABLED":
+            raise ValueError(f"table {plan.database}.{plan.table}: reader='native' cannot read {endpoint.address}: "
+                             "connectorx has no TLS; use reader='auto' or 'mysqlclient' (TLS), or ssl_mode=DISABLED")
         return native_select_list(mappings, weight), "Arrow-native (connectorx; reader='native')"
     reader, note = choose_reader(endpoint, plan, mappings, key, weight)
     return (native_select_list(mappings, weight) if reader == NATIVE else None), note

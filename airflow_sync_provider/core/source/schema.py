@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from airflow_sync_provider.core.cdc.positions import grant
+from airflow_sync_provider.core.sql import mysql_ident
 from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, map_column
 
 
@@ -87,7 +89,8 @@ def read_table_schema(conn, database: str, table: str) -> TableSchema:
         )
         rows = cur.fetchall()
         if not rows:
-            raise TableNotFound(f"MySQL table {database}.{table} does not exist or has no columns visible to this user")
+            raise TableNotFound(f"MySQL table {database}.{table} does not exist or has no columns visible to this user "
+                                f"(reading it needs: {grant(conn, 'SELECT', mysql_ident(database) + '.*')})")
         columns = tuple(
             MySQLColumn(name=r[0], data_type=r[1].lower(), column_type=r[2], nullable=r[3] == "YES",
                         precision=r[4], scale=r[5], fsp=r[6], char_length=r[7], charset=r[8],

@@ -57,7 +57,7 @@ WEIGHT_SETTINGS = {"insert_allow_materialized_columns": 1}
 
 
 def client(endpoint: ClickHouseEndpoint, **kwargs):
-    return clickhouse_connect.get_client(**endpoint.client_args(), **kwargs)
+    return clickhouse_connect.get_client(**{**endpoint.client_args(), **kwargs})
 
 
 _SHARED: dict = {}
