@@ -206,3 +206,29 @@ def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path,
     result = Ledger(ch).job_result(staged.result_key)
     ch.close()
     assert result["status"] == "success" and result["verdict"] == "ok" and result["checksum"]
+
+
+def test_a_source_group_ships_no_source_password_and_takes_each_from_its_own_variable(monkeypatch, tmp_path):
+    """Cluster mode with sources=: every source's password (and client key) is left out of the
+    staged spec and read from ``AIRFLOW_SYNC_MYSQL_PASSWORD_<NAME>`` by the driver."""
+    from airflow_sync_provider.core.jobspec import FullLoadSpec, read_spec
+    from airflow_sync_provider.core.source.group import Source
+    from airflow_sync_provider.core.submission import secrets_from_env
+
+    spec = FullLoadSpec(None, ClickHouseEndpoint(password="ch-pw"), "", "", "", "", merge_into="an.orders",
+                        select={"databases": ["shop_*"]},
+                        sources=[Source("eu-1", MySQLEndpoint(password="pw-eu-1")),
+                                 Source("us.2", MySQLEndpoint(password="pw-us-2"))])
+    staged = stage(spec, str(tmp_path), "yarn", "cluster", kubernetes_secret="sync")
+    text = (tmp_path / "spec.json").read_text()
+    assert "pw-eu-1" not in text and "pw-us-2" not in text and "ch-pw" not in text
+    assert staged.conf[f"spark.kubernetes.driver.secretKeyRef.{SECRET_ENV['source']}_EU_1"] == \
+        "sync:mysql-password-eu-1"
+    shipped = read_spec(str(tmp_path / "spec.json"))
+    monkeypatch.setenv(SECRET_ENV["target"], "ch-pw")
+    monkeypatch.setenv(f"{SECRET_ENV['source']}_EU_1", "pw-eu-1")
+    with pytest.raises(RuntimeError, match=f"{SECRET_ENV['source']}_US_2"):
+        secrets_from_env(shipped)
+    monkeypatch.setenv(f"{SECRET_ENV['source']}_US_2", "pw-us-2")
+    secrets_from_env(shipped)
+    assert [s.endpoint.password for s in shipped.sources] == ["pw-eu-1", "pw-us-2"]

@@ -31,6 +31,7 @@ import importlib.util
 import json
 import marshal
 import os
+import re
 import shlex
 import shutil
 import struct
@@ -183,14 +184,13 @@ def stage(spec, workdir: str, master: str, deploy_mode: str | None = None, pyspa
     spec.result_path = ""
     data = spec_to_dict(spec)
     secrets = {}  # variable -> the Kubernetes secret's key
-    for side, variable in SECRET_ENV.items():
-        if data.get(side):
-            data[side]["password"] = ""  # the cluster supplies it (SECRET_ENV)
-            secrets[variable] = K8S_SECRET_KEYS[side]
-            cert, key_field, key_variable, k8s_key = KEY_ENV[side]
-            if data[side].get(cert):
-                data[side][key_field] = ""  # likewise (KEY_ENV)
-                secrets[key_variable] = k8s_key
+    for side, endpoint, suffix in _endpoints(data):
+        endpoint["password"] = ""  # the cluster supplies it (SECRET_ENV)
+        secrets[SECRET_ENV[side] + suffix] = K8S_SECRET_KEYS[side] + suffix.lower().replace("_", "-")
+        cert, key_field, key_variable, k8s_key = KEY_ENV[side]
+        if endpoint.get(cert):
+            endpoint[key_field] = ""  # likewise (KEY_ENV)
+            secrets[key_variable + suffix] = k8s_key + suffix.lower().replace("_", "-")
     write_private_json(spec_path, data)
     os.chmod(spec_path, 0o644)  # no secret inside; the cluster's staging copies it
     key = uuid.uuid4().hex
@@ -202,25 +202,38 @@ def stage(spec, workdir: str, master: str, deploy_mode: str | None = None, pyspa
                       py_files=py_files, conf=conf, result_key=key)
 
 
+def _endpoints(data: dict):
+    """(side, endpoint dict, variable suffix) of a spec dict's endpoints: its source and target,
+    and a source group's sources (``_<NAME>``: a variable per source)."""
+    for side in SECRET_ENV:
+        if data.get(side):
+            yield side, data[side], ""
+    for source in data.get("sources") or []:
+        yield "source", source["endpoint"], "_" + re.sub(r"[^A-Z0-9]", "_", source["name"].upper())
+
+
 def secrets_from_env(spec) -> None:
     """A cluster-mode driver: fill the spec's passwords (and client-certificate keys) from the
-    environment the cluster set."""
-    for side, variable in SECRET_ENV.items():
-        endpoint = getattr(spec, side, None)
-        if endpoint is None:
-            continue
+    environment the cluster set (a source group's sources: ``AIRFLOW_SYNC_MYSQL_PASSWORD_<NAME>``)."""
+    def filled(side: str, endpoint, suffix: str):
         cert, key_field, key_variable, _ = KEY_ENV[side]
-        wanted = {"password": (variable, "password")}
+        wanted = {"password": (SECRET_ENV[side] + suffix, "password")}
         if getattr(endpoint, cert):
-            wanted[key_field] = (key_variable, "client certificate's private key")
+            wanted[key_field] = (key_variable + suffix, "client certificate's private key")
         for env, what in wanted.values():
             if env not in os.environ:
                 raise RuntimeError(f"the job runs in cluster deploy mode: its driver needs ${env} (the {side}'s "
                                    f"{what}) in its environment — on Kubernetes give the operator kubernetes_secret=; "
                                    "on YARN set it in the cluster's configuration (never on the spark-submit command "
                                    "line)")
-        endpoint = dataclasses.replace(endpoint, **{name: os.environ[env] for name, (env, _) in wanted.items()})
-        setattr(spec, side, endpoint)
+        return dataclasses.replace(endpoint, **{name: os.environ[env] for name, (env, _) in wanted.items()})
+
+    for side in SECRET_ENV:
+        if getattr(spec, side, None) is not None:
+            setattr(spec, side, filled(side, getattr(spec, side), ""))
+    if getattr(spec, "sources", None):
+        spec.sources = [dataclasses.replace(s, endpoint=filled("source", s.endpoint, "_" + re.sub(
+            r"[^A-Z0-9]", "_", s.name.upper()))) for s in spec.sources]
 
 
 def python_driver(master: str, deploy_mode: str | None = None) -> bool:
