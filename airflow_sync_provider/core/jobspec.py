@@ -579,8 +579,8 @@ def copied_schema(conn, spec: dict) -> TableSchema:
     of a merged copy's member, seen through its ``view`` (core/source/group.refresh_view)."""
     schema = read_table_schema(conn, spec["source_database"], spec["source_table"])
     schema = schema.select(spec.get("columns"), spec.get("exclude_columns") or ())
-    if spec.get("member"):
-        view = spec.get("view")
+    if "view" in spec:  # a pipeline table of a merged copy (PipelineTable.copy_spec)
+        view = spec["view"]
         schema = refresh_view(TableSchema(schema.database, schema.table, tuple(MySQLColumn(**c) for c in view["shape"]),
                                           tuple(view["key"])) if view else tags_view(Member.of(spec["member"])),
                               schema)

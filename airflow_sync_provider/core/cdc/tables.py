@@ -85,8 +85,9 @@ class PipelineTable:
                 "target_database": self.target_database, "target_table": self.writes_to,
                 "columns": self.columns, "exclude_columns": list(self.exclude_columns),
                 "split_column": self.split_column,
-                **({"member": self.member, "view": {"shape": self.shape, "key": self.key}}
-                   if self.member and self.shape else {"member": self.member} if self.member else {})}
+                # a member of a merged copy is seen through its view (none yet: its source columns)
+                **({"member": self.member, "view": {"shape": self.shape, "key": self.key} if self.shape else None}
+                   if self.member else {})}
 
     def remember_shape(self, schema: TableSchema) -> None:
         shape = schema.shape()

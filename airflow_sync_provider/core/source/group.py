@@ -141,7 +141,7 @@ def refresh_view(view: TableSchema, own: TableSchema) -> TableSchema:
         now = present.get(column.name)
         columns.append(dataclasses.replace(now, nullable=now.nullable or column.nullable) if now is not None
                        else dataclasses.replace(column, absent=True, nullable=True))
-    columns += [dataclasses.replace(c, nullable=True) for c in own.columns if c.name not in seen]
+    columns += [c for c in own.columns if c.name not in seen]
     columns += [c for c in view.columns if c.tag is not None]
     return dataclasses.replace(own, columns=tuple(columns))
 
