@@ -54,7 +54,8 @@ from airflow_sync_provider.core.cdc.positions import (
     event_version,
     file_seq,
 )
-from airflow_sync_provider.core.cdc.ring import HashRing, route_key
+from airflow_sync_provider.core.cdc.ring import HashRing
+from airflow_sync_provider.core.cdc.rowimage import Decoders
 from airflow_sync_provider.core.cdc.servers import GtidState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
@@ -137,7 +138,7 @@ class TableRoute:
                               "target row a change replaces (give it a primary key, or keep it on full loads)")
         # per row and value on the hot path: resolved once
         self._converters = [(m.name, m.rule.from_binlog, m.source) for m in self.mappings]
-        self._key_at = [self.names.index(k) for k in self.key]
+        self.key_at = [self.names.index(k) for k in self.key]  # where the key's values are in a row
         # columns the copy leaves out on purpose; any other column a rows event carries that the
         # copy lacks means a schema change was not followed
         chosen = self.table.columns if self.table is not None else None
@@ -175,7 +176,7 @@ class TableRoute:
                      for name, convert, column in self._converters)
 
     def key_of(self, row: tuple) -> tuple:
-        return tuple(row[i] for i in self._key_at)
+        return tuple(row[i] for i in self.key_at)
 
     def arrow(self, rows: list[tuple], versions: list[int], deleted: list[int], where: str) -> pa.Table:
         """Rows with their versions and tombstone flags as an Arrow table for the target; values
@@ -275,6 +276,7 @@ class BinlogReader:
                 _log.warning("binlog %s: the prepared XA transaction %s can no longer be read (%s)", began, xid, exc)
         self._unseen = 0
         self._xa_open = False  # the open transaction is an XA one (its rows are versioned at its commit)
+        self._decoders = Decoders(ring)  # row images read by code made per table map (core/cdc/rowimage.py)
 
     def close(self):
         self.stream.close()
@@ -410,23 +412,28 @@ class BinlogReader:
 
     def _changes(self, event, route: TableRoute):
         start = self.stream.log_pos - event.event_size  # the event's first byte
-        if not self._xa_open and event_version(self.stream.log_file, start, 0, self.epoch) < route.skip_before:
+        version = event_version(self.stream.log_file, start, 0, self.epoch)  # its first row's; the others follow
+        if not self._xa_open and version < route.skip_before:
             return  # a re-copy of the table from a later position covers it (an XA's rows: at its commit)
         route.check_shape(tuple(c.name for c in event.columns), f"binlog {self.stream.log_file}:{start}")
+        decoder = self._decoders.get(event, route)
+        if decoder is not None:
+            self._decoders.changes(decoder, event, version, self._pending)
+            return
+        # the reference: python-mysql-replication's values through the type rules
         for index, change in enumerate(event.rows):
-            version = event_version(self.stream.log_file, start, index, self.epoch)
             if isinstance(event, UpdateRowsEvent):
                 before = route.row(change["before_values"], change.get("before_none_sources"))
                 after = route.row(change["after_values"], change.get("after_none_sources"))
                 if route.key_of(before) != route.key_of(after):  # a key change: the old key is gone
-                    self._pending.append(self._item(route, before, version, True))
-                self._pending.append(self._item(route, after, version, False))
+                    self._pending.append(self._item(route, before, version + index, True))
+                self._pending.append(self._item(route, after, version + index, False))
             else:
-                self._pending.append(self._item(route, route.row(change["values"], change.get("none_sources")), version,
-                                                isinstance(event, DeleteRowsEvent)))
+                self._pending.append(self._item(route, route.row(change["values"], change.get("none_sources")),
+                                                version + index, isinstance(event, DeleteRowsEvent)))
 
     def _item(self, route: TableRoute, row: tuple, version: int, deleted: bool):
-        return route, self.ring.lane(route_key(route.source, route.key_of(row))), row, version, deleted
+        return route, self._decoders.lane_of(route)(route.key_of(row)), row, version, deleted
 
 
 MARIADB_FL_PREPARED_XA = 0x40  # a GTID event's flag: its group is an XA transaction's prepare (log_event.h)

@@ -29,6 +29,18 @@ class HashRing:
         i = bisect.bisect_right(self._points, _hash(key))
         return self._owners[i % len(self._points)]
 
+    def router(self, table: str):
+        """The lane of a key of ``table``, as ``lane(route_key(table, key))`` (the reader's per-row
+        path: names resolved once)."""
+        points, owners, size, digest, find = self._points, self._owners, len(self._points), hashlib.blake2b, \
+            bisect.bisect_right
+
+        def lane(key: tuple) -> int:
+            text = "\x1f".join([table, *(v.hex() if isinstance(v, bytes) else repr(v) for v in key)])
+            return owners[find(points, int.from_bytes(digest(text.encode(), digest_size=8).digest(), "big")) % size]
+
+        return lane
+
 
 def route_key(table: str, key: tuple) -> bytes:
     """The bytes a row change is routed by: its table and primary-key values (as stored)."""
