@@ -67,8 +67,9 @@ from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 # MariaDB's latin1 is cp1252 with its five undefined bytes mapped to the same code points
 _LATIN1 = "".join(chr(b) if b in (0x81, 0x8D, 0x8F, 0x90, 0x9D) else bytes([b]).decode("cp1252") for b in range(256))
 _LATIN1_ENCODE = codecs.charmap_build(_LATIN1)
+# (the library names latin1 by its Python codec, cp1252)
 _ENCODINGS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "utf16": "utf-16-be", "ucs2": "utf-16-be",
-              "utf16le": "utf-16-le", "utf32": "utf-32-be", "latin1": "mysql_latin1"}
+              "utf16le": "utf-16-le", "utf32": "utf-32-be", "latin1": "mysql_latin1", "cp1252": "mysql_latin1"}
 codecs.register(lambda name: codecs.CodecInfo(
     name="mysql_latin1", encode=lambda text, errors="strict": codecs.charmap_encode(text, errors, _LATIN1_ENCODE),
     decode=lambda data, errors="strict": codecs.charmap_decode(data, errors, _LATIN1))

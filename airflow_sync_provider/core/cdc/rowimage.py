@@ -66,7 +66,7 @@ def datetime2_reader(fsp: int):
     """DATETIME2(fsp) from its big-endian bytes as one integer: the library's value (zero and
     invalid values None; a fraction only when positive, as its ``__add_fsp_to_time``)."""
     size = (fsp + 1) // 2
-    bits, half = 8 * size, 1 << (8 * size - 1)
+    bits, half = 8 * size, 1 << max(0, 8 * size - 1)
     scale = 10 ** (6 - fsp)
 
     def read(packed: int):
@@ -90,7 +90,7 @@ def timestamp2_reader(fsp: int, zero_is_null: bool):
     """TIMESTAMP2(fsp): seconds since the epoch (big-endian, signed as the library reads them)
     and the fraction; a zero TIMESTAMP (the epoch) is NULL for a TIMESTAMP column (DateTimeRule)."""
     size = (fsp + 1) // 2
-    bits, half = 8 * size, 1 << (8 * size - 1)
+    bits, half = 8 * size, 1 << max(0, 8 * size - 1)
     scale = 10 ** (6 - fsp)
 
     def read(packed: int):
@@ -176,9 +176,10 @@ def decimal_reader(precision: int, scale: int):
     exponent = f"E-{scale}" if scale else ""
 
     def read(raw: bytes) -> Decimal:
-        packed = int.from_bytes(raw, "big")
-        negative = not packed & top
-        packed ^= everything if negative else top
+        packed = int.from_bytes(raw, "big") ^ top
+        negative = packed & top
+        if negative:
+            packed ^= everything
         number, weight = 0, 1
         for bits, mask, digits in groups:
             number += (packed & mask) * weight
