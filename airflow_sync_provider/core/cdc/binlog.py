@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import logging as _logging
+import operator
 import re
 import time
 import zlib as _zlib
@@ -131,6 +132,7 @@ class TableRoute:
     skip_before: int = 0  # changes ranked below this are skipped: a re-copy from there covers them
 
     def __post_init__(self):
+        self._source = self.schema.qualified  # per row change on the reader's path
         self.mappings = self.schema.mappings()
         self.names = [m.name for m in self.mappings]
         self.key = list(self.schema.primary_key)
@@ -140,6 +142,7 @@ class TableRoute:
         # per row and value on the hot path: resolved once
         self._converters = [(m.name, m.rule.from_binlog, m.source) for m in self.mappings]
         self.key_at = [self.names.index(k) for k in self.key]  # where the key's values are in a row
+        self.key_getter = operator.itemgetter(*self.key_at)  # a row's key (a value, not a tuple, for one column)
         # columns the copy leaves out on purpose; any other column a rows event carries that the
         # copy lacks means a schema change was not followed
         chosen = self.table.columns if self.table is not None else None
@@ -163,7 +166,7 @@ class TableRoute:
 
     @property
     def source(self) -> str:
-        return self.schema.qualified
+        return self._source
 
     def row(self, values: dict, none_sources: dict | None = None) -> tuple:
         missing = [n for n in self.names if n not in values]
@@ -183,6 +186,8 @@ class TableRoute:
         """Rows with their versions and tombstone flags as an Arrow table for the target; values
         the target would store wrongly are refused as by the full load."""
         columns = list(zip(*rows)) if rows else [[] for _ in self.mappings]
+        # a tombstone keeps the old row's values: only live rows must satisfy NOT NULL etc.
+        live = pa.array([not d for d in deleted]) if any(deleted) else None
         arrays = []
         for values, mapping in zip(columns, self.mappings):
             try:
@@ -190,10 +195,8 @@ class TableRoute:
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
                 raise ValueRefused(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: "
                                    f"{exc}") from exc
-            # a tombstone keeps the old row's values: only live rows must satisfy NOT NULL etc.
             try:
-                check_array(array.filter(pa.array([not d for d in deleted])) if any(deleted) else array, mapping,
-                            where)
+                check_array(array if live is None else array.filter(live), mapping, where)
             except ValueError as exc:
                 raise ValueRefused(f"{exc}. A retry stops here again: fix the value in MySQL (the change after "
                                    "it then carries the fixed value) and re-bootstrap the table") from exc

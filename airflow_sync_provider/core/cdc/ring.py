@@ -34,9 +34,14 @@ class HashRing:
         path: names resolved once)."""
         points, owners, size, digest, find = self._points, self._owners, len(self._points), hashlib.blake2b, \
             bisect.bisect_right
+        head = table + "\x1f"
 
         def lane(key: tuple) -> int:
-            text = "\x1f".join([table, *(v.hex() if isinstance(v, bytes) else repr(v) for v in key)])
+            if len(key) == 1:
+                value = key[0]
+                text = head + (value.hex() if isinstance(value, bytes) else repr(value))
+            else:
+                text = "\x1f".join([table, *(v.hex() if isinstance(v, bytes) else repr(v) for v in key)])
             return owners[find(points, int.from_bytes(digest(text.encode(), digest_size=8).digest(), "big")) % size]
 
         return lane

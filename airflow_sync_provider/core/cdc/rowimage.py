@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import codecs
 import datetime as dt
+import functools
 import logging
 import struct
 from decimal import Decimal
@@ -162,34 +163,34 @@ def decimal_size(precision: int, scale: int) -> int:
     return intg // 9 * 4 + _DIG2BYTES[intg % 9] + scale // 9 * 4 + _DIG2BYTES[scale % 9]
 
 
+@functools.lru_cache(maxsize=None)
 def decimal_reader(precision: int, scale: int):
     """DECIMAL(precision, scale) from its bytes (MySQL's decimal2bin: groups of 9 digits in 4
     big-endian bytes, the leading and trailing partial groups in fewer, the sign bit flipped,
-    every bit inverted when negative) as the library's Decimal: the same digits and exponent."""
+    every bit inverted when negative) as the library's Decimal: the same digits and exponent.
+    Its code is generated per precision and scale: the groups' arithmetic written out."""
     size = decimal_size(precision, scale)
     top, everything = 1 << (8 * size - 1), (1 << (8 * size)) - 1
     intg = precision - scale
     # (bytes, digits) of each group, least significant first
     groups = ([(_DIG2BYTES[scale % 9], scale % 9)] + [(4, 9)] * (scale // 9) + [(4, 9)] * (intg // 9)
               + [(_DIG2BYTES[intg % 9], intg % 9)])
-    groups = [(8 * b, (1 << (8 * b)) - 1, 10 ** d) for b, d in groups if b]
+    terms, shift, weight = [], 0, 1
+    for size_, digits in groups:
+        if size_:
+            terms.append(f"(packed >> {shift} & {(1 << (8 * size_)) - 1}) * {weight}")
+            shift, weight = shift + 8 * size_, weight * 10 ** digits
+    number = " + ".join(terms) or "0"
     exponent = f"E-{scale}" if scale else ""
-
-    def read(raw: bytes) -> Decimal:
-        packed = int.from_bytes(raw, "big") ^ top
-        negative = packed & top
-        if negative:
-            packed ^= everything
-        number, weight = 0, 1
-        for bits, mask, digits in groups:
-            number += (packed & mask) * weight
-            packed >>= bits
-            weight *= digits
-        if negative:
-            return Decimal(f"-{number}{exponent}")
-        return Decimal(f"{number}{exponent}") if scale else Decimal(number)
-
-    return read
+    source = (f"def read(raw):\n"
+              f"    packed = _from_bytes(raw, 'big') ^ {top}\n"
+              f"    if packed & {top}:\n"
+              f"        packed ^= {everything}\n"
+              f"        return _Decimal(f'-{{{number}}}{exponent}')\n"
+              f"    return " + (f"_Decimal(f'{{{number}}}{exponent}')\n" if scale else f"_Decimal({number})\n"))
+    namespace = {"_from_bytes": int.from_bytes, "_Decimal": Decimal}
+    exec(compile(source, f"<DECIMAL({precision}, {scale})>", "exec"), namespace)
+    return namespace["read"]
 
 
 def set_text_reader(table_labels: list | None, column: typemap.MySQLColumn):
@@ -340,23 +341,23 @@ def _type_name(code: int) -> str:
 
 
 class TableDecoder:
-    """The row images of one table map (every column present) for one route: ``full(nulls)``
-    and ``key(nulls)`` give the functions ``(data, at) -> (row, key, end)`` of a null-bitmap
-    pattern (``key`` leaves ``row`` None and decodes only the key columns)."""
+    """The row images of one table map (every column present) for one route. ``full(nulls)``
+    gives the function of a null-bitmap pattern, ``(data, at) -> (row, key, end)``: the row as
+    TableRoute.row makes it, its key as TableRoute.key_of, and where the image ends; ``key(nulls)``
+    the same with only the key read (``row`` None). Made on first use, from :meth:`source`."""
 
     def __init__(self, columns: list, route, charset_to_encoding, errors: str = "strict"):
         by_name = {m.name: (i, m) for i, m in enumerate(route.mappings)}
         self.columns = []
         for index, column in enumerate(columns):
             target, mapping = by_name.get(column.name, (None, None))
-            self.columns.append(Column(index, column, mapping, f"_c{index}", _codec(column, charset_to_encoding, errors)))
+            self.columns.append(Column(index, column, mapping, f"_c{index}",
+                                       _codec(column, charset_to_encoding, errors)))
             self.columns[-1].target = target
-        self.route = route
-        self.width = len(route.names)
-        self.key_at = list(route.key_at)
-        placed = {c.target for c in self.columns if c.target is not None}
-        if placed != set(range(self.width)):
-            raise Unsupported(f"the table map lacks columns {sorted(set(route.names) - {c.name for c in self.columns})}")
+        self.route, self.width, self.key_at = route, len(route.names), list(route.key_at)
+        missing = set(route.names) - {c.name for c in self.columns}
+        if missing:
+            raise Unsupported(f"the table map lacks columns {sorted(missing)}")
         self.null_bytes = (len(columns) + 7) // 8
         self._full: dict = {}
         self._key: dict = {}
@@ -374,96 +375,69 @@ class TableDecoder:
         return fn
 
     def _compile(self, nulls: int | None, key_only: bool):
-        """The function of one null-bitmap pattern (``nulls`` None: the general one, which reads
-        the bitmap itself)."""
         source, namespace = self.source(nulls, key_only)
         exec(compile(source, f"<row image of {self.route.source}>", "exec"), namespace)
         return namespace["image"]
 
     def source(self, nulls: int | None, key_only: bool) -> tuple[str, dict]:
+        """The code of null-bitmap pattern ``nulls`` (None: the general code, which tests each
+        column's bit) and the names it uses."""
         namespace = {"_from_bytes": int.from_bytes}
-        lines = ["def image(data, at):"]
-        if nulls is None:
-            lines.append(f"    nulls = _from_bytes(data[at - {self.null_bytes}:at], 'little')")
-        wanted = {self.key_at[i] for i in range(len(self.key_at))} if key_only else None
-        values = {}
-        run: list[Column] = []
-
-        def flush():
-            if not run:
-                return
-            struct_name = f"_s{len(namespace)}"
-            namespace[struct_name] = struct.Struct("<" + "".join(c.piece for c in run))
-            width = sum(c.width for c in run)
-            needed = [c for c in run if c.target is not None and (wanted is None or c.target in wanted)]
-            if needed:
-                parts, names = 0, []
-                for c in run:
-                    names.append([f"a{parts + k}" for k in range(c.parts)])
-                    parts += c.parts
-                flat = [n for group in names for n in group]
-                lines.append(f"    {', '.join(flat)}{',' if len(flat) == 1 else ''} = {struct_name}.unpack_from(data, at)")
-                for c, group in zip(run, names):
-                    if c in needed:
-                        lines.append(f"    v{c.target} = {c.value.format(*group)}")
-                        values[c.target] = f"v{c.target}"
-            lines.append(f"    at += {width}")
-            run.clear()
-
         for c in self.columns:
             namespace.update(c.names)
-            if nulls is not None and nulls >> c.index & 1:
-                if c.target is not None:
-                    values[c.target] = "None"
-                continue
-            needed = c.target is not None and (wanted is None or c.target in wanted)
-            if nulls is None:  # the general function: every column's bit is looked at
-                flush()
+        wanted = {c.target for c in self.columns if c.target is not None
+                  and (not key_only or c.target in self.key_at)}
+        lines, run = ["def image(data, at):"], []
+        if nulls is None:
+            lines.append(f"    nulls = _from_bytes(data[at - {self.null_bytes}:at], 'little')")
+        for c in self.columns:
+            if nulls is None:  # each column on its own, behind its bit
                 lines.append(f"    if nulls >> {c.index} & 1:")
-                if c.target is not None:
-                    lines.append(f"        v{c.target} = None")
-                else:
-                    lines.append("        pass")
+                lines.append(f"        v{c.target} = None" if c.target is not None else "        pass")
                 lines.append("    else:")
-                body = self._read(c, needed, namespace)
-                lines += ["    " + line for line in body]
+                read = self._prefixed(c, wanted) if c.prefix else self._fixed(namespace, [c], wanted)
+                lines += ["    " + line for line in read]
+            elif nulls >> c.index & 1:
                 if c.target is not None:
-                    values[c.target] = f"v{c.target}"
-                continue
-            if c.prefix:
-                flush()
-                lines += self._read(c, needed, namespace)
-                if needed:
-                    values[c.target] = f"v{c.target}"
+                    lines.append(f"    v{c.target} = None")
+            elif c.prefix:
+                lines += self._fixed(namespace, run, wanted) + self._prefixed(c, wanted)
+                run = []
             else:
                 run.append(c)
-        flush()
-        key = "(" + "".join(f"{values.get(i, 'None')}, " for i in self.key_at) + ")"
-        row = "None" if key_only else "(" + "".join(f"{values[i]}, " for i in range(self.width)) + ")"
+        lines += self._fixed(namespace, run, wanted)
+        key = "(" + "".join(f"v{i}, " for i in self.key_at) + ")"
+        row = "None" if key_only else "(" + "".join(f"v{i}, " for i in range(self.width)) + ")"
         lines.append(f"    return {row}, {key}, at")
         return "\n".join(lines) + "\n", namespace
 
     @staticmethod
-    def _read(c: Column, needed: bool, namespace: dict) -> list[str]:
-        """Lines reading one column at ``at`` (and moving ``at`` past it)."""
-        if not c.prefix:
-            struct_name = f"_s{len(namespace)}"
-            namespace[struct_name] = struct.Struct("<" + c.piece)
-            parts = [f"a{k}" for k in range(c.parts)]
-            lines = []
-            if needed:
-                lines.append(f"    {', '.join(parts)}{',' if len(parts) == 1 else ''} = "
-                             f"{struct_name}.unpack_from(data, at)")
-                lines.append(f"    v{c.target} = {c.value.format(*parts)}")
-            lines.append(f"    at += {c.width}")
-            return lines
+    def _fixed(namespace: dict, run: list[Column], wanted: set) -> list[str]:
+        """Lines reading the fixed-width columns ``run`` with one unpack_from, moving ``at`` past them."""
+        if not run:
+            return []
+        lines, parts = [], []
+        for c in run:
+            names = [f"a{len(parts) + k}" for k in range(c.parts)]
+            parts += names
+            if c.target in wanted:
+                lines.append(f"    v{c.target} = {c.value.format(*names)}  # {c.name}")
+        if lines:
+            name = f"_s{len(namespace)}"
+            namespace[name] = struct.Struct("<" + "".join(c.piece for c in run))
+            lines.insert(0, f"    {', '.join(parts)}, = {name}.unpack_from(data, at)")
+        return lines + [f"    at += {sum(c.width for c in run)}"]
+
+    @staticmethod
+    def _prefixed(c: Column, wanted: set) -> list[str]:
+        """Lines reading a column of ``c.prefix`` bytes of length, then its bytes."""
         length = {1: "data[at]", 2: "data[at] | data[at + 1] << 8"}.get(
             c.prefix, f"_from_bytes(data[at:at + {c.prefix}], 'little')")
         lines = [f"    n = {length}"]
-        if needed:
-            lines.append(f"    v{c.target} = {c.value.format(f'data[at + {c.prefix}:at + {c.prefix} + n]')}")
-        lines.append(f"    at += {c.prefix} + n")
-        return lines
+        if c.target in wanted:
+            value = c.value.format(f"data[at + {c.prefix}:at + {c.prefix} + n]")
+            lines.append(f"    v{c.target} = {value}  # {c.name}")
+        return lines + [f"    at += {c.prefix} + n"]
 
 
 def _codec(column, charset_to_encoding, errors: str) -> str | None:
@@ -487,8 +461,6 @@ def row_bytes(event) -> tuple[bytes, int, int]:
     (right after the columns-present bitmaps, which the library has read) and end (before the
     checksum)."""
     wrapper = event.packet
-    if wrapper._BinLogPacketWrapper__data_buffer:  # bytes pushed back: not at the images' start
-        raise Unsupported("the rows event was read past its header")
     packet = wrapper.packet
     start = packet._position
     return packet._data, start, start + event.event_size - wrapper.read_bytes
@@ -500,7 +472,7 @@ class Decoders:
 
     def __init__(self, ring):
         self.ring = ring
-        self._built: dict = {}  # table id → (table map columns, route, a full columns-present bitmap, decoder)
+        self._built: dict = {}  # table id → (table map columns, route, every column's bit, decoder)
         self._said: set = set()
         self._lanes: dict = {}  # table → its lane function
 
@@ -518,13 +490,17 @@ class Decoders:
                                        "ignore" if event._ignore_decode_errors else "strict")
             except Unsupported as exc:
                 self._say(route, str(exc))
-            everything = ((1 << len(event.columns)) - 1).to_bytes((len(event.columns) + 7) // 8, "little")
-            built = self._built[event.table_id] = (event.columns, route, everything, decoder)
-        if built[3] is not None and (event.columns_present_bitmap != built[2] or
-                                     getattr(event, "columns_present_bitmap2", built[2]) != built[2]):
+            built = self._built[event.table_id] = (event.columns, route, (1 << len(event.columns)) - 1, decoder)
+        decoder, everything = built[3], built[2]
+        if decoder is not None and not all(int.from_bytes(bitmap, "little") & everything == everything for bitmap in
+                                           (event.columns_present_bitmap,
+                                            getattr(event, "columns_present_bitmap2", event.columns_present_bitmap))):
             self._say(route, "row images without every column (binlog_row_image is not FULL)")
             return None
-        return built[3]
+        if decoder is not None and event.packet._BinLogPacketWrapper__data_buffer:
+            self._say(route, "bytes the library pushed back: the images do not start where its packet is")
+            return None
+        return decoder
 
     def _say(self, route, why: str) -> None:
         if (route.source, why) not in self._said:
