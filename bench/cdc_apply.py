@@ -799,6 +799,34 @@ def main(argv=None):
     write_result("cdc_apply", "\n".join(lines) + "\n")
 
 
+def cpu_lines(n: int, ours: dict, peer: dict) -> list[str]:
+    """CPU-seconds per 100,000 row changes of each path's processes (RoleCpu)."""
+    lines = ["", "### CPU per 100,000 row changes", "",
+             "| path | by process: CPU-s per 100,000 row changes | in all | CPU-s in all | wall s |",
+             "|---|---|---|---|---|"]
+    cpu = ours["cpu"]
+    readers, jvm = cpu.readers(), cpu.seconds("Spark JVM")
+    count = sum(1 for role in cpu.roles.values() if role == "reader processes")
+    driver = max(0.0, cpu.children_seconds - readers)  # the driver and what it reaped, but its readers
+    everything = cpu.children_seconds + jvm
+    lines.append(f"| **ours** | **reader processes {cpu_per_100k(readers, n)}** ({count} processes), driver "
+                 f"{cpu_per_100k(driver, n)}, Spark JVM {cpu_per_100k(jvm, n) if jvm else '— (not started)'} | "
+                 f"**{cpu_per_100k(everything, n)}** | {everything:.1f} | {ours['wall']:.1f} |")
+    if peer.get("cpu") is not None:
+        pc = peer["cpu"]
+        lines.append(f"| mysql-ch-replicator | binlog_replicator {cpu_per_100k(pc.seconds('binlog_replicator'), n)}, "
+                     f"db_replicator {cpu_per_100k(pc.seconds('db_replicator'), n)} | "
+                     f"**{cpu_per_100k(peer['cpu_seconds'], n)}** | {peer['cpu_seconds']:.1f} | "
+                     f"{peer['wall'] or peer.get('elapsed') or 0:.1f} |")
+    lines += ["", "CPU of each path's own processes (not MariaDB's or the ClickHouse endpoint's). *In all* is exact: "
+                  "`RUSAGE_CHILDREN` of this bench around the path (the processes it waited for: our driver with the "
+                  "reader processes it joined; the replicator's two processes, db_replicator's wait for the binlog "
+                  "included), plus our JVM as sampled if one started. Reader processes: the driver's `cutime + "
+                  "cstime` once it joined them (exact), or their own as sampled every 0.2 s if more. By process, the "
+                  "replicator's: sampled every 0.2 s (the last ≤ 0.2 s of each is missed)."]
+    return lines
+
+
 def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start, load_end, total) -> list[str]:
     n = gen["changes"]
     c = gen["counts"]
@@ -864,6 +892,7 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
     lines += ["", f"Ratio of row changes/s, ours ÷ mysql-ch-replicator (> 1 = ours faster), wall vs wall: "
                   f"**{fmt_ratio(ours_rate, peer_rate)}**; on our in-job time (spark-submit/JVM start-up excluded): "
                   f"{fmt_ratio(ours_inner, peer_rate)}."]
+    lines += cpu_lines(n, ours, peer)
     if ours["ok"]:
         res = ours["result"]
         lines += ["", f"Ours in detail: {res['events']:,} row changes read (generated: {n:,}), "
@@ -960,7 +989,8 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
               f"after the changes>, lanes={args.lanes}, batch_events={args.batch_events:,}))`, `local[2]`: one bounded "
               "catch-up run. *Wall*: the spark-submit process from start to exit (JVM start-up, the package zip, "
               "reading the ledger and schema, the binlog range split after commits between two reader processes "
-              "that decode it with python-mysql-replication (`readers=2`), per-batch Arrow payloads written by the "
+              "(`readers`: one per core) that read the stream with python-mysql-replication and the row images "
+              "with code generated per table map (core/cdc/rowimage.py), per-batch Arrow payloads written by the "
               "lanes with clickhouse-connect `insert_arrow` — as driver threads: batches are below "
               "`driver_write_rows`, so no SparkContext starts — a checkpoint and counters per batch, JVM "
               "shutdown). *In-job*: the job's own `seconds`. Correctness: `count()`, "

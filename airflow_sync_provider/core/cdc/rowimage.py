@@ -4,9 +4,9 @@ python-mysql-replication (1.0.17) parses a rows event's row images lazily, value
 through its packet wrapper's ``read_*`` calls, into a dict per image; ``TableRoute.row`` then
 maps every value through its type rule's ``from_binlog``. About 50 µs a row change of a
 10-column table, nearly all of the reader's time (issue 43). Here the images are read from the
-event's bytes (:func:`row_bytes`) by code generated per table map, columns-present bitmap and
-route (:class:`TableDecoder`): the column types and their metadata are known from the table
-map (``binlog_row_metadata=FULL``), so for each null-bitmap pattern one function reads the
+event's bytes (:func:`row_bytes`) by code generated per table map and route
+(:class:`TableDecoder`): the column types and their metadata are known from the table map
+(``binlog_row_metadata=FULL``), so for each null-bitmap pattern one function reads the
 fixed-width columns between two variable-width ones with one ``struct.unpack_from``, the
 variable-width ones by their length prefixes, and writes each value straight in the target's
 form — the very value ``TableRoute.row`` gives for the library's value, with the corrections of
@@ -467,8 +467,9 @@ def row_bytes(event) -> tuple[bytes, int, int]:
 
 
 class Decoders:
-    """The reader's decoders, one per table id (a table map), rebuilt when the table map, the
-    event's columns-present bitmaps or the route change; None where the reference decodes."""
+    """A reader's decoders, one per table id (a table map), made anew when the table map or the
+    route changes; None where the reference decodes (the table, or an event without every
+    column)."""
 
     def __init__(self, ring):
         self.ring = ring
