@@ -32,6 +32,7 @@ import datetime as dt
 import json
 import os
 import random
+import resource
 import signal
 import subprocess
 import tempfile
@@ -141,6 +142,121 @@ def position(mysql_url: str):
     conn = mysql_conn(mysql_url)
     with conn:
         return current_position(conn)
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU by role
+# ---------------------------------------------------------------------------------------------
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, int, int] | None:
+    """(ppid, own utime + stime, reaped children's cutime + cstime) in ticks, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+def _role(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    text, name = " ".join(cmd), os.path.basename(cmd[0])
+    if "mysql_ch_replicator" in text:
+        return "binlog_replicator" if "binlog_replicator" in cmd else "db_replicator"
+    if "spawn_main" in text:  # spark/cdc_stream.py's reader processes (multiprocessing, spawned)
+        return "reader processes"
+    if "spark_jobs" in text and "python" in name:
+        return "driver"
+    if name == "java":
+        return "Spark JVM"
+    return None
+
+
+class RoleCpu(threading.Thread):
+    """CPU seconds of this bench's descendants by role while a path runs: our reader processes,
+    the driver (and its JVM, if one starts), mysql-ch-replicator's two processes. Each process is
+    looked at every ``interval`` s (the family tree every ``rescan`` s). The readers' CPU is
+    exact: once the driver has joined them it is in the driver's ``cutime + cstime``; so is a
+    path's whole CPU, from this process's ``RUSAGE_CHILDREN`` around it (:meth:`measure`), which
+    counts the processes it waited for."""
+
+    def __init__(self, interval: float = 0.2, rescan: float = 1.0):
+        super().__init__(daemon=True)
+        self.interval, self.rescan = interval, rescan
+        self.stop_event = threading.Event()
+        self.roles: dict[int, str] = {}
+        self.first: dict[int, int] = {}  # pid → its own ticks when first seen (0: born while sampling)
+        self.last: dict[int, tuple[int, int]] = {}  # pid → (own ticks, reaped children's ticks) last seen
+        self.reaped_first: dict[int, int] = {}
+        self.children_seconds = 0.0  # RUSAGE_CHILDREN over the run
+
+    def _scan(self, initial: bool) -> None:
+        stats = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit() and (stat := _stat(int(name))):
+                stats[int(name)] = stat
+        kids: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            kids.setdefault(ppid, []).append(pid)
+        todo, mine = [os.getpid()], set()
+        while todo:
+            for child in kids.get(todo.pop(), []):
+                if child not in mine:
+                    mine.add(child)
+                    todo.append(child)
+        for pid in mine - set(self.roles):
+            role = _role(pid)
+            if role is not None:
+                self.roles[pid] = role
+                self.first[pid] = stats[pid][1] if initial else 0
+                self.reaped_first[pid] = stats[pid][2] if initial else 0
+                self.last[pid] = stats[pid][1:]
+
+    def run(self) -> None:
+        self._scan(initial=True)
+        next_scan = time.monotonic() + self.rescan
+        while not self.stop_event.wait(self.interval):
+            for pid in list(self.roles):
+                stat = _stat(pid)
+                if stat is not None:
+                    self.last[pid] = stat[1:]
+            if time.monotonic() >= next_scan:
+                self._scan(initial=False)
+                next_scan = time.monotonic() + self.rescan
+
+    @staticmethod
+    def _children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    def __enter__(self):
+        self.children_start = self._children()
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.join()
+        self.children_seconds = self._children() - self.children_start
+
+    def seconds(self, role: str) -> float:
+        return sum(self.last[pid][0] - self.first[pid] for pid, r in self.roles.items() if r == role) / TICKS
+
+    def readers(self) -> float:
+        """Reader processes: what the driver reaped of them (exact), or what was seen of them."""
+        reaped = sum(self.last[pid][1] - self.reaped_first[pid] for pid, r in self.roles.items() if r == "driver")
+        return max(reaped / TICKS, self.seconds("reader processes"))
+
+
+def cpu_per_100k(seconds: float | None, changes: int) -> str:
+    return f"{seconds / changes * 100_000:.2f}" if seconds is not None and changes else "—"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,9 +433,10 @@ def batches(ch, pipeline: str) -> int:
 def run_ours(mysql_url, ch_url, args, pipeline, load_key, stop, expect_summary, target_db: str = TARGET_DB) -> dict:
     spec = cdc_spec(mysql_url, ch_url, pipeline, args, start_from_loads=[load_key], stop_position=stop,
                     batch_seconds=args.batch_seconds)
-    with ProcessSampler(interval=1.0) as sampler, timer() as wall:
+    with ProcessSampler(interval=1.0) as sampler, RoleCpu() as cpu, timer() as wall:
         result = spark_submit(spec, timeout=JOB_TIMEOUT)
-    out = {"wall": wall["seconds"], "result": result, "sampler": sampler, "ok": result.get("status") == "success"}
+    out = {"wall": wall["seconds"], "result": result, "sampler": sampler, "cpu": cpu,
+           "ok": result.get("status") == "success"}
     if not out["ok"]:
         out["error"] = str(result.get("error"))[:4000]
         return out
@@ -422,7 +539,8 @@ def run_peer(mysql_url, ch_url, venv: Path, start: dict, max_version: int, expec
                                                version_initial_value=max_version))
         binary = str(venv / "bin" / "mysql_ch_replicator")
         db_log, bin_log = os.path.join(tmp, "db_replicator.out"), os.path.join(tmp, "binlog_replicator.out")
-        procs = []
+        procs, cpu = [], RoleCpu()
+        children_before = RoleCpu._children()
         try:
             with open(db_log, "w") as log:
                 db_proc = subprocess.Popen([binary, "db_replicator", "--config", config, "--db", SOURCE_DB], cwd=tmp,
@@ -438,7 +556,7 @@ def run_peer(mysql_url, ch_url, venv: Path, start: dict, max_version: int, expec
                         return out
                     time.sleep(0.1)
             out["db_ready"] = ready["seconds"]
-            with ProcessSampler(interval=1.0) as sampler:
+            with ProcessSampler(interval=1.0) as sampler, cpu:
                 t0 = time.perf_counter()
                 with open(bin_log, "w") as log:
                     bin_proc = subprocess.Popen([binary, "binlog_replicator", "--config", config], cwd=tmp,
@@ -473,6 +591,8 @@ def run_peer(mysql_url, ch_url, venv: Path, start: dict, max_version: int, expec
         finally:
             for proc in reversed(procs):
                 stop_group(proc)
+            # its processes' whole CPU (db_replicator's start-up included): they are waited for now
+            out["cpu_seconds"], out["cpu"] = RoleCpu._children() - children_before, cpu
             out["db_log"] = tail(db_log, 4000)
             out["bin_log"] = tail(bin_log, 2000)
     if out["ok"]:
@@ -746,6 +866,34 @@ def main(argv=None):
     write_result("cdc_apply", "\n".join(lines) + "\n")
 
 
+def cpu_lines(n: int, ours: dict, peer: dict) -> list[str]:
+    """CPU-seconds per 100,000 row changes of each path's processes (RoleCpu)."""
+    lines = ["", "### CPU per 100,000 row changes", "",
+             "| path | by process: CPU-s per 100,000 row changes | in all | CPU-s in all | wall s |",
+             "|---|---|---|---|---|"]
+    cpu = ours["cpu"]
+    readers, jvm = cpu.readers(), cpu.seconds("Spark JVM")
+    count = sum(1 for role in cpu.roles.values() if role == "reader processes")
+    driver = max(0.0, cpu.children_seconds - readers)  # the driver and what it reaped, but its readers
+    everything = cpu.children_seconds + jvm
+    lines.append(f"| **ours** | **reader processes {cpu_per_100k(readers, n)}** ({count} processes), driver "
+                 f"{cpu_per_100k(driver, n)}, Spark JVM {cpu_per_100k(jvm, n) if jvm else '— (not started)'} | "
+                 f"**{cpu_per_100k(everything, n)}** | {everything:.1f} | {ours['wall']:.1f} |")
+    if peer.get("cpu") is not None:
+        pc = peer["cpu"]
+        lines.append(f"| mysql-ch-replicator | binlog_replicator {cpu_per_100k(pc.seconds('binlog_replicator'), n)}, "
+                     f"db_replicator {cpu_per_100k(pc.seconds('db_replicator'), n)} | "
+                     f"**{cpu_per_100k(peer['cpu_seconds'], n)}** | {peer['cpu_seconds']:.1f} | "
+                     f"{peer['wall'] or peer.get('elapsed') or 0:.1f} |")
+    lines += ["", "CPU of each path's own processes (not MariaDB's or the ClickHouse endpoint's). *In all* is exact: "
+                  "`RUSAGE_CHILDREN` of this bench around the path (the processes it waited for: our driver with the "
+                  "reader processes it joined; the replicator's two processes, db_replicator's wait for the binlog "
+                  "included), plus our JVM as sampled if one started. Reader processes: the driver's `cutime + "
+                  "cstime` once it joined them (exact), or their own as sampled every 0.2 s if more. By process, the "
+                  "replicator's: sampled every 0.2 s (the last ≤ 0.2 s of each is missed)."]
+    return lines
+
+
 def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start, load_end, total) -> list[str]:
     n = gen["changes"]
     c = gen["counts"]
@@ -811,6 +959,7 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
     lines += ["", f"Ratio of row changes/s, ours ÷ mysql-ch-replicator (> 1 = ours faster), wall vs wall: "
                   f"**{fmt_ratio(ours_rate, peer_rate)}**; on our in-job time (spark-submit/JVM start-up excluded): "
                   f"{fmt_ratio(ours_inner, peer_rate)}."]
+    lines += cpu_lines(n, ours, peer)
     if ours["ok"]:
         res = ours["result"]
         lines += ["", f"Ours in detail: {res['events']:,} row changes read (generated: {n:,}), "
@@ -907,7 +1056,8 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
               f"after the changes>, lanes={args.lanes}, batch_events={args.batch_events:,}))`, `local[2]`: one bounded "
               "catch-up run. *Wall*: the spark-submit process from start to exit (JVM start-up, the package zip, "
               "reading the ledger and schema, the binlog range split after commits between two reader processes "
-              "that decode it with python-mysql-replication (`readers=2`), per-batch Arrow payloads written by the "
+              "(`readers`: one per core) that read the stream with python-mysql-replication and the row images "
+              "with code generated per table map (core/cdc/rowimage.py), per-batch Arrow payloads written by the "
               "lanes with clickhouse-connect `insert_arrow` — as driver threads: batches are below "
               "`driver_write_rows`, so no SparkContext starts — a checkpoint and counters per batch, JVM "
               "shutdown). *In-job*: the job's own `seconds`. Correctness: `count()`, "

@@ -37,3 +37,10 @@ def test_a_key_always_lands_on_the_same_lane(key, lanes):
 def test_bad_ring_sizes_are_refused():
     with pytest.raises(ValueError, match="lanes >= 1"):
         HashRing(0)
+
+
+@given(st.lists(st.one_of(st.integers(), st.text(), st.binary(), st.decimals(allow_nan=False), st.datetimes()),
+                min_size=1, max_size=3), st.integers(1, 16))
+def test_a_tables_router_gives_the_rings_lane_of_its_route_key(key, lanes):
+    ring = HashRing(lanes, 16)
+    assert ring.router("db.t")(tuple(key)) == ring.lane(route_key("db.t", tuple(key)))

@@ -229,8 +229,9 @@ class CdcApplySpec:
     # job per batch costs more than it saves (and the SparkContext is not started for it); larger
     # batches go to executors once the session is up. 0: always executors
     driver_write_rows: int = 500_000
-    # reader processes a bounded run's backlog is split between (spark/cdc_apply.py: _cuts)
-    readers: int = 2
+    # reader processes a bounded run's backlog is split between (spark/cdc_stream.py: cuts); 0: one
+    # per core the driver may use, at most 8 (spark/cdc_stream.reader_count)
+    readers: int = 0
     server_id: int = 0  # the replica id the binlog reader registers with (0: derived from the pipeline)
     # a table whose values changed without row events (spark/cdc_ddl.py) is re-copied by the
     # bootstrap's chunks on this many channels, in the driver up to driver_copy_rows
@@ -273,9 +274,9 @@ class CdcApplySpec:
     def __post_init__(self):
         if not self.pipeline:
             raise ValueError("a CDC pipeline needs a name (pipeline=...)")
-        if self.lanes < 1 or self.batch_events < 1 or self.readers < 1 or self.driver_write_rows < 0:
-            raise ValueError(f"pipeline {self.pipeline}: lanes, batch_events and readers must be >= 1, "
-                             "driver_write_rows >= 0")
+        if self.lanes < 1 or self.batch_events < 1 or self.readers < 0 or self.driver_write_rows < 0:
+            raise ValueError(f"pipeline {self.pipeline}: lanes and batch_events must be >= 1, readers >= 1 "
+                             "(0: from the driver's cores), driver_write_rows >= 0")
         if self.verify_every:
             self.verify_period = self.verify_every
         if self.on_binlog_lost not in ("recopy", "stop"):

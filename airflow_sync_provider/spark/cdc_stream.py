@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import multiprocessing
 import os
 import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -83,7 +85,7 @@ class Decoded:
 
 def _latest(route: TableRoute, rows, versions, deleted):
     """Per key only its last change in the batch (the highest version: the one FINAL keeps)."""
-    last = {route.key_of(row): i for i, row in enumerate(rows)}
+    last = dict(zip(map(route.key_getter, rows), range(len(rows))))
     if len(last) == len(rows):
         return rows, versions, deleted
     keep = sorted(last.values())
@@ -205,16 +207,34 @@ class _Reader:
 
 
 SPLIT_MIN_BYTES = 4 << 20  # a bounded range with fewer row-event bytes is read by one process
+MAX_READERS = 8  # each holds a replication connection and its own interpreter (≈100 MB)
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: the CPU quota of the driver's group
+
+
+def driver_cores() -> int:
+    """The cores this driver may use: its CPU affinity, lowered by a cgroup's CPU quota (a
+    container's limit, which the affinity does not show)."""
+    cores = len(os.sched_getaffinity(0))
+    try:  # cgroup v2: "<quota> <period>" or "max <period>"
+        quota, period = CPU_MAX.read_text().split()
+    except (OSError, ValueError):
+        return cores
+    return cores if quota == "max" else max(1, min(cores, math.ceil(int(quota) / int(period))))
+
+
+def reader_count(spec: CdcApplySpec) -> int:
+    """``spec.readers``, or one reader process per core of the driver (at most MAX_READERS)."""
+    return spec.readers or min(MAX_READERS, driver_cores())
 
 
 def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition]:
-    """Where a bounded range is split between ``spec.readers`` reader processes (none for a
-    service, whose end is open, or a range with a DDL on it)."""
-    start, stop = part.start, part.stop
-    if (stop is None or part.deadline is not None or spec.readers < 2 or stop.key() <= start.key()
+    """Where a bounded range is split between reader processes (none for a service, whose end
+    is open, or a range with a DDL on it)."""
+    start, stop, readers = part.start, part.stop, reader_count(spec)
+    if (stop is None or part.deadline is not None or readers < 2 or stop.key() <= start.key()
             or part.prepared):  # a parked XA transaction's commit must reach the reader that holds its rows
         return []
-    found = split_backlog(backlog_events(spec.source, start, stop), spec.readers, SPLIT_MIN_BYTES) or []
+    found = split_backlog(backlog_events(spec.source, start, stop), readers, SPLIT_MIN_BYTES) or []
     if found:
         log.info(f"pipeline {spec.pipeline!r}: {start} … {stop} read by {len(found) + 1} processes, split "
               f"at {', '.join(map(str, found))}")

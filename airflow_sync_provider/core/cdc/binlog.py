@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import logging as _logging
+import operator
 import re
 import time
 import zlib as _zlib
@@ -57,7 +58,8 @@ from airflow_sync_provider.core.cdc.positions import (
     grant,
     monitor_privilege,
 )
-from airflow_sync_provider.core.cdc.ring import HashRing, route_key
+from airflow_sync_provider.core.cdc.ring import HashRing
+from airflow_sync_provider.core.cdc.rowimage import Decoders
 from airflow_sync_provider.core.cdc.servers import GtidState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
@@ -69,8 +71,9 @@ from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 # MariaDB's latin1 is cp1252 with its five undefined bytes mapped to the same code points
 _LATIN1 = "".join(chr(b) if b in (0x81, 0x8D, 0x8F, 0x90, 0x9D) else bytes([b]).decode("cp1252") for b in range(256))
 _LATIN1_ENCODE = codecs.charmap_build(_LATIN1)
+# (the library names latin1 by its Python codec, cp1252)
 _ENCODINGS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "utf16": "utf-16-be", "ucs2": "utf-16-be",
-              "utf16le": "utf-16-le", "utf32": "utf-32-be", "latin1": "mysql_latin1"}
+              "utf16le": "utf-16-le", "utf32": "utf-32-be", "latin1": "mysql_latin1", "cp1252": "mysql_latin1"}
 codecs.register(lambda name: codecs.CodecInfo(
     name="mysql_latin1", encode=lambda text, errors="strict": codecs.charmap_encode(text, errors, _LATIN1_ENCODE),
     decode=lambda data, errors="strict": codecs.charmap_decode(data, errors, _LATIN1))
@@ -132,6 +135,7 @@ class TableRoute:
     skip_before: int = 0  # changes ranked below this are skipped: a re-copy from there covers them
 
     def __post_init__(self):
+        self._source = self.schema.qualified  # per row change on the reader's path
         self.mappings = self.schema.mappings()
         self.names = [m.name for m in self.mappings]
         self.key = list(self.schema.primary_key)
@@ -140,7 +144,8 @@ class TableRoute:
                               "target row a change replaces (give it a primary key, or keep it on full loads)")
         # per row and value on the hot path: resolved once
         self._converters = [(m.name, m.rule.from_binlog, m.source) for m in self.mappings]
-        self._key_at = [self.names.index(k) for k in self.key]
+        self.key_at = [self.names.index(k) for k in self.key]  # where the key's values are in a row
+        self.key_getter = operator.itemgetter(*self.key_at)  # a row's key (a value, not a tuple, for one column)
         # columns the copy leaves out on purpose; any other column a rows event carries that the
         # copy lacks means a schema change was not followed
         chosen = self.table.columns if self.table is not None else None
@@ -164,7 +169,7 @@ class TableRoute:
 
     @property
     def source(self) -> str:
-        return self.schema.qualified
+        return self._source
 
     def row(self, values: dict, none_sources: dict | None = None) -> tuple:
         missing = [n for n in self.names if n not in values]
@@ -178,12 +183,14 @@ class TableRoute:
                      for name, convert, column in self._converters)
 
     def key_of(self, row: tuple) -> tuple:
-        return tuple(row[i] for i in self._key_at)
+        return tuple(row[i] for i in self.key_at)
 
     def arrow(self, rows: list[tuple], versions: list[int], deleted: list[int], where: str) -> pa.Table:
         """Rows with their versions and tombstone flags as an Arrow table for the target; values
         the target would store wrongly are refused as by the full load."""
         columns = list(zip(*rows)) if rows else [[] for _ in self.mappings]
+        # a tombstone keeps the old row's values: only live rows must satisfy NOT NULL etc.
+        live = pa.array([not d for d in deleted]) if any(deleted) else None
         arrays = []
         for values, mapping in zip(columns, self.mappings):
             try:
@@ -191,10 +198,8 @@ class TableRoute:
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
                 raise ValueRefused(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: "
                                    f"{exc}") from exc
-            # a tombstone keeps the old row's values: only live rows must satisfy NOT NULL etc.
             try:
-                check_array(array.filter(pa.array([not d for d in deleted])) if any(deleted) else array, mapping,
-                            where)
+                check_array(array if live is None else array.filter(live), mapping, where)
             except ValueError as exc:
                 raise ValueRefused(f"{exc}. A retry stops here again: fix the value in MySQL (the change after "
                                    "it then carries the fixed value) and re-bootstrap the table") from exc
@@ -276,6 +281,7 @@ class BinlogReader:
                 _log.warning("binlog %s: the prepared XA transaction %s can no longer be read (%s)", began, xid, exc)
         self._unseen = 0
         self._xa_open = False  # the open transaction is an XA one (its rows are versioned at its commit)
+        self._decoders = Decoders(ring)  # row images read by code made per table map (core/cdc/rowimage.py)
 
     def close(self):
         self.stream.close()
@@ -411,23 +417,28 @@ class BinlogReader:
 
     def _changes(self, event, route: TableRoute):
         start = self.stream.log_pos - event.event_size  # the event's first byte
-        if not self._xa_open and event_version(self.stream.log_file, start, 0, self.epoch) < route.skip_before:
+        version = event_version(self.stream.log_file, start, 0, self.epoch)  # its first row's; the others follow
+        if not self._xa_open and version < route.skip_before:
             return  # a re-copy of the table from a later position covers it (an XA's rows: at its commit)
         route.check_shape(tuple(c.name for c in event.columns), f"binlog {self.stream.log_file}:{start}")
+        decoder = self._decoders.get(event, route)
+        if decoder is not None:
+            self._decoders.changes(decoder, event, version, self._pending)
+            return
+        # the reference: python-mysql-replication's values through the type rules
         for index, change in enumerate(event.rows):
-            version = event_version(self.stream.log_file, start, index, self.epoch)
             if isinstance(event, UpdateRowsEvent):
                 before = route.row(change["before_values"], change.get("before_none_sources"))
                 after = route.row(change["after_values"], change.get("after_none_sources"))
                 if route.key_of(before) != route.key_of(after):  # a key change: the old key is gone
-                    self._pending.append(self._item(route, before, version, True))
-                self._pending.append(self._item(route, after, version, False))
+                    self._pending.append(self._item(route, before, version + index, True))
+                self._pending.append(self._item(route, after, version + index, False))
             else:
-                self._pending.append(self._item(route, route.row(change["values"], change.get("none_sources")), version,
-                                                isinstance(event, DeleteRowsEvent)))
+                self._pending.append(self._item(route, route.row(change["values"], change.get("none_sources")),
+                                                version + index, isinstance(event, DeleteRowsEvent)))
 
     def _item(self, route: TableRoute, row: tuple, version: int, deleted: bool):
-        return route, self.ring.lane(route_key(route.source, route.key_of(row))), row, version, deleted
+        return route, self._decoders.lane_of(route)(route.key_of(row)), row, version, deleted
 
 
 MARIADB_FL_PREPARED_XA = 0x40  # a GTID event's flag: its group is an XA transaction's prepare (log_event.h)

@@ -29,6 +29,23 @@ class HashRing:
         i = bisect.bisect_right(self._points, _hash(key))
         return self._owners[i % len(self._points)]
 
+    def router(self, table: str):
+        """The lane of a key of ``table``, as ``lane(route_key(table, key))`` (the reader's per-row
+        path: names resolved once)."""
+        points, owners, size, digest, find = self._points, self._owners, len(self._points), hashlib.blake2b, \
+            bisect.bisect_right
+        head = table + "\x1f"
+
+        def lane(key: tuple) -> int:
+            if len(key) == 1:
+                value = key[0]
+                text = head + (value.hex() if isinstance(value, bytes) else repr(value))
+            else:
+                text = "\x1f".join([table, *(v.hex() if isinstance(v, bytes) else repr(v) for v in key)])
+            return owners[find(points, int.from_bytes(digest(text.encode(), digest_size=8).digest(), "big")) % size]
+
+        return lane
+
 
 def route_key(table: str, key: tuple) -> bytes:
     """The bytes a row change is routed by: its table and primary-key values (as stored)."""
