@@ -144,6 +144,10 @@ class TableRoute:
                               "target row a change replaces (give it a primary key, or keep it on full loads)")
         # per row and value on the hot path: resolved once
         self._converters = [(m.name, m.rule.from_binlog, m.source) for m in self.mappings]
+        # a merged copy's member (core/source/group.py): columns its table lacks (NULL) and its
+        # source columns (its tags) are not in its rows events; every row carries their values
+        self.virtual = {m.name: m.source.tag for m in self.mappings if not m.source.in_table}
+        self.table_names = [n for n in self.names if n not in self.virtual]
         self.key_at = [self.names.index(k) for k in self.key]  # where the key's values are in a row
         self.key_getter = operator.itemgetter(*self.key_at)  # a row's key (a value, not a tuple, for one column)
         # columns the copy leaves out on purpose; any other column a rows event carries that the
@@ -157,12 +161,12 @@ class TableRoute:
         """Compare a rows event's own column names (binlog_row_metadata=FULL) with the copy's."""
         if names in self._shapes_seen:
             return
-        missing = [n for n in self.names if n not in names]
+        missing = [n for n in self.table_names if n not in names]
         extra = [] if self._left_out is None else \
-            [n for n in names if n not in self.names and n.lower() not in self._left_out]
+            [n for n in names if n not in self.table_names and n.lower() not in self._left_out]
         if missing or extra:
             raise BinlogError(f"table {self.source}, {where}: the binlog's rows have columns {list(names)} but the "
-                              f"copy follows {self.names} (missing {missing}, unknown {extra}): a schema change "
+                              f"copy follows {self.table_names} (missing {missing}, unknown {extra}): a schema change "
                               "was not followed. Stopped before writing; re-bootstrap the table (restart=True) "
                               "and report the DDL that led here")
         self._shapes_seen.add(names)
@@ -172,7 +176,9 @@ class TableRoute:
         return self._source
 
     def row(self, values: dict, none_sources: dict | None = None) -> tuple:
-        missing = [n for n in self.names if n not in values]
+        missing = [n for n in self.table_names if n not in values]
+        if self.virtual:
+            values = {**values, **self.virtual}
         if missing:
             raise BinlogError(f"table {self.source}: the binlog rows lack columns {missing} "
                               "(binlog_row_image must be FULL and binlog_row_metadata FULL)")

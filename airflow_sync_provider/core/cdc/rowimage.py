@@ -355,7 +355,9 @@ class TableDecoder:
                                        _codec(column, charset_to_encoding, errors)))
             self.columns[-1].target = target
         self.route, self.width, self.key_at = route, len(route.names), list(route.key_at)
-        missing = set(route.names) - {c.name for c in self.columns}
+        # a merged copy's member: its absent and source columns are constants of every row
+        self.constants = {i: route.virtual[name] for i, name in enumerate(route.names) if name in route.virtual}
+        missing = set(route.names) - {c.name for c in self.columns} - set(route.virtual)
         if missing:
             raise Unsupported(f"the table map lacks columns {sorted(missing)}")
         self.null_bytes = (len(columns) + 7) // 8
@@ -382,7 +384,7 @@ class TableDecoder:
     def source(self, nulls: int | None, key_only: bool) -> tuple[str, dict]:
         """The code of null-bitmap pattern ``nulls`` (None: the general code, which tests each
         column's bit) and the names it uses."""
-        namespace = {"_from_bytes": int.from_bytes}
+        namespace = {"_from_bytes": int.from_bytes, **{f"_k{i}": v for i, v in self.constants.items()}}
         for c in self.columns:
             namespace.update(c.names)
         wanted = {c.target for c in self.columns if c.target is not None
@@ -406,6 +408,8 @@ class TableDecoder:
             else:
                 run.append(c)
         lines += self._fixed(namespace, run, wanted)
+        if not key_only:
+            lines += [f"    v{i} = _k{i}" for i in self.constants]
         key = "(" + "".join(f"v{i}, " for i in self.key_at) + ")"
         row = "None" if key_only else "(" + "".join(f"v{i}, " for i in range(self.width)) + ")"
         lines.append(f"    return {row}, {key}, at")
