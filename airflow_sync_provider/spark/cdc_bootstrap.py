@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows, streaming_problem
+from airflow_sync_provider.core.cdc.merged_ddl import nullable_type
 from airflow_sync_provider.core.cdc.positions import (
     BinlogError,
     BinlogPosition,
@@ -40,6 +41,7 @@ from airflow_sync_provider.core.jobspec import (
 )
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
 from airflow_sync_provider.core.source.planning import Plan, Shard, plan_table
 from airflow_sync_provider.core.source.schema import average_row_bytes, table_rows
@@ -208,21 +210,29 @@ def _prepare_target(ch, schema, load: FullLoadSpec, weight: bool) -> None:
         ch.command(target.create_table_sql(schema, database, table, weight=weight))
         return
     target.check_layout(ch, database, table)
-    missing = [m.name for m in schema.mappings() if m.name not in target.column_types(ch, database, table)]
-    if missing:
-        raise BootstrapFailed(f"table {schema.qualified}: its copy {database}.{table} lacks column(s) {missing}; "
-                              "drop the copy (the bootstrap creates it) or copy those columns out (exclude_columns)")
+    present = target.column_types(ch, database, table)
+    missing = [m for m in schema.mappings() if m.name not in present]
+    if missing and member_filter(schema)[0] != "1":  # a merged copy: a member's new columns join it, Nullable
+        for mapping in missing:
+            ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS {ch_ident(mapping.name)} "
+                       f"{nullable_type(mapping.ch_type)}")
+    elif missing:
+        raise BootstrapFailed(f"table {schema.qualified}: its copy {database}.{table} lacks column(s) "
+                              f"{[m.name for m in missing]}; drop the copy (the bootstrap creates it) or copy those "
+                              "columns out (exclude_columns)")
     if weight:
         ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS "
                    f"{ch_ident(SPLIT_WEIGHT_COLUMN)} String MATERIALIZED ''")
 
 
-def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition) -> int:
+def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition, schema) -> int:
     """Delete the copy's rows older than every bootstrap read: keys an earlier copy had that the
-    source no longer has (rows the chunks read, and changes after P0, all rank higher)."""
+    source no longer has (rows the chunks read, and changes after P0, all rank higher). In a
+    merged copy only the member's rows (its versions are its own server's)."""
     final = ch_table(load.target_database, load.target_table)
-    where = f"{ch_ident(target.VERSION_COLUMN)} < {{v:UInt64}}"
-    params = {"v": start.snapshot_version()}
+    mine, params = member_filter(schema)
+    where = f"{ch_ident(target.VERSION_COLUMN)} < {{v:UInt64}} AND {mine}"
+    params = {**params, "v": start.snapshot_version()}
     stale = int(ch.command(f"SELECT count() FROM {final} WHERE {where}", parameters=params))
     if stale:
         ch.command(f"DELETE FROM {final} WHERE {where}", parameters=params)
@@ -294,7 +304,7 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     copier = BootstrapCopy(load, plan, copy, state, ledger, Chunking(key, chunk, fence))
     per_shard = copier.run(session, in_driver) if todo else []
     state = copier.settle(per_shard, in_driver and bool(todo))
-    dropped = _drop_older(ch, load, start)
+    dropped = _drop_older(ch, load, start, schema)
     state.status = LOAD_PUBLISHED
     ledger.write_load(state)
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]

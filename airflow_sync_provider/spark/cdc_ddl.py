@@ -17,16 +17,18 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from airflow_sync_provider.core.cdc import ddl
+from airflow_sync_provider.core.cdc import ddl, merged_ddl
 from airflow_sync_provider.core.cdc.binlog import TableRoute
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, streaming_problem
+from airflow_sync_provider.core.cdc.merged_ddl import Sibling, nullable_type
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, TransientBinlogError, current_position
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.group import Member, member_filter, part_pipeline
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
@@ -96,10 +98,18 @@ def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
 
 
 def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
-    """Give the copy exactly the columns of ``schema`` (before a re-copy fills them)."""
+    """Give the copy exactly the columns of ``schema`` (before a re-copy fills them); a merged
+    copy (``schema`` a member's view) only gains the member's new columns: the other members'
+    stay (core/cdc/merged_ddl.py decides when a column leaves it)."""
     present = {k: v for k, v in target.column_types(ch, database, table).items() if k not in target.INTERNAL_COLUMNS}
-    wanted = {m.name: m.ch_type for m in schema.mappings()}
     name = ch_table(database, table)
+    if member_filter(schema)[0] != "1":
+        for mapping in schema.mappings():
+            if mapping.name not in present:
+                ch.command(f"ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {ch_ident(mapping.name)} "
+                           f"{nullable_type(mapping.ch_type)}")
+        return
+    wanted = {m.name: m.ch_type for m in schema.mappings()}
     for column in [c for c in present if c not in wanted]:
         ch.command(f"ALTER TABLE {name} DROP COLUMN {ch_ident(column)}")
     for column, ch_type in wanted.items():
@@ -159,6 +169,13 @@ class Recopies:
             table.recopying = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
             if not target.table_exists(ch, table.target_database, table.target_table):  # a new table
                 _create_copy(ch, before, table, table.target_table)
+            elif table.member and _rekeyed(ch, before, table):
+                keyed = target.sorting_key(ch, table.target_database, table.target_table)
+                raise BinlogError(f"table {name} (a shard of the merged copy {table.target_database}."
+                                  f"{table.target_table}): its primary key is now {list(before.primary_key)}, but the "
+                                  f"merged copy is keyed by {keyed}; a merged copy has one key. A retry stops here "
+                                  "again: make the change on every shard, then load the group again and bootstrap "
+                                  "its pipeline")
             elif _rekeyed(ch, before, table):  # its copy is ordered by another key: a new copy, swapped in when done
                 table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
                 ch.command(f"DROP TABLE IF EXISTS {ch_table(table.target_database, table.writes_to)}")
@@ -285,10 +302,13 @@ class Recopies:
 
 
 def truncate(ch, route: TableRoute, after: BinlogPosition) -> int:
-    """A tombstone for every live row, ranked between the changes before the TRUNCATE and after it."""
+    """A tombstone for every live row (a merged copy's: the member's), ranked between the changes
+    before the TRUNCATE and after it."""
     table = ch_table(route.target_database, route.target_table)
-    rows = int(ch.command(f"SELECT count() FROM {table} FINAL WHERE {ch_ident(target.DELETED_COLUMN)} = 0"))
-    target.tombstone_older(ch, route.target_database, route.target_table, after.snapshot_version())
+    mine, params = member_filter(route.schema)
+    rows = int(ch.command(f"SELECT count() FROM {table} FINAL WHERE {ch_ident(target.DELETED_COLUMN)} = 0 AND {mine}",
+                          parameters=params))
+    target.tombstone_older(ch, route.target_database, route.target_table, after.snapshot_version(), mine, params)
     return rows
 
 
@@ -335,9 +355,13 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
         name = statement.tables[0]
         route = routes[name]
         with mysql_reader.connect(run.spec.source) as conn:
-            followed = ddl.follow_alter(conn, ch, statement, list(route.schema.columns), list(route.schema.primary_key),
-                                        route.table.copy_spec(), (route.target_database, route.target_table),
-                                        where_of(name), _collation(conn, route.table))
+            if route.table.member:  # a shard of a merged copy: the group's rule (core/cdc/merged_ddl.py)
+                followed = _follow_member(run, conn, statement, route, where_of(name))
+            else:
+                followed = ddl.follow_alter(conn, ch, statement, list(route.schema.columns),
+                                            list(route.schema.primary_key), route.table.copy_spec(),
+                                            (route.target_database, route.target_table), where_of(name),
+                                            _collation(conn, route.table))
             route.table.remember_shape(dataclasses.replace(route.schema, columns=tuple(followed.columns), indexes=()))
             routes[name] = route_for(conn, ch, route.table)
         if followed.statements:
@@ -384,6 +408,51 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
                 recopied.append(destination)
             changed.append(destination)
     return changed, recopied
+
+
+def siblings(run, table: PipelineTable) -> list[Sibling]:
+    """The other members of ``table``'s merged copy as their pipelines last recorded them: this
+    pipeline's other tables, and the tables of the group's other sources' pipelines."""
+    copy = (table.target_database, table.target_table)
+    entries = [t for t in run.state.tables if t is not table]
+    group = run.spec.group or {}
+    for source in group.get("sources", []):
+        if source != group["source"]:
+            state = run.checkpoints.state(part_pipeline(group["pipeline"], source))
+            entries += state.tables if state is not None else []
+    found = []
+    for entry in entries:
+        if entry.member and (entry.target_database, entry.target_table) == copy and not entry.left:
+            schema = entry.schema()
+            columns = {c.name: c for c in schema.columns if c.in_table} if schema is not None else {}
+            found.append(Sibling(Member.of(entry.member).name, columns, entry.waiting))
+    return found
+
+
+def _follow_member(run, conn, statement: ddl.Statement, route: TableRoute, where: str) -> ddl.Followed:
+    """A member's ALTER by the merged copy's rule (core/cdc/merged_ddl.py), carried out: the
+    merged copy's ALTERs, one mutation of the member's rows; a change the other shards have not
+    made stops here with the table waiting at it (a retry stops here again)."""
+    table, ch = route.table, run.ch
+    database, name = route.target_database, route.target_table
+    present = {k: v for k, v in target.column_types(ch, database, name).items() if k not in target.INTERNAL_COLUMNS}
+    try:
+        decided = merged_ddl.follow_member_alter(conn, statement, list(route.schema.columns),
+                                                 list(route.schema.primary_key), Member.of(table.member).name,
+                                                 present, siblings(run, table), where, _collation(conn, table))
+    except merged_ddl.Waiting as waiting:
+        table.waiting = waiting.change
+        raise
+    copy = ch_table(database, name)
+    for clause in decided.merged:
+        ch.command(f"ALTER TABLE {copy} {clause}")
+    if decided.rows:
+        mine, params = member_filter(dataclasses.replace(route.schema, columns=tuple(decided.columns)))
+        ch.command(f"ALTER TABLE {copy} UPDATE {', '.join(decided.rows)} WHERE {mine}", parameters=params,
+                   settings={"mutations_sync": 2})
+    table.waiting = None
+    return ddl.Followed(decided.columns, decided.merged + [f"UPDATE {r} (its rows)" for r in decided.rows],
+                        decided.recopy)
 
 
 def _leave(pipeline: str, routes: dict, table: PipelineTable, why: str) -> None:

@@ -52,7 +52,12 @@ from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 
 
 class Waiting(BinlogError):
-    """A shard reached a change the merged copy follows only once every shard has made it."""
+    """A shard reached a change the merged copy follows only once every shard has made it
+    (``change``: what it waits at, recorded with its table)."""
+
+    def __init__(self, message: str, change: dict):
+        super().__init__(message)
+        self.change = change
 
 
 @dataclass(frozen=True)
@@ -68,14 +73,12 @@ class Sibling:
 @dataclass
 class MemberFollowed:
     """What a shard's ALTER does: its columns (its view) after it, ALTER clauses for the merged
-    copy (idempotent), assignments of one mutation of the shard's rows, a re-copy reason, and
-    the change it now waits at (cleared when it follows)."""
+    copy (idempotent), assignments of one mutation of the shard's rows, and a re-copy reason."""
 
     columns: list[MySQLColumn]
     merged: list[str] = field(default_factory=list)
     rows: list[str] = field(default_factory=list)
     recopy: str = ""
-    waiting: dict | None = None
 
 
 def base_type(ch_type: str) -> str:
@@ -187,11 +190,11 @@ def follow_member_alter(conn, statement: Statement, columns: list[MySQLColumn], 
             change = {"column": old.name, "to": new.name, "type": base_type(b)}
             behind = [s.name for s in siblings if not _made(s, change) and s.waiting != change]
             if behind:
-                out.waiting = change
                 raise Waiting(f"{where}: {member} {_what(change, a)}; the merged copy follows it once every shard has "
                               f"made it, and {', '.join(behind)} {'has' if len(behind) == 1 else 'have'} not: this "
                               "shard's stream stops here (a retry stops here again) until they reach the same change; "
-                              "then the last one changes the merged copy and the others follow on their next run")
+                              "then the last one changes the merged copy and the others follow on their next run",
+                              change)
             if new.name != old.name:
                 out.merged.append(f"RENAME COLUMN IF EXISTS {ch_ident(old.name)} TO {ch_ident(new.name)}")
             present = merged.get(new.name) or merged.get(old.name) or a
