@@ -28,8 +28,9 @@ from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.group import Member, member_filter, part_pipeline
+from airflow_sync_provider.core.source.group import Member, member_config, member_filter, part_pipeline
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema
+from airflow_sync_provider.core.source.selection import table_config
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
@@ -195,7 +196,7 @@ class Recopies:
     def adopt(self, routes: dict, tables: list[PipelineTable], name: str, why: str) -> bool:
         """A table the pipeline's patterns select joins it: copied beside the stream, or, when CDC
         cannot stream it, named with the reason (in the pipeline state and its log)."""
-        table = PipelineTable.of(self.run.selection.config(name))
+        table = PipelineTable.of(selected_config(self.spec, self.run.selection, name))
         table.by_selection = True
         with mysql_reader.connect(self.spec.source) as conn:
             try:
@@ -384,6 +385,7 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
     elif statement.kind == "drop":
         for name in statement.tables:
             if current(name) is not None:
+                _shard_removed(run, routes[name], after)
                 _leave(pipeline, routes, by_name[name], f"dropped at {after}")
                 changed.append(name)
     renames = list(statement.renames)
@@ -391,6 +393,7 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
         renames = [("", statement.tables[0])]  # a table created under a name the pipeline follows
     for source, destination in renames:
         if source and current(source) is not None:
+            _shard_removed(run, routes[source], after)
             _leave(pipeline, routes, by_name[source], f"renamed to {destination} at {after}")
             changed.append(source)
         table = by_name.get(destination)
@@ -408,6 +411,17 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
                 recopied.append(destination)
             changed.append(destination)
     return changed, recopied
+
+
+def selected_config(spec, selection, name: str) -> dict:
+    """The entry of a table the pipeline's patterns select: its target by the selection, or, in a
+    source group's pipeline with a merged copy, the merged copy as the table's member."""
+    config = table_config(selection.config(name))
+    group = spec.group or {}
+    if group.get("merge_into"):
+        database, _, table = name.partition(".")
+        return member_config(group["merge_into"], Member(group["source"], database, table), config)
+    return config
 
 
 def siblings(run, table: PipelineTable) -> list[Sibling]:
@@ -453,6 +467,15 @@ def _follow_member(run, conn, statement: ddl.Statement, route: TableRoute, where
     table.waiting = None
     return ddl.Followed(decided.columns, decided.merged + [f"UPDATE {r} (its rows)" for r in decided.rows],
                         decided.recopy)
+
+
+def _shard_removed(run, route: TableRoute, after: BinlogPosition) -> None:
+    """A merged copy's member that leaves (its table dropped or renamed away): its rows are kept,
+    or with ``on_shard_removed="delete"`` get tombstones ranked at the statement."""
+    if route.table.member and run.spec.on_shard_removed == "delete":
+        rows = truncate(run.ch, route, after)
+        note(run.spec.pipeline, f"{route.table.name} left the merged copy {route.target_database}."
+                                f"{route.target_table}: its {rows:,} rows deleted (on_shard_removed='delete')")
 
 
 def _leave(pipeline: str, routes: dict, table: PipelineTable, why: str) -> None:

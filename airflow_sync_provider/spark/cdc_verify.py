@@ -46,6 +46,7 @@ from airflow_sync_provider.core.cdc.positions import (
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, choose_split_column, plan_table
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, table_rows
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
@@ -107,9 +108,9 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
             predicates = shard_predicates(pconn, ch, plan, schema, {}, database, name)
         except NotComparable:
             plan = None
-    if plan is None:
+    if plan is None:  # one slice (a merged copy's member: its rows alone)
         plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (Shard(0, "1=1"),))
-        predicates = [("1", {})]
+        predicates = [member_filter(schema)]
     weight = schema.column(table.split_column) if weighted else None
     return TableCheck(table.name, table, schema, plan, predicates, weight)
 
