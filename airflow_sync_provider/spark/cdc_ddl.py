@@ -92,7 +92,7 @@ def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
     """Is the copy ordered by another key than ``schema``'s primary key (other columns, or a key
     column of another type)?"""
     database, name = table.target_database, table.target_table
-    if target.sorting_key(ch, database, name) != list(schema.primary_key):
+    if target.sorting_key(ch, database, name) != list(schema.target_key):
         return True
     present, wanted = target.column_types(ch, database, name), {m.name: m.ch_type for m in schema.mappings()}
     return any(present.get(k) != wanted[k] for k in schema.primary_key)

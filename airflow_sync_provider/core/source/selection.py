@@ -100,6 +100,8 @@ def table_config(table) -> dict:
            "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or []),
            # a full load split on a collated string keeps each row's collation weight: so must CDC
            "split_column": table.get("split_column")}
+    if table.get("member"):  # a merged copy's member (core/source/group.member_config) and its view
+        out |= {"member": table["member"], "view": table.get("view")}
     return out
 
 
