@@ -127,7 +127,9 @@ def _churn(estate, rng, rounds: int = 3) -> None:
 
 
 def _apply(estate, endpoints, spark, **kwargs):
+    # no verification: the stream and the DDL rules alone must keep the copy exact (a look would repair it)
     spec = CdcApplySpec(None, endpoints[1], PIPELINE, sources=estate.sources(), merge_into=MERGED, verify_period=0,
+                        verify_after_ddl=False,
                         **kwargs)
     return run_group_apply(spec, spark)
 
