@@ -43,7 +43,7 @@ from airflow_sync_provider.core.jobspec import (
     reimport_spec,
 )
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger, check_counters
-from airflow_sync_provider.core.source.group import Source, env_name
+from airflow_sync_provider.core.source.group import Source, env_name, part_pipeline
 from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.source.planning import (
     DEFAULT_SPLIT_FACTOR,
@@ -527,6 +527,40 @@ def _bootstrapped(r: dict) -> str:
 
 
 def cmd_cdc_status(args) -> int:
+    """A pipeline's status; a source group's: one line for the group, then every source's pipeline
+    (its lag against the source when ``$MYSQL_URL_<NAME>`` is set)."""
+    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
+    try:
+        checkpoints = Checkpoints(ch, args.ledger_database)
+        checkpoints.ensure()
+        group = checkpoints.group(args.pipeline)
+        parts = {name: checkpoints.state(part_pipeline(args.pipeline, name)) for name in (group or {}).get("sources",
+                                                                                                           [])}
+    finally:
+        ch.close()
+    if group is None:
+        return _pipeline_status(args)
+    if not args.json:
+        print(f"source group {args.pipeline!r}: {len(parts)} source(s)"
+              + (f" merged into {group['merge_into']}" if group["merge_into"] else "") + "; "
+              + ", ".join(f"{name}: {state.status if state else 'no state yet'}" for name, state in parts.items()))
+    out = {}
+    for name in parts:
+        if not args.json:
+            print(f"\n[{name}]")
+        one = argparse.Namespace(**{**vars(args), "pipeline": part_pipeline(args.pipeline, name),
+                                    "mysql_url": os.environ.get(env_name(name)),
+                                    "json_into": out.setdefault(name, {}) if args.json else None})
+        if parts[name] is not None:
+            _pipeline_status(one)
+    if args.json:
+        lags = [o.get("lag_seconds") for o in out.values()]
+        print(json.dumps({"pipeline": args.pipeline, "group": group, "sources": out,
+                          "lag_seconds": max(lags) if lags and None not in lags else None}, indent=2, default=str))
+    return 0
+
+
+def _pipeline_status(args) -> int:
     ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
     try:
         ledger = Checkpoints(ch, args.ledger_database)
@@ -555,6 +589,9 @@ def cmd_cdc_status(args) -> int:
                    "caught_up": not behind, "lag_seconds": lag,
                    "lag_bytes": (now.pos - state.checkpoint.pos if now.file == state.checkpoint.file
                                  and now.epoch == state.checkpoint.epoch else None) if behind else 0}
+    if getattr(args, "json_into", None) is not None:  # a source group's, printed with the others
+        args.json_into.update(status)
+        return 0
     if args.json:
         print(json.dumps(status, indent=2, default=str))
         return 0

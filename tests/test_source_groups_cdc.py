@@ -9,12 +9,14 @@ shard only stops that shard's pipeline naming both shards, at every retry."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 
 import pymysql
 import pytest
 
+from airflow_sync_provider.cli import main
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_STOPPED, Checkpoints
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
@@ -134,7 +136,9 @@ def _apply(estate, endpoints, spark, **kwargs):
     return run_group_apply(spec, spark)
 
 
-def test_a_group_pipeline_keeps_the_merged_copy_equal_to_its_shards_through_every_step(estate, endpoints, ch, spark):
+def test_a_group_pipeline_keeps_the_merged_copy_equal_to_its_shards_through_every_step(estate, endpoints, ch, spark,
+                                                                                     clickhouse_url, monkeypatch,
+                                                                                     capsys):
     rng = random.Random(7)
     boot = run_group_bootstrap(CdcBootstrapSpec(None, endpoints[1], PIPELINE, sources=estate.sources(),
                                                 merge_into=MERGED, select=SELECT), spark)
@@ -229,3 +233,17 @@ def test_a_group_pipeline_keeps_the_merged_copy_equal_to_its_shards_through_ever
         assert state.status == PIPELINE_STOPPED
     for name in ("s1", "s2"):  # the other sources' pipelines went on
         assert Checkpoints(ch).state(f"{PIPELINE}@{name}").status != PIPELINE_STOPPED
+    # `cdc status` shows the group as one copy with a row per source, lag against each source
+    for name in ("s0", "s1", "s2"):
+        monkeypatch.setenv(f"MYSQL_URL_{name.upper()}", estate.url(name))
+    capsys.readouterr()
+    assert main(["cdc", "status", "--pipeline", PIPELINE, "--clickhouse-url", clickhouse_url, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["group"] == {"sources": ["s0", "s1", "s2"], "merge_into": MERGED}
+    assert status["sources"]["s0"]["status"] == PIPELINE_STOPPED and "s1:shop_x.orders_1" in status["sources"]["s0"][
+        "error"]
+    assert status["sources"]["s1"]["caught_up"] is True and status["sources"]["s2"]["lag_seconds"] == 0.0
+    assert main(["cdc", "status", "--pipeline", PIPELINE, "--clickhouse-url", clickhouse_url]) == 0
+    text = capsys.readouterr().out
+    assert "source group 'shops': 3 source(s) merged into analytics_cdc.orders; s0: stopped" in text, text
+    assert "[s1]" in text and "[s2]" in text
