@@ -197,3 +197,24 @@ def test_without_its_ledger_connection_the_view_names_the_connection_and_the_set
     assert page.status_code == 503, page.text
     assert f"<code>{conn_id or 'clickhouse_default'}</code>" in page.text and "isn&#x27;t defined" in page.text
     assert "[sync] clickhouse_conn_id (AIRFLOW__SYNC__CLICKHOUSE_CONN_ID)" in page.text
+
+
+def test_a_source_group_is_one_copy_with_a_row_per_source(book, ch):
+    """A group's pipelines (one per source) sit together under a row of the group — its merged
+    copy, its sources, its worst lag — and the group's own page lists them."""
+    from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+
+    add_pipeline(ch, book.database, "shops@s0", "idle", ["shop_x.orders_0"])
+    add_pipeline(ch, book.database, "shops@s1", "running", ["shop_x.orders_0"], behind_seconds=120)
+    add_pipeline(ch, book.database, "shops@s2", "stopped", ["shop_x.orders_0"], error="BinlogError: retyped on s2")
+    add_pipeline(ch, book.database, "lonely", "idle", ["crm.users"])
+    Checkpoints(ch, book.database).write_group("shops", ["s0", "s1", "s2"], "analytics.orders")
+    page = pages.overview_html(ov.overview(book, ov.Filters()))
+    table = _section(page, "pipelines")
+    group_row = table.index("source group")
+    assert "→ analytics.orders: 3 source(s), worst lag 120 s" in table
+    assert group_row < table.index(">shops@s0<") and group_row < table.index(">shops@s1<") < table.index(">lonely<")
+    parts = ov.pipeline_page(book, "shops")
+    assert [p.state.pipeline for p in parts] == ["shops@s2", "shops@s1", "shops@s0"]  # worst first
+    html = pages.group_html("shops", parts)
+    assert "Source group <code>shops</code>" in html and "retyped on s2" in html

@@ -130,6 +130,9 @@ class PipelineRow:
     task: TaskRef | None = None
     counters: list[dict] = field(default_factory=list)  # per table and minute, a pipeline's own page only
     selection: dict | None = None  # the patterns it keeps (core/cdc/checkpoints.Checkpoints.selection)
+    # a source group's pipeline of one source (spark/cdc_group.py): the group, its merged copy
+    group: str = ""
+    merge_into: str = ""
 
     @property
     def failing(self) -> bool:
@@ -242,15 +245,20 @@ def pipeline_rows(ledger: Ledger, filters: Filters, name: str = "", now: float |
         return []
     now = time.time() if now is None else now
     pattern = re.compile(glob_regex(filters.table)[4:], re.I) if filters.table else None
-    out = []
+    out, groups = [], {}
     for pipeline in checkpoints.pipelines():
-        if name and pipeline != name:
+        group = pipeline.rpartition("@")[0]  # a source group's pipeline of one source: <group>@<source>
+        if group and group not in groups:
+            groups[group] = checkpoints.group(group)
+        if name and name not in (pipeline, group if groups.get(group) else None):
             continue
         state = checkpoints.state(pipeline)
         if state is None or (pattern and not any(pattern.match(t) for t in state.to_dict()["tables"])):
             continue
+        found = groups.get(group)
         out.append(PipelineRow(state, lag_seconds(state, now), checkpoint_age(state, now),
-                               selection=checkpoints.selection(pipeline)))
+                               selection=checkpoints.selection(pipeline), group=group if found else "",
+                               merge_into=(found or {}).get("merge_into", "")))
     return sorted(out, key=lambda p: (not p.failing, not p.behind, -(p.lag or 0), p.state.pipeline))
 
 
@@ -322,12 +330,15 @@ def _pipeline_tasks(ledger: Ledger, pipelines: list[PipelineRow]) -> None:
         p.task = tasks.get(p.state.pipeline)
 
 
-def pipeline_page(ledger: Ledger, name: str, now: float | None = None) -> PipelineRow | None:
-    """One pipeline with its changes per minute (the page its CDC tasks link to), or None."""
+def pipeline_page(ledger: Ledger, name: str, now: float | None = None) -> PipelineRow | list[PipelineRow] | None:
+    """One pipeline with its changes per minute (the page its CDC tasks link to), a source group's
+    pipelines (one per source), or None."""
     found = pipeline_rows(ledger, Filters(), name, now)
     if not found:
         return None
     _pipeline_tasks(ledger, found)
+    if found[0].state.pipeline != name:  # a source group
+        return found
     found[0].counters = Checkpoints(ledger.ch, ledger.database).counters(name)
     return found[0]
 

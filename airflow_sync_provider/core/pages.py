@@ -190,8 +190,26 @@ def _verification(p: PipelineRow, now: float) -> str:
 
 
 def _pipeline_table(pipelines: list[PipelineRow], now: float) -> str:
-    rows = []
+    """A row per pipeline; a source group's are together under a row of the group (its merged copy,
+    its sources, its worst lag), at the place of its first one."""
+    order, seen = [], set()
     for p in pipelines:
+        if p.group and p.group not in seen:
+            seen.add(p.group)
+            order += [p.group, *(q for q in pipelines if q.group == p.group)]
+        elif not p.group:
+            order.append(p)
+    rows = []
+    for p in order:
+        if isinstance(p, str):  # a source group's row
+            parts = [q for q in pipelines if q.group == p]
+            lags = [q.lag for q in parts]
+            worst = "–" if None in lags else f"{max(lags):,.0f} s"
+            kind = FAILED if any(q.failing for q in parts) else "behind" if any(q.behind for q in parts) else "idle"
+            rows.append(f"<tr class='{kind} group'><td class='v' colspan='9'><b>source group "
+                        f"<a href='?pipeline={quote(p, safe='')}'>{escape(p)}</a></b> → {escape(parts[0].merge_into)}: "
+                        f"{len(parts)} source(s), worst lag {worst}</td></tr>")
+            continue
         s = p.state
         lag = ("–" if p.lag is None else "stopped" if p.failing and p.lag == 0 else "caught up" if p.lag == 0
                else f"{p.lag:,.0f} s")
@@ -307,6 +325,16 @@ def _minute_chart(counters: list[dict]) -> str:
         for i, (m, n) in enumerate(sorted(minutes.items())))
     return (f'<svg class="chart" width="{len(minutes) * (bar + 6)}" height="{height}" role="img">{bars}</svg>'
             f"<p>changes applied per minute, {escape(min(minutes))} … {escape(max(minutes))} (peak {top:,})</p>")
+
+
+def group_html(name: str, parts: list[PipelineRow], now: float | None = None) -> str:
+    """A source group's pipelines: one copy, a row per source."""
+    now = time.time() if now is None else now
+    merged = parts[0].merge_into
+    body = (f"<h1>Source group <code>{escape(name)}</code></h1><p>{len(parts)} source(s)"
+            + (f", merged into <code>{escape(merged)}</code>" if merged else "") + "; a pipeline per source "
+            "(its own checkpoint, server and lag), each linked</p>" + _pipeline_table(parts, now))
+    return _page(f"Sync: {name}", body)
 
 
 def pipeline_html(p: PipelineRow, now: float | None = None) -> str:

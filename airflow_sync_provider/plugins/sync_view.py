@@ -84,7 +84,7 @@ def sync_page(table: str = "", state: str = "", load: str = "", page: int = 1, d
         found = ov.pipeline_page(book, pipeline)
         if found is None:
             raise HTTPException(404, f"no pipeline {pipeline!r} in the ledger")
-        return pages.pipeline_html(found)
+        return pages.group_html(pipeline, found) if isinstance(found, list) else pages.pipeline_html(found)
     if diff:
         return pages.diffs_html(ov.diff_runs(book, diff, limit=50), diff)
     try:
