@@ -25,9 +25,21 @@ def connection_env(mysql_url: str, clickhouse_url: str, database: str = "demo", 
     }
 
 
-def airflow_env(home: str | os.PathLike, mysql_url: str, clickhouse_url: str) -> dict:
+def shard_connections(urls: dict) -> dict:
+    """A source group's connections (dags/example_source_group.py): ``sync_shard_<name>`` each."""
+    env = {}
+    for name, url in urls.items():
+        mysql = MySQLEndpoint.from_url(url)
+        env[f"AIRFLOW_CONN_SYNC_SHARD_{name.upper()}"] = json.dumps(
+            {"conn_type": "mysql", "host": mysql.host, "port": mysql.port, "login": mysql.user,
+             "password": mysql.password})
+    return env
+
+
+def airflow_env(home: str | os.PathLike, mysql_url: str, clickhouse_url: str, shards: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(connection_env(mysql_url, clickhouse_url))
+    env.update(shard_connections(shards or {}))
     env.update({
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),

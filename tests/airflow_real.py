@@ -105,7 +105,9 @@ class RealAirflow:
     """Start with :meth:`start` (or as a context manager); :meth:`api` calls the REST API."""
 
     def __init__(self, home: Path, mysql_url: str, clickhouse_url: str, dags_folder: Path = REPO / "dags",
-                 parallelism: int = 4, statsd_port: int | None = None, hold_dir: Path | None = None):
+                 parallelism: int = 4, statsd_port: int | None = None, hold_dir: Path | None = None,
+                 shards: dict | None = None):
+        self.shards = shards or {}  # a source group's servers: name → URL (connections sync_shard_<name>)
         self.home, self.dags_folder, self.parallelism = Path(home), Path(dags_folder), parallelism
         self.mysql_url, self.clickhouse_url = mysql_url, clickhouse_url
         self.statsd_port, self.hold_dir = statsd_port, hold_dir
@@ -123,7 +125,7 @@ class RealAirflow:
         passwords = self.home / "passwords.json"
         passwords.write_text(json.dumps({ADMIN: self._password}))
         passwords.chmod(0o600)
-        env = airflow_env(self.home, self.mysql_url, self.clickhouse_url)
+        env = airflow_env(self.home, self.mysql_url, self.clickhouse_url, self.shards)
         # as a plain install: the package from site-packages, not the repository (whose egg-info,
         # from pip's editable install, would be a second distribution with the same entry points)
         env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)

@@ -31,9 +31,10 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.airflow_env import REPO
+from devenv.mariadb import group_servers
 from devenv.services import clickhouse_service, mysql_service
 from tests.airflow_real import ApiError, RealAirflow, StatsdListener
-from tests.helpers import assert_same_rows
+from tests.helpers import assert_merged_rows, assert_same_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow_real]
 DAYS = ("2025-01-02", "2025-01-03", "2025-01-04")  # the backfill's
@@ -48,6 +49,7 @@ class Tier:
     counts: dict
     statsd: StatsdListener
     holds: Path  # AIRFLOW_SYNC_HOLD_DIR of every Airflow process
+    shards: dict  # the source group's servers (dags/example_source_group.py): name → URL
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +64,38 @@ def tier(tmp_path_factory):
     holds.mkdir()
     statsd = StatsdListener()
     started = time.monotonic()
-    with mysql_service(base) as mysql_url, clickhouse_service(base) as clickhouse_url:
+    with mysql_service(base) as mysql_url, clickhouse_service(base) as clickhouse_url, \
+            group_servers(base / "shards", SHARDS) as shards:
         counts = demo_data.generate(mysql_url, "demo", orders=20_000, customers=2_000, item_orders=5_000)
+        _shop(shards)
         with RealAirflow(base / "home", mysql_url, clickhouse_url, dags, statsd_port=statsd.port,
-                         hold_dir=holds) as airflow:
+                         hold_dir=holds, shards=shards) as airflow:
             airflow.timings["services"] = time.monotonic() - started
             conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
             ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
-            yield Tier(airflow, conn, ch, counts, statsd, holds)
+            yield Tier(airflow, conn, ch, counts, statsd, holds, shards)
             print(f"\n[airflow-real] start-up: {airflow.timings}")
             ch.close()
             conn.close()
     statsd.close()
+
+
+SHARDS = ("s0", "s1")  # dags/example_source_group.py's connections sync_shard_s0, sync_shard_s1
+SHOP = {"shop_a": ("orders_0", "orders_1"), "shop_b": ("orders_2",)}
+
+
+def _shop(shards: dict) -> None:
+    """Each shard server's orders tables, ids from 1 on every one (they overlap)."""
+    for i, url in enumerate(shards.values()):
+        with pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True) as conn, \
+                conn.cursor() as cur:
+            for database, tables in SHOP.items():
+                cur.execute(f"CREATE DATABASE {database}")
+                for table in tables:
+                    cur.execute(f"CREATE TABLE {database}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, "
+                                "amount DECIMAL(10,2) NOT NULL, note VARCHAR(20) NULL)")
+                    cur.execute(f"INSERT INTO {database}.{table} (amount, note) SELECT seq / 4, "
+                                f"IF(seq % 3 = 0, NULL, 'shard {i}') FROM {database}.seq_1_to_{500 + 100 * i}")
 
 
 def _log_tail(airflow: RealAirflow, dag_id: str, run_id: str) -> str:
@@ -447,3 +469,37 @@ def test_the_sync_view_is_loaded_by_default_and_shows_what_its_tasks_made(tier):
         timing = airflow.browse(path, png)
         assert timing["status"] == 200 and png.stat().st_size > 10_000, name
         print(f"\n[airflow-real] {name}: loaded in Chromium in {timing['load']:.0f} ms; screenshot {png}")
+
+
+def test_a_source_group_dag_loads_gates_reconciles_and_streams_every_shard_into_one_table(tier):
+    """dags/example_source_group.py as the scheduler runs it: a group's load → its counters sensor
+    → a checksum reconciliation against every source → the group's CDC bootstrap and catch-up (a
+    pipeline per source) → a deferred position sensor over every source in the real triggerer;
+    both merged copies equal the union of the shards row for row, the CDC one after changes on
+    every shard."""
+    airflow, ch = tier.airflow, tier.ch
+    members = [(s, d, t) for s in SHARDS for d, tables in SHOP.items() for t in tables]
+    airflow.wait_for_dag("sync_demo_source_group")
+    run = airflow.trigger("sync_demo_source_group")
+    _succeeded(airflow, "sync_demo_source_group", [run], timeout=600)
+    conns = {name: pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True)
+             for name, url in tier.shards.items()}
+    try:
+        rows = assert_merged_rows(conns, ch, "analytics_group.orders", members)
+        load = airflow.xcom("sync_demo_source_group", run, "load_orders")
+        assert load["rows"] == rows and load["sources"] == list(SHARDS) and len(load["tables"]) == len(members)
+        assert airflow.xcom("sync_demo_source_group", run, "counters")["verdict"] == "success"
+        assert airflow.xcom("sync_demo_source_group", run, "reconcile")["verdict"] == "ok"
+        sensor = airflow.xcom("sync_demo_source_group", run, "caught_up")
+        assert set(sensor["sources"]) == set(SHARDS)
+        assert assert_merged_rows(conns, ch, "analytics_group.orders_live", members) == rows
+        for conn in conns.values():  # changes on every shard; a second run applies them all
+            with conn.cursor() as cur:
+                cur.execute("UPDATE shop_a.orders_0 SET amount = amount + 1 WHERE id % 5 = 0")
+                cur.execute("DELETE FROM shop_b.orders_2 WHERE id % 7 = 0")
+        again = airflow.trigger("sync_demo_source_group")
+        _succeeded(airflow, "sync_demo_source_group", [again], timeout=600)
+        assert_merged_rows(conns, ch, "analytics_group.orders_live", members)
+    finally:
+        for conn in conns.values():
+            conn.close()

@@ -136,3 +136,26 @@ def test_deferrable_sensor_and_trigger(ledger):
     assert event.payload["status"] == "success"
     done = sensor("p.defer", position=target, deferrable=True).execute_complete({}, event.payload)
     assert done["checkpoint"]["pos"] == 100
+
+
+def test_a_source_groups_sensor_waits_for_every_source_and_fails_naming_the_one_that_stopped(ledger):
+    """sources=: every source's pipeline ``<pipeline>@<source>`` at its own position (a template's
+    text form too); deferred, the trigger carries the sources; one stopped source fails it, named."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    group = [{"name": "a", "mysql_conn_id": "sensor_mysql"}, {"name": "b", "mysql_conn_id": "sensor_mysql"}]
+    targets = {"a": {"file": "mysql-bin.000005", "pos": 100}, "b": {"file": "mysql-bin.000007", "pos": 50}}
+    at(ledger, "g@a", BinlogPosition("mysql-bin.000005", 100))
+    at(ledger, "g@b", BinlogPosition("mysql-bin.000007", 10))
+    first = sensor("g", position=targets, sources=group).poke({})
+    assert first.is_done is False and first.xcom_value["sources"]["b"]["checkpoint"]["pos"] == 10
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor("g", position=targets, sources=group, deferrable=True).execute({})
+    path, kwargs = deferred.value.trigger.serialize()
+    assert kwargs["sources"] == group and BinlogPositionTrigger(**kwargs).serialize() == (path, kwargs)
+    at(ledger, "g@b", BinlogPosition("mysql-bin.000008", 4))
+    done = sensor("g", position=str(targets), sources=group).poke({})
+    assert done.is_done and set(done.xcom_value["sources"]) == {"a", "b"}
+    at(ledger, "g@a", BinlogPosition("mysql-bin.000005", 100), status="stopped", error="BinlogError: retyped on a")
+    with pytest.raises(AirflowFailException, match="g@a.*retyped on a"):
+        sensor("g", position=targets, sources=group).poke({})
