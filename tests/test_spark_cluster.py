@@ -269,3 +269,43 @@ def _in_namespace(pid: str, cluster) -> bool:
     except (OSError, KeyError):
         return False
     return mine == theirs
+
+
+def test_a_source_groups_pipelines_run_as_tasks_on_the_executors(cluster, tmp_path_factory, ch, clickhouse_url):
+    """placement="executors": each source's pipeline of a group is a long-running Spark task on a
+    worker (its binlog reader and writers there, not in the driver), reaching its server and the
+    target across the veth pair; the merged copy equals the shards row for row."""
+    from airflow_sync_provider.core.source.group import Source
+    from devenv.mariadb import group_servers
+    from tests.helpers import assert_merged_rows
+
+    target = ClickHouseEndpoint.from_url(clickhouse_url)
+    target = ClickHouseEndpoint(cluster.host_ip, cluster.expose(target.port), target.user, target.password)
+    with group_servers(tmp_path_factory.mktemp("cluster-group"), ["g0", "g1"]) as urls:
+        seen = {name: MySQLEndpoint.from_url(url) for name, url in urls.items()}
+        sources = [Source(name, MySQLEndpoint(cluster.host_ip, cluster.expose(e.port), e.user, e.password))
+                   for name, e in seen.items()]
+        conns = {name: pymysql.connect(**e.connect_args(), autocommit=True) for name, e in seen.items()}
+        try:
+            for i, conn in enumerate(conns.values()):
+                with conn.cursor() as cur:
+                    cur.execute("CREATE DATABASE shop")
+                    cur.execute("CREATE TABLE shop.orders (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL)")
+                    cur.execute(f"INSERT INTO shop.orders SELECT seq, CONCAT('g{i}-', seq) FROM shop.seq_1_to_3000")
+            select, merged = {"databases": ["shop"], "tables": ["orders"]}, "clu_group.orders"
+            submit(cluster, CdcBootstrapSpec(None, target, "clu_group", sources=sources, select=select,
+                                             merge_into=merged))
+            for conn in conns.values():
+                with conn.cursor() as cur:
+                    cur.execute("UPDATE shop.orders SET v = CONCAT(v, '!') WHERE id % 10 = 0")
+                    cur.execute("DELETE FROM shop.orders WHERE id % 97 = 0")
+                    cur.execute("INSERT INTO shop.orders VALUES (5000, 'new')")
+            applied = submit(cluster, CdcApplySpec(None, target, "clu_group", sources=sources, merge_into=merged,
+                                                   placement="executors", verify_period=0))
+            ran = {part["executor"].split("/")[1] for part in applied["sources"].values()}
+            assert ran <= {cluster.host_ip, cluster.netns.ns_ip} and all(
+                part["events"] >= 300 for part in applied["sources"].values()), applied["sources"]
+            assert assert_merged_rows(conns, ch, merged, [(n, "shop", "orders") for n in seen]) == 2 * (3001 - 30)
+        finally:
+            for conn in conns.values():
+                conn.close()

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.merged_ddl import base_type, nullable_type
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.ledger import executor_address
 from airflow_sync_provider.core.source.group import (
     IncompatibleShards,
     member_config,
@@ -134,8 +135,8 @@ def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
 
 def _part_in_task(part: CdcApplySpec) -> dict:
     """One source's pipeline as a Spark task (on an executor): no SparkSession there, so its
-    batches are written by the task's own threads."""
-    return _run_part(part, lazy(None))
+    batches are written by the task's own threads. Says where it ran."""
+    return _run_part(part, lazy(None)) | {"executor": executor_address(part.source.host, part.source.port)}
 
 
 def _run_part(part: CdcApplySpec, session) -> dict:
