@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
 
 import pymysql
 
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec
-from airflow_sync_provider.core.source.group import Source
+from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec
+from airflow_sync_provider.core.source.group import Source, part_pipeline
 from airflow_sync_provider.core.submission import spark_submit
 from bench.common import fmt_rate, machine, timer, write_result
 from bench.full_load import ch_client
@@ -42,10 +45,13 @@ SOURCE_DB, SINGLE_DB, TARGET_DB = "bench_group", "bench_single", "bench_group_ch
 COLUMNS = ("id BIGINT NOT NULL PRIMARY KEY, customer_id INT NOT NULL, amount DECIMAL(12,2) NOT NULL, "
            "status VARCHAR(16) NOT NULL, note VARCHAR(255) NULL, created_at DATETIME(6) NOT NULL, "
            "changed_at DATETIME(6) NULL, weight DOUBLE NULL, priority TINYINT NOT NULL")
-VALUES = ("seq, seq % 50000, (seq * 7919) % 10000000 / 100, ELT(1 + seq % 4, 'new', 'paid', 'sent', 'done'), "
-          "IF(seq % 5 = 0, NULL, CONCAT('note ', seq)), TIMESTAMP('2025-01-01') + INTERVAL seq SECOND, NULL, "
-          "IF(seq % 7 = 0, NULL, seq / 3), seq % 100")
+# a row of key ``seq``; ``{changed}``: its changed_at (NULL generated, NOW(6) by the CDC bench's writers)
+ROW = ("seq, seq % 50000, (seq * 7919) % 10000000 / 100, ELT(1 + seq % 4, 'new', 'paid', 'sent', 'done'), "
+       "IF(seq % 5 = 0, NULL, CONCAT('note ', seq)), TIMESTAMP('2025-01-01') + INTERVAL seq SECOND, {changed}, "
+       "IF(seq % 7 = 0, NULL, seq / 3), seq % 100")
+VALUES, LIVE_VALUES = ROW.format(changed="NULL"), ROW.format(changed="NOW(6)")
 JOB_TIMEOUT = 7200.0
+POLL = 0.5
 
 
 def connect(url: str):
@@ -90,6 +96,91 @@ def run(spec, what: str) -> dict:
     return {"wall": wall["seconds"], "in_job": result["seconds"], "result": result}
 
 
+class ShardWriter(threading.Thread):
+    """``rate`` row changes/s on one shard server in small autocommit statements (updates of 5–20
+    rows by id range, inserts of 5–20 rows), ``changed_at = NOW(6)`` (UTC) on every row written."""
+
+    def __init__(self, url: str, tables: int, rows_per_table: int, rate: float, until: float, seed: int):
+        super().__init__(daemon=True)
+        self.url, self.tables, self.rows, self.rate, self.until = url, tables, rows_per_table, rate, until
+        self.rng, self.changes, self.started, self.stopped, self.error = random.Random(seed), 0, None, None, None
+        self.next_id = rows_per_table + 1
+
+    def run(self):
+        try:
+            with connect(self.url) as conn, conn.cursor() as cur:
+                cur.execute("SET time_zone = '+00:00'")
+                self.started = time.time()
+                while time.time() < self.until:
+                    if self.changes >= self.rate * (time.time() - self.started):
+                        time.sleep(0.002)
+                        continue
+                    table, n = f"{SOURCE_DB}.orders_{self.rng.randrange(self.tables)}", self.rng.randint(5, 20)
+                    if self.rng.random() < 0.7:
+                        low = self.rng.randint(1, max(1, self.rows - n))
+                        self.changes += cur.execute(f"UPDATE {table} SET changed_at = NOW(6), status = 'moved' "
+                                                    "WHERE id BETWEEN %s AND %s", (low, low + n - 1))
+                    else:
+                        first, self.next_id = self.next_id, self.next_id + n
+                        self.changes += cur.execute(f"INSERT IGNORE INTO {table} SELECT {LIVE_VALUES} "
+                                                    f"FROM {SOURCE_DB}.seq_{first}_to_{first + n - 1}")
+        except Exception as exc:  # reported with the results
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.stopped = time.time()
+
+
+def cdc_lag(urls: dict, target, ch, args, rows_per_table: int) -> dict:
+    """A group pipeline bootstrapped over every source, then a service run while a writer per
+    source applies its share of ``args.changes_per_second``; every 0.5 s each source's lag (now −
+    the newest ``changed_at`` of its rows in the merged copy), the group's the worst of them."""
+    sources = [Source(n, MySQLEndpoint.from_url(u)) for n, u in urls.items()]
+    merged, pipeline = f"{TARGET_DB}.live", f"bench_group_{int(time.time())}"
+    select = {"databases": [SOURCE_DB], "tables": ["orders_*"]}
+    with timer() as boot:
+        run(CdcBootstrapSpec(None, target, pipeline, sources=sources, select=select, merge_into=merged), "bootstrap")
+    seconds = args.cdc_seconds
+    spec = CdcApplySpec(None, target, pipeline, sources=sources, merge_into=merged, service=True, max_seconds=seconds,
+                        batch_seconds=0.5, verify_period=0)
+    box, launched = {}, time.time()
+    job = threading.Thread(target=lambda: box.update(run(spec, "service")), daemon=True)
+    job.start()
+    checkpoints = Checkpoints(ch)
+    while time.time() - launched < 300:  # every source's pipeline running
+        states = [checkpoints.state(part_pipeline(pipeline, n)) for n in urls]
+        if all(s is not None and s.status == "running" and s.heartbeat > launched for s in states):
+            break
+        time.sleep(POLL)
+    running_at = time.time()
+    until = running_at + seconds - max(3.0, seconds * 0.1)
+    writers = [ShardWriter(u, args.tables, rows_per_table, args.changes_per_second / len(urls), until, seed=i)
+               for i, u in enumerate(urls.values())]
+    for writer in writers:
+        writer.start()
+    samples = []
+    while any(w.is_alive() for w in writers):
+        sent = time.time()
+        newest = dict(ch.query(f"SELECT _source, toUnixTimestamp64Micro(max(changed_at)) FROM {merged} "
+                               "GROUP BY _source").result_rows)
+        lags = [sent - (newest.get(name) or 0) / 1e6 if (newest.get(name) or 0) / 1e6 >= w.started else
+                sent - w.started for name, w in zip(urls, writers) if w.started and w.changes]
+        if lags and sent - running_at >= 5:
+            samples.append(max(lags))
+        time.sleep(max(0.0, POLL - (time.time() - sent)))
+    job.join(seconds + 600)
+    written = sum(w.changes for w in writers)
+    writing = max(w.stopped for w in writers) - min(w.started for w in writers)
+    return {"bootstrap": boot["seconds"], "samples": len(samples), "p50": percentile(samples, 0.5),
+            "p99": percentile(samples, 0.99), "max": max(samples) if samples else None, "written": written,
+            "rate": written / writing if writing else 0, "errors": [w.error for w in writers if w.error],
+            "job": box}
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--sources", type=int, default=8)
@@ -97,6 +188,8 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=10_000_000, help="rows in all (and in the single table)")
     parser.add_argument("--channels", type=int, default=4)
     parser.add_argument("--skip-cdc", action="store_true")
+    parser.add_argument("--changes-per-second", type=float, default=2000.0, help="CDC: spread over the sources")
+    parser.add_argument("--cdc-seconds", type=float, default=60.0)
     args = parser.parse_args(argv)
     state = Path(os.environ.get("BENCH_STATE", "/tmp/airflow-sync-bench-source_groups"))
     names = [f"s{i}" for i in range(args.sources)]
@@ -123,9 +216,12 @@ def main(argv=None):
         got = tuple(ch.query(f"SELECT count(), toString(sum(amount)) FROM {TARGET_DB}.merged FINAL").result_rows[0])
         got_single = tuple(ch.query(f"SELECT count(), toString(sum(amount)) FROM {TARGET_DB}.single FINAL"
                                     ).result_rows[0])
+        lag = None if args.skip_cdc else cdc_lag(urls, target, ch, args, args.rows // (args.sources * args.tables))
         ch.close()
     lines = report(args, rows, gen["seconds"], single, group, expected, got, got_single, load_start,
                    time.monotonic() - started)
+    if lag is not None:
+        lines += lag_report(args, lag)
     write_result("source_groups", "\n".join(lines) + "\n")
 
 
@@ -156,6 +252,21 @@ def report(args, rows, gen_seconds, single, group, expected, got, got_single, lo
         f"Goal: group rows/s ≥ 0.9× the single source's: **{'met' if g_rate / s_rate >= 0.9 else 'missed'}** "
         f"({g_rate / s_rate:.2f}× wall).",
     ]
+
+
+def lag_report(args, lag: dict) -> list[str]:
+    met = lag["p99"] is not None and lag["p99"] <= 1.0
+    return ["", f"## CDC lag: {args.sources} sources, {args.changes_per_second:,.0f} changes/s spread over them", "",
+            f"A group pipeline (a pipeline per source, `placement='driver'`: a thread each in one driver, each with "
+            f"its binlog reader process) bootstrapped over every source ({lag['bootstrap']:.0f} s), then a service "
+            f"run of {args.cdc_seconds:.0f} s (`batch_seconds=0.5`) while a writer per source applied its share: "
+            f"{lag['written']:,} changes at {lag['rate']:,.0f}/s in all. Every 0.5 s after the first 5 s, each "
+            "source's lag = now − the newest `changed_at` of its rows in the merged copy; the group's lag is its worst "
+            "source's." + (f" Writer errors: {lag['errors']}" if lag["errors"] else ""), "",
+            "| samples | group lag p50 s | p99 s | max s | job |", "|---|---|---|---|---|",
+            f"| {lag['samples']} | {lag['p50']:.2f} | **{lag['p99']:.2f}** | {lag['max']:.2f} | "
+            f"{'success' if lag['job'] else 'failed'} |" if lag["samples"] else "| 0 | – | – | – | – |", "",
+            f"Goal: p99 ≤ 1 s: **{'met' if met else 'missed'}**."]
 
 
 if __name__ == "__main__":
