@@ -509,9 +509,15 @@ def _with_target(table, template: str) -> dict:
 def _cdc_group(spec) -> None:
     """A CDC spec of a source group: its sources checked (the part of one source needs none)."""
     if not spec.sources:
-        if spec.merge_into and not spec.group:
+        if spec.group:
+            return
+        if spec.merge_into:
             raise ValueError(f"pipeline {spec.pipeline}: merge_into merges a source group's tables; name the sources "
                              "(sources=[...])")
+        if getattr(spec, "placement", "driver") != "driver" or getattr(spec, "on_shard_removed", "keep") != "keep":
+            raise ValueError(f"pipeline {spec.pipeline}: placement and on_shard_removed are a source group's "
+                             "(sources=[...]); one source's pipeline runs in its job's driver and keeps the copies "
+                             "of tables that leave it")
         return
     spec.sources = [Source.of(s) for s in spec.sources]
     check_sources(spec.sources)

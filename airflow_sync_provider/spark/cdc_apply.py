@@ -532,11 +532,15 @@ class PipelineRun:
         with mysql_reader.connect(self.spec.source) as conn:
             names = self.selection.resolve(conn)
         selected = set(names)
-        for table in self.state.tables:  # no longer selected (the patterns were changed): it leaves
+        for table in self.state.tables:  # no longer selected (the patterns changed, the table is gone): it leaves
             if table.by_selection and table.streaming and table.name not in selected:
-                self.stream.routes.pop(table.name, None)
+                route = self.stream.routes.pop(table.name, None)
                 table.leave(f"no longer selected by {self.selection.to_dict()}")
-                self.log(f"{table.name} is no longer selected: it leaves the pipeline, its copy is kept")
+                self.log(f"{table.name} is no longer selected: it leaves the pipeline"
+                         + ("" if table.member and self.spec.on_shard_removed == "delete" else ", its copy is kept"))
+                if route is not None:  # a merged copy's member: its rows as on_shard_removed says, ranked
+                    with mysql_reader.connect(self.spec.source) as conn:  # above all it wrote (a re-copy's too)
+                        cdc_ddl.shard_removed(self, route, current_position(conn, epoch=self.epoch))
         known = {t.name for t in self.state.tables}
         new = [n for n in names if n not in known]
         self.log(f"{self.selection.to_dict()} selects {len(names)} table(s)"

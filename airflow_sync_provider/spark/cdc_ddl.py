@@ -385,7 +385,7 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
     elif statement.kind == "drop":
         for name in statement.tables:
             if current(name) is not None:
-                _shard_removed(run, routes[name], after)
+                shard_removed(run, routes[name], after)
                 _leave(pipeline, routes, by_name[name], f"dropped at {after}")
                 changed.append(name)
     renames = list(statement.renames)
@@ -393,7 +393,7 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
         renames = [("", statement.tables[0])]  # a table created under a name the pipeline follows
     for source, destination in renames:
         if source and current(source) is not None:
-            _shard_removed(run, routes[source], after)
+            shard_removed(run, routes[source], after)
             _leave(pipeline, routes, by_name[source], f"renamed to {destination} at {after}")
             changed.append(source)
         table = by_name.get(destination)
@@ -469,7 +469,7 @@ def _follow_member(run, conn, statement: ddl.Statement, route: TableRoute, where
                         decided.recopy)
 
 
-def _shard_removed(run, route: TableRoute, after: BinlogPosition) -> None:
+def shard_removed(run, route: TableRoute, after: BinlogPosition) -> None:
     """A merged copy's member that leaves (its table dropped or renamed away): its rows are kept,
     or with ``on_shard_removed="delete"`` get tombstones ranked at the statement."""
     if route.table.member and run.spec.on_shard_removed == "delete":

@@ -34,6 +34,7 @@ from airflow_sync_provider.core.cdc.merged_ddl import base_type, nullable_type
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import executor_address
 from airflow_sync_provider.core.source.group import (
+    SOURCE_COLUMNS,
     IncompatibleShards,
     member_config,
     member_view,
@@ -65,11 +66,28 @@ def in_group(run_one, run_group):
     return run
 
 
-def _record(spec, ch) -> Checkpoints:
+def _record(spec, ch) -> tuple[Checkpoints, list[str]]:
+    """The group in the ledger (its sources now); returns the sources it had that it has no more."""
     checkpoints = Checkpoints(ch, spec.ledger_database)
     checkpoints.ensure()
+    before = checkpoints.group(spec.pipeline)
     checkpoints.write_group(spec.pipeline, [s.name for s in spec.sources], spec.merge_into)
-    return checkpoints
+    return checkpoints, [name for name in (before or {}).get("sources", []) if name not in
+                         {s.name for s in spec.sources}]
+
+
+def _sources_removed(spec: CdcApplySpec, ch, removed: list[str]) -> None:
+    """Sources the group no longer has leave it: their pipelines are not run any more; their rows
+    in the merged copy stay, or with ``on_shard_removed="delete"`` are deleted (a lightweight
+    DELETE, not tombstones: bootstrapped again later, a source's rows are not out-ranked)."""
+    for name in removed:
+        log.info("pipeline %r: source %s left the group (its pipeline %s is not run any more); its rows in %s are %s",
+                 spec.pipeline, name, part_pipeline(spec.pipeline, name), spec.merge_into or "its copies",
+                 "deleted" if spec.on_shard_removed == "delete" and spec.merge_into else "kept")
+    if removed and spec.merge_into and spec.on_shard_removed == "delete":
+        database, _, table = spec.merge_into.partition(".")
+        ch.command(f"DELETE FROM {ch_table(database, table)} WHERE {ch_ident(SOURCE_COLUMNS[0])} IN "
+                   "{removed:Array(String)}", parameters={"removed": removed})
 
 
 def prepare_merged(ch, merged, view) -> list[str]:
@@ -102,7 +120,7 @@ def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     started = time.time()
     session = lazy(spark)
     ch = target.shared_client(spec.target)
-    checkpoints = _record(spec, ch)
+    checkpoints, _ = _record(spec, ch)
     members = group_members(spec)
     by_source: dict[str, list[dict]] = {}
     if spec.merge_into:
@@ -153,7 +171,8 @@ def run_group_apply(spec: CdcApplySpec, spark) -> dict:
     started = time.time()
     session = lazy(spark)
     ch = target.shared_client(spec.target)
-    _record(spec, ch)
+    _, removed = _record(spec, ch)
+    _sources_removed(spec, ch, removed)
     parts = [spec.for_source(source) for source in spec.sources]
     if spec.placement == "executors":
         # a source per task: its binlog reader and writers on an executor, for as long as it runs
@@ -165,7 +184,7 @@ def run_group_apply(spec: CdcApplySpec, spark) -> dict:
     results = {source.name: result for source, result in zip(spec.sources, done)}
     ok = [r for r in results.values() if r["status"] == "success"]
     summary = {"pipeline": spec.pipeline, "merge_into": spec.merge_into, "placement": spec.placement,
-               "sources": results, "events": sum(r["events"] for r in ok),
+               "sources": results, "sources_removed": removed, "events": sum(r["events"] for r in ok),
                "rows_written": sum(r["rows_written"] for r in ok), "seconds": round(time.time() - started, 3)}
     failed = {name: r for name, r in results.items() if r["status"] != "success"}
     if failed:
