@@ -481,7 +481,7 @@ class TableLoad:
     def done(self, per_shard: list[dict], drop: bool = True) -> dict:
         """The load published: recorded, its working table dropped (unless a group's), its result."""
         state, plan = self.state, self.plan
-        repaired = list(state.repair)
+        repaired, written = list(state.repair), self.written  # before the repair list is cleared
         state.status, state.repair = LOAD_PUBLISHED, []
         self.ledger.write_load(state)
         if drop:
@@ -494,7 +494,7 @@ class TableLoad:
             "generation": state.generation,
             "table": state.source_table,
             "target": f"{self.spec.target_database}.{self.spec.target_table}",
-            "rows": self.written,
+            "rows": written,
             "shards": len(plan.shards),
             "shards_read": len(self.todo),
             "repaired": repaired,
