@@ -462,9 +462,13 @@ def cmd_cdc_status(args) -> int:
                                               f", {status['lag_bytes']:,} bytes" if status["lag_bytes"] else "")))
     if selection:
         print(f"tables selected by {json.dumps(selection)} (every run applies them; --change-selection replaces them)")
+    if state.applying:
+        print(state.applying_line())
     if state.prepared:
+        staged = ", ".join(f"{xid} ({sum(rows.values()):,} rows)" for xid, rows in status["staged_xa"].items())
         print(f"{len(state.prepared)} XA transaction(s) prepared and not committed at the checkpoint (applied at "
-              f"their XA COMMIT): {', '.join(sorted(state.prepared))}")
+              f"their XA COMMIT): {', '.join(sorted(state.prepared))}"
+              + (f"; waiting in staging tables: {staged}" if staged else ""))
     if state.error:
         print(("stopped, a retry stops here again until the remedy is applied: " if state.status == PIPELINE_STOPPED
                else "last error: ") + state.error)

@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -156,19 +157,21 @@ def write_lanes(spec: CdcApplySpec, session, payloads: list, changes: int) -> li
         return list(pool.map(lambda items: _write_lane(spec.target, items), payloads))
 
 
-def _hand_over(out, item, halt, parent: int) -> bool:
+def _hand_over(out, item, halt, parent: int | None) -> bool:
     """Put ``item`` on the queue; False when the driver stopped us or is gone (killed: the
-    reader must not outlive it holding a binlog connection)."""
-    while not halt.is_set() and os.getppid() == parent:
+    reader must not outlive it holding a binlog connection; None: a thread of the driver)."""
+    while not halt.is_set() and (parent is None or os.getppid() == parent):
         try:
             out.put(item, timeout=1.0)
             return True
         except queue.Full:
             continue
+    if parent is not None:  # nobody reads the queue any more: exit without flushing what it buffers
+        out.cancel_join_thread()
     return False
 
 
-def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int) -> None:
+def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int | None) -> None:
     """The reader process: decode complete transactions of ``part`` and turn them into lane
     payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
     try:
@@ -207,13 +210,19 @@ def _staging_payloads(spec: CdcApplySpec, batch, routes: dict[str, TableRoute]) 
 
 
 class _Reader:
-    """Runs :func:`_read_batches` in a process of its own."""
+    """Runs :func:`_read_batches` in a process of its own, or (``inline``: a range too small to
+    be worth a process's start, a fresh interpreter importing everything) in a driver thread."""
 
-    def __init__(self, spec: CdcApplySpec, part: ReadRange, ahead: int = 2):
-        context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
-        self.out, self.halt = context.Queue(maxsize=ahead), context.Event()
-        self.process = context.Process(target=_read_batches, args=(spec, part, self.out, self.halt, os.getpid()),
-                                       daemon=True)
+    def __init__(self, spec: CdcApplySpec, part: ReadRange, ahead: int = 2, inline: bool = False):
+        if inline:
+            self.out, self.halt = queue.Queue(maxsize=ahead), threading.Event()
+            self.process = threading.Thread(target=_read_batches, args=(spec, part, self.out, self.halt, None),
+                                            name="binlog-reader", daemon=True)
+        else:
+            context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
+            self.out, self.halt = context.Queue(maxsize=ahead), context.Event()
+            self.process = context.Process(target=_read_batches, args=(spec, part, self.out, self.halt, os.getpid()),
+                                           daemon=True)
         self.process.start()
 
     def get(self):
@@ -222,7 +231,8 @@ class _Reader:
                 return self.out.get(timeout=5)
             except queue.Empty:
                 if not self.process.is_alive():
-                    raise ApplyFailed(f"the binlog reader process died (exit code {self.process.exitcode})") from None
+                    raise ApplyFailed("the binlog reader died (exit code "
+                                      f"{getattr(self.process, 'exitcode', None)})") from None
 
     def close(self):
         self.halt.set()
@@ -235,6 +245,16 @@ class _Reader:
 
 
 SPLIT_MIN_BYTES = 4 << 20  # a bounded range with fewer row-event bytes is read by one process
+INLINE_MAX_BYTES = 1 << 20  # a bounded range of fewer binlog bytes is read in a driver thread
+
+
+def _binlog_bytes(part: ReadRange) -> int | None:
+    """The binlog bytes of a bounded range in one file (None: open-ended or across files)."""
+    start, stop = part.start, part.stop
+    if stop is None or part.deadline is not None or not isinstance(start, BinlogPosition) or \
+            not isinstance(stop, BinlogPosition) or start.file != stop.file or start.epoch != stop.epoch:
+        return None
+    return max(0, stop.pos - start.pos)
 
 
 def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition | MidTransaction]:
@@ -242,8 +262,10 @@ def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition | MidTransa
     service, whose end is open, or a range with a DDL on it): after commits, or inside a
     transaction larger than a share."""
     start, stop = part.start, part.stop
+    size = _binlog_bytes(part)
     if (stop is None or part.deadline is not None or spec.readers < 2 or stop.key() <= start.key()
-            or part.prepared):  # a parked XA transaction's commit must reach the reader that holds its rows
+            or part.prepared  # a parked XA transaction's commit must reach the reader that holds its rows
+            or size is not None and size < SPLIT_MIN_BYTES):  # fewer row-event bytes still: not worth a look
         return []
     found = split_backlog(backlog_events(spec.source, start, stop), spec.readers, SPLIT_MIN_BYTES, start) or []
     if found:
@@ -269,7 +291,9 @@ class Readers:
             for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
                 # each its own replica id: the server drops a second connection under the same one
                 share = dataclasses.replace(spec, server_id=spec.server_id + i)
-                self.readers.append(_Reader(share, part.part(a, b), 2 if i == 0 else self.AHEAD))
+                size = _binlog_bytes(part) if len(bounds) == 2 else None
+                self.readers.append(_Reader(share, part.part(a, b), 2 if i == 0 else self.AHEAD,
+                                            inline=size is not None and size < INLINE_MAX_BYTES))
         except BaseException:
             self.close()
             raise
