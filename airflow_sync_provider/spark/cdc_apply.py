@@ -121,8 +121,7 @@ class PipelineRun:
 
     def __init__(self, spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoints, lease: Lease):
         self.spec, self.session, self.ch, self.checkpoints, self.lease = spec, session, ch, checkpoints, lease
-        self.loads = Ledger(ch, spec.ledger_database)
-        self.loads.ensure()
+        self._loads: Ledger | None = None
         self.started = time.time()
         self.deadline = self.started + spec.max_seconds if spec.max_seconds else None
         self.previous = checkpoints.state(spec.pipeline)  # read under the lease: the last holder's final word
@@ -147,9 +146,18 @@ class PipelineRun:
         self.verifier = cdc_verify.Verifier(self)
         self.stream_ended = False
         self._polled = time.monotonic()
+        self._registrations: list | None = None
 
     def log(self, text: str) -> None:
         cdc_ddl.note(self.spec.pipeline, text)
+
+    @property
+    def loads(self) -> Ledger:
+        """The load ledger (full loads to start from, re-copies), made sure of when first used."""
+        if self._loads is None:
+            self._loads = Ledger(self.ch, self.spec.ledger_database)
+            self._loads.ensure()
+        return self._loads
 
     # --- the run ------------------------------------------------------------------------
 
@@ -192,13 +200,15 @@ class PipelineRun:
         or the apply that first gave them), or the run's when it gives them first or changes
         them explicitly (``change_selection``; a ``reset`` starts the pipeline afresh)."""
         spec = self.spec
+        self._kept_selection = TableSelection.of(self.checkpoints.selection(spec.pipeline))
         return TableSelection.of(self.checkpoints.selection_for(spec.pipeline, spec.select,
-                                                                spec.change_selection or spec.reset))
+                                                                spec.change_selection or spec.reset,
+                                                                kept=self._kept_selection))
 
     def _begin(self) -> None:
         """Where the run starts, its tables' routes, the source checked, where it stops."""
         spec, state = self.spec, self.state
-        if self.selection != TableSelection.of(self.checkpoints.selection(spec.pipeline)):
+        if self.selection != self._kept_selection:
             self.checkpoints.write_selection(spec.pipeline, self.selection.to_dict() if self.selection else None)
         with mysql_reader.connect(spec.source) as conn:
             here = server_of(conn)
@@ -256,7 +266,8 @@ class PipelineRun:
             shape = load.spec.get("source_shape") or {}
             table.shape, table.key = shape.get("shape"), shape.get("key")
             self.checkpoints.register(spec.pipeline, table, BinlogPosition.from_dict(load.start_position))
-        known = {r.name for r in self.checkpoints.registrations(spec.pipeline)} | {t.name for t in self.state.tables}
+        known = ({r.name for r in self.checkpoints.registrations(spec.pipeline)} | {t.name for t in self.state.tables}
+                 if spec.tables else set())
         for entry in spec.tables:
             table = PipelineTable.of(entry)
             if table.name in known:
@@ -352,7 +363,7 @@ class PipelineRun:
         if spec.reset:
             self.checkpoints.forget_tables(spec.pipeline)
         self._register(fresh)
-        registrations = self.checkpoints.registrations(spec.pipeline)
+        registrations = self._registrations = self.checkpoints.registrations(spec.pipeline)
         if not fresh:
             tables = list(previous.tables)
             known = {t.name for t in tables}
@@ -406,7 +417,6 @@ class PipelineRun:
         self.verifier.collect()
         if not self.spec.service:  # a bounded run checks what is due before it ends
             self.verifier.catch_up()
-        self.checkpoints.write(self.state)
 
     def _waiting(self) -> bool:
         """Should the stream pause (a re-copy finished, a table waits to join)? The verifier's looks
@@ -599,7 +609,10 @@ class PipelineRun:
         """Tables registered since the stream started (a bootstrap under way, a full load) join it:
         each first replays its own changes from where its copy began up to the checkpoint."""
         joined, state = [], self.state
-        for registration in self.checkpoints.registrations(self.spec.pipeline):
+        # the run's first look reuses what its start read a moment before
+        registrations, self._registrations = self._registrations or self.checkpoints.registrations(
+            self.spec.pipeline), None
+        for registration in registrations:
             if registration.joined:
                 continue
             table = registration.table

@@ -36,6 +36,9 @@ from airflow_sync_provider.core.ledger import utc_datetime as _ts
 PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_FAILED, PIPELINE_STOPPED = "idle", "running", "failed", "stopped"
 
 
+_UNREAD = object()  # an argument the caller did not give (None is a value)
+
+
 class SelectionConflict(ValueError):
     """A run gave patterns other than its pipeline's, without saying to change them."""
 
@@ -260,13 +263,15 @@ class Checkpoints(LedgerTables):
                              parameters={"p": pipeline}).result_rows
         return json.loads(rows[0][0]) if rows and rows[0][0] else None
 
-    def selection_for(self, pipeline: str, given: dict | None, change: bool = False) -> dict | None:
+    def selection_for(self, pipeline: str, given: dict | None, change: bool = False, kept=_UNREAD) -> dict | None:
         """The patterns a run of ``pipeline`` applies: its own when the run gives none or the same
         ones; the run's when the pipeline has none yet or ``change`` says to replace them. Other
-        patterns are refused (nothing is changed): a pipeline's selection changes only explicitly."""
+        patterns are refused (nothing is changed): a pipeline's selection changes only explicitly.
+        ``kept``: the pipeline's own (a TableSelection), when the caller has read them."""
         from airflow_sync_provider.core.source.selection import TableSelection
 
-        kept, asked = TableSelection.of(self.selection(pipeline)), TableSelection.of(given)
+        kept = TableSelection.of(self.selection(pipeline)) if kept is _UNREAD else kept
+        asked = TableSelection.of(given)
         if asked is None or asked == kept:
             return kept.to_dict() if kept else None
         if kept is not None and not change:
