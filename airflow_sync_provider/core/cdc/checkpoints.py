@@ -177,7 +177,8 @@ class Checkpoints(LedgerTables):
         # earlier releases kept one row per pipeline in cdc_pipelines (no generations): carry
         # their states over as generation 0 (two processes doing this at once insert equal rows)
         if "cdc_state" in created and int(self.ch.command(f"EXISTS TABLE {self.table('cdc_pipelines')}")):
-            names = ", ".join(n for n, _ in _STATE if n not in ("generation", "holder", "server", "prepared"))
+            added = ("generation", "holder", "server", "prepared", "applying")  # since then
+            names = ", ".join(n for n, _ in _STATE if n not in added)
             self.ch.command(f"INSERT INTO {self.table('cdc_state')} ({names}, generation, holder) "
                             f"SELECT {names}, 0, '' FROM {self.table('cdc_pipelines')} FINAL")
 
