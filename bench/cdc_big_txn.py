@@ -162,15 +162,27 @@ for _ in range(int(runs)):
     result = spark_submit(bounded, timeout=600)
     assert result["status"] == "success", result
     out["idle"].append({"seconds": result["seconds"], "wall": time.perf_counter() - began, "events": result["events"]})
-def drivers():
-    found = []
+def drivers():  # the apply job's driver among this process's descendants (never another process's)
+    parents, found = {}, []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            parents[int(pid)] = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        here = todo.pop()
+        for pid, parent in parents.items():
+            if parent == here and pid not in mine:
+                mine.add(pid)
+                todo.append(pid)
+    for pid in mine:
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
         except OSError:
             continue
-        if b"spark_jobs/cdc_apply.py" in cmd and os.getppid() != int(pid):
-            found.append(int(pid))
+        if len(argv) > 1 and argv[1].endswith(b"spark_jobs/cdc_apply.py"):
+            found.append(pid)
     return found
 rng = random.Random(int(seed))
 for _ in range(int(kills)):
@@ -220,16 +232,16 @@ def fixed_cost(mysql_url: str, ch_url: str, label: str, path: str, runs: int, ki
     assert spark_submit(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline),
                         timeout=600)["status"] == "success"  # begins, and its first verification pass
     writer = None
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([path, str(REPO)]))
+    env = dict(os.environ, PYTHONPATH=path)  # and run from there: a script's own directory comes first
     # nothing to apply first (no writer), then the takeovers under the writer
     child = subprocess.Popen([sys.executable, "-c", CHILD, mysql_url, ch_url, pipeline, str(runs), "0", "1"],
-                             env=env, stdout=subprocess.PIPE, text=True)
+                             env=env, cwd=path, stdout=subprocess.PIPE, text=True)
     idle = json.loads(child.communicate()[0].split("RESULT ", 1)[1])["idle"]
     writer = Writer(mysql_url)
     writer.start()
     try:
         child = subprocess.Popen([sys.executable, "-c", CHILD, mysql_url, ch_url, pipeline, "0", str(kills), "7"],
-                                 env=env, stdout=subprocess.PIPE, text=True)
+                                 env=env, cwd=path, stdout=subprocess.PIPE, text=True)
         takeover = json.loads(child.communicate()[0].split("RESULT ", 1)[1])["takeover"]
     finally:
         writer.stop.set()
