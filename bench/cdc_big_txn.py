@@ -261,6 +261,9 @@ def make_fixed_tables(mysql_url: str) -> None:
 
 
 def checkout(rev: str, into: str) -> str:
+    """The package as of git revision ``rev`` (or a directory holding one already) in ``into``."""
+    if os.path.isdir(os.path.join(rev, "airflow_sync_provider")):
+        return rev
     archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "airflow_sync_provider"], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
@@ -325,7 +328,8 @@ def report(args, sizes: list[dict], fixed: list[dict], load: tuple, seconds: flo
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1000000,5000000,20000000", help="row changes per transaction")
-    parser.add_argument("--before", default="", help="a git revision to measure the fixed cost of as well")
+    parser.add_argument("--before", default="", help="a git revision (or a directory holding the package as of "
+                        "one) to measure the fixed cost of as well")
     parser.add_argument("--runs", type=int, default=6, help="bounded runs with nothing to apply")
     parser.add_argument("--kills", type=int, default=8, help="takeovers under load")
     parser.add_argument("--skip-big", action="store_true")
@@ -340,7 +344,8 @@ def main(argv=None):
             make_fixed_tables(mysql_url)
             with tempfile.TemporaryDirectory(prefix="bench-before-") as tmp:
                 if args.before:
-                    fixed.append(fixed_cost(mysql_url, ch_url, f"before ({args.before})", checkout(args.before, tmp),
+                    label = f"before ({os.path.basename(args.before.rstrip('/'))})"
+                    fixed.append(fixed_cost(mysql_url, ch_url, label, checkout(args.before, tmp),
                                             args.runs, args.kills))
                 fixed.append(fixed_cost(mysql_url, ch_url, "this branch", str(REPO), args.runs, args.kills))
         if not args.skip_big:
