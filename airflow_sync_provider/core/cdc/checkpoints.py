@@ -138,11 +138,13 @@ class PipelineState:
         began = BinlogPosition.from_dict(a["began"])
         what = (f"{a['changes']:,} row changes written" + (f", {a['staged']:,} rows of an XA transaction staged"
                                                           if a.get("staged") else ""))
-        return (f"a large transaction{' of ' + a['joining'] + ' (joining)' if a.get('joining') else ''} is being "
-                f"applied in pieces: {what} so far in {a['pieces']} piece(s), read up to "
-                f"{BinlogPosition.from_dict(a['through'])}; it began at {began}, "
-                f"{_age((now or time.time()) - a['since'])} ago. The checkpoint stays before it until its commit "
-                "is applied (a crash in between writes it again from its start)")
+        running = self.status == PIPELINE_RUNNING
+        return (f"a large transaction{' of ' + a['joining'] + ' (joining)' if a.get('joining') else ''} "
+                f"{'is' if running else 'was'} being applied in pieces{'' if running else ' when the run ended'}: "
+                f"{what} in {a['pieces']} piece(s), read up to {BinlogPosition.from_dict(a['through'])}; it began "
+                f"at {began}, {_age((now or time.time()) - a['since'])} ago. The checkpoint stays before it until "
+                "its commit is applied" + (" (a crash in between writes it again from its start)" if running
+                                           else "; the next run applies it again from its start"))
 
 
 _STATE = (

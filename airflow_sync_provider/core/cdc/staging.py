@@ -76,8 +76,10 @@ class XaStaging:
         return out
 
     def forget(self) -> None:
-        """The stream's tables changed (a table joined): parked transactions are read again."""
+        """The stream's tables changed (a table joined): parked transactions are read again, into
+        fresh staging."""
         self.kept.clear()
+        self._fresh.clear()
 
     def prepare(self, began: BinlogPosition, targets: dict[str, tuple]) -> None:
         """Before writing rows of the transaction that began at ``began``: staging an earlier
