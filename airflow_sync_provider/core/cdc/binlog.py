@@ -321,6 +321,7 @@ class BinlogReader:
             only_schemas=sorted({r.schema.database for r in routes.values()}), freeze_schema=True,
             followed=lambda: self.routes)
         self.epoch = at.epoch  # the server's (core/cdc/servers.py): every version read here carries it
+        self._file = at.file  # the binlog file being read (its table ids are valid while it is)
         self.gtids = GtidState(at.gtid)  # the server's GTID state as the stream passes transactions
         self._pending: list = []  # the open transaction's row changes
         self._pending_bytes = 0  # and their row events' bytes
@@ -375,9 +376,16 @@ class BinlogReader:
                 self._xa_open = False
             elif isinstance(event, RotateEvent):
                 # Table ids are the server's until it restarts, and a restart begins a new file:
-                # forget them (with freeze_schema the library would keep a table map whose id a
-                # restarted server gave to another table, and apply its rows to the wrong table).
-                self.stream.table_map.clear()
+                # forget them at a new file (with freeze_schema the library would keep a table map
+                # whose id a restarted server gave to another table, and apply its rows to the
+                # wrong table). Not at the rotate a reconnection starts with (the library
+                # reconnects by itself when the server dropped the connection, e.g. a reader that
+                # waited longer than net_write_timeout to hand a batch on): it resumes inside a
+                # statement, whose rows need the maps read before (forgotten, the library
+                # skipped them as rows of an unfollowed table).
+                if event.next_binlog != self._file:
+                    self.stream.table_map.clear()
+                    self._file = event.next_binlog
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 if self._skip_to is not None:
                     if (file_seq(self.stream.log_file), self.stream.log_pos) <= self._skip_to:
