@@ -86,6 +86,7 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int) -> dict:
     endpoints = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
     with connect(mysql_url) as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute("RESET MASTER")  # the bench's own server: the sizes before it need their binlog no more
         cur.execute(f"CREATE DATABASE {DB}")
         cur.execute(f"USE {DB}")
         cur.execute(DDL)
