@@ -117,7 +117,7 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int) -> dict:
           f"{updated + deleted:,} row changes written in {written:.0f} s", flush=True)
     big = apply_measured(spec)
     source, copy = summaries(mysql_url, target.client(endpoints[1]), DB, "t", TARGET)
-    big |= {"changes": updated + deleted, "exact": source == copy}
+    big |= {"changes": updated + deleted, "exact": source == copy, "source": source, "copy": copy}
     print(f"  one transaction: {big}", flush=True)
 
     # the same number of row changes in small transactions (100 keys each), then applied the same way
@@ -140,7 +140,8 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int) -> dict:
     generated = time.perf_counter() - began
     small = apply_measured(spec)
     source, copy = summaries(mysql_url, target.client(endpoints[1]), DB, "t", TARGET)
-    small |= {"changes": done, "transactions": transactions, "generated_s": generated, "exact": source == copy}
+    small |= {"changes": done, "transactions": transactions, "generated_s": generated, "exact": source == copy,
+              "source": source, "copy": copy}
     print(f"  small transactions: {small}", flush=True)
     return {"changes": changes, "rows": rows, "big": big, "small": small, "txn_write_s": written}
 
