@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pymysql
@@ -48,6 +49,9 @@ from devenv.rss import PeakRss
 
 DB, TARGET = "bench_bigtxn", "bench_bigtxn_ch"
 FIXED_DB = "bench_fixed"
+# Pipelines of this run only: a pipeline of an earlier run would resume at a checkpoint that, after
+# the binlog was reset (each size starts afresh), points into unrelated events
+RUN = uuid.uuid4().hex[:6]
 DDL = """CREATE TABLE t (id BIGINT NOT NULL PRIMARY KEY, customer INT NOT NULL, amount DECIMAL(12, 2) NOT NULL,
   status VARCHAR(16) NOT NULL, note VARCHAR(64) NULL, changed_at DATETIME(6) NOT NULL)"""
 SUMMARY_MY = "COUNT(*), CAST(SUM(id) AS SIGNED), CAST(SUM(ROUND(amount * 100)) AS SIGNED)"
@@ -84,6 +88,8 @@ def apply_measured(spec: CdcApplySpec) -> dict:
 def big_transaction(mysql_url: str, ch_url: str, changes: int) -> dict:
     rows = round(changes / 1.1)
     endpoints = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
+    ch = target.client(endpoints[1])
+    ch.command(f"DROP DATABASE IF EXISTS {TARGET}")  # a fresh copy: versions are positions in a reset binlog
     with connect(mysql_url) as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
         cur.execute("RESET MASTER")  # the bench's own server: the sizes before it need their binlog no more
@@ -94,7 +100,7 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int) -> dict:
         cur.execute(f"INSERT INTO t SELECT seq, seq % 9973, seq / 100, 'new', IF(seq % 3, CONCAT('note ', seq), NULL), "
                     f"'2025-01-01 00:00:00' FROM seq_1_to_{rows}")
         made = time.perf_counter() - began
-    pipeline = f"bigtxn-{changes}"
+    pipeline = f"bigtxn-{changes}-{RUN}"
     began = time.perf_counter()
     result = spark_submit(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, restart=True,
                                            tables=[{"source_database": DB, "source_table": "t",
@@ -118,6 +124,7 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int) -> dict:
     big = apply_measured(spec)
     source, copy = summaries(mysql_url, target.client(endpoints[1]), DB, "t", TARGET)
     big |= {"changes": updated + deleted, "exact": source == copy, "source": source, "copy": copy}
+    ch.close()
     print(f"  one transaction: {big}", flush=True)
 
     # the same number of row changes in small transactions (100 keys each), then applied the same way
@@ -225,10 +232,12 @@ class Writer(threading.Thread):
 
 def fixed_cost(mysql_url: str, ch_url: str, label: str, path: str, runs: int, kills: int) -> dict:
     endpoints = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
-    pipeline = f"fixed-{label}"
+    pipeline = f"fixed-{label}-{RUN}"
+    copies = f"{FIXED_DB}_{RUN}_{'before' if label.startswith('before') else 'after'}"
+    target.client(endpoints[1]).command(f"DROP DATABASE IF EXISTS {copies}")
     result = spark_submit(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, restart=True,
                                            tables=[{"source_database": FIXED_DB, "source_table": f"t{i}",
-                                                    "target_database": f"{FIXED_DB}_{label}"} for i in range(3)]),
+                                                    "target_database": copies} for i in range(3)]),
                           timeout=600)
     assert result["status"] == "success", result
     assert spark_submit(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline),
