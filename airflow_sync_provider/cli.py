@@ -434,7 +434,8 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
                         tables=_named_tables(args), select=_selection(args),
                         start_from_loads=args.start_from_load or [],
-                        lanes=args.lanes, batch_events=args.batch_events, driver_write_rows=args.driver_write_rows,
+                        lanes=args.lanes, batch_events=args.batch_events, batch_bytes=args.batch_bytes,
+                        driver_write_rows=args.driver_write_rows,
                         reset=args.reset, service=service, verify=args.verify,
                         verify_period=args.verify_every or args.verify_period, verify_budget=args.verify_budget,
                         verify_after_ddl=not args.no_verify_after_ddl, change_selection=args.change_selection,
@@ -617,9 +618,13 @@ def _pipeline_status(args) -> int:
                                               f", {status['lag_bytes']:,} bytes" if status["lag_bytes"] else "")))
     if selection:
         print(f"tables selected by {json.dumps(selection)} (every run applies them; --change-selection replaces them)")
+    if state.applying:
+        print(state.applying_line())
     if state.prepared:
+        staged = ", ".join(f"{xid} ({sum(rows.values()):,} rows)" for xid, rows in status["staged_xa"].items())
         print(f"{len(state.prepared)} XA transaction(s) prepared and not committed at the checkpoint (applied at "
-              f"their XA COMMIT): {', '.join(sorted(state.prepared))}")
+              f"their XA COMMIT): {', '.join(sorted(state.prepared))}"
+              + (f"; waiting in staging tables: {staged}" if staged else ""))
     if state.error:
         print(("stopped, a retry stops here again until the remedy is applied: " if state.status == PIPELINE_STOPPED
                else "last error: ") + state.error)
@@ -777,6 +782,8 @@ def build_parser() -> argparse.ArgumentParser:
         _selection_arguments(command)
         command.add_argument("--lanes", type=int, default=4)
         command.add_argument("--batch-events", type=int, default=50_000)
+        command.add_argument("--batch-bytes", type=int, default=16 << 20,
+                             help="row-event bytes per batch; a larger transaction is written in pieces")
         command.add_argument("--driver-write-rows", type=int, default=500_000,
                              help="batches up to this many row changes are written by the driver (0: Spark tasks)")
         command.add_argument("--reset", action="store_true", help="forget the checkpoint; start from the loads again")

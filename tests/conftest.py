@@ -12,9 +12,9 @@ from devenv.services import clickhouse_service, mysql_service
 
 # The longest files first: `--dist loadfile` hands files to the two workers in this order, so
 # the short ones fill in at the end instead of one long file running alone.
-HEAVY_FIRST = ("test_airflow_real.py", "test_spark_cluster.py", "test_example_dag.py", "test_cdc_apply.py",
-               "test_cdc_bootstrap.py", "test_reconcile.py", "test_snapshot_diff.py", "test_full_load_recovery.py",
-               "test_type_domain.py")
+HEAVY_FIRST = ("test_airflow_real.py", "test_cdc_large_txn.py", "test_spark_cluster.py", "test_example_dag.py",
+               "test_cdc_apply.py", "test_cdc_bootstrap.py", "test_reconcile.py", "test_snapshot_diff.py",
+               "test_full_load_recovery.py", "test_type_domain.py")
 
 
 def pytest_collection_modifyitems(items):

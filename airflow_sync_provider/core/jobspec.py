@@ -224,6 +224,12 @@ class CdcApplySpec:
     lanes: int = 4  # apply lanes = concurrent writers to ClickHouse (Spark tasks or driver threads)
     vnodes: int = 256  # virtual nodes per lane on the hash ring
     batch_events: int = 50_000  # a bounded run: fewer, larger batches cost fewer checkpoints and writes
+    # The memory bound, whatever a transaction's size: a batch holds at most about batch_events row
+    # changes and batch_bytes of their row events, and a transaction that outgrows either is
+    # written in pieces of that size as it is read (the checkpoint still moves only past commits;
+    # a parked XA transaction beyond it waits in staging tables). With the defaults the applier's
+    # processes stay under 1 GiB at any transaction size (docs/cdc.md, Large transactions)
+    batch_bytes: int = 16 << 20
     batch_seconds: float = 1.0
     # a batch of at most this many row changes is written by lane threads in the driver: a Spark
     # job per batch costs more than it saves (and the SparkContext is not started for it); larger
@@ -274,9 +280,10 @@ class CdcApplySpec:
     def __post_init__(self):
         if not self.pipeline:
             raise ValueError("a CDC pipeline needs a name (pipeline=...)")
-        if self.lanes < 1 or self.batch_events < 1 or self.readers < 0 or self.driver_write_rows < 0:
-            raise ValueError(f"pipeline {self.pipeline}: lanes and batch_events must be >= 1, readers >= 1 "
-                             "(0: from the driver's cores), driver_write_rows >= 0")
+        if (self.lanes < 1 or self.batch_events < 1 or self.batch_bytes < 1 or self.readers < 0
+                or self.driver_write_rows < 0):
+            raise ValueError(f"pipeline {self.pipeline}: lanes, batch_events and batch_bytes must be >= 1, readers "
+                             ">= 1 (0: from the driver's cores), driver_write_rows >= 0")
         if self.verify_every:
             self.verify_period = self.verify_every
         if self.on_binlog_lost not in ("recopy", "stop"):

@@ -189,6 +189,12 @@ def _verification(p: PipelineRow, now: float) -> str:
         else "")
 
 
+def _applying(state) -> str:
+    a = state.applying
+    return (f"<br><span class='running' title='{escape(state.applying_line())}'>in a large transaction: "
+            f"{a['changes'] + a.get('staged', 0):,} rows written</span>" if a else "")
+
+
 def _pipeline_table(pipelines: list[PipelineRow], now: float) -> str:
     """A row per pipeline; a source group's are together under a row of the group (its merged copy,
     its sources, its worst lag), at the place of its first one."""
@@ -216,7 +222,8 @@ def _pipeline_table(pipelines: list[PipelineRow], now: float) -> str:
         rows.append(
             f"<tr class='{p.kind}'><td class='v'><a href='?pipeline={quote(s.pipeline, safe='')}'>"
             f"{escape(s.pipeline)}</a>"
-            f"</td><td class='v'>{escape(p.kind)}</td><td>{lag}</td><td>{ago(p.age)}</td><td>{s.events:,}</td>"
+            f"</td><td class='v'>{escape(p.kind)}{_applying(s)}</td><td>{lag}</td><td>{ago(p.age)}</td>"
+            f"<td>{s.events:,}</td>"
             f"<td class='v'>{_verification(p, now)}</td><td class='v'>{escape(', '.join(p.recopying)) or '–'}</td>"
             f"<td class='v'>{task_link(p.task)}</td><td class='v err'>{escape(s.error[:200])}</td></tr>")
     return ("<table id='pipelines'><tr><th class='v'>pipeline</th><th class='v'>state</th><th>lag</th>"
@@ -359,6 +366,7 @@ def pipeline_html(p: PipelineRow, now: float | None = None) -> str:
             f"{s.generation}{', holder ' + escape(s.holder) if s.holder else ''}</p>"
             + (f"<p>source server: {escape(_server(s.server))}, epoch {s.checkpoint.epoch if s.checkpoint else 0}</p>"
                if s.server else "")
+            + (f"<p class='running' id='applying'>{escape(s.applying_line(now))}</p>" if s.applying else "")
             + (f"<p>tables selected by <code>{escape(json.dumps(p.selection))}</code> (every run applies them; "
                "<code>change_selection=True</code> replaces them)</p>" if p.selection else "")
             + (f"<p class='error'>{escape(s.error)}</p><p>remedy: {escape(what)} — {task_link(p.task)}; or "

@@ -37,7 +37,6 @@ import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from airflow_sync_provider.core.sql import mysql_literal
 
@@ -460,6 +459,8 @@ def check_array(array: pa.Array, mapping: ColumnMapping, where: str) -> None:
             f"{mapping.source.column_type} column — MySQL zero or invalid dates ('0000-00-00', '2025-00-10') "
             "read as NULL and have no ClickHouse equivalent; fix those rows or load through a view that maps them")
     if mapping.source.data_type in ("date", "datetime", "timestamp") and len(array) > array.null_count:
+        import pyarrow.compute as pc  # here: its import costs a CDC run's start 0.1-0.5 s
+
         lo, hi = pc.min_max(array).values()
         lo, hi = lo.as_py(), hi.as_py()
         if not isinstance(lo, dt.datetime):

@@ -30,6 +30,9 @@ class CdcApplyOperator(SparkJobOperator):
     :param lanes: apply lanes (concurrent writers); keys are routed on a consistent-hash ring
         with ``vnodes`` virtual nodes per lane.
     :param batch_events: row changes per batch (a checkpoint after each).
+    :param batch_bytes: row-event bytes per batch. A transaction larger than ``batch_events`` or
+        ``batch_bytes`` is written in pieces of that size (the checkpoint passes it only at its
+        commit): the bound on the applier's memory (docs/cdc.md, Large transactions).
     :param driver_write_rows: a batch of at most this many row changes is written by the
         driver's lane threads, a larger one by Spark tasks (0: always Spark tasks).
     :param verify_period: every table is checked against the source slice by slice at least
@@ -64,7 +67,8 @@ class CdcApplyOperator(SparkJobOperator):
                  clickhouse_conn_id: str = "clickhouse_default", start_from_loads: list | None = None,
                  tables: list | None = None, select: dict | None = None, start_position: dict | None = None,
                  stop_position: dict | None = None,
-                 lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, driver_write_rows: int = 500_000,
+                 lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, batch_bytes: int = 16 << 20,
+                 driver_write_rows: int = 500_000,
                  reset: bool = False, verify: bool = False, verify_period: float = 900.0, verify_budget: float = 0.1,
                  verify_after_ddl: bool = True, change_selection: bool = False, on_binlog_lost: str = "recopy",
                  verify_every: float = 0.0, sources: list | None = None, merge_into: str = "",
@@ -86,6 +90,7 @@ class CdcApplyOperator(SparkJobOperator):
         self.lanes = lanes
         self.vnodes = vnodes
         self.batch_events = batch_events
+        self.batch_bytes = batch_bytes
         self.driver_write_rows = driver_write_rows
         self.reset = reset
         self.verify, self.verify_period, self.verify_budget = verify, verify_every or verify_period, verify_budget
@@ -116,7 +121,7 @@ class CdcApplyOperator(SparkJobOperator):
                             tables=list(self.tables or []), select=self.select,
                             start_from_loads=list(self.start_from_loads or []),
                             start_position=self.start_position, stop_position=self.stop_position, lanes=self.lanes,
-                            vnodes=self.vnodes, batch_events=self.batch_events,
+                            vnodes=self.vnodes, batch_events=self.batch_events, batch_bytes=self.batch_bytes,
                             driver_write_rows=self.driver_write_rows, reset=self.reset, verify=self.verify,
                             verify_period=self.verify_period, verify_budget=self.verify_budget,
                             verify_after_ddl=self.verify_after_ddl, change_selection=self.change_selection,

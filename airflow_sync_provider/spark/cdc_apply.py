@@ -7,7 +7,10 @@ batches of complete transactions, read and decoded by reader processes (spark/cd
 and written by apply lanes. Only when every lane's write of a batch has been acknowledged does
 the checkpoint advance past it (:meth:`PipelineRun.advance`, the one place it moves), so it is
 never ahead of durable data; a failed write leaves it before the batch, and the next run
-replays from there (same versions: idempotent). A DDL on a pipeline table is followed before
+replays from there (same versions: idempotent). A transaction larger than a batch comes in
+pieces (core/cdc/binlog.Batch): each is written as it comes, but the checkpoint, the counters
+and the totals take the transaction only with its commit (:meth:`PipelineRun._piece`), so a
+crash inside it replays it from its start. A DDL on a pipeline table is followed before
 the checkpoint passes it (spark/cdc_ddl.py). Tables registered meanwhile join, re-copies run
 beside the stream, tables due a check are verified against the source (spark/cdc_verify.py).
 
@@ -47,6 +50,7 @@ from airflow_sync_provider.core.cdc.servers import (
     shared_history,
     with_their_domains,
 )
+from airflow_sync_provider.core.cdc.staging import XaStaging
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec
@@ -64,6 +68,24 @@ JOIN_POLL_SECONDS = 2.0  # how often a running pipeline looks for tables waiting
 
 
 @dataclass
+class Applying:
+    """A transaction being applied in pieces: written past the stream's position, not claimed."""
+
+    began: BinlogPosition
+    since: float
+    through: BinlogPosition | None = None
+    pieces: int = 0
+    changes: int = 0  # row changes written to the copy
+    staged: int = 0  # rows of an XA transaction written to staging (core/cdc/staging.py)
+    per_table: dict = field(default_factory=dict)  # source table → [row changes, rows written]
+
+    def to_dict(self, joining: str = "") -> dict:
+        return {"began": self.began.to_dict(), "through": (self.through or self.began).to_dict(), "since": self.since,
+                "pieces": self.pieces, "changes": self.changes, "staged": self.staged} | (
+                    {"joining": joining} if joining else {})
+
+
+@dataclass
 class Stream:
     """What one follow of the binlog applies: ``routes`` (name → route) of ``tables``, from
     ``position``. The pipeline's stream moves its checkpoint; a table joining replays its own
@@ -73,6 +95,7 @@ class Stream:
     tables: list[PipelineTable]
     position: BinlogPosition
     joining: Registration | None = None
+    applying: Applying | None = None  # the open transaction's pieces written so far
 
 
 @dataclass
@@ -87,6 +110,8 @@ class Totals:
     failover: dict = field(default_factory=dict)  # the source became another server: from, to, where
     binlog_lost: dict = field(default_factory=dict)  # the binlog the checkpoint needed was gone: what it cost
     xa_commits_unseen: int = 0  # commits of XA transactions prepared before the copy (BinlogReader)
+    pieces: int = 0  # pieces of large transactions written (core/cdc/binlog.Batch)
+    xa_staged: int = 0  # rows of large XA transactions written to staging (core/cdc/staging.py)
 
 
 class PipelineRun:
@@ -96,8 +121,7 @@ class PipelineRun:
 
     def __init__(self, spec: CdcApplySpec, session: LazySession, ch, checkpoints: Checkpoints, lease: Lease):
         self.spec, self.session, self.ch, self.checkpoints, self.lease = spec, session, ch, checkpoints, lease
-        self.loads = Ledger(ch, spec.ledger_database)
-        self.loads.ensure()
+        self._loads: Ledger | None = None
         self.started = time.time()
         self.deadline = self.started + spec.max_seconds if spec.max_seconds else None
         self.previous = checkpoints.state(spec.pipeline)  # read under the lease: the last holder's final word
@@ -117,13 +141,23 @@ class PipelineRun:
         self.totals = Totals()
         self.recopies = cdc_ddl.Recopies(self)
         self.epochs = ServerEpochs(checkpoints)
+        self.staging = XaStaging(ch, spec.ledger_database, spec.pipeline)
         self.writing = threading.RLock()  # a DDL is followed, a copy swapped, while no verification looks
         self.verifier = cdc_verify.Verifier(self)
         self.stream_ended = False
         self._polled = time.monotonic()
+        self._registrations: list | None = None
 
     def log(self, text: str) -> None:
         cdc_ddl.note(self.spec.pipeline, text)
+
+    @property
+    def loads(self) -> Ledger:
+        """The load ledger (full loads to start from, re-copies), made sure of when first used."""
+        if self._loads is None:
+            self._loads = Ledger(self.ch, self.spec.ledger_database)
+            self._loads.ensure()
+        return self._loads
 
     # --- the run ------------------------------------------------------------------------
 
@@ -166,13 +200,15 @@ class PipelineRun:
         or the apply that first gave them), or the run's when it gives them first or changes
         them explicitly (``change_selection``; a ``reset`` starts the pipeline afresh)."""
         spec = self.spec
+        self._kept_selection = TableSelection.of(self.checkpoints.selection(spec.pipeline))
         return TableSelection.of(self.checkpoints.selection_for(spec.pipeline, spec.select,
-                                                                spec.change_selection or spec.reset))
+                                                                spec.change_selection or spec.reset,
+                                                                kept=self._kept_selection))
 
     def _begin(self) -> None:
         """Where the run starts, its tables' routes, the source checked, where it stops."""
         spec, state = self.spec, self.state
-        if self.selection != TableSelection.of(self.checkpoints.selection(spec.pipeline)):
+        if self.selection != self._kept_selection:
             self.checkpoints.write_selection(spec.pipeline, self.selection.to_dict() if self.selection else None)
         with mysql_reader.connect(spec.source) as conn:
             here = server_of(conn)
@@ -194,6 +230,10 @@ class PipelineRun:
                 self.start = state.checkpoint = self._lost(conn, str(lost))
             self.stop = BinlogPosition.from_dict(spec.stop_position) or (
                 None if spec.service else current_position(conn, epoch=self.epoch))
+        if state.prepared or (self.previous is not None and self.previous.status != PIPELINE_IDLE):
+            # parked XA transactions whose staging is whole are not read again; staging a crash
+            # left behind (after its transaction's end) is dropped
+            state.prepared = self.staging.trusted(state.prepared)
         self.stream = Stream(routes, state.tables, self.start)
         if self.totals.binlog_lost:  # every table copied again beside the stream restarted at the source's now
             for table in state.tables:
@@ -226,7 +266,8 @@ class PipelineRun:
             shape = load.spec.get("source_shape") or {}
             table.shape, table.key = shape.get("shape"), shape.get("key")
             self.checkpoints.register(spec.pipeline, table, BinlogPosition.from_dict(load.start_position))
-        known = {r.name for r in self.checkpoints.registrations(spec.pipeline)} | {t.name for t in self.state.tables}
+        known = ({r.name for r in self.checkpoints.registrations(spec.pipeline)} | {t.name for t in self.state.tables}
+                 if spec.tables else set())
         for entry in spec.tables:
             table = PipelineTable.of(entry)
             if table.name in known:
@@ -322,7 +363,7 @@ class PipelineRun:
         if spec.reset:
             self.checkpoints.forget_tables(spec.pipeline)
         self._register(fresh)
-        registrations = self.checkpoints.registrations(spec.pipeline)
+        registrations = self._registrations = self.checkpoints.registrations(spec.pipeline)
         if not fresh:
             tables = list(previous.tables)
             known = {t.name for t in tables}
@@ -376,7 +417,6 @@ class PipelineRun:
         self.verifier.collect()
         if not self.spec.service:  # a bounded run checks what is due before it ends
             self.verifier.catch_up()
-        self.checkpoints.write(self.state)
 
     def _waiting(self) -> bool:
         """Should the stream pause (a re-copy finished, a table waits to join)? The verifier's looks
@@ -437,29 +477,104 @@ class PipelineRun:
         while True:
             batch = reader.next_batch()
             crash_point("cdc.batch-read")
+            staged = self._stage(stream, batch) if batch.stage is not None else 0
             payloads = [lane for lane in batch.payloads if lane]
             per_table = {source: [count, 0, 0] for source, count in batch.per_table.items()}
             if payloads:
                 try:
                     results = write_lanes(self.spec, self.session, payloads, batch.events)
                 except Exception:
-                    self.checkpoints.count(self.spec.pipeline, {t: [n, 0, n] for t, (n, _, _) in per_table.items()})
+                    if batch.through is None:  # a piece's changes count with its commit
+                        self.checkpoints.count(self.spec.pipeline,
+                                               {t: [n, 0, n] for t, (n, _, _) in per_table.items()})
                     raise
                 for lane in results:
                     for source, rows in lane:
                         per_table[source][1] += rows
                         self.totals.rows_written += rows
+            if batch.through is not None:
+                self._piece(stream, batch, per_table, staged)
+                if batch.done:  # the binlog ended inside it (not at a commit): claimed by a later run
+                    return batch
+                continue
             crash_point("cdc.written")
+            for end in batch.staged_ends:  # XA transactions in staging committed here: into the copies
+                self._staged_end(stream, end, per_table)
+            batch = self._claim(stream, batch, per_table, staged)
             self.totals.events += batch.events
             if batch.xa_commits_unseen:
                 self._unseen_xa_commits(stream, batch)
             self.advance(stream, batch.end, batch)  # every write acknowledged: the checkpoint may pass the batch
+            for end in batch.staged_ends:  # their ends are behind the checkpoint: staging no longer needed
+                self.staging.drop(BinlogPosition.from_dict(end["began"]))
             self.checkpoints.count(self.spec.pipeline, per_table)
             crash_point("cdc.checkpointed")
             if batch.ddl or batch.done:
                 return batch
             if poll():
                 return None
+
+    def _piece(self, stream: Stream, batch: Decoded, per_table: dict, staged: int) -> None:
+        """A piece of a transaction still open (core/cdc/binlog.Batch) has been written at its
+        versions; its changes are claimed — checkpoint, counters, totals — only with the batch
+        of its commit (:meth:`_claim`), so nothing half-applied is acknowledged. Meanwhile the
+        state says how far the transaction got (``applying``), the checkpoint unchanged."""
+        open_ = stream.applying = stream.applying or Applying(batch.end, time.time())
+        open_.through, open_.pieces = batch.through, open_.pieces + 1
+        open_.changes += batch.events
+        open_.staged += staged
+        for source, (changes, written, _) in per_table.items():
+            counts = open_.per_table.setdefault(source, [0, 0])
+            counts[0] += changes
+            counts[1] += written
+        self.totals.pieces += 1
+        self.state.applying = open_.to_dict(stream.joining.name if stream.joining else "")
+        self.checkpoints.write(self.state)
+        crash_point("cdc.piece-written")
+
+    def _claim(self, stream: Stream, batch: Decoded, per_table: dict, staged: int) -> Decoded:
+        """The batch holding the end of the transaction whose pieces came before: its changes
+        count now, with the batch's own."""
+        open_, stream.applying = stream.applying, None
+        if open_ is None:
+            return batch
+        self.state.applying = None
+        for source, (changes, written) in open_.per_table.items():
+            counts = per_table.setdefault(source, [0, 0, 0])
+            counts[0] += changes
+            counts[1] += written
+        seconds = time.time() - open_.since
+        if open_.staged and not open_.changes:
+            self.log(f"an XA transaction from {open_.began}: {open_.staged + staged:,} rows written to staging in "
+                     f"{open_.pieces + 1} pieces over {seconds:.1f} s (core/cdc/staging.py)")
+        else:
+            self.log(f"a large transaction from {open_.began} applied: {open_.changes:,} row changes in "
+                     f"{open_.pieces} piece(s), then the batch of its commit, over {seconds:.1f} s")
+        return dataclasses.replace(batch, events=batch.events + open_.changes)
+
+    def _stage(self, stream: Stream, batch: Decoded) -> int:
+        """Write a batch's staging rows (an XA transaction beyond the bounds, core/cdc/staging.py)."""
+        payloads = [lane for lane in batch.staging if lane]
+        targets = {stage: stream.routes[source] for lane in payloads for _, stage, source, _ in lane}
+        self.checkpoints.fence()  # staging is written only under the lease, as the copies are
+        self.staging.prepare(batch.stage, targets)
+        rows = sum(n for lane in write_lanes(self.spec, self.session, payloads, 0) for _, n in lane) if payloads else 0
+        self.totals.xa_staged += rows
+        return rows
+
+    def _staged_end(self, stream: Stream, end: dict, per_table: dict) -> None:
+        """An XA transaction in staging committed: each key's last change written to its copy at
+        the commit's version (XA ROLLBACK: nothing; its staging is dropped after the checkpoint)."""
+        if not end["commit"]:
+            return
+        began = BinlogPosition.from_dict(end["began"])
+        for source, low in end["sources"].items():
+            route = stream.routes.get(source)
+            if route is None:  # the table left the pipeline since
+                continue
+            written = self.staging.commit(began, route, low, end["version"])
+            per_table.setdefault(source, [0, 0, 0])[1] += written
+            self.totals.rows_written += written
 
     def _unseen_xa_commits(self, stream: Stream, batch: Decoded) -> None:
         """XA COMMITs of transactions prepared before the stream began (before a copy's snapshot,
@@ -494,7 +609,10 @@ class PipelineRun:
         """Tables registered since the stream started (a bootstrap under way, a full load) join it:
         each first replays its own changes from where its copy began up to the checkpoint."""
         joined, state = [], self.state
-        for registration in self.checkpoints.registrations(self.spec.pipeline):
+        # the run's first look reuses what its start read a moment before
+        registrations, self._registrations = self._registrations or self.checkpoints.registrations(
+            self.spec.pipeline), None
+        for registration in registrations:
             if registration.joined:
                 continue
             table = registration.table
@@ -516,6 +634,9 @@ class PipelineRun:
             state.tables.append(table)
             self.stream.routes.pop(table.name, None)
             self.stream.routes.update(routes)
+            if any("staged" in e for e in state.prepared.values()):  # staged without the new table's rows
+                self.staging.forget()
+                state.prepared = {x: {k: v for k, v in e.items() if k != "staged"} for x, e in state.prepared.items()}
             self.checkpoints.write(state)  # the table is the pipeline's now ...
             registration.joined, registration.since = True, state.checkpoint
             self.checkpoints.write_registration(self.spec.pipeline, registration)  # ... and no longer waits

@@ -44,35 +44,38 @@ def note(pipeline: str, text: str) -> None:
     log.info(f"pipeline {pipeline!r}: {text}")
 
 
-def route_for(conn, ch, table: PipelineTable) -> TableRoute:
+def route_for(conn, ch, table: PipelineTable, facts: dict | None = None) -> TableRoute:
     """The route of a pipeline table: the shape it had at the checkpoint (the source's current
-    definition the first time), the copy's key, and the weight column of a collated split key."""
+    definition the first time), the copy's key, and the weight column of a collated split key.
+    ``facts``: the copies' (core/target/clickhouse.table_facts), when read for many tables at once."""
     database, name = table.target_database, table.writes_to
-    if not target.table_exists(ch, database, name):
+    facts = (target.table_facts(ch, [(database, name)]) if facts is None else facts).get((database, name))
+    if facts is None:
         raise BinlogError(f"table {table.name}: its target {database}.{name} does not exist; a full load "
                           "creates it (start the pipeline from one, or bootstrap the table again)")
-    target.check_layout(ch, database, name)
-    present = set(target.column_types(ch, database, name))
+    target.check_layout(ch, database, name, facts.comment)
+    present = set(facts.columns)
     schema = table.schema()
     if schema is None:
         schema = copied_schema(conn, table.copy_spec())
         schema = schema.select([c.name for c in schema.columns if c.name in present])
         table.remember_shape(schema)
     route = TableRoute(schema, database, name, table, skip_before=table.skip_before)
-    route.key = target.sorting_key(ch, database, name)  # the copy's key (a later key change is refused)
+    route.key = facts.sorting_key  # the copy's key (a later key change is refused)
     if SPLIT_WEIGHT_COLUMN in present and table.split_column:
         route.weight = schema.column(table.split_column)
     return route
 
 
 def open_routes(conn, ch, tables: list[PipelineTable]) -> dict[str, TableRoute]:
-    """The routes of the tables still streaming (those that left stay in ``tables``)."""
+    """The routes of the tables still streaming (those that left stay in ``tables``); their
+    copies looked at together (a run's fixed cost does not grow by queries per table)."""
+    streaming = [t for t in tables if not t.left]
+    facts = target.table_facts(ch, [(t.target_database, t.writes_to) for t in streaming])
     routes = {}
-    for table in tables:
-        if table.left:
-            continue
+    for table in streaming:
         try:
-            routes[table.name] = route_for(conn, ch, table)
+            routes[table.name] = route_for(conn, ch, table, facts)
         except TableNotFound as exc:
             raise BinlogError(f"table {table.name}: {exc}") from exc
     return routes

@@ -2,10 +2,11 @@
 
 A range of the binlog (:class:`ReadRange`) is decoded by python-mysql-replication in a process
 of its own (pure Python: it would otherwise share the driver's interpreter with the writes'
-bookkeeping), which turns each batch of complete transactions into per-lane Arrow payloads
-(routes by hash(table, primary key) on the ring). A bounded range with enough row-event bytes
-is split between reader processes (:class:`Readers`); their batches are handed on in binlog
-order. The driver writes a batch's lanes in parallel (:func:`write_lanes`): threads of the
+bookkeeping), which turns each batch of complete transactions — or piece of a large one
+(core/cdc/binlog.Batch) — into per-lane Arrow payloads (routes by hash(table, primary key) on
+the ring). A bounded range with enough row-event bytes is split between reader processes
+(:class:`Readers`), after commits or inside a large transaction; their batches are handed on
+in binlog order. The driver writes a batch's lanes in parallel (:func:`write_lanes`): threads of the
 driver for a batch of at most ``driver_write_rows`` changes, Spark tasks above.
 """
 
@@ -17,6 +18,7 @@ import math
 import multiprocessing
 import os
 import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,9 +26,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute, backlog_events, batches, split_backlog
+from airflow_sync_provider.core.cdc.binlog import (
+    BinlogReader,
+    MidTransaction,
+    TableRoute,
+    backlog_events,
+    batches,
+    split_backlog,
+)
 from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.cdc.ring import HashRing
+from airflow_sync_provider.core.cdc.staging import stage_table
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.source import reader as mysql_reader
@@ -49,13 +59,13 @@ class ReadRange:
 
     routes: dict[str, TableRoute]
     watched: frozenset
-    start: BinlogPosition
-    stop: BinlogPosition | None
+    start: BinlogPosition | MidTransaction  # a share of a split range may begin or end inside a transaction
+    stop: BinlogPosition | MidTransaction | None
     deadline: float | None = None
     selection: dict | None = None
     prepared: dict | None = None  # XA transactions prepared before ``start`` (BinlogReader): xid → position
 
-    def part(self, start: BinlogPosition, stop: BinlogPosition | None) -> "ReadRange":
+    def part(self, start, stop) -> "ReadRange":
         return dataclasses.replace(self, start=start, stop=stop)
 
 
@@ -73,6 +83,15 @@ class Decoded:
     payloads: list
     prepared: dict = dataclasses.field(default_factory=dict)  # XA transactions open at ``end``
     xa_commits_unseen: int = 0  # Batch.xa_commits_unseen
+    through: BinlogPosition | None = None  # a piece of a transaction still open (Batch.through)
+    staging: list = dataclasses.field(default_factory=list)  # lane payloads into staging tables (Batch.staging)
+    stage: BinlogPosition | None = None  # where the XA transaction they belong to began
+    staged_ends: list = dataclasses.field(default_factory=list)  # Batch.staged_ends
+
+    @property
+    def alone(self) -> bool:
+        """Never merged with another batch: a piece (claimed apart) or staging rows (one transaction's)."""
+        return self.through is not None or self.stage is not None
 
     def merged(self, more: "Decoded") -> "Decoded":
         per_table = dict(self.per_table)
@@ -80,7 +99,8 @@ class Decoded:
             per_table[source] = per_table.get(source, 0) + count
         return Decoded(self.start, more.end, self.events + more.events, per_table, more.ddl, more.done,
                        more.last_event_at or self.last_event_at, [a + b for a, b in zip(self.payloads, more.payloads)],
-                       more.prepared, self.xa_commits_unseen + more.xa_commits_unseen)
+                       more.prepared, self.xa_commits_unseen + more.xa_commits_unseen,
+                       staged_ends=self.staged_ends + more.staged_ends)
 
 
 def _latest(route: TableRoute, rows, versions, deleted):
@@ -139,19 +159,21 @@ def write_lanes(spec: CdcApplySpec, session, payloads: list, changes: int) -> li
         return list(pool.map(lambda items: _write_lane(spec.target, items), payloads))
 
 
-def _hand_over(out, item, halt, parent: int) -> bool:
+def _hand_over(out, item, halt, parent: int | None) -> bool:
     """Put ``item`` on the queue; False when the driver stopped us or is gone (killed: the
-    reader must not outlive it holding a binlog connection)."""
-    while not halt.is_set() and os.getppid() == parent:
+    reader must not outlive it holding a binlog connection; None: a thread of the driver)."""
+    while not halt.is_set() and (parent is None or os.getppid() == parent):
         try:
             out.put(item, timeout=1.0)
             return True
         except queue.Full:
             continue
+    if parent is not None:  # nobody reads the queue any more: exit without flushing what it buffers
+        out.cancel_join_thread()
     return False
 
 
-def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int) -> None:
+def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int | None) -> None:
     """The reader process: decode complete transactions of ``part`` and turn them into lane
     payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
     try:
@@ -162,13 +184,15 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int) -
         # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
         seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
         try:
-            for batch in batches(reader, part.stop, spec.batch_events, seconds):
-                if part.deadline is not None and time.time() >= part.deadline:
+            for batch in batches(reader, part.stop, spec.batch_events, seconds, spec.batch_bytes):
+                # a service's time is up at a commit: a transaction it is inside is finished first
+                if part.deadline is not None and time.time() >= part.deadline and batch.through is None:
                     batch.done = True
                 decoded = Decoded(batch.start, batch.end, batch.events, dict(batch.per_table), batch.ddl,
                                   batch.done, batch.last_event_at,
                                   _lane_payloads(batch, part.routes, spec.lanes, spec.source), batch.prepared,
-                                  batch.xa_commits_unseen)
+                                  batch.xa_commits_unseen, batch.through, _staging_payloads(spec, batch, part.routes),
+                                  batch.staging.start if batch.staging else None, batch.staged_ends)
                 if not _hand_over(out, decoded, halt, parent) or batch.done or batch.ddl:
                     break
         finally:
@@ -178,14 +202,29 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int) -
                    else ApplyFailed(f"binlog reader: {type(exc).__name__}: {exc}"), halt, parent)
 
 
-class _Reader:
-    """Runs :func:`_read_batches` in a process of its own."""
+def _staging_payloads(spec: CdcApplySpec, batch, routes: dict[str, TableRoute]) -> list[list[tuple]]:
+    """The lane payloads of ``batch.staging``, addressed to the XA transaction's staging tables."""
+    if batch.staging is None:
+        return []
+    return [[(spec.ledger_database, stage_table(spec.pipeline, batch.staging.start, source), source, data)
+             for _, _, source, data in lane]
+            for lane in _lane_payloads(batch.staging, routes, spec.lanes, spec.source)]
 
-    def __init__(self, spec: CdcApplySpec, part: ReadRange, ahead: int = 2):
-        context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
-        self.out, self.halt = context.Queue(maxsize=ahead), context.Event()
-        self.process = context.Process(target=_read_batches, args=(spec, part, self.out, self.halt, os.getpid()),
-                                       daemon=True)
+
+class _Reader:
+    """Runs :func:`_read_batches` in a process of its own, or (``inline``: a range too small to
+    be worth a process's start, a fresh interpreter importing everything) in a driver thread."""
+
+    def __init__(self, spec: CdcApplySpec, part: ReadRange, ahead: int = 2, inline: bool = False):
+        if inline:
+            self.out, self.halt = queue.Queue(maxsize=ahead), threading.Event()
+            self.process = threading.Thread(target=_read_batches, args=(spec, part, self.out, self.halt, None),
+                                            name="binlog-reader", daemon=True)
+        else:
+            context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
+            self.out, self.halt = context.Queue(maxsize=ahead), context.Event()
+            self.process = context.Process(target=_read_batches, args=(spec, part, self.out, self.halt, os.getpid()),
+                                           daemon=True)
         self.process.start()
 
     def get(self):
@@ -194,7 +233,8 @@ class _Reader:
                 return self.out.get(timeout=5)
             except queue.Empty:
                 if not self.process.is_alive():
-                    raise ApplyFailed(f"the binlog reader process died (exit code {self.process.exitcode})") from None
+                    raise ApplyFailed("the binlog reader died (exit code "
+                                      f"{getattr(self.process, 'exitcode', None)})") from None
 
     def close(self):
         self.halt.set()
@@ -209,6 +249,7 @@ class _Reader:
 SPLIT_MIN_BYTES = 4 << 20  # a bounded range with fewer row-event bytes is read by one process
 MAX_READERS = 8  # each holds a replication connection and its own interpreter (≈100 MB)
 CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: the CPU quota of the driver's group
+INLINE_MAX_BYTES = 1 << 20  # a bounded range of fewer binlog bytes is read in a driver thread
 
 
 def driver_cores() -> int:
@@ -227,14 +268,26 @@ def reader_count(spec: CdcApplySpec) -> int:
     return spec.readers or min(MAX_READERS, driver_cores())
 
 
-def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition]:
-    """Where a bounded range is split between reader processes (none for a service, whose end
-    is open, or a range with a DDL on it)."""
+def _binlog_bytes(part: ReadRange) -> int | None:
+    """The binlog bytes of a bounded range in one file (None: open-ended or across files)."""
+    start, stop = part.start, part.stop
+    if stop is None or part.deadline is not None or not isinstance(start, BinlogPosition) or \
+            not isinstance(stop, BinlogPosition) or start.file != stop.file or start.epoch != stop.epoch:
+        return None
+    return max(0, stop.pos - start.pos)
+
+
+def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition | MidTransaction]:
+    """Where a bounded range is split between :func:`reader_count` reader processes (none for a
+    service, whose end is open, or a range with a DDL on it): after commits, or inside a
+    transaction larger than a share."""
     start, stop, readers = part.start, part.stop, reader_count(spec)
+    size = _binlog_bytes(part)
     if (stop is None or part.deadline is not None or readers < 2 or stop.key() <= start.key()
-            or part.prepared):  # a parked XA transaction's commit must reach the reader that holds its rows
+            or part.prepared  # a parked XA transaction's commit must reach the reader that holds its rows
+            or size is not None and size < SPLIT_MIN_BYTES):  # fewer row-event bytes still: not worth a look
         return []
-    found = split_backlog(backlog_events(spec.source, start, stop), readers, SPLIT_MIN_BYTES) or []
+    found = split_backlog(backlog_events(spec.source, start, stop), readers, SPLIT_MIN_BYTES, start) or []
     if found:
         log.info(f"pipeline {spec.pipeline!r}: {start} … {stop} read by {len(found) + 1} processes, split "
               f"at {', '.join(map(str, found))}")
@@ -244,8 +297,9 @@ def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition]:
 class Readers:
     """``part`` split between reader processes at :func:`cuts` (core/cdc/binlog.split_backlog),
     each decoding its share at once; their batches are handed on in binlog order, so the
-    checkpoint still only moves forward over applied batches. A later share's reader decodes
-    ahead into a deeper queue while the earlier ones are applied."""
+    checkpoint still only moves forward over applied batches (a share that ends inside a
+    transaction ends with a piece, and the next share's first batches are its further pieces).
+    A later share's reader decodes ahead into a deeper queue while the earlier ones are applied."""
 
     AHEAD = 32  # batches a later share's reader may decode ahead (≈ 5–7 MB each at 50k changes)
 
@@ -257,16 +311,20 @@ class Readers:
             for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
                 # each its own replica id: the server drops a second connection under the same one
                 share = dataclasses.replace(spec, server_id=spec.server_id + i)
-                self.readers.append(_Reader(share, part.part(a, b), 2 if i == 0 else self.AHEAD))
+                size = _binlog_bytes(part) if len(bounds) == 2 else None
+                self.readers.append(_Reader(share, part.part(a, b), 2 if i == 0 else self.AHEAD,
+                                            inline=size is not None and size < INLINE_MAX_BYTES))
         except BaseException:
             self.close()
             raise
         self.index = 0
+        self._held = None  # a batch taken while merging that must go alone (Decoded.alone)
 
     def _handed_on(self, item):
-        """A share's last batch ends at its cut: the next share follows, so it is not the end."""
+        """A share's last batch ends at its cut (a piece: read through it): the next share
+        follows, so it is not the end."""
         if (isinstance(item, Decoded) and item.done and self.index < len(self.readers) - 1
-                and item.end.key() == self.ends[self.index].key()):
+                and (item.through or item.end).key() == self.ends[self.index].key()):
             self.index += 1
             return dataclasses.replace(item, done=False)
         return item
@@ -280,17 +338,21 @@ class Readers:
     def next_batch(self, limit: int = 8) -> Decoded:
         """The next batch, merged with the batches already waiting behind it (in order, up to a
         DDL or the end): when writing is slower than reading, one write and one checkpoint cover
-        them all, so the applier keeps up instead of falling behind by a Spark job per batch."""
-        batch = self.get()
+        them all, so the applier keeps up instead of falling behind by a Spark job per batch.
+        Pieces and staging rows go alone."""
+        batch, self._held = self._held or self.get(), None
         if isinstance(batch, BaseException):
             raise batch
-        while not (batch.ddl or batch.done) and limit > 1:
+        while not (batch.ddl or batch.done or batch.alone) and limit > 1:
             try:
                 more = self.get_nowait()
             except queue.Empty:
                 return batch
             if isinstance(more, BaseException):
                 raise more
+            if more.alone:
+                self._held = more
+                return batch
             batch = batch.merged(more)
             limit -= 1
         return batch

@@ -267,7 +267,15 @@ class Verifier:
         self.strikes: dict[tuple, int] = {}  # (table, slice) → looks that found it different in a row
         self.again: dict[str, set] = {}  # slices repaired, to be looked at again first
         self.mysql_seconds, self.began = 0.0, time.monotonic()
-        self.ch = target.client(run.spec.target)  # its own: the looks run beside the stream's writes
+        self._ch = None
+
+    @property
+    def ch(self):
+        """Its own client (the looks run beside the stream's writes), opened at the first look:
+        a run with nothing to verify does not pay for it."""
+        if self._ch is None:
+            self._ch = target.client(self.run.spec.target)
+        return self._ch
 
     @property
     def enabled(self) -> bool:
@@ -448,7 +456,8 @@ class Verifier:
 
     def shut(self) -> None:
         self.close()
-        self.ch.close()
+        if self._ch is not None:
+            self._ch.close()
 
     # --- in the stream's thread ---------------------------------------------------------------
 

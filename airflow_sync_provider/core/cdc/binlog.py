@@ -214,9 +214,36 @@ class TableRoute:
                                     names=self.names + ["_version", "_deleted"])
 
 
+# the bound on a batch's and an open transaction's row-event bytes (CdcApplySpec.batch_bytes)
+BATCH_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class MidTransaction:
+    """A cut inside a transaction, at a rows event (:func:`split_backlog`). The share that
+    starts here reads the statement's table maps from offset ``maps`` of ``at``'s file on, skips
+    the rows events before ``at`` undecoded and continues the transaction that began at
+    ``began`` (whose GTID state is the one before it); the share before it stops here. ``at``
+    carries the epoch and the GTID state after the transaction: the share passes its commit."""
+
+    at: BinlogPosition
+    maps: int
+    began: BinlogPosition
+
+    def key(self) -> tuple[int, int, int]:
+        return self.at.key()
+
+    def __str__(self) -> str:
+        return f"{self.at.file}:{self.at.pos} (inside the transaction that began at {self.began.file}:{self.began.pos})"
+
+
 @dataclass
 class Batch:
-    """Complete transactions read from ``start`` up to ``end``, grouped by table and lane."""
+    """Complete transactions read from ``start`` up to ``end``, grouped by table and lane — or,
+    when ``through`` is set, a **piece**: changes of one transaction still open at ``through``
+    (it began at ``start``, which is also ``end``), handed on before its commit so that memory
+    stays bounded whatever the transaction's size. The applier writes a piece at its versions
+    but claims it (checkpoint, counters) only with the batch that holds the commit."""
 
     start: BinlogPosition
     end: BinlogPosition
@@ -230,9 +257,19 @@ class Batch:
     done: bool = False  # the stop position (or the end of the binlog) was reached
     last_event_at: float = 0.0  # the source's timestamp of the last transaction
     # XA transactions prepared and not yet committed at ``end``: xid → where each began (a new
-    # reader reads their rows again from there: see BinlogReader)
+    # reader reads their rows again from there: see BinlogReader) and, for one kept in staging,
+    # "staged": its row changes per table
     prepared: dict = field(default_factory=dict)
     xa_commits_unseen: int = 0  # XA COMMITs in it of transactions prepared before the reader's start
+    through: BinlogPosition | None = None  # a piece: how far the open transaction was read
+    bytes: int = 0  # row-event bytes of its changes
+    # rows of one XA transaction kept in staging until its XA COMMIT (a batch of their own whose
+    # ``start`` is where the transaction began): the applier writes them to staging tables
+    staging: Batch | None = None
+    # XA transactions kept in staging that ended here: {"began": position dict, "commit": bool,
+    # "version": the commit's (None: XA COMMIT … ONE PHASE, rows keep theirs), "sources": {table:
+    # lowest version kept}}
+    staged_ends: list = field(default_factory=list)
 
     def add(self, route: TableRoute, lane: int, row: tuple, version: int, deleted: bool):
         rows, versions, flags = self.lanes[route.source][lane]
@@ -241,8 +278,28 @@ class Batch:
         flags.append(int(deleted))
 
 
+@dataclass
+class Parked:
+    """A prepared XA transaction waiting for its XA COMMIT: its changes in memory, or — once they
+    or everything parked outgrow the batch bounds — in staging (``staged``: rows per table)."""
+
+    began: BinlogPosition
+    changes: list = field(default_factory=list)
+    bytes: int = 0
+    staged: dict | None = None
+
+    def to_dict(self) -> dict:
+        return self.began.to_dict() | ({"staged": dict(self.staged)} if self.staged is not None else {})
+
+
 class BinlogReader:
     """A resumable stream of complete transactions for a set of tables, cut into batches.
+
+    **Large transactions.** A transaction whose open changes reach the batch bounds
+    (``max_events`` row changes or ``max_bytes`` of row events) is handed on in pieces as it is
+    read (:attr:`Batch.through`); a batch is either complete transactions or one piece, so the
+    applier can tell what it may claim. A reader may also start inside a transaction
+    (:class:`MidTransaction`, a share of a split backlog) and stop inside one.
 
     **XA transactions.** A prepared XA transaction's rows are written at ``XA PREPARE`` (after
     ``XA END``), but exist only at its ``XA COMMIT`` — a transaction of its own, maybe hours and
@@ -250,63 +307,78 @@ class BinlogReader:
     and adds them to the batch of the commit; the checkpoint moves on meanwhile and carries the
     parked xids with where each began (``Batch.prepared``), so a new reader reads just those
     transactions again (a prepared transaction is one contiguous group in the binlog). Their
-    rows take the commit's version (:meth:`_xa_end`). ``XA COMMIT … ONE PHASE`` is an ordinary
-    commit. A commit of a transaction prepared before the reader's start (a copy's snapshot
-    cannot see a prepared transaction) is counted in ``Batch.xa_commits_unseen``: its rows are
-    not in the stream, and the applier has every table looked at.
+    rows take the commit's version (:meth:`_xa_end`). Rows beyond the batch bounds go to staging
+    instead of memory (:attr:`Batch.staging`, written by the applier; the commit is then a
+    :attr:`Batch.staged_ends` entry), and a transaction the checkpoint says is in staging is not
+    read again. ``XA COMMIT … ONE PHASE`` is an ordinary commit. A commit of a transaction
+    prepared before the reader's start (a copy's snapshot cannot see a prepared transaction) is
+    counted in ``Batch.xa_commits_unseen``: its rows are not in the stream, and the applier has
+    every table looked at.
     """
 
-    def __init__(self, endpoint: MySQLEndpoint, start: BinlogPosition, routes: dict[str, TableRoute],
-                 ring: HashRing, server_id: int, blocking: bool = False, watched: frozenset = frozenset(),
-                 selection=None, prepared: dict | None = None):
+    def __init__(self, endpoint: MySQLEndpoint, start: BinlogPosition | MidTransaction,
+                 routes: dict[str, TableRoute], ring: HashRing, server_id: int, blocking: bool = False,
+                 watched: frozenset = frozenset(), selection=None, prepared: dict | None = None):
         self.routes, self.ring = routes, ring
         self.watched = set(routes) | set(watched)  # DDL on these names ends a batch (tables that left too)
         self.selection = selection  # and on names the pipeline's patterns select (a table joining)
-        self.position = start
+        inside = start if isinstance(start, MidTransaction) else None
+        at = inside.at if inside else start
+        self.position = inside.began if inside else start  # where the open transaction began
         self.stream = CheckedBinLogStream(  # stops on events it cannot read (see the end of this module)
-            **endpoint.replication_args(), server_id=server_id, resume_stream=True, log_file=start.file,
-            log_pos=start.pos, blocking=blocking, slave_heartbeat=1 if blocking else None,
+            **endpoint.replication_args(), server_id=server_id, resume_stream=True, log_file=at.file,
+            log_pos=inside.maps if inside else at.pos, blocking=blocking, slave_heartbeat=1 if blocking else None,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
                          MariadbGtidEvent, GtidEvent, HeartbeatLogEvent, XAPrepareEvent],
             only_schemas=sorted({r.schema.database for r in routes.values()}), freeze_schema=True,
             followed=lambda: self.routes)
-        self.epoch = start.epoch  # the server's (core/cdc/servers.py): every version read here carries it
-        self.gtids = GtidState(start.gtid)  # the server's GTID state as the stream passes transactions
+        self.epoch = at.epoch  # the server's (core/cdc/servers.py): every version read here carries it
+        self._file = at.file  # the binlog file being read (its table ids are valid while it is)
+        self.gtids = GtidState(at.gtid)  # the server's GTID state as the stream passes transactions
         self._pending: list = []  # the open transaction's row changes
+        self._pending_bytes = 0  # and their row events' bytes
+        # a share starting inside a transaction: rows events ending by here are the share before's
+        self._skip_to = (at.seq, at.pos) if inside else None
+        self._open = inside is not None  # inside a transaction whose changes were partly handed on
         self._endpoint, self._server_id = endpoint, server_id
-        # xid → (where the transaction began, its row changes): prepared, not yet committed
-        self._prepared: dict[str, tuple[BinlogPosition, list]] = {}
-        for xid, began in (prepared or {}).items():
-            began = BinlogPosition.from_dict(began)
-            try:
-                self._prepared[xid] = (began, self._read_prepared(xid, began))
-            except pymysql.err.OperationalError as exc:
-                if exc.args[0] != 1236:  # not "the server cannot serve that binlog position"
-                    raise
-                # purged: its commit counts as unseen (the tables are looked at after it)
-                _log.warning("binlog %s: the prepared XA transaction %s can no longer be read (%s)", began, xid, exc)
+        self._prepared: dict[str, Parked] = {}  # xid → prepared, not yet committed
+        self._spilled: dict = defaultdict(int)  # the open XA transaction's rows in staging, per table
+        self._reread: list = []  # (xid, where it began): parked before this reader, read again first
+        self._again: BinlogReader | None = None  # reading one of them
+        for xid, entry in (prepared or {}).items():
+            began = BinlogPosition.from_dict(entry)
+            if isinstance(entry, dict) and entry.get("staged") is not None:  # the applier found its staging whole
+                self._prepared[xid] = Parked(began, staged=dict(entry["staged"]))
+            else:
+                self._reread.append((xid, began))
         self._unseen = 0
         self._xa_open = False  # the open transaction is an XA one (its rows are versioned at its commit)
         self._decoders = Decoders(ring)  # row images read by code made per table map (core/cdc/rowimage.py)
 
     def close(self):
+        if self._again is not None:
+            self._again.close()
         self.stream.close()
 
     def _here(self) -> BinlogPosition:
         return BinlogPosition(self.stream.log_file, self.stream.log_pos, self.gtids.text(), self.epoch)
 
-    def read(self, stop: BinlogPosition | None, max_events: int, max_seconds: float) -> Batch:
-        """The next batch: complete transactions until ``max_events`` row changes or
-        ``max_seconds`` have gone by, a DDL on a replicated table, ``stop`` or the binlog's end."""
-        batch = self._read(stop, max_events, max_seconds)
+    def read(self, stop: BinlogPosition | MidTransaction | None, max_events: int, max_seconds: float,
+             max_bytes: int = BATCH_BYTES) -> Batch:
+        """The next batch: complete transactions until ``max_events`` row changes or ``max_bytes``
+        of their row events or ``max_seconds`` have gone by, a DDL on a replicated table,
+        ``stop`` or the binlog's end; or a piece of a transaction that outgrew the bounds."""
+        batch = self._read_prepared(max_events, max_bytes) or self._read(stop, max_events, max_seconds, max_bytes)
         # the XA transactions open at the batch's end (a batch ends at a boundary, where the
         # reader's own state is the end's), and the commits it saw of ones prepared before the start
-        batch.prepared = {xid: began.to_dict() for xid, (began, _) in self._prepared.items()}
+        batch.prepared = {xid: parked.to_dict() for xid, parked in self._prepared.items()}
         batch.xa_commits_unseen, self._unseen = self._unseen, 0
         return batch
 
-    def _read(self, stop: BinlogPosition | None, max_events: int, max_seconds: float) -> Batch:
+    def _read(self, stop, max_events: int, max_seconds: float, max_bytes: int) -> Batch:
         batch = Batch(self.position, self.position)
+        if self._piece_due(stop, max_events, max_bytes):  # held back from the batch before
+            return self._piece(batch, stop)
         deadline = time.monotonic() + max_seconds
         for event in iter(self.stream.fetchone, None):
             if isinstance(event, MariadbGtidEvent):
@@ -317,29 +389,41 @@ class BinlogReader:
                 self._xa_open = False
             elif isinstance(event, RotateEvent):
                 # Table ids are the server's until it restarts, and a restart begins a new file:
-                # forget them (with freeze_schema the library would keep a table map whose id a
-                # restarted server gave to another table, and apply its rows to the wrong table).
-                self.stream.table_map.clear()
+                # forget them at a new file (with freeze_schema the library would keep a table map
+                # whose id a restarted server gave to another table, and apply its rows to the
+                # wrong table). Not at the rotate a reconnection starts with (the library
+                # reconnects by itself when the server dropped the connection, e.g. a reader that
+                # waited longer than net_write_timeout to hand a batch on): it resumes inside a
+                # statement, whose rows need the maps read before (forgotten, the library
+                # skipped them as rows of an unfollowed table).
+                if event.next_binlog != self._file:
+                    self.stream.table_map.clear()
+                    self._file = event.next_binlog
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                if self._skip_to is not None:
+                    if (file_seq(self.stream.log_file), self.stream.log_pos) <= self._skip_to:
+                        continue  # the share before this one read it; not decoded
+                    self._skip_to = None
+                if isinstance(stop, MidTransaction) and self._reached(stop.at, after=True):
+                    return batch if batch.end.key() != batch.start.key() else self._piece(batch, stop)
                 route = self.routes.get(f"{event.schema}.{event.table}")
                 if route is not None:
                     self._changes(event, route)
+                    self._pending_bytes += event.event_size
             elif isinstance(event, XAPrepareEvent) and not event.one_phase:  # parked until its XA COMMIT
-                self._prepared[xa_id(event)] = (self.position, self._pending)
-                self._pending, self._xa_open = [], False
+                self._park(xa_id(event), batch, max_events, max_bytes)
                 batch.end = self.position = self._here()
                 if stop is not None and batch.end.key() >= stop.key():
                     batch.done = True
                     return batch
+                if batch.staging is not None:  # a batch carries one transaction's staging rows
+                    return batch
             elif (isinstance(event, (XidEvent, XAPrepareEvent))
                   or (isinstance(event, QueryEvent) and self._boundary(event, batch))):
                 if self._xa_open:  # MySQL's XA COMMIT … ONE PHASE: rows gathered unskipped, as for a prepare
-                    self._pending = [item for item in self._pending if item[3] >= item[0].skip_before]
-                for item in self._pending:
-                    batch.add(*item)
-                    batch.per_table[item[0].source] += 1
-                batch.events += len(self._pending)
-                self._pending, self._xa_open = [], False
+                    self._one_phase(batch)
+                self._take_pending(batch)
+                self._xa_open = self._open = False
                 if batch.ddl:
                     # the batch ends *before* the DDL: the checkpoint may pass the statement only
                     # once the applier has followed it (a crash in between re-reads it)
@@ -350,12 +434,97 @@ class BinlogReader:
                 if stop is not None and batch.end.key() >= stop.key():
                     batch.done = True
                     return batch
-                if batch.events >= max_events:
+                if batch.events >= max_events or batch.bytes >= max_bytes or batch.staging is not None:
                     return batch
-            if time.monotonic() >= deadline and not self._pending:
+            if self._piece_due(stop, max_events, max_bytes):
+                # complete transactions and a piece never share a batch: the piece comes next
+                return batch if batch.end.key() != batch.start.key() else self._piece(batch, stop)
+            if time.monotonic() >= deadline and not self._pending and not self._open:
                 return batch
+        if self._pending or self._open:  # the binlog ends inside a transaction: nothing of it is claimed
+            batch = self._piece(batch, stop)
         batch.done = True  # the end of the binlog (non-blocking reads)
         return batch
+
+    def _reached(self, position: BinlogPosition, after: bool = False) -> bool:
+        """Has the stream read up to ``position`` (``after``: an event ending past it)?"""
+        here = (file_seq(self.stream.log_file), self.stream.log_pos)
+        return here > (position.seq, position.pos) if after else here >= (position.seq, position.pos)
+
+    def _piece_due(self, stop, max_events: int, max_bytes: int) -> bool:
+        """Must the open transaction's changes go on now: they reached the bounds, or this share
+        stops inside the transaction here?"""
+        return (len(self._pending) >= max_events or self._pending_bytes >= max_bytes
+                or isinstance(stop, MidTransaction) and self._reached(stop.at))
+
+    def _piece(self, batch: Batch, stop) -> Batch:
+        """The open transaction's changes read so far, as a piece (see :class:`Batch`); an XA
+        transaction's go to staging (its rows exist only at its commit)."""
+        if self._xa_open:
+            self._spill(batch, self.position)
+        else:
+            self._take_pending(batch)
+        self._open = True
+        batch.through = self._here()
+        if isinstance(stop, MidTransaction) and self._reached(stop.at):  # this share ends: the next goes on
+            batch.through, batch.done = stop.at, True
+        return batch
+
+    def _take_pending(self, batch: Batch) -> None:
+        """The open transaction's changes (so far) into ``batch``."""
+        for item in self._pending:
+            batch.add(*item)
+            batch.per_table[item[0].source] += 1
+        batch.events += len(self._pending)
+        batch.bytes += self._pending_bytes
+        self._pending, self._pending_bytes = [], 0
+
+    def _spill(self, batch: Batch, began: BinlogPosition, reader: BinlogReader | None = None) -> None:
+        """``reader``'s pending changes of the XA transaction that began at ``began`` into
+        ``batch``'s staging (counted in ``reader._spilled``, claimed at the commit)."""
+        reader = reader or self
+        batch.staging = Batch(began, began)
+        reader._take_pending(batch.staging)
+        for source, count in batch.staging.per_table.items():
+            reader._spilled[source] += count
+
+    def _parked_over(self, changes: int, size: int, max_events: int, max_bytes: int) -> bool:
+        """Would ``changes`` more parked in memory pass the bounds (for all parked transactions)?"""
+        return (sum(len(p.changes) for p in self._prepared.values()) + changes > max_events
+                or sum(p.bytes for p in self._prepared.values()) + size > max_bytes)
+
+    def _park(self, xid: str, batch: Batch, max_events: int, max_bytes: int) -> None:
+        """XA PREPARE: the open transaction's changes wait for its XA COMMIT, in memory or (beyond
+        the bounds) in staging."""
+        if self._spilled or self._parked_over(len(self._pending), self._pending_bytes, max_events, max_bytes):
+            if self._pending:
+                self._spill(batch, self.position)
+            self._prepared[xid] = Parked(self.position, staged=dict(self._spilled))
+        else:
+            self._prepared[xid] = Parked(self.position, self._pending, self._pending_bytes)
+            self._pending, self._pending_bytes = [], 0
+        self._spilled, self._xa_open, self._open = defaultdict(int), False, False
+
+    def _one_phase(self, batch: Batch) -> None:
+        """MySQL's XA COMMIT … ONE PHASE ends the open XA transaction as an ordinary commit: its
+        rows keep their versions (skipped below a table's ``skip_before``); rows already in
+        staging are written from there."""
+        if not self._spilled:
+            self._pending = [item for item in self._pending if item[3] >= item[0].skip_before]
+            return
+        if self._pending:
+            self._spill(batch, self.position)
+        kept = {s: self.routes[s].skip_before for s in self._spilled if s in self.routes}
+        batch.staged_ends.append({"began": self.position.to_dict(), "commit": True, "version": None, "sources": kept})
+        self._claim(batch, self._spilled)
+        self._spilled = defaultdict(int)
+
+    @staticmethod
+    def _claim(batch: Batch, counts: dict) -> None:
+        """Row changes written from staging at a commit count in the commit's batch."""
+        for source, count in counts.items():
+            batch.per_table[source] += count
+            batch.events += count
 
     def _boundary(self, event: QueryEvent, batch: Batch) -> bool:
         """Is this query event a transaction boundary? COMMIT (non-transactional tables) and
@@ -367,7 +536,7 @@ class BinlogReader:
         if head == "BEGIN" or head.startswith(("XA START", "XA BEGIN", "XA END")):
             return False  # the transaction goes on (to COMMIT, or XA END … XA PREPARE)
         if head.startswith(("XA COMMIT", "XA ROLLBACK")):
-            self._xa_end(event, statement, head.startswith("XA COMMIT"))
+            self._xa_end(event, statement, head.startswith("XA COMMIT"), batch)
             return True
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         parsed = ddl.parse(statement, schema)
@@ -377,7 +546,7 @@ class BinlogReader:
                          float(event.timestamp))
         return True
 
-    def _xa_end(self, event: QueryEvent, statement: str, commit: bool) -> None:
+    def _xa_end(self, event: QueryEvent, statement: str, commit: bool, batch: Batch) -> None:
         """``XA COMMIT xid`` brings the parked rows into the open transaction (``… ONE PHASE``:
         its rows are the open transaction's already); ``XA ROLLBACK xid`` drops them.
 
@@ -385,41 +554,86 @@ class BinlogReader:
         on, and a copy's snapshot taken between prepare and commit did not see them, so they
         must out-rank it (and are skipped exactly when the copy began after the commit). Only
         each key's last change is kept (one atomic transaction: its final state is what exists),
-        so one version serves them all."""
+        so one version serves them all. Rows in staging are written from there by the applier
+        (the same rule: :attr:`Batch.staged_ends`)."""
         if " ONE PHASE" in statement.upper():
             return
         xid = xa_id_of_statement(statement)
         parked = self._prepared.pop(xid, None)
-        if parked is not None:
+        version = event_version(self.stream.log_file, self.stream.log_pos - event.event_size, 0, self.epoch)
+        if parked is not None and parked.staged is not None:
+            kept = {s: version for s in parked.staged if s in self.routes and version >= self.routes[s].skip_before}
+            batch.staged_ends.append({"began": parked.began.to_dict(), "commit": commit, "version": version,
+                                      "sources": kept if commit else {}})
             if commit:
-                version = event_version(self.stream.log_file, self.stream.log_pos - event.event_size, 0, self.epoch)
+                self._claim(batch, {s: parked.staged[s] for s in kept})
+        elif parked is not None:
+            if commit:
                 last = {}
-                for route, lane, row, _, deleted in parked[1]:
+                for route, lane, row, _, deleted in parked.changes:
                     last[(route.source, route.key_of(row))] = (route, lane, row, version, deleted)
                 self._pending.extend(item for item in last.values() if version >= item[0].skip_before)
+                self._pending_bytes += parked.bytes
         elif commit:  # prepared before this reader's start: not before a copy's snapshot, say so
             self._unseen += 1
             _log.warning("binlog %s: %s of a transaction prepared before the stream's start: its rows are not in "
                          "the stream; every table is looked at", self._here(), statement.strip()[:200])
 
-    def _read_prepared(self, xid: str, began: BinlogPosition) -> list:
-        """The row changes of prepared transaction ``xid``, read again from where it began."""
-        again = BinlogReader(self._endpoint, began, self.routes, self.ring, self._server_id + 90)
-        again._xa_open = True
-        try:
-            for event in iter(again.stream.fetchone, None):
-                if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                    route = self.routes.get(f"{event.schema}.{event.table}")
-                    if route is not None:
-                        again._changes(event, route)
-                elif isinstance(event, XAPrepareEvent) and xa_id(event) == xid:
-                    return again._pending
-                elif isinstance(event, (XidEvent, XAPrepareEvent)):
-                    break
-        finally:
-            again.close()
+    def _read_prepared(self, max_events: int, max_bytes: int) -> Batch | None:
+        """The XA transactions parked before this reader's start, read again from where each
+        began (a prepared transaction is one contiguous group in the binlog) before the stream
+        goes on: parked in memory within the bounds, else written to staging piece by piece
+        (returned as pieces). None once all are read."""
+        while self._reread:
+            xid, began = self._reread[0]
+            if self._again is None:
+                self._again = BinlogReader(self._endpoint, began, self.routes, self.ring, self._server_id + 90)
+                self._again._xa_open = True
+            try:
+                piece = self._read_again(xid, began, self._again, max_events, max_bytes)
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != 1236:  # not "the server cannot serve that binlog position"
+                    raise
+                # purged: its commit counts as unseen (the tables are looked at after it)
+                _log.warning("binlog %s: the prepared XA transaction %s can no longer be read (%s)", began, xid, exc)
+                self._read_again_done()
+                continue
+            if piece is not None:
+                return piece
+        return None
+
+    def _read_again(self, xid: str, began: BinlogPosition, again: BinlogReader, max_events: int,
+                    max_bytes: int) -> Batch | None:
+        for event in iter(again.stream.fetchone, None):
+            if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                route = self.routes.get(f"{event.schema}.{event.table}")
+                if route is not None:
+                    again._changes(event, route)
+                    again._pending_bytes += event.event_size
+                if len(again._pending) >= max_events or again._pending_bytes >= max_bytes:
+                    return self._spilled_again(again, began)
+            elif isinstance(event, XAPrepareEvent) and xa_id(event) == xid:
+                staged = again._spilled or self._parked_over(len(again._pending), again._pending_bytes, max_events,
+                                                             max_bytes)
+                piece = self._spilled_again(again, began) if staged and again._pending else None
+                self._prepared[xid] = (Parked(began, staged=dict(again._spilled)) if staged
+                                       else Parked(began, again._pending, again._pending_bytes))
+                self._read_again_done()
+                return piece
+            elif isinstance(event, (XidEvent, XAPrepareEvent)):
+                break
         raise BinlogError(f"the prepared XA transaction {xid} is not where the checkpoint says it began ({began}); "
                           "a retry stops here again: bootstrap the tables again (restart=True)")
+
+    def _spilled_again(self, again: BinlogReader, began: BinlogPosition) -> Batch:
+        batch = Batch(self.position, self.position, through=self.position)
+        self._spill(batch, began, again)
+        return batch
+
+    def _read_again_done(self) -> None:
+        self._again.close()
+        self._again = None
+        self._reread.pop(0)
 
     def _changes(self, event, route: TableRoute):
         start = self.stream.log_pos - event.event_size  # the event's first byte
@@ -464,9 +678,10 @@ def xa_id_of_statement(statement: str) -> str:
     return f"{match.group(1).lower()},{match.group(2).lower()},{int(match.group(3))}"
 
 
-def batches(reader: BinlogReader, stop: BinlogPosition | None, max_events: int, max_seconds: float) -> Iterator[Batch]:
+def batches(reader: BinlogReader, stop: BinlogPosition | MidTransaction | None, max_events: int, max_seconds: float,
+            max_bytes: int = BATCH_BYTES) -> Iterator[Batch]:
     while True:
-        batch = reader.read(stop, max_events, max_seconds)
+        batch = reader.read(stop, max_events, max_seconds, max_bytes)
         yield batch
         if batch.done:
             return
@@ -476,29 +691,56 @@ def batches(reader: BinlogReader, stop: BinlogPosition | None, max_events: int, 
 
 _ROWS_EVENT = re.compile(r"^(Write|Update|Delete)_rows")
 _USE_PREFIX = re.compile(r"^\s*use\s+`(?:[^`]|``)*`\s*;\s*", re.IGNORECASE)
+_GTID_INFO = re.compile(r"GTID (\d+-\d+-\d+)|GTID_NEXT\s*=\s*'([^']+)'")  # MariaDB's / MySQL's Gtid event
+MAX_CUT_CANDIDATES = 4096  # kept while reading a backlog (every other one dropped beyond): bounded memory
 
 
-def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | None:
-    """Cut points (positions right after a commit) that split the row-event bytes of ``events``
-    — (file, pos, type, end_pos, info) rows of SHOW BINLOG EVENTS, in binlog order — into about
-    ``parts`` equal shares. ``[]``: too little to split (under ``min_bytes``); None: a DDL
-    statement lies in the range, so its reading must stay in one piece (the routes change there),
-    or an XA transaction (its rows are applied at its commit, which one reader must see)."""
-    ends, weight = [], 0  # (position after a commit, row-event bytes before it)
+def split_backlog(events, parts: int, min_bytes: int,
+                  start: BinlogPosition | None = None) -> list[BinlogPosition | MidTransaction] | None:
+    """Cut points that split the row-event bytes of ``events`` — (file, pos, type, end_pos,
+    info) rows of SHOW BINLOG EVENTS from ``start``, in binlog order — into about ``parts``
+    equal shares: positions right after a commit, or inside a transaction at a rows event
+    (:class:`MidTransaction`), so that a large transaction's pieces are decoded in parallel
+    too. Given ``start``, every cut carries its epoch and the GTID state there (``start``'s
+    plus the transactions passed): what a reader starting at the cut continues from.
+    ``[]``: too little to split (under ``min_bytes``); None: a DDL statement lies in the range,
+    so its reading must stay in one piece (the routes change there), or an XA transaction (its
+    rows are applied at its commit, which one reader must see)."""
+    epoch = start.epoch if start is not None else 0
+    gtids = GtidState(start.gtid) if start is not None else None
+    state = gtids.text() if gtids else ""  # the GTID state after the last commit
+    candidates, weight = [], 0  # (cut, row-event bytes before it)
+    began = start  # where the open transaction began (after the last commit)
+    maps, in_maps, rows = None, False, 0  # its statement's first Table_map event, rows events so far
     for file, pos, kind, end_pos, info in events:
         kind = "Query" if kind == "Query_compressed" else kind  # MariaDB's log_bin_compress=ON
-        if _ROWS_EVENT.match(kind):  # Write_rows_v1, Write_rows_compressed_v1 …: bytes as written
+        if began is None:
+            began = BinlogPosition(file, pos, state, epoch)
+        if kind == "Gtid" and gtids is not None and (match := _GTID_INFO.search(info or "")):
+            gtids.add(match.group(1) or match.group(2), mariadb=bool(match.group(1)))
+        elif kind == "Table_map":
+            maps, in_maps = (maps if in_maps else pos), True
+        elif _ROWS_EVENT.match(kind):  # Write_rows_v1, Write_rows_compressed_v1 …: bytes as written
+            if rows and maps is not None:  # a share may start here, reading from the statement's table maps
+                at = BinlogPosition(file, pos, gtids.text() if gtids else "", epoch)
+                candidates.append((MidTransaction(at, maps, began), weight))
             weight += end_pos - pos
+            in_maps, rows = False, rows + 1
         elif kind == "Xid" or kind == "Query" and _USE_PREFIX.sub("", info or "").strip().upper() == "COMMIT":
-            ends.append((BinlogPosition(file, end_pos), weight))
+            state = gtids.text() if gtids else ""
+            began = BinlogPosition(file, end_pos, state, epoch)
+            candidates.append((began, weight))
+            maps, in_maps, rows = None, False, 0
         elif kind == "Query" and ddl.parse(_USE_PREFIX.sub("", info or ""), "") is not None:
             return None
         elif kind == "XA_prepare" or kind == "Query" and _USE_PREFIX.sub("", info or "").upper().startswith("XA "):
             return None  # a prepared transaction's rows travel to its commit: one reader sees both
+        if len(candidates) > MAX_CUT_CANDIDATES:
+            candidates = candidates[1::2]
     if parts < 2 or weight < min_bytes:
         return []
     cuts, share = [], weight / parts
-    for position, before in ends:
+    for position, before in candidates:
         if before >= share * (len(cuts) + 1) and before < weight:
             cuts.append(position)
             if len(cuts) == parts - 1:
@@ -506,20 +748,29 @@ def split_backlog(events, parts: int, min_bytes: int) -> list[BinlogPosition] | 
     return cuts
 
 
+BACKLOG_PAGE = 20_000  # SHOW BINLOG EVENTS rows read at a time (a large transaction is many events)
+
+
 def backlog_events(endpoint: MySQLEndpoint, start: BinlogPosition, stop: BinlogPosition):
-    """SHOW BINLOG EVENTS from ``start`` (an event boundary: a checkpoint) up to ``stop``. Raw
-    bytes: an Info column quotes statements, binary values and all."""
+    """SHOW BINLOG EVENTS from ``start`` (an event boundary: a checkpoint) up to ``stop``, read a
+    page at a time. Raw bytes: an Info column quotes statements, binary values and all."""
     conn = endpoint.connect(use_unicode=False)
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW BINARY LOGS")
             files = [row[0].decode() for row in cur.fetchall()]
             for file in [f for f in files if start.seq <= file_seq(f) <= stop.seq]:
-                cur.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, start.pos if file == start.file else 4))
-                for name, pos, kind, _server, end_pos, info in cur.fetchall():
-                    if (stop.epoch, file_seq(name.decode()), pos) >= stop.key():
-                        return
-                    yield file, pos, kind.decode(), end_pos, (info or b"").decode(errors="replace")
+                at = start.pos if file == start.file else 4
+                while True:
+                    cur.execute(f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {BACKLOG_PAGE}", (file, at))
+                    rows = cur.fetchall()
+                    for name, pos, kind, _server, end_pos, info in rows:
+                        if (stop.epoch, file_seq(name.decode()), pos) >= stop.key():
+                            return
+                        yield file, pos, kind.decode(), end_pos, (info or b"").decode(errors="replace")
+                    if len(rows) < BACKLOG_PAGE:
+                        break
+                    at = rows[-1][4]  # the next event begins where the page's last ended
     finally:
         conn.close()
 

@@ -36,6 +36,9 @@ from airflow_sync_provider.core.ledger import utc_datetime as _ts
 PIPELINE_IDLE, PIPELINE_RUNNING, PIPELINE_FAILED, PIPELINE_STOPPED = "idle", "running", "failed", "stopped"
 
 
+_UNREAD = object()  # an argument the caller did not give (None is a value)
+
+
 class SelectionConflict(ValueError):
     """A run gave patterns other than its pipeline's, without saying to change them."""
 
@@ -63,8 +66,12 @@ class PipelineState:
     holder: str = ""  # the applier holding that lease: host, pid, source connection
     server: dict | None = None  # the server the checkpoint is a position on (core/cdc/servers.Server)
     # XA transactions prepared before the checkpoint and not committed by then: xid → where each
-    # began (core/cdc/binlog.BinlogReader reads their rows again from there)
+    # began (core/cdc/binlog.BinlogReader reads their rows again from there) and, for one whose
+    # rows wait in staging (core/cdc/staging.py), "staged": its rows per table
     prepared: dict = field(default_factory=dict)
+    # a transaction being applied in pieces (core/cdc/binlog.Batch), written past the checkpoint
+    # but not claimed: where it began, how far it was read, since when, row changes written
+    applying: dict | None = None
 
     @property
     def stale(self) -> bool:
@@ -118,14 +125,33 @@ class PipelineState:
                 "source_position": self.source_position.to_dict() if self.source_position else None,
                 "source_time": self.source_time, "events": self.events, "heartbeat": self.heartbeat,
                 "generation": self.generation, "holder": self.holder, "server": self.server,
-                "epoch": self.checkpoint.epoch if self.checkpoint else 0, "prepared_xa": sorted(self.prepared)}
+                "epoch": self.checkpoint.epoch if self.checkpoint else 0, "prepared_xa": sorted(self.prepared),
+                "staged_xa": {xid: e["staged"] for xid, e in self.prepared.items()
+                              if isinstance(e, dict) and e.get("staged") is not None},
+                "applying": self.applying}
+
+    def applying_line(self, now: float | None = None) -> str:
+        """What the applier is doing inside a large transaction ("" when nothing)."""
+        a = self.applying
+        if not a:
+            return ""
+        began = BinlogPosition.from_dict(a["began"])
+        what = (f"{a['changes']:,} row changes written" + (f", {a['staged']:,} rows of an XA transaction staged"
+                                                          if a.get("staged") else ""))
+        running = self.status == PIPELINE_RUNNING
+        return (f"a large transaction{' of ' + a['joining'] + ' (joining)' if a.get('joining') else ''} "
+                f"{'is' if running else 'was'} being applied in pieces{'' if running else ' when the run ended'}: "
+                f"{what} in {a['pieces']} piece(s), read up to {BinlogPosition.from_dict(a['through'])}; it began "
+                f"at {began}, {_age((now or time.time()) - a['since'])} ago. The checkpoint stays before it until "
+                "its commit is applied" + (" (a crash in between writes it again from its start)" if running
+                                           else "; the next run applies it again from its start"))
 
 
 _STATE = (
     ("pipeline", "String"), ("generation", "UInt64"), ("holder", "String"), ("status", "LowCardinality(String)"),
     ("checkpoint", "String"), ("tables", "String"), ("error", "String"), ("source_position", "String"),
     ("source_time", "Float64"), ("events", "UInt64"), ("updated_at", _TIME), ("server", "String"),
-    ("prepared", "String"),
+    ("prepared", "String"), ("applying", "String"),
 )
 _COUNTERS = (
     ("pipeline", "String"), ("source_table", "String"), ("minute", "DateTime('UTC')"), ("events", "UInt64"),
@@ -156,7 +182,8 @@ class Checkpoints(LedgerTables):
         # earlier releases kept one row per pipeline in cdc_pipelines (no generations): carry
         # their states over as generation 0 (two processes doing this at once insert equal rows)
         if "cdc_state" in created and int(self.ch.command(f"EXISTS TABLE {self.table('cdc_pipelines')}")):
-            names = ", ".join(n for n, _ in _STATE if n not in ("generation", "holder", "server", "prepared"))
+            added = ("generation", "holder", "server", "prepared", "applying")  # since then
+            names = ", ".join(n for n, _ in _STATE if n not in added)
             self.ch.command(f"INSERT INTO {self.table('cdc_state')} ({names}, generation, holder) "
                             f"SELECT {names}, 0, '' FROM {self.table('cdc_pipelines')} FINAL")
 
@@ -174,24 +201,25 @@ class Checkpoints(LedgerTables):
             json.dumps([t.to_dict() for t in state.tables]),
             state.error[:4000], json.dumps(state.source_position.to_dict()) if state.source_position else "",
             state.source_time, state.events, _ts(state.heartbeat), json.dumps(state.server) if state.server else "",
-            json.dumps(state.prepared) if state.prepared else "",
+            json.dumps(state.prepared) if state.prepared else "", json.dumps(state.applying) if state.applying else "",
         ]], _STATE)
 
     def state(self, pipeline: str) -> PipelineState | None:
         """The newest row of the highest generation (an older generation's applier has lost its lease)."""
         rows = self.ch.query(
             f"SELECT status, checkpoint, tables, error, source_position, source_time, events, toFloat64(updated_at),"
-            f" generation, holder, server, prepared FROM {self.table('cdc_state')} FINAL WHERE pipeline = {{p:String}}"
+            f" generation, holder, server, prepared, applying FROM {self.table('cdc_state')} FINAL"
+            f" WHERE pipeline = {{p:String}}"
             f" ORDER BY generation DESC LIMIT 1", parameters={"p": pipeline}).result_rows
         if not rows:
             return None
         (status, checkpoint, tables, error, source, source_time, events, heartbeat, generation, holder, server,
-         prepared) = rows[0]
+         prepared, applying) = rows[0]
         return PipelineState(pipeline, status, BinlogPosition.from_dict(json.loads(checkpoint) if checkpoint else None),
                              [PipelineTable.from_dict(t) for t in json.loads(tables)], error,
                              BinlogPosition.from_dict(json.loads(source) if source else None), source_time, events,
                              heartbeat, generation, holder, json.loads(server) if server else None,
-                             json.loads(prepared) if prepared else {})
+                             json.loads(prepared) if prepared else {}, json.loads(applying) if applying else None)
 
     def pipelines(self) -> list[str]:
         """Every pipeline that has a state, by name."""
@@ -241,13 +269,15 @@ class Checkpoints(LedgerTables):
                              parameters={"p": pipeline}).result_rows
         return json.loads(rows[0][0]) if rows and rows[0][0] else None
 
-    def selection_for(self, pipeline: str, given: dict | None, change: bool = False) -> dict | None:
+    def selection_for(self, pipeline: str, given: dict | None, change: bool = False, kept=_UNREAD) -> dict | None:
         """The patterns a run of ``pipeline`` applies: its own when the run gives none or the same
         ones; the run's when the pipeline has none yet or ``change`` says to replace them. Other
-        patterns are refused (nothing is changed): a pipeline's selection changes only explicitly."""
+        patterns are refused (nothing is changed): a pipeline's selection changes only explicitly.
+        ``kept``: the pipeline's own (a TableSelection), when the caller has read them."""
         from airflow_sync_provider.core.source.selection import TableSelection
 
-        kept, asked = TableSelection.of(self.selection(pipeline)), TableSelection.of(given)
+        kept = TableSelection.of(self.selection(pipeline)) if kept is _UNREAD else kept
+        asked = TableSelection.of(given)
         if asked is None or asked == kept:
             return kept.to_dict() if kept else None
         if kept is not None and not change:

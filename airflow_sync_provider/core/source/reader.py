@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from urllib.parse import quote
 
-import connectorx
 import MySQLdb
 import MySQLdb.cursors
 import pyarrow as pa
@@ -195,6 +194,8 @@ def _redacted(exc: BaseException, endpoint: MySQLEndpoint) -> str:
 
 def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
     """connectorx's batches of ``query``, run inside a consistent snapshot with UTC sessions."""
+    import connectorx  # here: a CDC run never reads through it, and its import costs 0.2 s
+
     pre = [*([endpoint.init_command] if endpoint.init_command else []), "SET time_zone = '+00:00'",
            "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
     stream = None

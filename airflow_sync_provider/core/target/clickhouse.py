@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from dataclasses import dataclass
 
 import clickhouse_connect
 
@@ -32,10 +33,13 @@ class OldLayout(RuntimeError):
     """A target table written by an earlier release (wall-clock versions, no _deleted)."""
 
 
-def check_layout(ch, database: str, table: str) -> None:
+def check_layout(ch, database: str, table: str, comment: str | None = None) -> None:
     """Refuse to add rows to a table whose ``_version`` is not in binlog order: an earlier
-    release stamped rows with wall-clock nanoseconds, which would out-rank every change."""
-    if table_exists(ch, database, table) and TABLE_COMMENT not in _comment(ch, database, table):
+    release stamped rows with wall-clock nanoseconds, which would out-rank every change.
+    ``comment``: the table's, when the caller has read it (:func:`table_facts`)."""
+    if comment is None:
+        comment = _comment(ch, database, table) if table_exists(ch, database, table) else TABLE_COMMENT
+    if TABLE_COMMENT not in comment:
         raise OldLayout(f"table {database}.{table} was written by an earlier airflow-sync release: its _version "
                         "values are wall-clock times that would out-rank every binlog-ordered change, and it has "
                         "no _deleted column. Reload it in full (a full load replaces the table) before repairing, "
@@ -199,7 +203,38 @@ def sorting_key(ch, database: str, table: str) -> list[str]:
     """The ORDER BY columns (the copy's key: the MySQL primary key when it was loaded)."""
     key = ch.command("SELECT sorting_key FROM system.tables WHERE database = {d:String} AND name = {t:String}",
                      parameters={"d": database, "t": table})
+    return _key_columns(key)
+
+
+def _key_columns(key) -> list[str]:
     return [k.strip().strip("()`") for k in str(key or "").split(",") if k.strip().strip("()")]
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    comment: str
+    sorting_key: list
+    columns: dict  # name → type, in order
+
+
+def table_facts(ch, tables: list[tuple[str, str]]) -> dict[tuple[str, str], TableFacts]:
+    """Comment, sorting key and columns of each of ``tables`` (database, table) that exists, in
+    two queries however many there are (a run of a pipeline of many tables looks at all)."""
+    wanted = set(tables)
+    if not wanted:
+        return {}
+    params = {"d": sorted({d for d, _ in wanted}), "t": sorted({t for _, t in wanted})}
+    found = {(d, t): (comment, key) for d, t, comment, key in ch.query(
+        "SELECT database, name, comment, sorting_key FROM system.tables WHERE has({d:Array(String)}, database) "
+        "AND has({t:Array(String)}, name)", parameters=params).result_rows if (d, t) in wanted}
+    columns: dict = {}
+    for d, t, name, kind in ch.query(
+            "SELECT database, table, name, type FROM system.columns WHERE has({d:Array(String)}, database) "
+            "AND has({t:Array(String)}, table) ORDER BY database, table, position", parameters=params).result_rows:
+        if (d, t) in found:
+            columns.setdefault((d, t), {})[name] = kind
+    return {pair: TableFacts(comment or "", _key_columns(key), columns.get(pair, {}))
+            for pair, (comment, key) in found.items()}
 
 
 def copy_parts(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
