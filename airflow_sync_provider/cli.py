@@ -391,10 +391,19 @@ def cmd_reconcile(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    if not args.old and not (args.database or args.select_table):
-        raise SystemExit("give --old with --table or --new (one table), or --database [--select-table …] (many)")
-    select = _many(args, MySQLEndpoint.from_url(args.mysql_url)) if not args.old else None
-    database, _, table = (args.table or "").partition(".")
+    sources = _sources(args)
+    if sources:  # a source group: its merged copy (--merge-into) or its side-by-side copies
+        if args.old or args.new:
+            raise SystemExit("airflow-sync: a group's diff compares its sources with their copies: give --merge-into "
+                             "or --database [--select-table …], not --old/--new")
+        select, tables, database, table = _group_select(args), _group_tables(args), "", ""
+        if not (select or tables):
+            raise SystemExit("airflow-sync: with --source, select tables with --database [--select-table …]")
+    else:
+        if not args.old and not (args.database or args.select_table):
+            raise SystemExit("give --old with --table or --new (one table), or --database [--select-table …] (many)")
+        select, tables = _many(args, MySQLEndpoint.from_url(args.mysql_url)) if not args.old else None, []
+        database, _, table = (args.table or "").partition(".")
     on_change = "apply" if args.apply else "fail" if args.fail else "warn"
     tolerances = {}
     for item in args.tolerance or []:
@@ -402,9 +411,9 @@ def cmd_diff(args) -> int:
         tolerances[column] = float(value)
     spec = SnapshotDiffSpec(
         target=ClickHouseEndpoint.from_url(args.clickhouse_url), old_table=args.old or "", select=select,
-        parallel_tables=args.parallel_tables,
-        source=MySQLEndpoint.from_url(args.mysql_url) if args.table or select else None, source_database=database,
-        source_table=table, new_table=args.new or "", key_columns=args.key or None,
+        tables=tables, parallel_tables=args.parallel_tables, sources=sources, merge_into=args.merge_into or "",
+        source=MySQLEndpoint.from_url(args.mysql_url) if not sources and (args.table or select) else None,
+        source_database=database, source_table=table, new_table=args.new or "", key_columns=args.key or None,
         compare_columns=args.compare or None, ignore_columns=args.ignore or [], tolerances=tolerances,
         on_change=on_change, diff_key=args.diff_key or "", changes_table=args.changes_table or "",
         channels=args.channels, ledger_database=args.ledger_database, reader=args.reader)
@@ -423,6 +432,8 @@ def cmd_diff(args) -> int:
         for one in tables:
             print(diff_summary(one))
             print(f"change set: {one['changes_table']} (diff_key {one['diff_key']!r}); report {one['report']}")
+        if result.get("orphans"):
+            print(f"in the copy but no longer selected (a re-load removes them): {', '.join(result['orphans'])}")
     return 3 if args.fail and any(one["verdict"] == "changed" for one in tables) else 0
 
 

@@ -166,7 +166,8 @@ def test_without_merge_into_each_source_is_copied_side_by_side(trio, endpoints, 
             assert_same_rows(conn, ch, "shop_x", "orders_0", f"{source}_shop_x")
 
 
-def test_command_line_group_load_fails_on_one_shard_and_reimports_only_it(trio, endpoints, clickhouse_url, ch):
+def test_command_line_group_load_fails_on_one_shard_and_reimports_only_it(trio, endpoints, clickhouse_url, ch,
+                                                                          tmp_path):
     """`airflow-sync load --source … --merge-into`: a bad value in one source table fails its
     shard alone; `status` names it; `reimport --failed` re-reads only that shard and publishes
     every member at once; `reconcile --checksum` then says ok. Source URLs only in the environment."""
@@ -201,9 +202,26 @@ def test_command_line_group_load_fails_on_one_shard_and_reimports_only_it(trio, 
     check = cli(env, "reconcile", *group, "--merge-into", merged, "--load", "group-cli", "--checksum")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "verdict of the 12 tables: ok" in check.stdout
+    # `diff --source … --merge-into`: a change on one shard is a change of that member only
+    with pymysql.connect(**MySQLEndpoint.from_url(trio["s0"]).connect_args(), autocommit=True) as conn:
+        run_sql(conn, "UPDATE shop_x.orders_1 SET status = 'diffed' WHERE id = 3")
+    select = ("--database", "shop_*", "--select-table", "orders_*")
+    diff = cli(env, "diff", *group, "--merge-into", merged, *select, "--fail", "--json", "--report-dir", str(tmp_path))
+    assert diff.returncode == 3, diff.stdout[-3000:] + diff.stderr[-3000:]
+    flagged = {t["member"]: t["counts"]["changed"] for t in json.loads(diff.stdout)["tables"]
+               if t["verdict"] != "identical"}
+    assert flagged == {"s0:shop_x.orders_1": 1}, flagged
+    applied = cli(env, "diff", *group, "--merge-into", merged, *select, "--apply", "--report-dir", str(tmp_path))
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    conns = _conns(trio)
+    try:
+        assert_merged_rows(conns, ch, merged, members())
+    finally:
+        for conn in conns.values():
+            conn.close()
     for url in trio.values():
         password = MySQLEndpoint.from_url(url).password
-        assert password not in load.stdout + load.stderr + again.stdout + check.stdout
+        assert password not in load.stdout + load.stderr + again.stdout + check.stdout + diff.stdout + applied.stdout
 
 
 CLI = str(Path(sys.executable).parent / "airflow-sync")
@@ -213,7 +231,8 @@ def cli(env, *args):
     return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_a_diff_of_the_merged_copy_with_its_sources_flags_and_applies_per_source(trio, endpoints, ch, spark):
+def test_a_diff_of_the_merged_copy_with_its_sources_flags_and_applies_per_source(trio, endpoints, ch, spark,
+                                                                                 tmp_path):
     """Each source table against the merged copy's rows of it, keyed by id and the source columns:
     a change on one shard is one changed row of that source only (the same id elsewhere stays
     identical); applied, the copy equals the sources again. Two merged snapshots diff by the copy's
@@ -233,6 +252,12 @@ def test_a_diff_of_the_merged_copy_with_its_sources_flags_and_applies_per_source
     assert result["counts"]["changed"] == 1 and result["counts"]["deleted"] == 1 and result["counts"]["new"] == 1
     flagged = {t["member"]: t["counts"] for t in result["tables"] if t["verdict"] != "identical"}
     assert set(flagged) == {"s2:shop_x.orders_1", "s2:shop_y.orders_3"}, flagged
+    # the operator's summary of it: a report per member, the members flagged named
+    from airflow_sync_provider.operators.snapshot_diff import SnapshotDiffOperator
+    xcom = SnapshotDiffOperator(task_id="d", sources=[], merge_into=MERGED, select=SELECT, on_change="apply",
+                                report_dir=str(tmp_path)).summarize(result)
+    assert {t["table"] for t in xcom["tables"] if t["verdict"] != "identical"} == set(flagged)
+    assert all(Path(t["report"]).exists() for t in xcom["tables"]) and xcom["orphans"] == []
     conns = _conns(trio)
     try:
         assert_merged_rows(conns, ch, MERGED, members())

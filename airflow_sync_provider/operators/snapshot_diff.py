@@ -154,7 +154,11 @@ class SnapshotDiffOperator(SparkJobOperator):
         if changed and self.on_change == "fail":
             raise AirflowException(f"{len(changed)} of {len(tables)} table(s) differ: "
                                    + "; ".join(f"{t['table']} {t['counts']}" for t in changed))
-        return {"diff_key": result["diff_key"], "verdict": verdict, "selected": result["selected"], "tables": tables}
+        for orphan in result.get("orphans", []):  # a merged copy's rows of source tables no longer selected
+            self.log.warning("%s holds rows of %s, no longer selected (a re-load removes them)",
+                             result["merge_into"], orphan)
+        return {"diff_key": result["diff_key"], "verdict": verdict, "selected": result["selected"], "tables": tables,
+                **({"orphans": result["orphans"]} if "orphans" in result else {})}
 
     def _summarize_one(self, result: dict, raise_on_change: bool = True) -> dict:
         self.log.info("Snapshot diff %s", diff_summary(result))

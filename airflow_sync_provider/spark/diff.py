@@ -864,8 +864,7 @@ def run_group_diff(spec: SnapshotDiffSpec, spark) -> dict:
     results = []
     for member, source, _, _ in members:  # one at a time: they share the change set's table
         one = run_snapshot_diff(spec.for_member(member, source.endpoint), session, merged)
-        results.append({k: v for k, v in one.items() if k not in ("shard_results", "samples")}
-                       | {"member": member.name, "table": f"{member.database}.{member.table}"})
+        results.append(one | {"member": member.name, "table": f"{member.database}.{member.table}"})
     counts = {flag: sum(r["counts"][flag] for r in results) for flag in FLAGS}
     if orphans:
         log.warning("diff %s: %s holds rows of source tables no longer selected: %s", spec.diff_key, spec.merge_into,
