@@ -85,7 +85,7 @@ def apply_measured(spec: CdcApplySpec) -> dict:
 # --- 1. one large transaction vs the same changes in small ones -----------------------------------
 
 
-def big_transaction(mysql_url: str, ch_url: str, changes: int) -> dict:
+def big_transaction(mysql_url: str, ch_url: str, changes: int, small_too: bool = True) -> dict:
     rows = round(changes / 1.1)
     endpoints = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
     ch = target.client(endpoints[1])
@@ -126,6 +126,8 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int) -> dict:
     big |= {"changes": updated + deleted, "exact": source == copy, "source": source, "copy": copy}
     ch.close()
     print(f"  one transaction: {big}", flush=True)
+    if not small_too:  # compared with the largest size's small transactions (the rate does not grow with N)
+        return {"changes": changes, "rows": rows, "big": big, "small": None, "txn_write_s": written}
 
     # the same number of row changes in small transactions (100 keys each), then applied the same way
     began = time.perf_counter()
@@ -294,6 +296,11 @@ def _range(values) -> str:
     return f"{values[0]:.2f}–{values[-1]:.2f}" if values else "—"
 
 
+def args_small_max(args: list[str]) -> int:
+    """--small-max as given on the command line the report quotes (its default otherwise)."""
+    return int(args[args.index("--small-max") + 1]) if "--small-max" in args else 5_000_000
+
+
 def report(args, sizes: list[dict], fixed: list[dict], load: tuple, seconds: float) -> str:
     lines = [f"# Large transactions and a run's fixed cost — {time.strftime('%Y-%m-%d')}", "",
              f"Machine: {machine()}", "",
@@ -306,15 +313,21 @@ def report(args, sizes: list[dict], fixed: list[dict], load: tuple, seconds: flo
                   "tree (driver and reader processes), sampled every 0.2 s.", "",
                   "| row changes | shape | pieces | in-job s | changes/s (in-job) | wall s | peak RSS MiB | "
                   "processes | copy = source | big ÷ small rate |", "|---|---|---|---|---|---|---|---|---|---|"]
+        smalls = [s["small"] for s in sizes if s["small"]]
         for s in sizes:
-            big, small = s["big"], s["small"]
+            big, small = s["big"], s["small"] or max(smalls, key=lambda x: x["changes"])
             rate_big, rate_small = big["changes"] / big["seconds"], small["changes"] / small["seconds"]
             lines.append(f"| {big['changes']:,} | one transaction | {big['pieces']} | {big['seconds']:.1f} | "
                          f"{rate_big:,.0f} | {big['wall']:.1f} | **{big['peak_mib']:,.0f}** | {big['processes']} | "
                          f"{'yes' if big['exact'] else 'NO'} | **{rate_big / rate_small:.2f}** |")
+            if s["small"] is None:
+                continue  # its ratio: against the largest small-transaction run above
             lines.append(f"| {small['changes']:,} | {small['transactions']:,} transactions | {small['pieces']} | "
                          f"{small['seconds']:.1f} | {rate_small:,.0f} | {small['wall']:.1f} | "
                          f"{small['peak_mib']:,.0f} | {small['processes']} | {'yes' if small['exact'] else 'NO'} | |")
+        if any(s["small"] is None for s in sizes):
+            lines += ["", f"Sizes above {args_small_max(args):,} changes: no small-transaction run of their own; "
+                      "their ratio is against the largest small-transaction run above."]
         lines.append("")
     if fixed:
         lines += ["## A run's fixed cost", "",
@@ -343,6 +356,8 @@ def main(argv=None):
                         "one) to measure the fixed cost of as well")
     parser.add_argument("--runs", type=int, default=6, help="bounded runs with nothing to apply")
     parser.add_argument("--kills", type=int, default=8, help="takeovers under load")
+    parser.add_argument("--small-max", type=int, default=5_000_000,
+                        help="the same changes in small transactions only for sizes up to this")
     parser.add_argument("--skip-big", action="store_true")
     parser.add_argument("--skip-fixed", action="store_true")
     parser.add_argument("--name", default="cdc_big_txn", help="result file bench/results/<name>.md")
@@ -361,7 +376,7 @@ def main(argv=None):
                 fixed.append(fixed_cost(mysql_url, ch_url, "this branch", str(REPO), args.runs, args.kills))
         if not args.skip_big:
             for size in (int(s) for s in args.sizes.split(",") if s):
-                sizes.append(big_transaction(mysql_url, ch_url, size))
+                sizes.append(big_transaction(mysql_url, ch_url, size, size <= args.small_max))
                 write_result(args.name, report(sys.argv[1:], sizes, fixed, load, time.monotonic() - started))
     text = report(sys.argv[1:], sizes, fixed, load, time.monotonic() - started)
     write_result(args.name, text)
