@@ -277,9 +277,12 @@ def checkout(rev: str, into: str) -> str:
     """The package as of git revision ``rev`` (or a directory holding one already) in ``into``."""
     if os.path.isdir(os.path.join(rev, "airflow_sync_provider")):
         return rev
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "airflow_sync_provider"], check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "airflow_sync_provider", "spark_jobs"],
+                             check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    # installed, spark_jobs/ is the package's subpackage (pyproject's package-dir): so here too, or
+    # the editable install's finder hands this revision's entry scripts to the old package
+    os.rename(os.path.join(into, "spark_jobs"), os.path.join(into, "airflow_sync_provider", "spark_jobs"))
     return into
 
 
