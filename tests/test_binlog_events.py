@@ -247,3 +247,43 @@ def test_a_compressed_rows_event_with_more_rows_than_bytes_stops_the_reader():
         gate.check(dense, "b.000001", 400)
     other = EventGate(frozenset({binlog.WriteRowsCompressedEvent}), lambda: {"shop.items"})
     other.check(_rows_event(0xA6, [(1, 0)] * 2000, compress=True)[0], "b.000001", 400)  # not followed: not read
+
+
+def _batch_of(events: int, lanes: dict):
+    batch = binlog.Batch(BinlogPosition("mysql-bin.000001", 4), BinlogPosition("mysql-bin.000001", 900))
+    batch.events = events
+    for source, per_lane in lanes.items():
+        for lane, ids in per_lane.items():
+            batch.lanes[source][lane] = ([(i, f"v{i}") for i in ids], [100 + i for i in ids], [0] * len(ids))
+    return batch
+
+
+def test_a_small_batch_is_one_insert_per_target_and_a_large_one_keeps_its_lanes():
+    """Lane payloads (spark/cdc_stream._lane_payloads): a merged copy's members go to one insert
+    per lane, a small batch to one lane; every row once, the rows per source table counted; staging
+    (combine=False) keeps a payload per source table."""
+    import pyarrow as pa
+
+    from airflow_sync_provider.spark.cdc_stream import ONE_LANE_EVENTS, _lane_payloads
+
+    columns = (MySQLColumn("id", "int", "int(11)", False), MySQLColumn("v", "varchar", "varchar(8)", True))
+    routes = {f"shop.o{i}": TableRoute(TableSchema("shop", f"o{i}", columns, ("id",)), "ch", "merged")
+              for i in range(2)}
+    routes["shop.other"] = TableRoute(TableSchema("shop", "other", columns, ("id",)), "ch", "other")
+    lanes = {"shop.o0": {0: [1, 2], 1: [3]}, "shop.o1": {0: [1], 1: [4, 5]}, "shop.other": {1: [9]}}
+
+    def rows(payloads):
+        return sorted((t, r["id"]) for lane in payloads for _, t, _, data in lane
+                      for r in pa.ipc.open_stream(data).read_all().to_pylist())
+
+    small = _lane_payloads(_batch_of(7, lanes), routes, 2, None)
+    assert [len(lane) for lane in small] == [2, 0]  # one lane; one insert per target table
+    counts = {t: dict(c) for _, t, c, _ in small[0]}
+    assert counts == {"merged": {"shop.o0": 3, "shop.o1": 3}, "other": {"shop.other": 1}}
+    large = _lane_payloads(_batch_of(ONE_LANE_EVENTS + 1, lanes), routes, 2, None)
+    assert [sorted(t for _, t, _, _ in lane) for lane in large] == [["merged"], ["merged", "other"]]
+    staged = _lane_payloads(_batch_of(7, lanes), routes, 2, None, combine=False)
+    assert sorted(c[0][0] for lane in staged for _, _, c, _ in lane) == sorted(
+        ["shop.o0", "shop.o0", "shop.o1", "shop.o1", "shop.other"])
+    expected = sorted([("merged", i) for i in (1, 2, 3, 1, 4, 5)] + [("other", 9)])
+    assert rows(small) == rows(large) == rows(staged) == expected

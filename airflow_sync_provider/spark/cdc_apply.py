@@ -555,7 +555,7 @@ class PipelineRun:
     def _stage(self, stream: Stream, batch: Decoded) -> int:
         """Write a batch's staging rows (an XA transaction beyond the bounds, core/cdc/staging.py)."""
         payloads = [lane for lane in batch.staging if lane]
-        targets = {stage: stream.routes[source] for lane in payloads for _, stage, source, _ in lane}
+        targets = {stage: stream.routes[counts[0][0]] for lane in payloads for _, stage, counts, _ in lane}
         self.checkpoints.fence()  # staging is written only under the lease, as the copies are
         self.staging.prepare(batch.stage, targets)
         rows = sum(n for lane in write_lanes(self.spec, self.session, payloads, 0) for _, n in lane) if payloads else 0

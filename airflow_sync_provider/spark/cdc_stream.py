@@ -112,9 +112,20 @@ def _latest(route: TableRoute, rows, versions, deleted):
     return [rows[i] for i in keep], [versions[i] for i in keep], [deleted[i] for i in keep]
 
 
-def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endpoint) -> list[list[tuple]]:
-    """Per lane (index = lane): [(target database, target table, source table, Arrow IPC bytes)]."""
-    payloads = [[] for _ in range(lanes)]
+# A batch of at most this many row changes is written by one insert per target table: lanes pay
+# off for large batches, while each insert of a small one costs the target a part (and the chDB
+# stand-in a statement), which at a service's 0.5 s batches over many tables is the bottleneck.
+ONE_LANE_EVENTS = 10_000
+
+
+def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endpoint,
+                   combine: bool = True) -> list[list[tuple]]:
+    """Per lane (index = lane): [(target database, target table, ((source table, rows), …), Arrow
+    IPC bytes)]. ``combine``: the source tables of one target table (a merged copy's members) in
+    one insert per lane, and a small batch in one lane (ONE_LANE_EVENTS): a key is in one lane
+    only, so nothing is lost by joining them."""
+    one_lane = combine and batch.events <= ONE_LANE_EVENTS
+    tables: list[list[list]] = [[] for _ in range(lanes)]  # per lane: [target db, target table, counts, Arrow]
     conn = None
     for source, per_lane in batch.lanes.items():
         route = routes[source]
@@ -126,24 +137,35 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
                 values = table.column(route.weight.name).to_pylist()
                 table = table.append_column(SPLIT_WEIGHT_COLUMN, pa.array(weights_of(conn, route.weight, values),
                                                                           pa.binary()))
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, table.schema) as writer:
-                writer.write_table(table)
-            payloads[lane].append((route.target_database, route.target_table, source, sink.getvalue().to_pybytes()))
+            into = tables[0 if one_lane else lane]
+            same = next((t for t in into if combine and t[:2] == [route.target_database, route.target_table]
+                         and t[3][0].schema.equals(table.schema)), None)
+            if same is None:
+                into.append(same := [route.target_database, route.target_table, {}, []])
+            same[2][source] = same[2].get(source, 0) + table.num_rows
+            same[3].append(table)
     if conn is not None:
         conn.close()
-    return payloads
+    return [[(database, name, tuple(counts.items()), _ipc(pa.concat_tables(parts)))
+             for database, name, counts, parts in lane] for lane in tables]
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
-    """On an executor or a driver thread: one lane's tables, in order. Returns (source table, rows) per write."""
+    """On an executor or a driver thread: one lane's tables, in order. Returns (source table, rows) per source table."""
     ch = target.shared_client(endpoint)
     out = []
-    for database, table, source, data in items:
+    for database, table, counts, data in items:
         rows = pa.ipc.open_stream(data).read_all()
         ch.insert_arrow(table, rows, database=database,
                         settings=target.WEIGHT_SETTINGS if SPLIT_WEIGHT_COLUMN in rows.column_names else None)
-        out.append((source, rows.num_rows))
+        out.extend(counts)
         crash_point("cdc.lane-write")
     return out
 
@@ -206,9 +228,9 @@ def _staging_payloads(spec: CdcApplySpec, batch, routes: dict[str, TableRoute]) 
     """The lane payloads of ``batch.staging``, addressed to the XA transaction's staging tables."""
     if batch.staging is None:
         return []
-    return [[(spec.ledger_database, stage_table(spec.pipeline, batch.staging.start, source), source, data)
-             for _, _, source, data in lane]
-            for lane in _lane_payloads(batch.staging, routes, spec.lanes, spec.source)]
+    return [[(spec.ledger_database, stage_table(spec.pipeline, batch.staging.start, counts[0][0]), counts, data)
+             for _, _, counts, data in lane]
+            for lane in _lane_payloads(batch.staging, routes, spec.lanes, spec.source, combine=False)]
 
 
 class _Reader:
