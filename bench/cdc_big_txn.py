@@ -212,6 +212,22 @@ print("RESULT " + json.dumps(out))
 """
 
 
+BOOT = r"""
+import sys
+from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.submission import spark_submit
+mysql_url, ch_url, pipeline, database, copies = sys.argv[1:6]
+source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
+result = spark_submit(CdcBootstrapSpec(source=source, target=target, pipeline=pipeline, restart=True,
+                                       tables=[{"source_database": database, "source_table": f"t{i}",
+                                                "target_database": copies} for i in range(3)]), timeout=600)
+assert result["status"] == "success", result
+result = spark_submit(CdcApplySpec(source=source, target=target, pipeline=pipeline), timeout=600)
+assert result["status"] == "success", result  # begins, and its first verification pass
+"""
+
+
 class Writer(threading.Thread):
     """About ``rate`` row changes/s in small transactions (20-row UPDATEs) over the fixed-cost tables."""
 
@@ -237,15 +253,10 @@ def fixed_cost(mysql_url: str, ch_url: str, label: str, path: str, runs: int, ki
     pipeline = f"fixed-{label}-{RUN}"
     copies = f"{FIXED_DB}_{RUN}_{'before' if label.startswith('before') else 'after'}"
     target.client(endpoints[1]).command(f"DROP DATABASE IF EXISTS {copies}")
-    result = spark_submit(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, restart=True,
-                                           tables=[{"source_database": FIXED_DB, "source_table": f"t{i}",
-                                                    "target_database": copies} for i in range(3)]),
-                          timeout=600)
-    assert result["status"] == "success", result
-    assert spark_submit(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline),
-                        timeout=600)["status"] == "success"  # begins, and its first verification pass
-    writer = None
     env = dict(os.environ, PYTHONPATH=path)  # and run from there: a script's own directory comes first
+    # bootstrapped and begun by the code measured (the state it keeps is that code's)
+    subprocess.run([sys.executable, "-c", BOOT, mysql_url, ch_url, pipeline, FIXED_DB, copies], env=env, cwd=path,
+                   check=True)
     # nothing to apply first (no writer), then the takeovers under the writer
     child = subprocess.Popen([sys.executable, "-c", CHILD, mysql_url, ch_url, pipeline, str(runs), "0", "1"],
                              env=env, cwd=path, stdout=subprocess.PIPE, text=True)
