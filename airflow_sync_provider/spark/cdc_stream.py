@@ -323,18 +323,20 @@ class Readers:
     transaction ends with a piece, and the next share's first batches are its further pieces).
     A later share's reader decodes ahead into a deeper queue while the earlier ones are applied."""
 
-    AHEAD = 32  # batches a later share's reader may decode ahead (≈ 5–7 MB each at 50k changes)
+    AHEAD = 32  # batches the later shares' readers may decode ahead in all (≈ 5–7 MB each at 50k
+    # changes): split between them, so the memory bound does not grow with the readers (the cores)
 
     def __init__(self, spec: CdcApplySpec, part: ReadRange):
         bounds = [part.start, *cuts(spec, part), part.stop]
         self.ends = bounds[1:]
+        ahead = max(2, self.AHEAD // max(1, len(bounds) - 2))  # per later share
         self.readers = []
         try:
             for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
                 # each its own replica id: the server drops a second connection under the same one
                 share = dataclasses.replace(spec, server_id=spec.server_id + i)
                 size = _binlog_bytes(part) if len(bounds) == 2 else None
-                self.readers.append(_Reader(share, part.part(a, b), 2 if i == 0 else self.AHEAD,
+                self.readers.append(_Reader(share, part.part(a, b), 2 if i == 0 else ahead,
                                             inline=size is not None and size < INLINE_MAX_BYTES))
         except BaseException:
             self.close()
