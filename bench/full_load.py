@@ -33,6 +33,7 @@ from airflow_sync_provider.core.submission import prepare, spark_submit
 from bench.common import REPO, fmt_rate, fmt_ratio, machine, services, timer, write_result
 from devenv import demo_data
 from devenv.peers import peer_venv
+from devenv.rss import rss_kib
 
 TARGET_DB = "bench_full_load"
 TABLE = "orders"
@@ -79,17 +80,6 @@ def _cmdline(pid: int) -> list[str]:
             return fh.read().decode(errors="replace").split("\0")[:-1]
     except OSError:
         return []
-
-
-def _rss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def _busy_ticks() -> int:
@@ -182,7 +172,7 @@ class ProcessSampler(threading.Thread):
             if not cmd:
                 continue
             if _is_python_worker(cmd):
-                rss = _rss_kib(pid)
+                rss = rss_kib(pid)
                 parent = stats.get(pid, (0, 0))[0]
                 if _is_python_worker(_cmdline(parent)):  # forked by the daemon: a worker
                     self.worker_max[pid] = max(self.worker_max.get(pid, 0), rss)
@@ -191,10 +181,10 @@ class ProcessSampler(threading.Thread):
                     self.daemon_max = max(self.daemon_max, rss)
                 self.cmdlines.add(" ".join(cmd)[:160])
             elif os.path.basename(cmd[0]) == "java":
-                self.jvm_max = max(self.jvm_max, _rss_kib(pid))
+                self.jvm_max = max(self.jvm_max, rss_kib(pid))
             elif any(a.endswith(("full_load.py", "diy_spark_jdbc.py", "snapshot_diff.py")) for a in cmd[1:]) \
                     and "python" in os.path.basename(cmd[0]):
-                self.driver_max = max(self.driver_max, _rss_kib(pid))
+                self.driver_max = max(self.driver_max, rss_kib(pid))
         self.workers_sum_max = max(self.workers_sum_max, workers_sum)
         for pid, (ppid, ticks) in stats.items():
             group = _group(pid, ppid, pid in ours and pid != me)

@@ -21,7 +21,8 @@ def _stat(pid: str) -> int | None:
         return None
 
 
-def _rss_kib(pid: int) -> int:
+def rss_kib(pid: int) -> int:
+    """A process's resident set (VmRSS, KiB; 0: gone)."""
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
@@ -59,7 +60,7 @@ class PeakRss(threading.Thread):
         while True:
             pids = descendants(os.getpid()) - self.before
             self.processes |= pids
-            self.peak_kib = max(self.peak_kib, sum(_rss_kib(p) for p in pids))
+            self.peak_kib = max(self.peak_kib, sum(rss_kib(p) for p in pids))
             self.samples += 1
             if self.stop.wait(self.interval):
                 return
