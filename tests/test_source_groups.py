@@ -90,6 +90,16 @@ def _conns(urls: dict) -> dict:
             for name, url in urls.items()}
 
 
+def _assert_merged(trio: dict, ch, merged: str) -> int:
+    """The merged copy FINAL equals the union of every member's rows (tests/helpers), row for row."""
+    conns = _conns(trio)
+    try:
+        return assert_merged_rows(conns, ch, merged, members())
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
 load_group = each_group(run_full_load, run_group_load)
 reconcile_group = each_group(run_reconcile, run_group_reconcile)
 
@@ -136,12 +146,7 @@ def test_a_wrong_shard_of_one_source_table_is_found_and_reimported_alone(trio, e
     before = {t["member"]: t["verdict"] for t in result["before"]["tables"]}
     assert {m for m, v in before.items() if v != "ok"} == {"s1:shop_y.orders_2", "s0:shop_x.orders_1"}
     assert result["verdict"] == "ok", result
-    conns = _conns(trio)
-    try:
-        assert_merged_rows(conns, ch, MERGED, members())
-    finally:
-        for conn in conns.values():
-            conn.close()
+    _assert_merged(trio, ch, MERGED)
 
 
 def test_shards_that_cannot_be_merged_are_refused_naming_both(trio, endpoints, spark):
@@ -193,12 +198,7 @@ def test_command_line_group_load_fails_on_one_shard_and_reimports_only_it(trio, 
     result = json.loads(again.stdout)
     read = {t["member"]: t["shards_read"] for t in result["tables"]}
     assert read.pop("s1:shop_y.orders_2") == 1 and set(read.values()) == {0}
-    conns = _conns(trio)
-    try:
-        assert_merged_rows(conns, ch, merged, members())
-    finally:
-        for conn in conns.values():
-            conn.close()
+    _assert_merged(trio, ch, merged)
     check = cli(env, "reconcile", *group, "--merge-into", merged, "--load", "group-cli", "--checksum")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "verdict of the 12 tables: ok" in check.stdout
@@ -213,12 +213,7 @@ def test_command_line_group_load_fails_on_one_shard_and_reimports_only_it(trio, 
     assert flagged == {"s0:shop_x.orders_1": 1}, flagged
     applied = cli(env, "diff", *group, "--merge-into", merged, *select, "--apply", "--report-dir", str(tmp_path))
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
-    conns = _conns(trio)
-    try:
-        assert_merged_rows(conns, ch, merged, members())
-    finally:
-        for conn in conns.values():
-            conn.close()
+    _assert_merged(trio, ch, merged)
     for url in trio.values():
         password = MySQLEndpoint.from_url(url).password
         assert password not in load.stdout + load.stderr + again.stdout + check.stdout + diff.stdout + applied.stdout
@@ -258,12 +253,7 @@ def test_a_diff_of_the_merged_copy_with_its_sources_flags_and_applies_per_source
                                 report_dir=str(tmp_path)).summarize(result)
     assert {t["table"] for t in xcom["tables"] if t["verdict"] != "identical"} == set(flagged)
     assert all(Path(t["report"]).exists() for t in xcom["tables"]) and xcom["orphans"] == []
-    conns = _conns(trio)
-    try:
-        assert_merged_rows(conns, ch, MERGED, members())
-    finally:
-        for conn in conns.values():
-            conn.close()
+    _assert_merged(trio, ch, MERGED)
     both = SnapshotDiffSpec(endpoints[1], f"{MERGED}_before", new_table=MERGED, diff_key="merged-vs-merged")
     compared = diff_group(both, spark)
     assert compared["keys"] == ["id", "_source", "_source_database", "_source_table"]
