@@ -203,7 +203,8 @@ class ChdbEngine:
     def run(self, sql: str, fmt: str, params: dict, database: str | None, settings: dict,
             session_id: str | None = None, session_timeout: str | None = None, session_check: bool = False):
         with self._request(database, settings, session_id, session_timeout, session_check) as (session, applied):
-            result = self._statement(sql, fmt, params, session, applied)
+            with _timed(sql):
+                result = self._statement(sql, fmt, params, session, applied)
             return bytes(result.bytes()), {
                 "read_rows": result.rows_read(), "read_bytes": result.bytes_read(),
                 "written_rows": result.rows_written(), "written_bytes": result.bytes_written(),
@@ -212,12 +213,30 @@ class ChdbEngine:
     def insert(self, statement: str, fmt: str, data: bytes, database: str | None, settings: dict,
                session_id: str | None = None, session_timeout: str | None = None, session_check: bool = False):
         with self._request(database, settings, session_id, session_timeout, session_check):
-            with self.session.send_insert(statement, fmt) as inserter:
+            with _timed(statement), self.session.send_insert(statement, fmt) as inserter:
                 if data:
                     inserter.append(data)
                 result = inserter.finish()
             rows = getattr(result, "rows_written", 0)
             return {"read_rows": 0, "read_bytes": 0, "written_rows": rows, "written_bytes": len(data)}
+
+
+@contextlib.contextmanager
+def _timed(sql: str):
+    """``$CHDB_HTTP_TIMING`` (a file path): a line per statement — when it ended, its seconds, the
+    process's CPU-seconds meanwhile (background merges included) and its start — to see where a
+    job's time on the target goes (bench/)."""
+    path = os.environ.get("CHDB_HTTP_TIMING")
+    if not path:
+        yield
+        return
+    started, cpu = time.perf_counter(), time.process_time()
+    try:
+        yield
+    finally:
+        with open(path, "a") as out:
+            out.write(f"{time.time():.3f}\t{time.perf_counter() - started:.4f}\t{time.process_time() - cpu:.4f}\t"
+                      f"{' '.join(sql.split())[:110]}\n")
 
 
 def _escape(value: str) -> str:

@@ -55,7 +55,7 @@ def contents(ch, table):
 
 def test_rows_stream_into_few_inserts_each_row_once(ch, writer, table):
     counting, written = Counting(writer), []
-    with ArrowInserts(counting, table, max_rows=3_000, on_written=written.append) as inserts:
+    with ArrowInserts(counting, table, max_rows=3_000, on_written=lambda rows, _: written.append(rows)) as inserts:
         for i in range(10):
             inserts.write(batch(i * 1_000, 1_000))
         inserts.finish()
@@ -70,6 +70,35 @@ def test_rows_stream_into_few_inserts_each_row_once(ch, writer, table):
     assert counting.inserts == 6 and contents(ch, table)[0] == 10_020
 
 
+def test_one_stream_carries_several_owners_each_counted_and_answered(ch, writer, table):
+    """A channel's shards, one after another, into one stream: each owner's rows are counted as
+    they are acknowledged, and ``sent()`` is answered only once every insert carrying its rows is
+    (the open insert goes on taking the next owner's rows)."""
+    counting, written = Counting(writer), {}
+    def count(rows, owner):
+        written[owner] = written.get(owner, 0) + rows
+
+    with ArrowInserts(counting, table, max_rows=2_500, on_written=count) as inserts:
+        tickets = {}
+        for owner, start, sizes in (("a", 0, (1_000, 1_000)), ("b", 2_000, (1_000, 1_000)), ("c", 4_000, (500,))):
+            for size in sizes:
+                inserts.write(batch(start, size), owner)
+                start += size
+            tickets[owner] = inserts.sent()
+        assert not tickets["c"].done()  # its rows are in the open insert, which takes more rows
+        inserts.finish()
+    assert all(t.done() and t.error() is None for t in tickets.values())
+    assert written == {"a": 2_000, "b": 2_000, "c": 500} and counting.inserts == 2  # ended at 3,000, then finish()
+    assert contents(ch, table) == (4_500, 4_500, sum(range(4_500)), 0)
+    # max_owners: an insert ends before a new owner's rows would make one too many
+    counting.inserts = 0
+    with ArrowInserts(counting, table, max_owners=2) as inserts:
+        for k, owner in enumerate("defg"):
+            inserts.write(batch(10_000 + k * 10, 10), owner)
+        inserts.finish()
+    assert counting.inserts == 2
+
+
 def test_an_idle_insert_is_kept_alive_with_empty_batches(ch, writer, table, monkeypatch):
     monkeypatch.setattr(inserts_module, "KEEPALIVE_SECONDS", 0.1)
     with ArrowInserts(writer, table) as inserts:
@@ -82,8 +111,9 @@ def test_an_idle_insert_is_kept_alive_with_empty_batches(ch, writer, table, monk
 
 def test_a_failed_insert_fails_the_writer_and_counts_its_rows(writer):
     failed, written = [], []
-    inserts = ArrowInserts(writer, f"no_such_table_{uuid.uuid4().hex[:6]}", on_written=written.append,
-                           on_failed=failed.append)
+    inserts = ArrowInserts(writer, f"no_such_table_{uuid.uuid4().hex[:6]}",
+                           on_written=lambda rows, _: written.append(rows),
+                           on_failed=lambda rows, _: failed.append(rows))
     handed = 0  # a server may refuse before the body ends: the rows handed over by then all count failed, once
     with pytest.raises(Exception, match="(?i)no_such_table|unknown table|doesn't exist|does not exist"):
         for i in range(5):
@@ -104,7 +134,7 @@ class Refusing:
 
 def test_a_writer_never_hangs_on_an_insert_that_stopped_reading():
     failed = []
-    inserts = ArrowInserts(Refusing(), "t", on_failed=failed.append)
+    inserts = ArrowInserts(Refusing(), "t", on_failed=lambda rows, _: failed.append(rows))
     done = threading.Event()
     outcome = {}
 

@@ -423,11 +423,15 @@ class Ledger(LedgerTables):
         return json.loads(rows[0][0]) if rows else {}
 
     def write_load(self, state: LoadState) -> None:
+        self.write_loads([state])
+
+    def write_loads(self, states: list[LoadState]) -> None:
+        """Several loads' rows in one insert (a source group's members)."""
         self._insert("loads", [[
             state.load_key, state.generation, state.status, state.source_table, state.target_table,
             json.dumps(state.plan), state.parts_table, state.version, json.dumps(state.spec), state.error[:4000],
             state.repair, json.dumps(state.start_position) if state.start_position else "", utc_datetime(self._stamp()),
-        ]], _LOADS)
+        ] for state in states], _LOADS)
 
     def write_heartbeat(self, *states: LoadState) -> None:
         """The running loads' driver is alive (:attr:`LoadState.stale` reads it); one insert."""
@@ -440,32 +444,47 @@ class Ledger(LedgerTables):
         self.write_shards(load_key, generation, [shard])
 
     def write_shards(self, load_key: str, generation: int, shards: list[ShardState]) -> None:
+        self.write_shards_of([(load_key, generation, shard) for shard in shards])
+
+    def write_shards_of(self, entries: list[tuple[str, int, ShardState]]) -> None:
+        """Shard records of several loads (load key, generation, record) in one insert."""
         self._insert("shards", [[
             load_key, generation, shard.shard_id, shard.attempt, shard.status, shard.where,
             json.dumps(shard.params), shard.records_read, shard.records_written, shard.records_failed,
             shard.bytes, utc_datetime(shard.started_at), utc_datetime(shard.finished_at), shard.error[:4000],
             shard.version, shard.chunks, json.dumps(shard.resume_key) if shard.resume_key is not None else "",
             shard.executor, utc_datetime(self._stamp()),
-        ] for shard in shards], _SHARDS)
+        ] for load_key, generation, shard in entries], _SHARDS)
 
     def state(self, load_key: str) -> LoadState | None:
         """The newest generation of ``load_key`` with the newest attempt of each shard, or None."""
+        return self.states([load_key])[load_key]
+
+    def states(self, load_keys: list[str]) -> dict[str, LoadState | None]:
+        """:meth:`state` of each key, in two queries (a source group's members: one each would
+        queue on a busy server)."""
+        keys = list(dict.fromkeys(load_keys))
+        if not keys:
+            return {}
         # its last report: the load's row or a heartbeat, whichever is newer (no heartbeat: 1970)
         rows = self.ch.query(
-            f"SELECT l.generation, status, source_table, target_table, plan, parts_table, version, spec, error,"
-            f" greatest(toFloat64(updated_at), toFloat64(h.at)), repair, start_position"
+            f"SELECT l.load_key, l.generation, status, source_table, target_table, plan, parts_table, version, spec,"
+            f" error, greatest(toFloat64(updated_at), toFloat64(h.at)), repair, start_position"
             f" FROM {self.table('loads')} AS l FINAL"
-            f" LEFT JOIN (SELECT generation, max(at) AS at FROM {self.table('heartbeats')}"
-            f" WHERE load_key = {{k:String}} GROUP BY generation) AS h ON h.generation = l.generation"
-            f" WHERE l.load_key = {{k:String}} ORDER BY l.generation DESC LIMIT 1",
-            parameters={"k": load_key}).result_rows
-        if not rows:
-            return None
-        gen, status, source, target, plan, parts, version, spec, error, heartbeat, repair, start = rows[0]
-        state = LoadState(load_key, gen, status, source, target, json.loads(plan), parts, version,
-                          json.loads(spec), error, json.loads(start) if start else None, list(repair), heartbeat)
-        state.shards = self.shards(load_key, gen)
-        return state
+            f" LEFT JOIN (SELECT load_key, generation, max(at) AS at FROM {self.table('heartbeats')}"
+            f" WHERE load_key IN {{k:Array(String)}} GROUP BY load_key, generation) AS h"
+            f" ON h.load_key = l.load_key AND h.generation = l.generation"
+            f" WHERE l.load_key IN {{k:Array(String)}} ORDER BY l.load_key, l.generation DESC LIMIT 1 BY l.load_key",
+            parameters={"k": keys}).result_rows
+        found = {}
+        for key, gen, status, source, target, plan, parts, version, spec, error, heartbeat, repair, start in rows:
+            found[key] = LoadState(key, gen, status, source, target, json.loads(plan), parts, version,
+                                   json.loads(spec), error, json.loads(start) if start else None, list(repair),
+                                   heartbeat)
+        shards = self._shards([(s.load_key, s.generation) for s in found.values()])
+        for state in found.values():
+            state.shards = shards.get((state.load_key, state.generation), {})
+        return {key: found.get(key) for key in keys}
 
     def table_states(self, load_key: str) -> dict[str, LoadState]:
         """The load ``load_key`` by its key, or each recorded table load of a job of many tables
@@ -567,17 +586,26 @@ class Ledger(LedgerTables):
 
     def shards(self, load_key: str, generation: int) -> dict[int, ShardState]:
         """The newest attempt of each shard of one generation of ``load_key``."""
-        shards = {}
+        return self._shards([(load_key, generation)]).get((load_key, generation), {})
+
+    def _shards(self, loads: list[tuple[str, int]]) -> dict[tuple[str, int], dict[int, ShardState]]:
+        """:meth:`shards` of each (load key, generation), in one query."""
+        out: dict[tuple[str, int], dict[int, ShardState]] = {}
+        if not loads:
+            return out
         for row in self.ch.query(
-                f"SELECT shard_id, attempt, status, where_sql, params, records_read, records_written,"
-                f" records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error, version, chunks,"
-                f" resume_key, executor"
-                f" FROM {self.table('shards')} FINAL WHERE load_key = {{k:String}} AND generation = {{g:UInt32}}"
-                f" ORDER BY shard_id, attempt", parameters={"k": load_key, "g": generation}).result_rows:
+                f"SELECT load_key, generation, shard_id, attempt, status, where_sql, params, records_read,"
+                f" records_written, records_failed, bytes, toFloat64(started_at), toFloat64(finished_at), error,"
+                f" version, chunks, resume_key, executor"
+                f" FROM {self.table('shards')} FINAL WHERE load_key IN {{k:Array(String)}}"
+                f" AND (load_key, generation) IN {{kg:Array(Tuple(String, UInt32))}}"
+                f" ORDER BY load_key, generation, shard_id, attempt",
+                parameters={"k": [k for k, _ in loads], "kg": [(k, g) for k, g in loads]}).result_rows:
+            key, generation, row = row[0], row[1], row[2:]
             shard = ShardState(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:-2],
                                json.loads(row[-2]) if row[-2] else None, row[-1])
-            shards[shard.shard_id] = shard  # ordered by attempt: the newest wins
-        return shards
+            out.setdefault((key, generation), {})[shard.shard_id] = shard  # ordered by attempt: the newest wins
+        return out
 
 
 def executor_address(host: str, port: int) -> str:

@@ -121,7 +121,7 @@ class BootstrapCopy(ShardCopy):
         return record
 
     def inserts(self, channel: Channel, record: ShardState) -> ArrowInserts:
-        def failed(rows):
+        def failed(rows, _record):
             record.records_failed += rows
 
         return ArrowInserts(channel.ch, ch_table(self.spec.target_database, self.spec.target_table),

@@ -60,16 +60,17 @@ __all__ = ["FullLoadCopy", "LoadFailed", "run_full_load"]
 
 class FullLoadCopy(ShardCopy):
     """A full load's shards: each read whole (its pieces), in a snapshot of its own, into the
-    load's working table; a shard read again first loses what its earlier attempt wrote."""
+    load's working table; a shard read again first loses what its earlier attempt wrote. A
+    channel's shards share its inserts (shard_copy.ChannelOutput)."""
 
     spark_start: float | None = None  # the wait for the SparkContext not hidden behind planning
+    shares_inserts = True
 
     def before_channels(self, session, todo: list[int], in_driver: bool) -> None:
-        if in_driver:  # one ledger write for every shard's running record (else one per shard)
+        if in_driver:  # every shard's running record in one ledger write (run_together; else one per shard)
             self.announced = {i: running_record(self.spec.source, self.shards[i],
                                                 (self.state.shards[i].attempt if i in self.state.shards else 0) + 1)
                               for i in todo}
-            self.ledger.write_shards(self.state.load_key, self.state.generation, list(self.announced.values()))
         else:
             waited = time.time()
             session.get()
@@ -105,18 +106,18 @@ class FullLoadCopy(ShardCopy):
         return record
 
     def inserts(self, channel: Channel, record: ShardState) -> ArrowInserts:
-        def written(rows):
-            record.records_written += rows
-
-        def failed(rows):
-            record.records_failed += rows
-
-        return ArrowInserts(channel.ch, ch_table(self.spec.ledger_database, self.state.parts_table),
-                            settings=target.WEIGHT_SETTINGS if self.copy.direct and self.copy.weight else None,
-                            max_rows=self.spec.insert_rows, max_bytes=self.spec.insert_bytes, on_written=written,
-                            on_failed=failed)
+        """The channel's stream into the working table (a source group's members share it)."""
+        table = ch_table(self.spec.ledger_database, self.state.parts_table)
+        settings = target.WEIGHT_SETTINGS if self.copy.direct and self.copy.weight else None
+        return channel.output.stream((table, self.copy.direct, bool(settings)), lambda: ArrowInserts(
+            channel.ch, table, settings=settings, max_rows=self.spec.insert_rows, max_bytes=self.spec.insert_bytes,
+            # a parts table has a partition per shard: ClickHouse takes at most 100 in one insert
+            max_owners=None if self.copy.direct else 50, on_written=_written, on_failed=_failed))
 
     def read(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
+        if self.plan.null_shard(shard) and self.copy.split is not None and not self.copy.split.nullable:
+            record.version = self.state.version  # a NOT NULL key: its NULL shard has no rows to read
+            return
         # an earlier attempt (attempt > 1: it is in the ledger) may have written rows
         if record.attempt > 1 or not self.copy.direct:
             self.clear(channel, shard)
@@ -183,6 +184,14 @@ class FullLoadCopy(ShardCopy):
         channel.ch.command(f"DELETE FROM {ch_table(database, working)} WHERE {where}", parameters=params)
 
 
+def _written(rows: int, record: ShardState) -> None:
+    record.records_written += rows
+
+
+def _failed(rows: int, record: ShardState) -> None:
+    record.records_failed += rows
+
+
 def binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
     """The source's binlog position now (each shard's read then takes its own snapshot's), or,
     for a source without a binlog (or without the privilege to see it), one version above
@@ -217,11 +226,12 @@ def _check_repairable(spec: FullLoadSpec, ch, schema, state: LoadState) -> None:
 
 
 def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | None = None,
-                     start: tuple[dict | None, int] | None = None) -> tuple[LoadState, Plan]:
+                     start: tuple[dict | None, int] | None = None, known: dict | None = None) -> tuple[LoadState, Plan]:
     """The load's ledger state and plan: resumed, a repair of a published load, or a new
     generation (its working table ``working``, a source group's shared one, or its own).
-    ``start``: :func:`binlog_start` read already (a source group's, once per source)."""
-    state = ledger.state(spec.load_key)
+    ``start``: :func:`binlog_start` read already (a source group's, once per source); ``known``:
+    ledger states read already, by load key (a source group's, in one query)."""
+    state = known[spec.load_key] if known is not None and spec.load_key in known else ledger.state(spec.load_key)
     if spec.reimport == "failed":
         if state is None:
             raise LoadFailed(f"load {spec.load_key!r} is not in the ledger: nothing to re-import")
@@ -400,10 +410,11 @@ class TableLoad:
         """Are ``rows`` (this load's, or a group's) copied by the driver's own channels?"""
         return rows <= driver_copy_limit(self.spec.driver_copy_rows, self.session) and not self.session.started
 
-    def prepare(self, schema=None, working: str | None = None, start: tuple | None = None) -> None:
+    def prepare(self, schema=None, working: str | None = None, start: tuple | None = None,
+                known: dict | None = None) -> None:
         """The schema copied (``schema``: a merged copy's member view, else the source table's),
         the ledger state and plan (new or resumed), the copy's reader and layout (a source group
-        passes its shared ``working`` table and its source's ``start``)."""
+        passes its shared ``working`` table, its source's ``start`` and the states it read)."""
         spec = self.spec
         self.schema = schema or self.read_schema()
         if schema is None:
@@ -412,7 +423,7 @@ class TableLoad:
                         spec.driver_copy_rows, self.session):
                     self.session.start()  # the SparkContext comes up while the driver plans
         target.check_columns(self.schema)
-        self.state, self.plan = _start_or_resume(spec, self.ledger, self.schema, working, start)
+        self.state, self.plan = _start_or_resume(spec, self.ledger, self.schema, working, start, known)
         self.copy, self.reader_note = _plan_copy(spec, self.ch, self.schema, self.plan, self.state)
         self.todo = self.state.todo()
 
@@ -427,11 +438,12 @@ class TableLoad:
         self.ch.command(target.create_working_sql(self.schema, self.spec.ledger_database, self.state.parts_table,
                                                   self.copy.weight is not None, self.copy.direct))
 
-    def begin(self, create: bool = True) -> None:
-        """The working table (unless a group made it), the load recorded as running."""
-        if create:
+    def begin(self, grouped: bool = False) -> None:
+        """The working table made and the load recorded as running (a group's member: the group
+        makes their shared table and records its members together)."""
+        if not grouped:
             self.create_working()
-        self.ledger.write_load(self.state)
+            self.ledger.write_load(self.state)
         hold_point("full_load.started", self.spec.load_key)  # tests: loads held together (core/crash_points.py)
         state, plan, copy = self.state, self.plan, self.copy
         log.info(f"load {state.load_key!r} generation {state.generation}: {len(self.todo)} of "
@@ -478,13 +490,14 @@ class TableLoad:
         self.state.status, self.state.error = LOAD_FAILED, error[:4000]
         retrying(lambda: self.ledger.write_load(self.state), self.spec.ledger_wait_seconds)
 
-    def done(self, per_shard: list[dict], drop: bool = True) -> dict:
-        """The load published: recorded, its working table dropped (unless a group's), its result."""
+    def done(self, per_shard: list[dict], grouped: bool = False) -> dict:
+        """The load published: recorded and its working table dropped (a group's member: the
+        group records its members together and drops their shared table), its result."""
         state, plan = self.state, self.plan
         repaired, written = list(state.repair), self.written  # before the repair list is cleared
         state.status, state.repair = LOAD_PUBLISHED, []
-        self.ledger.write_load(state)
-        if drop:
+        if not grouped:
+            self.ledger.write_load(state)
             self.ch.command(f"DROP TABLE IF EXISTS {ch_table(self.spec.ledger_database, state.parts_table)}")
         log.info("%s", shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]))
         self.phases["publish"] = time.time() - self.started - sum(self.phases.values())

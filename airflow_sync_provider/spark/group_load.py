@@ -31,6 +31,7 @@ from airflow_sync_provider.core.ledger import LOAD_ABANDONED, LOAD_PUBLISHED, Le
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_view, merged_schema
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
+from airflow_sync_provider.core.source.planning import auto_split_factor
 from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.source.selection import table_config
 from airflow_sync_provider.core.sql import ch_table
@@ -91,8 +92,9 @@ class GroupLoad:
             for load, records in zip(loads, per_shard):
                 load.settle(records, self.in_driver)
             self._publish(loads, done)
-            results = [load.done(records, drop=False) | {"member": Member.of(load.spec.member).name}
+            results = [load.done(records, grouped=True) | {"member": Member.of(load.spec.member).name}
                        for load, records in zip(loads, per_shard)]
+            ledger.write_loads([load.state for load in loads])
             if loads:  # every member is recorded published: the working table goes
                 working = loads[0].state.parts_table
                 ledger.ch.command(f"DROP TABLE IF EXISTS {ch_table(spec.ledger_database, working)}")
@@ -142,7 +144,7 @@ class GroupLoad:
         probed once per shape of table (core/source/reader.choose_reader), its choice kept for the
         members of that shape."""
         spec, ledger = self.spec, self.ledger
-        states = {key: ledger.state(key) for key in keys}
+        states = ledger.states(keys)
         working = self._working(states, keys)
         todo = [(m, s, c, schema) for (m, s, c, schema), key in zip(members, keys) if key not in done]
         bases = self._shard_bases(todo, states)
@@ -169,7 +171,7 @@ class GroupLoad:
             if spec.reader == "auto" and shape in readers:
                 one = dataclasses.replace(one, reader=readers[shape])
             load = TableLoad(one, self.session, ledger)
-            load.prepare(view, working, starts[source.name])
+            load.prepare(view, working, starts[source.name], states)
             readers.setdefault(shape, "native" if load.copy.native_sql is not None else "mysqlclient")
             return load
 
@@ -185,7 +187,8 @@ class GroupLoad:
         weighted = next((load for load in loads if load.copy.weight is not None), loads[0])
         weighted.create_working()  # one table; with the weight column if any member's rows carry one
         for load in loads:
-            load.begin(create=False)
+            load.begin(grouped=True)
+        ledger.write_loads([load.state for load in loads])
         total = sum(load.estimate() for load in loads)
         if total > driver_copy_limit(spec.driver_copy_rows, self.session):
             self.session.start()
@@ -195,9 +198,10 @@ class GroupLoad:
         return loads
 
     def _channels(self, specs: list) -> list:
-        """Each member planned with its share of the group's channels by its estimated rows (at
-        least one): shards of a group's many small tables stay about the size one table's would
-        be (each shard costs a query, ledger records and an insert), while the channels are shared."""
+        """Each member planned with its share of the group's channels and of the shards one table
+        of the group's rows would have (at least one each), by its estimated rows: shards of a
+        group's many small tables stay about the size one table's would be (each shard costs a
+        query and a ledger record), while the channels are shared."""
         def rows(item) -> int:
             with mysql_reader.connect(item[0].source) as conn:
                 return table_rows(conn, item[0].source_database, item[0].source_table)
@@ -205,9 +209,14 @@ class GroupLoad:
         with ThreadPoolExecutor(min(CONNECT_AT_ONCE, len(specs))) as pool:
             estimates = list(pool.map(rows, specs))
         channels, total = self.spec.speed().channel_count(), max(1, sum(estimates))
-        return [(dataclasses.replace(one, channels=max(1, min(channels, round(channels * n / total))),
-                                     byte_speed=None, record_speed=None), view, source)
-                for (one, view, source), n in zip(specs, estimates)]
+        shards = channels * (self.spec.split_factor or auto_split_factor(total, channels))
+        out = []
+        for (one, view, source), n in zip(specs, estimates):
+            share = max(1, min(channels, round(channels * n / total)))
+            factor = one.split_factor or max(1, round(shards * n / total / share))
+            out.append((dataclasses.replace(one, channels=share, split_factor=factor, byte_speed=None,
+                                            record_speed=None), view, source))
+        return out
 
     def _starts(self, by_source: dict) -> dict:
         """Each source's binlog position (and version without one), read once for its members."""

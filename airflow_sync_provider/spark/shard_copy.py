@@ -43,7 +43,7 @@ from airflow_sync_provider.core.ledger import (
 )
 from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.inserts import ArrowInserts
+from airflow_sync_provider.core.target.inserts import ArrowInserts, Sent
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, Weights
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
@@ -52,6 +52,9 @@ from airflow_sync_provider.spark.channels import Progress, retrying, run_channel
 log = logging.getLogger(__name__)
 
 REPORT_EVERY_SECONDS = 1.0  # live hook counters: a running shard's report to the ledger
+# a channel's shared insert ends at the first shard end after this long: a read shard is reported
+# success within a few seconds (a person or a test watching), and its parts stay large
+SHARED_INSERT_SECONDS = 3.0
 
 
 class LoadFailed(RuntimeError):
@@ -95,8 +98,9 @@ class RowVersion:
 
 
 class Channel:
-    """What one channel holds while it drains its queue: a target client and the ledger on it,
-    one throttle (DataX flow control), and what a subclass adds (a source connection)."""
+    """What one channel holds for one copy while it drains its queue: a target client and the
+    ledger on it, one throttle (DataX flow control), what a subclass adds (a source connection),
+    and the output it shares with the channel's other copies (:class:`ChannelOutput`)."""
 
     def __init__(self, spec: FullLoadSpec):
         self.ch = target.shared_client(spec.target)
@@ -105,10 +109,61 @@ class Channel:
         self.conn = None  # a source connection of the channel's own, if the copy keeps one
         self.kind = None  # that source's flavour
         self.at_start: LoadState | None = None  # the load as the ledger had it when the channel started
+        self.output: ChannelOutput | None = None  # set by the channel's loop (_drain)
 
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
+
+
+class ChannelOutput:
+    """One channel's inserts across its shards (of one copy, or of a source group's members):
+    a stream per target table, shared by the shards one after another, so small shards make a
+    few large parts (core/target/inserts.py), and the shards read but not yet acknowledged. A
+    held shard is reported (success, or failed naming its insert's error) as soon as every insert
+    carrying its rows is answered, a batch of them in one ledger write per copy; the channel reads
+    on meanwhile. Never ahead of the data: a shard is success only once its rows are durable;
+    a crash before its report re-reads it (clearing what it wrote)."""
+
+    def __init__(self):
+        self.streams: dict = {}
+        self.held: list[tuple["ShardCopy", Channel, ShardState, Sent]] = []
+
+    def stream(self, key, make) -> ArrowInserts:
+        if key not in self.streams:
+            self.streams[key] = make()
+        return self.streams[key]
+
+    def hold(self, copier: "ShardCopy", channel: Channel, record: ShardState, sent: Sent) -> None:
+        self.held.append((copier, channel, record, sent))
+        self.report()
+
+    def report(self) -> None:
+        """Report the held shards whose inserts are answered (in order: a shard's rows are sent
+        after the earlier shards')."""
+        ready = 0
+        while ready < len(self.held) and self.held[ready][3].done():
+            ready += 1
+        done, self.held = self.held[:ready], self.held[ready:]
+        by_copy: dict[int, list] = {}
+        for copier, channel, record, sent in done:
+            error = sent.error()
+            record.status = SHARD_SUCCESS if error is None else SHARD_FAILED
+            if error is not None:
+                record.error = f"the insert of its rows failed: {type(error).__name__}: {error}"[:4000]
+                record.records_failed = record.records_read - record.records_written
+            record.finished_at = time.time()
+            by_copy.setdefault(id(copier), (copier, channel, []))[2].append(record)
+        for copier, channel, records in by_copy.values():
+            retrying(lambda c=copier, ch=channel, r=records: ch.ledger.write_shards(c.state.load_key,
+                                                                                   c.state.generation, r),
+                     copier.spec.ledger_wait_seconds)
+
+    def close(self) -> None:
+        """End every stream, wait for its answers and report the shards still held."""
+        for inserts in self.streams.values():
+            inserts.close()
+        self.report()
 
 
 class ShardCopy:
@@ -119,6 +174,10 @@ class ShardCopy:
     ledger state (the driver's, when the channels start). The driver's ``ledger`` stays on the
     driver: an executor gets the rest (pickled with :meth:`channel`).
     """
+
+    # a channel's shards share its inserts (ChannelOutput), each reported once its rows are
+    # acknowledged; else each shard's rows are acknowledged before its report
+    shares_inserts = False
 
     def __init__(self, spec: FullLoadSpec, plan: Plan, copy: Copy, state: LoadState, ledger: Ledger):
         self.spec, self.plan, self.copy, self.state, self.ledger = spec, plan, copy, state, ledger
@@ -174,53 +233,53 @@ class ShardCopy:
 
     # --- a channel ----------------------------------------------------------------------
 
-    def channel(self, shard_ids: list[int], in_driver: bool):
-        """Runs on an executor (or a driver thread): one channel drains its queue of shards,
-        yielding each shard's final record."""
-        channel = self.open_channel(in_driver)
-        try:
-            for shard_id in shard_ids:
-                yield self.copy_one(channel, shard_id)
-        finally:
-            channel.close()
-
-    def copy_one(self, channel: Channel, shard_id: int) -> dict:
-        """One shard on an open channel: its final record (skipped when an earlier run of the
-        task finished it)."""
+    def copy_one(self, channel: Channel, shard_id: int) -> ShardState:
+        """One shard on an open channel: its record (skipped when an earlier run of the task
+        finished it); final, or final once the channel's output answers for it."""
         shard = self.shards[shard_id]
         record = self.start_record(channel, shard)
         if record.status == SHARD_RUNNING:  # else finished already, by an earlier run of this task
             record = self.copy_shard(channel, shard, record)
             self.after_shard(channel, record)
-        return vars(record) | {"seconds": record.seconds}
+        return record
 
     def copy_shard(self, channel: Channel, shard: Shard, record: ShardState) -> ShardState:
         """Copy one shard: recorded as running before any row is written (so a re-read knows
         rows may be there), read and written (:meth:`read`), then its final report, retried
-        while the ledger is unreachable (a failure must be recorded)."""
+        while the ledger is unreachable (a failure must be recorded). A copy whose shards share
+        the channel's inserts (:attr:`shares_inserts`) leaves a read shard to the channel's
+        output, which reports it once the inserts carrying its rows are acknowledged."""
         inserts = self.inserts(channel, record)
         try:
             if shard.id not in self.announced:
                 channel.ledger.write_shard(self.state.load_key, self.state.generation, record)
             self.read(channel, shard, record, inserts)
+            if self.shares_inserts:
+                inserts.end_if_older(SHARED_INSERT_SECONDS)
+                channel.output.hold(self, channel, record, inserts.sent())
+                return record
             record.status = SHARD_SUCCESS
         except Exception as exc:
-            inserts.settle()
+            inserts.settle()  # every insert answered: the shards held before this one too
             record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
             record.version = record.version or 0
         finally:
-            inserts.close()
+            if not self.shares_inserts:
+                inserts.close()
         record.finished_at = time.time()
         retrying(lambda: channel.ledger.write_shard(self.state.load_key, self.state.generation, record),
                  self.spec.ledger_wait_seconds)
+        if self.shares_inserts:
+            channel.output.report()
         return record
 
     def write(self, channel: Channel, inserts: ArrowInserts, shard: Shard, batches, version: RowVersion,
               live: ShardState | None = None) -> tuple[int, int]:
         """Stream one read's ``batches`` into ``inserts`` with their version (and the shard's id
         in the parts layout), within the channel's speed limits; returns (rows, bytes) once all
-        of it is acknowledged. ``live``: the shard's record, counted as rows go and reported to
-        the ledger every second (a sensor or a person watches a running load)."""
+        of it is acknowledged (sent, with :attr:`shares_inserts`). ``live``: the shard's record,
+        counted as rows go and reported to the ledger every second (a sensor or a person watches
+        a running load), and the owner of its rows in the inserts."""
         names, rows_total, bytes_total = self.copy.names(), 0, 0
         reported = time.monotonic()
         for batch in batches:
@@ -232,13 +291,16 @@ class ShardCopy:
                 live.version = version.value
                 live.records_read += rows
                 live.bytes += batch.nbytes
-            inserts.write(pa.RecordBatch.from_arrays([*batch.columns, *tail], names=names))
+            inserts.write(pa.RecordBatch.from_arrays([*batch.columns, *tail], names=names), live)
             rows_total, bytes_total = rows_total + rows, bytes_total + batch.nbytes
             channel.throttle.account(rows, batch.nbytes)
             if live is not None and time.monotonic() - reported >= REPORT_EVERY_SECONDS:
                 channel.ledger.write_shard(self.state.load_key, self.state.generation, live)
                 reported = time.monotonic()
-        inserts.finish()
+            if channel.output is not None and channel.output.held:
+                channel.output.report()  # earlier shards whose inserts were answered meanwhile
+        if not self.shares_inserts:
+            inserts.finish()
         return rows_total, bytes_total
 
     def open_channel(self, in_driver: bool) -> Channel:
@@ -278,6 +340,9 @@ def run_together(copiers: list[ShardCopy], session, channels: int, in_driver: bo
         with Progress(copiers[0].spec, [(c.state, c.state.todo()) for c in copiers]):
             for copier in copiers:
                 copier.before_channels(session, copier.state.todo(), in_driver)
+            announced = [(c.state.load_key, c.state.generation, r) for c in copiers for r in c.announced.values()]
+            if announced:  # running records written before the channels start: one write for all
+                copiers[0].ledger.write_shards_of(announced)
             if in_driver:
                 work = queue.SimpleQueue()
                 for item in items:
@@ -309,17 +374,22 @@ def _drain(copiers: list[ShardCopy], work, in_driver: bool) -> list[tuple[int, d
     """One channel: the shards of ``work`` (a shared queue in the driver, a list on an executor),
     each on the channel of its copy (opened when first needed); (copy index, record) each."""
     opened: dict[int, Channel] = {}
+    output = ChannelOutput()
     items = iter(lambda: _next(work), None) if isinstance(work, queue.SimpleQueue) else iter(work)
     out = []
     try:
         for i, shard_id in items:
             if i not in opened:
                 opened[i] = copiers[i].open_channel(in_driver)
+                opened[i].output = output
             out.append((i, copiers[i].copy_one(opened[i], shard_id)))
+        output.close()
     finally:
+        for inserts in output.streams.values():
+            inserts.close()
         for channel in opened.values():
             channel.close()
-    return out
+    return [(i, vars(record) | {"seconds": record.seconds}) for i, record in out]
 
 
 def _next(work: queue.SimpleQueue):

@@ -110,6 +110,11 @@ class Plan:
     shards: tuple[Shard, ...]
     warnings: tuple[str, ...] = ()
 
+    def null_shard(self, shard: Shard) -> bool:
+        """Is ``shard`` the one of the split column's NULL keys?"""
+        return (self.split_column is not None and shard.bounds is None
+                and shard.where.lstrip("(").startswith(f"{mysql_ident(self.split_column)} IS NULL"))
+
     def range_shards(self) -> list[Shard]:
         """The shards cut from the split column's range, in key order (they come first; the NULL
         shard follows them)."""

@@ -18,6 +18,14 @@ normally makes one part per insert, and a body cut short (the client died) write
 callers do not rely on it: a shard or chunk read again first clears what an earlier attempt
 wrote. An insert that waits long for rows (a slow source, a speed limit) is kept alive with
 empty batches; ClickHouse would otherwise time the request out.
+
+One stream may carry the rows of several owners (a channel's shards, one after another, into one
+working table): every write names its owner, the callbacks count rows per owner, and
+:meth:`ArrowInserts.sent` names the inserts that carry what was written so far, so an owner is
+recorded done once those are acknowledged while the channel already reads the next one. Many
+small shards (a source group's tables) then make a few large parts instead of one each: merging
+those is what cost most (on the chDB stand-in, 64 tables' parts of overlapping keys took 4× the
+merge CPU of one table's, bench/results/source_groups.md).
 """
 
 from __future__ import annotations
@@ -69,6 +77,21 @@ class _Insert:
         self.opened = time.monotonic()
         self.future = None
         self.counted = False  # its outcome reached the callbacks
+        self.owners: list[list] = []  # [owner, rows] in the order written
+
+
+class Sent:
+    """The inserts carrying the rows written up to some point: :meth:`done` once all are
+    answered, :meth:`error` the first failure then (None: every row is acknowledged)."""
+
+    def __init__(self, futures: list):
+        self.futures = futures
+
+    def done(self) -> bool:
+        return all(f.done() for f in self.futures)
+
+    def error(self) -> BaseException | None:
+        return next((f.exception() for f in self.futures if f.exception() is not None), None)
 
 
 class ArrowInserts:
@@ -76,24 +99,31 @@ class ArrowInserts:
     session-less clickhouse-connect client, as ``clickhouse.shared_client``, since one insert may
     still be acknowledged while the next streams). ``write`` batches of one schema; ``finish``
     ends the open insert and waits until every insert is acknowledged (raising the first
-    failure). ``on_written(rows)`` runs (on the insert's thread) when an insert is acknowledged,
-    ``on_failed(rows)`` (on the caller's) when one failed, with all its rows. At most one insert
-    is open and one more may be awaiting its acknowledgement."""
+    failure). ``on_written(rows, owner)`` runs (on the insert's thread) when an insert is
+    acknowledged, ``on_failed(rows, owner)`` (on the caller's) when one failed, once per owner of
+    its rows. At most one insert is open and one more may be awaiting its acknowledgement.
+    ``max_owners``: an insert ends once it holds rows of that many owners (a parts table's
+    partitions: ClickHouse refuses an insert into over 100)."""
 
     def __init__(self, ch, table_sql: str, *, settings: dict | None = None, compression: str | None = "lz4",
                  max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES, max_seconds: float = MAX_SECONDS,
-                 on_written: Callable[[int], None] | None = None, on_failed: Callable[[int], None] | None = None):
+                 max_owners: int | None = None, on_written: Callable[[int, object], None] | None = None,
+                 on_failed: Callable[[int, object], None] | None = None):
         self.ch, self.table_sql = ch, table_sql
         self.settings = {**SETTINGS, **(settings or {})}
         self.options = pa.ipc.IpcWriteOptions(compression=compression) if compression else None
         self.max_rows, self.max_bytes, self.max_seconds = max_rows, max_bytes, max_seconds
-        self.on_written = on_written or (lambda rows: None)
-        self.on_failed = on_failed or (lambda rows: None)
+        self.max_owners = max_owners
+        self.on_written = on_written or (lambda rows, owner: None)
+        self.on_failed = on_failed or (lambda rows, owner: None)
         self.pool = ThreadPoolExecutor(2, thread_name_prefix="insert")
         self.open: _Insert | None = None
         self.ending: _Insert | None = None
 
-    def write(self, batch: pa.RecordBatch) -> None:
+    def write(self, batch: pa.RecordBatch, owner=None) -> None:
+        if self.open is not None and self.max_owners is not None and len(self.open.owners) >= self.max_owners \
+                and self.open.owners[-1][0] is not owner:
+            self._end()
         if self.open is None:
             self.open = _Insert()
             self.open.future = self.pool.submit(self._send, self.open, batch.schema)
@@ -101,9 +131,24 @@ class ArrowInserts:
         self._put(insert, batch)
         insert.rows += batch.num_rows
         insert.bytes += batch.nbytes
+        if insert.owners and insert.owners[-1][0] is owner:
+            insert.owners[-1][1] += batch.num_rows
+        else:
+            insert.owners.append([owner, batch.num_rows])
         if (insert.rows >= self.max_rows or insert.bytes >= self.max_bytes
                 or time.monotonic() - insert.opened >= self.max_seconds):
             self._end()
+
+    def end_if_older(self, seconds: float) -> None:
+        """End the open insert if it has been open ``seconds`` (an owner's end: its rows are
+        then acknowledged soon, not when the stream's later owners have filled the insert)."""
+        if self.open is not None and time.monotonic() - self.open.opened >= seconds:
+            self._end()
+
+    def sent(self) -> Sent:
+        """The inserts that carry every row written so far (the open one goes on taking rows:
+        it is answered once it ends, by size, age or :meth:`finish`)."""
+        return Sent([i.future for i in (self.ending, self.open) if i is not None])
 
     def finish(self) -> None:
         """End the open insert and wait for every acknowledgement; raises an insert's error."""
@@ -164,7 +209,8 @@ class ArrowInserts:
         except BaseException:
             if not insert.counted:
                 insert.counted = True
-                self.on_failed(insert.rows)
+                for owner, rows in insert.owners:
+                    self.on_failed(rows, owner)
             raise
 
     def _send(self, insert: _Insert, schema: pa.Schema) -> None:
@@ -173,7 +219,8 @@ class ArrowInserts:
         self.ch.raw_insert(self.table_sql, schema.names, self._body(insert, schema), settings=self.settings,
                            fmt="ArrowStream")
         insert.counted = True
-        self.on_written(insert.rows)
+        for owner, rows in insert.owners:
+            self.on_written(rows, owner)
 
     def _body(self, insert: _Insert, schema: pa.Schema):
         sink = _Chunks()
