@@ -146,16 +146,22 @@ def test_verifying_under_a_busy_writer_never_repairs_a_right_copy(mysql_url, mys
     writer.prefill(30_000)
     bootstrap(endpoints, spark, "busy", "mixed", "lines")
     writer.thread.start()
+    verified, repaired = [], 0
     try:
-        # a pass a second, without the budget's pauses: as many looks as the machine allows
-        result = apply(endpoints, spark, "busy", service=True, max_seconds=25, verify_period=1.0, verify_budget=1.0,
-                       batch_seconds=0.3)
+        # a pass a second, without the budget's pauses: as many looks as the machine allows; a
+        # machine busy with other work gets another service run (each look waits for the stream)
+        for _ in range(3):
+            result = apply(endpoints, spark, "busy", service=True, max_seconds=25, verify_period=1.0,
+                           verify_budget=1.0, batch_seconds=0.3)
+            verified, repaired = verified + result["verified"], repaired + result["repaired_shards"]
+            if all(len(looks({"verified": verified}, t)) >= 3 for t in ("mixed", "lines")):
+                break
     finally:
         writer.stop.set()
         writer.thread.join()
     assert writer.error is None, writer.error
-    assert len(looks(result, "mixed")) >= 3 and len(looks(result, "lines")) >= 3
-    assert result["repaired_shards"] == 0, [v for v in result["verified"] if v["mismatched"]]
+    assert len(looks({"verified": verified}, "mixed")) >= 3 and len(looks({"verified": verified}, "lines")) >= 3
+    assert repaired == 0, [v for v in verified if v["mismatched"]]
     time.sleep(0.5)
     final = apply(endpoints, spark, "busy", verify=True)
     assert final["repaired_shards"] == 0
