@@ -127,7 +127,17 @@ class ChannelOutput:
 
     def __init__(self):
         self.streams: dict = {}
+        self.ledgers: dict = {}
         self.held: list[tuple["ShardCopy", Channel, ShardState, Sent]] = []
+
+    def join(self, channel: Channel) -> Channel:
+        """A copy's channel joins the output; the channel's copies on one ledger database share one
+        ledger writer, so the report times of a shard's records (live, then final, written by
+        whichever copy's turn it is) increase, and the records of several copies go in one insert."""
+        channel.output = self
+        first = self.ledgers.setdefault((channel.ledger.database, id(channel.ch)), channel.ledger)
+        channel.ledger = first
+        return channel
 
     def stream(self, key, make) -> ArrowInserts:
         if key not in self.streams:
@@ -145,19 +155,21 @@ class ChannelOutput:
         while ready < len(self.held) and self.held[ready][3].done():
             ready += 1
         done, self.held = self.held[:ready], self.held[ready:]
-        by_copy: dict[int, list] = {}
-        for copier, channel, record, sent in done:
+        if not done:
+            return
+        for _, _, record, sent in done:
             error = sent.error()
             record.status = SHARD_SUCCESS if error is None else SHARD_FAILED
             if error is not None:
                 record.error = f"the insert of its rows failed: {type(error).__name__}: {error}"[:4000]
                 record.records_failed = record.records_read - record.records_written
             record.finished_at = time.time()
-            by_copy.setdefault(id(copier), (copier, channel, []))[2].append(record)
-        for copier, channel, records in by_copy.values():
-            retrying(lambda c=copier, ch=channel, r=records: ch.ledger.write_shards(c.state.load_key,
-                                                                                   c.state.generation, r),
-                     copier.spec.ledger_wait_seconds)
+        by_ledger: dict[int, tuple] = {}  # one write for all (a source group's members' too)
+        for copier, channel, record, _ in done:
+            by_ledger.setdefault(id(channel.ledger), (channel.ledger, copier.spec.ledger_wait_seconds, []))[2].append(
+                (copier.state.load_key, copier.state.generation, record))
+        for ledger, wait, entries in by_ledger.values():
+            retrying(lambda ledger=ledger, entries=entries: ledger.write_shards_of(entries), wait)
 
     def close(self) -> None:
         """End every stream, wait for its answers and report the shards still held."""
@@ -380,8 +392,7 @@ def _drain(copiers: list[ShardCopy], work, in_driver: bool) -> list[tuple[int, d
     try:
         for i, shard_id in items:
             if i not in opened:
-                opened[i] = copiers[i].open_channel(in_driver)
-                opened[i].output = output
+                opened[i] = output.join(copiers[i].open_channel(in_driver))
             out.append((i, copiers[i].copy_one(opened[i], shard_id)))
         output.close()
     finally:
