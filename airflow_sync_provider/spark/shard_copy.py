@@ -121,8 +121,8 @@ class ChannelOutput:
     a stream per target table, shared by the shards one after another, so small shards make a
     few large parts (core/target/inserts.py), and the shards read but not yet acknowledged. A
     held shard is reported (success, or failed naming its insert's error) as soon as every insert
-    carrying its rows is answered, a batch of them in one ledger write per copy; the channel reads
-    on meanwhile. Never ahead of the data: a shard is success only once its rows are durable;
+    carrying its rows is answered, a batch of them in one ledger write; the channel reads on
+    meanwhile. Never ahead of the data: a shard is success only once its rows are durable;
     a crash before its report re-reads it (clearing what it wrote)."""
 
     def __init__(self):
@@ -154,9 +154,9 @@ class ChannelOutput:
         ready = 0
         while ready < len(self.held) and self.held[ready][3].done():
             ready += 1
-        done, self.held = self.held[:ready], self.held[ready:]
-        if not done:
+        if not ready:  # the common case, checked after every batch a channel writes
             return
+        done, self.held = self.held[:ready], self.held[ready:]
         for _, _, record, sent in done:
             error = sent.error()
             record.status = SHARD_SUCCESS if error is None else SHARD_FAILED
@@ -184,7 +184,7 @@ class ShardCopy:
     ``spec``: the copy as the ledger knows it (a full load's spec; a bootstrap's table has one
     too); ``plan``: its shards; ``copy``: how they are read and written; ``state``: the load's
     ledger state (the driver's, when the channels start). The driver's ``ledger`` stays on the
-    driver: an executor gets the rest (pickled with :meth:`channel`).
+    driver: an executor gets the rest (pickled with the channels' loop, :func:`_drain`).
     """
 
     # a channel's shards share its inserts (ChannelOutput), each reported once its rows are
@@ -395,7 +395,7 @@ def _drain(copiers: list[ShardCopy], work, in_driver: bool) -> list[tuple[int, d
                 opened[i] = output.join(copiers[i].open_channel(in_driver))
             out.append((i, copiers[i].copy_one(opened[i], shard_id)))
         output.close()
-    finally:
+    finally:  # on a failure too: no insert thread outlives the channel (closing twice is harmless)
         for inserts in output.streams.values():
             inserts.close()
         for channel in opened.values():
