@@ -68,7 +68,7 @@ class MariaDB:
         self.base = Path(base_dir)
         self.datadir = self.base / "data"
         self.socket = self.base / "mysqld.sock"
-        self.port = port or free_port()
+        self.port, self._port_chosen = port or free_port(), port is None
         self.tls = tls
         tls_settings = {"ssl_ca": tls.ca, "ssl_cert": tls.server_cert, "ssl_key": tls.server_key,
                         "require_secure_transport": "ON"} if tls else {}
@@ -107,6 +107,15 @@ class MariaDB:
         tail = "\n".join(done.stdout.strip().splitlines()[-15:])
         raise RuntimeError(f"mariadb-install-db failed {attempts} times (full output in {log}):\n{tail}")
 
+    def _lost_port_race(self) -> bool:
+        """The server just refused to start because its port was in use (its last start's log)."""
+        try:
+            tail = (self.base / "error.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return False
+        last_start = tail.rsplit("Starting MariaDB", 1)[-1]
+        return f"port: '{self.port}'" in last_start and "Address already in use" in last_start
+
     def start(self, timeout: float = 60) -> "MariaDB":
         ensure_installed()
         self.base.mkdir(parents=True, exist_ok=True)
@@ -116,6 +125,11 @@ class MariaDB:
         fresh = not (self.datadir / "mysql").exists()
         if fresh:
             self._install()
+        self._run(fresh, timeout)
+        return self
+
+    def _run(self, fresh: bool, timeout: float) -> None:
+        """Start mariadbd and wait until it answers (``fresh``: root has no password yet)."""
         args = [
             "mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
             f"--socket={self.socket}", "--bind-address=127.0.0.1", f"--pid-file={self.base / 'mysqld.pid'}",
@@ -129,6 +143,9 @@ class MariaDB:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
+                if self._port_chosen and self._lost_port_race():
+                    self.port = free_port()  # another socket took it since free_port() found it free
+                    return self._run(fresh, timeout)
                 raise RuntimeError(f"mariadbd exited early; see {self.base / 'error.log'}")
             try:
                 conn = pymysql.connect(unix_socket=str(self.socket), user="root",
@@ -146,7 +163,6 @@ class MariaDB:
                     cur.execute("ALTER USER 'root'@%s IDENTIFIED BY %s", (host, ROOT_PASSWORD))
                     cur.execute("GRANT ALL ON *.* TO 'root'@%s WITH GRANT OPTION", (host,))
         self._check_tcp_reaches_this_server()
-        return self
 
     def _check_tcp_reaches_this_server(self) -> None:
         """The URL's port must lead to this data dir, not to another test worker's server that

@@ -193,7 +193,8 @@ def full_load_submitted(endpoints, table):
 
 
 def _orphan_readers() -> list[int]:
-    """Spawned (multiprocessing) Python processes whose parent died: a reader left behind."""
+    """multiprocessing's Python processes (a fork server and its forks) whose parent died: a reader
+    left behind."""
     import os
 
     found = []
@@ -205,7 +206,7 @@ def _orphan_readers() -> list[int]:
                 ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if b"spawn_main" in cmd and ppid == 1:
+        if (b"spawn_main" in cmd or b"multiprocessing.forkserver" in cmd) and ppid == 1:
             found.append(int(pid))
     return found
 

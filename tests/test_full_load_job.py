@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
@@ -205,3 +207,35 @@ def test_publishing_again_after_a_crash_between_swap_and_drop_keeps_the_new_copy
     assert target.publish_working(ch, "job_swap", "work", "job_swap", "live") == 5
     assert ch.query("SELECT count(), min(v) FROM job_swap.live").result_rows == [(5, 1)]
     assert not target.table_exists(ch, "job_swap", "work")
+
+
+def test_a_working_table_defers_its_merges_until_it_is_published(mysql_conn, ch):
+    """Filled in many inserts, it keeps its parts (no merge rewrites rows that are still
+    arriving); once swapped in, the copy has the server's default and merges them."""
+    from airflow_sync_provider.core.source.schema import read_table_schema
+    from airflow_sync_provider.core.target import clickhouse as target
+
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
+        cur.execute("CREATE OR REPLACE TABLE job_types.deferred (id INT PRIMARY KEY, v INT)")
+    schema = read_table_schema(mysql_conn, "job_types", "deferred")
+    ch.command("CREATE DATABASE IF NOT EXISTS job_defer")
+    for table in ("work", "live"):
+        ch.command(f"DROP TABLE IF EXISTS job_defer.{table}")
+    target.create_working(ch, schema, "job_defer", "work", False, True)
+    for i in range(8):
+        ch.command(f"INSERT INTO job_defer.work (id, v) SELECT number + {i * 1000}, 1 FROM numbers(1000)")
+
+    def parts(table):
+        return int(ch.command("SELECT count() FROM system.parts WHERE database = 'job_defer' AND table = "
+                              f"'{table}' AND active"))
+
+    time.sleep(3)  # the merge selector looks every few seconds: it has had its chance
+    assert parts("work") == 8
+    assert target.publish_working(ch, "job_defer", "work", "job_defer", "live") == 8000
+    assert "min_parts_to_merge_at_once" not in ch.command("SHOW CREATE TABLE job_defer.live")
+    deadline = time.monotonic() + 60
+    while parts("live") > 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert parts("live") < 8, "the published copy did not merge its parts"
+    assert ch.query("SELECT count(), uniqExact(id) FROM job_defer.live").result_rows == [(8000, 8000)]

@@ -59,7 +59,14 @@ from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
-from airflow_sync_provider.spark.cdc_stream import ApplyFailed, Decoded, Readers, ReadRange, write_lanes
+from airflow_sync_provider.spark.cdc_stream import (
+    ApplyFailed,
+    Decoded,
+    Readers,
+    ReadRange,
+    reader_processes,
+    write_lanes,
+)
 from airflow_sync_provider.spark.session import LazySession, lazy
 
 __all__ = ["ApplyFailed", "PipelineRun", "run_cdc_apply"]
@@ -685,6 +692,8 @@ class PipelineRun:
 def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     """``spark``: a SparkSession or a :class:`LazySession` (spark_jobs/cdc_apply.py), built only
     when a batch is too large for the driver to write (``driver_write_rows``)."""
+    if spec.service:  # its reader is a process: have the fork server warm by the time it is needed
+        reader_processes()
     ch = target.client(spec.target)
     try:
         checkpoints = Checkpoints(ch, spec.ledger_database)

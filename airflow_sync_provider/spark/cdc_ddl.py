@@ -86,8 +86,8 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
     key = ChunkKey.of(schema).names[0]
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
     # marked as a working table: publish_working's swap of it is idempotent
-    ch.command(target.create_working_sql(schema, table.target_database, name, weight=needs_weight(schema.column(key)),
-                                         direct=True))
+    target.create_working(ch, schema, table.target_database, name, weight=needs_weight(schema.column(key)),
+                          direct=True)
     table.split_column = key
 
 

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import math
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import queue
 import threading
@@ -181,21 +182,22 @@ def write_lanes(spec: CdcApplySpec, session, payloads: list, changes: int) -> li
         return list(pool.map(lambda items: _write_lane(spec.target, items), payloads))
 
 
-def _hand_over(out, item, halt, parent: int | None) -> bool:
-    """Put ``item`` on the queue; False when the driver stopped us or is gone (killed: the
-    reader must not outlive it holding a binlog connection; None: a thread of the driver)."""
-    while not halt.is_set() and (parent is None or os.getppid() == parent):
+def _hand_over(out, item, halt, process: bool) -> bool:
+    """Put ``item`` on the queue; False when the driver stopped us or is gone (killed: a reader
+    ``process`` must not outlive it holding a binlog connection; else a thread of the driver)."""
+    driver = multiprocessing.parent_process() if process else None  # the forkserver's client: the driver
+    while not halt.is_set() and (driver is None or driver.is_alive()):
         try:
             out.put(item, timeout=1.0)
             return True
         except queue.Full:
             continue
-    if parent is not None:  # nobody reads the queue any more: exit without flushing what it buffers
+    if process:  # nobody reads the queue any more: exit without flushing what it buffers
         out.cancel_join_thread()
     return False
 
 
-def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int | None) -> None:
+def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool) -> None:
     """The reader process: decode complete transactions of ``part`` and turn them into lane
     payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
     try:
@@ -215,13 +217,13 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, parent: int | 
                                   _lane_payloads(batch, part.routes, spec.lanes, spec.source), batch.prepared,
                                   batch.xa_commits_unseen, batch.through, _staging_payloads(spec, batch, part.routes),
                                   batch.staging.start if batch.staging else None, batch.staged_ends)
-                if not _hand_over(out, decoded, halt, parent) or batch.done or batch.ddl:
+                if not _hand_over(out, decoded, halt, process) or batch.done or batch.ddl:
                     break
         finally:
             reader.close()
     except BaseException as exc:  # handed to the driver, which fails the run
         _hand_over(out, exc if isinstance(exc, BinlogError)
-                   else ApplyFailed(f"binlog reader: {type(exc).__name__}: {exc}"), halt, parent)
+                   else ApplyFailed(f"binlog reader: {type(exc).__name__}: {exc}"), halt, process)
 
 
 def _staging_payloads(spec: CdcApplySpec, batch, routes: dict[str, TableRoute]) -> list[list[tuple]]:
@@ -233,6 +235,18 @@ def _staging_payloads(spec: CdcApplySpec, batch, routes: dict[str, TableRoute]) 
             for lane in _lane_payloads(batch.staging, routes, spec.lanes, spec.source, combine=False)]
 
 
+def reader_processes():
+    """Where reader processes come from: forks of one fork server that imported this module and
+    the job's entry script once (the driver itself has JVM gateway threads: it must not fork).
+    A spawned reader imported them itself, ≈1.5 CPU-s each: a group's eight readers starting at
+    once on 2 cores saw their first change ≈9 s late. The fork server starts on the first call;
+    call this early to have it warm when the first reader is needed."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["__main__", __name__])
+    multiprocessing.forkserver.ensure_running()
+    return context
+
+
 class _Reader:
     """Runs :func:`_read_batches` in a process of its own, or (``inline``: a range too small to
     be worth a process's start, a fresh interpreter importing everything) in a driver thread."""
@@ -240,12 +254,12 @@ class _Reader:
     def __init__(self, spec: CdcApplySpec, part: ReadRange, ahead: int = 2, inline: bool = False):
         if inline:
             self.out, self.halt = queue.Queue(maxsize=ahead), threading.Event()
-            self.process = threading.Thread(target=_read_batches, args=(spec, part, self.out, self.halt, None),
+            self.process = threading.Thread(target=_read_batches, args=(spec, part, self.out, self.halt, False),
                                             name="binlog-reader", daemon=True)
         else:
-            context = multiprocessing.get_context("spawn")  # the driver has JVM gateway threads: no fork
+            context = reader_processes()
             self.out, self.halt = context.Queue(maxsize=ahead), context.Event()
-            self.process = context.Process(target=_read_batches, args=(spec, part, self.out, self.halt, os.getpid()),
+            self.process = context.Process(target=_read_batches, args=(spec, part, self.out, self.halt, True),
                                            daemon=True)
         self.process.start()
 

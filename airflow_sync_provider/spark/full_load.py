@@ -435,8 +435,8 @@ class TableLoad:
         self.copy = dataclasses.replace(self.copy, shard_base=shard_base)
 
     def create_working(self) -> None:
-        self.ch.command(target.create_working_sql(self.schema, self.spec.ledger_database, self.state.parts_table,
-                                                  self.copy.weight is not None, self.copy.direct))
+        target.create_working(self.ch, self.schema, self.spec.ledger_database, self.state.parts_table,
+                              self.copy.weight is not None, self.copy.direct)
 
     def begin(self, grouped: bool = False) -> None:
         """The working table made and the load recorded as running (a group's member: the group

@@ -95,7 +95,8 @@ def _order_by(schema: TableSchema) -> str:
 
 
 def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None,
-                     weight: bool = False, if_not_exists: bool = False, marker: str = "") -> str:
+                     weight: bool = False, if_not_exists: bool = False, marker: str = "",
+                     settings: dict | None = None) -> str:
     """ReplacingMergeTree keyed by the primary key, versioned in binlog order
     (core/cdc/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
     version and hides deleted keys; an older row arriving late never resurrects one.
@@ -113,17 +114,44 @@ def create_table_sql(schema: TableSchema, database: str, table: str, partition_b
     partition = f" PARTITION BY {partition_by}" if partition_by else ""
     return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{ch_table(database, table)} (\n  "
             + ",\n  ".join(cols) + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)}"
-            f" COMMENT {ch_string(TABLE_COMMENT + marker)}")
+            + (" SETTINGS " + ", ".join(f"{k} = {int(v)}" for k, v in settings.items()) if settings else "")
+            + f" COMMENT {ch_string(TABLE_COMMENT + marker)}")
 
 
-def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> str:
+# A direct working table is not merged while it is filled: merging while rows still arrive
+# rewrites the same rows level after level (a source group's members' overlapping keys make each
+# of those merges a true k-way merge), and a stand-in target merges on the readers' cores. Its
+# merges wait until this many parts are waiting (far below parts_to_delay_insert, 150 before
+# ClickHouse 23.6), and the setting is reset when it is published, so the copy then merges as usual.
+DEFER_MERGES = {"min_parts_to_merge_at_once": 64}
+
+
+def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool,
+                       defer_merges: bool = False) -> str:
     """A load's working table. ``direct`` (a full reload): already the final table's layout, so
     publishing is a swap and no copy; a re-read shard first deletes what its earlier attempts
     wrote (by the shard's target predicate, core/target/shards.py). Otherwise (period loads,
     repairs, split columns ClickHouse cannot compare) the parts layout."""
     if direct:  # the comment names the load's working table: publish_working sees a swap that happened
-        return create_table_sql(schema, database, table, weight=weight, if_not_exists=True, marker=_marker(table))
+        return create_table_sql(schema, database, table, weight=weight, if_not_exists=True, marker=_marker(table),
+                                settings=DEFER_MERGES if defer_merges else None)
     return create_parts_sql(schema, database, table, weight)
+
+
+def create_working(ch, schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> None:
+    """:func:`create_working_sql`, its merges deferred where the server has the setting (ClickHouse 24.x)."""
+    known = direct and int(ch.command("SELECT count() FROM system.merge_tree_settings WHERE name = {n:String}",
+                                      parameters={"n": next(iter(DEFER_MERGES))}))
+    ch.command(create_working_sql(schema, database, table, weight, direct, defer_merges=bool(known)))
+
+
+def _merges_resumed(ch, database: str, table: str) -> None:
+    """A working table's deferred merges back to the server's default (before it is swapped in)."""
+    engine = ch.query("SELECT engine_full FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                      parameters={"d": database, "t": table}).result_rows
+    for name in DEFER_MERGES:
+        if engine and name in engine[0][0]:
+            ch.command(f"ALTER TABLE {ch_table(database, table)} RESET SETTING {name}")
 
 
 def is_parts_layout(ch, database: str, table: str) -> bool:
@@ -292,6 +320,7 @@ def publish_working(ch, working_db: str, working: str, database: str, table: str
     if swapped_in(ch, working_db, working, database, table):
         ch.command(f"DROP TABLE IF EXISTS {ch_table(working_db, working)}")
         return int(ch.command(f"SELECT count() FROM {ch_table(database, table)}"))
+    _merges_resumed(ch, working_db, working)
     return _swap_in(ch, working_db, working, database, table)
 
 
