@@ -266,8 +266,9 @@ def main(argv=None):
                                      channels=args.channels, load_key=f"bench-group-{time.time()}"),
                         "group load", endpoint.proc.pid, ch)
             rounds.append((single, group))
-            print(f"round {i + 1}: single source {single['wall']:.1f} s, group {group['wall']:.1f} s "
-                  f"({single['wall'] / group['wall']:.2f}×)", flush=True)
+            print(f"round {i + 1}: single source {single['wall']:.1f} s (in the job {single['in_job']:.1f} s), group "
+                  f"{group['wall']:.1f} s (in the job {group['in_job']:.1f} s): {single['wall'] / group['wall']:.2f}×",
+                  flush=True)
         expected = source_totals(urls, args.tables)
         got = tuple(ch.query(f"SELECT count(), toString(sum(amount)) FROM {TARGET_DB}.merged FINAL").result_rows[0])
         got_single = tuple(ch.query(f"SELECT count(), toString(sum(amount)) FROM {TARGET_DB}.single FINAL"
