@@ -139,7 +139,7 @@ def create_working_sql(schema: TableSchema, database: str, table: str, weight: b
 
 
 def create_working(ch, schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> None:
-    """:func:`create_working_sql`, its merges deferred where the server has the setting (ClickHouse 24.x)."""
+    """:func:`create_working_sql`, its merges deferred where the server knows the setting (newer releases)."""
     known = direct and int(ch.command("SELECT count() FROM system.merge_tree_settings WHERE name = {n:String}",
                                       parameters={"n": next(iter(DEFER_MERGES))}))
     ch.command(create_working_sql(schema, database, table, weight, direct, defer_merges=bool(known)))
