@@ -1,4 +1,4 @@
-"""How many reader processes a bounded catch-up uses (spark/cdc_stream.reader_count)."""
+"""Reader processes: how many a bounded catch-up uses (spark/cdc_stream.reader_count), where they come from."""
 
 from __future__ import annotations
 
@@ -33,3 +33,23 @@ def test_an_explicit_number_of_readers_is_kept_and_a_negative_one_refused(monkey
     assert cdc_stream.reader_count(CdcApplySpec(**SPEC, readers=12)) == 12
     with pytest.raises(ValueError, match=r"readers >= 1 \(0: from the driver's cores\)"):
         CdcApplySpec(**SPEC, readers=-1)
+
+
+def _parents(out):
+    import multiprocessing
+
+    out.put((os.getppid(), multiprocessing.parent_process().pid))
+
+
+def test_reader_processes_are_forks_of_a_fork_server_and_watch_the_driver():
+    """Readers are forked from one server that imported the decoder once (spawned, each imported
+    it itself: ≈1.5 CPU-s, 9.5 s until a group's first change on 2 cores). Their parent is that
+    server; the driver whose death must stop them (_hand_over) is still this process."""
+    context = cdc_stream.reader_processes()
+    assert context.get_start_method() == "forkserver"
+    out = context.Queue()
+    proc = context.Process(target=_parents, args=(out,), daemon=True)
+    proc.start()
+    parent, driver = out.get(timeout=120)
+    proc.join(30)
+    assert driver == os.getpid() and parent != os.getpid()
