@@ -248,8 +248,9 @@ def reader_processes():
 
 
 class _Reader:
-    """Runs :func:`_read_batches` in a process of its own, or (``inline``: a range too small to
-    be worth a process's start, a fresh interpreter importing everything) in a driver thread."""
+    """Runs :func:`_read_batches` in a process of its own (:func:`reader_processes`), or
+    (``inline``: a range too small to be worth a process's start, which the first time includes
+    the fork server's: a fresh interpreter importing everything) in a driver thread."""
 
     def __init__(self, spec: CdcApplySpec, part: ReadRange, ahead: int = 2, inline: bool = False):
         if inline:
