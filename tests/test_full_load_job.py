@@ -186,19 +186,26 @@ def test_the_probe_falls_back_when_the_native_reader_disagrees(mysql_conn, mysql
     assert assert_same_rows(mysql_conn, ch, "job_types", "probed", target_database="job_types_ch") == 300
 
 
-def test_publishing_again_after_a_crash_between_swap_and_drop_keeps_the_new_copy(mysql_conn, ch):
-    """The working table holds the old copy after the swap: a resumed publish drops it instead
-    of swapping the old copy back in."""
+def _working_and_live(mysql_conn, ch, source_table: str, database: str):
+    """The schema of a fresh source table ``job_types.<source_table>`` (id INT key, v INT), and
+    ``database`` on the target without its ``work`` and ``live`` tables."""
     from airflow_sync_provider.core.source.schema import read_table_schema
-    from airflow_sync_provider.core.target import clickhouse as target
 
     with mysql_conn.cursor() as cur:
         cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
-        cur.execute("CREATE OR REPLACE TABLE job_types.swapped (id INT PRIMARY KEY, v INT)")
-    schema = read_table_schema(mysql_conn, "job_types", "swapped")
-    ch.command("CREATE DATABASE IF NOT EXISTS job_swap")
+        cur.execute(f"CREATE OR REPLACE TABLE job_types.{source_table} (id INT PRIMARY KEY, v INT)")
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {database}")
     for table in ("work", "live"):
-        ch.command(f"DROP TABLE IF EXISTS job_swap.{table}")
+        ch.command(f"DROP TABLE IF EXISTS {database}.{table}")
+    return read_table_schema(mysql_conn, "job_types", source_table)
+
+
+def test_publishing_again_after_a_crash_between_swap_and_drop_keeps_the_new_copy(mysql_conn, ch):
+    """The working table holds the old copy after the swap: a resumed publish drops it instead
+    of swapping the old copy back in."""
+    from airflow_sync_provider.core.target import clickhouse as target
+
+    schema = _working_and_live(mysql_conn, ch, "swapped", "job_swap")
     ch.command(target.create_working_sql(schema, "job_swap", "work", False, True))
     ch.command("INSERT INTO job_swap.work (id, v) SELECT number, 1 FROM numbers(5)")  # the new copy
     ch.command(target.create_table_sql(schema, "job_swap", "live"))
@@ -212,16 +219,9 @@ def test_publishing_again_after_a_crash_between_swap_and_drop_keeps_the_new_copy
 def test_a_working_table_defers_its_merges_until_it_is_published(mysql_conn, ch):
     """Filled in many inserts, it keeps its parts (no merge rewrites rows that are still
     arriving); once swapped in, the copy has the server's default and merges them."""
-    from airflow_sync_provider.core.source.schema import read_table_schema
     from airflow_sync_provider.core.target import clickhouse as target
 
-    with mysql_conn.cursor() as cur:
-        cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
-        cur.execute("CREATE OR REPLACE TABLE job_types.deferred (id INT PRIMARY KEY, v INT)")
-    schema = read_table_schema(mysql_conn, "job_types", "deferred")
-    ch.command("CREATE DATABASE IF NOT EXISTS job_defer")
-    for table in ("work", "live"):
-        ch.command(f"DROP TABLE IF EXISTS job_defer.{table}")
+    schema = _working_and_live(mysql_conn, ch, "deferred", "job_defer")
     target.create_working(ch, schema, "job_defer", "work", False, True)
     for i in range(8):
         ch.command(f"INSERT INTO job_defer.work (id, v) SELECT number + {i * 1000}, 1 FROM numbers(1000)")
@@ -239,3 +239,16 @@ def test_a_working_table_defers_its_merges_until_it_is_published(mysql_conn, ch)
         time.sleep(0.5)
     assert parts("live") < 8, "the published copy did not merge its parts"
     assert ch.query("SELECT count(), uniqExact(id) FROM job_defer.live").result_rows == [(8000, 8000)]
+
+
+def test_a_server_that_does_not_know_the_deferral_setting_gets_the_working_table_as_it_is(mysql_conn, ch,
+                                                                                         monkeypatch):
+    """(An older ClickHouse; a user without ALTER MODIFY SETTING takes the same branch.)"""
+    from airflow_sync_provider.core.target import clickhouse as target
+
+    schema = _working_and_live(mysql_conn, ch, "undeferred", "job_nodefer")
+    monkeypatch.setattr(target, "DEFER_MERGES", {"a_setting_this_server_lacks": 64})
+    target.create_working(ch, schema, "job_nodefer", "work", False, True)
+    ch.command("INSERT INTO job_nodefer.work (id, v) SELECT number, 1 FROM numbers(10)")
+    assert target.publish_working(ch, "job_nodefer", "work", "job_nodefer", "live") == 10
+    assert ch.query("SELECT count(), uniqExact(id) FROM job_nodefer.live").result_rows == [(10, 10)]

@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass
 
 import clickhouse_connect
+from clickhouse_connect.driver.exceptions import DatabaseError
 
 from airflow_sync_provider.core.cdc.positions import SCHEME
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
@@ -95,8 +96,7 @@ def _order_by(schema: TableSchema) -> str:
 
 
 def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None,
-                     weight: bool = False, if_not_exists: bool = False, marker: str = "",
-                     settings: dict | None = None) -> str:
+                     weight: bool = False, if_not_exists: bool = False, marker: str = "") -> str:
     """ReplacingMergeTree keyed by the primary key, versioned in binlog order
     (core/cdc/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
     version and hides deleted keys; an older row arriving late never resurrects one.
@@ -114,8 +114,7 @@ def create_table_sql(schema: TableSchema, database: str, table: str, partition_b
     partition = f" PARTITION BY {partition_by}" if partition_by else ""
     return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{ch_table(database, table)} (\n  "
             + ",\n  ".join(cols) + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)}"
-            + (" SETTINGS " + ", ".join(f"{k} = {int(v)}" for k, v in settings.items()) if settings else "")
-            + f" COMMENT {ch_string(TABLE_COMMENT + marker)}")
+            f" COMMENT {ch_string(TABLE_COMMENT + marker)}")
 
 
 # A direct working table is not merged while it is filled: merging while rows still arrive
@@ -124,25 +123,32 @@ def create_table_sql(schema: TableSchema, database: str, table: str, partition_b
 # merges wait until this many parts are waiting (far below parts_to_delay_insert, 150 before
 # ClickHouse 23.6), and the setting is reset when it is published, so the copy then merges as usual.
 DEFER_MERGES = {"min_parts_to_merge_at_once": 64}
+UNKNOWN_SETTING, ACCESS_DENIED = 115, 497  # ClickHouse error codes
 
 
-def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool,
-                       defer_merges: bool = False) -> str:
+def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> str:
     """A load's working table. ``direct`` (a full reload): already the final table's layout, so
     publishing is a swap and no copy; a re-read shard first deletes what its earlier attempts
     wrote (by the shard's target predicate, core/target/shards.py). Otherwise (period loads,
     repairs, split columns ClickHouse cannot compare) the parts layout."""
     if direct:  # the comment names the load's working table: publish_working sees a swap that happened
-        return create_table_sql(schema, database, table, weight=weight, if_not_exists=True, marker=_marker(table),
-                                settings=DEFER_MERGES if defer_merges else None)
+        return create_table_sql(schema, database, table, weight=weight, if_not_exists=True, marker=_marker(table))
     return create_parts_sql(schema, database, table, weight)
 
 
 def create_working(ch, schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> None:
-    """:func:`create_working_sql`, its merges deferred where the server knows the setting (newer releases)."""
-    known = direct and int(ch.command("SELECT count() FROM system.merge_tree_settings WHERE name = {n:String}",
-                                      parameters={"n": next(iter(DEFER_MERGES))}))
-    ch.command(create_working_sql(schema, database, table, weight, direct, defer_merges=bool(known)))
+    """:func:`create_working_sql`; a direct one's merges deferred (DEFER_MERGES) by the same
+    privilege that resets them at publish (ALTER MODIFY SETTING): a server that does not know the
+    setting (an older ClickHouse) or a user without the privilege gets the table as it is."""
+    ch.command(create_working_sql(schema, database, table, weight, direct))
+    if not direct:
+        return
+    try:
+        ch.command(f"ALTER TABLE {ch_table(database, table)} MODIFY SETTING "
+                   + ", ".join(f"{name} = {int(value)}" for name, value in DEFER_MERGES.items()))
+    except DatabaseError as exc:
+        if getattr(exc, "code", None) not in (UNKNOWN_SETTING, ACCESS_DENIED):
+            raise
 
 
 def _merges_resumed(ch, database: str, table: str) -> None:
