@@ -19,6 +19,13 @@ downloaded here. It serves the subset of the HTTP interface that clickhouse-conn
 * the ``X-ClickHouse-Format/-Timezone/-Summary/-Query-Id`` response headers;
 * errors as HTTP 500 with a ``Code: N. DB::Exception: …`` body.
 
+A test hook, not ClickHouse's: ``POST /_faults`` with a JSON rule ``{"pattern": REGEX, "code": N,
+"times": K}`` makes the next K statements matching REGEX (case-insensitive, searched in the
+statement text) fail with error code N as ClickHouse would answer it; ``"status": 503`` without a
+code answers a bare HTTP status (a proxy in front of a restarting server), ``"reset": true``
+closes the connection without an answer. ``DELETE /_faults`` clears every rule; ``GET /_faults``
+lists them with the hits left. Tests inject each class of failure this way (tests/test_faults.py).
+
 chDB opens a data path in one process only, so every client goes through this one
 process; statements run one at a time under a lock (chDB's session is not re-entrant).
 
@@ -243,6 +250,41 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
+class Faults:
+    """The test hook's rules (see the module's docstring)."""
+
+    def __init__(self):
+        self.rules: list[dict] = []
+        self.lock = threading.Lock()
+
+    def add(self, rule: dict) -> None:
+        re.compile(rule["pattern"])  # a bad pattern is refused when given
+        with self.lock:
+            self.rules.append({"times": 1, **rule})
+
+    def clear(self) -> None:
+        with self.lock:
+            self.rules.clear()
+
+    def take(self, statement: str) -> dict | None:
+        """The first rule with hits left whose pattern ``statement`` matches (one hit used)."""
+        with self.lock:
+            for rule in self.rules:
+                if rule["times"] > 0 and re.search(rule["pattern"], statement, re.I | re.S):
+                    rule["times"] -= 1
+                    return rule
+        return None
+
+
+_ERROR_NAMES = {252: "TOO_MANY_PARTS", 241: "MEMORY_LIMIT_EXCEEDED", 159: "TIMEOUT_EXCEEDED",
+                242: "TABLE_IS_READ_ONLY", 243: "NOT_ENOUGH_SPACE", 497: "ACCESS_DENIED", 164: "READONLY",
+                60: "UNKNOWN_TABLE", 53: "TYPE_MISMATCH"}
+
+
+class InjectedFault(Exception):
+    pass
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "chdb-http-standin"
@@ -250,6 +292,7 @@ class Handler(BaseHTTPRequestHandler):
     # client's delayed ACK (40 ms on Linux) on every response that has one; ClickHouse has no such stall
     disable_nagle_algorithm = True
     engine: ChdbEngine  # set on the class by serve()
+    faults = Faults()
 
     def log_message(self, format, *args):  # noqa: A002 - signature fixed by the base class
         if os.environ.get("CHDB_HTTP_VERBOSE"):
@@ -270,10 +313,44 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def do_GET(self):
+        if urlsplit(self.path).path == "/_faults":
+            return self._send(200, json.dumps(self.faults.rules).encode(), {"Content-Type": "application/json"})
         self._handle(b"")
 
     def do_POST(self):
-        self._handle(self._read_body())
+        body = self._read_body()
+        if urlsplit(self.path).path == "/_faults":
+            try:
+                self.faults.add(json.loads(body))
+            except (ValueError, KeyError, re.error) as exc:
+                return self._send(400, f"bad fault rule: {exc}\n".encode(), {"Content-Type": "text/plain"})
+            return self._send(200, b"Ok.\n", {"Content-Type": "text/plain"})
+        self._handle(body)
+
+    def do_DELETE(self):
+        if urlsplit(self.path).path == "/_faults":
+            self.faults.clear()
+            return self._send(200, b"Ok.\n", {"Content-Type": "text/plain"})
+        self._send(404, b"Not found\n", {"Content-Type": "text/plain"})
+
+    def _fault(self, statement: str, headers: dict) -> bool:
+        """Answer an injected fault for ``statement`` if a rule asks for one (True: answered)."""
+        rule = self.faults.take(statement)
+        if rule is None:
+            return False
+        if rule.get("reset"):
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return True
+        if rule.get("code") is None:
+            self._send(int(rule.get("status", 503)), b"Service Unavailable\n", {"Content-Type": "text/plain"})
+            return True
+        code = int(rule["code"])
+        message = (f"Code: {code}. DB::Exception: {rule.get('message', 'injected by the test hook')}. "
+                   f"({_ERROR_NAMES.get(code, 'INJECTED')})")
+        self._send(int(rule.get("status", 500)), (message + "\n").encode(),
+                   {**headers, "X-ClickHouse-Exception-Code": str(code)})
+        return True
 
     def _handle(self, body: bytes):
         url = urlsplit(self.path)
@@ -300,10 +377,14 @@ class Handler(BaseHTTPRequestHandler):
             insert = _INSERT_WITH_DATA.match(payload)
             if insert:
                 statement, fmt = insert.group(1).decode(), insert.group(2).decode()
+                if self.faults.rules and self._fault(statement, headers):
+                    return
                 summary = self.engine.insert(statement, fmt, payload[insert.end():], database, settings, **session)
                 out, fmt = b"", "TabSeparated"
             else:
                 sql = payload.decode()
+                if self.faults.rules and self._fault(sql, headers):
+                    return
                 match = _FORMAT_CLAUSE.search(sql)
                 fmt = match.group(1) if match else args.get("default_format", "TabSeparated")
                 out, summary = self.engine.run(sql, fmt, params, database, settings, **session)
@@ -475,6 +556,20 @@ class ChdbEndpoint:
 
         stop_process(self.proc)
         self.proc = None
+
+    def inject(self, pattern: str, code: int | None = None, times: int = 1, **rule) -> None:
+        """The next ``times`` statements matching ``pattern`` fail with ClickHouse error ``code``
+        (see the module's docstring for ``status`` and ``reset``)."""
+        self._faults("POST", json.dumps({"pattern": pattern, "code": code, "times": times, **rule}).encode())
+
+    def clear_faults(self) -> None:
+        self._faults("DELETE", None)
+
+    def _faults(self, method: str, body: bytes | None) -> None:
+        import urllib.request
+
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/_faults", data=body, method=method)
+        urllib.request.urlopen(request, timeout=10).read()
 
     def __enter__(self):
         return self.start()

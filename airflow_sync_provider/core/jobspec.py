@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.failures import WAIT_SECONDS
 from airflow_sync_provider.core.ledger import ABANDONED_AFTER_SECONDS, DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.source.group import (
     Member,
@@ -96,7 +97,8 @@ class FullLoadSpec:
     partition_by: str | None = None
     replace_partitions: list = field(default_factory=list)
     ledger_database: str = DEFAULT_LEDGER_DATABASE
-    ledger_wait_seconds: float = 300.0  # how long a failure report waits for an unreachable ledger
+    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
+    failure_wait_seconds: float = WAIT_SECONDS
     skip_published: bool = False  # the key's load is published: return its summary, copy nothing
     # other loads' working tables left this long without a report are dropped (their loads abandoned)
     abandon_after_seconds: float = ABANDONED_AFTER_SECONDS
@@ -174,6 +176,8 @@ class ReconcileSpec:
     checksum: bool = False
     reimport: bool = False
     ledger_database: str = DEFAULT_LEDGER_DATABASE
+    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
+    failure_wait_seconds: float = WAIT_SECONDS
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel_tables: int = 2
@@ -274,6 +278,8 @@ class CdcApplySpec:
     on_shard_removed: str = "keep"
     group: dict | None = None  # one source's pipeline of a group: {pipeline, source, sources, merge_into}
     ledger_database: str = DEFAULT_LEDGER_DATABASE
+    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
+    failure_wait_seconds: float = WAIT_SECONDS
     result_path: str = ""
     job: str = field(default="cdc_apply", init=False)
 
@@ -348,7 +354,8 @@ class CdcBootstrapSpec:
     merge_into: str = ""
     group: dict | None = None
     ledger_database: str = DEFAULT_LEDGER_DATABASE
-    ledger_wait_seconds: float = 300.0
+    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
+    failure_wait_seconds: float = WAIT_SECONDS
     result_path: str = ""
     job: str = field(default="cdc_bootstrap", init=False)
 
@@ -378,7 +385,7 @@ class CdcBootstrapSpec:
             batch_rows=self.batch_rows, columns=table.get("columns"), exclude_columns=table["exclude_columns"],
             split_column=split_column, split_factor=self.split_factor, strategy=self.strategy,
             channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
-            ledger_database=self.ledger_database, ledger_wait_seconds=self.ledger_wait_seconds)
+            ledger_database=self.ledger_database, failure_wait_seconds=self.failure_wait_seconds)
 
 
 @dataclass
@@ -415,6 +422,8 @@ class SnapshotDiffSpec:
     sample_rows: int = 20  # per flag, in the HTML report
     report_dir: str = ""
     ledger_database: str = DEFAULT_LEDGER_DATABASE
+    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
+    failure_wait_seconds: float = WAIT_SECONDS
     # many tables: each selected MySQL table against its copy (``old_table`` unused), ``diff_key``
     # a prefix (:func:`table_key`)
     select: dict | None = None
@@ -605,8 +614,12 @@ def spec_to_dict(spec) -> dict:
     return dataclasses.asdict(spec)
 
 
+# fields of specs an earlier release wrote (the ledger keeps specs): dropped when read back
+_RETIRED = ("ledger_wait_seconds",)
+
+
 def spec_from_dict(data: dict):
-    data = dict(data)
+    data = {k: v for k, v in data.items() if k not in _RETIRED}
     cls = SPEC_TYPES.get(data.pop("job", None))
     if cls is None:
         raise ValueError(f"unknown job in spec; expected one of {sorted(SPEC_TYPES)}")

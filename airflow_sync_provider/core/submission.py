@@ -47,6 +47,7 @@ from importlib import resources
 from pathlib import Path
 
 import airflow_sync_provider
+from airflow_sync_provider.core.guard import submitter_env
 from airflow_sync_provider.core.jobspec import spec_to_dict, write_private_json, write_spec
 from airflow_sync_provider.core.tls import private_dir
 
@@ -120,7 +121,8 @@ def spark_env(python: str | None = None, master: str = "local") -> dict:
     """Environment for a client-mode spark-submit: Python workers use ``python`` (default: this
     interpreter). Only a local master is pinned to the loopback address: a cluster's executors
     must reach the driver, which then binds the host's address (or ``SPARK_LOCAL_IP`` /
-    ``spark.driver.host`` as the deployment sets them)."""
+    ``spark.driver.host`` as the deployment sets them). The driver is told who submitted it
+    (core/guard.py): it ends when this process does."""
     python = python or sys.executable
     env = {
         "PYSPARK_PYTHON": python,
@@ -130,6 +132,7 @@ def spark_env(python: str | None = None, master: str = "local") -> dict:
         # to 8 per core): freed Arrow buffers stay scattered over them. Two arenas: a 10M-row
         # load's driver peaked at 356 MiB instead of 399-439 (1M rows: 277 instead of 309), same CPU.
         "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2"),
+        **submitter_env(),
     }
     if master.startswith("local"):
         env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")

@@ -9,7 +9,8 @@ import time
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_sync_provider.assets import openlineage
-from airflow_sync_provider.compat import AirflowException, Asset, BaseOperator
+from airflow_sync_provider.compat import AirflowException, AirflowFailException, Asset, BaseOperator
+from airflow_sync_provider.core.guard import descendants, end_processes, end_tree
 from airflow_sync_provider.core.jobspec import public_dict
 from airflow_sync_provider.core.ledger import Ledger, TaskRef
 from airflow_sync_provider.core.submission import (
@@ -27,6 +28,14 @@ from airflow_sync_provider.links import SyncViewLink
 from airflow_sync_provider.stats import emit
 
 DEFAULT_CONF = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
+
+
+def job_failure(job: str, result: dict, fallback: str) -> AirflowException:
+    """The exception a failed job's task raises: its error, and whether Airflow should retry —
+    not when the job says a retry will not help (core/failures.py), so the task fails at once."""
+    error = result.get("error") or fallback
+    kind = AirflowFailException if result.get("retry_helps") is False else AirflowException
+    return kind(f"{job} job failed: {error}")
 
 
 class SparkJobOperator(BaseOperator):
@@ -154,7 +163,7 @@ class SparkJobOperator(BaseOperator):
             emit(self._quietly("gather metrics", self.job_metrics, spec, done, time.monotonic() - started, baseline)
                  or [])
         if result.get("status") != "success":
-            raise AirflowException(f"{self.job} job wrote no success result: {result}")
+            raise job_failure(self.job, result, "it wrote no success result")
         self._lineage = self.lineage(spec, result)
         summary = self.summarize(result)
         for asset in self.outlets:  # what the downstream DAGs see on the asset event
@@ -173,15 +182,14 @@ class SparkJobOperator(BaseOperator):
                               env["MASTER"])
                 code, _ = run_driver(cmd, env, self.log.info, started=lambda proc: setattr(self, "_driver", proc))
                 if code:
-                    error = self._result(spec, staged).get("error")
-                    raise AirflowException(f"{self.job} job failed: {error or f'its driver exited {code}'}")
+                    raise job_failure(self.job, self._result(spec, staged), f"its driver exited {code}")
             else:
                 hook, staged = self.submit_hook(spec, tmp)
+                self._hook = hook
                 try:
                     hook.submit(application=job_script(self.job))
                 except AirflowException as exc:
-                    error = self._result(spec, staged).get("error")
-                    raise AirflowException(f"{self.job} job failed: {error or exc}") from None
+                    raise job_failure(self.job, self._result(spec, staged), str(exc)) from None
             return self._result(spec, staged)
 
     def _remember_task(self, spec, context) -> None:
@@ -214,10 +222,18 @@ class SparkJobOperator(BaseOperator):
             return None
 
     def on_kill(self) -> None:
-        """The task was killed: so is a Python driver (a spark-submit one goes with its hook)."""
+        """The task was killed: so is the job's whole process tree — a Python driver with its
+        reader processes, or spark-submit with the driver it started (a cluster-mode driver is
+        stopped by the hook, through the cluster)."""
         driver = getattr(self, "_driver", None)
         if driver is not None and driver.poll() is None:
-            driver.kill()
+            end_tree(driver.pid)
+        hook = getattr(self, "_hook", None)
+        if hook is not None:  # the hook stops the application (YARN, Kubernetes); then whatever it left here
+            submitted = getattr(hook, "_submit_sp", None)
+            left = descendants(submitted.pid) if submitted is not None and submitted.poll() is None else []
+            hook.on_kill()
+            end_processes(left)
 
     @staticmethod
     def _result(spec, staged: Submission) -> dict:

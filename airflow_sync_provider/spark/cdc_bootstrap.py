@@ -100,17 +100,17 @@ class BootstrapCopy(ShardCopy):
                                "resumes after each shard's last finished chunk")
 
     def open_channel(self, in_driver: bool) -> Channel:
-        """One source connection a channel: every chunk's snapshot is opened (and its position
-        read) on it."""
-        channel = Channel(self.spec)
-        channel.conn = mysql_reader.stream_connect(self.spec.source)
-        channel.kind = flavor(channel.conn)
-        return channel
+        """One source connection a channel (opened by its first read): every chunk's snapshot is
+        opened (and its position read) on it."""
+        return Channel(self.spec)
 
     def after_shard(self, channel: Channel, record: ShardState) -> None:
-        if record.status != SHARD_SUCCESS:  # the connection may be broken: a fresh one
-            channel.conn.close()
-            channel.conn = mysql_reader.stream_connect(self.spec.source)
+        if record.status != SHARD_SUCCESS and channel.conn is not None:  # it may be broken: the next read opens one
+            try:
+                channel.conn.close()
+            except Exception:  # noqa: BLE001 - a broken connection is closed anyway
+                pass
+            channel.conn = None
 
     def start_record(self, channel: Channel, shard: Shard) -> ShardState:
         previous = self.state.shards.get(shard.id)
@@ -129,6 +129,9 @@ class BootstrapCopy(ShardCopy):
 
     def read(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
         """The shard in chunks, resuming after its last finished chunk."""
+        if channel.conn is None:
+            channel.conn = mysql_reader.stream_connect(self.spec.source)
+            channel.kind = flavor(channel.conn)
         after, native_sql = self.key.decode(record.resume_key), self.copy.native_sql
         while True:
             holder = {}
@@ -250,13 +253,13 @@ def bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpo
     except LockHeld as held:
         raise BootstrapFailed(str(held)) from None
     try:
-        return _bootstrap_locked(spec, session, ch, ledger, checkpoints, table)
+        return _bootstrap_locked(spec, session, ch, ledger, checkpoints, table, lock)
     finally:
         lock.release()
 
 
 def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpoints: Checkpoints,
-                      table: dict) -> dict:
+                      table: dict, lock) -> dict:
     started = time.time()
     with mysql_reader.connect(spec.source) as conn:
         schema = copied_schema(conn, table)
@@ -302,6 +305,9 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     # the live copy has the final layout: rows carry no shard id
     copy = Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, True, split)
     copier = BootstrapCopy(load, plan, copy, state, ledger, Chunking(key, chunk, fence))
+    copier.stopping = lambda: lock.lost and (
+        f"the bootstrap of {schema.qualified}: this job lost its lock on the source ({lock.lost}), so another run may "
+        "own it now; it writes nothing more. Run it again: it resumes after each shard's last finished chunk")
     per_shard = copier.run(session, in_driver) if todo else []
     state = copier.settle(per_shard, in_driver and bool(todo))
     dropped = _drop_older(ch, load, start, schema)

@@ -54,20 +54,6 @@ def run_channels(session, queues: list[list[int]], channel: Callable[[list[int],
             .collect())
 
 
-def retrying(action, wait_seconds: float):
-    """Run a ledger write, retrying while the target is unreachable (a failure must be recorded)."""
-    deadline = time.monotonic() + wait_seconds
-    delay = 0.5
-    while True:
-        try:
-            return action()
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 10)
-
-
 class Progress(threading.Thread):
     """Driver-side: keeps the loads' heartbeats (one load, or a source group's members) and logs
     each shard as it finishes. ``loads``: (state, shard ids to do) each."""
@@ -94,7 +80,7 @@ class Progress(threading.Thread):
                 continue
             for state, todo, shards in found:
                 for shard in sorted(shards.values(), key=lambda s: s.shard_id):
-                    key = (state.load_key, shard.shard_id)
+                    key = (state.load_key, shard.shard_id, shard.attempt)  # a shard read again is logged again
                     if shard.shard_id in todo and shard.status != SHARD_RUNNING and key not in seen:
                         seen.add(key)
                         log.info(f"{state.source_table + ' ' if named else ''}shard {shard.shard_id} {shard.status}: "

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import traceback
 
 from clickhouse_connect.driver import options as clickhouse_options
 
+from airflow_sync_provider.core.failures import SOURCE, TARGET, WAIT_SECONDS, classify
+from airflow_sync_provider.core.guard import Guard, job_probes
 from airflow_sync_provider.core.jobspec import read_spec, write_private_json
 from airflow_sync_provider.core.logs import to_stdout
 from airflow_sync_provider.core.submission import secrets_from_env
@@ -30,9 +33,32 @@ def _report(spec, result_key: str, result: dict) -> None:
             ch.close()
 
 
+def failure_result(exc: BaseException, servers: dict[str, str]) -> dict:
+    """A failed job's result: its error, whether a retry may help (core/failures.py: the operator
+    tells Airflow not to retry when it will not) and, where known, the server and the cause
+    (``servers``: a side's name in messages)."""
+    failure = classify(exc)
+    error = f"{type(exc).__name__}: {exc}"
+    if failure.side in servers and servers[failure.side] not in error:
+        error = f"{servers[failure.side]}: {failure.cause}: {error}"
+    if failure.advice() and "retry" not in str(exc).lower():
+        error += f". {failure.advice()}"
+    return {**getattr(exc, "result", {}), "status": "failed", "error": error, "retry_helps": failure.retry_helps,
+            "failure": {"transient": failure.transient, "side": failure.side, "cause": failure.cause}}
+
+
+def server_names(spec) -> dict[str, str]:
+    """The job's target and (single) source as its messages name them."""
+    names = {TARGET: f"ClickHouse {spec.target.host}:{spec.target.port}"} if getattr(spec, "target", None) else {}
+    if getattr(spec, "source", None) is not None:
+        names[SOURCE] = f"MySQL {spec.source.host}:{spec.source.port}"
+    return names
+
+
 def run_job(job_function, argv=None) -> None:
     """Run ``job_function(spec, spark)`` with a :class:`LazySession`: the job builds the session
-    only if it needs executors."""
+    only if it needs executors. A :class:`~airflow_sync_provider.core.guard.Guard` ends the job
+    when its submitter is gone or a server stays silent past the job's bound."""
     # clickhouse-connect imports pandas (0.25 s) at a process's first insert, only to ask whether
     # the rows are a DataFrame; a job never passes one (a job's own process: other users of the
     # library in an Airflow worker are not touched). Jobs that convert Python values to Arrow
@@ -50,16 +76,25 @@ def run_job(job_function, argv=None) -> None:
         secrets_from_env(spec)
     name = getattr(spec, 'source_table', '') or getattr(spec, 'load_key', '') or getattr(spec, 'pipeline', '')
     session = LazySession(f"airflow-sync {spec.job} {name}")
+    reported, lock = [], threading.Lock()
+
+    def report(result: dict) -> None:  # once: the job's own word, or its guard's
+        with lock:
+            if not reported:
+                reported.append(result)
+                _report(spec, args.result_key, result)
+
+    Guard(getattr(spec, "failure_wait_seconds", WAIT_SECONDS), job_probes(spec),
+          lambda reason: report({"status": "failed", "error": f"JobEnded: {reason}", "retry_helps": True})).start()
     try:
         result = {"status": "success", **job_function(spec, session)}
     except Exception as exc:
         # The operator raises this text, so the task log shows the job's own error; a job of many
         # tables adds every table's result (spark/tables.py), so a caller can name each failed one.
-        _report(spec, args.result_key, {**getattr(exc, "result", {}), "status": "failed",
-                                        "error": f"{type(exc).__name__}: {exc}"})
+        report(failure_result(exc, server_names(spec)))
         traceback.print_exc()  # the driver's output: the task log, or the command line's log file
         session.stop()
         sys.exit(1)
-    _report(spec, args.result_key, result)
+    report(result)
     print("airflow-sync result: " + json.dumps(result, default=str)[:2000], flush=True)
     session.stop()

@@ -49,9 +49,9 @@ from airflow_sync_provider.core.target.shards import (
 )
 from airflow_sync_provider.core.verify import shape as copy_shape
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.spark.channels import driver_copy_limit, retrying, running_record
+from airflow_sync_provider.spark.channels import driver_copy_limit, running_record
 from airflow_sync_provider.spark.session import lazy
-from airflow_sync_provider.spark.shard_copy import Channel, Copy, LoadFailed, RowVersion, ShardCopy
+from airflow_sync_provider.spark.shard_copy import Channel, Copy, LoadFailed, LockLost, RowVersion, ShardCopy
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ class FullLoadCopy(ShardCopy):
         then not read again, and the one it was reading is cleared first. A driver thread runs
         once, right after the driver read the ledger: nothing to look up."""
         channel = Channel(self.spec)
-        channel.at_start = self.state if in_driver else retrying(lambda: self._now(channel.ledger),
-                                                                 self.spec.ledger_wait_seconds)
+        channel.at_start = self.state if in_driver else self.outage.call(lambda: self._now(channel.ledger),
+                                                                         "reading the load's records")
         return channel
 
     def _now(self, ledger: Ledger) -> LoadState:
@@ -397,6 +397,13 @@ class TableLoad:
         if self._lock is not None:
             self._lock.release()
 
+    def lock_lost(self) -> str:
+        """Why this job must stop writing: its lock on the source is gone ("" while it holds it)."""
+        if self._lock is None or not self._lock.lost:
+            return ""
+        return (f"load {self.spec.load_key!r}: this job lost its lock on the source ({self._lock.lost}), so another "
+                "run may own the load now; it writes nothing more. Run it again: it resumes from the finished shards")
+
     def read_schema(self):
         """The source table as this load copies it."""
         with mysql_reader.connect(self.spec.source) as conn:
@@ -453,6 +460,7 @@ class TableLoad:
                  f"{'final layout, published by a swap' if copy.direct else 'one partition per shard'}")
         self.phases["prepare"] = time.time() - self.started
         self.copier = FullLoadCopy(self.spec, plan, copy, state, self.ledger)
+        self.copier.stopping = self.lock_lost
         if self.todo:
             log.info(f"copying about {self.estimate():,} rows in {min(plan.channels, len(self.todo))} channel(s)")
 
@@ -462,9 +470,8 @@ class TableLoad:
             self.phases["spark_start"] = self.copier.spark_start  # the session's start-up not hidden behind planning
         self.phases["copy"] = time.time() - self.started - self.phases["prepare"] - self.phases.get("spark_start", 0)
         self.state = self.copier.settle(per_shard, in_driver and bool(self.todo))
-        if self._lock is not None and self._lock.lost:  # another job may own the key now: it publishes
-            raise LoadFailed(f"load {self.spec.load_key!r}: this job lost its lock on the source ({self._lock.lost}) "
-                             "and publishes nothing; run it again (it resumes from the finished shards)")
+        if self.lock_lost():  # another job may own the key now: it publishes
+            raise LockLost(self.lock_lost())
 
     @property
     def written(self) -> int:
@@ -473,11 +480,13 @@ class TableLoad:
         return sum(s.records_written for s in self.state.shards.values() if s.shard_id in published)
 
     def publish(self, written: int | None = None) -> int:
-        """Make the rows visible (:func:`_publish`); a failure is recorded (publishing again is
-        safe). ``written``: the rows the working table holds (a source group's: every member's)."""
+        """Make the rows visible (:func:`_publish`; publishing again is safe, so a passing failure
+        is retried within the job's bound); a failure is recorded. ``written``: the rows the
+        working table holds (a source group's: every member's)."""
         written = self.written if written is None else written
         try:
-            landed = _publish(self.spec, self.ch, self.schema, self.plan, self.state, self.copy)
+            landed = self.copier.outage.call(lambda: _publish(self.spec, self.ch, self.schema, self.plan, self.state,
+                                                              self.copy), "publishing the copy")
         except Exception as exc:  # e.g. the target went away: recorded, and publishing again is safe
             self.failed(f"publishing failed: {type(exc).__name__}: {exc}")
             raise
@@ -488,7 +497,7 @@ class TableLoad:
 
     def failed(self, error: str) -> None:
         self.state.status, self.state.error = LOAD_FAILED, error[:4000]
-        retrying(lambda: self.ledger.write_load(self.state), self.spec.ledger_wait_seconds)
+        self.copier.record(lambda: self.ledger.write_load(self.state), "recording the load's failure")
 
     def done(self, per_shard: list[dict], grouped: bool = False) -> dict:
         """The load published: recorded and its working table dropped (a group's member: the

@@ -253,9 +253,19 @@ class GroupLoad:
             bases.setdefault(member.name, next(free))
         return bases
 
+    def lock_lost(self) -> str:
+        """Why this job must stop writing: a source's lock on the group's key is gone."""
+        lost = next((lock for lock in self.locks if lock.lost), None)
+        return "" if lost is None else (
+            f"group load {self.spec.load_key!r}: this job lost its lock {lost.name!r} on a source ({lost.lost}), so "
+            "another run may own the load now; it writes nothing more. Run it again: it resumes from the finished "
+            "shards")
+
     def _copy(self, loads: list[TableLoad]) -> list[list[dict]]:
         if not any(load.todo for load in loads):
             return [[] for _ in loads]
+        for load in loads:
+            load.copier.stopping = self.lock_lost
         return run_together([load.copier for load in loads], self.session, self.spec.speed().channel_count(),
                             self.in_driver)
 
@@ -272,9 +282,10 @@ class GroupLoad:
                            for where, params, version in repaired_shards(load.spec, load.ch, load.schema, load.plan,
                                                                          load.state)]
             spec = first.spec
-            return target.publish_repair(first.ch, first.schema, first.state.parts_table, spec.ledger_database,
-                                         spec.target_database, spec.target_table, shards,
-                                         any(load.copy.weight is not None for load in loads))
+            return first.copier.outage.call(lambda: target.publish_repair(
+                first.ch, first.schema, first.state.parts_table, spec.ledger_database, spec.target_database,
+                spec.target_table, shards, any(load.copy.weight is not None for load in loads)),
+                "publishing the repair")
         return first.publish(sum(load.written for load in loads) + self._done_rows(done))
 
     def _done_rows(self, done: set[str]) -> int:

@@ -21,16 +21,20 @@ its own, straight into the live copy, and counts a chunk only once it is durable
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.positions import EPOCH_SHIFT, snapshot_version
+from airflow_sync_provider.core.failures import SOURCE, TARGET, Outage, ServerUnreachable
 from airflow_sync_provider.core.flow_control import Throttle
+from airflow_sync_provider.core.guard import SourcePing, target_answers
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import (
     LOAD_FAILED,
@@ -47,7 +51,7 @@ from airflow_sync_provider.core.target.inserts import ArrowInserts, Sent
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, Weights
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
-from airflow_sync_provider.spark.channels import Progress, retrying, run_channels
+from airflow_sync_provider.spark.channels import Progress, run_channels
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +61,18 @@ REPORT_EVERY_SECONDS = 1.0  # live hook counters: a running shard's report to th
 SHARED_INSERT_SECONDS = 3.0
 
 
+MAX_TRIES = 5  # a shard failed by a passing cause (core/failures.py) is read again up to this often in a run
+
+
 class LoadFailed(RuntimeError):
     pass
+
+
+class LockLost(LoadFailed):
+    """The job's lock on the source is gone: another run may own the load now, so this one
+    writes nothing more, to the copy or to the ledger."""
+
+    retry_helps = True
 
 
 @dataclass(frozen=True)
@@ -129,6 +143,7 @@ class ChannelOutput:
         self.streams: dict = {}
         self.ledgers: dict = {}
         self.held: list[tuple["ShardCopy", Channel, ShardState, Sent]] = []
+        self.again: list[tuple["ShardCopy", ShardState]] = []  # failed by a passing cause: to read again
 
     def join(self, channel: Channel) -> Channel:
         """A copy's channel joins the output; the channel's copies on one ledger database share one
@@ -157,23 +172,28 @@ class ChannelOutput:
         if not ready:  # the common case, checked after every batch a channel writes
             return
         done, self.held = self.held[:ready], self.held[ready:]
-        for _, _, record, sent in done:
+        for copier, _, record, sent in done:
             error = sent.error()
             record.status = SHARD_SUCCESS if error is None else SHARD_FAILED
             if error is not None:
                 record.error = f"the insert of its rows failed: {type(error).__name__}: {error}"[:4000]
                 record.records_failed = record.records_read - record.records_written
+                if copier.outage.failed(error, TARGET).transient:
+                    self.again.append((copier, record))
             record.finished_at = time.time()
         by_ledger: dict[int, tuple] = {}  # one write for all (a source group's members' too)
         for copier, channel, record, _ in done:
-            by_ledger.setdefault(id(channel.ledger), (channel.ledger, copier.spec.ledger_wait_seconds, []))[2].append(
+            by_ledger.setdefault(id(channel.ledger), (channel.ledger, copier, []))[2].append(
                 (copier.state.load_key, copier.state.generation, record))
-        for ledger, wait, entries in by_ledger.values():
-            retrying(lambda ledger=ledger, entries=entries: ledger.write_shards_of(entries), wait)
+        for ledger, copier, entries in by_ledger.values():
+            copier.record(lambda ledger=ledger, entries=entries: ledger.write_shards_of(entries),
+                          f"recording {len(entries)} shard(s)")
 
     def close(self) -> None:
-        """End every stream, wait for its answers and report the shards still held."""
-        for inserts in self.streams.values():
+        """End every stream, wait for its answers and report the shards still held (a stream is
+        made again if a shard read again needs it)."""
+        streams, self.streams = list(self.streams.values()), {}
+        for inserts in streams:
             inserts.close()
         self.report()
 
@@ -195,9 +215,29 @@ class ShardCopy:
         self.spec, self.plan, self.copy, self.state, self.ledger = spec, plan, copy, state, ledger
         self.shards = {s.id: s for s in plan.shards}
         self.announced: dict[int, ShardState] = {}  # running records the driver wrote for its threads
+        # the job's one bounded wait for its servers (core/failures.py), shared by its channels
+        self.outage = Outage(spec.failure_wait_seconds, {
+            TARGET: f"ClickHouse {spec.target.host}:{spec.target.port}",
+            SOURCE: f"MySQL {spec.source.host}:{spec.source.port}" if spec.source is not None else ""})
+        self.tries: dict[int, int] = {}  # shard -> reads in this run
+        self.stopping: Callable[[], str] = lambda: ""  # why the job must stop writing (its lock is lost)
 
     def __getstate__(self):
-        return {k: v for k, v in vars(self).items() if k != "ledger"}
+        return {k: v for k, v in vars(self).items() if k not in ("ledger", "stopping")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, stopping=lambda: "")
+
+    def record(self, write: Callable[[], None], what: str) -> bool:
+        """A ledger write, retried while the target is unreachable within the job's bound; False
+        when the bound passed first (the record is left to the next run, which trusts no shard
+        left running and reads it again)."""
+        try:
+            self.outage.call(write, what)
+            return True
+        except ServerUnreachable as exc:
+            log.info(f"not recorded: {exc}")
+            return False
 
     # --- the driver ---------------------------------------------------------------------
 
@@ -216,14 +256,14 @@ class ShardCopy:
                 self.state.shards[record["shard_id"]] = ShardState(**{k: v for k, v in record.items()
                                                                       if k != "seconds"})
         else:
-            self.state = retrying(lambda: self.ledger.state(self.spec.load_key), self.spec.ledger_wait_seconds)
+            self.state = self.outage.call(lambda: self.ledger.state(self.spec.load_key), "reading the shards' records")
         state = self.state
         failed = [i for i in (s["id"] for s in state.plan["shards"])
                   if i not in state.shards or state.shards[i].status != SHARD_SUCCESS]
         if failed:
             errors = "; ".join(f"shard {i}: {state.shards[i].error}" for i in failed if i in state.shards)
             state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
-            retrying(lambda: self.ledger.write_load(state), self.spec.ledger_wait_seconds)
+            self.record(lambda: self.ledger.write_load(state), "recording the load's failure")
             log.info("%s", shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]))
             raise self.shards_failed()
         return state
@@ -275,12 +315,14 @@ class ShardCopy:
             inserts.settle()  # every insert answered: the shards held before this one too
             record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
             record.version = record.version or 0
+            if not self.stopping() and self.outage.failed(exc).transient:
+                channel.output.again.append((self, record))
         finally:
             if not self.shares_inserts:
                 inserts.close()
         record.finished_at = time.time()
-        retrying(lambda: channel.ledger.write_shard(self.state.load_key, self.state.generation, record),
-                 self.spec.ledger_wait_seconds)
+        self.record(lambda: channel.ledger.write_shard(self.state.load_key, self.state.generation, record),
+                    f"recording shard {shard.id}")
         if self.shares_inserts:
             channel.output.report()
         return record
@@ -295,6 +337,8 @@ class ShardCopy:
         names, rows_total, bytes_total = self.copy.names(), 0, 0
         reported = time.monotonic()
         for batch in batches:
+            if why := self.stopping():
+                raise LockLost(why)
             rows = batch.num_rows
             tail = [pa.repeat(pa.scalar(version.get(), pa.uint64()), rows)]
             if not self.copy.direct:
@@ -341,12 +385,17 @@ def run_together(copiers: list[ShardCopy], session, channels: int, in_driver: bo
     the driver a channel takes the next shard whoever's it is, so one slow source keeps one
     channel busy, not the others idle; as Spark tasks each channel gets a fixed queue, balanced by
     estimated rows. A channel opens a copy's connections when it first takes one of its shards.
-    A channel's task failing outright is recorded in every copy's ledger state and raised."""
+    A channel's task failing outright is recorded in every copy's ledger state and raised; a server
+    that stayed unreachable past the job's bound (core/failures.py) raises
+    :class:`~airflow_sync_provider.core.failures.ServerUnreachable`, the job's lock lost
+    :class:`LockLost` (then nothing more is written: another run may own the load)."""
     items = sorted(((i, shard_id) for i, copier in enumerate(copiers) for shard_id in copier.state.todo()),
                    key=lambda item: -(copiers[item[0]].shards[item[1]].estimated_rows or 0))
     out: list[list[dict]] = [[] for _ in copiers]
     if not items:
         return out
+    for copier in copiers[1:]:  # one bounded wait for the whole job
+        copier.outage = copiers[0].outage
     channels = max(1, min(channels, len(items)))
     try:
         with Progress(copiers[0].spec, [(c.state, c.state.todo()) for c in copiers]):
@@ -354,7 +403,7 @@ def run_together(copiers: list[ShardCopy], session, channels: int, in_driver: bo
                 copier.before_channels(session, copier.state.todo(), in_driver)
             announced = [(c.state.load_key, c.state.generation, r) for c in copiers for r in c.announced.values()]
             if announced:  # running records written before the channels start: one write for all
-                copiers[0].ledger.write_shards_of(announced)
+                copiers[0].outage.call(lambda: copiers[0].ledger.write_shards_of(announced), "recording the shards")
             if in_driver:
                 work = queue.SimpleQueue()
                 for item in items:
@@ -370,13 +419,27 @@ def run_together(copiers: list[ShardCopy], session, channels: int, in_driver: bo
                     weights[j] += (copiers[item[0]].shards[item[1]].estimated_rows or 0) + 1
                 done = run_channels(session, queues, lambda q, _: _drain(copiers, q, False), False)
     except Exception as exc:
+        if why := copiers[0].stopping():
+            raise LockLost(why) from exc
         for copier in copiers:
             copier.state.status, copier.state.error = LOAD_FAILED, copier.job_error(exc)[:4000]
-            retrying(lambda c=copier: c.ledger.write_load(c.state), copier.spec.ledger_wait_seconds)
+            copier.record(lambda c=copier: c.ledger.write_load(c.state), "recording the load's failure")
         failure = copiers[0].job_failed(exc)
         if failure is None:
             raise
         raise failure from exc
+    if why := copiers[0].stopping():
+        raise LockLost(why)
+    outage = copiers[0].outage
+    if outage.expired:
+        error = outage.unreachable("copying the shards")
+        for copier in copiers:  # what can be recorded (the target may be the one that is down)
+            copier.state.status, copier.state.error = LOAD_FAILED, str(error)[:4000]
+            try:
+                copier.ledger.write_load(copier.state)
+            except Exception:  # noqa: BLE001 - the next run trusts no shard left running
+                pass
+        raise error
     for i, record in done:
         out[i].append(record)
     return out
@@ -384,23 +447,79 @@ def run_together(copiers: list[ShardCopy], session, channels: int, in_driver: bo
 
 def _drain(copiers: list[ShardCopy], work, in_driver: bool) -> list[tuple[int, dict]]:
     """One channel: the shards of ``work`` (a shared queue in the driver, a list on an executor),
-    each on the channel of its copy (opened when first needed); (copy index, record) each."""
+    each on the channel of its copy (opened when first needed); (copy index, record) each.
+
+    A shard failed by a passing cause (a server restarting, TOO_MANY_PARTS: core/failures.py) is
+    read again (up to :data:`MAX_TRIES` times), once its server answers; while a server is down
+    the channel starts no new shard. When the job's bound passes first, or its lock is lost, the
+    channel stops and leaves the rest unread (the next run reads them)."""
     opened: dict[int, Channel] = {}
     output = ChannelOutput()
     items = iter(lambda: _next(work), None) if isinstance(work, queue.SimpleQueue) else iter(work)
-    out = []
+    again: collections.deque = collections.deque()
+    outage, probes = copiers[0].outage, _probes(copiers)
+    out: dict[tuple[int, int], ShardState] = {}
     try:
-        for i, shard_id in items:
+        while True:
+            _read_again(copiers, output, again)
+            if copiers[0].stopping() or (outage.down and not outage.wait_until_up(probes)):
+                break
+            item = again.popleft() if again else next(items, None)
+            if item is None:
+                output.close()  # its last inserts' answers may fail shards: read those again
+                if output.again:
+                    continue
+                break
+            i, shard_id = item
             if i not in opened:
-                opened[i] = output.join(copiers[i].open_channel(in_driver))
-            out.append((i, copiers[i].copy_one(opened[i], shard_id)))
+                try:
+                    opened[i] = output.join(copiers[i].open_channel(in_driver))
+                except Exception as exc:
+                    if not outage.failed(exc).transient:
+                        raise
+                    again.appendleft(item)
+                    continue
+            out[item] = copiers[i].copy_one(opened[i], shard_id)
         output.close()
     finally:  # on a failure too: no insert thread outlives the channel (closing twice is harmless)
         for inserts in output.streams.values():
             inserts.close()
         for channel in opened.values():
             channel.close()
-    return [(i, vars(record) | {"seconds": record.seconds}) for i, record in out]
+    return [(i, vars(record) | {"seconds": record.seconds}) for (i, _), record in out.items()]
+
+
+def _read_again(copiers: list[ShardCopy], output: ChannelOutput, again: collections.deque) -> None:
+    """Queue the shards ``output`` holds as failed by a passing cause for another read: the
+    failed record becomes the one the next attempt starts from (its attempt number, a
+    bootstrap's resume key)."""
+    failed, output.again = output.again, []
+    for copier, record in failed:
+        tries = copier.tries[record.shard_id] = copier.tries.get(record.shard_id, 1) + 1
+        if tries > MAX_TRIES or copier.stopping() or copier.outage.expired:
+            continue
+        copier.state.shards[record.shard_id] = record
+        copier.announced.pop(record.shard_id, None)
+        again.append((copiers.index(copier), record.shard_id))
+        log.info(f"shard {record.shard_id} is read again (try {tries} of {MAX_TRIES}) once its server answers: "
+                 f"{record.error[:300]}")
+
+
+def _probes(copiers: list[ShardCopy]) -> dict:
+    """How a waiting channel asks whether its servers answer again (core/failures.Outage)."""
+    sources = {c.spec.source for c in copiers if c.spec.source is not None}
+    pings = [SourcePing(s) for s in sources]
+    ch = target.shared_client(copiers[0].spec.target)
+
+    def source() -> None:
+        try:
+            for ping in pings:
+                ping()
+        finally:
+            for ping in pings:
+                ping.close()
+
+    return {TARGET: lambda: target_answers(ch), SOURCE: source}
 
 
 def _next(work: queue.SimpleQueue):

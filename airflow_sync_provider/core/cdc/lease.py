@@ -17,7 +17,7 @@ check (:meth:`Lease.check`, called by every write of ``Checkpoints``): it notice
 from __future__ import annotations
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.source.locks import LOCK_WAIT_TIMEOUT, LockHeld, NamedLock, lock_name
+from airflow_sync_provider.core.source.locks import LOCK_WAIT_TIMEOUT, TAKEOVER_SECONDS, LockHeld, NamedLock, lock_name
 
 
 class LeaseError(RuntimeError):
@@ -47,7 +47,7 @@ class Lease:
     def acquire(cls, source: MySQLEndpoint, checkpoints, pipeline: str) -> "Lease":
         """Take the pipeline or raise :class:`LeaseHeld` naming its holder and what to do."""
         try:
-            lock = NamedLock.take(source, lock_name(checkpoints.database, pipeline))
+            lock = NamedLock.take(source, lock_name(checkpoints.database, pipeline), wait_seconds=TAKEOVER_SECONDS)
         except LockHeld as held:
             raise LeaseHeld(_refusal(checkpoints, pipeline, held)) from None
         try:  # under the lock: no other applier of this pipeline computes a generation now

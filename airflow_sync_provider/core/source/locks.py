@@ -26,6 +26,9 @@ from airflow_sync_provider.core.endpoints import MySQLEndpoint
 LOCK_WAIT_TIMEOUT = 5  # seconds of silence after which the source drops a holder's connection and lock
 PING_SECONDS = 1.0  # how often the holder checks its lock (which also keeps the connection alive)
 PING_TIMEOUT = 2  # a check unanswered this long: the holder gives up
+# A job's successor (an Airflow retry right after its submitter was killed) waits this long for the
+# lock: the dying job's guard ends it within a second (core/guard.py), and the source frees its lock
+TAKEOVER_SECONDS = 3.0
 
 
 class LockHeld(RuntimeError):
@@ -125,7 +128,7 @@ def load_lock(source: MySQLEndpoint, database: str, load_key: str, what: str) ->
     """The lock of one load key (a full load, a table's CDC bootstrap); refused with a
     :class:`LockHeld` whose message says ``what`` runs elsewhere and when to run it again."""
     try:
-        return NamedLock.take(source, lock_name(database, f"load:{load_key}"))
+        return NamedLock.take(source, lock_name(database, f"load:{load_key}"), wait_seconds=TAKEOVER_SECONDS)
     except LockHeld as held:
         held.args = (f"{what} is running elsewhere: {held.where} holds lock {held.name!r} on the source, and two jobs "
                      "must not run it at once. If that job died, the source frees its lock as its connection drops (at "
