@@ -21,9 +21,11 @@ downloaded here. It serves the subset of the HTTP interface that clickhouse-conn
 
 A test hook, not ClickHouse's: ``POST /_faults`` with a JSON rule ``{"pattern": REGEX, "code": N,
 "times": K}`` makes the next K statements matching REGEX (case-insensitive, searched in the
-statement text) fail with error code N as ClickHouse would answer it; ``"status": 503`` without a
+statement text) fail with error code N as ClickHouse would answer it (``"after": M`` lets the
+first M matches pass); ``"status": 503`` without a
 code answers a bare HTTP status (a proxy in front of a restarting server), ``"reset": true``
-closes the connection without an answer. ``DELETE /_faults`` clears every rule; ``GET /_faults``
+closes the connection without an answer, ``"kill": true`` SIGKILLs this process right there (a
+server dying at a chosen point of a job). ``DELETE /_faults`` clears every rule; ``GET /_faults``
 lists them with the hits left. Tests inject each class of failure this way (tests/test_faults.py).
 
 chDB opens a data path in one process only, so every client goes through this one
@@ -267,10 +269,14 @@ class Faults:
             self.rules.clear()
 
     def take(self, statement: str) -> dict | None:
-        """The first rule with hits left whose pattern ``statement`` matches (one hit used)."""
+        """The first rule with hits left whose pattern ``statement`` matches (one hit used; a
+        rule's ``after`` lets that many matches pass first)."""
         with self.lock:
             for rule in self.rules:
                 if rule["times"] > 0 and re.search(rule["pattern"], statement, re.I | re.S):
+                    if rule.get("after", 0) > 0:
+                        rule["after"] -= 1
+                        return None
                     rule["times"] -= 1
                     return rule
         return None
@@ -338,6 +344,8 @@ class Handler(BaseHTTPRequestHandler):
         rule = self.faults.take(statement)
         if rule is None:
             return False
+        if rule.get("kill"):
+            os.kill(os.getpid(), signal.SIGKILL)
         if rule.get("reset"):
             self.close_connection = True
             self.connection.shutdown(2)

@@ -31,7 +31,7 @@ from typing import Callable
 
 log = logging.getLogger(__name__)
 
-WAIT_SECONDS = 45.0  # the default bound: a job fails within about a minute of a server's death
+WAIT_SECONDS = 40.0  # the default bound: a job fails within a minute of a server's death (frozen: + the grace)
 GRACE_SECONDS = 10.0  # the guard's allowance past it for a job to record what it can and exit
 
 TARGET, SOURCE = "ClickHouse", "MySQL"
@@ -133,6 +133,8 @@ def classify(exc: BaseException) -> Failure:
 
 
 def _one(exc: BaseException) -> Failure | None:
+    if isinstance(getattr(exc, "failure", None), Failure):  # a job's error that knows its cause's class
+        return exc.failure
     helps = getattr(exc, "retry_helps", None)
     if isinstance(helps, bool):  # the jobs' own errors say whether a retry helps
         return Failure(helps, getattr(exc, "side", ""), str(exc)[:200], "" if helps else "see the message above")
@@ -196,6 +198,16 @@ def _mysql(exc: BaseException) -> Failure | None:
 
 def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:160]}"
+
+
+def common(failures: list[Failure]) -> Failure | None:
+    """What several failures (a load's failed shards) mean together: the class they share, or
+    None when they differ or one is not known."""
+    kinds = {(f.transient, f.side, f.remedy) for f in failures}
+    if len(kinds) != 1 or None in {f.transient for f in failures}:
+        return None
+    first = failures[0]
+    return Failure(first.transient, first.side, "; ".join(sorted({f.cause for f in failures}))[:300], first.remedy)
 
 
 class ServerUnreachable(RuntimeError):

@@ -162,7 +162,7 @@ class Guard(threading.Thread):
         self.bound, self.probes, self.on_end = bound, probes, on_end
         self.parent = os.getppid()
         self.submitter = os.environ.get(SUBMITTER_ENV, "")
-        self.silent: dict[str, float] = {}  # server -> since when it has not answered
+        self.answered = {name: time.monotonic() for name in probes}  # server -> its last answer
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -192,14 +192,13 @@ class Guard(threading.Thread):
             try:
                 probe()
             except Exception as exc:  # noqa: BLE001 - any failure is silence
-                since = self.silent.setdefault(name, time.monotonic())
-                quiet = time.monotonic() - since
+                quiet = time.monotonic() - self.answered[name]
                 if quiet > self.bound + GRACE_SECONDS:
                     return (f"{name} has not answered for {quiet:.0f} s ({type(exc).__name__}: {str(exc)[:200]}); "
                             f"the job is ended (failure_wait_seconds={self.bound:g}). A retry resumes where it "
                             "stopped once the server is back")
                 continue
-            self.silent.pop(name, None)
+            self.answered[name] = time.monotonic()
         return ""
 
     def end(self, reason: str) -> None:

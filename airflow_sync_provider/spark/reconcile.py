@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema, reimport_group_spec, reimport_spec
-from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, SHARD_MISMATCH, Ledger, LoadState
+from airflow_sync_provider.core.ledger import LOAD_ABANDONED, LOAD_PUBLISHED, SHARD_MISMATCH, Ledger, LoadState
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_view, merged_schema
 from airflow_sync_provider.core.source.planning import Plan
@@ -71,6 +71,12 @@ def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, queries: di
         yield {"shard_id": shard.id, "source_rows": s_rows, "target_rows": t_rows,
                "source_checksum": None if s_sum is None else str(s_sum),
                "target_checksum": None if t_sum is None else str(t_sum)}
+
+
+def _unfinished_repair(state: LoadState | None) -> bool:
+    """A re-import of mismatched shards whose job stopped before it published (a retry of a
+    reconciliation with ``reimport`` finishes it first, then compares)."""
+    return state is not None and bool(state.repair) and state.status not in (LOAD_PUBLISHED, LOAD_ABANDONED)
 
 
 def _published(ledger: Ledger, load_key: str) -> LoadState:
@@ -173,6 +179,9 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
     session = lazy(spark)
     ch = target.shared_client(spec.target)  # one for every table of a job of many
     ledger = Ledger(ch, spec.ledger_database)
+    if spec.reimport and _unfinished_repair(ledger.state(spec.load_key)):
+        log.info(f"reconcile: load {spec.load_key!r} has a repair its job left unfinished; finishing it first")
+        run_full_load(reimport_spec(ledger.state(spec.load_key).spec, spec.source, spec.target), session)
     result = _compare(spec, session, ledger)
     stored = result.pop("stored_spec")
     if result["verdict"] == MISMATCH and spec.reimport:  # a shape mismatch is not repaired by shards
@@ -196,6 +205,11 @@ def run_group_reconcile(spec: ReconcileSpec, spark) -> dict:
     found = ledger.load_set(spec.load_key)
     if found is None:
         raise ValueError(f"no group load {spec.load_key!r} in the ledger: reconcile the key a group load ran under")
+    unfinished = [state for key in found[0] if _unfinished_repair(state := ledger.state(key))]
+    if spec.reimport and unfinished:
+        log.info(f"reconcile {spec.load_key}: a repair its job left unfinished; finishing it first")
+        run_group_load(reimport_group_spec(unfinished[0].spec, spec.sources, spec.target, spec.load_key,
+                                           [s.source_table for s in unfinished]), session)
     states = {key: _published(ledger, key) for key in found[0]}
     sources = {s.name: s for s in spec.sources}
     members = []

@@ -32,7 +32,7 @@ from typing import Callable
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.positions import EPOCH_SHIFT, snapshot_version
-from airflow_sync_provider.core.failures import SOURCE, TARGET, Outage, ServerUnreachable
+from airflow_sync_provider.core.failures import SOURCE, TARGET, Outage, ServerUnreachable, common
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.guard import SourcePing, target_answers
 from airflow_sync_provider.core.jobspec import FullLoadSpec
@@ -178,7 +178,8 @@ class ChannelOutput:
             if error is not None:
                 record.error = f"the insert of its rows failed: {type(error).__name__}: {error}"[:4000]
                 record.records_failed = record.records_read - record.records_written
-                if copier.outage.failed(error, TARGET).transient:
+                failure = copier.failures[record.shard_id] = copier.outage.failed(error, TARGET)
+                if failure.transient:
                     self.again.append((copier, record))
             record.finished_at = time.time()
         by_ledger: dict[int, tuple] = {}  # one write for all (a source group's members' too)
@@ -220,6 +221,7 @@ class ShardCopy:
             TARGET: f"ClickHouse {spec.target.host}:{spec.target.port}",
             SOURCE: f"MySQL {spec.source.host}:{spec.source.port}" if spec.source is not None else ""})
         self.tries: dict[int, int] = {}  # shard -> reads in this run
+        self.failures: dict = {}  # shard -> what its last failure means (core/failures.Failure), in the driver
         self.stopping: Callable[[], str] = lambda: ""  # why the job must stop writing (its lock is lost)
 
     def __getstate__(self):
@@ -265,7 +267,10 @@ class ShardCopy:
             state.status, state.error = LOAD_FAILED, f"shards {failed} failed: {errors}"[:4000]
             self.record(lambda: self.ledger.write_load(state), "recording the load's failure")
             log.info("%s", shard_table([vars(s) | {"seconds": s.seconds} for s in state.shards.values()]))
-            raise self.shards_failed()
+            error = self.shards_failed()
+            error.failure = common([self.failures[i] for i in failed if i in self.failures]
+                                   if all(i in self.failures for i in failed) else [])
+            raise error
         return state
 
     def before_channels(self, session, todo: list[int], in_driver: bool) -> None:
@@ -315,8 +320,10 @@ class ShardCopy:
             inserts.settle()  # every insert answered: the shards held before this one too
             record.status, record.error = SHARD_FAILED, f"{type(exc).__name__}: {exc}"[:4000]
             record.version = record.version or 0
-            if not self.stopping() and self.outage.failed(exc).transient:
-                channel.output.again.append((self, record))
+            if not self.stopping():
+                failure = self.failures[shard.id] = self.outage.failed(exc)
+                if failure.transient:
+                    channel.output.again.append((self, record))
         finally:
             if not self.shares_inserts:
                 inserts.close()
