@@ -106,36 +106,28 @@ def test_sigkill_mid_load_then_resume_reads_only_unfinished_shards(mysql_conn, m
     assert not ch.command(f"EXISTS TABLE airflow_sync.{after.parts_table}")
 
 
-def test_target_outage_marks_shards_failed_and_reimport_completes(mysql_conn, mysql_url, tmp_path):
-    """The ClickHouse endpoint dies mid-load: the shards whose rows were in flight fail with the
-    error (the ones being read and those read but not yet acknowledged: a channel's shards share
-    its inserts; the failure report waits for the ledger to be reachable again), the counters
-    verdict fails fast naming them, and reimport='failed' finishes the load."""
+def test_failed_inserts_mark_their_shards_failed_and_reimport_completes(mysql_conn, mysql_url, tmp_path):
+    """Two of a load's inserts are refused for good (ACCESS_DENIED, injected by the stand-in's
+    test hook): the shards whose rows they carried fail with the error (a channel's shards share
+    its inserts), the load fails at once without publishing, the counters verdict fails fast
+    naming them, and reimport='failed' reads only those again. (A passing cause, the endpoint
+    restarting, is ridden through: tests/test_faults.py.)"""
     make_table(mysql_conn, "outage", 60_000)
     endpoint = ChdbEndpoint(tmp_path / "outage-ch").start()
     url = endpoint.url
     key = "test.outage"
     ch = clickhouse_target.client(ClickHouseEndpoint.from_url(url))
     try:
-        # 2 channels × 3,000 rows/s: 10 s of reading; a shard is reported success once the channel's
-        # insert carrying it is acknowledged (ended ≥ 3 s old at a shard's end), so the first success
-        # comes with several seconds of reading left: the endpoint dies with inserts in flight
-        job = start_job(spec_for(mysql_url, url, "outage", load_key=key, channels=2, split_factor=5,
-                                 channel_record_speed=3000, ledger_wait_seconds=120), tmp_path / "job")
-        wait_for(lambda: (s := ledger_state(ch, key)) and any(x.status == "success" for x in s.shards.values()))
-        port = endpoint.port
-        endpoint.proc.kill()  # abrupt: connections reset mid-insert
-        endpoint.proc.wait()
-        time.sleep(3)
-        endpoint = ChdbEndpoint(tmp_path / "outage-ch")
-        endpoint.port = port
-        endpoint.start()
-        ch = clickhouse_target.client(ClickHouseEndpoint.from_url(url))
-        assert job.wait(300) != 0  # the load failed and published nothing
+        endpoint.inject(r"INSERT INTO `airflow_sync`\.`parts_", 497, times=1,
+                        message="default: Not enough privileges")
+        result = spark_submit(spec_for(mysql_url, url, "outage", load_key=key, channels=2,
+                                       split_factor=5), timeout=300)
+        assert result["status"] == "failed" and result["retry_helps"] is False, result
+        assert "A retry will not help: grant the target user" in result["error"], result
         state = ledger_state(ch, key)
         failed = state.failed()
-        assert state.status == "failed" and failed
-        assert all(state.shards[i].error for i in failed), [vars(state.shards[i]) for i in failed]
+        assert state.status == "failed" and failed and len(failed) < 11
+        assert all("ACCESS_DENIED" in state.shards[i].error for i in failed), [vars(state.shards[i]) for i in failed]
         assert not ch.command(f"EXISTS TABLE {DB}_ch.outage")
         verdict, message, _ = check_counters(ClickHouseEndpoint.from_url(url), key)
         assert verdict == "failed" and str(failed) in message and "reimport" in message
