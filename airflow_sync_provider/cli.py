@@ -31,6 +31,7 @@ from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, PIPELIN
 from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.cdc.servers import Server, reached, server_of, source_epoch
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.failures import WAIT_SECONDS
 from airflow_sync_provider.core.jobspec import (
     DEFAULT_CHUNK_ROWS,
     READERS,
@@ -126,6 +127,8 @@ def _run_job(spec, args, what: str) -> tuple[dict, str]:
     table's failure is one such line, its traceback follows it in the log file only.
     Returns the job's result and the log file's path."""
     path = _log_file(args, what)
+    if getattr(args, "failure_wait_seconds", None):
+        spec.failure_wait_seconds = args.failure_wait_seconds
     with open(path, "a", encoding="utf-8") as log:
         def line(text: str) -> None:
             log.write(text + "\n")
@@ -666,10 +669,14 @@ def _pipeline_status(args) -> int:
     return 0
 
 
-def _log_file_argument(parser) -> None:
+def _job_arguments(parser) -> None:
+    """What every command that runs a job takes."""
     parser.add_argument("--log-file", help="where the job's whole output goes, tracebacks included (default: a new "
                                            "file in $AIRFLOW_SYNC_LOG_DIR or $TMPDIR/airflow-sync-<uid>/logs; "
                                            "named on stderr when the job fails)")
+    parser.add_argument("--failure-wait-seconds", type=float,
+                        help=f"how long the job waits, in all, for a server that does not answer before it fails "
+                             f"(default {WAIT_SECONDS:g}; docs/troubleshooting.md)")
 
 
 def _urls(parser, mysql=True):
@@ -719,7 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="auto (Arrow-native unless a probe disagrees with mysqlclient), native or mysqlclient")
     load.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
     load.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    _log_file_argument(load)
+    _job_arguments(load)
     load.add_argument("--json", action="store_true")
     load.set_defaults(func=cmd_load)
 
@@ -737,7 +744,7 @@ def build_parser() -> argparse.ArgumentParser:
     reimport.add_argument("--source", action="append", metavar="NAME",
                           help="a source group's load: its sources (repeat; URLs in $MYSQL_URL_<NAME>)")
     reimport.add_argument("--master", default="local[2]")
-    _log_file_argument(reimport)
+    _job_arguments(reimport)
     reimport.add_argument("--json", action="store_true")
     reimport.set_defaults(func=cmd_reimport)
     reconcile = sub.add_parser("reconcile", help="compare a published load shard by shard (counts, --checksum)")
@@ -749,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="re-import mismatched shards into the published table, then compare again")
     reconcile.add_argument("--report-dir", help="where the HTML report goes")
     reconcile.add_argument("--master", default="local[2]")
-    _log_file_argument(reconcile)
+    _job_arguments(reconcile)
     reconcile.add_argument("--json", action="store_true")
     reconcile.set_defaults(func=cmd_reconcile)
 
@@ -776,7 +783,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "mysqlclient")
     diff.add_argument("--report-dir", help="where the HTML report goes")
     diff.add_argument("--master", default="local[2]")
-    _log_file_argument(diff)
+    _job_arguments(diff)
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=cmd_diff)
 
@@ -820,7 +827,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "run":
             command.add_argument("--max-seconds", type=float, help="stop after this long (default: never)")
         command.add_argument("--master", default="local[2]")
-        _log_file_argument(command)
+        _job_arguments(command)
         command.add_argument("--json", action="store_true")
         command.set_defaults(func=cmd_cdc_apply)
     boot = cdc_sub.add_parser("bootstrap", help="copy tables chunk by chunk under live writes (no locks; resumable) "
@@ -835,7 +842,7 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--restart", action="store_true", help="start again instead of resuming")
     boot.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
     boot.add_argument("--master", default="local[2]")
-    _log_file_argument(boot)
+    _job_arguments(boot)
     boot.add_argument("--json", action="store_true")
     boot.set_defaults(func=cmd_cdc_bootstrap)
     status = cdc_sub.add_parser("status", help="checkpoint, source position, lag, counters, last error")

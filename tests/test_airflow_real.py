@@ -58,7 +58,7 @@ def tier(tmp_path_factory):
     base = tmp_path_factory.mktemp("airflow-real")
     dags = base / "dags"  # the example DAGs themselves, and the test-only one
     dags.mkdir()
-    for path in [*sorted((REPO / "dags").glob("*.py")), REPO / "tests" / "real_dags" / "wait_for_position.py"]:
+    for path in [*sorted((REPO / "dags").glob("*.py")), *sorted((REPO / "tests" / "real_dags").glob("*.py"))]:
         (dags / path.name).symlink_to(path)
     holds = base / "holds"
     holds.mkdir()
@@ -334,6 +334,21 @@ def _clear(airflow: RealAirflow, dag_id: str, run_id: str, task_id: str, only_fa
     airflow.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", {
         "dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "only_failed": only_failed,
         "include_downstream": True, "reset_dag_runs": True})
+
+
+def test_a_failure_no_retry_cures_fails_its_task_at_once_and_others_are_retried(tier):
+    """core/failures.py under a real scheduler: with retries=2, a load of a table that does not
+    exist fails on its first try (the job says a retry will not help: AirflowFailException); a
+    failure the policy does not know is tried three times."""
+    airflow = tier.airflow
+    airflow.wait_for_dag("sync_test_retry_or_not")
+    run = airflow.trigger("sync_test_retry_or_not")
+    assert airflow.wait_for_runs("sync_test_retry_or_not", [run], timeout=300)[run] == "failed"
+    tis = airflow.task_instances("sync_test_retry_or_not", run)
+    assert (tis["refused"]["state"], tis["refused"]["try_number"]) == ("failed", 1), tis["refused"]
+    assert (tis["retried"]["state"], tis["retried"]["try_number"]) == ("failed", 3), tis["retried"]
+    log = airflow.task_log("sync_test_retry_or_not", run, "refused", 1)
+    assert "A retry will not help" in log and "no_such_table" in log, log[-3000:]
 
 
 def test_a_failed_shard_is_re_imported_by_clearing_the_task_through_the_api(tier):

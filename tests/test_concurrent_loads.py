@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.failures import ServerUnreachable
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark import full_load
@@ -117,7 +118,8 @@ def test_overlapping_period_loads_of_one_table_each_replace_exactly_their_day(my
             assert source and _target_day(ch, day) == source, f"round {round_}, day {day}"
         assert _leftovers(ch) == []
 
-    # one day's load dies while publishing (its stage is left behind), and is retried while the
+    # one day's load dies while publishing (its stage is left behind: the target stays away past the
+    # job's bound), and is retried while the
     # other days load again: the retry drops its own leftover, nobody else's
     victim = DAYS[1]
     publish = target.publish_partitions
@@ -130,9 +132,12 @@ def test_overlapping_period_loads_of_one_table_each_replace_exactly_their_day(my
     monkeypatch.setattr(target, "publish_partitions", dying)
     with mysql_conn.cursor() as cur:
         cur.execute(f"UPDATE {DB}.orders SET note = 'changed' WHERE id % 4 = 0")
-    results = _run_all({day: (lambda d=day: full_load.run_full_load(_spec(mysql_url, clickhouse_url, d), spark))
+    # (a passing failure is retried inside the job's bound, here 1 s: core/failures.py)
+    results = _run_all({day: (lambda d=day: full_load.run_full_load(_spec(mysql_url, clickhouse_url, d,
+                                                                          failure_wait_seconds=1), spark))
                         for day in DAYS})
-    assert isinstance(results.pop(victim), ConnectionError)
+    died = results.pop(victim)
+    assert isinstance(died, ServerUnreachable) and isinstance(died.__cause__, ConnectionError), died
     assert not [r for r in results.values() if isinstance(r, Exception)], results
     left = _leftovers(ch)
     assert len(left) == 1 and left[0].startswith("orders_daily__stage_"), left

@@ -200,6 +200,22 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:160]}"
 
 
+def sensor_verdict(check: Callable[[], tuple[str, str, dict]]) -> tuple[str, str, dict]:
+    """A sensor's check under the policy: a passing failure (the ledger's server restarting) is
+    ``wait`` and the sensor looks again at its next poke; a permanent one is ``failed``, saying
+    what to change; an unknown one is raised (the sensor's retries apply)."""
+    try:
+        return check()
+    except Exception as exc:
+        failure = classify(exc)
+        if failure.transient:
+            return "wait", (f"{failure.side or 'a server'} did not answer the check ({failure.cause}); looking "
+                            "again at the next poke"), {}
+        if failure.transient is False:
+            return "failed", f"{type(exc).__name__}: {exc}. {failure.advice()}", {}
+        raise
+
+
 def common(failures: list[Failure]) -> Failure | None:
     """What several failures (a load's failed shards) mean together: the class they share, or
     None when they differ or one is not known."""

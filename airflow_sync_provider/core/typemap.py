@@ -42,7 +42,7 @@ from airflow_sync_provider.core.sql import mysql_literal
 
 
 class UnsupportedType(ValueError):
-    pass
+    retry_helps = False  # core/failures.py: the table must change, or the column be left out
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,11 @@ class SparkJobOperator(BaseOperator):
     :param use_spark_submit: on a local master the job's driver runs as a plain Python process
         (core/submission.py: no JVM unless the job needs executors, 2-5 s less per task); True
         submits it through spark-submit there too. Other masters always use spark-submit.
+    :param failure_wait_seconds: how long the job waits, in all, for a server that does not
+        answer (one wait for the whole job: core/failures.py) before it fails (default 40 s). A
+        failure a retry cannot cure (access denied, an unknown table…) fails the task at once and
+        without retries (``AirflowFailException``); any other is left to the task's ``retries``,
+        and the retry resumes where the job stopped (docs/troubleshooting.md).
     """
 
     job: str = ""
@@ -69,9 +74,10 @@ class SparkJobOperator(BaseOperator):
 
     def __init__(self, *, spark_conn_id: str = "spark_default", spark_conf: dict | None = None,
                  pyspark_python: str | None = None, kubernetes_secret: str | None = None,
-                 use_spark_submit: bool = False, **kwargs):
+                 use_spark_submit: bool = False, failure_wait_seconds: float | None = None, **kwargs):
         super().__init__(**kwargs)
         self.use_spark_submit = use_spark_submit
+        self.failure_wait_seconds = failure_wait_seconds
         self.spark_conn_id = spark_conn_id
         self.spark_conf = spark_conf
         self.pyspark_python = pyspark_python
@@ -151,6 +157,8 @@ class SparkJobOperator(BaseOperator):
 
     def execute(self, context):
         spec = self.build_spec(context)
+        if self.failure_wait_seconds is not None:
+            spec.failure_wait_seconds = self.failure_wait_seconds
         self.sync_link = self.sync_page(spec)
         self.log.info("Job spec (secrets masked): %s", json.dumps(public_dict(spec), default=str))
         self._remember_task(spec, context)

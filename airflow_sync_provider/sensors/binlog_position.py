@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow_sync_provider.compat import AirflowFailException, BaseSensorOperator, PokeReturnValue
+from airflow_sync_provider.core.failures import sensor_verdict
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.triggers.binlog_position import BinlogPositionTrigger, check
@@ -64,8 +65,9 @@ class BinlogPositionSensor(BaseSensorOperator):
         return self.position
 
     def _check(self, context):
-        return check(self.pipeline, self._target(context), self.max_lag_seconds, self.mysql_conn_id,
-                     self.clickhouse_conn_id, self.sources, self.ledger_database)
+        return sensor_verdict(lambda: check(self.pipeline, self._target(context), self.max_lag_seconds,
+                                            self.mysql_conn_id, self.clickhouse_conn_id, self.sources,
+                                            self.ledger_database))
 
     def poke(self, context):
         verdict, message, summary = self._check(context)

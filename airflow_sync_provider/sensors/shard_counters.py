@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow_sync_provider.compat import AirflowFailException, BaseSensorOperator, PokeReturnValue
+from airflow_sync_provider.core.failures import sensor_verdict
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.triggers.shard_counters import ShardCountersTrigger
@@ -31,8 +32,8 @@ class ShardCountersSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _check(self):
-        return SyncEndpointsHook(clickhouse_conn_id=self.clickhouse_conn_id).shard_counters_check(
-            self.load_key, self.ledger_database)
+        return sensor_verdict(lambda: SyncEndpointsHook(clickhouse_conn_id=self.clickhouse_conn_id)
+                              .shard_counters_check(self.load_key, self.ledger_database))
 
     def poke(self, context):
         verdict, message, summary = self._check()

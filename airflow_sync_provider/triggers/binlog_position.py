@@ -5,6 +5,7 @@ import asyncio
 from typing import Any
 
 from airflow_sync_provider.compat import BaseTrigger, TriggerEvent
+from airflow_sync_provider.core.failures import sensor_verdict
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 
@@ -50,10 +51,12 @@ class BinlogPositionTrigger(BaseTrigger):
 
 def check(pipeline: str, position, max_lag_seconds: float | None, mysql_conn_id: str, clickhouse_conn_id: str,
           sources: list | None, ledger_database: str) -> tuple[str, str, dict]:
-    """The sensor's and the trigger's check: one pipeline's, or a source group's (every source's)."""
+    """The sensor's and the trigger's check: one pipeline's, or a source group's (every source's);
+    a server that does not answer is waited for (core/failures.sensor_verdict)."""
     hook = SyncEndpointsHook(mysql_conn_id, clickhouse_conn_id)
     if sources:
         if isinstance(position, str) and position.strip():  # a rendered template: {"s0": {...}, …}
             position = ast.literal_eval(position.strip())
-        return hook.group_position_check(pipeline, sources, position or None, max_lag_seconds, ledger_database)
-    return hook.binlog_position_check(pipeline, position, max_lag_seconds, ledger_database)
+        return sensor_verdict(lambda: hook.group_position_check(pipeline, sources, position or None,
+                                                                max_lag_seconds, ledger_database))
+    return sensor_verdict(lambda: hook.binlog_position_check(pipeline, position, max_lag_seconds, ledger_database))

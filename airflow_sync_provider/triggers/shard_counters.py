@@ -4,6 +4,7 @@ import asyncio
 from typing import Any
 
 from airflow_sync_provider.compat import BaseTrigger, TriggerEvent
+from airflow_sync_provider.core.failures import sensor_verdict
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 
@@ -25,8 +26,8 @@ class ShardCountersTrigger(BaseTrigger):
                  "ledger_database": self.ledger_database, "poke_interval": self.poke_interval})
 
     def _check(self):
-        return SyncEndpointsHook(clickhouse_conn_id=self.clickhouse_conn_id).shard_counters_check(
-            self.load_key, self.ledger_database)
+        return sensor_verdict(lambda: SyncEndpointsHook(clickhouse_conn_id=self.clickhouse_conn_id)
+                              .shard_counters_check(self.load_key, self.ledger_database))
 
     async def run(self):
         while True:

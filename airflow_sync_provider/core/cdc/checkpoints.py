@@ -42,6 +42,8 @@ _UNREAD = object()  # an argument the caller did not give (None is a value)
 class SelectionConflict(ValueError):
     """A run gave patterns other than its pipeline's, without saying to change them."""
 
+    retry_helps = False
+
 
 def _age(seconds: float) -> str:
     if seconds < 120:

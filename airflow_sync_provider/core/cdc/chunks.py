@@ -46,6 +46,8 @@ def chunk_rows(configured: int, row_bytes: int) -> int:
 class UnchunkableTable(ValueError):
     """A table the bootstrap cannot chunk (the message says why and what to do)."""
 
+    retry_helps = False
+
 
 def streaming_problem(schema: TableSchema) -> str | None:
     """Why a table cannot be bootstrapped and streamed by CDC, with the remedy (None: it can)."""

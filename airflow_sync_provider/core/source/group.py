@@ -45,6 +45,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 class IncompatibleShards(ValueError):
     """Members of a group whose tables cannot be merged into one copy (names both)."""
 
+    retry_helps = False
+
 
 @dataclass(frozen=True)
 class Source:

@@ -60,6 +60,8 @@ _EPOCH = dt.datetime(1970, 1, 1)
 class PlanError(ValueError):
     """A configuration the planner cannot honour (the message says what to change)."""
 
+    retry_helps = False
+
 
 @dataclass(frozen=True)
 class Filter:

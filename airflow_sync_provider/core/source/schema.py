@@ -11,7 +11,7 @@ from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, map_c
 
 
 class TableNotFound(LookupError):
-    pass
+    retry_helps = False  # core/failures.py: the table must exist (or be visible to the user) first
 
 
 @dataclass(frozen=True)

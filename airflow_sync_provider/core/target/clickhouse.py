@@ -27,11 +27,13 @@ TABLE_COMMENT = f"airflow_sync version={SCHEME}"  # what a table's _version mean
 
 
 class ReservedColumn(ValueError):
-    pass
+    retry_helps = False  # core/failures.py: the message says what to change
 
 
 class OldLayout(RuntimeError):
     """A target table written by an earlier release (wall-clock versions, no _deleted)."""
+
+    retry_helps = False
 
 
 def check_layout(ch, database: str, table: str, comment: str | None = None) -> None:
