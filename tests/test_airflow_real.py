@@ -28,6 +28,7 @@ from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_pos
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.crash_points import hold_file
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.airflow_env import REPO
@@ -341,6 +342,7 @@ def test_a_failure_no_retry_cures_fails_its_task_at_once_and_others_are_retried(
     exist fails on its first try (the job says a retry will not help: AirflowFailException); a
     failure the policy does not know is tried three times."""
     airflow = tier.airflow
+    Ledger(tier.ch).ensure()  # the reconciliation then finds the ledger, and no load of its key
     airflow.wait_for_dag("sync_test_retry_or_not")
     run = airflow.trigger("sync_test_retry_or_not")
     assert airflow.wait_for_runs("sync_test_retry_or_not", [run], timeout=300)[run] == "failed"

@@ -74,6 +74,11 @@ class Servers:
         os.kill(self.endpoint.proc.pid, signal.SIGCONT)
         self.stopped = False
 
+    def pause_target(self, seconds: float) -> None:
+        self.freeze_target()
+        time.sleep(seconds)
+        self.thaw_target()
+
     def restart_source(self) -> None:
         self.mariadb.kill()
         self.mariadb.start()
@@ -154,6 +159,19 @@ class Job:
         assert_gone(self.tree.values())
         return self.proc.returncode, read_result(self.spec.result_path), seconds
 
+    def fails_after(self, fault) -> tuple[dict, float]:
+        """``fault()`` (mid-job), then the job's failure: its result, and the seconds from the fault."""
+        fault()
+        at = time.monotonic()
+        code, result, _ = self.wait(BOUND + GRACE_SECONDS + 60)
+        assert code != 0 and result.get("status") == "failed", (code, result, self.output()[-3000:])
+        return result, time.monotonic() - at
+
+    def succeeded(self, timeout: float = 120) -> dict:
+        code, result, _ = self.wait(timeout)
+        assert code == 0 and result.get("status") == "success", self.output()[-3000:]
+        return result
+
     def output(self) -> str:
         with open(self.log, errors="replace") as fh:
             return fh.read()
@@ -214,9 +232,7 @@ def exact(servers, table: str) -> int:
 
 
 def run(spec, workdir, timeout: float = 120) -> dict:
-    code, result, _ = Job(spec, workdir).wait(timeout)
-    assert code == 0 and result.get("status") == "success", result
-    return result
+    return Job(spec, workdir).succeeded(timeout)
 
 
 def reconciled(servers, key: str, tmp_path) -> None:
@@ -235,12 +251,8 @@ def test_target_killed_mid_load_fails_within_the_bound_and_the_retry_is_exact(se
     make_table(servers, "killed")
     job = Job(load_spec(servers, "killed", "f.killed"), tmp_path / "job")
     wait_for(lambda: shards_done(servers, "f.killed"))
-    servers.kill_target()
-    killed = time.monotonic()
-    code, result, _ = job.wait(BOUND + GRACE_SECONDS + 30)
-    took = time.monotonic() - killed
+    result, took = job.fails_after(servers.kill_target)
     print(f"dead target -> failed load: {took:.1f} s (bound {BOUND:g} s)")
-    assert code != 0 and result["status"] == "failed"
     assert took < BOUND + GRACE_SECONDS, took
     assert f"ClickHouse 127.0.0.1:{servers.endpoint.port}" in result["error"], result
     assert "A retry resumes" in result["error"] and result["retry_helps"] is True
@@ -259,8 +271,7 @@ def test_target_restarted_inside_the_bound_the_load_rides_through(servers, tmp_p
     servers.kill_target()
     time.sleep(2)
     servers.restart_target()
-    code, result, _ = job.wait(120)
-    assert code == 0 and result["status"] == "success", job.output()[-3000:]
+    result = job.succeeded()
     assert "answers again" in job.output()
     assert max(s["attempt"] for s in result["per_shard"]) >= 2, result["per_shard"]
     assert exact(servers, "restarted") == ROWS
@@ -272,11 +283,8 @@ def test_target_frozen_briefly_is_waited_out(servers, tmp_path):
     make_table(servers, "paused")
     job = Job(load_spec(servers, "paused", "f.paused"), tmp_path / "job")
     wait_for(lambda: shards_done(servers, "f.paused"))
-    servers.freeze_target()
-    time.sleep(4)
-    servers.thaw_target()
-    code, result, _ = job.wait(120)
-    assert code == 0, job.output()[-3000:]
+    servers.pause_target(4)
+    job.succeeded()
     assert exact(servers, "paused") == ROWS
 
 
@@ -326,8 +334,7 @@ def test_killed_submitter_ends_the_job_and_its_retry_is_the_only_writer(servers,
     gone = time.monotonic()
     print(f"dead submitter -> ended job: {gone - killed:.1f} s")
     assert gone - killed < 10
-    code, result, _ = retry.wait(120)
-    assert code == 0, retry.output()[-3000:]
+    retry.succeeded()
     with servers.ch() as ch:
         state = Ledger(ch, "airflow_sync").state("f.orphan")
     began = time.time() - (time.monotonic() - gone)  # the old driver's end, by the wall clock
@@ -344,12 +351,9 @@ def test_source_restarted_mid_load_fails_within_the_bound_and_the_retry_is_exact
     make_table(servers, "sourcedown")
     job = Job(load_spec(servers, "sourcedown", "f.sourcedown"), tmp_path / "job")
     wait_for(lambda: shards_done(servers, "f.sourcedown"))
-    servers.restart_source()
-    restarted = time.monotonic()
-    code, result, _ = job.wait(BOUND + GRACE_SECONDS + 60)
-    print(f"restarted source -> failed load: {time.monotonic() - restarted:.1f} s")
-    assert code != 0 and result["status"] == "failed" and result["retry_helps"] is True, result
-    assert time.monotonic() - restarted < BOUND + GRACE_SECONDS
+    result, took = job.fails_after(servers.restart_source)
+    print(f"restarted source -> failed load: {took:.1f} s")
+    assert result["retry_helps"] is True and took < BOUND + GRACE_SECONDS, result
     run(load_spec(servers, "sourcedown", "f.sourcedown", channel_record_speed=None), tmp_path / "retry")
     assert exact(servers, "sourcedown") == ROWS
     reconciled(servers, "f.sourcedown", tmp_path)
@@ -431,8 +435,7 @@ def test_bootstrap_rides_through_a_target_restart_and_resumes_after_a_source_res
     servers.kill_target()
     time.sleep(2)
     servers.restart_target()
-    code, result, _ = job.wait(120)
-    assert code == 0, job.output()[-3000:]
+    job.succeeded()
     change(servers, "boot", 1)
     run(apply_spec(servers, "fb"), tmp_path / "apply")
     assert exact(servers, "boot") == ROWS - ROWS // 97 + 500
@@ -440,11 +443,8 @@ def test_bootstrap_rides_through_a_target_restart_and_resumes_after_a_source_res
     make_table(servers, "boot2")
     job = Job(bootstrap_spec(servers, "fb2", "boot2"), tmp_path / "boot2")
     wait_for(lambda: chunks_done(servers, "fb2", "boot2"))
-    servers.restart_source()
-    restarted = time.monotonic()
-    code, result, _ = job.wait(BOUND + GRACE_SECONDS + 60)
-    assert code != 0 and result["retry_helps"] is True, result
-    assert time.monotonic() - restarted < BOUND + GRACE_SECONDS
+    result, took = job.fails_after(servers.restart_source)
+    assert result["retry_helps"] is True and took < BOUND + GRACE_SECONDS, result
     change(servers, "boot2", 1)
     run(bootstrap_spec(servers, "fb2", "boot2", channel_record_speed=None), tmp_path / "boot2-retry")
     run(apply_spec(servers, "fb2"), tmp_path / "apply2")
@@ -473,11 +473,8 @@ def test_apply_fails_at_once_on_a_dead_target_or_source_waits_out_a_pause_and_th
     change(servers, "cdc", 3, rows=20_000)
     job = Job(apply_spec(servers, "fc", batch_events=2000), tmp_path / "paused")
     wait_for(lambda: _applied(servers, "fc"))
-    servers.freeze_target()
-    time.sleep(3)
-    servers.thaw_target()
-    code, result, _ = job.wait(120)
-    assert code == 0, job.output()[-3000:]
+    servers.pause_target(3)
+    job.succeeded()
     assert exact(servers, "cdc") == expected
 
     change(servers, "cdc", 3, rows=20_000)
