@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
-from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE, Ledger, LoadState, ShardState, TaskRef
+from airflow_sync_provider.core.positions import BinlogPosition
 
 
 class Clocked:

@@ -24,11 +24,11 @@ import pymysql
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, PIPELINE_RUNNING, Checkpoints, PipelineState
-from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.crash_points import hold_file
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.airflow_env import REPO

@@ -29,9 +29,9 @@ from airflow_sync_provider.core.cdc.binlog import (
     statement_targets,
     uncompress_body,
 )
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
+from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn
 

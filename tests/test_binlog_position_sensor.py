@@ -10,8 +10,8 @@ import pytest
 
 from airflow_sync_provider.compat import AirflowFailException
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
-from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+from airflow_sync_provider.core.positions import BinlogPosition, current_position
 from airflow_sync_provider.sensors.binlog_position import BinlogPositionSensor
 from airflow_sync_provider.triggers.binlog_position import BinlogPositionTrigger
 

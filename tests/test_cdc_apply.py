@@ -124,7 +124,7 @@ def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact
     copy is exact."""
     import time
 
-    from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
+    from airflow_sync_provider.core.positions import BinlogPosition, current_position
     from airflow_sync_provider.core.submission import spark_submit
 
     _create(mysql_conn, f"CREATE TABLE {DB}.kills (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(10) NULL)")
@@ -253,7 +253,7 @@ def test_rotation_and_a_source_restart_keep_versions_increasing_and_the_copy_exa
 
     import pymysql
 
-    from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
+    from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, current_position
     from airflow_sync_provider.spark import cdc_stream
     from devenv.mariadb import MariaDB
 
@@ -371,7 +371,7 @@ def test_reconciliation_and_repair_keep_working_on_a_table_cdc_writes(mysql_conn
 def test_preflight_refuses_with_what_to_do(mysql_url, mysql_conn, ch, endpoints, spark):
     """Missing row metadata, no binlog privileges, a table without a key (a purged checkpoint:
     in the rotation test, on its private server, as a purge would hit other tests' positions)."""
-    from airflow_sync_provider.core.cdc.positions import BinlogError, current_position
+    from airflow_sync_provider.core.positions import BinlogError, current_position
 
     _seed(mysql_conn, "pre")
     key = full_load(endpoints, spark, "pre")

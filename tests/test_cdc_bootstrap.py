@@ -12,10 +12,10 @@ import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import UnchunkableTable
-from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
+from airflow_sync_provider.core.positions import current_position
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.reconcile import run_reconcile

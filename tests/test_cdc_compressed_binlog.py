@@ -9,10 +9,10 @@ import pytest
 
 from airflow_sync_provider.core.cdc import binlog
 from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute, backlog_events, split_backlog
-from airflow_sync_provider.core.cdc.positions import BinlogError, current_position, event_version
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.positions import BinlogError, current_position, event_version
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap

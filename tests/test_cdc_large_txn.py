@@ -18,10 +18,10 @@ from airflow_sync_provider.core.cdc.binlog import (
     split_backlog,
 )
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.staging import stage_prefix
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.submission import spark_submit
 from devenv.rss import PeakRss

@@ -13,8 +13,8 @@ import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
 from airflow_sync_provider.core.cdc.lease import Lease, LeaseHeld, LeaseLost
-from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
+from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.core.source.locks import LOCK_WAIT_TIMEOUT, PING_SECONDS, PING_TIMEOUT
 
 DB, TARGET = "lease", "lease_ch"

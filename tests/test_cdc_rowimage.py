@@ -31,9 +31,9 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from airflow_sync_provider.core.cdc import rowimage
 from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute
-from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
+from airflow_sync_provider.core.positions import current_position
 from airflow_sync_provider.core.source.schema import read_table_schema
 
 DB = f"rowimage_{uuid.uuid4().hex[:8]}"

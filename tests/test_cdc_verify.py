@@ -10,8 +10,8 @@ import pytest
 
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, check_position
-from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.spark import cdc_verify
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap

@@ -149,7 +149,7 @@ def test_a_parked_transaction_whose_binlog_is_gone_is_let_go(endpoints):
 
 
 def _now(endpoint):
-    from airflow_sync_provider.core.cdc.positions import current_position
+    from airflow_sync_provider.core.positions import current_position
 
     conn = pymysql.connect(**endpoint.connect_args())
     try:

@@ -15,9 +15,9 @@ from airflow.sdk._shared.observability.metrics.validators import stat_name_defau
 
 from airflow_sync_provider.core import metrics
 from airflow_sync_provider.core.cdc.checkpoints import PipelineState
-from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.ledger import LoadState, ShardState
+from airflow_sync_provider.core.positions import BinlogPosition
 
 
 def _shard(i, attempt, status="success", read=10, written=10, failed=0):

@@ -135,8 +135,8 @@ def test_a_claim_lost_to_another_server_is_not_its_epoch(ch):
 
 @pytest.mark.parametrize("text", ["mysql-bin.000003:400", {"file": "mysql-bin.000003", "pos": 400}])
 def test_a_position_without_an_epoch_is_one_on_the_server_read_now(text):
-    from airflow_sync_provider.core.cdc.positions import BinlogPosition
     from airflow_sync_provider.core.cdc.servers import as_target, reached
+    from airflow_sync_provider.core.positions import BinlogPosition
 
     target = as_target(text, epoch=3)
     assert target == BinlogPosition("mysql-bin.000003", 400, epoch=3)

@@ -1,4 +1,4 @@
-"""Servers, GTID states and epochs (core/cdc/servers.py, core/cdc/positions.py) without a server:
+"""Servers, GTID states and epochs (core/cdc/servers.py, core/positions.py) without a server:
 MariaDB's domain states and MySQL's GTID sets as python-mysql-replication parses them (no MySQL
 8 server can be installed here), and versions that keep every later server above every earlier
 one."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_sync_provider.core.cdc.positions import EPOCH_SHIFT, BinlogPosition, event_version, version_position
 from airflow_sync_provider.core.cdc.servers import (
     GtidState,
     Server,
@@ -20,6 +19,7 @@ from airflow_sync_provider.core.cdc.servers import (
     reached,
     with_their_domains,
 )
+from airflow_sync_provider.core.positions import EPOCH_SHIFT, BinlogPosition, event_version, version_position
 
 U1, U2 = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 

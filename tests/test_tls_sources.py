@@ -16,9 +16,9 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 
 from airflow_sync_provider.core.cdc.binlog import preflight
-from airflow_sync_provider.core.cdc.positions import BinlogError, ensure_fence
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.positions import BinlogError, ensure_fence
 from airflow_sync_provider.core.source import reader
 from airflow_sync_provider.core.target.clickhouse import client
 from airflow_sync_provider.core.tls import SourceRefused

@@ -1,4 +1,4 @@
-"""The one version scheme (core/cdc/positions.py): binlog order, snapshot reads between."""
+"""The one version scheme (core/positions.py): binlog order, snapshot reads between."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_sync_provider.core.cdc.positions import BinlogPosition, Flavor, event_version, file_seq
+from airflow_sync_provider.core.positions import BinlogPosition, Flavor, event_version, file_seq
 
 _events = st.tuples(st.integers(1, 2 ** 20), st.integers(4, 2 ** 32 - 2 ** 20), st.integers(20, 2 ** 16))
 
@@ -124,8 +124,8 @@ def test_a_small_backlog_is_not_split_and_a_ddl_keeps_it_whole():
 @pytest.mark.slow
 def test_a_full_load_ranks_each_shard_by_its_reads_binlog_position(small_table, mysql_conn, ch, mysql_url,
                                                                    clickhouse_url, spark):
-    from airflow_sync_provider.core.cdc.positions import current_position
     from airflow_sync_provider.core.ledger import Ledger
+    from airflow_sync_provider.core.positions import current_position
     from airflow_sync_provider.spark.full_load import run_full_load
 
     before = current_position(mysql_conn)

@@ -58,7 +58,7 @@ class ShardState:
     started_at: float = 0.0
     finished_at: float | None = None
     error: str = ""
-    version: int = 0  # the _version of this attempt's rows (its read's snapshot, core/cdc/positions.py)
+    version: int = 0  # the _version of this attempt's rows (its read's snapshot, core/positions.py)
     # bootstrap (chunked) shards: chunks finished and the last key they covered (JSON form,
     # core/cdc/chunks.py): a resumed shard continues after it
     chunks: int = 0

@@ -43,7 +43,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from airflow_sync_provider.core.cdc.positions import BinlogError
+from airflow_sync_provider.core.positions import BinlogError
 
 MODES = ("DISABLED", "PREFERRED", "REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY")
 VERIFYING = ("VERIFY_CA", "VERIFY_IDENTITY")

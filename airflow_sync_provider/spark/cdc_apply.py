@@ -37,7 +37,6 @@ from airflow_sync_provider.core.cdc.checkpoints import (
     PipelineState,
 )
 from airflow_sync_provider.core.cdc.lease import Lease, LeaseError
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.cdc.servers import (
     GtidNotFound,
     Server,
@@ -55,6 +54,7 @@ from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
+from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.target import clickhouse as target

@@ -20,14 +20,6 @@ from dataclasses import dataclass
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows, streaming_problem
 from airflow_sync_provider.core.cdc.merged_ddl import nullable_type
-from airflow_sync_provider.core.cdc.positions import (
-    BinlogError,
-    BinlogPosition,
-    current_position,
-    ensure_fence,
-    flavor,
-    snapshot_position,
-)
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.crash_points import crash_point
@@ -40,6 +32,14 @@ from airflow_sync_provider.core.jobspec import (
     table_config,
 )
 from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState
+from airflow_sync_provider.core.positions import (
+    BinlogError,
+    BinlogPosition,
+    current_position,
+    ensure_fence,
+    flavor,
+    snapshot_position,
+)
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
@@ -136,7 +136,7 @@ class BootstrapCopy(ShardCopy):
         while True:
             holder = {}
             # the chunk's snapshot and its version: MariaDB's own position of the snapshot (read
-            # inside the native SELECT), else the position taken before it (core/cdc/positions.py)
+            # inside the native SELECT), else the position taken before it (core/positions.py)
             native = native_sql is not None
             epoch = BinlogPosition.from_dict(self.state.start_position).epoch  # the server's (core/cdc/servers.py)
             version = RowVersion(None if native and channel.kind.mariadb

@@ -22,11 +22,11 @@ from airflow_sync_provider.core.cdc.binlog import TableRoute
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, streaming_problem
 from airflow_sync_provider.core.cdc.merged_ddl import Sibling, nullable_type
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, TransientBinlogError, current_position
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, TransientBinlogError, current_position
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_config, member_filter, part_pipeline
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema

@@ -35,11 +35,11 @@ from airflow_sync_provider.core.cdc.binlog import (
     batches,
     split_backlog,
 )
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.staging import stage_table
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec
+from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.target import clickhouse as target

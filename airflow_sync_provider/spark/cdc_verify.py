@@ -4,7 +4,7 @@ repaired in place.
 
 **A slice look.** A slice is one shard of a plan of the table on its split column (about
 ``SHARD_ROWS`` rows; up to ``MAX_SHARDS``, plus the NULL shard). A look opens a consistent
-snapshot of the source at a binlog position S (core/cdc/positions.snapshot_position; the
+snapshot of the source at a binlog position S (core/positions.snapshot_position; the
 table's definition read on both sides of S must agree) and waits until the stream has applied
 everything before S — it does not stop the stream. The copy is then read once, ``FINAL``:
 keys whose newest version is at or above S's (changed at or after S) are set aside, and the
@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.positions import (
+from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
+from airflow_sync_provider.core.positions import (
     BinlogError,
     BinlogPosition,
     TransientBinlogError,
     snapshot_position,
 )
-from airflow_sync_provider.core.cdc.tables import PipelineTable
-from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, choose_split_column, plan_table

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.positions import position_if_readable
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.positions import position_if_readable
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import SOURCE_COLUMNS, Member, member_filter, member_view, merged_schema
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, lock_name

@@ -16,7 +16,6 @@ import dataclasses
 import logging
 import time
 
-from airflow_sync_provider.core.cdc.positions import BinlogPosition, flavor, position_if_readable, snapshot_position
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
@@ -30,6 +29,7 @@ from airflow_sync_provider.core.ledger import (
     LoadState,
     ShardState,
 )
+from airflow_sync_provider.core.positions import BinlogPosition, flavor, position_if_readable, snapshot_position
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name

@@ -31,7 +31,6 @@ from typing import Callable
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.positions import EPOCH_SHIFT, snapshot_version
 from airflow_sync_provider.core.failures import SOURCE, TARGET, Outage, ServerUnreachable, common
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.guard import SourcePing, target_answers
@@ -45,6 +44,7 @@ from airflow_sync_provider.core.ledger import (
     LoadState,
     ShardState,
 )
+from airflow_sync_provider.core.positions import EPOCH_SHIFT, snapshot_version
 from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts, Sent
@@ -100,7 +100,7 @@ class Copy:
 class RowVersion:
     """The ``_version`` a read's rows take: known before the read (a position read first, or the
     load's own version without a binlog), or MariaDB's own snapshot position, which the native
-    reader puts in ``holder["snapshot"]`` before its first batch (core/cdc/positions.py)."""
+    reader puts in ``holder["snapshot"]`` before its first batch (core/positions.py)."""
 
     def __init__(self, value: int | None, holder: dict, repair: bool = False, epoch: int = 0):
         self.value, self.holder, self.repair, self.epoch = value, holder, repair, epoch

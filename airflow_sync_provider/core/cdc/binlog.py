@@ -48,7 +48,12 @@ from pymysqlreplication.packet import BinLogPacketWrapper as _BinLogPacketWrappe
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_sync_provider.core.cdc import ddl
-from airflow_sync_provider.core.cdc.positions import (
+from airflow_sync_provider.core.cdc.ring import HashRing
+from airflow_sync_provider.core.cdc.rowimage import Decoders
+from airflow_sync_provider.core.cdc.servers import GtidState
+from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.endpoints import MySQLEndpoint
+from airflow_sync_provider.core.positions import (
     BinlogError,
     BinlogPosition,
     ValueRefused,
@@ -58,11 +63,6 @@ from airflow_sync_provider.core.cdc.positions import (
     grant,
     monitor_privilege,
 )
-from airflow_sync_provider.core.cdc.ring import HashRing
-from airflow_sync_provider.core.cdc.rowimage import Decoders
-from airflow_sync_provider.core.cdc.servers import GtidState
-from airflow_sync_provider.core.cdc.tables import PipelineTable
-from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 

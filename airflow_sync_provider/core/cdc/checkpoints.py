@@ -25,11 +25,11 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, LedgerTables
 from airflow_sync_provider.core.ledger import TIME_TYPE as _TIME
 from airflow_sync_provider.core.ledger import utc_datetime as _ts
+from airflow_sync_provider.core.positions import BinlogPosition
 
 # failed: a retry may help (it replays from the checkpoint); stopped: it cannot until the remedy
 # in the error is applied (the checkpoint stays before the cause, so every retry stops there again)
@@ -346,9 +346,9 @@ def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | d
     source's current position or its last applied change is at most that old. Failed when the
     pipeline reports an error (its last run failed or stopped).
     """
-    from airflow_sync_provider.core.cdc.positions import current_position
     from airflow_sync_provider.core.cdc.servers import Server, as_target, server_of, source_epoch
     from airflow_sync_provider.core.cdc.servers import reached as has_reached
+    from airflow_sync_provider.core.positions import current_position
     from airflow_sync_provider.core.source import reader as mysql_reader
     from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 

@@ -46,7 +46,7 @@ from airflow_sync_provider.core.cdc.ddl import (
     probe_column,
     widens,
 )
-from airflow_sync_provider.core.cdc.positions import BinlogError
+from airflow_sync_provider.core.positions import BinlogError
 from airflow_sync_provider.core.sql import ch_ident
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 

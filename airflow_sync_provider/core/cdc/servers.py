@@ -8,7 +8,7 @@ events, or none. So every checkpoint records the server it is a position on (:cl
 there; a run compares that with the server it reads and, on another server, finds the
 checkpoint's GTID state in that server's binlog (:func:`locate`) and goes on from there.
 
-**Epochs.** Versions are binlog coordinates (core/cdc/positions.py), and another server's
+**Epochs.** Versions are binlog coordinates (core/positions.py), and another server's
 coordinates do not continue the first's (its file numbers and offsets can be lower). Every
 server a ledger sees gets an epoch (:class:`ServerEpochs`, in the ledger), one more than any
 before it, and a pipeline that moves to another server registers it again, so its epoch is the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from airflow_sync_provider.core.cdc.positions import BinlogError, BinlogPosition, Flavor, flavor
+from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, Flavor, flavor
 
 MAX_EPOCH = 255
 
@@ -206,7 +206,7 @@ def locate(endpoint, state: str, mariadb: bool, server_id: int, epoch: int) -> B
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent
 
-    from airflow_sync_provider.core.cdc.positions import current_position
+    from airflow_sync_provider.core.positions import current_position
     from airflow_sync_provider.core.tls import SourceRefused
 
     stream = BinLogStreamReader(**endpoint.replication_args(), server_id=server_id, blocking=False,

@@ -18,7 +18,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from airflow_sync_provider.core.cdc.positions import BinlogPosition
+from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn
 

@@ -11,7 +11,7 @@ source columns (:data:`SOURCE_COLUMNS`) placed after the primary key in the copy
   is a delete in one member and an insert in the other;
 * ReplacingMergeTree compares versions only among rows of one key, so only among rows of one
   member, which come from one server's binlog: versions of two servers are never compared
-  (each server's positions and epochs rank its own changes only, core/cdc/positions.py);
+  (each server's positions and epochs rank its own changes only, core/positions.py);
 * the key still starts with the primary key, so queries by id use the index.
 
 Columns are the union over the members (:func:`merged_schema`), checked before anything is

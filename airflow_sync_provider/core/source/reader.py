@@ -175,7 +175,7 @@ class NativeReadError(RuntimeError):
 _NATIVE_DECIMAL_DIGITS, _NATIVE_DECIMAL_SCALE = 28, 10
 
 # MariaDB's own binlog position of the consistent snapshot the read runs in, as one number
-# (file sequence << 32 | offset: core/cdc/positions.py's version of that position), read inside
+# (file sequence << 32 | offset: core/positions.py's version of that position), read inside
 # the SELECT because connectorx opens its own connection.
 SNAPSHOT_COLUMN_SQL = (
     "(SELECT (CAST(SUBSTRING_INDEX(f.VARIABLE_VALUE, '.', -1) AS UNSIGNED) << 32)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from airflow_sync_provider.core.cdc.positions import grant
+from airflow_sync_provider.core.positions import grant
 from airflow_sync_provider.core.sql import mysql_ident
 from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, map_column
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from airflow_sync_provider.core.cdc.positions import SCHEME
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
+from airflow_sync_provider.core.positions import SCHEME
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
@@ -23,7 +23,7 @@ DELETED_COLUMN = "_deleted"
 INTERNAL_COLUMNS = (VERSION_COLUMN, DELETED_COLUMN, SPLIT_WEIGHT_COLUMN, SHARD_COLUMN, "_partition_id")
 
 
-TABLE_COMMENT = f"airflow_sync version={SCHEME}"  # what a table's _version means (core/cdc/positions.py)
+TABLE_COMMENT = f"airflow_sync version={SCHEME}"  # what a table's _version means (core/positions.py)
 
 
 class ReservedColumn(ValueError):
@@ -100,7 +100,7 @@ def _order_by(schema: TableSchema) -> str:
 def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None,
                      weight: bool = False, if_not_exists: bool = False, marker: str = "") -> str:
     """ReplacingMergeTree keyed by the primary key, versioned in binlog order
-    (core/cdc/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
+    (core/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
     version and hides deleted keys; an older row arriving late never resurrects one.
 
     A table without a primary key gets a plain MergeTree: ReplacingMergeTree with an empty
