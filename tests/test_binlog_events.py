@@ -1,7 +1,7 @@
 """No event passes unread (issue 34), without a server: events the reader cannot read stop it.
 
 Events are built byte by byte and decoded by python-mysql-replication's own packet wrapper, as
-the stream would hand them over; the reader (core/cdc/binlog.BinlogReader) then meets them
+the stream would hand them over; the reader (core/cdc/reader.BinlogReader) then meets them
 through its stream. The same paths against a real MariaDB with compressed events:
 tests/test_cdc_compressed_binlog.py. MySQL 8's compressed transactions cannot be produced here
 (no MySQL 8 server): their refusal is tested with a synthetic Transaction_payload event.
@@ -18,17 +18,12 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import NotImplementedEvent, QueryEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 
-from airflow_sync_provider.core.cdc import binlog
-from airflow_sync_provider.core.cdc.binlog import (
-    COMPRESSED_EVENTS,
-    BinlogReader,
-    EventGate,
-    QueryCompressedEvent,
-    TableRoute,
-    check_compression,
-    statement_targets,
-    uncompress_body,
-)
+from airflow_sync_provider.core.cdc.binlog import batches, library
+from airflow_sync_provider.core.cdc.binlog.gate import EventGate, statement_targets
+from airflow_sync_provider.core.cdc.binlog.library import COMPRESSED_EVENTS, QueryCompressedEvent, uncompress_body
+from airflow_sync_provider.core.cdc.binlog.preflight import check_compression
+from airflow_sync_provider.core.cdc.binlog.reader import BinlogReader
+from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
@@ -43,7 +38,7 @@ class _Ctl:
         return "mariadb"
 
 
-EVERY_CLASS = frozenset(binlog._EVENT_MAP.values()) | {NotImplementedEvent}
+EVERY_CLASS = frozenset(library.EVENT_MAP.values()) | {NotImplementedEvent}
 
 
 def make_event(event_type: int, body: bytes, log_pos: int = 1000, flags: int = 0, table_map=None):
@@ -111,7 +106,7 @@ def test_compressed_rows_decode_as_the_plain_event_at_the_compressed_size(plain,
     rows = [(i, (-1) ** i * i * 1000) for i in range(1, 301)]
     expected, _ = _rows_event(plain, rows, extra)
     event, size = _rows_event(packed, rows, extra, compress=True)
-    assert type(event) is binlog.WriteRowsCompressedEvent and event.event_type == packed
+    assert type(event) is library.WriteRowsCompressedEvent and event.event_type == packed
     assert event.rows == expected.rows and len(event.rows) == 300
     assert event.event_size == size < expected.event_size  # the compressed event's own bytes
     if extra:
@@ -237,7 +232,7 @@ def test_an_unknown_event_type_stops_the_reader(monkeypatch):
 def test_a_compressed_rows_event_with_more_rows_than_bytes_stops_the_reader():
     """A row's version is its event's offset plus its index, so an event must hold fewer rows than
     bytes; zlib can pack rows tighter (here 2000 equal images into a few dozen bytes)."""
-    gate = EventGate(frozenset({binlog.WriteRowsCompressedEvent}), lambda: {"shop.orders"})
+    gate = EventGate(frozenset({library.WriteRowsCompressedEvent}), lambda: {"shop.orders"})
     small, _ = _rows_event(0xA6, [(i, 0) for i in range(1, 11)], compress=True)
     gate.check(small, "b.000001", 400)
     dense, size = _rows_event(0xA6, [(1, 0)] * 2000, compress=True)
@@ -245,12 +240,12 @@ def test_a_compressed_rows_event_with_more_rows_than_bytes_stops_the_reader():
     with pytest.raises(BinlogError, match=r"table shop\.orders, binlog b\.000001:400: a compressed rows event of "
                                           r"\d+ bytes holds 2000 rows.*log_bin_compress=OFF"):
         gate.check(dense, "b.000001", 400)
-    other = EventGate(frozenset({binlog.WriteRowsCompressedEvent}), lambda: {"shop.items"})
+    other = EventGate(frozenset({library.WriteRowsCompressedEvent}), lambda: {"shop.items"})
     other.check(_rows_event(0xA6, [(1, 0)] * 2000, compress=True)[0], "b.000001", 400)  # not followed: not read
 
 
 def _batch_of(events: int, lanes: dict):
-    batch = binlog.Batch(BinlogPosition("mysql-bin.000001", 4), BinlogPosition("mysql-bin.000001", 900))
+    batch = batches.Batch(BinlogPosition("mysql-bin.000001", 4), BinlogPosition("mysql-bin.000001", 900))
     batch.events = events
     for source, per_lane in lanes.items():
         for lane, ids in per_lane.items():

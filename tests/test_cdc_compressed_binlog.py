@@ -7,8 +7,10 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from airflow_sync_provider.core.cdc import binlog
-from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute, backlog_events, split_backlog
+from airflow_sync_provider.core.cdc.binlog import library
+from airflow_sync_provider.core.cdc.binlog.backlog import backlog_events, split_backlog
+from airflow_sync_provider.core.cdc.binlog.reader import BinlogReader
+from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
@@ -111,8 +113,8 @@ def test_without_the_decoding_the_reader_stops_instead_of_skipping(source, monke
             reader.close()
 
     assert read().events == 20  # decoded
-    for code in binlog.COMPRESSED_EVENTS:
-        monkeypatch.delitem(binlog._EVENT_MAP, code)
+    for code in library.COMPRESSED_EVENTS:
+        monkeypatch.delitem(library.EVENT_MAP, code)
     with pytest.raises(BinlogError, match=rf"binlog {start.file}:\d+: event type 167 \(Update_rows_compressed_v1\), "
                                           r"which python-mysql-replication 1\.0\.17 does not decode.*"
                                           r"A retry stops here again"):

@@ -10,13 +10,10 @@ import threading
 import pymysql
 import pytest
 
-from airflow_sync_provider.core.cdc.binlog import (
-    BinlogReader,
-    MidTransaction,
-    TableRoute,
-    backlog_events,
-    split_backlog,
-)
+from airflow_sync_provider.core.cdc.binlog.backlog import backlog_events, split_backlog
+from airflow_sync_provider.core.cdc.binlog.batches import MidTransaction
+from airflow_sync_provider.core.cdc.binlog.reader import BinlogReader
+from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.staging import stage_prefix

@@ -8,7 +8,7 @@ of every precision, negative TIME fractions, zero and invalid dates under a lax 
 undefined) through the real MariaDB — inserts, updates, key changes, deletes — and the reader
 decodes the binlog range three ways: with the generated code of each null-bitmap pattern, with
 its general code (every pattern, ``rowimage.PATTERNS = 0``) and with the reference
-(python-mysql-replication and ``TableRoute.row``, with core/cdc/binlog.py's corrections). Every
+(python-mysql-replication and ``TableRoute.row``, with core/cdc/binlog/'s corrections). Every
 row change must come out the same: lane, version, tombstone flag, and each value of the same
 type and the same value (floats bit for bit, decimals digit for digit and exponent). A run has
 a database of its own; hypothesis is derandomized.
@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_sync_provider.core.cdc import rowimage
-from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute
+from airflow_sync_provider.core.cdc.binlog.reader import BinlogReader
+from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.positions import current_position
@@ -394,14 +395,14 @@ def _event(event_type: int, columns: list, images: bytes, present: bytes | None 
     from pymysqlreplication.packet import BinLogPacketWrapper
     from pymysqlreplication.table import Table
 
-    from airflow_sync_provider.core.cdc import binlog
+    from airflow_sync_provider.core.cdc.binlog import library
 
     table_map = {42: Table(42, "shop", "t", columns, primary_key="id", column_name_flag=True)}
     present = present or ((1 << len(columns)) - 1).to_bytes((len(columns) + 7) // 8, "little")
     bitmaps = present * (2 if event_type == 0x18 else 1)
     body = (42).to_bytes(6, "little") + b"\x00\x00" + bytes([len(columns)]) + bitmaps + images
     header = struct.pack("<IBIIIH", 1_700_000_000, event_type, 1, 19 + len(body), 1000, 0)
-    every = frozenset(binlog._EVENT_MAP.values()) | {NotImplementedEvent}
+    every = frozenset(library.EVENT_MAP.values()) | {NotImplementedEvent}
     return BinLogPacketWrapper(MysqlPacket(b"\x00" + header + body, None), table_map, _Ctl(), (8, 0, 36), False,
                                every, None, None, None, None, True, False, False, True, False).event
 

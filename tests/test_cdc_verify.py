@@ -8,11 +8,10 @@ import time
 
 import pytest
 
-from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, check_position
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import BinlogPosition
-from airflow_sync_provider.spark import cdc_verify
+from airflow_sync_provider.spark import cdc_ddl, cdc_verify
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
@@ -87,14 +86,14 @@ def test_a_ddl_followed_wrongly_is_caught_by_the_verification_after_it(mysql_con
     seeded(mysql_conn, "wrong_ddl", rows=30_000)
     bootstrap(endpoints, spark, "wrong_ddl", "wrong_ddl")
     apply(endpoints, spark, "wrong_ddl")
-    original = ddl.follow_alter
+    original = cdc_ddl.follow_alter
 
     def without_defaults(*args, **kwargs):
         followed = original(*args, **kwargs)
         ch.command(f"ALTER TABLE {TARGET}.wrong_ddl UPDATE c = NULL WHERE 1 SETTINGS mutations_sync = 2")
         return followed
 
-    monkeypatch.setattr(ddl, "follow_alter", without_defaults)
+    monkeypatch.setattr(cdc_ddl, "follow_alter", without_defaults)
     sql(mysql_conn, f"ALTER TABLE {DB}.wrong_ddl ADD COLUMN c INT DEFAULT 7")
     result = apply(endpoints, spark, "wrong_ddl")
     first = looks(result, "wrong_ddl")[0]

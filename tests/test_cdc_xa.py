@@ -8,7 +8,7 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from airflow_sync_provider.core.cdc.binlog import split_backlog
+from airflow_sync_provider.core.cdc.binlog.backlog import split_backlog
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from tests.helpers import assert_same_rows, bootstrap_tables, recreate_tables
@@ -137,11 +137,11 @@ def test_a_backlog_with_xa_is_read_in_one_piece():
 def test_a_parked_transaction_whose_binlog_is_gone_is_let_go(endpoints):
     """Its file purged: the reader starts without it (its commit then counts as unseen, and the
     tables are looked at) instead of failing every run."""
-    from airflow_sync_provider.core.cdc.binlog import BinlogReader
+    from airflow_sync_provider.core.cdc.binlog.reader import BinlogReader, Watch
     from airflow_sync_provider.core.cdc.ring import HashRing
 
     reader = BinlogReader(endpoints[0], _now(endpoints[0]), {}, HashRing(2), 4242,
-                          prepared={"6b,,1": {"file": "mysql-bin.000000", "pos": 4}})
+                          watch=Watch(prepared={"6b,,1": {"file": "mysql-bin.000000", "pos": 4}}))
     try:
         assert reader.read(None, 1, 1.0).prepared == {}
     finally:

@@ -124,10 +124,10 @@ def test_overlapping_period_loads_of_one_table_each_replace_exactly_their_day(my
     victim = DAYS[1]
     publish = target.publish_partitions
 
-    def dying(ch_, schema, parts, *args, **kwargs):
-        if parts == target.parts_table_name(f"overlap.{victim}", 4):
+    def dying(ch_, loaded, *args, **kwargs):
+        if loaded.parts == target.parts_table_name(f"overlap.{victim}", 4):
             ch_ = _FailingReplace(ch_)
-        return publish(ch_, schema, parts, *args, **kwargs)
+        return publish(ch_, loaded, *args, **kwargs)
 
     monkeypatch.setattr(target, "publish_partitions", dying)
     with mysql_conn.cursor() as cur:

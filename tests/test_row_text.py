@@ -193,8 +193,8 @@ def _texts(sides, rows: list[tuple]) -> tuple[list, list]:
     plan = Plan(DB, "pairs", None, None, "balanced", 1, 1, (Shard(0, "1=1"),))
     stream = mysql_reader.stream_connect(source)
     try:
-        batches = list(mysql_reader.read_shard(stream, plan, mappings, plan.shards[0], 1000,
-                                               mysql_reader.select_list(mappings)))
+        batches = list(mysql_reader.read_shard(stream, mysql_reader.ShardRead(
+            plan, mappings, mysql_reader.select_list(mappings), 1000), plan.shards[0]))
     finally:
         stream.close()
     ch.command(f"TRUNCATE TABLE {TARGET}.pairs")

@@ -13,7 +13,7 @@ import pytest
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.target import inserts as inserts_module
-from airflow_sync_provider.core.target.inserts import ArrowInserts
+from airflow_sync_provider.core.target.inserts import ArrowInserts, InsertLimits
 
 SCHEMA = pa.schema([("id", pa.uint64()), ("s", pa.string())])
 
@@ -55,7 +55,8 @@ def contents(ch, table):
 
 def test_rows_stream_into_few_inserts_each_row_once(ch, writer, table):
     counting, written = Counting(writer), []
-    with ArrowInserts(counting, table, max_rows=3_000, on_written=lambda rows, _: written.append(rows)) as inserts:
+    with ArrowInserts(counting, table, limits=InsertLimits(rows=3_000),
+                      on_written=lambda rows, _: written.append(rows)) as inserts:
         for i in range(10):
             inserts.write(batch(i * 1_000, 1_000))
         inserts.finish()
@@ -78,7 +79,7 @@ def test_one_stream_carries_several_owners_each_counted_and_answered(ch, writer,
     def count(rows, owner):
         written[owner] = written.get(owner, 0) + rows
 
-    with ArrowInserts(counting, table, max_rows=2_500, on_written=count) as inserts:
+    with ArrowInserts(counting, table, limits=InsertLimits(rows=2_500), on_written=count) as inserts:
         tickets = {}
         for owner, start, sizes in (("a", 0, (1_000, 1_000)), ("b", 2_000, (1_000, 1_000)), ("c", 4_000, (500,))):
             for size in sizes:
@@ -90,9 +91,9 @@ def test_one_stream_carries_several_owners_each_counted_and_answered(ch, writer,
     assert all(t.done() and t.error() is None for t in tickets.values())
     assert written == {"a": 2_000, "b": 2_000, "c": 500} and counting.inserts == 2  # ended at 3,000, then finish()
     assert contents(ch, table) == (4_500, 4_500, sum(range(4_500)), 0)
-    # max_owners: an insert ends before a new owner's rows would make one too many
+    # limits.owners: an insert ends before a new owner's rows would make one too many
     counting.inserts = 0
-    with ArrowInserts(counting, table, max_owners=2) as inserts:
+    with ArrowInserts(counting, table, limits=InsertLimits(owners=2)) as inserts:
         for k, owner in enumerate("defg"):
             inserts.write(batch(10_000 + k * 10, 10), owner)
         inserts.finish()

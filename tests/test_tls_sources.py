@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pymysqlreplication import BinLogStreamReader
 
-from airflow_sync_provider.core.cdc.binlog import preflight
+from airflow_sync_provider.core.cdc.binlog.preflight import preflight
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.positions import BinlogError, ensure_fence

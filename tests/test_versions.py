@@ -88,7 +88,7 @@ def _transactions(sizes, file="mysql-bin.000007", start=4):
 
 @given(st.lists(st.integers(100, 5000), min_size=1, max_size=60), st.integers(2, 4))
 def test_a_backlog_is_cut_after_commits_into_shares_of_its_row_bytes(sizes, parts):
-    from airflow_sync_provider.core.cdc.binlog import split_backlog
+    from airflow_sync_provider.core.cdc.binlog.backlog import split_backlog
 
     events = _transactions(sizes)
     cuts = split_backlog(events, parts, min_bytes=0)
@@ -108,7 +108,7 @@ def test_a_backlog_is_cut_after_commits_into_shares_of_its_row_bytes(sizes, part
 
 
 def test_a_small_backlog_is_not_split_and_a_ddl_keeps_it_whole():
-    from airflow_sync_provider.core.cdc.binlog import split_backlog
+    from airflow_sync_provider.core.cdc.binlog.backlog import split_backlog
 
     events = _transactions([1000] * 10)
     assert split_backlog(events, 2, min_bytes=20_000) == []

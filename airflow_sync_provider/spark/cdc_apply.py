@@ -8,7 +8,7 @@ and written by apply lanes. Only when every lane's write of a batch has been ack
 the checkpoint advance past it (:meth:`PipelineRun.advance`, the one place it moves), so it is
 never ahead of durable data; a failed write leaves it before the batch, and the next run
 replays from there (same versions: idempotent). A transaction larger than a batch comes in
-pieces (core/cdc/binlog.Batch): each is written as it comes, but the checkpoint, the counters
+pieces (core/cdc/binlog/batches.Batch): each is written as it comes, but the checkpoint, the counters
 and the totals take the transaction only with its commit (:meth:`PipelineRun._piece`), so a
 crash inside it replays it from its start. A DDL on a pipeline table is followed before
 the checkpoint passes it (spark/cdc_ddl.py). Tables registered meanwhile join, re-copies run
@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc import ddl
-from airflow_sync_provider.core.cdc.binlog import BinlogLost, TableRoute, preflight
+from airflow_sync_provider.core.cdc.binlog.preflight import BinlogLost, preflight
+from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.checkpoints import (
     PIPELINE_FAILED,
     PIPELINE_IDLE,
@@ -117,7 +118,7 @@ class Totals:
     failover: dict = field(default_factory=dict)  # the source became another server: from, to, where
     binlog_lost: dict = field(default_factory=dict)  # the binlog the checkpoint needed was gone: what it cost
     xa_commits_unseen: int = 0  # commits of XA transactions prepared before the copy (BinlogReader)
-    pieces: int = 0  # pieces of large transactions written (core/cdc/binlog.Batch)
+    pieces: int = 0  # pieces of large transactions written (core/cdc/binlog/batches.Batch)
     xa_staged: int = 0  # rows of large XA transactions written to staging (core/cdc/staging.py)
 
 
@@ -522,7 +523,7 @@ class PipelineRun:
                 return None
 
     def _piece(self, stream: Stream, batch: Decoded, per_table: dict, staged: int) -> None:
-        """A piece of a transaction still open (core/cdc/binlog.Batch) has been written at its
+        """A piece of a transaction still open (core/cdc/binlog/batches.Batch) has been written at its
         versions; its changes are claimed — checkpoint, counters, totals — only with the batch
         of its commit (:meth:`_claim`), so nothing half-applied is acknowledged. Meanwhile the
         state says how far the transaction got (``applying``), the checkpoint unchanged."""

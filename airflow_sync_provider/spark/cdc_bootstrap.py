@@ -17,9 +17,9 @@ import logging
 import time
 from dataclasses import dataclass
 
+from airflow_sync_provider.core.cdc.alter import nullable_type
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows, streaming_problem
-from airflow_sync_provider.core.cdc.merged_ddl import nullable_type
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.crash_points import crash_point
@@ -143,15 +143,14 @@ class BootstrapCopy(ShardCopy):
                                  else snapshot_position(channel.conn, channel.kind, self.fence,
                                                         epoch).snapshot_version(),
                                  holder, epoch=epoch)
-            fetch = min(self.spec.batch_rows, self.chunk)
+            read = mysql_reader.ShardRead(self.plan, self.copy.mappings, native_sql or self.copy.text_sql,
+                                          min(self.spec.batch_rows, self.chunk), self.copy.weight is not None)
+            chunk = mysql_reader.Chunk(self.key, after, self.chunk)
             if native:
-                batches = mysql_reader.read_chunk_native(
-                    self.spec.source, self.plan, self.copy.mappings, shard, self.key, after, self.chunk, fetch,
-                    native_sql, self.copy.weight is not None, version.value is None, holder)
+                batches = mysql_reader.read_chunk_native(self.spec.source, read, shard, chunk, version.value is None,
+                                                         holder)
             else:
-                batches = mysql_reader.read_chunk(channel.conn, self.plan, self.copy.mappings, shard, self.key, after,
-                                                  self.chunk, fetch, self.copy.text_sql, self.copy.weight is not None,
-                                                  holder)
+                batches = mysql_reader.read_chunk(channel.conn, read, shard, chunk, holder)
             try:
                 # the chunk streams into one insert while it is read (memory: a few batches,
                 # whatever chunk_rows is); it counts only once all of it is acknowledged (a crash

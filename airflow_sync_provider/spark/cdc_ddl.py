@@ -7,7 +7,7 @@ pipeline state, written with every checkpoint): its shape at the checkpoint (so 
 resuming far behind decodes with the shape of that position, not the source's current one),
 ``skip_before`` (changes ranked below it are covered by a re-copy), ``recopying`` and ``left``.
 Following a DDL is idempotent: the checkpoint passes a statement only once it is followed, so an
-applier killed half-way follows it again (core/cdc/binlog.py, core/cdc/ddl.follow_alter).
+applier killed half-way follows it again (core/cdc/binlog/, core/cdc/alter.py, follow_alter here).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from airflow_sync_provider.core.cdc import ddl, merged_ddl
-from airflow_sync_provider.core.cdc.binlog import TableRoute
+from airflow_sync_provider.core.cdc import alter, ddl
+from airflow_sync_provider.core.cdc.alter import Sibling, nullable_type
+from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, streaming_problem
-from airflow_sync_provider.core.cdc.merged_ddl import Sibling, nullable_type
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
@@ -34,6 +34,7 @@ from airflow_sync_provider.core.source.selection import table_config
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
+from airflow_sync_provider.core.typemap import map_column
 from airflow_sync_provider.spark import cdc_bootstrap
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
 def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
     """Give the copy exactly the columns of ``schema`` (before a re-copy fills them); a merged
     copy (``schema`` a member's view) only gains the member's new columns: the other members'
-    stay (core/cdc/merged_ddl.py decides when a column leaves it)."""
+    stay (core/cdc/alter.py decides when a column leaves it)."""
     present = {k: v for k, v in target.column_types(ch, database, table).items() if k not in target.INTERNAL_COLUMNS}
     name = ch_table(database, table)
     if member_filter(schema)[0] != "1":
@@ -359,17 +360,14 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
         name = statement.tables[0]
         route = routes[name]
         with mysql_reader.connect(run.spec.source) as conn:
-            if route.table.member:  # a shard of a merged copy: the group's rule (core/cdc/merged_ddl.py)
-                followed = _follow_member(run, conn, statement, route, where_of(name))
-            else:
-                followed = ddl.follow_alter(conn, ch, statement, list(route.schema.columns),
-                                            list(route.schema.primary_key), route.table.copy_spec(),
-                                            (route.target_database, route.target_table), where_of(name),
-                                            _collation(conn, route.table))
+            change = alter.Alter(conn, statement, list(route.schema.columns), list(route.schema.primary_key),
+                                 where_of(name), _collation(conn, route.table))
+            followed = follow_alter(run, route, change)
             route.table.remember_shape(dataclasses.replace(route.schema, columns=tuple(followed.columns), indexes=()))
             routes[name] = route_for(conn, ch, route.table)
-        if followed.statements:
-            note(pipeline, f"{name} follows {text[:200]!r}: " + "; ".join(followed.statements))
+        done = followed.copy + [f"UPDATE {r} (its rows)" for r in followed.rows]
+        if done:
+            note(pipeline, f"{name} follows {text[:200]!r}: " + "; ".join(done))
         if followed.recopy:
             if recopies.start(routes, route.table, followed.recopy):
                 recopied.append(name)
@@ -446,30 +444,38 @@ def siblings(run, table: PipelineTable) -> list[Sibling]:
     return found
 
 
-def _follow_member(run, conn, statement: ddl.Statement, route: TableRoute, where: str) -> ddl.Followed:
-    """A member's ALTER by the merged copy's rule (core/cdc/merged_ddl.py), carried out: the
-    merged copy's ALTERs, one mutation of the member's rows; a change the other shards have not
-    made stops here with the table waiting at it (a retry stops here again)."""
+def follow_alter(run, route: TableRoute, change: alter.Alter) -> alter.Decision:
+    """One ALTER TABLE on a followed table, decided by its copy's rule (core/cdc/alter.py: a table
+    copied alone, or a shard of a merged copy) and carried out on the copy: its ALTER clauses,
+    and a merged copy's one mutation of the shard's rows. A shard that must wait for the others
+    stops here with its table waiting at the change (a retry stops here again).
+
+    The checkpoint stays before the statement until it is followed, so an applier killed half-way
+    follows it again: a copy of one table that already has the columns after it is left alone
+    (a merged copy's clauses are idempotent)."""
     table, ch = route.table, run.ch
-    database, name = route.target_database, route.target_table
-    present = {k: v for k, v in target.column_types(ch, database, name).items() if k not in target.INTERNAL_COLUMNS}
+    copy = ch_table(route.target_database, route.target_table)
+    present = {k: v for k, v in target.column_types(ch, route.target_database, route.target_table).items()
+               if k not in target.INTERNAL_COLUMNS}
+    if not table.member:
+        decided = alter.decide(change, alter.OwnCopy(table.copy_spec()))
+        if decided.copy and present != {c.name: map_column(c, change.where).ch_type for c in decided.columns}:
+            for clause in decided.copy:
+                ch.command(f"ALTER TABLE {copy} {clause}")
+        return decided
     try:
-        decided = merged_ddl.follow_member_alter(conn, statement, list(route.schema.columns),
-                                                 list(route.schema.primary_key), Member.of(table.member).name,
-                                                 present, siblings(run, table), where, _collation(conn, table))
-    except merged_ddl.Waiting as waiting:
+        decided = alter.decide(change, alter.MergedCopy(Member.of(table.member).name, present, siblings(run, table)))
+    except alter.Waiting as waiting:
         table.waiting = waiting.change
         raise
-    copy = ch_table(database, name)
-    for clause in decided.merged:
+    for clause in decided.copy:
         ch.command(f"ALTER TABLE {copy} {clause}")
     if decided.rows:
         mine, params = member_filter(dataclasses.replace(route.schema, columns=tuple(decided.columns)))
         ch.command(f"ALTER TABLE {copy} UPDATE {', '.join(decided.rows)} WHERE {mine}", parameters=params,
                    settings={"mutations_sync": 2})
     table.waiting = None
-    return ddl.Followed(decided.columns, decided.merged + [f"UPDATE {r} (its rows)" for r in decided.rows],
-                        decided.recopy)
+    return decided
 
 
 def shard_removed(run, route: TableRoute, after: BinlogPosition) -> None:

@@ -18,7 +18,7 @@ view). What is the group's:
 * **its record** in the ledger (sources, merged copy): ``cdc status``, the binlog position sensor
   and the Sync view show the group as one copy with a row per source; its lag is its worst
   source's;
-* **DDL across shards** (core/cdc/merged_ddl.py): each source's run reads the others' recorded
+* **DDL across shards** (core/cdc/alter.py): each source's run reads the others' recorded
   tables when one of its members changes shape.
 """
 
@@ -29,8 +29,8 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from airflow_sync_provider.core.cdc.alter import base_type, nullable_type
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.cdc.merged_ddl import base_type, nullable_type
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import executor_address
 from airflow_sync_provider.core.source.group import (

@@ -3,7 +3,7 @@
 A range of the binlog (:class:`ReadRange`) is decoded by python-mysql-replication in a process
 of its own (pure Python: it would otherwise share the driver's interpreter with the writes'
 bookkeeping), which turns each batch of complete transactions — or piece of a large one
-(core/cdc/binlog.Batch) — into per-lane Arrow payloads (routes by hash(table, primary key) on
+(core/cdc/binlog/batches.Batch) — into per-lane Arrow payloads (routes by hash(table, primary key) on
 the ring). A bounded range with enough row-event bytes is split between reader processes
 (:class:`Readers`), after commits or inside a large transaction; their batches are handed on
 in binlog order. The driver writes a batch's lanes in parallel (:func:`write_lanes`): threads of the
@@ -27,14 +27,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from airflow_sync_provider.core.cdc.binlog import (
-    BinlogReader,
-    MidTransaction,
-    TableRoute,
-    backlog_events,
-    batches,
-    split_backlog,
-)
+from airflow_sync_provider.core.cdc.binlog.backlog import backlog_events, split_backlog
+from airflow_sync_provider.core.cdc.binlog.batches import MidTransaction
+from airflow_sync_provider.core.cdc.binlog.reader import BinlogReader, Watch, batches
+from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.staging import stage_table
 from airflow_sync_provider.core.crash_points import crash_point
@@ -202,8 +198,8 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool)
     payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
     try:
         reader = BinlogReader(spec.source, part.start, part.routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
-                              blocking=spec.service, watched=part.watched, selection=TableSelection.of(part.selection),
-                              prepared=part.prepared)
+                              blocking=spec.service,
+                              watch=Watch(part.watched, TableSelection.of(part.selection), part.prepared))
         # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
         # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
         seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
@@ -332,7 +328,7 @@ def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition | MidTransa
 
 
 class Readers:
-    """``part`` split between reader processes at :func:`cuts` (core/cdc/binlog.split_backlog),
+    """``part`` split between reader processes at :func:`cuts` (core/cdc/binlog/backlog.split_backlog),
     each decoding its share at once; their batches are handed on in binlog order, so the
     checkpoint still only moves forward over applied batches (a share that ends inside a
     transaction ends with a piece, and the next share's first batches are its further pieces).

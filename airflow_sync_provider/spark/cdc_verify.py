@@ -163,8 +163,8 @@ class Snapshot:
         plan = dataclasses.replace(check.plan, shards=tuple(s for s in check.plan.shards if s.id == slice_id))
         mappings = check.schema.mappings()
         columns_sql = mysql_reader.select_list(mappings, check.weight)
-        return mysql_reader.read_shard(self.sconn, plan, mappings, plan.shards[0], 65536, columns_sql,
-                                       check.weight is not None)
+        return mysql_reader.read_shard(self.sconn, mysql_reader.ShardRead(plan, mappings, columns_sql, 65536,
+                                                                          check.weight is not None), plan.shards[0])
 
     def close(self):
         for conn in (self.pconn, self.sconn):

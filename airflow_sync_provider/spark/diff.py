@@ -330,8 +330,8 @@ def _read_mysql(ctx: _Context, shard: Shard, pruning: Pruning, where: str):
             part = dataclasses.replace(shard, where=f"({shard.where}) AND {predicate} ORDER BY {position}", pieces=())
             if native is not None:
                 try:
-                    batches = list(mysql_reader.read_shard_native(ctx.spec.source, ctx.plan, mappings, part,
-                                                                  ctx.spec.fetch_rows, native))
+                    batches = list(mysql_reader.read_shard_native(
+                        ctx.spec.source, mysql_reader.ShardRead(ctx.plan, mappings, native, ctx.spec.fetch_rows), part))
                 except mysql_reader.NativeReadError as exc:
                     log.info(f"{where}: the native reader failed ({exc}); reading the piece again with "
                           "mysqlclient")
@@ -339,8 +339,8 @@ def _read_mysql(ctx: _Context, shard: Shard, pruning: Pruning, where: str):
                     yield from (pa.Table.from_batches([b]) for b in batches)
                     continue
             conn = conn or mysql_reader.stream_connect(ctx.spec.source)
-            for batch in mysql_reader.read_shard(conn, ctx.plan, mappings, part, ctx.spec.fetch_rows, columns_sql,
-                                                 ctx.weight):
+            read = mysql_reader.ShardRead(ctx.plan, mappings, columns_sql, ctx.spec.fetch_rows, bool(ctx.weight))
+            for batch in mysql_reader.read_shard(conn, read, part):
                 yield pa.Table.from_batches([batch])
     finally:
         if conn is not None:

@@ -37,7 +37,7 @@ from airflow_sync_provider.core.source.planning import Plan, Shard, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.inserts import ArrowInserts
+from airflow_sync_provider.core.target.inserts import ArrowInserts, InsertLimits
 from airflow_sync_provider.core.target.shards import (
     NotComparable,
     cut_points,
@@ -110,9 +110,10 @@ class FullLoadCopy(ShardCopy):
         table = ch_table(self.spec.ledger_database, self.state.parts_table)
         settings = target.WEIGHT_SETTINGS if self.copy.direct and self.copy.weight else None
         return channel.output.stream((table, self.copy.direct, bool(settings)), lambda: ArrowInserts(
-            channel.ch, table, settings=settings, max_rows=self.spec.insert_rows, max_bytes=self.spec.insert_bytes,
+            channel.ch, table, settings=settings, on_written=_written, on_failed=_failed,
             # a parts table has a partition per shard: ClickHouse takes at most 100 in one insert
-            max_owners=None if self.copy.direct else 50, on_written=_written, on_failed=_failed))
+            limits=InsertLimits(self.spec.insert_rows, self.spec.insert_bytes,
+                                owners=None if self.copy.direct else 50)))
 
     def read(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
         if self.plan.null_shard(shard) and self.copy.split is not None and not self.copy.split.nullable:
@@ -138,15 +139,18 @@ class FullLoadCopy(ShardCopy):
         if record.version is None:  # no rows: a text read gives the empty snapshot its position
             self.read_text(channel, shard, record, inserts)
 
+    def reading(self, channel: Channel, columns_sql: str) -> mysql_reader.ShardRead:
+        """How this copy's shards are read, by the reader whose SELECT list is ``columns_sql``."""
+        return mysql_reader.ShardRead(self.plan, self.copy.mappings, columns_sql,
+                                      channel.throttle.chunk_rows(self.spec.batch_rows), self.copy.weight is not None)
+
     def read_text(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
         """mysqlclient, its snapshot's position read on the same connection."""
         conn = mysql_reader.stream_connect(self.spec.source)
         try:
             record.version = (snapshot_position(conn, epoch=self.epoch).snapshot_version(repair=bool(self.state.repair))
                               if self.state.start_position else self.state.version)
-            batches = mysql_reader.read_shard(conn, self.plan, self.copy.mappings, shard,
-                                              channel.throttle.chunk_rows(self.spec.batch_rows), self.copy.text_sql,
-                                              self.copy.weight is not None)
+            batches = mysql_reader.read_shard(conn, self.reading(channel, self.copy.text_sql), shard)
             self.write(channel, inserts, shard, batches, RowVersion(record.version, {}), record)
         finally:
             conn.close()
@@ -160,9 +164,8 @@ class FullLoadCopy(ShardCopy):
         snapshot = bool(self.state.start_position) and self.copy.mariadb
         if not snapshot:
             record.version = version
-        batches = mysql_reader.read_shard_native(self.spec.source, self.plan, self.copy.mappings, shard,
-                                                 channel.throttle.chunk_rows(self.spec.batch_rows),
-                                                 self.copy.native_sql, self.copy.weight is not None, snapshot, holder)
+        batches = mysql_reader.read_shard_native(self.spec.source, self.reading(channel, self.copy.native_sql), shard,
+                                                 snapshot, holder)
         self.write(channel, inserts, shard, batches,
                    RowVersion(None if snapshot else version, holder, repair, self.epoch), record)
 
@@ -295,13 +298,13 @@ def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy:
     if copy.direct:
         return target.publish_working(ch, spec.ledger_database, state.parts_table, spec.target_database,
                                       spec.target_table)
-    weight = copy.weight is not None
-    args = (ch, schema, state.parts_table, spec.ledger_database, spec.target_database, spec.target_table)
+    loaded = target.Loaded(schema, spec.ledger_database, state.parts_table, spec.target_database, spec.target_table,
+                           copy.weight is not None)
     if state.repair:
-        return target.publish_repair(*args, repaired_shards(spec, ch, schema, plan, state), weight)
+        return target.publish_repair(ch, loaded, repaired_shards(spec, ch, schema, plan, state))
     if spec.partition_by:
-        return target.publish_partitions(*args, spec.partition_by, list(spec.replace_partitions), weight)
-    return target.publish_full(*args, weight)
+        return target.publish_partitions(ch, loaded, spec.partition_by, list(spec.replace_partitions))
+    return target.publish_full(ch, loaded)
 
 
 def repaired_shards(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> list[tuple[str, dict, int]]:

@@ -282,10 +282,10 @@ class GroupLoad:
                            for where, params, version in repaired_shards(load.spec, load.ch, load.schema, load.plan,
                                                                          load.state)]
             spec = first.spec
-            return first.copier.outage.call(lambda: target.publish_repair(
-                first.ch, first.schema, first.state.parts_table, spec.ledger_database, spec.target_database,
-                spec.target_table, shards, any(load.copy.weight is not None for load in loads)),
-                "publishing the repair")
+            loaded = target.Loaded(first.schema, spec.ledger_database, first.state.parts_table, spec.target_database,
+                                   spec.target_table, any(load.copy.weight is not None for load in loads))
+            return first.copier.outage.call(lambda: target.publish_repair(first.ch, loaded, shards),
+                                            "publishing the repair")
         return first.publish(sum(load.written for load in loads) + self._done_rows(done))
 
     def _done_rows(self, done: set[str]) -> int:

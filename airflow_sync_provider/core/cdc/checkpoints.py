@@ -68,10 +68,10 @@ class PipelineState:
     holder: str = ""  # the applier holding that lease: host, pid, source connection
     server: dict | None = None  # the server the checkpoint is a position on (core/cdc/servers.Server)
     # XA transactions prepared before the checkpoint and not committed by then: xid → where each
-    # began (core/cdc/binlog.BinlogReader reads their rows again from there) and, for one whose
+    # began (core/cdc/binlog/reader.BinlogReader reads their rows again from there) and, for one whose
     # rows wait in staging (core/cdc/staging.py), "staged": its rows per table
     prepared: dict = field(default_factory=dict)
-    # a transaction being applied in pieces (core/cdc/binlog.Batch), written past the checkpoint
+    # a transaction being applied in pieces (core/cdc/binlog/batches.Batch), written past the checkpoint
     # but not claimed: where it began, how far it was read, since when, row changes written
     applying: dict | None = None
 

@@ -1,4 +1,6 @@
-"""DDL on replicated tables, as the binlog says it (patent S3; docs/cdc.md, "Schema changes").
+"""DDL on replicated tables, as the binlog says it (patent S3; docs/cdc.md, "Schema changes"):
+the statements parsed, column definitions probed in MySQL; what each change does to a copy is
+decided in one place, core/cdc/alter.py.
 
 A table's shape at each binlog position is its shape at the previous DDL changed by the DDL
 statement itself — parsed with sqlglot, never guessed from the source's *current* definition
@@ -24,13 +26,12 @@ one of:
   then swapped in (spark/cdc_ddl.Recopies).
 
 The rows events' own column names (``binlog_row_metadata=FULL``) are checked against the
-tracked shape (core/cdc/binlog.py), so a shape this module got wrong stops the pipeline
+tracked shape (core/cdc/binlog/), so a shape this module got wrong stops the pipeline
 instead of copying wrong values.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import re
 from dataclasses import dataclass
@@ -42,8 +43,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError
 from sqlglot.tokens import TokenType
 
-from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
-from airflow_sync_provider.core.target.clickhouse import INTERNAL_COLUMNS, column_types
+from airflow_sync_provider.core.sql import ch_string, mysql_ident, mysql_table
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 
 # --- what a statement does -------------------------------------------------------------------
@@ -362,115 +362,3 @@ def ch_literal(value, ch_type: str) -> str:
     else:
         raise TypeError(f"no ClickHouse literal for {type(value).__name__} {value!r}")
     return f"CAST({text} AS {ch_type})"
-
-
-# --- following one ALTER TABLE ----------------------------------------------------------------
-
-@dataclass
-class Followed:
-    """What following an ALTER did: the table's columns after it, the ClickHouse statements run,
-    and why the table must be re-copied (empty: not needed)."""
-
-    columns: list[MySQLColumn]
-    statements: list[str]
-    recopy: str = ""
-    rekey: bool = False  # the primary key changed: re-copied into a copy ordered by the new key
-
-
-def follow_alter(conn, ch, statement: Statement, columns: list[MySQLColumn], key: list[str], config: dict,
-                 target: tuple[str, str], where: str, collation: str | None) -> Followed:
-    """Bring the copy ``target`` (database, table) along with one ALTER TABLE whose table has
-    ``columns`` (as copied) and primary key ``key`` before it. A primary key change changes
-    nothing in place: ``rekey``, the table is re-copied under its new key. ``config``: the
-    pipeline's table entry (columns / exclude_columns)."""
-    table, database = ch_table(*target), config["source_database"]
-    chosen, excluded = config.get("columns"), set(config.get("exclude_columns") or ())
-    columns = list(columns)
-    out = Followed(columns, [])
-
-    def index(name):
-        return next((i for i, c in enumerate(columns) if c.name.lower() == name.lower()), None)
-
-    def run(sql):  # collected first, run at the end unless a crashed run already did (below)
-        out.statements.append(sql)
-
-    def recopy(reason):
-        out.recopy = out.recopy or reason
-
-    def probe(action):
-        try:
-            return probe_column(conn, database, action.definition, collation, where)
-        except ProbeFailed as exc:  # the re-copy takes the definition from the source instead
-            recopy(str(exc))
-            return None, NOT_CONSTANT
-
-    for action in statement.actions:
-        if action.kind == KEY or action.column in key and action.kind in (DROP, RENAME, CHANGE):
-            if action.kind == CHANGE and action.new_name == action.column:  # e.g. MODIFY id … AUTO_INCREMENT
-                new, _ = probe(action)
-                old = columns[index(action.column)]
-                if new is not None and keeps_values(old, new, where) \
-                        and map_column(new, where).ch_type == map_column(old, where).ch_type:
-                    columns[index(action.column)] = dataclasses.replace(new, name=old.name)
-                    continue
-            # the copy is keyed and sorted by it: nothing is changed in place; the table is copied
-            # anew into a copy ordered by its new key (spark/cdc_ddl.Recopies), then swapped in
-            what = "a new primary key" if action.kind == KEY else f"{action.kind} of key column {action.column!r}"
-            return Followed(list(out.columns), [], f"{where} changes the primary key {key} ({what})", rekey=True)
-        if action.kind == KEEP:
-            continue
-        if action.kind == RECOPY:
-            recopy(action.note)
-        elif action.kind == ADD:
-            if index(action.column) is not None or (chosen is not None and action.column not in chosen) \
-                    or action.column in excluded:
-                continue
-            column, value = probe(action)
-            if column is None:  # the definition reads other columns: MySQL computes it per row
-                recopy(out.recopy or f"column {action.column!r} is computed from other columns")
-                continue
-            column = dataclasses.replace(column, name=action.column)
-            mapping = map_column(column, where)
-            if value is NOT_CONSTANT:
-                run(f"ADD COLUMN IF NOT EXISTS {ch_ident(column.name)} {mapping.ch_type}")
-                recopy(f"column {column.name!r} takes a per-row, time-dependent or random value")
-            else:  # every existing row takes MySQL's value of the default
-                run(f"ADD COLUMN IF NOT EXISTS {ch_ident(column.name)} {mapping.ch_type} "
-                    f"DEFAULT {ch_literal(value, mapping.ch_type)}")
-            columns.append(column)
-        elif action.kind == DROP:
-            at = index(action.column)
-            if at is not None:
-                run(f"DROP COLUMN IF EXISTS {ch_ident(columns.pop(at).name)}")
-        elif action.kind in (RENAME, CHANGE):
-            at = index(action.column)
-            if at is None:  # a column the copy leaves out
-                continue
-            old = columns[at]
-            new = old
-            if action.kind == CHANGE:
-                new, _ = probe(action)
-                if new is None:
-                    new = dataclasses.replace(old, name=action.new_name)
-                    recopy(f"column {action.new_name!r} is now computed from other columns")
-            new = dataclasses.replace(new, name=action.new_name)
-            if new.name != old.name:
-                run(f"RENAME COLUMN IF EXISTS {ch_ident(old.name)} TO {ch_ident(new.name)}")
-            a, b = map_column(old, where), map_column(new, where)
-            if not keeps_values(old, new, where):
-                recopy(f"column {old.name!r} {old.column_type} → {new.column_type} may change its values")
-                if a.ch_type != b.ch_type:  # a fresh column: the re-copy fills it
-                    run(f"DROP COLUMN IF EXISTS {ch_ident(new.name)}")
-                    run(f"ADD COLUMN IF NOT EXISTS {ch_ident(new.name)} {b.ch_type}")
-            elif a.ch_type != b.ch_type:
-                run(f"MODIFY COLUMN {ch_ident(new.name)} {b.ch_type}")
-            columns[at] = new
-    out.columns = columns
-    # The checkpoint stays before the statement until it is followed, so an applier killed
-    # half-way follows it again: a copy that already has the columns after it is left alone.
-    present = {k: v for k, v in column_types(ch, *target).items() if k not in INTERNAL_COLUMNS}
-    if out.statements and present != {c.name: map_column(c, where).ch_type for c in columns}:
-        for sql in out.statements:
-            ch.command(f"ALTER TABLE {table} {sql}")
-    return out
-

@@ -10,7 +10,7 @@ event's bytes (:func:`row_bytes`) by code generated per table map and route
 fixed-width columns between two variable-width ones with one ``struct.unpack_from``, the
 variable-width ones by their length prefixes, and writes each value straight in the target's
 form — the very value ``TableRoute.row`` gives for the library's value, with the corrections of
-core/cdc/binlog.py (tests/test_cdc_rowimage.py compares both on every mapped type, value by
+core/cdc/binlog/ (tests/test_cdc_rowimage.py compares both on every mapped type, value by
 value).
 
 An update's before-image is decoded only as far as its key (the other columns are stepped over
@@ -55,7 +55,7 @@ class Unsupported(Exception):
 
 
 def date_or_none(packed: int):
-    """DATE as core/cdc/binlog.py reads it: zero and invalid dates are NULL."""
+    """DATE as core/cdc/binlog/ reads it: zero and invalid dates are NULL."""
     year, month, day = packed >> 9, (packed >> 5) & 0xF, packed & 0x1F
     try:
         return dt.date(year, month, day) if year and month and day else None
@@ -112,7 +112,7 @@ def timestamp2_reader(fsp: int, zero_is_null: bool):
 
 
 def _time2_parts(fsp: int):
-    """TIME2(fsp) as MySQL packs it (my_time_packed_from_binary), the way core/cdc/binlog.py reads
+    """TIME2(fsp) as MySQL packs it (my_time_packed_from_binary), the way core/cdc/binlog/ reads
     it (negative times with a fraction included): (sign, hours, minutes, seconds, microseconds)."""
     size = (fsp + 1) // 2
 
@@ -132,7 +132,7 @@ def _time2_parts(fsp: int):
 
 
 def time2_reader(fsp: int):
-    """TIME2(fsp) as the timedelta core/cdc/binlog.py's reader gives."""
+    """TIME2(fsp) as the timedelta core/cdc/binlog/'s reader gives."""
     parts = _time2_parts(fsp)
 
     def read(packed: int) -> dt.timedelta:

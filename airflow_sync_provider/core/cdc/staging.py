@@ -1,4 +1,4 @@
-"""Staging for XA transactions larger than the batch bounds (core/cdc/binlog.BinlogReader).
+"""Staging for XA transactions larger than the batch bounds (core/cdc/binlog/reader.BinlogReader).
 
 A prepared XA transaction's rows exist only at its XA COMMIT, maybe hours and many runs later,
 so they cannot be written to the copy as they are read; held in memory they would make the
@@ -6,7 +6,7 @@ applier's memory grow with the transaction. Beyond the bounds they go to staging
 table per transaction and source table in the ledger database, named after the pipeline, where
 the transaction began and the table (:func:`stage_table`), with the copy's columns. At XA
 COMMIT each key's last change is written to the copy at the commit's version (the rule for
-parked rows, core/cdc/binlog.BinlogReader._xa_end) by one INSERT … SELECT; ClickHouse keeps
+parked rows, core/cdc/binlog/reader.BinlogReader._xa_end) by one INSERT … SELECT; ClickHouse keeps
 the last change per key, not the applier. Staging is dropped once the checkpoint has passed
 the transaction's end (XA COMMIT or XA ROLLBACK); a crash before that replays the end from
 staging again (idempotent: the same rows at the same version).

@@ -37,7 +37,7 @@ class PipelineTable:
     by_selection: bool = False  # joined because the pipeline's patterns select it
     # a member of a merged copy (core/source/group.py: source, database, table): its shape is the
     # member's view (columns it lacks absent, the source columns its tags); a change the merged
-    # copy follows only once every shard has made it, which this one waits at (core/cdc/merged_ddl.py)
+    # copy follows only once every shard has made it, which this one waits at (core/cdc/alter.py)
     member: dict | None = None
     waiting: dict | None = None
     # what the applier learned while it streamed

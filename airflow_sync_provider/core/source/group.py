@@ -133,7 +133,7 @@ def refresh_view(view: TableSchema, own: TableSchema) -> TableSchema:
     """A member's view kept up with its table's definition now (``own``): its columns in the view's
     order, those the table no longer has absent, new ones before the source columns, the tags
     kept. A view only grows: a column leaves the merged copy when its last shard drops it
-    (core/cdc/merged_ddl.py), not here."""
+    (core/cdc/alter.py), not here."""
     present = {c.name: c for c in own.columns}
     columns, seen = [], set()
     for column in view.columns:

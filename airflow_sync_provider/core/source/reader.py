@@ -15,6 +15,7 @@ disagrees with the text reader or fails.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import MySQLdb
@@ -75,43 +76,67 @@ def select_list(mappings: list[ColumnMapping], weight: MySQLColumn | None = None
 WEIGHT_MAPPING = map_column(MySQLColumn(SPLIT_WEIGHT_COLUMN, "varbinary", "varbinary", False))
 
 
-def read_shard(conn, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
-               fetch_rows: int, columns_sql: str, weight: bool = False) -> Iterator[pa.RecordBatch]:
+@dataclass(frozen=True)
+class ShardRead:
+    """How a copy reads its shards: the plan (its table and split index), the columns' mappings,
+    the SELECT list (:func:`select_list` for mysqlclient, :func:`native_select_list` for
+    connectorx; built once by the driver), rows per fetch, and whether each row also carries the
+    split column's collation weight."""
+
+    plan: Plan
+    mappings: list[ColumnMapping]
+    columns_sql: str
+    fetch_rows: int
+    weight: bool = False
+
+    def arrow(self) -> tuple[list[ColumnMapping], pa.Schema]:
+        """The mappings of what a read returns, and its Arrow schema."""
+        mappings = [*self.mappings, WEIGHT_MAPPING] if self.weight else self.mappings
+        return mappings, arrow_schema(mappings)
+
+    def where(self, shard: Shard) -> str:
+        return f"table {self.plan.database}.{self.plan.table}, shard {shard.id}"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A bootstrap chunk's place in its shard (core/cdc/chunks.py): the next ``limit`` rows in
+    ``key`` order after the key ``after`` (None: from the shard's start)."""
+
+    key: object
+    after: list | None
+    limit: int
+
+
+def read_shard(conn, read: ShardRead, shard: Shard) -> Iterator[pa.RecordBatch]:
     """The shard's rows through the plan's split index (FORCE INDEX: range access), ``fetch_rows``
     at a time from an unbuffered cursor (``conn``: :func:`stream_connect`), so memory stays
-    bounded whatever the shard's size. ``columns_sql`` is :func:`select_list` (built once by
-    the driver); with ``weight`` each row also carries the split column's collation weight."""
-    if weight:
-        mappings = [*mappings, WEIGHT_MAPPING]
-    schema = arrow_schema(mappings)
+    bounded whatever the shard's size."""
+    mappings, schema = read.arrow()
     cur = conn.cursor()
-    cur.execute(f"SELECT {columns_sql} {plan.from_clause()} WHERE {shard.where}", shard.params)
-    while rows := cur.fetchmany(fetch_rows):
-        yield to_batch(rows, mappings, schema, f"table {plan.database}.{plan.table}, shard {shard.id}")
+    cur.execute(f"SELECT {read.columns_sql} {read.plan.from_clause()} WHERE {shard.where}", shard.params)
+    while rows := cur.fetchmany(read.fetch_rows):
+        yield to_batch(rows, mappings, schema, read.where(shard))
     cur.close()
 
 
-def read_chunk(conn, plan: Plan, mappings: list[ColumnMapping], shard: Shard, key, after: list | None, limit: int,
-               fetch_rows: int, columns_sql: str, weight: bool = False, holder: dict | None = None
+def read_chunk(conn, read: ShardRead, shard: Shard, chunk: Chunk, holder: dict | None = None
                ) -> Iterator[pa.RecordBatch]:
-    """One bootstrap chunk (core/cdc/chunks.py): the shard's next ``limit`` rows in key order
-    after the key ``after``, through the primary key. ``holder["last"]`` is set to the chunk's
-    last key (bindable values) and ``holder["rows"]`` to its row count."""
-    if weight:
-        mappings = [*mappings, WEIGHT_MAPPING]
-    schema = arrow_schema(mappings)
-    where, params = key.after(after)
+    """One bootstrap chunk of ``shard``, through the primary key. ``holder["last"]`` is set to
+    the chunk's last key (bindable values) and ``holder["rows"]`` to its row count."""
+    mappings, schema = read.arrow()
+    key, plan = chunk.key, read.plan
+    where, params = key.after(chunk.after)
     cur = conn.cursor()
-    cur.execute(f"SELECT {columns_sql}, {key.raw_select()} FROM {mysql_table(plan.database, plan.table)}"
+    cur.execute(f"SELECT {read.columns_sql}, {key.raw_select()} FROM {mysql_table(plan.database, plan.table)}"
                 f" FORCE INDEX (PRIMARY) WHERE ({shard.where}) AND ({where})"
-                f" ORDER BY {key.order_by()} LIMIT {int(limit)}",
+                f" ORDER BY {key.order_by()} LIMIT {int(chunk.limit)}",
                 (*shard.params, *params))
     width, rows_seen, last = len(selected(mappings)), 0, None
-    while rows := cur.fetchmany(fetch_rows):
+    while rows := cur.fetchmany(read.fetch_rows):
         rows_seen += len(rows)
         last = rows[-1][width:]
-        yield to_batch(rows, mappings, schema,  # the trailing key columns are not converted
-                        f"table {plan.database}.{plan.table}, shard {shard.id}")
+        yield to_batch(rows, mappings, schema, read.where(shard))  # the trailing key columns are not converted
     cur.close()
     if holder is not None:
         holder["rows"], holder["last"] = rows_seen, key.from_raw(last) if last is not None else None
@@ -239,55 +264,49 @@ def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_row
             stream.close()
 
 
-def read_shard_native(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard,
-                      fetch_rows: int, columns_sql: str, weight: bool = False, snapshot: bool = False,
+def read_shard_native(endpoint: MySQLEndpoint, read: ShardRead, shard: Shard, snapshot: bool = False,
                       holder: dict | None = None) -> Iterator[pa.RecordBatch]:
-    """:func:`read_shard` through connectorx (``columns_sql``: :func:`native_select_list`), one
+    """:func:`read_shard` through connectorx (``read.columns_sql``: :func:`native_select_list`), one
     query per piece of the shard (core/source/planning.py): connectorx buffers a query's whole
     result when the caller lags, so a piece bounds the memory. Each piece reads its own
     snapshot. With ``snapshot`` (MariaDB) ``holder["snapshot"]`` is set, before the first batch is
     yielded, to the version of the first piece's binlog position (:data:`SNAPSHOT_COLUMN_SQL`),
     the earliest: rows of later pieces saw at least as much, so that version under-ranks them,
     never over-ranks (every later change still wins). A shard without rows leaves it unset."""
-    if weight:
-        mappings = [*mappings, WEIGHT_MAPPING]
-    schema = arrow_schema(mappings)
-    where = f"table {plan.database}.{plan.table}, shard {shard.id}"
+    mappings, schema = read.arrow()
     extra = f", {SNAPSHOT_COLUMN_SQL}" if snapshot else ""
     for predicate, params in shard.queries():
-        query = f"SELECT {columns_sql}{extra} {plan.from_clause()} WHERE {mysql_inline(predicate, params)}"
-        for batch in _native_stream(endpoint, plan.database, query, fetch_rows):
+        query = f"SELECT {read.columns_sql}{extra} {read.plan.from_clause()} WHERE {mysql_inline(predicate, params)}"
+        for batch in _native_stream(endpoint, read.plan.database, query, read.fetch_rows):
             if not batch.num_rows:  # connectorx also sends empty batches
                 continue
             if snapshot:
                 if holder is not None and "snapshot" not in holder:
                     holder["snapshot"] = batch.column(batch.num_columns - 1)[0].as_py()
                 batch = batch.drop_columns([batch.schema.names[-1]])
-            yield native_batch(batch, mappings, schema, where)
+            yield native_batch(batch, mappings, schema, read.where(shard))
 
 
-def read_chunk_native(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], shard: Shard, key, after,
-                      limit: int, fetch_rows: int, columns_sql: str, weight: bool = False, snapshot: bool = False,
-                      holder: dict | None = None) -> Iterator[pa.RecordBatch]:
+def read_chunk_native(endpoint: MySQLEndpoint, read: ShardRead, shard: Shard, chunk: Chunk,
+                      snapshot: bool = False, holder: dict | None = None) -> Iterator[pa.RecordBatch]:
     """:func:`read_chunk` through connectorx; ``snapshot`` as in :func:`read_shard_native`."""
-    if weight:
-        mappings = [*mappings, WEIGHT_MAPPING]
-    schema = arrow_schema(mappings)
-    where, params = key.after(after)
+    mappings, schema = read.arrow()
+    key, plan = chunk.key, read.plan
+    where, params = key.after(chunk.after)
     extra = f", {SNAPSHOT_COLUMN_SQL}" if snapshot else ""
-    query = (f"SELECT {columns_sql}, {key.native_raw_select()}{extra} FROM {mysql_table(plan.database, plan.table)}"
+    query = (f"SELECT {read.columns_sql}, {key.native_raw_select()}{extra}"
+             f" FROM {mysql_table(plan.database, plan.table)}"
              f" FORCE INDEX (PRIMARY) WHERE {mysql_inline(f'({shard.where}) AND ({where})', (*shard.params, *params))}"
-             f" ORDER BY {key.order_by()} LIMIT {int(limit)}")
+             f" ORDER BY {key.order_by()} LIMIT {int(chunk.limit)}")
     width, rows_seen, last = len(selected(mappings)), 0, None
-    for batch in _native_stream(endpoint, plan.database, query, fetch_rows):
+    for batch in _native_stream(endpoint, plan.database, query, read.fetch_rows):
         if not batch.num_rows:
             continue
         if snapshot and holder is not None and "snapshot" not in holder:
             holder["snapshot"] = batch.column(batch.num_columns - 1)[0].as_py()
         rows_seen += batch.num_rows
         last = [batch.column(i)[batch.num_rows - 1].as_py() for i in range(width, width + len(key.columns))]
-        yield native_batch(batch.select(range(width)), mappings, schema,
-                          f"table {plan.database}.{plan.table}, shard {shard.id}")
+        yield native_batch(batch.select(range(width)), mappings, schema, read.where(shard))
     if holder is not None:
         holder["rows"], holder["last"] = rows_seen, key.from_raw(last) if last is not None else None
 

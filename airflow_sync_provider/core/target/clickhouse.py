@@ -282,15 +282,32 @@ def copy_parts(ch, schema: TableSchema, parts: str, parts_db: str, database: str
                settings=WEIGHT_SETTINGS if weight else None)
 
 
-def publish_full(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
-                 weight: bool = False) -> int:
+@dataclass(frozen=True)
+class Loaded:
+    """A load's rows in its parts-layout working table ``parts_db.parts``, to publish into
+    ``database.table``: their schema (as copied), and whether they carry the split column's weight."""
+
+    schema: TableSchema
+    parts_db: str
+    parts: str
+    database: str
+    table: str
+    weight: bool = False
+
+    def copy_into(self, ch, table: str) -> None:
+        """Every loaded row into ``database.table`` (the copy or one of its own shadow tables)."""
+        copy_parts(ch, self.schema, self.parts, self.parts_db, self.database, table, self.weight)
+
+
+def publish_full(ch, loaded: Loaded) -> int:
     """Copy into a shadow table (this load's own) and swap it in: readers see the old or the new
     table, never half."""
-    shadow = private_name(table, "shadow", parts)
+    database, table = loaded.database, loaded.table
+    shadow = private_name(table, "shadow", loaded.parts)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, shadow)}")
-    ch.command(create_table_sql(schema, database, shadow, weight=weight))
-    copy_parts(ch, schema, parts, parts_db, database, shadow, weight)
+    ch.command(create_table_sql(loaded.schema, database, shadow, weight=loaded.weight))
+    loaded.copy_into(ch, shadow)
     return _swap_in(ch, database, shadow, database, table)
 
 
@@ -332,15 +349,15 @@ def publish_working(ch, working_db: str, working: str, database: str, table: str
     return _swap_in(ch, working_db, working, database, table)
 
 
-def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
-                       partition_by: str, partitions: list[str], weight: bool = False) -> int:
+def publish_partitions(ch, loaded: Loaded, partition_by: str, partitions: list[str]) -> int:
     """Replace exactly ``partitions`` of ``table`` with the loaded rows (each partition atomically).
 
     Loaded rows outside those partitions mean the period filter and the partitions disagree:
     nothing is published then. A partition with no loaded rows is dropped (the period is empty).
     The stage table is this load's own, so period loads into one table may publish at once.
     """
-    stage = private_name(table, "stage", parts)
+    schema, database, table, weight = loaded.schema, loaded.database, loaded.table, loaded.weight
+    stage = private_name(table, "stage", loaded.parts)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     # IF NOT EXISTS: the first loads of a new table may be publishing side by side
     ch.command(create_table_sql(schema, database, table, partition_by, weight, if_not_exists=True))
@@ -349,7 +366,7 @@ def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, datab
         ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS {_weight(True, True)[0]}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, stage)}")
     ch.command(create_table_sql(schema, database, stage, partition_by, weight))
-    copy_parts(ch, schema, parts, parts_db, database, stage, weight)
+    loaded.copy_into(ch, stage)
     present = {r[0]: r[1] for r in ch.query(
         f"SELECT _partition_id, count() FROM {ch_table(database, stage)} GROUP BY _partition_id").result_rows}
     outside = sorted(set(present) - set(partitions))
@@ -368,8 +385,7 @@ def publish_partitions(ch, schema: TableSchema, parts: str, parts_db: str, datab
     return sum(present.values())
 
 
-def publish_repair(ch, schema: TableSchema, parts: str, parts_db: str, database: str, table: str,
-                   shards: list[tuple[str, dict, int]], weight: bool = False) -> int:
+def publish_repair(ch, loaded: Loaded, shards: list[tuple[str, dict, int]]) -> int:
     """Replace some shards of a published table in place (re-import after a reconciliation).
 
     ``shards``: each re-read shard's target predicate (core/target/shards.py; parameters agree
@@ -385,16 +401,17 @@ def publish_repair(ch, schema: TableSchema, parts: str, parts_db: str, database:
     ``INSERT … SELECT`` is not atomic): drop them first — the older versions are still there
     then, because the deletes only run after a complete copy.
     """
+    database, table = loaded.database, loaded.table
     check_layout(ch, database, table)
     final, version_column = ch_table(database, table), ch_ident(VERSION_COLUMN)
-    rows = int(ch.command(f"SELECT count() FROM {ch_table(parts_db, parts)}"))
+    rows = int(ch.command(f"SELECT count() FROM {ch_table(loaded.parts_db, loaded.parts)}"))
     mine = {"repair_versions": sorted({v for *_, v in shards})}
     copied = int(ch.command(f"SELECT count() FROM {final} WHERE {version_column} IN {{repair_versions:Array(UInt64)}}",
                             parameters=mine))
     if copied and copied != rows:
         ch.command(f"DELETE FROM {final} WHERE {version_column} IN {{repair_versions:Array(UInt64)}}", parameters=mine)
     if copied != rows:
-        copy_parts(ch, schema, parts, parts_db, database, table, weight)
+        loaded.copy_into(ch, table)
     params = {k: v for _, p, _ in shards for k, v in p.items()} | {f"rv{i}": v for i, (*_, v) in enumerate(shards)}
     older = " OR ".join(f"(({where}) AND {version_column} < {{rv{i}:UInt64}})"
                         for i, (where, _, _) in enumerate(shards))

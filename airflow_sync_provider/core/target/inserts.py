@@ -33,6 +33,7 @@ from __future__ import annotations
 import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable
 
 import pyarrow as pa
@@ -94,6 +95,17 @@ class Sent:
         return next((f.exception() for f in self.futures if f.exception() is not None), None)
 
 
+@dataclass(frozen=True)
+class InsertLimits:
+    """Where one insert ends: at ``rows`` rows, ``bytes`` Arrow bytes or ``seconds`` open, or once it
+    holds rows of ``owners`` owners (None: any number)."""
+
+    rows: int = MAX_ROWS
+    bytes: int = MAX_BYTES
+    seconds: float = MAX_SECONDS
+    owners: int | None = None
+
+
 class ArrowInserts:
     """Streamed INSERTs into ``table_sql`` (quoted, e.g. ``ch_table(db, t)``; ``ch``: a
     session-less clickhouse-connect client, as ``clickhouse.shared_client``, since one insert may
@@ -102,18 +114,17 @@ class ArrowInserts:
     failure). ``on_written(rows, owner)`` runs (on the insert's thread) when an insert is
     acknowledged, ``on_failed(rows, owner)`` (on the caller's) when one failed, once per owner of
     its rows. At most one insert is open and one more may be awaiting its acknowledgement.
-    ``max_owners``: an insert ends once it holds rows of that many owners (a parts table's
-    partitions: ClickHouse refuses an insert into over 100)."""
+    ``limits``: where an insert ends (:class:`InsertLimits`; a parts table's partitions: at most
+    100 owners in one insert, ClickHouse refuses more)."""
 
     def __init__(self, ch, table_sql: str, *, settings: dict | None = None, compression: str | None = "lz4",
-                 max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES, max_seconds: float = MAX_SECONDS,
-                 max_owners: int | None = None, on_written: Callable[[int, object], None] | None = None,
+                 limits: InsertLimits = InsertLimits(), on_written: Callable[[int, object], None] | None = None,
                  on_failed: Callable[[int, object], None] | None = None):
         self.ch, self.table_sql = ch, table_sql
         self.settings = {**SETTINGS, **(settings or {})}
         self.options = pa.ipc.IpcWriteOptions(compression=compression) if compression else None
-        self.max_rows, self.max_bytes, self.max_seconds = max_rows, max_bytes, max_seconds
-        self.max_owners = max_owners
+        self.max_rows, self.max_bytes, self.max_seconds = limits.rows, limits.bytes, limits.seconds
+        self.max_owners = limits.owners
         self.on_written = on_written or (lambda rows, owner: None)
         self.on_failed = on_failed or (lambda rows, owner: None)
         self.pool = ThreadPoolExecutor(2, thread_name_prefix="insert")

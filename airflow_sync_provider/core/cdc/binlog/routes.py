@@ -1,0 +1,105 @@
+"""One followed table's row changes as its copy's rows: :class:`TableRoute`."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pymysqlreplication.constants import NONE_SOURCE
+
+from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.positions import BinlogError, ValueRefused
+from airflow_sync_provider.core.source.schema import TableSchema
+from airflow_sync_provider.core.typemap import MySQLColumn, check_array
+
+
+@dataclass
+class TableRoute:
+    """One replicated table: its source schema (as copied) and its ClickHouse target."""
+
+    schema: TableSchema
+    target_database: str
+    target_table: str
+    table: PipelineTable | None = None  # the pipeline's entry (names, columns)
+    weight: MySQLColumn | None = None  # the collated split column whose weight rows carry
+    skip_before: int = 0  # changes ranked below this are skipped: a re-copy from there covers them
+
+    def __post_init__(self):
+        self._source = self.schema.qualified  # per row change on the reader's path
+        self.mappings = self.schema.mappings()
+        self.names = [m.name for m in self.mappings]
+        self.key = list(self.schema.primary_key)
+        if not self.key:
+            raise BinlogError(f"table {self.schema.qualified} has no primary key: CDC needs one to know which "
+                              "target row a change replaces (give it a primary key, or keep it on full loads)")
+        # per row and value on the hot path: resolved once
+        self._converters = [(m.name, m.rule.from_binlog, m.source) for m in self.mappings]
+        # a merged copy's member (core/source/group.py): columns its table lacks (NULL) and its
+        # source columns (its tags) are not in its rows events; every row carries their values
+        self.virtual = {m.name: m.source.tag for m in self.mappings if not m.source.in_table}
+        self.table_names = [n for n in self.names if n not in self.virtual]
+        self.key_at = [self.names.index(k) for k in self.key]  # where the key's values are in a row
+        self.key_getter = operator.itemgetter(*self.key_at)  # a row's key (a value, not a tuple, for one column)
+        # columns the copy leaves out on purpose; any other column a rows event carries that the
+        # copy lacks means a schema change was not followed
+        chosen = self.table.columns if self.table is not None else None
+        self._left_out = None if chosen is not None else \
+            {c.lower() for c in (self.table.exclude_columns if self.table is not None else ())}
+        self._shapes_seen: set = set()
+
+    def check_shape(self, names: tuple, where: str) -> None:
+        """Compare a rows event's own column names (binlog_row_metadata=FULL) with the copy's."""
+        if names in self._shapes_seen:
+            return
+        missing = [n for n in self.table_names if n not in names]
+        extra = [] if self._left_out is None else \
+            [n for n in names if n not in self.table_names and n.lower() not in self._left_out]
+        if missing or extra:
+            raise BinlogError(f"table {self.source}, {where}: the binlog's rows have columns {list(names)} but the "
+                              f"copy follows {self.table_names} (missing {missing}, unknown {extra}): a schema change "
+                              "was not followed. Stopped before writing; re-bootstrap the table (restart=True) "
+                              "and report the DDL that led here")
+        self._shapes_seen.add(names)
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def row(self, values: dict, none_sources: dict | None = None) -> tuple:
+        missing = [n for n in self.table_names if n not in values]
+        if self.virtual:
+            values = {**values, **self.virtual}
+        if missing:
+            raise BinlogError(f"table {self.source}: the binlog rows lack columns {missing} "
+                              "(binlog_row_image must be FULL and binlog_row_metadata FULL)")
+        if none_sources:  # the reader decodes an empty SET as None; MySQL shows ''
+            values = {k: "" if v is None and none_sources.get(k) == NONE_SOURCE.EMPTY_SET else v
+                      for k, v in values.items()}
+        return tuple(None if (value := values[name]) is None else convert(value, column)
+                     for name, convert, column in self._converters)
+
+    def key_of(self, row: tuple) -> tuple:
+        return tuple(row[i] for i in self.key_at)
+
+    def arrow(self, rows: list[tuple], versions: list[int], deleted: list[int], where: str) -> pa.Table:
+        """Rows with their versions and tombstone flags as an Arrow table for the target; values
+        the target would store wrongly are refused as by the full load."""
+        columns = list(zip(*rows)) if rows else [[] for _ in self.mappings]
+        # a tombstone keeps the old row's values: only live rows must satisfy NOT NULL etc.
+        live = pa.array([not d for d in deleted]) if any(deleted) else None
+        arrays = []
+        for values, mapping in zip(columns, self.mappings):
+            try:
+                array = pa.array(values, type=mapping.arrow_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
+                raise ValueRefused(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: "
+                                   f"{exc}") from exc
+            try:
+                check_array(array if live is None else array.filter(live), mapping, where)
+            except ValueError as exc:
+                raise ValueRefused(f"{exc}. A retry stops here again: fix the value in MySQL (the change after "
+                                   "it then carries the fixed value) and re-bootstrap the table") from exc
+            arrays.append(array)
+        return pa.Table.from_arrays(arrays + [pa.array(versions, pa.uint64()), pa.array(deleted, pa.uint8())],
+                                    names=self.names + ["_version", "_deleted"])
