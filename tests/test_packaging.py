@@ -108,3 +108,14 @@ def test_docker_compose_spark_settings_are_what_the_cluster_fixture_needed():
         host = json.loads(env[name])["host"]
         assert host in services and host not in ("localhost", "127.0.0.1")  # executors connect to these too
     assert master["image"] == worker["image"] == airflow["image"]  # same Python path, same package
+
+
+def test_every_package_of_the_tree_ships():
+    """pyproject.toml lists the packages setuptools installs: a package folder missing from the
+    list works in the editable checkout and is absent from a wheel (a Docker image, a worker)."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    root = REPO / "airflow_sync_provider"
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in root.rglob("__init__.py")}
+    assert found - listed == set(), f"packages missing from pyproject.toml's [tool.setuptools] packages: {found - listed}"

@@ -140,7 +140,7 @@ def _finish_and_check(endpoints, spark, ch, conn, table: str, keys: list[str], l
 def test_bigint_key_every_kind_of_change_gets_exactly_its_flag(mysql_conn, ch, endpoints, spark, monkeypatch):
     """Every type's changes, read by connectorx (every piece of the read, however small: the
     text-key test below reads with mysqlclient)."""
-    from airflow_sync_provider.spark import diff as diff_job
+    from airflow_sync_provider.spark import diff_shard as diff_job
 
     monkeypatch.setattr(diff_job, "NATIVE_ROWS", 0)
     recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.wide (id BIGINT PRIMARY KEY, {_columns_ddl()})")
@@ -164,7 +164,7 @@ def test_bigint_key_every_kind_of_change_gets_exactly_its_flag(mysql_conn, ch, e
 
 
 def test_composite_collated_key_case_change_is_a_delete_and_a_new_key(mysql_conn, ch, endpoints, spark, monkeypatch):
-    from airflow_sync_provider.spark import diff as diff_job
+    from airflow_sync_provider.spark import diff_shard as diff_job
 
     monkeypatch.setattr(diff_job, "NATIVE_ROWS", 0)  # every piece through connectorx, as above
     recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.comp (g INT NOT NULL, k VARCHAR(20) COLLATE "
@@ -227,7 +227,7 @@ def test_scattered_changes_are_found_exactly_reading_a_small_fraction(mysql_conn
     are cut at a second level (with the default 32, a differing bucket is read at once; with text
     keys too, although a Poisson number of rows is in each: a second level would scan again)."""
     from airflow_sync_provider.core.verify import pruning
-    from airflow_sync_provider.spark import diff as diff_job
+    from airflow_sync_provider.spark import diff_shard as diff_job
 
     monkeypatch.setattr(diff_job, "RANGE_BATCH", batch)
     if native:  # a shard's read through connectorx, a piece per 2 key ranges (not 256)
@@ -280,7 +280,7 @@ def test_everything_changed_is_read_in_pieces_and_a_failed_native_piece_is_read_
     native read fails after its first batch is read again by mysqlclient: every key is flagged
     once, none twice."""
     from airflow_sync_provider.core.source import reader
-    from airflow_sync_provider.spark import diff as diff_job
+    from airflow_sync_provider.spark import diff_shard as diff_job
 
     native, pieces, failed = reader.read_shard_native, [], []
 

@@ -84,7 +84,7 @@ def read_pem(path: str, parameter: str, where: str) -> tuple[str, str]:
 def private_dir() -> Path | None:
     """``$TMPDIR/airflow-sync-<uid>``, if it is this user's alone (None otherwise: another user
     could have made it, and could read or replace what is put there: certificates here, the
-    package zip cache and the CLI's logs in core/submission.py and cli.py)."""
+    package zip cache and the CLI's logs in core/submission.py and cli/common.py)."""
     directory = Path(tempfile.gettempdir()) / f"airflow-sync-{os.getuid()}"
     try:
         directory.mkdir(mode=0o700, exist_ok=True)

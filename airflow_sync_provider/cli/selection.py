@@ -1,0 +1,79 @@
+"""Which tables a command works on: many by pattern (``--database`` / ``--select-table`` /
+``--exclude-table``) and source groups (``--source NAME``, ``--merge-into``)."""
+
+from __future__ import annotations
+
+import os
+
+from airflow_sync_provider.core.endpoints import MySQLEndpoint
+from airflow_sync_provider.core.source.group import Source, env_name
+
+
+def selection_arguments(parser, database_help: str = "", pipeline: bool = False) -> None:
+    parser.add_argument("--database", action="append",
+                        help=database_help or "select tables of these databases (pattern; repeat)")
+    parser.add_argument("--select-table", action="append",
+                        help="table name or db.table pattern (shell wildcards, or re:REGEX; repeat)")
+    parser.add_argument("--exclude-table", action="append", help="pattern to leave out (repeat)")
+    parser.add_argument("--target-database",
+                        help="where the copies go (selected tables: {database} stands for the source's name)")
+    parser.add_argument("--source", action="append", metavar="NAME",
+                        help="a source group: this source (repeat), its URL in $MYSQL_URL_<NAME> (upper-cased, other "
+                             "characters as _); the selection applies to every source")
+    parser.add_argument("--merge-into", metavar="DB.TABLE",
+                        help="with --source: every selected table of every source into this one table, keyed by the "
+                             "primary key and _source, _source_database, _source_table (docs/source-groups.md)")
+    if pipeline:  # a pipeline keeps the patterns it was first given; other patterns are refused unless
+        parser.add_argument("--change-selection", action="store_true",
+                            help="replace the patterns the pipeline keeps with these")
+    else:
+        parser.add_argument("--parallel-tables", type=int, default=2, help="selected tables worked on at once")
+
+
+def pattern_selection(args, source: MySQLEndpoint) -> dict | None:
+    """A command's tables by pattern (--select-table / --exclude-table, or no --table): the selection."""
+    if getattr(args, "table", None) and not (args.select_table or args.exclude_table):
+        return None
+    databases = args.database or ([source.database] if source.database else [])
+    if not databases:
+        raise SystemExit("select tables with --database (pattern; repeat) or put the database in the MySQL URL")
+    return {"databases": databases, "tables": args.select_table or ["*"], "exclude_tables": args.exclude_table or [],
+            "target_database": args.target_database or "{database}"}
+
+
+def group_sources(args) -> list[Source]:
+    """``--source NAME`` (repeat): a source group, each source's URL from ``$MYSQL_URL_<NAME>`` (the
+    name upper-cased, other characters as ``_``), so no password is on a command line."""
+    sources = []
+    for name in getattr(args, "source", None) or []:
+        variable = env_name(name)
+        if not os.environ.get(variable):
+            raise SystemExit(f"airflow-sync: --source {name}: set ${variable} to its mysql://user:pass@host:port/ URL")
+        sources.append(Source(name, MySQLEndpoint.from_url(os.environ[variable])))
+    if getattr(args, "merge_into", None) and not sources:
+        raise SystemExit("airflow-sync: --merge-into merges the tables of a source group: name the sources with "
+                         "--source NAME (repeat)")
+    return sources
+
+
+def group_tables(args) -> list[str]:
+    """A group's ``--table`` (one database): the same table on every source."""
+    if not getattr(args, "table", None):
+        return []
+    if "." in args.table:
+        return [args.table]
+    if not args.database or len(args.database) != 1:
+        raise SystemExit("airflow-sync: with --source, give --table as db.table or with one --database")
+    return [f"{args.database[0]}.{args.table}"]
+
+
+def group_selection(args) -> dict | None:
+    """A group's tables by pattern: unlike ``pattern_selection``, its databases come from ``--database`` only."""
+    if getattr(args, "table", None) and not (args.select_table or args.exclude_table):
+        return None
+    if not args.database:
+        raise SystemExit("airflow-sync: with --source, select tables with --database (pattern; repeat) "
+                         "[--select-table …] or name one with --table db.table")
+    return {"databases": args.database, "tables": args.select_table or ["*"],
+            "exclude_tables": args.exclude_table or [],
+            **({"target_database": args.target_database} if args.target_database else {})}
