@@ -24,11 +24,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc import ddl
-from airflow_sync_provider.core.cdc.binlog.preflight import BinlogLost, preflight
-from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.checkpoints import (
     PIPELINE_FAILED,
     PIPELINE_IDLE,
@@ -39,27 +36,17 @@ from airflow_sync_provider.core.cdc.checkpoints import (
 )
 from airflow_sync_provider.core.cdc.lease import Lease, LeaseError
 from airflow_sync_provider.core.cdc.servers import (
-    GtidNotFound,
-    Server,
     ServerEpochs,
-    common_state,
-    gtid_state,
-    locate,
-    missing_from,
-    server_of,
-    shared_history,
-    with_their_domains,
 )
 from airflow_sync_provider.core.cdc.staging import XaStaging
-from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec
-from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, Ledger
+from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
+from airflow_sync_provider.spark.cdc_start import JOIN_POLL_SECONDS, Applying, RunStart, Stream, Totals
 from airflow_sync_provider.spark.cdc_stream import (
     ApplyFailed,
     Decoded,
@@ -72,57 +59,7 @@ from airflow_sync_provider.spark.session import LazySession, lazy
 
 __all__ = ["ApplyFailed", "PipelineRun", "run_cdc_apply"]
 
-JOIN_POLL_SECONDS = 2.0  # how often a running pipeline looks for tables waiting to join
-
-
-@dataclass
-class Applying:
-    """A transaction being applied in pieces: written past the stream's position, not claimed."""
-
-    began: BinlogPosition
-    since: float
-    through: BinlogPosition | None = None
-    pieces: int = 0
-    changes: int = 0  # row changes written to the copy
-    staged: int = 0  # rows of an XA transaction written to staging (core/cdc/staging.py)
-    per_table: dict = field(default_factory=dict)  # source table → [row changes, rows written]
-
-    def to_dict(self, joining: str = "") -> dict:
-        return {"began": self.began.to_dict(), "through": (self.through or self.began).to_dict(), "since": self.since,
-                "pieces": self.pieces, "changes": self.changes, "staged": self.staged} | (
-                    {"joining": joining} if joining else {})
-
-
-@dataclass
-class Stream:
-    """What one follow of the binlog applies: ``routes`` (name → route) of ``tables``, from
-    ``position``. The pipeline's stream moves its checkpoint; a table joining replays its own
-    changes up to the checkpoint first, moving its registration's ``since`` (``joining``)."""
-
-    routes: dict[str, TableRoute]
-    tables: list[PipelineTable]
-    position: BinlogPosition
-    joining: Registration | None = None
-    applying: Applying | None = None  # the open transaction's pieces written so far
-
-
-@dataclass
-class Totals:
-    events: int = 0
-    rows_written: int = 0
-    joined: list = field(default_factory=list)
-    ddl: int = 0
-    recopied: list = field(default_factory=list)
-    verified: list = field(default_factory=list)
-    repaired_shards: int = 0
-    failover: dict = field(default_factory=dict)  # the source became another server: from, to, where
-    binlog_lost: dict = field(default_factory=dict)  # the binlog the checkpoint needed was gone: what it cost
-    xa_commits_unseen: int = 0  # commits of XA transactions prepared before the copy (BinlogReader)
-    pieces: int = 0  # pieces of large transactions written (core/cdc/binlog/batches.Batch)
-    xa_staged: int = 0  # rows of large XA transactions written to staging (core/cdc/staging.py)
-
-
-class PipelineRun:
+class PipelineRun(RunStart):
     """One run of a pipeline's applier: bounded (to ``stop``) or a service (until stopped or
     ``max_seconds``). Holds the run's context once: spec, Spark session, ClickHouse client,
     ledger, lease, the pipeline's state and stream, re-copies and totals."""
@@ -202,208 +139,6 @@ class PipelineRun:
                 "stop": self.stop.to_dict() if self.stop else None, **totals, "lanes": self.spec.lanes,
                 "generation": self.lease.generation, "selection": self.selection.to_dict() if self.selection else None,
                 "prepared_xa": len(state.prepared), "seconds": round(time.time() - self.started, 3)}
-
-    def _selection(self) -> TableSelection | None:
-        """The patterns this run applies: the pipeline's own (kept in the ledger by the bootstrap
-        or the apply that first gave them), or the run's when it gives them first or changes
-        them explicitly (``change_selection``; a ``reset`` starts the pipeline afresh)."""
-        spec = self.spec
-        self._kept_selection = TableSelection.of(self.checkpoints.selection(spec.pipeline))
-        return TableSelection.of(self.checkpoints.selection_for(spec.pipeline, spec.select,
-                                                                spec.change_selection or spec.reset,
-                                                                kept=self._kept_selection))
-
-    def _begin(self) -> None:
-        """Where the run starts, its tables' routes, the source checked, where it stops."""
-        spec, state = self.spec, self.state
-        if self.selection != self._kept_selection:
-            self.checkpoints.write_selection(spec.pipeline, self.selection.to_dict() if self.selection else None)
-        with mysql_reader.connect(spec.source) as conn:
-            here = server_of(conn)
-            self.epochs.ensure()
-            epoch = self.epochs.epoch(here)  # registered when first seen
-            start, state.tables = self._start_and_tables(epoch)
-            self.start = state.checkpoint = self._on_server(conn, here, start, epoch)
-        # a look at every table: asked for, or after a takeover (the last applier died running)
-        if spec.verify or (self.previous is not None and self.previous.status == PIPELINE_RUNNING):
-            for table in state.tables:
-                if table.streaming:
-                    table.mark_due()
-        self.recopies.settle(state.tables)
-        with mysql_reader.connect(spec.source) as conn:
-            routes = cdc_ddl.open_routes(conn, self.ch, state.tables)
-            try:
-                preflight(conn, self.start, spec.source, spec.server_id + 70)  # the dump probe's own replica id
-            except BinlogLost as lost:  # the binlog the checkpoint needs is gone
-                self.start = state.checkpoint = self._lost(conn, str(lost))
-            self.stop = BinlogPosition.from_dict(spec.stop_position) or (
-                None if spec.service else current_position(conn, epoch=self.epoch))
-        if state.prepared or (self.previous is not None and self.previous.status != PIPELINE_IDLE):
-            # parked XA transactions whose staging is whole are not read again; staging a crash
-            # left behind (after its transaction's end) is dropped
-            state.prepared = self.staging.trusted(state.prepared)
-        self.stream = Stream(routes, state.tables, self.start)
-        if self.totals.binlog_lost:  # every table copied again beside the stream restarted at the source's now
-            for table in state.tables:
-                if table.streaming and self.recopies.start(routes, table, f"the binlog was lost: "
-                                                                          f"{self.totals.binlog_lost['why'][:300]}"):
-                    self.totals.recopied.append(table.name)
-        state.source_position = self.stop
-        self.checkpoints.write(state)
-        self.log(f"{len(routes)} table(s) from {self.start} to {self.stop or 'until stopped'}, {spec.lanes} lane(s), "
-                 f"lease generation {self.lease.generation}"
-                 + (f", tables selected by {self.selection.to_dict()}" if self.selection else ""))
-
-    def _register(self, fresh: bool) -> None:
-        """Tables named by the run (full loads, or tables with a start position) join the pipeline
-        from where their copies began; a table already in it keeps its place."""
-        spec = self.spec
-        for key in spec.start_from_loads:
-            load = self.loads.state(key)
-            if load is None or load.status != LOAD_PUBLISHED:
-                raise ApplyFailed(f"pipeline {spec.pipeline!r}: full load {key!r} is "
-                                  f"{load.status if load else 'not in the ledger'}; start from a published load")
-            if not load.start_position:
-                raise ApplyFailed(f"pipeline {spec.pipeline!r}: full load {key!r} recorded no binlog position "
-                                  "(binlog off or not visible to its user when it ran); reload with binlog access "
-                                  "to start CDC")
-            source_db, source_table = load.source_table.split(".", 1)
-            target_db, target_table = load.target_table.split(".", 1)
-            table = PipelineTable(source_db, source_table, target_db, target_table, load.spec.get("columns"),
-                                  load.spec.get("exclude_columns") or [], load.plan.get("split_column"))
-            shape = load.spec.get("source_shape") or {}
-            table.shape, table.key = shape.get("shape"), shape.get("key")
-            self.checkpoints.register(spec.pipeline, table, BinlogPosition.from_dict(load.start_position))
-        known = ({r.name for r in self.checkpoints.registrations(spec.pipeline)} | {t.name for t in self.state.tables}
-                 if spec.tables else set())
-        for entry in spec.tables:
-            table = PipelineTable.of(entry)
-            if table.name in known:
-                continue
-            if not spec.start_position:
-                raise ApplyFailed(f"pipeline {spec.pipeline!r}: table {table.name} is not part of it; bootstrap it "
-                                  "(CdcBootstrapOperator / airflow-sync cdc bootstrap), start from its full load "
-                                  "(start_from_loads) or give start_position")
-            self.checkpoints.register(spec.pipeline, table, BinlogPosition.from_dict(spec.start_position))
-        if fresh and not self.checkpoints.registrations(spec.pipeline) and self.selection is None:
-            raise ApplyFailed(f"pipeline {spec.pipeline!r} has no tables yet: bootstrap them (CdcBootstrapOperator), "
-                              "start from full loads of them (start_from_loads=[load keys]) or give start_position "
-                              "with tables")
-
-    @property
-    def epoch(self) -> int:
-        """The source server's epoch (core/cdc/servers.py): the top byte of every version written."""
-        return self.state.checkpoint.epoch
-
-    def _on_server(self, conn, here: Server, start: BinlogPosition, epoch: int) -> BinlogPosition:
-        """The run's start on the server it reads: the checkpoint itself on the server it is a
-        position of; on another server (a failover) the checkpoint's GTID state found there."""
-        origin = Server.from_dict(self.state.server) or self.epochs.server_of_epoch(start.epoch) or here
-        self.state.server = here.to_dict()
-        if origin.key == here.key:  # the checkpoint's epoch is the server's (earlier releases: 0)
-            return dataclasses.replace(start, epoch=max(start.epoch, epoch))
-        return self._move(conn, origin, here, start)
-
-    def _move(self, conn, origin: Server, here: Server, start: BinlogPosition) -> BinlogPosition:
-        """Resume on another server with the same history (a promoted replica behind the same
-        address, or a connection pointed at it): find the checkpoint's GTID state in its binlog.
-        What the copy holds that the server never had (a replica promoted while behind) is
-        brought level by a look at every table; a history the server cannot serve (purged, or a
-        gap) is handled as a lost binlog."""
-        spec = self.spec
-        if not start.gtid:
-            raise BinlogError(f"pipeline {spec.pipeline!r}: its checkpoint {start} is a position on {origin}, and "
-                              f"the source is now {here}; the checkpoint carries no GTID state (written by an earlier "
-                              "release, or GTIDs are off), so its place in this server's binlog cannot be found. A "
-                              "retry stops here again: bootstrap the tables again (restart=True)")
-        epoch = self.epochs.register(here)  # above every server before: what is read from here out-ranks them
-        theirs = gtid_state(conn)
-        missing = missing_from(start.gtid, theirs, here.mariadb)
-        resume = with_their_domains(common_state(start.gtid, theirs, here.mariadb) if missing else start.gtid, theirs,
-                                    here.mariadb)
-        self.totals.failover = {"from": origin.to_dict(), "to": here.to_dict(), "checkpoint": start.to_dict(),
-                                "epoch": epoch, "missing": missing}
-        try:
-            position = locate(spec.source, resume, here.mariadb, spec.server_id + 50, epoch)
-        except GtidNotFound as exc:  # its history left ours (promoted while behind), or does not reach back
-            shared = shared_history(conn, start.gtid) if here.mariadb else None
-            if shared is None:
-                return self._lost(conn, f"{here} cannot serve the checkpoint's GTID state {resume!r} ({exc})", epoch)
-            missing = missing_from(start.gtid, shared, True)
-            self.totals.failover["missing"] = missing
-            position = locate(spec.source, with_their_domains(shared, theirs, True), True, spec.server_id + 50,
-                              epoch)
-        self.totals.failover["resumed_at"] = position.to_dict()
-        if self.state.prepared:  # where they began is a position on the old server: forgotten, and
-            # their commits here count as unseen (every table is looked at after them)
-            self.log(f"XA transaction(s) prepared on {origin} and not committed: {sorted(self.state.prepared)}")
-            self.state.prepared = {}
-        self.log(f"the source is now {here} (was {origin}): resuming at GTID {resume} = {position}"
-                 + (f"; it never had {missing}, which the copy holds: every table is looked at and brought level"
-                    if missing else ""))
-        if missing:
-            for table in self.state.tables:
-                if table.streaming:
-                    table.mark_due()
-        return position
-
-    def _lost(self, conn, why: str, epoch: int | None = None) -> BinlogPosition:
-        """The binlog the checkpoint needs is gone: with ``on_binlog_lost="recopy"`` (the default)
-        the stream restarts at the source's position now and every table is copied again beside it
-        (:meth:`_begin`); with ``"stop"`` the pipeline stops, at every retry."""
-        spec = self.spec
-        if spec.on_binlog_lost == "stop":
-            raise BinlogLost(f"pipeline {spec.pipeline!r}: {why}. A retry stops here again: let the pipeline copy "
-                             "its tables again beside the stream (on_binlog_lost='recopy', the default), or "
-                             "re-bootstrap them (restart=True)")
-        position = current_position(conn, epoch=self.epoch if epoch is None else epoch)
-        self.totals.binlog_lost = {"why": why, "checkpoint": self.state.checkpoint.to_dict(),
-                                   "restarted_at": position.to_dict()}
-        self.state.prepared = {}  # their rows are in the copies made beside the stream
-        self.log(f"{why}: the stream restarts at {position} and every table is copied again beside it")
-        return position
-
-    def _start_and_tables(self, epoch: int) -> tuple[BinlogPosition, list[PipelineTable]]:
-        """Where the run starts and the pipeline's tables: those of the checkpoint, as it knew
-        them (the others join during the run)."""
-        spec, previous = self.spec, self.previous
-        fresh = previous is None or previous.checkpoint is None or spec.reset
-        if spec.reset:
-            self.checkpoints.forget_tables(spec.pipeline)
-        self._register(fresh)
-        registrations = self._registrations = self.checkpoints.registrations(spec.pipeline)
-        if not fresh:
-            tables = list(previous.tables)
-            known = {t.name for t in tables}
-            # joined, but the state written after joining was lost with its applier
-            tables += [r.table for r in registrations if r.joined and r.name not in known]
-            return previous.checkpoint, tables
-        if not registrations:  # a new pipeline of patterns alone: its tables are copied beside the stream from now
-            with mysql_reader.connect(spec.source) as conn:
-                return current_position(conn, epoch=epoch), []
-        start = min((r.since for r in registrations), key=BinlogPosition.key)  # a new pipeline: all join now
-        for registration in registrations:
-            if not registration.joined:
-                registration.joined = True
-                self.checkpoints.write_registration(spec.pipeline, registration)
-        return start, [r.table for r in registrations]
-
-    def _await_tables(self) -> None:
-        """A service started for a new pipeline before any table joined it (e.g. ahead of the
-        bootstrap) waits for the first table instead of failing; bounded runs do not wait."""
-        spec, previous = self.spec, self.previous
-        if (not spec.service or spec.tables or spec.start_from_loads or (previous and previous.checkpoint)
-                or self.selection is not None):
-            return
-        announced = False
-        while not self.checkpoints.registrations(spec.pipeline):
-            if spec.max_seconds and time.time() - self.started > spec.max_seconds:
-                raise ApplyFailed(f"pipeline {spec.pipeline!r}: no table joined within {spec.max_seconds:.0f} s")
-            if not announced:
-                self.log("waiting for a table to join (a bootstrap or a full load given to start_from_loads)")
-                announced = True
-            self.checkpoints.write(self.state)  # heartbeat: `cdc status` shows it waiting
-            time.sleep(JOIN_POLL_SECONDS)
 
     def _loop(self) -> None:
         """Follow the binlog from the checkpoint until the stop; tables registered meanwhile join,
