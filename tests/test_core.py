@@ -101,17 +101,32 @@ def test_throttle_holds_the_rate_over_totals():
 
 
 def test_shard_problems_name_each_discrepancy():
-    from types import SimpleNamespace
-
+    from airflow_sync_provider.core.ledger import ShardState
     from airflow_sync_provider.core.verify.reconcile import shard_problems
 
-    good = SimpleNamespace(records_read=5, records_written=5, records_failed=0)
+    good = ShardState(0, 1, "success", "", [], records_read=5, records_written=5)
     assert shard_problems({"source_rows": 5, "target_rows": 5}, good) == []
     assert shard_problems({"source_rows": 5, "target_rows": 4}, good) == ["source 5 != target 4"]
     assert shard_problems({"source_rows": 5, "target_rows": 5, "source_checksum": "1", "target_checksum": "2"},
                           good) == ["content checksum differs"]
-    bad = SimpleNamespace(records_read=5, records_written=4, records_failed=1)
+    bad = ShardState(0, 1, "success", "", [], records_read=5, records_written=4, records_failed=1)
     assert shard_problems({"source_rows": 5, "target_rows": 5}, bad) == ["hook counters read 5 / written 4 / failed 1"]
+
+
+def test_the_hook_counters_are_counted_by_the_shard_record():
+    from airflow_sync_provider.core.ledger import ShardState
+
+    shard = ShardState(3, 1, "running", "", [])
+    shard.count_read(10, 400)
+    shard.count_written(6)
+    assert shard.counters_disagree()  # 4 rows not acknowledged yet
+    shard.count_unacknowledged()  # their insert failed
+    assert (shard.records_read, shard.records_written, shard.records_failed, shard.bytes) == (10, 6, 4, 400)
+    chunked = ShardState(4, 1, "running", "", [])
+    chunked.count_chunk(5, 5, 100)
+    chunked.count_chunk(3, 3, 60)
+    assert (chunked.records_read, chunked.records_written, chunked.chunks, chunked.bytes) == (8, 8, 2, 160)
+    assert not chunked.counters_disagree()
 
 
 def test_type_mapping_doc_is_the_rules_table():

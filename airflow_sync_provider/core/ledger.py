@@ -69,6 +69,37 @@ class ShardState:
     def seconds(self) -> float:
         return max(0.0, (self.finished_at or _now()) - self.started_at) if self.started_at else 0.0
 
+    # --- the hook counters (patent S51): counted here only, by whoever copies the shard ---------
+
+    def count_read(self, rows: int, nbytes: int) -> None:
+        """Rows read from the source (and their Arrow bytes), as they go to the target."""
+        self.records_read += rows
+        self.bytes += nbytes
+
+    def count_written(self, rows: int) -> None:
+        """Rows the target acknowledged."""
+        self.records_written += rows
+
+    def count_failed(self, rows: int) -> None:
+        """Rows whose insert failed."""
+        self.records_failed += rows
+
+    def count_unacknowledged(self) -> None:
+        """The insert carrying the rest of the shard's rows failed: every row read and not
+        acknowledged failed with it."""
+        self.records_failed = self.records_read - self.records_written
+
+    def count_chunk(self, rows: int, written: int, nbytes: int) -> None:
+        """A bootstrap chunk, counted once it is durable (a crash re-reads it, uncounted)."""
+        self.records_read += rows
+        self.records_written += written
+        self.bytes += nbytes
+        self.chunks += 1
+
+    def counters_disagree(self) -> bool:
+        """Do the counters say rows went missing: read != written, or any failed?"""
+        return self.records_read != self.records_written or bool(self.records_failed)
+
 
 @dataclass
 class LoadState:
@@ -115,19 +146,13 @@ class LoadState:
         }
 
 
-def counters_disagree(shard) -> bool:
-    """Do a shard attempt's hook counters (a :class:`ShardState`, or anything with its
-    ``records_*``) say rows went missing: read != written, or any failed?"""
-    return shard.records_read != shard.records_written or bool(shard.records_failed)
-
-
 def failing_shards(state: LoadState) -> list[int]:
     """The shards that make a load's counters verdict ``failed`` (none: it succeeded or is still
     under way): shards with bad counters (read != written, or failed rows), and once the load
     has ended (failed, published, abandoned, or its job died) every planned shard that did not
     succeed — a published load's shards a reconciliation marked: its copy is wrong there."""
     ids = [s["id"] for s in state.plan.get("shards", [])]
-    bad_counters = [s.shard_id for s in state.shards.values() if s.status == SHARD_SUCCESS and counters_disagree(s)]
+    bad_counters = [s.shard_id for s in state.shards.values() if s.status == SHARD_SUCCESS and s.counters_disagree()]
     ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED, LOAD_ABANDONED) or state.stale
     undone = [i for i in ids if i not in state.shards or state.shards[i].status != SHARD_SUCCESS] if ended else []
     if not bad_counters and not undone:

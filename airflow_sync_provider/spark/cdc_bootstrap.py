@@ -122,7 +122,7 @@ class BootstrapCopy(ShardCopy):
 
     def inserts(self, channel: Channel, record: ShardState) -> ArrowInserts:
         def failed(rows, _record):
-            record.records_failed += rows
+            record.count_failed(rows)
 
         return ArrowInserts(channel.ch, ch_table(self.spec.target_database, self.spec.target_table),
                             settings=target.WEIGHT_SETTINGS if self.copy.weight else None, on_failed=failed)
@@ -167,10 +167,7 @@ class BootstrapCopy(ShardCopy):
             cur.close()
             rows = holder["rows"]
             # the chunk is durable: count it once and move the resume point past it
-            record.records_read += rows
-            record.records_written += written
-            record.bytes += nbytes
-            record.chunks += 1
+            record.count_chunk(rows, written, nbytes)
             record.version = version.value if version.value is not None else record.version
             if rows:
                 after = holder["last"]

@@ -188,11 +188,11 @@ class FullLoadCopy(ShardCopy):
 
 
 def _written(rows: int, record: ShardState) -> None:
-    record.records_written += rows
+    record.count_written(rows)
 
 
 def _failed(rows: int, record: ShardState) -> None:
-    record.records_failed += rows
+    record.count_failed(rows)
 
 
 def binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:

@@ -177,7 +177,7 @@ class ChannelOutput:
             record.status = SHARD_SUCCESS if error is None else SHARD_FAILED
             if error is not None:
                 record.error = f"the insert of its rows failed: {type(error).__name__}: {error}"[:4000]
-                record.records_failed = record.records_read - record.records_written
+                record.count_unacknowledged()
                 failure = copier.failures[record.shard_id] = copier.outage.failed(error, TARGET)
                 if failure.transient:
                     self.again.append((copier, record))
@@ -352,8 +352,7 @@ class ShardCopy:
                 tail.append(pa.repeat(pa.scalar(self.copy.shard_base + shard.id, pa.uint32()), rows))
             if live is not None:
                 live.version = version.value
-                live.records_read += rows
-                live.bytes += batch.nbytes
+                live.count_read(rows, batch.nbytes)
             inserts.write(pa.RecordBatch.from_arrays([*batch.columns, *tail], names=names), live)
             rows_total, bytes_total = rows_total + rows, bytes_total + batch.nbytes
             channel.throttle.account(rows, batch.nbytes)

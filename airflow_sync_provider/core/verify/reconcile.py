@@ -6,7 +6,6 @@ databases compute the numbers themselves; only one row per shard travels.
 
 from __future__ import annotations
 
-from airflow_sync_provider.core.ledger import counters_disagree
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash
@@ -38,7 +37,7 @@ def shard_problems(row: dict, counters=None) -> list[str]:
         out.append(f"source {row['source_rows']} != target {row['target_rows']}")
     if row.get("source_checksum") != row.get("target_checksum"):
         out.append("content checksum differs")
-    if counters is not None and counters_disagree(counters):
+    if counters is not None and counters.counters_disagree():
         out.append(f"hook counters read {counters.records_read} / written {counters.records_written} / "
                    f"failed {counters.records_failed}")
     return out
