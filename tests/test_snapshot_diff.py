@@ -284,9 +284,9 @@ def test_everything_changed_is_read_in_pieces_and_a_failed_native_piece_is_read_
 
     native, pieces, failed = reader.read_shard_native, [], []
 
-    def flaky(endpoint, plan, mappings, shard, *args, **kwargs):
+    def flaky(endpoint, read, shard, *args, **kwargs):
         pieces.append(shard.where)
-        for n, batch in enumerate(native(endpoint, plan, mappings, shard, *args, **kwargs)):
+        for n, batch in enumerate(native(endpoint, read, shard, *args, **kwargs)):
             if not failed and n == 1:  # the first piece of two batches or more, after its first
                 failed.append(shard.where)
                 raise reader.NativeReadError("injected: a value connectorx cannot decode")
