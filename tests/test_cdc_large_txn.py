@@ -216,7 +216,7 @@ def test_a_transaction_of_two_million_changes_killed_then_applied_in_bounded_mem
     assert 0 < changed < ROWS  # the copy holds part of it
     from airflow_sync_provider.cli import main as cli
     from airflow_sync_provider.core.overview import PipelineRow
-    from airflow_sync_provider.core.pages import pipeline_html
+    from airflow_sync_provider.plugins.pages import pipeline_html
 
     assert cli(["cdc", "status", "--pipeline", "big", "--clickhouse-url", clickhouse_url]) == 0
     assert "being applied in pieces" in capsys.readouterr().out

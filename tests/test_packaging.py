@@ -118,4 +118,4 @@ def test_every_package_of_the_tree_ships():
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     root = REPO / "airflow_sync_provider"
     found = {".".join(p.parent.relative_to(REPO).parts) for p in root.rglob("__init__.py")}
-    assert found - listed == set(), f"packages missing from pyproject.toml's [tool.setuptools] packages: {found - listed}"
+    assert found - listed == set(), f"packages missing from pyproject.toml's [tool.setuptools] list: {found - listed}"

@@ -44,8 +44,40 @@ def test_unknown_on_mismatch_is_refused():
 
 
 def test_the_report_says_what_was_reimported(tmp_path):
-    from airflow_sync_provider.core.verify.reports import reconcile_html
+    from airflow_sync_provider.plugins.pages import reconcile_html
 
     page = reconcile_html(result("ok", [], before=[0]))
     assert "First pass: shards [0] mismatched; they were re-imported (5 rows)" in page
     assert "First pass" not in reconcile_html(result("ok", []))
+
+
+def test_the_report_pages_escape_every_value_and_are_written_without_airflow(tmp_path):
+    """The reconciliation and diff pages (plugins/templates/, autoescaped) as the operators and the
+    command line write them: every value from the source or the copy is escaped; the rendering
+    modules import jinja2, not Airflow."""
+    import subprocess
+    import sys
+
+    from airflow_sync_provider.plugins.reports import write_diff_report, write_report
+
+    bad = result("mismatch", [0]) | {"table": "db.<t>", "load_key": "k<1>'"}
+    bad["shards"][0]["problems"] = ["source <5> != target 4"]
+    page = (tmp_path / "k_1_.g1.html")
+    assert write_report(bad, str(tmp_path)) == str(page)
+    html = page.read_text()
+    assert "db.&lt;t&gt; → db.t: mismatch" in html and "<code>k&lt;1&gt;&#39;</code>" in html
+    assert "source &lt;5&gt; != target 4" in html and "<5>" not in html and "<t>" not in html
+    assert html.count("<rect ") == 2 and "<tr class='bad'><td>0</td><td>5</td><td>4</td>" in html
+    diff = {"new": "db.t", "old": "copy.t", "verdict": "changed", "counts": {"identical": 1, "changed": 1, "new": 0,
+                                                                           "deleted": 0},
+            "rows_read_old": 2, "rows_read_new": 2, "rows_old": 2, "rows_new": 2, "shards_read": 1, "shards": 1,
+            "buckets_read": 1, "keys": ["id"], "compared": ["note"], "diff_key": "d", "run_id": "r",
+            "changes_table": "x.y", "shard_results": [],
+            "samples": {"changed": [{"id": 1, "old__note": "<b>old</b>", "new__note": None, "changed": ["note"]}]}}
+    html = open(write_diff_report(diff, str(tmp_path)), encoding="utf-8").read()
+    assert "<td class='chg'><s>&lt;b&gt;old&lt;/b&gt;</s> → NULL</td>" in html and "<b>old" not in html
+    assert "<h2>changed: 1 (first 1)</h2>" in html
+    probe = ("import sys, airflow_sync_provider.plugins.reports\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('airflow', 'jinja2')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "'jinja2'" in loaded and "'airflow'" not in loaded, loaded

@@ -1,5 +1,6 @@
-"""The Sync view's pages as core gathers and renders them (core/overview.py, core/pages.py) over a
-real ledger in ClickHouse; tests/test_sync_view_scale.py serves them to Chromium with 200 tables,
+"""The Sync view's pages as core gathers them (core/overview.py) and the plugin renders them
+(plugins/pages.py, from the Jinja2 templates in plugins/templates/) over a real ledger in
+ClickHouse; tests/test_sync_view_scale.py serves them to Chromium with 200 tables,
 tests/test_airflow_real.py from a running API server."""
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import uuid
 import pytest
 
 from airflow_sync_provider.core import overview as ov
-from airflow_sync_provider.core import pages
 from airflow_sync_provider.core.cdc.checkpoints import PipelineState
 from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, TaskRef
 from airflow_sync_provider.core.metrics import lag_seconds
+from airflow_sync_provider.plugins import pages
 from tests.ledger_fill import FillLedger, add_load, add_pipeline, add_task
 
 OK = ("success", 100, 100, 0, "")
@@ -73,7 +74,7 @@ def test_the_first_screen_names_failures_with_their_remedy_and_task_before_the_t
     assert "<code>airflow-sync reimport --load daily.2025-01-02 --failed</code>" in daily
     assert "href='../dags/sync_daily/runs/backfill__2025-01-03T00%3A00%3A00%2B00%3A00/tasks/load_day'" in daily
     items = next(li for li in attention.split("<li") if "shop.items" in li)
-    assert "shards [1] of 3 differ from the source" in items and "reimport=&#x27;failed&#x27;" in items
+    assert "shards [1] of 3 differ from the source" in items and "reimport=&#39;failed&#39;" in items
     gone = next(li for li in attention.split("<li") if "crm.users" in li)
     assert "its job died" in gone and "shards [1] of 2" in gone and "no task recorded" in gone
     lag = next(li for li in attention.split("<li") if "orders_cdc" in li)
@@ -195,7 +196,7 @@ def test_without_its_ledger_connection_the_view_names_the_connection_and_the_set
     monkeypatch.setitem(sync_view.app.dependency_overrides, api_user(), lambda: None)
     page = TestClient(sync_view.app).get("/", params={"table": "shop.*"})
     assert page.status_code == 503, page.text
-    assert f"<code>{conn_id or 'clickhouse_default'}</code>" in page.text and "isn&#x27;t defined" in page.text
+    assert f"<code>{conn_id or 'clickhouse_default'}</code>" in page.text and "isn&#39;t defined" in page.text
     assert "[sync] clickhouse_conn_id (AIRFLOW__SYNC__CLICKHOUSE_CONN_ID)" in page.text
 
 
@@ -218,3 +219,23 @@ def test_a_source_group_is_one_copy_with_a_row_per_source(book, ch):
     assert [p.state.pipeline for p in parts] == ["shops@s2", "shops@s1", "shops@s0"]  # worst first
     html = pages.group_html("shops", parts)
     assert "Source group <code>shops</code>" in html and "retyped on s2" in html
+
+
+def test_the_templates_are_shipped_and_autoescaped():
+    """Every template the pages render is package data (pyproject.toml), so a wheel carries it, and
+    the templates escape every value (autoescape: none marks a value safe)."""
+    from fnmatch import fnmatch
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    shipped = re.search(r'^"airflow_sync_provider\.plugins" = \[(.*)\]$', pyproject, re.M)
+    assert shipped, "no package data for airflow_sync_provider.plugins in pyproject.toml"
+    globs = re.findall(r'"([^"]+)"', shipped.group(1))
+    templates = sorted(p.relative_to(pages.TEMPLATES.parent).as_posix() for p in pages.TEMPLATES.rglob("*")
+                       if p.is_file())
+    assert templates and all(any(fnmatch(t, g) for g in globs) for t in templates), (templates, globs)
+    assert pages.ENV.autoescape is True
+    for path in pages.TEMPLATES.glob("*.html"):
+        assert "|safe" not in path.read_text().replace(" ", ""), path.name
+    page = pages.no_ledger_html("<conn>", "<setting>", "it's <bad>")
+    assert "<code>&lt;conn&gt;</code>" in page and "it&#39;s &lt;bad&gt;" in page and "<bad>" not in page

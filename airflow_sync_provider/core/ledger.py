@@ -569,7 +569,7 @@ class Ledger(LedgerTables):
         return [dict(zip(("load_key", "generation", "verdict", "mismatched", "checksum", "at"), r)) for r in rows]
 
     def reconciliation(self, load_key: str) -> dict | None:
-        """The newest reconciliation of ``load_key``, as ``reports.reconcile_html`` takes it."""
+        """The newest reconciliation of ``load_key``, as ``plugins.pages.reconcile_html`` takes it."""
         if not self.exists("reconciliations"):
             return None
         rows = self.ch.query(

@@ -6,10 +6,11 @@ from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_RECONCILIATION
 from airflow_sync_provider.core.metrics import reconcile_metrics
 from airflow_sync_provider.core.verify.reconcile import OK, SHAPE_MISMATCH, overall_verdict
-from airflow_sync_provider.core.verify.reports import reconcile_table, write_report
+from airflow_sync_provider.core.verify.reports import reconcile_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
+from airflow_sync_provider.plugins.reports import write_report
 
 ON_MISMATCH = ("fail", "warn", "reimport")
 

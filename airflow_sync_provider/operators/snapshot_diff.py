@@ -5,10 +5,11 @@ from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_DIFF
 from airflow_sync_provider.core.metrics import diff_metrics
-from airflow_sync_provider.core.verify.reports import diff_summary, write_diff_report
+from airflow_sync_provider.core.verify.reports import diff_summary
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
+from airflow_sync_provider.plugins.reports import write_diff_report
 
 
 class SnapshotDiffOperator(SparkJobOperator):

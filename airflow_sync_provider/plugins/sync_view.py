@@ -1,7 +1,8 @@
 """The Sync view in the Airflow UI: an Airflow 3 plugin (registered through the ``airflow.plugins``
 entry point, so it loads with Airflow's default settings) that mounts a FastAPI app in the API
 server at ``/sync`` and adds a "Sync" entry to the UI's navigation. Its pages, all read from the
-ledger (never a worker's disk; core/overview.py gathers, core/pages.py renders):
+ledger (never a worker's disk; core/overview.py gathers, plugins/pages.py renders them from the
+Jinja2 templates in plugins/templates/):
 
 * ``/sync/`` — what needs attention first (failed loads and shards, failed or lagging pipelines,
   each with its remedy and task instance), counts by state, running loads with progress, the
@@ -29,12 +30,11 @@ from fastapi.responses import HTMLResponse
 
 from airflow_sync_provider.compat import AirflowException, AirflowPlugin, api_user, conf
 from airflow_sync_provider.core import overview as ov
-from airflow_sync_provider.core import pages
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.verify.diff import change_samples
-from airflow_sync_provider.core.verify.reports import diff_html, reconcile_html
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
+from airflow_sync_provider.plugins import pages
 
 SAMPLE_ROWS = 20
 
@@ -107,7 +107,7 @@ def reconciliation_page(load: str, book: Ledger = LEDGER) -> str:
     result = book.reconciliation(load)
     if result is None:
         raise HTTPException(404, f"no reconciliation of load {load!r} in the ledger")
-    return reconcile_html(result)
+    return pages.reconcile_html(result)
 
 
 @app.get("/diff", response_class=HTMLResponse)
@@ -124,7 +124,7 @@ def diff_page(key: str, run: str = "", book: Ledger = LEDGER) -> str:
             samples = change_samples(book.ch, result["changes_table"], key, result["run_id"], SAMPLE_ROWS)
         except Exception as exc:  # e.g. the change set was dropped: the counts still stand
             note = f"No sample rows: the change set {result['changes_table']} could not be read ({exc})."[:600]
-    return diff_html(result, shards, samples, note)
+    return pages.diff_html(result, shards, samples, note)
 
 
 class SyncViewPlugin(AirflowPlugin):
