@@ -239,3 +239,19 @@ def test_the_templates_are_shipped_and_autoescaped():
         assert "|safe" not in path.read_text().replace(" ", ""), path.name
     page = pages.no_ledger_html("<conn>", "<setting>", "it's <bad>")
     assert "<code>&lt;conn&gt;</code>" in page and "it&#39;s &lt;bad&gt;" in page and "<bad>" not in page
+
+
+def test_the_overview_filters_come_from_the_query_and_a_bad_one_is_refused(monkeypatch, book, ch):
+    """The overview's query parameters reach ov.Filters (a FastAPI dependency of the page); a value
+    Filters refuses is a 400 naming it, before the ledger is read."""
+    from fastapi.testclient import TestClient
+
+    from airflow_sync_provider.compat import api_user
+    from airflow_sync_provider.plugins import sync_view
+
+    monkeypatch.setitem(sync_view.app.dependency_overrides, api_user(), lambda: None)
+    monkeypatch.setitem(sync_view.app.dependency_overrides, sync_view.ledger, lambda: book)
+    bad = TestClient(sync_view.app).get("/", params={"state": "bogus"})
+    assert bad.status_code == 400 and "state must be one of" in bad.text, bad.text
+    good = TestClient(sync_view.app).get("/", params={"state": "failed", "table": "shop.*", "days": 3})
+    assert good.status_code == 200 and "Published loads older than 3 days leave this page" in good.text

@@ -77,9 +77,20 @@ def no_ledger_page(_request, exc: NoLedger) -> HTMLResponse:
     return HTMLResponse(pages.no_ledger_html(exc.conn_id, SETTING, exc.cause), status_code=503)
 
 
+def overview_filters(table: str = "", state: str = "", load: str = "", page: int = 1,
+                     days: int = ov.RECENT_DAYS) -> ov.Filters:
+    """The overview's query parameters (a FastAPI dependency); a bad one is a 400 naming it."""
+    try:
+        return ov.Filters(table=table, state=state, load=load, page=page, days=days)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+FILTERS = Depends(overview_filters)
+
+
 @app.get("/", response_class=HTMLResponse)
-def sync_page(table: str = "", state: str = "", load: str = "", page: int = 1, days: int = ov.RECENT_DAYS,
-              pipeline: str = "", diff: str = "", book: Ledger = LEDGER) -> str:
+def sync_page(filters: ov.Filters = FILTERS, pipeline: str = "", diff: str = "", book: Ledger = LEDGER) -> str:
     if pipeline:
         found = ov.pipeline_page(book, pipeline)
         if found is None:
@@ -87,10 +98,6 @@ def sync_page(table: str = "", state: str = "", load: str = "", page: int = 1, d
         return pages.group_html(pipeline, found) if isinstance(found, list) else pages.pipeline_html(found)
     if diff:
         return pages.diffs_html(ov.diff_runs(book, diff, limit=50), diff)
-    try:
-        filters = ov.Filters(table=table, state=state, load=load, page=page, days=days)
-    except ValueError as exc:
-        raise HTTPException(400, str(exc)) from None
     return pages.overview_html(ov.overview(book, filters))
 
 
