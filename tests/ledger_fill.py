@@ -9,7 +9,8 @@ import time
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
-from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE, Ledger, LoadState, ShardState, TaskRef
+from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE, Ledger, TaskRef
+from airflow_sync_provider.core.loads import LoadState, ShardState
 from airflow_sync_provider.core.positions import BinlogPosition
 
 

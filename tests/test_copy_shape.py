@@ -9,7 +9,8 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
-from airflow_sync_provider.core.ledger import SHARD_SUCCESS, Ledger
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.loads import SHARD_SUCCESS
 from airflow_sync_provider.core.verify.diff import DiffError
 from airflow_sync_provider.core.verify.reconcile import overall_verdict
 from airflow_sync_provider.core.verify.shape import reload_remedy

@@ -101,7 +101,7 @@ def test_throttle_holds_the_rate_over_totals():
 
 
 def test_shard_problems_name_each_discrepancy():
-    from airflow_sync_provider.core.ledger import ShardState
+    from airflow_sync_provider.core.loads import ShardState
     from airflow_sync_provider.core.verify.reconcile import shard_problems
 
     good = ShardState(0, 1, "success", "", [], records_read=5, records_written=5)
@@ -114,7 +114,7 @@ def test_shard_problems_name_each_discrepancy():
 
 
 def test_the_hook_counters_are_counted_by_the_shard_record():
-    from airflow_sync_provider.core.ledger import ShardState
+    from airflow_sync_provider.core.loads import ShardState
 
     shard = ShardState(3, 1, "running", "", [])
     shard.count_read(10, 400)

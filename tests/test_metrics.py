@@ -16,7 +16,7 @@ from airflow.sdk._shared.observability.metrics.validators import stat_name_defau
 from airflow_sync_provider.core import metrics
 from airflow_sync_provider.core.cdc.checkpoints import PipelineState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
-from airflow_sync_provider.core.ledger import LoadState, ShardState
+from airflow_sync_provider.core.loads import LoadState, ShardState
 from airflow_sync_provider.core.positions import BinlogPosition
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
-from airflow_sync_provider.core.ledger import SHARD_MISMATCH, Ledger
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.loads import SHARD_MISMATCH
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.target.shards import cut_points, read_weights, target_predicates, weight_width

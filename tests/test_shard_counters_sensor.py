@@ -11,7 +11,8 @@ import pytest
 from airflow_sync_provider.compat import AirflowFailException
 from airflow_sync_provider.core import ledger as ledger_module
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
-from airflow_sync_provider.core.ledger import Ledger, LoadState, ShardState, counters_verdict
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.loads import LoadState, ShardState, counters_verdict
 from airflow_sync_provider.sensors.shard_counters import ShardCountersSensor
 from airflow_sync_provider.triggers.shard_counters import ShardCountersTrigger
 
@@ -125,7 +126,7 @@ def test_deferrable_sensor_defers_only_while_waiting(ledger_conn):
 
 def test_stale_heartbeat_counts_as_dead(ledger_conn, monkeypatch):
     with monkeypatch.context() as past:
-        past.setattr(ledger_module, "_now", lambda: time.time() - 3600)
+        past.setattr(ledger_module, "now", lambda: time.time() - 3600)
         write(Ledger(ledger_conn.ch), "s.dead", "running", [shard(0), shard(1, "running")])
     with pytest.raises(AirflowFailException, match="died"):
         sensor("s.dead").poke({})
@@ -135,7 +136,7 @@ def test_a_heartbeat_keeps_a_running_load_alive(ledger_conn, monkeypatch):
     """The driver's heartbeat (its own row, not the load's with its plan) is what keeps a running
     load fresh; without one the load's own row counts, and the newest generation's counts."""
     with monkeypatch.context() as past:
-        past.setattr(ledger_module, "_now", lambda: time.time() - 3600)
+        past.setattr(ledger_module, "now", lambda: time.time() - 3600)
         write(Ledger(ledger_conn.ch), "s.beat", "running", [shard(0), shard(1, "running")])
     ledger = Ledger(ledger_conn.ch)
     assert ledger.state("s.beat").stale
@@ -147,7 +148,7 @@ def test_a_heartbeat_keeps_a_running_load_alive(ledger_conn, monkeypatch):
     assert fresh.plan == PLAN and set(fresh.shards) == {0, 1}
     # a heartbeat of an older generation does not keep a newer one alive
     with monkeypatch.context() as past:
-        past.setattr(ledger_module, "_now", lambda: time.time() - 3600)
+        past.setattr(ledger_module, "now", lambda: time.time() - 3600)
         newer = ledger.state("s.beat")
         newer.generation = 2
         Ledger(ledger_conn.ch).write_load(newer)

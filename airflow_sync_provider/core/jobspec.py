@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.failures import WAIT_SECONDS
-from airflow_sync_provider.core.ledger import ABANDONED_AFTER_SECONDS, DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
+from airflow_sync_provider.core.loads import ABANDONED_AFTER_SECONDS
 from airflow_sync_provider.core.source.group import (
     Member,
     Source,

@@ -1,4 +1,5 @@
-"""The ledger: loads, shards and their hook counters (patent S51), kept in the ClickHouse target.
+"""The ledger: loads, shards and their hook counters (patent S51), reconciliations, diffs and the
+tasks that ran them, kept in the ClickHouse target (what a load's state means: core/loads.py).
 
 Why the target: every party of a load already reaches it — executors (they write the data
 there), the Spark driver in any deploy mode, Airflow tasks, sensors and triggers — and it is
@@ -18,173 +19,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import socket
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from airflow_sync_provider.core.loads import LOAD_PUBLISHED, LoadState, ShardState, counters_verdict, now, set_verdict
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 
 DEFAULT_LEDGER_DATABASE = "airflow_sync"
-STALE_AFTER_SECONDS = 120  # a running load whose driver has not reported for this long has died
-
-# load status: running → published | failed ; shard status: running → success | failed (| mismatch)
-LOAD_RUNNING, LOAD_PUBLISHED, LOAD_FAILED = "running", "published", "failed"
-# an unfinished load left alone so long that its working tables were dropped: it starts afresh
-LOAD_ABANDONED = "abandoned"
-ABANDONED_AFTER_SECONDS = 7 * 86_400
-SHARD_RUNNING, SHARD_SUCCESS, SHARD_FAILED, SHARD_MISMATCH = "running", "success", "failed", "mismatch"
-
-
-def _now() -> float:
-    return time.time()
-
-
 def utc_datetime(seconds: float | None):
     """Epoch seconds → an aware datetime, as clickhouse-connect inserts DateTime64."""
     return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
-
-
-@dataclass
-class ShardState:
-    shard_id: int
-    attempt: int
-    status: str
-    where: str
-    params: list
-    records_read: int = 0
-    records_written: int = 0
-    records_failed: int = 0
-    bytes: int = 0
-    started_at: float = 0.0
-    finished_at: float | None = None
-    error: str = ""
-    version: int = 0  # the _version of this attempt's rows (its read's snapshot, core/positions.py)
-    # bootstrap (chunked) shards: chunks finished and the last key they covered (JSON form,
-    # core/cdc/chunks.py): a resumed shard continues after it
-    chunks: int = 0
-    resume_key: list | None = None
-    executor: str = ""  # where the attempt ran: host name / address (executor_address)
-
-    @property
-    def seconds(self) -> float:
-        return max(0.0, (self.finished_at or _now()) - self.started_at) if self.started_at else 0.0
-
-    # --- the hook counters (patent S51): counted here only, by whoever copies the shard ---------
-
-    def count_read(self, rows: int, nbytes: int) -> None:
-        """Rows read from the source (and their Arrow bytes), as they go to the target."""
-        self.records_read += rows
-        self.bytes += nbytes
-
-    def count_written(self, rows: int) -> None:
-        """Rows the target acknowledged."""
-        self.records_written += rows
-
-    def count_failed(self, rows: int) -> None:
-        """Rows whose insert failed."""
-        self.records_failed += rows
-
-    def count_unacknowledged(self) -> None:
-        """The insert carrying the rest of the shard's rows failed: every row read and not
-        acknowledged failed with it."""
-        self.records_failed = self.records_read - self.records_written
-
-    def count_chunk(self, rows: int, written: int, nbytes: int) -> None:
-        """A bootstrap chunk, counted once it is durable (a crash re-reads it, uncounted)."""
-        self.records_read += rows
-        self.records_written += written
-        self.bytes += nbytes
-        self.chunks += 1
-
-    def counters_disagree(self) -> bool:
-        """Do the counters say rows went missing: read != written, or any failed?"""
-        return self.records_read != self.records_written or bool(self.records_failed)
-
-
-@dataclass
-class LoadState:
-    load_key: str
-    generation: int
-    status: str
-    source_table: str
-    target_table: str
-    plan: dict
-    parts_table: str
-    version: int  # the rows' version when the source has no binlog (else each shard's read sets it)
-    spec: dict  # the job spec without secrets (for `airflow-sync reimport`)
-    error: str = ""
-    # the source's binlog position when the load (or its repair) began: catch-up can start there
-    start_position: dict | None = None
-    # shards being re-imported into the published table (after a reconciliation found them
-    # mismatched); empty for a load that publishes by swapping or replacing partitions
-    repair: list[int] = field(default_factory=list)
-    heartbeat: float = 0.0
-    shards: dict[int, ShardState] = field(default_factory=dict)  # newest attempt per shard
-
-    @property
-    def stale(self) -> bool:
-        return self.status == LOAD_RUNNING and _now() - self.heartbeat > STALE_AFTER_SECONDS
-
-    def todo(self) -> list[int]:
-        """Shards still to read: every shard that has not succeeded (failed, mismatched, left
-        ``running`` by a dead job, or never started)."""
-        return [s["id"] for s in self.plan["shards"]
-                if s["id"] not in self.shards or self.shards[s["id"]].status != SHARD_SUCCESS]
-
-    def failed(self) -> list[int]:
-        """Shards that ended badly: failed, mismatched, or left running by a job that is over."""
-        bad = {SHARD_FAILED, SHARD_MISMATCH} | ({SHARD_RUNNING} if self.status != LOAD_RUNNING or self.stale else set())
-        return sorted(i for i, s in self.shards.items() if s.status in bad)
-
-    def to_dict(self) -> dict:
-        return {
-            "load_key": self.load_key, "generation": self.generation, "status": self.status,
-            "stale": self.stale, "source_table": self.source_table, "target_table": self.target_table,
-            "error": self.error, "shard_count": len(self.plan.get("shards", [])),
-            "shards": [vars(s) | {"seconds": round(s.seconds, 3)}
-                       for s in sorted(self.shards.values(), key=lambda s: s.shard_id)],
-        }
-
-
-def failing_shards(state: LoadState) -> list[int]:
-    """The shards that make a load's counters verdict ``failed`` (none: it succeeded or is still
-    under way): shards with bad counters (read != written, or failed rows), and once the load
-    has ended (failed, published, abandoned, or its job died) every planned shard that did not
-    succeed — a published load's shards a reconciliation marked: its copy is wrong there."""
-    ids = [s["id"] for s in state.plan.get("shards", [])]
-    bad_counters = [s.shard_id for s in state.shards.values() if s.status == SHARD_SUCCESS and s.counters_disagree()]
-    ended = state.status in (LOAD_FAILED, LOAD_PUBLISHED, LOAD_ABANDONED) or state.stale
-    undone = [i for i in ids if i not in state.shards or state.shards[i].status != SHARD_SUCCESS] if ended else []
-    if not bad_counters and not undone:
-        return []
-    return sorted(set(state.failed()) | set(bad_counters) | set(undone))
-
-
-def counters_verdict(state: LoadState | None) -> tuple[str, str]:
-    """('success' | 'wait' | 'failed', message) — the shard-counters sensor's decision.
-
-    Success: every planned shard succeeded with read == written and failed == 0.
-    Failed (for good): the load failed or its job died (stale heartbeat), a shard finished with
-    bad counters, or a reconciliation marked shards of the published copy as mismatched; the
-    message names the shards and the re-import to run.
-    """
-    if state is None:
-        return "wait", "no such load yet"
-    ids = [s["id"] for s in state.plan.get("shards", [])]
-    done = [i for i in ids if i in state.shards and state.shards[i].status == SHARD_SUCCESS]
-    failed = failing_shards(state)
-    if not failed and len(done) == len(ids) and ids:
-        return "success", f"all {len(ids)} shards succeeded, read == written, failed == 0"
-    if failed:
-        errors = "; ".join(f"shard {i}: {state.shards[i].error[:200]}" for i in failed
-                           if i in state.shards and state.shards[i].error)
-        why = "died (no heartbeat)" if state.stale else state.status
-        what = "differ from the source (reconciliation)" if state.status == LOAD_PUBLISHED else "did not complete"
-        return "failed", (f"load {state.load_key!r} {why}: shards {failed} {what}"
-                          + (f" ({errors})" if errors else "")
-                          + f". Re-import them: airflow-sync reimport --load {state.load_key!r} --failed"
-                          + " (or FullLoadOperator(..., reimport='failed'))")
-    return "wait", f"{len(done)}/{len(ids)} shards done"
 
 
 TIME_TYPE = "DateTime64(6, 'UTC')"  # every ledger time column (utc_datetime() gives its values)
@@ -271,7 +114,7 @@ class LedgerTables:
 
     def _stamp(self) -> float:
         """Strictly increasing report times from this writer (ReplacingMergeTree keeps the newest)."""
-        self._last = max(_now(), self._last + 1e-6)
+        self._last = max(now(), self._last + 1e-6)
         return self._last
 
     def snapshot_tables(self) -> None:
@@ -541,7 +384,7 @@ class Ledger(LedgerTables):
             state = self.state(key)
             newest = state is not None and state.generation == generation
             unpublished = newest and state.status != LOAD_PUBLISHED
-            if unpublished and _now() - state.heartbeat < older_than:
+            if unpublished and now() - state.heartbeat < older_than:
                 continue  # it may be resumed yet
             out.append({"load_key": key, "generation": generation, "parts_table": parts, "target_table": target,
                         "abandon": unpublished})
@@ -633,37 +476,6 @@ class Ledger(LedgerTables):
         return out
 
 
-def executor_address(host: str, port: int) -> str:
-    """This process's host name and the address it reaches ``host`` from: on a cluster, which
-    executor (host, network) ran a shard."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((host, port))  # UDP: picks the route, sends nothing
-            address = probe.getsockname()[0]
-        except OSError:
-            address = "?"
-    return f"{socket.gethostname()}/{address}"
-
-
-def _set_verdict(load_key: str, states: dict, errors: dict) -> tuple[str, str, dict]:
-    """The counters verdict of a job of many tables: failed if any table's is (``errors``: tables
-    that failed before their load was recorded), success once all are."""
-    verdicts = {key: ("failed", f"load {key!r} failed: {errors[key]}") if state is None and key in errors
-                else counters_verdict(state) for key, state in states.items()}
-    failed = {k: m for k, (v, m) in verdicts.items() if v == "failed"}
-    waiting = [k for k, (v, _) in verdicts.items() if v == "wait"]
-    verdict = "failed" if failed else "wait" if waiting or not states else "success"
-    message = (f"{len(failed)} of {len(states)} table load(s) failed: " + "; ".join(failed.values()) if failed else
-               f"{len(states) - len(waiting)}/{len(states)} table loads complete" if verdict == "wait" else
-               f"all {len(states)} table loads: every shard succeeded, read == written, failed == 0")
-    done = [s for s in states.values() if s is not None]
-    return verdict, message, {
-        "load_key": load_key, "verdict": verdict, "message": message, "tables": len(states),
-        "rows_read": sum(x.records_read for s in done for x in s.shards.values()),
-        "rows_written": sum(x.records_written for s in done for x in s.shards.values()),
-        "failed_loads": sorted(failed)}
-
-
 def check_counters(endpoint, load_key: str, database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
     """Read ``load_key`` from the ledger and judge it: (verdict, message, summary for XCom)."""
     from airflow_sync_provider.core.target.clickhouse import client
@@ -676,7 +488,7 @@ def check_counters(endpoint, load_key: str, database: str = DEFAULT_LEDGER_DATAB
         found = ledger.load_set(load_key) if state is None else None
         if found is not None:  # a job of many tables: every one of them
             keys, errors = found
-            return _set_verdict(load_key, {key: ledger.state(key) for key in keys}, errors)
+            return set_verdict(load_key, {key: ledger.state(key) for key in keys}, errors)
     finally:
         ch.close()
     verdict, message = counters_verdict(state)

@@ -6,7 +6,7 @@ A few queries whatever the number of tables: the ledger's tables (one), the newe
 every load in scope with its heartbeats and its shards' newest attempts (three), reconciliations
 and diff runs (a few), the task instances of the rows shown (one a kind), the pipelines (one
 each). Loads are judged by the counters
-sensor's own rules (:func:`ledger.counters_verdict`), on light ``LoadState`` objects (no plan
+sensor's own rules (:func:`core.loads.counters_verdict`), on light ``LoadState`` objects (no plan
 text, no shard predicates). Plain Python over the ledger: no Airflow, no pyspark.
 """
 
@@ -19,17 +19,12 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, PIPELINE_STOPPED, Checkpoints, PipelineState
-from airflow_sync_provider.core.ledger import (
+from airflow_sync_provider.core.ledger import TASK_DIFF, TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, Ledger, TaskRef
+from airflow_sync_provider.core.loads import (
     LOAD_ABANDONED,
     LOAD_PUBLISHED,
-    TASK_DIFF,
-    TASK_LOAD,
-    TASK_PIPELINE,
-    TASK_RECONCILIATION,
-    Ledger,
     LoadState,
     ShardState,
-    TaskRef,
     counters_verdict,
     failing_shards,
 )

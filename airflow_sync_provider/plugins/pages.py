@@ -24,7 +24,8 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from airflow_sync_provider.core.cdc.servers import Server
-from airflow_sync_provider.core.ledger import SHARD_SUCCESS, LoadState, TaskRef
+from airflow_sync_provider.core.ledger import TaskRef
+from airflow_sync_provider.core.loads import SHARD_SUCCESS, LoadState
 from airflow_sync_provider.core.overview import (
     ATTENTION_ROWS,
     FAILED,

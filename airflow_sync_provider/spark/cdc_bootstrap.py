@@ -31,7 +31,8 @@ from airflow_sync_provider.core.jobspec import (
     public_dict,
     table_config,
 )
-from airflow_sync_provider.core.ledger import LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, Ledger, LoadState, ShardState
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.loads import LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, LoadState, ShardState
 from airflow_sync_provider.core.positions import (
     BinlogError,
     BinlogPosition,

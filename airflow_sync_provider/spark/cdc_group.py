@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from airflow_sync_provider.core.cdc.alter import base_type, nullable_type
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
-from airflow_sync_provider.core.ledger import executor_address
+from airflow_sync_provider.core.loads import executor_address
 from airflow_sync_provider.core.source.group import (
     SOURCE_COLUMNS,
     IncompatibleShards,

@@ -34,7 +34,7 @@ from airflow_sync_provider.core.cdc.servers import (
     with_their_domains,
 )
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
-from airflow_sync_provider.core.ledger import LOAD_PUBLISHED
+from airflow_sync_provider.core.loads import LOAD_PUBLISHED
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.selection import TableSelection

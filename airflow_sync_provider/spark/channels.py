@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.ledger import SHARD_RUNNING, Ledger, LoadState, ShardState, executor_address
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.loads import SHARD_RUNNING, LoadState, ShardState, executor_address
 from airflow_sync_provider.core.target import clickhouse as target
 
 log = logging.getLogger(__name__)

@@ -19,13 +19,13 @@ import time
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
-from airflow_sync_provider.core.ledger import (
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.loads import (
     LOAD_ABANDONED,
     LOAD_FAILED,
     LOAD_PUBLISHED,
     LOAD_RUNNING,
     SHARD_SUCCESS,
-    Ledger,
     LoadState,
     ShardState,
 )

@@ -27,7 +27,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, member_key
-from airflow_sync_provider.core.ledger import LOAD_ABANDONED, LOAD_PUBLISHED, Ledger
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.loads import LOAD_ABANDONED, LOAD_PUBLISHED
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_view, merged_schema
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock

@@ -16,7 +16,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema, reimport_group_spec, reimport_spec
-from airflow_sync_provider.core.ledger import LOAD_ABANDONED, LOAD_PUBLISHED, SHARD_MISMATCH, Ledger, LoadState
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.loads import LOAD_ABANDONED, LOAD_PUBLISHED, SHARD_MISMATCH, LoadState
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_view, merged_schema
 from airflow_sync_provider.core.source.planning import Plan

@@ -35,12 +35,12 @@ from airflow_sync_provider.core.failures import SOURCE, TARGET, Outage, ServerUn
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.guard import SourcePing, target_answers
 from airflow_sync_provider.core.jobspec import FullLoadSpec
-from airflow_sync_provider.core.ledger import (
+from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.loads import (
     LOAD_FAILED,
     SHARD_FAILED,
     SHARD_RUNNING,
     SHARD_SUCCESS,
-    Ledger,
     LoadState,
     ShardState,
 )

@@ -26,9 +26,10 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
-from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, STALE_AFTER_SECONDS, LedgerTables
+from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, LedgerTables
 from airflow_sync_provider.core.ledger import TIME_TYPE as _TIME
 from airflow_sync_provider.core.ledger import utc_datetime as _ts
+from airflow_sync_provider.core.loads import STALE_AFTER_SECONDS
 from airflow_sync_provider.core.positions import BinlogPosition
 
 # failed: a retry may help (it replays from the checkpoint); stopped: it cannot until the remedy
