@@ -32,8 +32,6 @@ import datetime as dt
 import json
 import os
 import random
-import resource
-import signal
 import subprocess
 import tempfile
 import threading
@@ -41,19 +39,29 @@ import time
 import uuid
 from pathlib import Path
 
-import clickhouse_connect
-import pymysql
-import yaml
-
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.cdc.positions import current_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
+from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
-from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.submission import spark_submit
-from bench.common import fmt_rate, fmt_ratio, machine, services, timer, write_result
-from bench.full_load import ProcessSampler
+from bench.harness.clients import ch_client, drop_bench_data, mysql, target_databases
+from bench.harness.env import machine, services, tail, tls_services, write_result
+from bench.harness.jobs import JOB_TIMEOUT, fingerprint, full_load, unique_key
+from bench.harness.measure import (
+    fmt_change,
+    fmt_load,
+    fmt_rate,
+    fmt_ratio,
+    fmt_rounds,
+    interleaved,
+    percentile,
+    rate,
+    timer,
+)
+from bench.harness.peers import initial_copy, peer_env, replicator_config, stop_group, write_config
+from bench.harness.processes import ProcessSampler
 from devenv.peers import peer_venv
 
 SOURCE_DB = "bench_cdc_src"
@@ -61,7 +69,6 @@ TARGET_DB = "bench_cdc"  # ours
 PEER_DB = "bench_cdc_mcr"  # mysql-ch-replicator's (its own database: its initial copy RENAMEs <db>_tmp over it)
 TABLE = "orders"
 INITIAL_ROWS = 100_000
-JOB_TIMEOUT = 7200.0
 POLL = 0.5  # seconds between catch-up / lag polls
 MIX = {"insert": 0.6, "update": 0.3, "delete": 0.1}
 
@@ -105,18 +112,8 @@ SUMMARY_CH = "count(), sum(toInt64(round(toFloat64(amount) * 100))), sum(toInt64
 SUMMARY_MY = "COUNT(*), CAST(SUM(ROUND(amount * 100)) AS SIGNED), CAST(SUM(id) AS SIGNED)"
 
 
-def ch_client(url: str):
-    return clickhouse_connect.get_client(**ClickHouseEndpoint.from_url(url).client_args(),
-                                         send_receive_timeout=7200)
-
-
-def mysql_conn(url: str, autocommit: bool = True):
-    return pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(SOURCE_DB), autocommit=autocommit)
-
-
 def source_summary(mysql_url: str) -> tuple[int, int, int]:
-    conn = mysql_conn(mysql_url)
-    with conn, conn.cursor() as cur:
+    with mysql(mysql_url, SOURCE_DB) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT {SUMMARY_MY} FROM `{TABLE}`")
         return tuple(int(v or 0) for v in cur.fetchone())
 
@@ -126,133 +123,27 @@ def target_summary(ch, database: str) -> tuple[int, int, int]:
                  .result_rows[0])
 
 
-def fingerprint(ch, database: str) -> dict:
-    sums = ", ".join(f"sum(cityHash64(ifNull({expr}, '\\N')))" for expr in COLUMNS.values())
-    try:
-        row = ch.query(f"SELECT count(), {sums} FROM {ch_table(database, TABLE)} FINAL").result_rows[0]
-        types = dict(ch.query("SELECT name, type FROM system.columns"
-                              " WHERE database = {d:String} AND table = {t:String}",
-                              parameters={"d": database, "t": TABLE}).result_rows)
-    except Exception as exc:  # reported, not fatal
-        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-    return {"count": int(row[0]), "columns": dict(zip(COLUMNS, (int(v) for v in row[1:]))), "types": types}
-
-
 def position(mysql_url: str):
-    conn = mysql_conn(mysql_url)
-    with conn:
+    with mysql(mysql_url) as conn:
         return current_position(conn)
 
 
-# ---------------------------------------------------------------------------------------------
-# CPU by role
-# ---------------------------------------------------------------------------------------------
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _stat(pid: int) -> tuple[int, int, int] | None:
-    """(ppid, own utime + stime, reaped children's cutime + cstime) in ticks, or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-
-
-def _role(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmd = fh.read().decode(errors="replace").split("\0")
-    except OSError:
-        return None
-    text, name = " ".join(cmd), os.path.basename(cmd[0])
+def cdc_role(cmd: list[str], parent: list[str]) -> str | None:
+    """A process's role in a CDC path (harness ProcessSampler): our job's Python driver, the fork
+    server it forks its binlog reader processes from and those readers (spark/cdc_stream.py), its
+    JVM if one starts; mysql-ch-replicator's two processes."""
+    text, name = " ".join(cmd), os.path.basename(cmd[0]) if cmd else ""
     if "mysql_ch_replicator" in text:
         return "binlog_replicator" if "binlog_replicator" in cmd else "db_replicator"
-    if "spawn_main" in text:  # spark/cdc_stream.py's reader processes (multiprocessing, spawned)
+    if "multiprocessing.forkserver" in text:  # the fork server, and the readers forked from it
+        return "reader processes" if "multiprocessing.forkserver" in " ".join(parent) else "fork server"
+    if "spawn_main" in text:  # readers spawned (before the fork server)
         return "reader processes"
     if "spark_jobs" in text and "python" in name:
         return "driver"
     if name == "java":
         return "Spark JVM"
     return None
-
-
-class RoleCpu(threading.Thread):
-    """CPU seconds of this bench's descendants by role while a path runs: our reader processes,
-    the driver (and its JVM, if one starts), mysql-ch-replicator's two processes. Each process is
-    looked at every ``interval`` s (the family tree every ``rescan`` s). The readers' CPU is
-    exact: once the driver has joined them it is in the driver's ``cutime + cstime``; so is a
-    path's whole CPU, from this process's ``RUSAGE_CHILDREN`` around it (:meth:`measure`), which
-    counts the processes it waited for."""
-
-    def __init__(self, interval: float = 0.2, rescan: float = 1.0):
-        super().__init__(daemon=True)
-        self.interval, self.rescan = interval, rescan
-        self.stop_event = threading.Event()
-        self.roles: dict[int, str] = {}
-        self.first: dict[int, int] = {}  # pid → its own ticks when first seen (0: born while sampling)
-        self.last: dict[int, tuple[int, int]] = {}  # pid → (own ticks, reaped children's ticks) last seen
-        self.reaped_first: dict[int, int] = {}
-        self.children_seconds = 0.0  # RUSAGE_CHILDREN over the run
-
-    def _scan(self, initial: bool) -> None:
-        stats = {}
-        for name in os.listdir("/proc"):
-            if name.isdigit() and (stat := _stat(int(name))):
-                stats[int(name)] = stat
-        kids: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in stats.items():
-            kids.setdefault(ppid, []).append(pid)
-        todo, mine = [os.getpid()], set()
-        while todo:
-            for child in kids.get(todo.pop(), []):
-                if child not in mine:
-                    mine.add(child)
-                    todo.append(child)
-        for pid in mine - set(self.roles):
-            role = _role(pid)
-            if role is not None:
-                self.roles[pid] = role
-                self.first[pid] = stats[pid][1] if initial else 0
-                self.reaped_first[pid] = stats[pid][2] if initial else 0
-                self.last[pid] = stats[pid][1:]
-
-    def run(self) -> None:
-        self._scan(initial=True)
-        next_scan = time.monotonic() + self.rescan
-        while not self.stop_event.wait(self.interval):
-            for pid in list(self.roles):
-                stat = _stat(pid)
-                if stat is not None:
-                    self.last[pid] = stat[1:]
-            if time.monotonic() >= next_scan:
-                self._scan(initial=False)
-                next_scan = time.monotonic() + self.rescan
-
-    @staticmethod
-    def _children() -> float:
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return usage.ru_utime + usage.ru_stime
-
-    def __enter__(self):
-        self.children_start = self._children()
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop_event.set()
-        self.join()
-        self.children_seconds = self._children() - self.children_start
-
-    def seconds(self, role: str) -> float:
-        return sum(self.last[pid][0] - self.first[pid] for pid, r in self.roles.items() if r == role) / TICKS
-
-    def readers(self) -> float:
-        """Reader processes: what the driver reaped of them (exact), or what was seen of them."""
-        reaped = sum(self.last[pid][1] - self.reaped_first[pid] for pid, r in self.roles.items() if r == "driver")
-        return max(reaped / TICKS, self.seconds("reader processes"))
 
 
 def cpu_per_100k(seconds: float | None, changes: int) -> str:
@@ -264,8 +155,7 @@ def cpu_per_100k(seconds: float | None, changes: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def create_source(mysql_url: str, rows: int) -> float:
-    conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-    with conn, conn.cursor() as cur, timer() as t:
+    with mysql(mysql_url) as conn, conn.cursor() as cur, timer() as t:
         cur.execute(f"DROP DATABASE IF EXISTS `{SOURCE_DB}`")
         cur.execute(f"CREATE DATABASE `{SOURCE_DB}`")
         cur.execute(f"USE `{SOURCE_DB}`")
@@ -323,7 +213,7 @@ class Changes:
 def generate_changes(mysql_url: str, n: int, next_id: int, seed: int) -> dict:
     """≈n row changes in transactions of 10–100 rows (1–3 statements each), before any applier runs."""
     rng = random.Random(seed)
-    conn = mysql_conn(mysql_url, autocommit=False)
+    conn = mysql(mysql_url, SOURCE_DB, autocommit=False)
     transactions = 0
     with conn, conn.cursor() as cur, timer() as t:
         changes = Changes(cur, next_id, rng)
@@ -357,8 +247,7 @@ class Writer(threading.Thread):
 
     def run(self):
         try:
-            conn = mysql_conn(self.mysql_url)
-            with conn, conn.cursor() as cur:
+            with mysql(self.mysql_url, SOURCE_DB) as conn, conn.cursor() as cur:
                 cur.execute("SET time_zone = '+00:00'")  # NOW(6) as UTC wall clock = the target's DateTime64(6, 'UTC')
                 rng = random.Random(self.seed)
                 self.changes = self.changes_class(cur, self.next_id, rng)
@@ -391,15 +280,11 @@ class Writer(threading.Thread):
 # ---------------------------------------------------------------------------------------------
 
 def run_full_load(mysql_url, ch_url, target_db: str = TARGET_DB) -> dict:
-    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                        source_database=SOURCE_DB, source_table=TABLE, target_database=target_db,
-                        target_table=TABLE, channels=2, load_key=f"bench-cdc-{uuid.uuid4().hex[:12]}")
-    with timer() as wall:
-        result = spark_submit(spec, timeout=JOB_TIMEOUT)
-    assert result.get("status") == "success", f"full load failed: {result.get('error', result)}"
-    assert result.get("start_position"), f"full load recorded no binlog start position: {result}"
-    return {"load_key": result["load_key"], "start": result["start_position"], "rows": result["rows"],
-            "wall": wall["seconds"], "inner": float(result["seconds"])}
+    """The table's full load, where a pipeline starts (its binlog start position P0: ``start``)."""
+    load = full_load(mysql_url, ch_url, SOURCE_DB, TABLE, target_db, TABLE, channels=2,
+                     load_key=unique_key("bench-cdc"))
+    assert load["start"], f"full load recorded no binlog start position: {load['result']}"
+    return load
 
 
 def cdc_spec(mysql_url, ch_url, pipeline, args, **kwargs) -> CdcApplySpec:
@@ -411,7 +296,7 @@ def verify_rows(mysql_url, ch_url, target_db: str = TARGET_DB) -> dict:
     """Row-for-row: source vs our target FINAL (tests/helpers.py, independent of the job's code)."""
     from tests.helpers import assert_same_rows
 
-    conn = mysql_conn(mysql_url)
+    conn = mysql(mysql_url, SOURCE_DB)
     ch = ch_client(ch_url)
     try:
         with timer() as t:
@@ -433,10 +318,9 @@ def batches(ch, pipeline: str) -> int:
 def run_ours(mysql_url, ch_url, args, pipeline, load_key, stop, expect_summary, target_db: str = TARGET_DB) -> dict:
     spec = cdc_spec(mysql_url, ch_url, pipeline, args, start_from_loads=[load_key], stop_position=stop,
                     batch_seconds=args.batch_seconds)
-    with ProcessSampler(interval=1.0) as sampler, RoleCpu() as cpu, timer() as wall:
+    with ProcessSampler(roles=cdc_role) as sampler, timer() as wall:
         result = spark_submit(spec, timeout=JOB_TIMEOUT)
-    out = {"wall": wall["seconds"], "result": result, "sampler": sampler, "cpu": cpu,
-           "ok": result.get("status") == "success"}
+    out = {"wall": wall["seconds"], "result": result, "sampler": sampler, "ok": result.get("status") == "success"}
     if not out["ok"]:
         out["error"] = str(result.get("error"))[:4000]
         return out
@@ -444,7 +328,7 @@ def run_ours(mysql_url, ch_url, args, pipeline, load_key, stop, expect_summary, 
     ch = ch_client(ch_url)
     out["batches"] = batches(ch, pipeline)
     out["summary"] = target_summary(ch, target_db)
-    out["fingerprint"] = fingerprint(ch, target_db)
+    out["fingerprint"] = fingerprint(ch, target_db, TABLE, COLUMNS, final=True)
     ch.close()
     out["summary_ok"] = out["summary"] == expect_summary
     out["rows_check"] = verify_rows(mysql_url, ch_url, target_db)
@@ -455,78 +339,25 @@ def run_ours(mysql_url, ch_url, args, pipeline, load_key, stop, expect_summary, 
 # mysql-ch-replicator
 # ---------------------------------------------------------------------------------------------
 
-def peer_config(mysql_url, ch_url, data_dir: str, **extra) -> dict:
-    my, chp = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
-    return {
-        "mysql": {"host": my.host, "port": my.port, "user": my.user, "password": my.password, "charset": "utf8mb4"},
-        "clickhouse": {"host": chp.host, "port": chp.port, "user": chp.user, "password": chp.password,
-                       "connection_timeout": 30, "send_receive_timeout": 600},
-        "binlog_replicator": {"data_dir": data_dir, "records_per_file": 100000},
-        "databases": SOURCE_DB,
-        "tables": [TABLE],
-        "target_databases": {SOURCE_DB: PEER_DB},
-        "log_level": "info",
-        **extra,
-    }
-
-
-def write_config(directory: str, config: dict) -> str:
-    path = Path(directory) / "config.yaml"
-    path.write_text(yaml.safe_dump(config))  # holds the password: in a private temp dir
-    os.chmod(path, 0o600)
-    return str(path)
-
-
-def peer_env() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("MYSQL_", "CLICKHOUSE_", "PYTHON", "VIRTUAL_ENV"))}
-
-
-def stop_group(proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    """SIGTERM its process group (the peer stops gracefully on it), SIGKILL if it lingers."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
-
-
-def tail(path, chars: int = 3000) -> str:
-    try:
-        return Path(path).read_text(errors="replace")[-chars:]
-    except OSError:
-        return ""
-
-
-def peer_initial_copy(mysql_url, ch_url, venv: Path, timeout: float) -> dict:
+def peer_initial_copy(mysql_url, ch_url, timeout: float) -> dict:
     """Its own copy of the table as it is before the changes (its target table, types and _version)."""
+    target_databases(ch_url, drop=(PEER_DB, f"{PEER_DB}_tmp"))
+    copy = initial_copy(mysql_url, ch_url, SOURCE_DB, [TABLE], PEER_DB, timeout)
+    assert copy["code"] == 0 and "initial replication - done" in copy["output"], \
+        f"mysql-ch-replicator initial copy exited {copy['code']}:\n{copy['output'][-3000:]}"
     ch = ch_client(ch_url)
-    for name in (PEER_DB, f"{PEER_DB}_tmp"):
-        ch.command(f"DROP DATABASE IF EXISTS {ch_ident(name)}")
-    with tempfile.TemporaryDirectory(prefix="bench-cdc-mcr-init-") as tmp:
-        config = write_config(tmp, peer_config(mysql_url, ch_url, os.path.join(tmp, "data")))
-        cmd = [str(venv / "bin" / "mysql_ch_replicator"), "db_replicator", "--config", config, "--db", SOURCE_DB,
-               "--initial_only=True"]
-        with timer() as t:
-            proc = subprocess.run(cmd, cwd=tmp, env=peer_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, timeout=timeout)
-    assert proc.returncode == 0 and "initial replication - done" in proc.stdout, \
-        f"mysql-ch-replicator initial copy exited {proc.returncode}:\n{proc.stdout[-3000:]}"
     count = int(ch.command(f"SELECT count() FROM {ch_table(PEER_DB, TABLE)} FINAL"))
     max_version = int(ch.command(f"SELECT max(_version) FROM {ch_table(PEER_DB, TABLE)}"))
     ch.close()
-    return {"seconds": t["seconds"], "rows": count, "max_version": max_version}
+    return {"seconds": copy["wall"], "rows": count, "max_version": max_version}
 
 
 def run_peer(mysql_url, ch_url, venv: Path, start: dict, max_version: int, expect_summary, cap: float) -> dict:
-    """Realtime replication from ``start``; timed until the target's summary equals ``expect_summary``."""
+    """Realtime replication from ``start``; timed until the target's summary equals ``expect_summary``.
+    Its CPU: both processes' from db_replicator's start to their end (they are waited for)."""
     out = {"ok": False}
     ch = ch_client(ch_url)
-    with tempfile.TemporaryDirectory(prefix="bench-cdc-mcr-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-cdc-mcr-") as tmp, ProcessSampler(roles=cdc_role) as cpu:
         data = os.path.join(tmp, "data")
         os.makedirs(os.path.join(data, SOURCE_DB))
         # binlog_replicator resumes at its state's prev_last_seen_transaction: the same start as ours
@@ -535,12 +366,11 @@ def run_peer(mysql_url, ch_url, venv: Path, start: dict, max_version: int, expec
                                                         "pid": None}))
         # skip_initial_replication: realtime into the existing target (its initial copy above);
         # version_initial_value: its new rows must out-rank the initial copy's _version values
-        config = write_config(tmp, peer_config(mysql_url, ch_url, data, skip_initial_replication=True,
-                                               version_initial_value=max_version))
+        config = write_config(tmp, replicator_config(mysql_url, ch_url, data, SOURCE_DB, [TABLE], PEER_DB,
+                                                     skip_initial_replication=True, version_initial_value=max_version))
         binary = str(venv / "bin" / "mysql_ch_replicator")
         db_log, bin_log = os.path.join(tmp, "db_replicator.out"), os.path.join(tmp, "binlog_replicator.out")
-        procs, cpu = [], RoleCpu()
-        children_before = RoleCpu._children()
+        procs = []
         try:
             with open(db_log, "w") as log:
                 db_proc = subprocess.Popen([binary, "db_replicator", "--config", config, "--db", SOURCE_DB], cwd=tmp,
@@ -556,7 +386,7 @@ def run_peer(mysql_url, ch_url, venv: Path, start: dict, max_version: int, expec
                         return out
                     time.sleep(0.1)
             out["db_ready"] = ready["seconds"]
-            with ProcessSampler(interval=1.0) as sampler, cpu:
+            with ProcessSampler(interval=1.0) as sampler:
                 t0 = time.perf_counter()
                 with open(bin_log, "w") as log:
                     bin_proc = subprocess.Popen([binary, "binlog_replicator", "--config", config], cwd=tmp,
@@ -591,12 +421,11 @@ def run_peer(mysql_url, ch_url, venv: Path, start: dict, max_version: int, expec
         finally:
             for proc in reversed(procs):
                 stop_group(proc)
-            # its processes' whole CPU (db_replicator's start-up included): they are waited for now
-            out["cpu_seconds"], out["cpu"] = RoleCpu._children() - children_before, cpu
+            out["cpu"] = cpu
             out["db_log"] = tail(db_log, 4000)
             out["bin_log"] = tail(bin_log, 2000)
     if out["ok"]:
-        out["fingerprint"] = fingerprint(ch, PEER_DB)
+        out["fingerprint"] = fingerprint(ch, PEER_DB, TABLE, COLUMNS, final=True)
     ch.close()
     return out
 
@@ -605,13 +434,91 @@ def run_peer(mysql_url, ch_url, venv: Path, start: dict, max_version: int, expec
 # Lag in service mode
 # ---------------------------------------------------------------------------------------------
 
-def percentile(values, q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    k = (len(values) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+class ServiceRun:
+    """A service-mode run (``spec``: ``service=True``) through spark_submit in a thread of its own
+    (its driver's output to ``log``, a path, if given)."""
+
+    def __init__(self, spec: CdcApplySpec, timeout: float, log: str | None = None):
+        self.spec, self.timeout, self.log = spec, timeout, log
+        self.result, self.wall = None, None
+        self.thread = threading.Thread(target=self._submit, daemon=True)
+
+    def _submit(self):
+        with open(self.log or os.devnull, "w") as log, timer() as wall:
+            try:
+                self.result = spark_submit(self.spec, timeout=self.timeout, log=log if self.log else None)
+            except Exception as exc:
+                self.result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+        self.wall = wall["seconds"]
+
+    def start(self, checkpoints: Checkpoints) -> float:
+        """Start it and wait until it is running (it marked its pipeline running: after its JVM's
+        start-up; at most 300 s); the seconds that took."""
+        self.launched = time.time()
+        self.thread.start()
+        deadline = time.monotonic() + 300
+        while self.thread.is_alive() and time.monotonic() < deadline:
+            state = checkpoints.state(self.spec.pipeline)
+            if state and state.status == "running" and state.heartbeat > self.launched:
+                break
+            time.sleep(POLL)
+        self.running_at = time.time()
+        return self.running_at - self.launched
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def finish(self, timeout: float) -> dict:
+        self.thread.join(timeout)
+        return self.result or {"status": "failed", "error": "no result (timeout)"}
+
+
+class Lags:
+    """The lag of a writer's changes in the target, polled: now − the newest ``changed_at`` there
+    (the writer's NOW(6) on every row it inserts or updates). A sample: (s since the writer's first
+    commit, lag s, lower bound? (none of the writer's changes visible yet: now − its first commit),
+    the poll's round trip s)."""
+
+    def __init__(self, writer: Writer, ch, table: str):
+        self.writer, self.ch, self.table = writer, ch, table
+        self.samples: list[tuple[float, float, bool, float]] = []
+        self.first_visible = None
+
+    def polls(self, job_alive):
+        """Poll every POLL s while the writer writes (and 2 s after), as long as ``job_alive()``;
+        yields each poll's sample (None: not a sample, the writer not yet or no longer writing)."""
+        writer = self.writer
+        while writer.is_alive() or time.time() < writer.stopped + 2:
+            if not job_alive():
+                return
+            sent = time.time()
+            # max over every stored row version: a superseded version or a tombstone never carries a
+            # newer changed_at than the row that replaced it, so this is the newest change applied
+            newest = self.ch.query(f"SELECT toUnixTimestamp64Micro(max(changed_at)) FROM {self.table}"
+                                   ).result_rows[0][0]
+            got, newest = time.time(), (newest or 0) / 1e6
+            sample = None
+            if writer.first_commit is not None and sent > writer.first_commit and writer.is_alive():
+                at = sent - writer.first_commit
+                if newest >= writer.started:
+                    self.first_visible = self.first_visible or sent
+                    sample = (at, sent - newest, False, got - sent)
+                else:
+                    sample = (at, at, True, got - sent)
+                self.samples.append(sample)
+            yield sample
+            time.sleep(max(0.0, POLL - (time.time() - sent)))
+
+    def summary(self) -> dict:
+        """Percentiles of every sample and of those after the writer's first 5 s (steady)."""
+        lags = [lag for _, lag, *_ in self.samples]
+        steady = [lag for at, lag, *_ in self.samples if at >= 5.0]
+        first = self.writer.first_commit
+        return {"samples": self.samples, "lower_bounds": sum(1 for s in self.samples if s[2]),
+                "p50": percentile(lags, 0.5), "p99": percentile(lags, 0.99), "max": max(lags) if lags else None,
+                "steady_p50": percentile(steady, 0.5), "steady_p99": percentile(steady, 0.99),
+                "steady_samples": len(steady), "rtt_max": max((s[3] for s in self.samples), default=None),
+                "first_visible": (self.first_visible - first) if self.first_visible and first else None}
 
 
 def run_lag(mysql_url, ch_url, args, pipeline, next_id: int, extra: dict | None = None) -> dict:
@@ -621,74 +528,27 @@ def run_lag(mysql_url, ch_url, args, pipeline, next_id: int, extra: dict | None 
     spec = cdc_spec(mysql_url, ch_url, pipeline, args, service=True, max_seconds=seconds, batch_seconds=0.5,
                     **(extra or {}))
     ch = ch_client(ch_url)
-    checkpoints = Checkpoints(ch)
-    box: dict = {}
-
-    def submit():
-        with timer() as wall:
-            try:
-                box["result"] = spark_submit(spec, timeout=seconds + 900)
-            except Exception as exc:
-                box["result"] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-        box["wall"] = wall["seconds"]
-
     batches_before = batches(ch, pipeline)
-    launched = time.time()
-    job = threading.Thread(target=submit, daemon=True)
-    job.start()
-    out = {"seconds": seconds, "rate": args.write_rate}
-    # the job is reading once it has marked the pipeline running (after JVM start-up)
-    deadline = time.monotonic() + 300
-    while job.is_alive() and time.monotonic() < deadline:
-        state = checkpoints.state(pipeline)
-        if state and state.status == "running" and state.heartbeat > launched:
-            break
-        time.sleep(POLL)
-    running_at = time.time()
-    out["startup"] = running_at - launched
-    if not job.is_alive():
-        job.join()
-        out |= {"ok": False, "error": f"the service job ended before it was running: {box.get('result')}"}
+    job = ServiceRun(spec, seconds + 900)
+    out = {"seconds": seconds, "rate": args.write_rate, "startup": job.start(Checkpoints(ch))}
+    if not job.alive():
+        out |= {"ok": False, "error": f"the service job ended before it was running: {job.finish(0)}"}
         ch.close()
         return out
     # the job stops max_seconds after its own start (≈ when it marked itself running): the writer
     # stops a few seconds before, so the job can apply the last changes before it exits
-    writer = Writer(mysql_url, args.write_rate, running_at + seconds - max(3.0, seconds * 0.1), next_id, seed=7)
+    writer = Writer(mysql_url, args.write_rate, job.running_at + seconds - max(3.0, seconds * 0.1), next_id, seed=7)
     writer.start()
-    samples = []  # (time since the writer's first commit, lag seconds, lower bound?)
-    first_visible = None
-    table = ch_table(TARGET_DB, TABLE)
-    while writer.is_alive() or time.time() < writer.stopped + 2:
-        if not job.is_alive():
-            break
-        sent = time.time()
-        # max over every stored row version: a superseded version or a tombstone never carries a
-        # newer changed_at than the row that replaced it, so this is the newest change applied
-        newest = ch.query(f"SELECT toUnixTimestamp64Micro(max(changed_at)) FROM {table}").result_rows[0][0]
-        newest = (newest or 0) / 1e6
-        if writer.first_commit is not None and sent > writer.first_commit and writer.is_alive():
-            if newest >= writer.started:
-                if first_visible is None:
-                    first_visible = sent
-                samples.append((sent - writer.first_commit, sent - newest, False))
-            else:  # none of the writer's changes visible yet: the lag is at least this
-                samples.append((sent - writer.first_commit, sent - writer.first_commit, True))
-        time.sleep(max(0.0, POLL - (time.time() - sent)))
+    lags = Lags(writer, ch, ch_table(TARGET_DB, TABLE))
+    for _ in lags.polls(job.alive):
+        pass
     writer.stop_event.set()
     writer.join()
-    job.join(seconds + 900)
-    result = box.get("result", {"status": "failed", "error": "no result (timeout)"})
-    lags = [lag for _, lag, _ in samples]
-    steady = [lag for at, lag, _ in samples if at >= 5.0]
-    out |= {"ok": result.get("status") == "success", "result": result, "wall": box.get("wall"),
-            "writer": writer, "samples": len(samples), "lower_bounds": sum(1 for *_, lower in samples if lower),
-            "p50": percentile(lags, 0.5), "p99": percentile(lags, 0.99),
-            "max": max(lags) if lags else None, "steady_p50": percentile(steady, 0.5),
-            "steady_p99": percentile(steady, 0.99), "steady_samples": len(steady),
-            "first_visible": (first_visible - writer.first_commit) if first_visible and writer.first_commit else None,
-            "written": writer.changes.total if writer.changes else 0, "achieved": writer.achieved,
+    result = job.finish(seconds + 900)
+    out |= {"ok": result.get("status") == "success", "result": result, "wall": job.wall, "writer": writer,
+            **lags.summary(), "written": writer.changes.total if writer.changes else 0, "achieved": writer.achieved,
             "writer_seconds": (writer.stopped - writer.started) if writer.started else 0,
-            "lag_series": samples, "batches": batches(ch, pipeline) - batches_before}
+            "batches": batches(ch, pipeline) - batches_before}
     if not out["ok"]:
         out["error"] = str(result.get("error"))[:4000]
     ch.close()
@@ -699,8 +559,20 @@ def run_lag(mysql_url, ch_url, args, pipeline, next_id: int, extra: dict | None 
 # Main and report
 # ---------------------------------------------------------------------------------------------
 
-def rate(n, seconds) -> float | None:
-    return n / seconds if n and seconds else None
+def level_after(mysql_url, ch_url, args, pipeline: str, run: dict) -> None:
+    """After a service run: target = source? (``run["summary_ok"]``: count, Σ amount, Σ id). If it
+    stopped behind the source, one bounded run must bring the copy level (``run["tail_run"]``)."""
+    expect = source_summary(mysql_url)
+    ch = ch_client(ch_url)
+    run["summary_ok"] = target_summary(ch, TARGET_DB) == expect
+    ch.close()
+    if not run["summary_ok"] and run.get("ok"):
+        with timer() as wall:
+            tail_run = spark_submit(cdc_spec(mysql_url, ch_url, pipeline, args), timeout=JOB_TIMEOUT)
+        ch = ch_client(ch_url)
+        run["tail_run"] = {"result": tail_run, "wall": wall["seconds"],
+                           "summary_ok": target_summary(ch, TARGET_DB) == expect}
+        ch.close()
 
 
 # the TLS comparison's variants: (name, source over TLS, target over HTTPS, target database)
@@ -712,33 +584,27 @@ TLS_VARIANTS = (("plain text", False, False, "bench_cdc_plain"),
 def tls_comparison(args) -> None:
     """``--tls``: one bounded catch-up of the same binlog range (P0 → P1, ``--changes`` row changes)
     over plain text and over TLS, side by side on one server that takes both
-    (bench/common.tls_services); ``--repeat`` rounds interleaved (each a new pipeline from its
+    (bench/harness tls_services); ``--repeat`` rounds interleaved (each a new pipeline from its
     variant's full load), the best of each reported. Writes bench/results/cdc_apply_tls.md."""
-    from bench.common import tls_services
-
     load_start, started = os.getloadavg(), time.monotonic()
     runs = {name: [] for name, *_ in TLS_VARIANTS}
     with tls_services("cdc-tls") as (plain, tls, http, https):
         urls = {name: (tls if source_tls else plain, https if target_tls else http, db)
                 for name, source_tls, target_tls, db in TLS_VARIANTS}
         for _, ch_url, db in urls.values():
-            ch = ch_client(ch_url)
-            ch.command(f"DROP DATABASE IF EXISTS {ch_ident(db)}")
-            ch.command(f"CREATE DATABASE {ch_ident(db)}")
-            ch.close()
+            target_databases(ch_url, create=[db], drop=[db])
         create_source(plain, INITIAL_ROWS)
         loads = {name: run_full_load(*urls[name]) for name in urls}  # each variant's P0, before the changes
         gen = generate_changes(plain, args.changes, INITIAL_ROWS + 1, args.seed)
         stop, expect = position(plain), source_summary(plain)
         print(f"generated {gen['changes']:,} row changes in {gen['transactions']:,} transactions", flush=True)
-        for round_ in range(args.repeat):  # every other round in reverse order: no variant always runs first
-            for name, (mysql_url, ch_url, db) in list(urls.items())[::1 if round_ % 2 == 0 else -1]:
-                run = run_ours(mysql_url, ch_url, args, f"bench-cdc-tls-{uuid.uuid4().hex[:8]}",
-                               loads[name]["load_key"], stop.to_dict(), expect, db)
-                assert run["ok"] and run["summary_ok"] and run["rows_check"]["ok"], (name, run.get("error"), run)
-                runs[name].append(run)
-                print(f"round {round_ + 1}, {name}: {run['result']['events']:,} events in {run['inner']:.2f} s job",
-                      flush=True)
+        for round_, (name, (mysql_url, ch_url, db)) in interleaved(urls.items(), args.repeat):
+            run = run_ours(mysql_url, ch_url, args, f"bench-cdc-tls-{uuid.uuid4().hex[:8]}",
+                           loads[name]["load_key"], stop.to_dict(), expect, db)
+            assert run["ok"] and run["summary_ok"] and run["rows_check"]["ok"], (name, run.get("error"), run)
+            runs[name].append(run)
+            print(f"round {round_ + 1}, {name}: {run['result']['events']:,} events in {run['inner']:.2f} s job",
+                  flush=True)
     load_end = os.getloadavg()
     best = {name: min(r["inner"] for r in rs) for name, rs in runs.items()}
     events = runs[TLS_VARIANTS[0][0]][0]["result"]["events"]
@@ -752,14 +618,12 @@ def tls_comparison(args) -> None:
              "with mutual TLS. Variants interleaved (every other round in reverse order), "
              f"{args.repeat} round(s); changes/s from the job's own seconds, best round; every run's copy checked "
              "row for row against the source.", "",
-             f"Load average (1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
-             f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; {(time.monotonic() - started) / 60:.1f} "
-             "min in all (the machine is shared with other jobs).", "",
+             f"Load average (1/5/15 min) at start {fmt_load(load_start)}, at end {fmt_load(load_end)}; "
+             f"{(time.monotonic() - started) / 60:.1f} min in all (the machine is shared with other jobs).", "",
              "| variant | job s (each round) | changes/s (best) | vs plain text |", "|---|---|---|---|"]
     for name, *_ in TLS_VARIANTS:
-        rounds = " / ".join(f"{r['inner']:.2f}" for r in runs[name])
-        lines.append(f"| {name} | {rounds} | {fmt_rate(rate(events, best[name]))} | "
-                     f"{(plain_best / best[name] - 1) * 100:+.1f} % |")
+        lines.append(f"| {name} | {fmt_rounds((r['inner'] for r in runs[name]), sep=' / ')} | "
+                     f"{fmt_rate(rate(events, best[name]))} | {fmt_change(plain_best, best[name])} |")
     write_result("cdc_apply_tls", "\n".join(lines) + "\n")
 
 
@@ -794,16 +658,12 @@ def main(argv=None):
     venv = peer_venv("mysql-ch-replicator")
 
     with services("cdc") as (mysql_url, ch_url):
-        ch = ch_client(ch_url)
-        for name in (TARGET_DB, PEER_DB, f"{PEER_DB}_tmp"):
-            ch.command(f"DROP DATABASE IF EXISTS {ch_ident(name)}")
-        ch.command(f"CREATE DATABASE {ch_ident(TARGET_DB)}")
-        ch.close()
+        target_databases(ch_url, create=[TARGET_DB], drop=(TARGET_DB, PEER_DB, f"{PEER_DB}_tmp"))
         create_seconds = create_source(mysql_url, INITIAL_ROWS)
         print(f"source: {INITIAL_ROWS:,} rows in {create_seconds:.1f} s", flush=True)
         load = run_full_load(mysql_url, ch_url)
         print(f"full load: {load['rows']:,} rows in {load['wall']:.1f} s, binlog start {load['start']}", flush=True)
-        peer_init = peer_initial_copy(mysql_url, ch_url, venv, timeout=1800)
+        peer_init = peer_initial_copy(mysql_url, ch_url, timeout=1800)
         print(f"mysql-ch-replicator initial copy: {peer_init['rows']:,} rows in {peer_init['seconds']:.1f} s",
               flush=True)
         assert peer_init["rows"] == INITIAL_ROWS, peer_init
@@ -831,34 +691,16 @@ def main(argv=None):
         lag = None
         if ours["ok"]:
             lag = run_lag(mysql_url, ch_url, args, pipeline, gen["next_id"])
-            after = source_summary(mysql_url)
-            ch = ch_client(ch_url)
-            lag["summary_ok"] = target_summary(ch, TARGET_DB) == after
-            ch.close()
-            if not lag["summary_ok"] and lag.get("writer") and lag["ok"]:
-                # the service run stopped behind the source: one bounded run must bring the copy level
-                spec = cdc_spec(mysql_url, ch_url, pipeline, args)
-                with timer() as wall:
-                    tail_run = spark_submit(spec, timeout=JOB_TIMEOUT)
-                ch = ch_client(ch_url)
-                lag["tail_run"] = {"result": tail_run, "wall": wall["seconds"],
-                                   "summary_ok": target_summary(ch, TARGET_DB) == after}
-                ch.close()
+            level_after(mysql_url, ch_url, args, pipeline, lag)
             caught = lag["summary_ok"] or lag.get("tail_run", {}).get("summary_ok")
             lag["rows_check"] = verify_rows(mysql_url, ch_url) if caught else None
-            print(f"lag: p50 {lag.get('p50')} p99 {lag.get('p99')} over {lag.get('samples')} samples; writer "
+            print(f"lag: p50 {lag.get('p50')} p99 {lag.get('p99')} over {len(lag.get('samples', []))} samples; writer "
                   f"{lag.get('achieved', 0):,.0f} changes/s; job {lag.get('result', {}).get('status')}; "
                   f"target = source after: {lag['summary_ok']}", flush=True)
 
         if not args.keep:
-            ch = ch_client(ch_url)
-            for name in (TARGET_DB, PEER_DB, f"{PEER_DB}_tmp"):
-                ch.command(f"DROP DATABASE IF EXISTS {ch_ident(name)}")
-            ch.close()
-            conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-            with conn, conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{SOURCE_DB}`")
-                cur.execute("RESET MASTER")
+            drop_bench_data(mysql_url, ch_url, source_dbs=[SOURCE_DB],
+                            target_dbs=(TARGET_DB, PEER_DB, f"{PEER_DB}_tmp"))
 
     load_end = os.getloadavg()
     total = time.monotonic() - started
@@ -867,30 +709,34 @@ def main(argv=None):
 
 
 def cpu_lines(n: int, ours: dict, peer: dict) -> list[str]:
-    """CPU-seconds per 100,000 row changes of each path's processes (RoleCpu)."""
+    """CPU-seconds per 100,000 row changes of each path's processes (harness ProcessSampler)."""
     lines = ["", "### CPU per 100,000 row changes", "",
              "| path | by process: CPU-s per 100,000 row changes | in all | CPU-s in all | wall s |",
              "|---|---|---|---|---|"]
-    cpu = ours["cpu"]
-    readers, jvm = cpu.readers(), cpu.seconds("Spark JVM")
-    count = sum(1 for role in cpu.roles.values() if role == "reader processes")
-    driver = max(0.0, cpu.children_seconds - readers)  # the driver and what it reaped, but its readers
-    everything = cpu.children_seconds + jvm
-    lines.append(f"| **ours** | **reader processes {cpu_per_100k(readers, n)}** ({count} processes), driver "
-                 f"{cpu_per_100k(driver, n)}, Spark JVM {cpu_per_100k(jvm, n) if jvm else '— (not started)'} | "
+    cpu = ours["sampler"]
+    roles, everything = cpu.cpu_by_role(), cpu.cpu()
+    jvm = roles.get("Spark JVM")
+    forks = (f", fork server {cpu_per_100k(roles['fork server'], n)}" if "fork server" in roles else "")
+    lines.append(f"| **ours** | **reader processes {cpu_per_100k(roles.get('reader processes', 0.0), n)}** "
+                 f"({cpu.processes('reader processes')} processes){forks}, driver "
+                 f"{cpu_per_100k(roles.get('driver', 0.0), n)}, Spark JVM "
+                 f"{cpu_per_100k(jvm, n) if jvm else '— (not started)'} | "
                  f"**{cpu_per_100k(everything, n)}** | {everything:.1f} | {ours['wall']:.1f} |")
     if peer.get("cpu") is not None:
         pc = peer["cpu"]
-        lines.append(f"| mysql-ch-replicator | binlog_replicator {cpu_per_100k(pc.seconds('binlog_replicator'), n)}, "
-                     f"db_replicator {cpu_per_100k(pc.seconds('db_replicator'), n)} | "
-                     f"**{cpu_per_100k(peer['cpu_seconds'], n)}** | {peer['cpu_seconds']:.1f} | "
-                     f"{peer['wall'] or peer.get('elapsed') or 0:.1f} |")
-    lines += ["", "CPU of each path's own processes (not MariaDB's or the ClickHouse endpoint's). *In all* is exact: "
-                  "`RUSAGE_CHILDREN` of this bench around the path (the processes it waited for: our driver with the "
-                  "reader processes it joined; the replicator's two processes, db_replicator's wait for the binlog "
-                  "included), plus our JVM as sampled if one started. Reader processes: the driver's `cutime + "
-                  "cstime` once it joined them (exact), or their own as sampled every 0.2 s if more. By process, the "
-                  "replicator's: sampled every 0.2 s (the last ≤ 0.2 s of each is missed)."]
+        roles, everything = pc.cpu_by_role(), pc.cpu()
+        lines.append(f"| mysql-ch-replicator | binlog_replicator "
+                     f"{cpu_per_100k(roles.get('binlog_replicator', 0.0), n)}, db_replicator "
+                     f"{cpu_per_100k(roles.get('db_replicator', 0.0), n)} | **{cpu_per_100k(everything, n)}** | "
+                     f"{everything:.1f} | {peer['wall'] or peer.get('elapsed') or 0:.1f} |")
+    lines += ["", "CPU of each path's own processes (not MariaDB's or the ClickHouse endpoint's): every process the "
+                  "path started, sampled from /proc every 0.2 s by pid and start time, also once it has left the "
+                  "bench's process tree (our binlog readers are forked by a fork server that the driver starts and "
+                  "that outlives it), each up to its end: its last sample, and what its parent reaped of it beyond "
+                  "that (the bench's own `RUSAGE_CHILDREN` for the processes it waits for). A process that exits "
+                  "between two samples after its parent is gone loses at most its last 0.2 s "
+                  "(bench/harness/processes.py). The replicator's: its two processes from db_replicator's start "
+                  "(its wait for the binlog included) until both are stopped."]
     return lines
 
 
@@ -912,8 +758,8 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
              "one at a time** — a stand-in, not a ClickHouse server; every writer's inserts and every poll queue "
              "there, so absolute numbers are those of this stand-in; relative numbers compare two appliers "
              "through the same bottleneck).", "",
-             f"Load average (1/5/15 min) at start: {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
-             f"at end: {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; whole bench {total / 60:.1f} min. "
+             f"Load average (1/5/15 min) at start: {fmt_load(load_start)}, at end: {fmt_load(load_end)}; whole bench "
+             f"{total / 60:.1f} min. "
              "The last column: 1-min load average before→after and the CPU that processes other than this bench's "
              "used meanwhile (cores, average; 2 cores in all).", "",
              f"## Catch-up: {n:,} row changes", "",
@@ -1012,7 +858,7 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
                   f"{res.get('seconds') or 0:.1f} s in-job ({fmt_rate(rate(applied, res.get('seconds')))}/s) in "
                   f"{lag.get('batches', 0):,} batches, "
                   f"wall {lag['wall'] or 0:.1f} s | {lag['written']:,}, {lag['writer_seconds']:.1f} s, "
-                  f"**{lag['achieved']:,.0f}/s** ({w.transactions:,} transactions) | {lag['samples']} | "
+                  f"**{lag['achieved']:,.0f}/s** ({w.transactions:,} transactions) | {len(lag['samples'])} | "
                   f"**{f2(lag['p50'])}** | **{f2(lag['p99'])}** | {f2(lag['max'])} | {f2(lag['steady_p50'])} / "
                   f"{f2(lag['steady_p99'])} ({lag['steady_samples']}) | {f2(lag['first_visible'])} |"]
         lines += ["", f"The job marked the pipeline running {lag['startup']:.1f} s after spark-submit started (JVM "
@@ -1045,11 +891,11 @@ def report(args, gen, load, peer_init, ours, peer, lag, before, stop, load_start
             lines.append(text)
         if not lag["ok"]:
             lines += ["", "**The service run failed** (as reported):", "", "```", lag.get("error", "")[:4000], "```"]
-        series = lag["lag_series"]
+        series = lag["samples"]
         if series:
             step = max(1, len(series) // 25)
             lines += ["", "Lag over time (s since the writer's first commit: lag s; ≥ = lower bound): " +
-                      ", ".join(f"{t:.1f}: {'≥' if lower else ''}{v:.2f}" for t, v, lower in series[::step])]
+                      ", ".join(f"{t:.1f}: {'≥' if lower else ''}{v:.2f}" for t, v, lower, _ in series[::step])]
 
     lines += ["", "## What each path includes", "",
               f"* **ours** — `spark_submit(CdcApplySpec(start_from_loads=[full-load key], stop_position=<binlog end "

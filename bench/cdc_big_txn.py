@@ -29,22 +29,20 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 
-import pymysql
+from pymysql.constants import CLIENT
 
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.submission import spark_submit
-from airflow_sync_provider.core.target import clickhouse as target
-from bench.common import REPO, machine, services, write_result
+from bench.harness.clients import ch_client, mysql, source, target, target_databases
+from bench.harness.env import REPO, machine, services, write_json, write_result
+from bench.harness.measure import fmt_median, fmt_range
 from devenv.rss import PeakRss
 
 DB, TARGET = "bench_bigtxn", "bench_bigtxn_ch"
@@ -58,17 +56,14 @@ SUMMARY_MY = "COUNT(*), CAST(SUM(id) AS SIGNED), CAST(SUM(ROUND(amount * 100)) A
 SUMMARY_CH = "count(), sum(toInt64(id)), sum(toInt64(round(toFloat64(amount) * 100)))"
 
 
-def connect(url: str, database: str | None = None, **kwargs):
-    return pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(database), autocommit=True, **kwargs)
-
-
 def summaries(mysql_url: str, ch, database: str, table: str, target_db: str) -> tuple[tuple, tuple]:
-    with connect(mysql_url, database) as conn, conn.cursor() as cur:
+    with mysql(mysql_url, database) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT {SUMMARY_MY} FROM `{table}`")
-        source = tuple(int(v or 0) for v in cur.fetchone())
+        sums = tuple(int(v or 0) for v in cur.fetchone())
     row = ch.query(f"SELECT {SUMMARY_CH} FROM `{target_db}`.`{table}` FINAL").result_rows[0]
+    ch.close()
     copy = tuple(int(v or 0) for v in row)
-    return source, copy
+    return sums, copy
 
 
 def apply_measured(spec: CdcApplySpec) -> dict:
@@ -87,10 +82,9 @@ def apply_measured(spec: CdcApplySpec) -> dict:
 
 def big_transaction(mysql_url: str, ch_url: str, changes: int, small_too: bool = True) -> dict:
     rows = round(changes / 1.1)
-    endpoints = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
-    ch = target.client(endpoints[1])
-    ch.command(f"DROP DATABASE IF EXISTS {TARGET}")  # a fresh copy: versions are positions in a reset binlog
-    with connect(mysql_url) as conn, conn.cursor() as cur:
+    endpoints = source(mysql_url), target(ch_url)
+    target_databases(ch_url, drop=[TARGET])  # a fresh copy: versions are positions in a reset binlog
+    with mysql(mysql_url) as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
         cur.execute("RESET MASTER")  # the bench's own server: the sizes before it need their binlog no more
         cur.execute(f"CREATE DATABASE {DB}")
@@ -110,7 +104,7 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int, small_too: bool =
     spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, verify_period=0,
                         verify_after_ddl=False)
     assert spark_submit(spec, timeout=3600)["status"] == "success"  # the pipeline begins
-    with connect(mysql_url, DB) as conn, conn.cursor() as cur:
+    with mysql(mysql_url, DB) as conn, conn.cursor() as cur:
         began = time.perf_counter()
         cur.execute("BEGIN")
         cur.execute("UPDATE t SET amount = amount + 1, status = 'updated', changed_at = NOW(6)")
@@ -122,9 +116,8 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int, small_too: bool =
     print(f"{changes:,}: {rows:,} rows made in {made:.0f} s, bootstrapped in {copied:.0f} s; one transaction of "
           f"{updated + deleted:,} row changes written in {written:.0f} s", flush=True)
     big = apply_measured(spec)
-    source, copy = summaries(mysql_url, target.client(endpoints[1]), DB, "t", TARGET)
-    big |= {"changes": updated + deleted, "exact": source == copy, "source": source, "copy": copy}
-    ch.close()
+    source_sums, copy = summaries(mysql_url, ch_client(endpoints[1]), DB, "t", TARGET)
+    big |= {"changes": updated + deleted, "exact": source_sums == copy, "source": source_sums, "copy": copy}
     print(f"  one transaction: {big}", flush=True)
     if not small_too:  # compared with the largest size's small transactions (the rate does not grow with N)
         return {"changes": changes, "rows": rows, "big": big, "small": None, "txn_write_s": written}
@@ -132,8 +125,7 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int, small_too: bool =
     # the same number of row changes in small transactions (100 keys each), then applied the same way
     began = time.perf_counter()
     done, transactions, low = 0, 0, 1
-    with connect(mysql_url, DB, client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS) as conn, \
-            conn.cursor() as cur:
+    with mysql(mysql_url, DB, client_flag=CLIENT.MULTI_STATEMENTS) as conn, conn.cursor() as cur:
         while done < updated + deleted:
             statements = []
             for _ in range(50):
@@ -148,9 +140,9 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int, small_too: bool =
                     break
     generated = time.perf_counter() - began
     small = apply_measured(spec)
-    source, copy = summaries(mysql_url, target.client(endpoints[1]), DB, "t", TARGET)
-    small |= {"changes": done, "transactions": transactions, "generated_s": generated, "exact": source == copy,
-              "source": source, "copy": copy}
+    source_sums, copy = summaries(mysql_url, ch_client(endpoints[1]), DB, "t", TARGET)
+    small |= {"changes": done, "transactions": transactions, "generated_s": generated, "exact": source_sums == copy,
+              "source": source_sums, "copy": copy}
     print(f"  small transactions: {small}", flush=True)
     return {"changes": changes, "rows": rows, "big": big, "small": small, "txn_write_s": written}
 
@@ -236,7 +228,7 @@ class Writer(threading.Thread):
         self.url, self.rate, self.stop, self.changes = mysql_url, rate, threading.Event(), 0
 
     def run(self):
-        with connect(self.url, FIXED_DB) as conn, conn.cursor() as cur:
+        with mysql(self.url, FIXED_DB) as conn, conn.cursor() as cur:
             began, i = time.monotonic(), 0
             while not self.stop.is_set():
                 low = (i * 20) % 19_980 + 1
@@ -249,10 +241,9 @@ class Writer(threading.Thread):
 
 
 def fixed_cost(mysql_url: str, ch_url: str, label: str, path: str, runs: int, kills: int) -> dict:
-    endpoints = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
     pipeline = f"fixed-{label}-{RUN}"
     copies = f"{FIXED_DB}_{RUN}_{'before' if label.startswith('before') else 'after'}"
-    target.client(endpoints[1]).command(f"DROP DATABASE IF EXISTS {copies}")
+    target_databases(ch_url, drop=[copies])
     env = dict(os.environ, PYTHONPATH=path)  # and run from there: a script's own directory comes first
     # bootstrapped and begun by the code measured (the state it keeps is that code's)
     subprocess.run([sys.executable, "-c", BOOT, mysql_url, ch_url, pipeline, FIXED_DB, copies], env=env, cwd=path,
@@ -276,7 +267,7 @@ def fixed_cost(mysql_url: str, ch_url: str, label: str, path: str, runs: int, ki
 
 
 def make_fixed_tables(mysql_url: str) -> None:
-    with connect(mysql_url) as conn, conn.cursor() as cur:
+    with mysql(mysql_url) as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {FIXED_DB}")
         cur.execute(f"CREATE DATABASE {FIXED_DB}")
         for i in range(3):
@@ -298,16 +289,6 @@ def checkout(rev: str, into: str) -> str:
 
 
 # --- report ---------------------------------------------------------------------------------------
-
-
-def _med(values) -> str:
-    values = [v for v in values if v is not None]
-    return f"{statistics.median(values):.2f}" if values else "—"
-
-
-def _range(values) -> str:
-    values = sorted(v for v in values if v is not None)
-    return f"{values[0]:.2f}–{values[-1]:.2f}" if values else "—"
 
 
 def args_small_max(args: list[str]) -> int:
@@ -355,10 +336,11 @@ def report(args, sizes: list[dict], fixed: list[dict], load: tuple, seconds: flo
                   "(range) | takeover in-job s median | kills |", "|---|---|---|---|---|---|"]
         for f in fixed:
             idle, take = f["idle"], [t for t in f["takeover"] if t["status"] == "success"]
-            lines.append(f"| {f['label']} | {_med(r['seconds'] for r in idle)} ({_range(r['seconds'] for r in idle)}) "
-                         f"| {_med(r['wall'] for r in idle)} ({_range(r['wall'] for r in idle)}) | "
-                         f"**{_med(t['seconds'] for t in take)}** ({_range(t['seconds'] for t in take)}) | "
-                         f"{_med(t['in_job'] for t in take)} | {len(take)}/{len(f['takeover'])} |")
+            lines.append(f"| {f['label']} | {fmt_median(r['seconds'] for r in idle)} "
+                         f"({fmt_range(r['seconds'] for r in idle)}) | {fmt_median(r['wall'] for r in idle)} "
+                         f"({fmt_range(r['wall'] for r in idle)}) | **{fmt_median(t['seconds'] for t in take)}** "
+                         f"({fmt_range(t['seconds'] for t in take)}) | {fmt_median(t['in_job'] for t in take)} | "
+                         f"{len(take)}/{len(f['takeover'])} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -394,8 +376,7 @@ def main(argv=None):
                 write_result(args.name, report(sys.argv[1:], sizes, fixed, load, time.monotonic() - started))
     text = report(sys.argv[1:], sizes, fixed, load, time.monotonic() - started)
     write_result(args.name, text)
-    Path(REPO / "bench" / "results" / f"{args.name}.json").write_text(json.dumps({"sizes": sizes, "fixed": fixed},
-                                                                                 indent=1))
+    write_json(args.name, {"sizes": sizes, "fixed": fixed})
 
 
 if __name__ == "__main__":

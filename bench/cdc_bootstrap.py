@@ -30,21 +30,16 @@ import subprocess
 import tempfile
 import time
 
-import pymysql
-
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.cdc.positions import BinlogPosition, current_position
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import (
-    DEFAULT_CHUNK_ROWS,
-    CdcApplySpec,
-    CdcBootstrapSpec,
-    FullLoadSpec,
-    ReconcileSpec,
-)
+from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
+from airflow_sync_provider.core.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.submission import prepare, spark_submit
-from bench.common import fmt_rate, fmt_ratio, machine, services, timer, write_result
-from bench.full_load import GROUPS, TICKS, ProcessSampler, ch_client, run_ours, run_replicator
+from bench.full_load import run_ours, run_replicator
+from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target, target_databases
+from bench.harness.env import machine, services, write_result
+from bench.harness.jobs import full_load
+from bench.harness.measure import fmt_rate, fmt_ratio, timer
+from bench.harness.processes import GROUPS, ProcessSampler
 from devenv import demo_data
 from devenv.demo_writer import DemoWriter
 
@@ -54,8 +49,7 @@ PIPELINE = f"bench_boot_{time.strftime('%Y%m%d%H%M%S')}"  # a fresh pipeline (an
 
 
 def _position(mysql_url) -> BinlogPosition:
-    conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-    with conn:
+    with mysql(mysql_url) as conn:
         return current_position(conn)
 
 
@@ -104,9 +98,8 @@ def _wait_position(ch_url, target: BinlogPosition, timeout: float, service: "_Se
 def run_quiet_bootstrap(mysql_url, ch_url, args) -> dict:
     """The bootstrap alone on a quiet source (no writer, no catch-up): the copy path itself."""
     table = {"source_database": DB, "source_table": "orders", "target_database": TARGET_DB + "_quiet"}
-    spec = CdcBootstrapSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                            pipeline=PIPELINE + "_quiet", tables=[table], channels=args.channels,
-                            chunk_rows=args.chunk_rows)
+    spec = CdcBootstrapSpec(source=source(mysql_url), target=target(ch_url), pipeline=PIPELINE + "_quiet",
+                            tables=[table], channels=args.channels, chunk_rows=args.chunk_rows)
     with ProcessSampler() as sampler, timer() as wall:
         result = spark_submit(spec)
     assert result.get("status") == "success", result
@@ -117,29 +110,25 @@ def run_quiet_bootstrap(mysql_url, ch_url, args) -> dict:
 def run_full_load_under_writes(mysql_url, ch_url, args) -> dict:
     """Our full load of the same table while the writer runs: what the writes cost the copy path
     alone (its copy is not kept current: that is what the bootstrap adds)."""
-    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                        source_database=DB, source_table="orders", target_database="bench_full_load",
-                        target_table="orders_under_writes", channels=args.channels)
     writer = DemoWriter(mysql_url, database=DB, rate=args.writer_rate)
     writer.start()
+    sampler = ProcessSampler()
     try:
-        with ProcessSampler() as sampler, timer() as wall:
-            result = spark_submit(spec)
+        run = full_load(mysql_url, ch_url, DB, "orders", "bench_full_load", "orders_under_writes",
+                        channels=args.channels, during=sampler)
     finally:
         writer.stop()
-    assert result.get("status") == "success", result
-    return {"wall": wall["seconds"], "inner": float(result["seconds"]), "rows": result["rows"], "sampler": sampler}
+    return run | {"sampler": sampler}
 
 
 def run_bootstrap(mysql_url, ch_url, args) -> dict:
     """The bootstrap under a writer, with the pipeline's catch-up service already running (it
     waits for the table to join, then replays its changes from the bootstrap's start)."""
-    source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
+    endpoints = source(mysql_url), target(ch_url)
     table = {"source_database": DB, "source_table": "orders", "target_database": TARGET_DB}
-    spec = CdcBootstrapSpec(source=source, target=target, pipeline=PIPELINE, tables=[table],
-                            channels=args.channels, chunk_rows=args.chunk_rows)
-    service = _Service(CdcApplySpec(source=source, target=target, pipeline=PIPELINE, service=True, lanes=2,
-                                    batch_seconds=0.5))
+    spec = CdcBootstrapSpec(*endpoints, pipeline=PIPELINE, tables=[table], channels=args.channels,
+                            chunk_rows=args.chunk_rows)
+    service = _Service(CdcApplySpec(*endpoints, pipeline=PIPELINE, service=True, lanes=2, batch_seconds=0.5))
     ch = ch_client(ch_url)
     checkpoints = Checkpoints(ch)
     checkpoints.ensure()
@@ -163,8 +152,7 @@ def run_bootstrap(mysql_url, ch_url, args) -> dict:
     drain = _wait_position(ch_url, final, 600, service)
     log = service.stop()
     assert drain is not None, f"the catch-up service did not reach {final}:\n{log[-3000:]}"
-    checked = spark_submit(ReconcileSpec(source=source, target=target, load_key=result["tables"][0]["load_key"],
-                                         checksum=True))
+    checked = spark_submit(ReconcileSpec(*endpoints, load_key=result["tables"][0]["load_key"], checksum=True))
     assert checked.get("status") == "success", checked
     boot = result["tables"][0]
     return {"wall": wall["seconds"], "inner": float(result["seconds"]), "rows": boot["rows"], "chunks": boot["chunks"],
@@ -190,11 +178,8 @@ def main(argv=None):
             counts = demo_data.generate(mysql_url, DB, orders=rows, customers=10_000, item_orders=100_000)
         assert counts["orders"] == rows, counts
         print(f"generated {DB}.orders: {rows:,} rows in {gen['seconds']:.1f} s", flush=True)
-        ch = ch_client(ch_url)
-        for name in ("bench_full_load", TARGET_DB, TARGET_DB + "_quiet"):
-            ch.command(f"DROP DATABASE IF EXISTS {name}")
-        ch.command("CREATE DATABASE bench_full_load")
-        ch.close()
+        target_databases(ch_url, create=["bench_full_load"],
+                         drop=("bench_full_load", TARGET_DB, TARGET_DB + "_quiet"))
         full = run_ours(mysql_url, ch_url, DB, rows, args.channels)
         print(f"full load: {full['wall']:.1f} s wall, {full['inner']:.1f} s job", flush=True)
         replicator = run_replicator(mysql_url, ch_url, DB, rows, 2, args.replicator_cap)
@@ -207,10 +192,7 @@ def main(argv=None):
         print(f"bootstrap: {boot['wall']:.1f} s wall, {boot['inner']:.1f} s job, lag after it {boot['lag']} s, "
               f"verdict {boot['verdict']}", flush=True)
         if not args.keep:
-            conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-            with conn, conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{DB}`")
-                cur.execute("RESET MASTER")
+            drop_bench_data(mysql_url, source_dbs=[DB])
     total = time.monotonic() - started
     write_result("cdc_bootstrap" + ("_quick" if args.quick else ""),
                  "\n".join(report(args, rows, full, busy, replicator, boot, quiet, load_start, os.getloadavg(), total))
@@ -220,6 +202,8 @@ def main(argv=None):
 def report(args, rows, full, busy, replicator, boot, quiet, load_start, load_end, total) -> list[str]:
     def rate(seconds):
         return rows / seconds if seconds else None
+
+    cpu = {name: run["sampler"].cpu_by_role() for name, run in (("quiet", quiet), ("boot", boot), ("busy", busy))}
 
     lines = [f"# CDC bootstrap bench ({rows:,} rows)", "",
              f"Machine: {machine()}. ClickHouse: the chDB endpoint (one statement at a time). One run, "
@@ -267,9 +251,8 @@ def report(args, rows, full, busy, replicator, boot, quiet, load_start, load_end
               "* CPU seconds per process group while each ran, bootstrap quiet → bootstrap under writes (full load "
               "under the same writes); under writes includes the catch-up service's JVM and Python driver; the writer "
               "runs in the bench's own process and is not counted: " + "; ".join(
-                  f"{group} {quiet['sampler'].group_ticks.get(group, 0) / TICKS:.1f} → "
-                  f"{boot['sampler'].group_ticks.get(group, 0) / TICKS:.1f} "
-                  f"({busy['sampler'].group_ticks.get(group, 0) / TICKS:.1f})" for group in GROUPS) + ".",
+                  f"{group} {cpu['quiet'].get(group, 0):.1f} → {cpu['boot'].get(group, 0):.1f} "
+                  f"({cpu['busy'].get(group, 0):.1f})" for group in GROUPS) + ".",
               "* The full load and mysql-ch-replicator copy a quiet source; the bootstrap shares the two cores with "
               "the writer's MariaDB work and the catch-up service (a second spark-submit applying the changes).", ""]
     return lines

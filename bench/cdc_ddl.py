@@ -49,39 +49,37 @@ import threading
 import time
 import uuid
 
-import pymysql
-
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.cdc_apply import (
-    JOB_TIMEOUT,
     POLL,
     ROW_VALUES,
     SOURCE_DB,
     TABLE,
     TARGET_DB,
     Changes,
+    Lags,
+    ServiceRun,
     Writer,
     batches,
     cdc_spec,
-    ch_client,
     create_source,
-    mysql_conn,
-    percentile,
+    level_after,
     position,
     run_full_load,
-    source_summary,
-    target_summary,
     verify_rows,
 )
-from bench.common import REPO, machine, services, timer, write_result
-from bench.full_load import ProcessSampler
+from bench.harness.clients import ch_client, drop_bench_data, mysql, target_databases
+from bench.harness.env import REPO, machine, services, write_result
+from bench.harness.jobs import JOB_TIMEOUT
+from bench.harness.measure import fmt_load, fmt_num, fmt_ratio, percentile, timer
+from bench.harness.processes import ProcessSampler
 
 BASE_COLUMNS = ("id, customer_id, amount, discount, status, note, created_at, changed_at, weight, priority")
 RECOPY_DDL = "ADD COLUMN added_at DATETIME DEFAULT CURRENT_TIMESTAMP"
+f2 = fmt_num  # the report's seconds: 2 decimals, "—" for none
 # phase (c) in the results before re-copies ran beside the stream (bench/results/cdc_ddl.md of
 # 2026-11-25 02:42 UTC, code 4136cb7: the stream waited for the re-copy; no verification yet)
 PREVIOUS_C = {"code": "4136cb7", "at": "20.0", "source": "0.02", "began": "0.55", "rows": "1,188,707",
@@ -126,8 +124,7 @@ class DdlRunner(threading.Thread):
             time.sleep(0.01)
         if self.writer.first_commit is None:
             return
-        conn = mysql_conn(self.mysql_url)
-        with conn, conn.cursor() as cur:
+        with mysql(self.mysql_url, SOURCE_DB) as conn, conn.cursor() as cur:
             for offset, statement in self.schedule:
                 at = self.writer.first_commit + offset
                 while time.time() < at and not self.stop_event.is_set():
@@ -188,94 +185,48 @@ def run_phase(mysql_url, ch_url, args, pipeline: str, name: str, next_id: int, s
                     **(options or {}))
     ch = ch_client(ch_url)
     checkpoints = Checkpoints(ch)
-    box: dict = {}
     log_path = os.path.join(logdir, f"{name}.log")
     tailer = LogTail(log_path)
-
-    def submit():
-        with open(log_path, "w") as log, timer() as wall:
-            try:
-                box["result"] = spark_submit(spec, timeout=seconds + 900, log=log)
-            except Exception as exc:
-                box["result"] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-        box["wall"] = wall["seconds"]
-
     batches_before = batches(ch, pipeline)
-    launched = time.time()
-    job = threading.Thread(target=submit, daemon=True)
-    job.start()
+    job = ServiceRun(spec, seconds + 900, log=log_path)
     tailer.start()
-    out = {"name": name, "seconds": seconds, "log": log_path}
-    deadline = time.monotonic() + 300
-    while job.is_alive() and time.monotonic() < deadline:
-        state = checkpoints.state(pipeline)
-        if state and state.status == "running" and state.heartbeat > launched:
-            break
-        time.sleep(POLL)
-    running_at = time.time()
-    out["startup"] = running_at - launched
-    if not job.is_alive():
-        job.join()
+    out = {"name": name, "seconds": seconds, "log": log_path, "startup": job.start(checkpoints)}
+    if not job.alive():
+        result = job.finish(0)
         tailer.stop_event.set()
         tailer.join()
-        out |= {"ok": False, "error": f"the service job ended before it was running: {box.get('result')}",
-                "lines": tailer.lines}
+        out |= {"ok": False, "error": f"the service job ended before it was running: {result}", "lines": tailer.lines}
         ch.close()
         return out
-    writer = DdlWriter(mysql_url, args.write_rate, running_at + seconds - max(3.0, seconds * 0.1), next_id, seed=seed)
+    writer = DdlWriter(mysql_url, args.write_rate, job.running_at + seconds - max(3.0, seconds * 0.1), next_id,
+                       seed=seed)
     ddl = DdlRunner(mysql_url, writer, schedule)
-    samples = []  # (s since the writer's first commit, lag s, lower bound?, poll round trip s)
+    lags = Lags(writer, ch, ch_table(TARGET_DB, TABLE))
     checkpoint_lags = []  # (s since the writer's first commit, now − checkpoint's source time)
-    first_visible = None
-    table = ch_table(TARGET_DB, TABLE)
-    polls = 0
     with ProcessSampler(interval=1.0) as sampler:
         writer.start()
         ddl.start()
-        while writer.is_alive() or time.time() < writer.stopped + 2:
-            if not job.is_alive():
-                break
-            sent = time.time()
-            newest = ch.query(f"SELECT toUnixTimestamp64Micro(max(changed_at)) FROM {table}").result_rows[0][0]
-            got = time.time()
-            newest = (newest or 0) / 1e6
-            if writer.first_commit is not None and sent > writer.first_commit and writer.is_alive():
-                at = sent - writer.first_commit
-                if newest >= writer.started:
-                    if first_visible is None:
-                        first_visible = sent
-                    samples.append((at, sent - newest, False, got - sent))
-                else:
-                    samples.append((at, at, True, got - sent))
-                if polls % 2 == 0:  # every other poll: the checkpoint's own lag, once it is at this phase's changes
-                    state = checkpoints.state(pipeline)
-                    if state and state.source_time >= int(writer.started):
-                        checkpoint_lags.append((at, time.time() - state.source_time))
-                polls += 1
-            time.sleep(max(0.0, POLL - (time.time() - sent)))
+        for polls, sample in enumerate(s for s in lags.polls(job.alive) if s is not None):
+            if polls % 2 == 0:  # every other poll: the checkpoint's own lag, once it is at this phase's changes
+                state = checkpoints.state(pipeline)
+                if state and state.source_time >= int(writer.started):
+                    checkpoint_lags.append((sample[0], time.time() - state.source_time))
         writer.stop_event.set()
         ddl.stop_event.set()
         writer.join()
         ddl.join()
-        job.join(seconds + 900)
+        result = job.finish(seconds + 900)
     tailer.stop_event.set()
     tailer.join()
-    result = box.get("result", {"status": "failed", "error": "no result (timeout)"})
-    lags = [lag for _, lag, *_ in samples]
-    steady = [lag for at, lag, *_ in samples if at >= 5.0]
     first = writer.first_commit or 0
-    out |= {"ok": result.get("status") == "success", "result": result, "wall": box.get("wall"), "writer": writer,
-            "samples": samples, "lower_bounds": sum(1 for s in samples if s[2]), "p50": percentile(lags, 0.5),
-            "p99": percentile(lags, 0.99), "max": max(lags) if lags else None,
-            "steady_p50": percentile(steady, 0.5), "steady_p99": percentile(steady, 0.99),
-            "rtt_max": max((s[3] for s in samples), default=None),
-            "checkpoint_lags": checkpoint_lags,
+    out |= {"ok": result.get("status") == "success", "result": result, "wall": job.wall, "writer": writer,
+            **lags.summary(), "checkpoint_lags": checkpoint_lags,
             "checkpoint_max": max((v for _, v in checkpoint_lags), default=None),
-            "first_visible": (first_visible - first) if first_visible and first else None,
             "written": writer.changes.total if writer.changes else 0, "achieved": writer.achieved,
             "writer_seconds": (writer.stopped - writer.started) if writer.started else 0,
             "ddl": ddl.done, "first_commit": first, "lines": tailer.lines, "sampler": sampler,
             "batches": batches(ch, pipeline) - batches_before}
+    samples = lags.samples
     # each DDL: when the applier logged it followed (or re-copied), the lag around it
     for entry in ddl.done:
         entry["at"] = entry["start"] - first
@@ -342,18 +293,7 @@ def verifications(result: dict, samples: list, checkpoint_lags: list, first: flo
 def check_after(mysql_url, ch_url, args, pipeline: str, phase: dict, added: list[tuple[str, int]]) -> None:
     """Target = source after the phase (a bounded run first if the service stopped behind), and
     every added ``cN`` = N in every row of the copy."""
-    expect = source_summary(mysql_url)
-    ch = ch_client(ch_url)
-    phase["summary_ok"] = target_summary(ch, TARGET_DB) == expect
-    ch.close()
-    if not phase["summary_ok"] and phase.get("ok"):
-        spec = cdc_spec(mysql_url, ch_url, pipeline, args)
-        with timer() as wall:
-            tail_run = spark_submit(spec, timeout=JOB_TIMEOUT)
-        ch = ch_client(ch_url)
-        phase["tail_run"] = {"result": tail_run, "wall": wall["seconds"],
-                             "summary_ok": target_summary(ch, TARGET_DB) == expect}
-        ch.close()
+    level_after(mysql_url, ch_url, args, pipeline, phase)
     ch = ch_client(ch_url)
     columns = ch_columns(ch)
     phase["added_check"] = {}
@@ -402,7 +342,6 @@ def main(argv=None):
     args.ddl_every = args.ddl_every or (10.0 if args.quick else 30.0)
     args.recopy_at = args.recopy_at or (8.0 if args.quick else 20.0)
     args.verify_every = args.verify_every or (10.0 if args.quick else 30.0)
-    os.environ.setdefault("BENCH_STATE", "/tmp/airflow-sync-bench-cdc-ddl")
     load_start = os.getloadavg()
     started = time.monotonic()
     when = dt.datetime.now(dt.timezone.utc)
@@ -412,10 +351,7 @@ def main(argv=None):
     logdir = tempfile.mkdtemp(prefix="bench-cdc-ddl-")
 
     with services("cdc-ddl") as (mysql_url, ch_url):
-        ch = ch_client(ch_url)
-        ch.command(f"DROP DATABASE IF EXISTS {ch_ident(TARGET_DB)}")
-        ch.command(f"CREATE DATABASE {ch_ident(TARGET_DB)}")
-        ch.close()
+        target_databases(ch_url, create=[TARGET_DB], drop=[TARGET_DB])
         create_seconds = create_source(mysql_url, args.rows)
         print(f"source: {args.rows:,} rows in {create_seconds:.1f} s", flush=True)
         load = run_full_load(mysql_url, ch_url)
@@ -463,13 +399,7 @@ def main(argv=None):
         print(f"row-for-row: {rows_check}", flush=True)
 
         if not args.keep:
-            ch = ch_client(ch_url)
-            ch.command(f"DROP DATABASE IF EXISTS {ch_ident(TARGET_DB)}")
-            ch.close()
-            conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-            with conn, conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{SOURCE_DB}`")
-                cur.execute("RESET MASTER")
+            drop_bench_data(mysql_url, ch_url, source_dbs=[SOURCE_DB], target_dbs=[TARGET_DB])
 
     load_end = os.getloadavg()
     total = time.monotonic() - started
@@ -481,21 +411,13 @@ def code_short(args) -> str:
     return (args.code_text or "").split(" ")[0] or "this code"
 
 
-def f2(v) -> str:
-    return f"{v:.2f}" if v is not None else "—"
-
-
-def ratio(b, a) -> str:
-    return f"{b / a:.2f}×" if a and b is not None else "—"
-
-
 def report(args, when, code, load, bounded, phases, rows_check, load_start, load_end, total, logdir) -> list[str]:
     quick = " (--quick)" if args.quick else ""
     lines = [f"# CDC lag through schema changes{quick} — {when:%Y-%m-%d %H:%M} UTC", "",
              f"Machine: {machine()}", "",
              f"Code: {code}. Command: `.venv/bin/python -m bench.cdc_ddl{' --quick' if args.quick else ''}`; "
-             f"whole bench {total / 60:.1f} min. Load average (1/5/15 min) at start {load_start[0]:.2f}/"
-             f"{load_start[1]:.2f}/{load_start[2]:.2f}, at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}.",
+             f"whole bench {total / 60:.1f} min. Load average (1/5/15 min) at start {fmt_load(load_start)}, at end "
+             f"{fmt_load(load_end)}.",
              "",
              f"Source: bench/cdc_apply.py's 10-column `orders` table in a local MariaDB, **{args.rows:,} rows**, "
              f"full-loaded by our full load ({load['wall']:.1f} s); the pipeline started from that load with one "
@@ -516,8 +438,8 @@ def report(args, when, code, load, bounded, phases, rows_check, load_start, load
     def row(label, fn, with_ratio=True):
         values = {n: fn(phases[n]) if n in phases else None for n in ("a", "b", "c", "d")}
         text = {n: (v if isinstance(v, str) else f2(v)) for n, v in values.items()}
-        rb = ratio(values["b"], values["a"]) if with_ratio and not isinstance(values["a"], str) else ""
-        rd = ratio(values["d"], values["a"]) if with_ratio and not isinstance(values["a"], str) else ""
+        rb = fmt_ratio(values["b"], values["a"]) if with_ratio and not isinstance(values["a"], str) else ""
+        rd = fmt_ratio(values["d"], values["a"]) if with_ratio and not isinstance(values["a"], str) else ""
         return f"| {label} | {text['a']} | {text['b']} | {rb} | {text['c']} | {text['d']} | {rd} |"
 
     def looks(p):

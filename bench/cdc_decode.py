@@ -21,18 +21,18 @@ import io
 import os
 import pstats
 import time
-from pathlib import Path
 
-import pymysql
-
-from airflow_sync_provider.core.cdc.binlog import BinlogReader, TableRoute, batches
-from airflow_sync_provider.core.cdc.positions import current_position
+from airflow_sync_provider.core.cdc.binlog.reader import BinlogReader, batches
+from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.ring import HashRing
-from airflow_sync_provider.core.endpoints import MySQLEndpoint
+from airflow_sync_provider.core.positions import current_position
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.spark.cdc_stream import _lane_payloads
 from bench.cdc_apply import INITIAL_ROWS, SOURCE_DB, TABLE, create_source, generate_changes
-from bench.common import machine, write_result
+from bench.harness.clients import mysql, source
+from bench.harness.env import machine, state_dir, write_result
+from bench.harness.measure import fmt_load
+from bench.harness.processes import ProcessSampler
 from devenv.services import mysql_service
 
 LANES, BATCH = 4, 50_000
@@ -53,15 +53,16 @@ def one_pass(endpoint, start, stop, routes, reference: bool, payloads: bool) -> 
     reader = BinlogReader(endpoint, start, routes, HashRing(LANES, 256), 4400)
     if reference:
         reader._decoders = _Reference(reader._decoders)
-    changes, cpu = 0, time.process_time()
-    try:
-        for batch in batches(reader, stop, BATCH, 30.0):
-            if payloads:
-                _lane_payloads(batch, routes, LANES, endpoint)
-            changes += batch.events
-    finally:
-        reader.close()
-    return changes, time.process_time() - cpu
+    changes = 0
+    with ProcessSampler(self_cpu=True) as cpu:  # this process's CPU (the sampler's own excepted)
+        try:
+            for batch in batches(reader, stop, BATCH, 30.0):
+                if payloads:
+                    _lane_payloads(batch, routes, LANES, endpoint)
+                changes += batch.events
+        finally:
+            reader.close()
+    return changes, cpu.cpu()
 
 
 def profile(endpoint, start, stop, routes, reference: bool) -> str:
@@ -83,10 +84,10 @@ def main(argv=None):
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     load = os.getloadavg()
-    with mysql_service(Path(os.environ.get("BENCH_STATE", "/tmp/airflow-sync-bench-cdc-decode"))) as mysql_url:
-        endpoint = MySQLEndpoint.from_url(mysql_url)
+    with mysql_service(state_dir("cdc-decode")) as mysql_url:
+        endpoint = source(mysql_url)
         create_source(mysql_url, INITIAL_ROWS)
-        conn = pymysql.connect(**endpoint.connect_args(), autocommit=True)
+        conn = mysql(endpoint)
         start = current_position(conn)
         generated = generate_changes(mysql_url, args.changes, INITIAL_ROWS + 1, seed=1)
         stop = current_position(conn)
@@ -106,8 +107,7 @@ def main(argv=None):
     n = generated["changes"]
     per = {key: cpu / n * 100_000 for key, cpu in best.items()}
     lines = [f"# Reader CPU per row change (bench/cdc_decode.py) — {time.strftime('%Y-%m-%d')}", "",
-             f"Machine: {machine()}; load average at start {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}, at end "
-             f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())}.", "",
+             f"Machine: {machine()}; load average at start {fmt_load(load)}, at end {fmt_load(os.getloadavg())}.", "",
              f"One reader in this process over bench/cdc_apply.py's backlog: {n:,} row changes "
              f"({generated['counts']}) in {generated['transactions']:,} transactions; batches of {BATCH:,}, "
              f"{LANES} lanes; the least CPU of {args.repeat} interleaved passes each.", "",

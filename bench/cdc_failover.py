@@ -21,8 +21,12 @@ import time
 
 import pymysql
 
+from airflow_sync_provider.core.sql import ch_table
+from airflow_sync_provider.core.submission import spark_submit
 from bench import cdc_apply as base
-from bench.common import machine, services, write_result
+from bench.harness.clients import ch_client, mysql
+from bench.harness.env import machine, services, write_result
+from bench.harness.measure import percentile
 from devenv.mariadb import ReplicatedPair
 
 
@@ -41,7 +45,7 @@ class ReconnectingWriter(threading.Thread):
         while not self.stop_event.is_set():
             try:
                 if conn is None:
-                    conn = base.mysql_conn(self.url)
+                    conn = mysql(self.url, base.SOURCE_DB)
                     cur = conn.cursor()
                     cur.execute("SET time_zone = '+00:00'")
                     cur.execute(f"USE `{base.SOURCE_DB}`")
@@ -88,7 +92,7 @@ def main(argv=None) -> int:
             first = True
             while not stop.is_set():
                 began = time.time()
-                result = base.spark_submit(spec, timeout=3600)
+                result = spark_submit(spec, timeout=3600)
                 runs.append((began, time.time(), result.get("status"), str(result.get("error", ""))[:300],
                              result.get("failover")))
                 if first:
@@ -99,8 +103,8 @@ def main(argv=None) -> int:
 
         service = threading.Thread(target=supervisor, daemon=True)
         service.start()
-        ch = base.ch_client(ch_url)
-        table = base.ch_table(base.TARGET_DB, base.TABLE)
+        ch = ch_client(ch_url)
+        table = ch_table(base.TARGET_DB, base.TABLE)
 
         def newest() -> float:
             value = ch.query(f"SELECT toUnixTimestamp64Micro(max(changed_at)) FROM {table}").result_rows[0][0]
@@ -149,8 +153,8 @@ def main(argv=None) -> int:
                  f"{sum(w.reconnects for w in writers)} reconnect attempts); "
                  f"our service restarted at once whenever it ended (a supervisor).", "",
                  "| measure | seconds |", "|---|---|",
-                 f"| steady-state lag before the failover, p50 | {base.percentile(steady, 0.5):.2f} |",
-                 f"| steady-state lag before the failover, p99 | {base.percentile(steady, 0.99):.2f} |",
+                 f"| steady-state lag before the failover, p50 | {percentile(steady, 0.5):.2f} |",
+                 f"| steady-state lag before the failover, p99 | {percentile(steady, 0.99):.2f} |",
                  f"| the new primary's first write → visible in the copy | "
                  f"{visible if visible is not None else float('nan'):.2f} |",
                  f"| the failover (A killed, B promoted, address moved) → B's first write committed | "

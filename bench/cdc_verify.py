@@ -19,29 +19,14 @@ inserts and they for it (a real server runs them side by side).
 from __future__ import annotations
 
 import argparse
-import os
 import time
 import uuid
-from pathlib import Path
 
+from airflow_sync_provider.core.submission import spark_submit
 from bench import cdc_apply as base
-from bench.common import machine, services, write_result
-
-
-def _server_cpu(mysql_url: str) -> float:
-    """CPU seconds the MariaDB server listening on the URL's port has used so far."""
-    port = str(base.MySQLEndpoint.from_url(mysql_url).port)
-    ticks = os.sysconf("SC_CLK_TCK")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if not cmd or not cmd[0].endswith(b"mariadbd") or f"--port={port}".encode() not in cmd:
-                continue
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / ticks
-        except OSError:
-            continue
-    return float("nan")
+from bench.harness.env import machine, services, write_result
+from bench.harness.jobs import JOB_TIMEOUT
+from bench.harness.processes import ProcessSampler
 
 
 def phase(mysql_url, ch_url, args, rows: int, name: str, extra: dict, next_id: int) -> dict:
@@ -49,11 +34,11 @@ def phase(mysql_url, ch_url, args, rows: int, name: str, extra: dict, next_id: i
     # a new pipeline from the table's full load: each phase starts at the same place
     spec = base.cdc_spec(mysql_url, ch_url, pipeline, args, start_from_loads=[args.load_key], reset=True,
                          verify_period=0)
-    result = base.spark_submit(spec, timeout=base.JOB_TIMEOUT)
+    result = spark_submit(spec, timeout=JOB_TIMEOUT)
     assert result.get("status") == "success", result
-    cpu_before, began = _server_cpu(mysql_url), time.time()
-    out = base.run_lag(mysql_url, ch_url, args, pipeline, next_id, extra=extra)
-    out["source_cpu"] = (_server_cpu(mysql_url) - cpu_before) / max(1e-9, time.time() - began)
+    with ProcessSampler() as sampler:  # the bench's own MariaDB: its CPU during the phase
+        out = base.run_lag(mysql_url, ch_url, args, pipeline, next_id, extra=extra)
+    out["source_cpu"] = sampler.cpu_by_role().get("MariaDB", float("nan")) / max(1e-9, sampler.seconds)
     verified = (out.get("result") or {}).get("verified") or []
     out["passes"] = len(verified)
     out["repaired"] = (out.get("result") or {}).get("repaired_shards")

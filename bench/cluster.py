@@ -16,30 +16,23 @@ import collections
 import tempfile
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import Ledger
-from airflow_sync_provider.core.submission import spark_submit
-from airflow_sync_provider.core.target.clickhouse import client
-from bench.common import machine, services, timer, write_result
+from bench.harness.clients import ch_client, source, target
+from bench.harness.env import machine, services, write_result
+from bench.harness.jobs import full_load
 from devenv import demo_data
 from devenv.spark_cluster import SparkCluster
 
 DB = "bench_cluster"
 
 
-def load(source, target, key, channels, master, conf=None) -> dict:
-    spec = FullLoadSpec(source=source, target=target, source_database=DB, source_table="orders",
-                        target_database=f"{DB}_ch", target_table=key.replace(".", "_"), load_key=key,
-                        channels=channels)
-    with timer() as wall:
-        result = spark_submit(spec, master=master, conf=conf, timeout=3600)
-    if result.get("status") != "success":
-        raise RuntimeError(f"{master}: {result.get('error')}")
-    return result | {"wall": wall["seconds"]}
+def load(mysql, ch, key, channels, master, conf=None) -> dict:
+    return full_load(mysql, ch, DB, "orders", f"{DB}_ch", key.replace(".", "_"), load_key=key,
+                     channels=channels, master=master, conf=conf, timeout=3600)
 
 
-def per_executor(target, key) -> dict:
-    ch = client(target)
+def per_executor(endpoint, key) -> dict:
+    ch = ch_client(endpoint)
     state = Ledger(ch).state(key)
     ch.close()
     rows, seconds = collections.Counter(), collections.Counter()
@@ -56,13 +49,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     with services("cluster") as (mysql_url, ch_url):
         demo_data.generate(mysql_url, DB, orders=args.rows, customers=10_000, item_orders=1_000)
-        mysql, ch = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
+        mysql, ch = source(mysql_url), target(ch_url)
         local = load(mysql, ch, f"{DB}.local", args.channels, "local[2]")
         with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp, SparkCluster(tmp) as cluster:
-            source = MySQLEndpoint(cluster.host_ip, cluster.expose(mysql.port), mysql.user, mysql.password)
-            target = ClickHouseEndpoint(cluster.host_ip, cluster.expose(ch.port), ch.user, ch.password)
-            remote = load(source, target, f"{DB}.cluster", args.channels, cluster.url, cluster.driver_conf)
-            executors = per_executor(target, f"{DB}.cluster")
+            there = (MySQLEndpoint(cluster.host_ip, cluster.expose(mysql.port), mysql.user, mysql.password),
+                     ClickHouseEndpoint(cluster.host_ip, cluster.expose(ch.port), ch.user, ch.password))
+            remote = load(*there, f"{DB}.cluster", args.channels, cluster.url, cluster.driver_conf)
+            executors = per_executor(there[1], f"{DB}.cluster")
             names = {cluster.host_ip: "worker a (host namespace)", cluster.netns.ns_ip: "worker b (own namespace)"}
     lines = [
         "# Full load on a Spark standalone cluster vs local[2]", "",
@@ -73,7 +66,7 @@ def main(argv=None):
         "| run | wall s | in-job s | rows | rows/s (wall) |", "|---|---:|---:|---:|---:|",
     ]
     for label, run in (("local[2]", local), ("standalone cluster, client mode", remote)):
-        lines.append(f"| {label} | {run['wall']:.1f} | {run['seconds']:.1f} | {run['rows']:,} | "
+        lines.append(f"| {label} | {run['wall']:.1f} | {run['inner']:.1f} | {run['rows']:,} | "
                      f"{run['rows'] / run['wall']:,.0f} |")
     lines += ["", f"Cluster / local[2] wall: {remote['wall'] / local['wall']:.2f}×", "",
               "| executor | rows | shard-seconds | rows/s per executor core |", "|---|---:|---:|---:|"]

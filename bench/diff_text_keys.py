@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import statistics
 
-import pymysql
-
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, SnapshotDiffSpec
+from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.verify import pruning
 from airflow_sync_provider.spark import diff as diff_job
-from airflow_sync_provider.spark.full_load import run_full_load
-from bench.common import machine, services, timer, write_result
+from bench.harness.clients import mysql, source, target
+from bench.harness.env import machine, services, write_result
+from bench.harness.jobs import full_load
+from bench.harness.measure import fmt_rounds, median, timer
 
 DB, TARGET = "bench_text_keys", "bench_text_keys_ch"
 SHARES = (0.0, pruning.SCAN_SHARE, 1.0)
@@ -46,19 +44,15 @@ def main() -> None:
     rows = args.rows
     lines = []
     with services("diff_text_keys") as (mysql_url, clickhouse_url):
-        source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
-        conn = pymysql.connect(host=source.host, port=source.port, user=source.user, password=source.password,
-                               autocommit=True)
+        endpoints = source(mysql_url), target(clickhouse_url)
+        conn = mysql(endpoints[0])
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {DB}")
             cur.execute(f"CREATE DATABASE {DB}")
             cur.execute(f"CREATE TABLE {DB}.t (id VARCHAR(36) PRIMARY KEY, v INT NOT NULL, s VARCHAR(40) NULL)")
             cur.execute(f"INSERT INTO {DB}.t SELECT UUID(), seq, CONCAT('some text ', seq) FROM {DB}.seq_1_to_{rows}")
-        with timer() as load:
-            run_full_load(FullLoadSpec(source=source, target=target, source_database=DB, source_table="t",
-                                       target_database=TARGET, target_table="t", load_key=f"{DB}.t", channels=2),
-                          None)
-        lines += [f"Copy: {rows:,} rows by the full load in {load['seconds']:.1f} s.", "",
+        load = full_load(*endpoints, DB, "t", TARGET, "t", load_key=f"{DB}.t", channels=2, in_process=True)
+        lines += [f"Copy: {rows:,} rows by the full load in {load['wall']:.1f} s.", "",
                   "| changed at random | SCAN_SHARE | wall s, median (each run) | levels "
                   "| rows read row by row (% of the table) | changed found |", "|---|---|---|---|---|---|"]
         for percent in (0.1, 1.0):
@@ -69,14 +63,14 @@ def main() -> None:
             runs: dict = {share: [] for share in SHARES}
             for rep in range(REPEATS):  # in rotating order: the first diff after a change pays for a cold start
                 for share in SHARES[rep % len(SHARES):] + SHARES[:rep % len(SHARES)]:
-                    runs[share].append(_diff(source, target, share, f"{percent}"))
+                    runs[share].append(_diff(*endpoints, share, f"{percent}"))
             for share, results in runs.items():
                 r = results[0]
                 ok = all(x["counts"]["changed"] == expected and not (x["counts"]["new"] or x["counts"]["deleted"])
                          for x in results)
                 walls = sorted(x["wall"] for x in results)
-                lines.append(f"| {percent} % ({expected:,} rows) | {share} | **{statistics.median(walls):.2f}** "
-                             f"({', '.join(f'{w:.2f}' for w in walls)}) | {r['levels']} | "
+                lines.append(f"| {percent} % ({expected:,} rows) | {share} | **{median(walls):.2f}** "
+                             f"({fmt_rounds(walls)}) | {r['levels']} | "
                              f"{r['read']:,} ({100 * r['read'] / rows:.2f} %) | "
                              f"{r['counts']['changed']:,}{'' if ok else ' **WRONG**'} |")
                 print(lines[-1], flush=True)

@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pymysql
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.failures import GRACE_SECONDS, WAIT_SECONDS
@@ -41,8 +40,9 @@ from airflow_sync_provider.core.jobspec import (
     SnapshotDiffSpec,
     spec_to_dict,
 )
-from airflow_sync_provider.core.submission import spark_submit
-from bench.common import machine, write_result
+from bench.harness.clients import mysql
+from bench.harness.env import machine, state_dir, write_result
+from bench.harness.jobs import full_load
 from devenv.clickhouse_http import ChdbEndpoint
 from devenv.mariadb import MariaDB
 
@@ -65,9 +65,6 @@ class Bench:
         self.target = ClickHouseEndpoint.from_url(self.endpoint.url)
         self.timing = state / "statements.log"
 
-    def mysql(self):
-        return pymysql.connect(**self.source.connect_args(), autocommit=True)
-
     def restart_target(self) -> None:
         if self.endpoint.proc is not None and self.endpoint.proc.poll() is None:
             self.endpoint.proc.send_signal(signal.SIGCONT)
@@ -79,7 +76,7 @@ class Bench:
         self.endpoint.start()
 
     def table(self, name: str) -> None:
-        with self.mysql() as conn, conn.cursor() as cur:
+        with mysql(self.source) as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
             cur.execute(f"DROP TABLE IF EXISTS {DB}.{name}")
             cur.execute(f"CREATE TABLE {DB}.{name} (id BIGINT PRIMARY KEY, v DECIMAL(12,2) NOT NULL, note VARCHAR(40))")
@@ -87,15 +84,14 @@ class Bench:
                         f"FROM {DB}.seq_1_to_{self.rows}")
 
     def load(self, name: str, key: str, **kwargs) -> None:
-        result = spark_submit(self.load_spec(name, key, **kwargs))
-        assert result["status"] == "success", result
+        full_load(self.source, self.target, DB, name, TARGET, name, load_key=key, **kwargs)
 
     def load_spec(self, name: str, key: str, **kwargs) -> FullLoadSpec:
         return FullLoadSpec(source=self.source, target=self.target, source_database=DB, source_table=name,
                             target_database=TARGET, target_table=name, load_key=key, **kwargs)
 
     def change(self, name: str) -> None:
-        with self.mysql() as conn, conn.cursor() as cur:
+        with mysql(self.source) as conn, conn.cursor() as cur:
             step = self.rows // 50
             for lo in range(0, self.rows, step):
                 cur.execute(f"UPDATE {DB}.{name} SET v = v + 1 WHERE id > %s AND id <= %s", (lo, lo + step))
@@ -203,7 +199,7 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--only", default="", help="comma-separated jobs")
     args = parser.parse_args(argv)
-    state = Path(os.environ.get("BENCH_STATE", "/tmp/airflow-sync-bench-faults"))
+    state = state_dir("faults")
     os.environ["CHDB_HTTP_TIMING"] = str(state / "statements.log")
     bench = Bench(state, args.rows)
     faults = ("dead target", "frozen target", "dead submitter")

@@ -14,35 +14,24 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
 import time
-import uuid
-from pathlib import Path
 
-import clickhouse_connect
-import pymysql
-import yaml
-
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.submission import prepare, spark_submit
-from bench.common import REPO, fmt_rate, fmt_ratio, machine, services, timer, write_result
+from airflow_sync_provider.core.submission import prepare
+from bench.harness.clients import ch_client, drop_bench_data, mysql, source, source_stats, target, target_databases
+from bench.harness.env import REPO, machine, services, tls_services, write_result
+from bench.harness.jobs import fingerprint, full_load, unique_key
+from bench.harness.measure import fmt_change, fmt_load, fmt_rate, fmt_ratio, fmt_rounds, interleaved, rate, timer
+from bench.harness.peers import MARIADB_JAR, diy_available, diy_submit, initial_copy
+from bench.harness.processes import GROUPS, ProcessSampler, target_settle_cpu
 from devenv import demo_data
-from devenv.peers import peer_venv
-from devenv.rss import rss_kib
 
 TARGET_DB = "bench_full_load"
 TABLE = "orders"
-MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
-VENV_PYTHON = REPO / ".venv" / "bin" / "python"
-SPARK_SUBMIT = REPO / ".venv" / "bin" / "spark-submit"
 DIY_SCRIPT = REPO / "bench" / "diy_spark_jdbc.py"
-PAGE = os.sysconf("SC_PAGE_SIZE")
-TICKS = os.sysconf("SC_CLK_TCK")
 
 # Order-independent content fingerprint of a copy, per column and by value (normalised text), so
 # targets whose column types differ (a peer's DECIMAL -> Float64, DATETIME -> DateTime64(3)) still compare.
@@ -60,252 +49,26 @@ COLUMNS = {
 }
 
 
-# ---------------------------------------------------------------------------------------------
-# Process sampling: RSS of Spark's Python workers, CPU used by processes that are not ours
-# ---------------------------------------------------------------------------------------------
-
-def _proc_stat(pid: str) -> tuple[int, int] | None:
-    """(ppid, utime + stime ticks) of a process, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[1]), int(fields[11]) + int(fields[12])
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().decode(errors="replace").split("\0")[:-1]
-    except OSError:
-        return []
-
-
-def _busy_ticks() -> int:
-    with open("/proc/stat") as fh:
-        cpu = [int(x) for x in fh.readline().split()[1:]]
-    return sum(cpu) - cpu[3] - cpu[4]  # all but idle and iowait
-
-
-GROUPS = ("MariaDB", "ClickHouse endpoint", "Spark JVM", "Python workers", "Python driver")
-
-
-def _group(pid: int, ppid: int, ours: bool) -> str | None:
-    """Which process group of the CPU table ``pid`` belongs to (None: not counted)."""
-    cmd = _cmdline(pid)
-    if not cmd:
-        return None
-    name = os.path.basename(cmd[0])
-    if name == "mariadbd":
-        return "MariaDB"
-    if "devenv.clickhouse_http" in cmd:
-        return "ClickHouse endpoint"
-    if not ours:
-        return None
-    if name == "java":
-        return "Spark JVM"
-    if _is_python_worker(cmd) or _is_python_worker(_cmdline(ppid)):
-        return "Python workers"
-    if "python" in name:
-        return "Python driver"
-    return None
-
-
-def _is_python_worker(cmd: list[str]) -> bool:
-    text = " ".join(cmd)
-    return "pyspark.daemon" in text or "pyspark/worker" in text or "pyspark.worker" in text
-
-
-class ProcessSampler(threading.Thread):
-    """Every ``interval`` s: VmRSS of every descendant of this process that is a Spark Python
-    worker (``-m pyspark.daemon`` and the workers it forks), the Spark JVM and the Python driver;
-    and the CPU time of processes that are NOT descendants (other work sharing the machine)."""
-
-    def __init__(self, interval: float = 0.2):
-        super().__init__(daemon=True)
-        self.interval = interval
-        self.stop_event = threading.Event()
-        self.worker_max: dict[int, int] = {}  # pid -> max VmRSS KiB (forked workers)
-        self.daemon_max = 0
-        self.workers_sum_max = 0  # max over samples of the sum of live workers' RSS
-        self.jvm_max = 0
-        self.driver_max = 0
-        self.cmdlines: set[str] = set()
-        self.foreign_ticks = 0
-        self._foreign_last: dict[str, int] = {}
-        self.busy_ticks = 0
-        self.samples = 0
-        # CPU ticks per process group while sampling (deltas from each process's first sample)
-        self.group_ticks: dict[str, int] = {}
-        self._group_last: dict[int, int] = {}
-        self.settle: float | None = None  # the target's CPU after the path, until idle (merges)
-
-    def _sample(self) -> None:
-        me = os.getpid()
-        stats = {}
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                stat = _proc_stat(pid)
-                if stat:
-                    stats[int(pid)] = stat
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, _) in stats.items():
-            children.setdefault(ppid, []).append(pid)
-        ours, todo = {me}, [me]
-        while todo:
-            for child in children.get(todo.pop(), []):
-                if child not in ours:
-                    ours.add(child)
-                    todo.append(child)
-        foreign_now = {}
-        for pid, (_, ticks) in stats.items():
-            if pid not in ours:
-                key = f"{pid}"
-                foreign_now[key] = ticks
-                if key in self._foreign_last:
-                    self.foreign_ticks += max(0, ticks - self._foreign_last[key])
-        self._foreign_last = foreign_now
-        workers_sum = 0
-        for pid in ours - {me}:
-            cmd = _cmdline(pid)
-            if not cmd:
-                continue
-            if _is_python_worker(cmd):
-                rss = rss_kib(pid)
-                parent = stats.get(pid, (0, 0))[0]
-                if _is_python_worker(_cmdline(parent)):  # forked by the daemon: a worker
-                    self.worker_max[pid] = max(self.worker_max.get(pid, 0), rss)
-                    workers_sum += rss
-                else:
-                    self.daemon_max = max(self.daemon_max, rss)
-                self.cmdlines.add(" ".join(cmd)[:160])
-            elif os.path.basename(cmd[0]) == "java":
-                self.jvm_max = max(self.jvm_max, rss_kib(pid))
-            elif any(a.endswith(("full_load.py", "diy_spark_jdbc.py", "snapshot_diff.py")) for a in cmd[1:]) \
-                    and "python" in os.path.basename(cmd[0]):
-                self.driver_max = max(self.driver_max, rss_kib(pid))
-        self.workers_sum_max = max(self.workers_sum_max, workers_sum)
-        for pid, (ppid, ticks) in stats.items():
-            group = _group(pid, ppid, pid in ours and pid != me)
-            if group is None:
-                continue
-            if pid in self._group_last:
-                self.group_ticks[group] = self.group_ticks.get(group, 0) + max(0, ticks - self._group_last[pid])
-            elif self.samples:  # a process born while sampling: all its CPU is this run's
-                self.group_ticks[group] = self.group_ticks.get(group, 0) + ticks
-            self._group_last[pid] = ticks
-        self.samples += 1
-
-    def run(self):
-        busy0 = _busy_ticks()
-        while True:
-            try:
-                self._sample()
-            except Exception as exc:  # a sampling hiccup must not kill the bench
-                print(f"sampler: {type(exc).__name__}: {exc}", flush=True)
-            if self.stop_event.wait(self.interval):
-                break
-        self.busy_ticks = _busy_ticks() - busy0
-
-    def __enter__(self):
-        self.started = time.monotonic()
-        self.load_before = os.getloadavg()[0]
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop_event.set()
-        self.join()
-        self.seconds = time.monotonic() - self.started
-        self.load_after = os.getloadavg()[0]
-
-    def cpu_per_million(self, rows: int) -> dict[str, float]:
-        return {g: self.group_ticks.get(g, 0) / TICKS / rows * 1e6 for g in GROUPS}
-
-    @property
-    def worker_peak_mib(self) -> float:
-        return max(self.worker_max.values(), default=0) / 1024
-
-    @property
-    def foreign_cores(self) -> float:
-        return self.foreign_ticks / TICKS / self.seconds if self.seconds else 0.0
-
-    def contention(self) -> str:
-        return f"{self.load_before:.2f}→{self.load_after:.2f} / {self.foreign_cores:.2f}"
-
-
-def target_settle_cpu(max_seconds: float = 60.0) -> float | None:
-    """CPU seconds the ClickHouse endpoint spends after a path returned, until it is idle (under
-    2 % of a core for a second): background merges of the parts the path wrote. None when the
-    target is not the local stand-in (an external server's CPU is not ours to sample)."""
-    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and "devenv.clickhouse_http" in _cmdline(int(p))]
-    if not pids:
-        return None
-
-    def ticks():
-        return sum((_proc_stat(str(p)) or (0, 0))[1] for p in pids)
-
-    start = last = ticks()
-    deadline = time.monotonic() + max_seconds
-    while time.monotonic() < deadline:
-        time.sleep(1.0)
-        now = ticks()
-        if now - last <= 0.02 * TICKS:
-            break
-        last = now
-    return (ticks() - start) / TICKS
+def cpu_per_million(sampler: ProcessSampler, rows: int) -> dict[str, float]:
+    """CPU seconds per million rows by process group (harness GROUPS: the services, Spark's JVM and
+    Python workers, the Python driver with every process it started)."""
+    by_group = sampler.cpu_by_role()
+    return {g: by_group.get(g, 0.0) / rows * 1e6 for g in GROUPS}
 
 
 # ---------------------------------------------------------------------------------------------
 # The paths
 # ---------------------------------------------------------------------------------------------
 
-def ch_client(url: str):
-    return clickhouse_connect.get_client(**ClickHouseEndpoint.from_url(url).client_args(),
-                                         send_receive_timeout=7200)
-
-
-def source_stats(mysql_url: str, db: str, table: str = TABLE) -> tuple[int, int, int]:
-    conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-    with conn, conn.cursor() as cur:
-        cur.execute(f"SELECT COUNT(*), MIN(id), MAX(id) FROM `{db}`.`{table}`")
-        return tuple(int(v) for v in cur.fetchone())
-
-
-def fingerprint(ch, database: str, table: str, final: bool = False) -> dict:
-    """count() and, per column, sum(cityHash64(normalised text)) — NULL hashed as its own marker."""
-    sums = ", ".join(f"sum(cityHash64(ifNull({expr}, '\\N')))" for expr in COLUMNS.values())
-    source = ch_table(database, table) + (" FINAL" if final else "")
-    try:
-        row = ch.query(f"SELECT count(), {sums} FROM {source}").result_rows[0]
-        types = dict(ch.query("SELECT name, type FROM system.columns"
-                              " WHERE database = {d:String} AND table = {t:String}",
-                              parameters={"d": database, "t": table}).result_rows)
-    except Exception as exc:  # reported, not fatal: the row count was already asserted
-        return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    return {"count": int(row[0]), "columns": dict(zip(COLUMNS, (int(v) for v in row[1:]))), "types": types}
-
-
 def run_ours(mysql_url, ch_url, db, rows, channels, table=TABLE, reader="auto") -> dict:
-    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                        source_database=db, source_table=table, target_database=TARGET_DB,
-                        target_table=f"ours_{table}_{rows}", channels=channels, reader=reader,
-                        load_key=f"bench-full-load-{db}-{uuid.uuid4().hex[:12]}")
-    with ProcessSampler() as sampler, timer() as wall:
-        result = spark_submit(spec)
+    sampler = ProcessSampler()
+    run = full_load(mysql_url, ch_url, db, table, TARGET_DB, f"ours_{table}_{rows}", channels=channels, reader=reader,
+                    load_key=unique_key(f"bench-full-load-{db}"), during=sampler, expect_rows=rows, count="")
     sampler.settle = target_settle_cpu()
-    assert result.get("status") == "success", result
     ch = ch_client(ch_url)
-    target = int(ch.command(f"SELECT count() FROM {ch_table(TARGET_DB, spec.target_table)}"))
-    assert target == rows == result["rows"], (target, rows, result.get("rows"))
-    fp = fingerprint(ch, TARGET_DB, spec.target_table) if table == TABLE else None
+    fp = fingerprint(ch, TARGET_DB, run["table"], COLUMNS) if table == TABLE else None
     ch.close()
-    return {"name": "ours", "rows": rows, "wall": wall["seconds"], "inner": float(result["seconds"]),
-            "phases": result.get("phases", {}), "reader": result.get("reader", ""),
-            "shards": result.get("shards"), "strategy": result.get("strategy"), "sampler": sampler,
-            "fingerprint": fp, "table": spec.target_table, "per_shard": result.get("per_shard", []),
-            "channels": result.get("channels") or channels}
+    return run | {"name": "ours", "sampler": sampler, "fingerprint": fp}
 
 
 def empty_like_ours(ch, ours_table: str, table: str) -> None:
@@ -316,107 +79,71 @@ def empty_like_ours(ch, ours_table: str, table: str) -> None:
                f" FROM {ch_table(TARGET_DB, ours_table)} LIMIT 0")
 
 
-def run_mysql_function(mysql_url, ch_url, db, rows, ours_table, source=TABLE) -> dict:
-    my = MySQLEndpoint.from_url(mysql_url)
-    ch = ch_client(ch_url)
-    table = f"mysqlfn_{source}_{rows}"
-    empty_like_ours(ch, ours_table, table)
-    # The source password is spelled out in this SQL (mysql() takes no other form without a named
-    # collection): acceptable for this throwaway local MariaDB only, never for a real source.
-    pull = (f"mysql('{my.host}:{my.port}', '{db}', '{source}', '{my.user}', '{my.password}')")
-    with ProcessSampler() as sampler, timer() as t:
-        ch.command(f"INSERT INTO {ch_table(TARGET_DB, table)} SELECT * FROM {pull}")
-    sampler.settle = target_settle_cpu()
-    target = int(ch.command(f"SELECT count() FROM {ch_table(TARGET_DB, table)}"))
-    assert target == rows, (target, rows)
-    fp = fingerprint(ch, TARGET_DB, table) if source == TABLE else None
+def checked_copy(ch, table: str, rows: int, fingerprinted: bool, extra: int | None = None) -> dict | None:
+    """A peer's copy in TARGET_DB: its count asserted (= ``rows``, and = ``extra`` if given), its
+    fingerprint (the orders table's), then dropped."""
+    copied = int(ch.command(f"SELECT count() FROM {ch_table(TARGET_DB, table)}"))
+    assert copied == rows and extra in (None, rows), (copied, rows, extra)
+    fp = fingerprint(ch, TARGET_DB, table, COLUMNS) if fingerprinted else None
     ch.command(f"DROP TABLE {ch_table(TARGET_DB, table)}")
     ch.close()
+    return fp
+
+
+def run_mysql_function(mysql_url, ch_url, db, rows, ours_table, table=TABLE) -> dict:
+    my = source(mysql_url)
+    ch = ch_client(ch_url)
+    copy = f"mysqlfn_{table}_{rows}"
+    empty_like_ours(ch, ours_table, copy)
+    # The source password is spelled out in this SQL (mysql() takes no other form without a named
+    # collection): acceptable for this throwaway local MariaDB only, never for a real source.
+    pull = (f"mysql('{my.host}:{my.port}', '{db}', '{table}', '{my.user}', '{my.password}')")
+    with ProcessSampler() as sampler, timer() as t:
+        ch.command(f"INSERT INTO {ch_table(TARGET_DB, copy)} SELECT * FROM {pull}")
+    sampler.settle = target_settle_cpu()
+    fp = checked_copy(ch, copy, rows, table == TABLE)
     return {"name": "mysql", "rows": rows, "wall": t["seconds"], "inner": t["seconds"], "sampler": sampler,
             "fingerprint": fp}
 
 
-def run_diy(mysql_url, ch_url, db, rows, ours_table, lo, hi, source=TABLE) -> dict:
-    my, chp = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
+def run_diy(mysql_url, ch_url, db, rows, ours_table, lo, hi, table=TABLE) -> dict:
     ch = ch_client(ch_url)
-    table = f"diy_{source}_{rows}"
-    empty_like_ours(ch, ours_table, table)
+    copy = f"diy_{table}_{rows}"
+    empty_like_ours(ch, ours_table, copy)
     with tempfile.TemporaryDirectory(prefix="bench-diy-") as tmp:
         result_path = os.path.join(tmp, "result.json")
-        cmd = [str(SPARK_SUBMIT), "--master", "local[2]", "--jars", MARIADB_JAR,
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN",
-               str(DIY_SCRIPT), "--mysql-host", my.host, "--mysql-port", str(my.port), "--mysql-user", my.user,
-               "--database", db, "--table", source, "--lower", str(lo), "--upper", str(hi), "--partitions", "8",
-               "--ch-host", chp.host, "--ch-port", str(chp.port), "--ch-user", chp.user,
-               "--target-database", TARGET_DB, "--target-table", table, "--result", result_path]
-        env = {**os.environ, "PYSPARK_PYTHON": str(VENV_PYTHON), "PYSPARK_DRIVER_PYTHON": str(VENV_PYTHON),
-               "SPARK_LOCAL_IP": "127.0.0.1", "DIY_MYSQL_PASSWORD": my.password, "DIY_CH_PASSWORD": chp.password}
+        cmd, env = diy_submit(DIY_SCRIPT, mysql_url, ch_url, [
+            "--database", db, "--table", table, "--lower", str(lo), "--upper", str(hi), "--partitions", "8",
+            "--target-database", TARGET_DB, "--target-table", copy, "--result", result_path])
         with ProcessSampler() as sampler, timer() as wall:
             proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         sampler.settle = target_settle_cpu()
         assert proc.returncode == 0, f"DIY spark-submit exited {proc.returncode}:\n{proc.stdout[-5000:]}"
         with open(result_path) as fh:
             result = json.load(fh)
-    target = int(ch.command(f"SELECT count() FROM {ch_table(TARGET_DB, table)}"))
-    assert target == rows == result["rows"], (target, rows, result)
-    fp = fingerprint(ch, TARGET_DB, table) if source == TABLE else None
-    ch.command(f"DROP TABLE {ch_table(TARGET_DB, table)}")
-    ch.close()
+    fp = checked_copy(ch, copy, rows, table == TABLE, extra=result["rows"])
     return {"name": "diy", "rows": rows, "wall": wall["seconds"], "inner": float(result["seconds"]),
             "sampler": sampler, "fingerprint": fp}
 
 
 def run_replicator(mysql_url, ch_url, db, rows, threads: int, timeout: float) -> dict:
-    venv = peer_venv("mysql-ch-replicator")
-    my, chp = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
     target_db = f"bench_mcr_{db}"  # its own database: the replicator RENAMEs <target>_tmp over it
+    peer_dbs = (target_db, f"{target_db}_tmp", f"{target_db}_old")
+    target_databases(ch_url, drop=peer_dbs)
+    with ProcessSampler() as sampler:
+        copy = initial_copy(mysql_url, ch_url, db, [TABLE], target_db, timeout, threads=threads)
+    if copy["code"] is None:
+        target_databases(ch_url, drop=peer_dbs)
+        return {"name": "replicator", "rows": rows, "timeout": timeout, "wall": None}
+    assert copy["code"] == 0 and "initial replication - done" in copy["output"], \
+        f"replicator exited {copy['code']}:\n{copy['output'][-5000:]}"
     ch = ch_client(ch_url)
-
-    def drop():
-        for name in (target_db, f"{target_db}_tmp", f"{target_db}_old"):
-            ch.command(f"DROP DATABASE IF EXISTS {ch_ident(name)}")
-
-    drop()
-    with tempfile.TemporaryDirectory(prefix="bench-mcr-") as tmp:
-        config = {
-            "mysql": {"host": my.host, "port": my.port, "user": my.user, "password": my.password,
-                      "charset": "utf8mb4"},
-            "clickhouse": {"host": chp.host, "port": chp.port, "user": chp.user, "password": chp.password,
-                           "connection_timeout": 30, "send_receive_timeout": 600},
-            "binlog_replicator": {"data_dir": os.path.join(tmp, "data"), "records_per_file": 100000},
-            "databases": db,
-            "tables": [TABLE],
-            "target_databases": {db: target_db},
-            "log_level": "info",
-            "initial_replication_threads": threads,  # its parallel initial copy, like our channels
-        }
-        config_path = Path(tmp) / "config.yaml"
-        config_path.write_text(yaml.safe_dump(config))  # holds the password: in a private temp dir
-        os.chmod(config_path, 0o600)
-        cmd = [str(venv / "bin" / "mysql_ch_replicator"), "db_replicator", "--config", str(config_path),
-               "--db", db, "--initial_only=True"]
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("MYSQL_", "CLICKHOUSE_", "PYTHON", "VIRTUAL_ENV"))}
-        with ProcessSampler() as sampler, timer() as wall:
-            # Its own session, so a timeout can end the workers it starts too (they share its group).
-            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, start_new_session=True)
-            try:
-                output, _ = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                drop()
-                ch.close()
-                return {"name": "replicator", "rows": rows, "timeout": timeout, "wall": None}
-    assert proc.returncode == 0 and "initial replication - done" in output, \
-        f"replicator exited {proc.returncode}:\n{output[-5000:]}"
-    target = int(ch.command(f"SELECT count() FROM {ch_table(target_db, TABLE)} FINAL"))
-    assert target == rows, (target, rows)
-    fp = fingerprint(ch, target_db, TABLE, final=True)
-    drop()
+    copied = int(ch.command(f"SELECT count() FROM {ch_table(target_db, TABLE)} FINAL"))
+    assert copied == rows, (copied, rows)
+    fp = fingerprint(ch, target_db, TABLE, COLUMNS, final=True)
     ch.close()
-    return {"name": "replicator", "rows": rows, "wall": wall["seconds"], "inner": None, "sampler": sampler,
+    target_databases(ch_url, drop=peer_dbs)
+    return {"name": "replicator", "rows": rows, "wall": copy["wall"], "inner": None, "sampler": sampler,
             "fingerprint": fp}
 
 
@@ -426,10 +153,9 @@ def profile_ours(mysql_url, ch_url, db, rows, channels) -> list[str]:
     perf = shutil.which("perf")
     if perf is None:
         return ["`perf` is not installed (Debian: `apt-get install linux-perf`), so no profile was taken."]
-    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                        source_database=db, source_table=TABLE, target_database=TARGET_DB,
-                        target_table=f"profile_{TABLE}_{rows}", channels=channels,
-                        load_key=f"bench-profile-{uuid.uuid4().hex[:12]}")
+    spec = FullLoadSpec(source=source(mysql_url), target=target(ch_url), source_database=db, source_table=TABLE,
+                        target_database=TARGET_DB, target_table=f"profile_{TABLE}_{rows}", channels=channels,
+                        load_key=unique_key("bench-profile"))
     with tempfile.TemporaryDirectory(prefix="bench-perf-") as tmp:
         data = os.path.join(tmp, "perf.data")
         cmd, env = prepare(spec, tmp)
@@ -488,8 +214,7 @@ def generate_shape(mysql_url: str, db: str, shape: str, rows: int) -> None:
     else:
         columns = [("n", "INT NOT NULL", "seq * 7 % 1000003"),
                    ("label", "VARCHAR(20) NULL", "IF(seq % 10 = 0, NULL, CONCAT('label-', seq % 100000))")]
-    conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-    with conn, conn.cursor() as cur:
+    with mysql(mysql_url) as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
         cur.execute(f"DROP TABLE IF EXISTS `{db}`.`{shape}`")
         cur.execute(f"CREATE TABLE `{db}`.`{shape}` (id BIGINT PRIMARY KEY, "
@@ -507,29 +232,11 @@ def run_shape(mysql_url, ch_url, db, shape, rows, channels) -> dict:
     assert count == rows, (shape, count, rows)
     ours = run_ours(mysql_url, ch_url, db, rows, channels, table=shape)
     print(f"{shape}: ours {ours['wall']:.1f} s wall, {ours['inner']:.1f} s job", flush=True)
-    mysqlfn = run_mysql_function(mysql_url, ch_url, db, rows, ours["table"], source=shape)
+    mysqlfn = run_mysql_function(mysql_url, ch_url, db, rows, ours["table"], table=shape)
     print(f"{shape}: mysql() {mysqlfn['wall']:.1f} s", flush=True)
-    diy = run_diy(mysql_url, ch_url, db, rows, ours["table"], lo, hi, source=shape)
+    diy = run_diy(mysql_url, ch_url, db, rows, ours["table"], lo, hi, table=shape)
     print(f"{shape}: DIY {diy['wall']:.1f} s wall, {diy['inner']:.1f} s in-script", flush=True)
     return {"shape": shape, "rows": rows, "ours": ours, "mysql": mysqlfn, "diy": diy}
-
-
-def diy_available() -> bool:
-    """The DIY path needs MariaDB Connector/J (Debian's libmariadb-java): installed if missing."""
-    if os.path.exists(MARIADB_JAR):
-        return True
-    print(f"{MARIADB_JAR} is missing: installing libmariadb-java for the DIY Spark JDBC path", flush=True)
-    for cmd in (["apt-get", "install", "-y", "-q", "libmariadb-java"], ["apt-get", "update", "-q"],
-                ["apt-get", "install", "-y", "-q", "libmariadb-java"]):
-        if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0 \
-                and os.path.exists(MARIADB_JAR):
-            return True
-    print("could not install libmariadb-java: the DIY Spark JDBC path is skipped", flush=True)
-    return False
-
-
-def rate(rows, seconds) -> float | None:
-    return rows / seconds if seconds else None
 
 
 # the TLS comparison's variants: (name, source over TLS, target over HTTPS, reader)
@@ -541,10 +248,8 @@ TLS_VARIANTS = (("plain text, Arrow-native reader (connectorx; the default)", Fa
 
 def tls_comparison(args) -> None:
     """``--tls``: our full load over plain text and over TLS side by side in one run, on one server
-    that takes both (bench/common.tls_services), ``--repeat`` rounds of every variant interleaved;
+    that takes both (bench/harness tls_services), ``--repeat`` rounds of every variant interleaved;
     the best of each is reported (the machine is shared). Writes bench/results/full_load_tls.md."""
-    from bench.common import tls_services
-
     load_start, started = os.getloadavg(), time.monotonic()
     runs = {name: [] for name, *_ in TLS_VARIANTS}
     with tls_services("fullload-tls") as (plain, tls, http, https):
@@ -554,15 +259,12 @@ def tls_comparison(args) -> None:
         assert counts["orders"] == args.rows, counts
         print(f"generated {db}.orders: {args.rows:,} rows in {gen['seconds']:.1f} s", flush=True)
         for url in (http, https):
-            ch = ch_client(url)
-            ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(TARGET_DB)}")
-            ch.close()
-        for round_ in range(args.repeat):  # every other round in reverse order: no variant always runs first
-            for name, source_tls, target_tls, reader in TLS_VARIANTS[::1 if round_ % 2 == 0 else -1]:
-                run = run_ours(tls if source_tls else plain, https if target_tls else http, db, args.rows,
-                               args.channels, reader=reader)
-                runs[name].append(run)
-                print(f"round {round_ + 1}, {name}: {run['inner']:.2f} s job ({run['reader'][:60]})", flush=True)
+            target_databases(url, create=[TARGET_DB])
+        for round_, (name, source_tls, target_tls, reader) in interleaved(TLS_VARIANTS, args.repeat):
+            run = run_ours(tls if source_tls else plain, https if target_tls else http, db, args.rows,
+                           args.channels, reader=reader)
+            runs[name].append(run)
+            print(f"round {round_ + 1}, {name}: {run['inner']:.2f} s job ({run['reader'][:60]})", flush=True)
     load_end = os.getloadavg()
     best = {name: min(r["inner"] for r in rs) for name, rs in runs.items()}
     (native, text, tls_text, tls_both) = (best[name] for name, *_ in TLS_VARIANTS)
@@ -573,26 +275,20 @@ def tls_comparison(args) -> None:
              "devenv/certs.py's CA; TLS 1.3, the server's default cipher) into the chDB stand-in over HTTP, or a "
              "second one over HTTPS with mutual TLS. Variants interleaved (every other round in reverse order), "
              f"{args.repeat} round(s); rows/s from the job's own seconds (no spark-submit start-up), best round.",
-             "", f"Load average (1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
-             f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; {(time.monotonic() - started) / 60:.1f} "
-             "min in all (the machine is shared with other jobs).", "",
+             "", f"Load average (1/5/15 min) at start {fmt_load(load_start)}, at end {fmt_load(load_end)}; "
+             f"{(time.monotonic() - started) / 60:.1f} min in all (the machine is shared with other jobs).", "",
              "| variant | reader | job s (each round) | rows/s (best) | vs plain, same reader | vs the plain default |",
              "|---|---|---|---|---|---|"]
     for name, source_tls, _, reader in TLS_VARIANTS:
         same = text if source_tls or reader == "mysqlclient" else native
-        rounds = " / ".join(f"{r['inner']:.2f}" for r in runs[name])
+        rounds = fmt_rounds((r["inner"] for r in runs[name]), sep=" / ")
         lines.append(f"| {name} | {runs[name][0]['reader'].split(';')[0][:40]} | {rounds} | "
-                     f"{fmt_rate(rate(args.rows, best[name]))} | {_cost(same, best[name])} | "
-                     f"{_cost(native, best[name])} |")
-    lines += ["", f"TLS's own cost on rows/s (the text reader, plain → TLS source): {_cost(text, tls_text)}; "
-              f"with the HTTPS target too: {_cost(text, tls_both)}. What a TLS source costs against the plain "
-              f"default, which reads with connectorx (it has no TLS, core/tls.py): {_cost(native, tls_text)}."]
+                     f"{fmt_rate(rate(args.rows, best[name]))} | {fmt_change(same, best[name])} | "
+                     f"{fmt_change(native, best[name])} |")
+    lines += ["", f"TLS's own cost on rows/s (the text reader, plain → TLS source): {fmt_change(text, tls_text)}; "
+              f"with the HTTPS target too: {fmt_change(text, tls_both)}. What a TLS source costs against the plain "
+              f"default, which reads with connectorx (it has no TLS, core/tls.py): {fmt_change(native, tls_text)}."]
     write_result("full_load_tls", "\n".join(lines) + "\n")
-
-
-def _cost(base_seconds: float, seconds: float) -> str:
-    """The change in rows/s from ``base_seconds`` to ``seconds`` for the same rows, as a percentage."""
-    return f"{(base_seconds / seconds - 1) * 100:+.1f} %"
 
 
 def main(argv=None):
@@ -635,12 +331,10 @@ def main(argv=None):
             assert counts["orders"] == size, counts
             gen_seconds[size] = gen["seconds"]
             print(f"generated {db}.orders: {size:,} rows in {gen['seconds']:.1f} s", flush=True)
-        ch = ch_client(ch_url)
-        ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(TARGET_DB)}")
-        ch.close()
+        target_databases(ch_url, create=[TARGET_DB])
 
         rows, db = args.rows, dbs[args.rows]
-        count, lo, hi = source_stats(mysql_url, db)
+        count, lo, hi = source_stats(mysql_url, db, TABLE)
         assert count == rows, (count, rows)
         ours_by_size = {}
         ours = ours_by_size[rows] = run_ours(mysql_url, ch_url, db, rows, args.channels)
@@ -657,8 +351,7 @@ def main(argv=None):
         # mysql-ch-replicator: probe at the smallest size first when --rows is larger, and run at
         # --rows only if that projects under the cap.
         # fixed cost: a small copy of orders
-        conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-        with conn, conn.cursor() as cur:
+        with mysql(mysql_url) as conn, conn.cursor() as cur:
             cur.execute(f"CREATE OR REPLACE TABLE `{db}`.orders_small LIKE `{db}`.orders")
             cur.execute(f"INSERT INTO `{db}`.orders_small SELECT * FROM `{db}`.orders WHERE id <= {args.small_rows}")
             cur.execute(f"ANALYZE TABLE `{db}`.orders_small")
@@ -697,14 +390,7 @@ def main(argv=None):
         replicator = next((r for r in reversed(replicator_runs) if r.get("wall")), None)
 
         if not args.keep:
-            ch = ch_client(ch_url)
-            ch.command(f"DROP DATABASE IF EXISTS {ch_ident(TARGET_DB)}")
-            ch.close()
-            conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-            with conn, conn.cursor() as cur:
-                for name in dbs.values():
-                    cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-                cur.execute("RESET MASTER")  # the generated rows' binlog (GBs at 10M rows)
+            drop_bench_data(mysql_url, ch_url, source_dbs=dbs.values(), target_dbs=[TARGET_DB])
 
     load_end = os.getloadavg()
     total = time.monotonic() - started
@@ -714,10 +400,6 @@ def main(argv=None):
     if profile:
         lines += ["", f"## Profile: our job at {rows:,} rows", "", *profile]
     write_result("full_load", "\n".join(lines) + "\n")
-
-
-def _ratio(a, b) -> str:
-    return f"{a / b:.2f}×" if a and b else "—"
 
 
 def report_goals(rows, ours, mysqlfn, diy, ours_by_size, small_run, shapes) -> list[str]:
@@ -742,17 +424,19 @@ def report_goals(rows, ours, mysqlfn, diy, ours_by_size, small_run, shapes) -> l
         out.append(f"| {name} | {n:,} | {o['wall']:.1f} | {job(o):.1f} | {m['wall']:.1f} | " if m else
                    f"| {name} | {n:,} | {o['wall']:.1f} | {job(o):.1f} | — | ")
         out[-1] += (f"{d['wall']:.1f} | {d['inner']:.1f} | " if d else "— | — | ")
-        out[-1] += (f"{_ratio(m['wall'], job(o)) if m else '—'} | "
-                    f"{_ratio(d['wall'], o['wall']) + ' / ' + _ratio(d['inner'], job(o)) if d else '—'} | "
+        out[-1] += (f"{fmt_ratio(m['wall'], job(o)) if m else '—'} | "
+                    f"{fmt_ratio(d['wall'], o['wall']) + ' / ' + fmt_ratio(d['inner'], job(o)) if d else '—'} | "
                     f"{phases} | {o.get('reader', '').split(';')[0]} |")
     out += ["", f"Fixed cost: {small_run['rows']:,}-row copy of orders: in-job {small_run['inner']:.2f} s "
             f"({', '.join(f'{k} {v:.2f}' for k, v in small_run.get('phases', {}).items())}), wall "
             f"{small_run['wall']:.1f} s; in-job ÷ the 1,000,000-row load's: "
-            + (_ratio(small_run["inner"], ours_by_size[1_000_000]["inner"]) if 1_000_000 in ours_by_size else "—")
+            + (fmt_ratio(small_run["inner"], ours_by_size[1_000_000]["inner"]) if 1_000_000 in ours_by_size else "—")
             + " (goal ≤ 0.1×).", ""]
     out += ["### CPU seconds per million rows, by process group", "",
-            "Sampled from /proc every 0.2 s during each path (a process's CPU counts from its first sample; "
-            "one started meanwhile counts whole). *Afterwards*: the ClickHouse endpoint's CPU from the path's end "
+            "Sampled from /proc every 0.2 s during each path (bench/harness/processes.py: a process's CPU counts "
+            "from its first sample, one started meanwhile whole, up to its end — what its parent reaped of it "
+            "included; MariaDB and the ClickHouse endpoint: this bench's own). *Afterwards*: the ClickHouse "
+            "endpoint's CPU from the path's end "
             "until it is idle (background merges of what the path wrote), counted in the second total.", "",
             "| table | path | " + " | ".join(GROUPS)
             + " | total | ÷ mysql() | afterwards | total with it | ÷ mysql() |",
@@ -765,17 +449,17 @@ def report_goals(rows, ours, mysqlfn, diy, ours_by_size, small_run, shapes) -> l
     for name, n, o, m, d in runs:
         if m is None:
             continue
-        base = sum(m["sampler"].cpu_per_million(n).values())
+        base = sum(cpu_per_million(m["sampler"], n).values())
         base_after = base + after(m, n)
         for label, run in (("ours", o), ("mysql()", m), ("DIY", d)):
             if run is None:
                 continue
-            cpu = run["sampler"].cpu_per_million(n)
+            cpu = cpu_per_million(run["sampler"], n)
             total = sum(cpu.values())
             later = after(run, n)
             out.append(f"| {name} | {label} | " + " | ".join(f"{cpu[g]:.2f}" for g in GROUPS)
-                       + f" | {total:.2f} | {_ratio(total, base)} | {later:.2f} | {total + later:.2f} | "
-                       f"{_ratio(total + later, base_after)} |")
+                       + f" | {total:.2f} | {fmt_ratio(total, base)} | {later:.2f} | {total + later:.2f} | "
+                       f"{fmt_ratio(total + later, base_after)} |")
     return out + [""]
 
 
@@ -806,8 +490,8 @@ def report(args, rows, ours, mysqlfn, diy, replicator, replicator_runs, projecte
              "in one process, statements one at a time — a stand-in, not a ClickHouse server). "
              "Every path ran once, in the order listed, on the same table in the same run; every target was "
              "counted and asserted equal to the source's row count.", "",
-             f"Load average (1/5/15 min) at start: {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
-             f"at end: {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; whole bench {total / 60:.1f} min. "
+             f"Load average (1/5/15 min) at start: {fmt_load(load_start)}, at end: {fmt_load(load_end)}; whole bench "
+             f"{total / 60:.1f} min. "
              "The last column shows, per path, the 1-min load average before→after and the CPU that processes "
              "other than this bench's used meanwhile (cores, average; 2 cores in all).", "",
              f"## {rows:,} rows", "",

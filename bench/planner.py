@@ -9,15 +9,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 
-import pymysql
-
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.source.planning import MySQLKeyIndex, SpeedLimits, index_ordered_cuts, plan_table
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.submission import spark_submit
-from bench.common import machine, services, timer, write_result
+from bench.harness.clients import mysql, source
+from bench.harness.env import machine, services, write_result
+from bench.harness.jobs import full_load
+from bench.harness.measure import timer
 from devenv import demo_data
 
 DB = "bench_planner"
@@ -62,9 +60,8 @@ def main(argv=None):
              "| table | strategy | plan s | max/mean rows per shard | shard rows | load s | rows/s |",
              "|---|---|---|---|---|---|---|"]
     with services("planner") as (mysql_url, clickhouse_url):
-        root = MySQLEndpoint.from_url(mysql_url)
-        conn = pymysql.connect(**root.connect_args(), autocommit=True)
-        with conn.cursor() as cur:
+        root = source(mysql_url)
+        with mysql(root) as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
             cur.execute(f"USE {DB}")
             for kind in ("skewed", "sparse"):
@@ -78,14 +75,10 @@ def main(argv=None):
                     with timer() as t:
                         plan = plan_table(pconn, schema, speed=SpeedLimits(channels=args.channels), strategy=strategy)
                     ratio, counts = balance(pconn, plan)
-                spec = FullLoadSpec(source=root, target=ClickHouseEndpoint.from_url(clickhouse_url),
-                                    source_database=DB, source_table=kind, target_database=DB,
-                                    target_table=f"{kind}_{strategy}", channels=args.channels, strategy=strategy)
-                with timer() as load:
-                    result = spark_submit(spec)
-                assert result["status"] == "success" and result["rows"] == args.rows, result
+                load = full_load(root, clickhouse_url, DB, kind, DB, f"{kind}_{strategy}", channels=args.channels,
+                                 strategy=strategy, expect_rows=args.rows)
                 lines.append(f"| {kind} | {strategy} | {t['seconds']:.2f} | {ratio:.2f} | {counts[:-1]} | "
-                             f"{load['seconds']:.1f} | {args.rows / load['seconds']:,.0f} |")
+                             f"{load['wall']:.1f} | {args.rows / load['wall']:,.0f} |")
                 print(lines[-1], flush=True)
 
         lines += ["", f"## Planning time on a {args.big_rows:,}-row table (demo `orders`, BIGINT PK)", "",

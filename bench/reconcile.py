@@ -19,64 +19,24 @@ import datetime as dt
 import os
 import sys
 import time
-import uuid
-
-import clickhouse_connect
-import pymysql
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
-from bench.common import drop_bench_data, machine, services, timer, write_result
+from bench.harness.clients import ch_client, drop_bench_data, mysql, source_columns, source_stats, target_databases
+from bench.harness.env import machine, services, write_result
+from bench.harness.jobs import JOB_TIMEOUT, full_load, unique_key
+from bench.harness.measure import LoadAverage, fmt_load, fmt_num, fmt_ratio, timer
 from bench.reladiff_peer import run_reladiff
 from devenv import demo_data
 
 TARGET_DB = "bench_reconcile"
 TABLE = "orders"
 KEY = "id"
-JOB_TIMEOUT = 7200.0
 TAMPERED = "tampered"  # the changed value (orders.status is VARCHAR(16) in the source, String in the target)
-
-
-def ch_client(url: str):
-    return clickhouse_connect.get_client(**ClickHouseEndpoint.from_url(url).client_args(),
-                                         send_receive_timeout=7200)
-
-
-def mysql_conn(url: str):
-    return pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True)
-
-
-def source_columns(mysql_url: str, db: str) -> list[str]:
-    conn = mysql_conn(mysql_url)
-    with conn, conn.cursor() as cur:
-        cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-                    "ORDER BY ORDINAL_POSITION", (db, TABLE))
-        return [row[0] for row in cur.fetchall()]
-
-
-def source_count(mysql_url: str, db: str) -> int:
-    conn = mysql_conn(mysql_url)
-    with conn, conn.cursor() as cur:
-        cur.execute(f"SELECT COUNT(*) FROM `{db}`.`{TABLE}`")
-        return int(cur.fetchone()[0])
-
-
-class Load:
-    """1-min load average before→after a path (the machine may be shared with other work)."""
-
-    def __enter__(self):
-        self.before = os.getloadavg()[0]
-        return self
-
-    def __exit__(self, *exc):
-        self.after = os.getloadavg()[0]
-
-    def __str__(self):
-        return f"{self.before:.2f}→{self.after:.2f}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,28 +44,17 @@ class Load:
 # ---------------------------------------------------------------------------------------------
 
 def run_full_load(mysql_url, ch_url, db, rows, channels) -> dict:
-    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                        source_database=db, source_table=TABLE, target_database=TARGET_DB,
-                        target_table=f"orders_{rows}", channels=channels,
-                        load_key=f"bench-reconcile-{db}-{uuid.uuid4().hex[:12]}")
-    with Load() as load, timer() as wall:
-        result = spark_submit(spec, timeout=JOB_TIMEOUT)
-    assert result.get("status") == "success", f"full load failed: {result.get('error', result)}"
-    ch = ch_client(ch_url)
-    target = int(ch.command(f"SELECT count() FROM {ch_table(TARGET_DB, spec.target_table)} FINAL"))
-    ch.close()
-    assert target == rows == result["rows"], (target, rows, result.get("rows"))
-    return {"path": f"**ours**: full load `spark_submit(FullLoadSpec(channels={channels}))`", "kind": "load",
-            "wall": wall["seconds"], "inner": float(result["seconds"]), "verdict": f"{result['rows']:,} rows loaded",
-            "ok": True, "load": load, "load_key": result.get("load_key", spec.load_key),
-            "table": spec.target_table, "shards": result.get("shards"), "channels": result.get("channels") or channels,
-            "strategy": result.get("strategy"), "split_column": result.get("split_column")}
+    load = LoadAverage()
+    run = full_load(mysql_url, ch_url, db, TABLE, TARGET_DB, f"orders_{rows}", channels=channels,
+                    load_key=unique_key(f"bench-reconcile-{db}"), during=load, expect_rows=rows, count=" FINAL")
+    return run | {"path": f"**ours**: full load `spark_submit(FullLoadSpec(channels={channels}))`", "kind": "load",
+                  "verdict": f"{run['rows']:,} rows loaded", "ok": True, "load": load}
 
 
 def run_reconcile(mysql_url, ch_url, load_key, checksum: bool, expect: str, label: str, reimport: bool = False) -> dict:
     spec = ReconcileSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
                          load_key=load_key, checksum=checksum, reimport=reimport)
-    with Load() as load, timer() as wall:
+    with LoadAverage() as load, timer() as wall:
         result = spark_submit(spec, timeout=JOB_TIMEOUT)
     out = {"path": label, "kind": "ours", "wall": wall["seconds"], "load": load, "result": result,
            "inner": float(result["seconds"]) if result.get("seconds") is not None else None}
@@ -124,7 +73,7 @@ def run_reconcile(mysql_url, ch_url, load_key, checksum: bool, expect: str, labe
 
 
 def run_peer(mysql_url, ch_url, db, table, columns, expect_rows: int, label: str, threads: int) -> dict:
-    with Load() as load:
+    with LoadAverage() as load:
         result = run_reladiff(mysql_url, ch_url, db, TABLE, TARGET_DB, table, KEY, columns, threads=threads,
                               timeout=JOB_TIMEOUT)
     out = {"path": label, "kind": "peer", "wall": result["seconds"], "inner": result.get("diff_seconds"),
@@ -150,9 +99,8 @@ def shards_holding(mysql_url, ch_url, load_key: str, ids) -> list[int]:
     ch = ch_client(ch_url)
     plan = Plan.from_dict(Ledger(ch).state(load_key).plan)
     ch.close()
-    conn = mysql_conn(mysql_url)
     found = []
-    with conn, conn.cursor() as cur:
+    with mysql(mysql_url) as conn, conn.cursor() as cur:
         for shard in plan.shards:
             cur.execute(f"SELECT COUNT(*) {plan.from_clause()} WHERE ({shard.where}) AND `{KEY}` IN "
                         f"({', '.join(['%s'] * len(ids))})", (*shard.params, *ids))
@@ -199,11 +147,9 @@ def main(argv=None):
             counts = demo_data.generate(mysql_url, db, orders=rows, customers=10_000, item_orders=10)
         assert counts["orders"] == rows, counts
         print(f"generated {db}.{TABLE}: {rows:,} rows in {gen['seconds']:.1f} s", flush=True)
-        columns = source_columns(mysql_url, db)
+        columns = source_columns(mysql_url, db, TABLE)
         extra = [c for c in columns if c != KEY]
-        ch = ch_client(ch_url)
-        ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(TARGET_DB)}")
-        ch.close()
+        target_databases(ch_url, create=[TARGET_DB])
 
         def show(run):
             inner = f"{run['inner']:.1f} s inner" if run.get("inner") is not None else "no inner time"
@@ -248,10 +194,10 @@ def main(argv=None):
                               "reladiff, key + all columns, after our re-import (independent check)",
                               args.reladiff_threads))
         runs += after + [repair, check]
-        assert source_count(mysql_url, db) == rows  # the source was never touched
+        assert source_stats(mysql_url, db, TABLE)[0] == rows  # the source was never touched
 
         if not args.keep:
-            drop_bench_data(ch_client(ch_url), mysql_conn(mysql_url), TARGET_DB, db)
+            drop_bench_data(mysql_url, ch_url, source_dbs=[db], target_dbs=[TARGET_DB])
 
     load_end = os.getloadavg()
     total = time.monotonic() - started
@@ -267,14 +213,6 @@ def main(argv=None):
 # Report
 # ---------------------------------------------------------------------------------------------
 
-def fmt(value) -> str:
-    return f"{value:.1f}" if value is not None else "—"
-
-
-def ratio(a, b) -> str:
-    return f"{a / b:.2f}×" if a is not None and b else "—"
-
-
 def report(args, rows, runs, injected, gen_seconds, load_start, load_end, total) -> list[str]:
     load = runs[0]
     how = {r["path"]: r["how"] for r in runs if r.get("how")}
@@ -287,15 +225,15 @@ def report(args, rows, runs, injected, gen_seconds, load_start, load_end, total)
              f"(devenv/clickhouse_http.py: chDB in one process). Our load: {load['shards']} shards, "
              f"{load['channels']} channels, strategy {load['strategy']}, split on `{load['split_column']}`. Every "
              "path ran once, in the order listed, in the same run.", "",
-             f"Load average (1/5/15 min) at start: {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
-             f"at end: {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; whole bench {total / 60:.1f} min "
+             f"Load average (1/5/15 min) at start: {fmt_load(load_start)}, at end: {fmt_load(load_end)}; whole bench "
+             f"{total / 60:.1f} min "
              "(2-core machine, possibly shared with other work; last column: 1-min load average before→after).", "",
              f"## {rows:,} rows", "",
              "| path | wall s | job / inner s | wall ÷ full-load wall | job ÷ full-load job | verdict | load avg |",
              "|---|---|---|---|---|---|---|"]
     for run in runs:
-        lines.append(f"| {run['path']} | {fmt(run['wall'])} | {fmt(run.get('inner'))} | "
-                     f"{ratio(run['wall'], load['wall'])} | {ratio(run.get('inner'), load['inner'])} | "
+        lines.append(f"| {run['path']} | {fmt_num(run['wall'], 1)} | {fmt_num(run.get('inner'), 1)} | "
+                     f"{fmt_ratio(run['wall'], load['wall'])} | {fmt_ratio(run.get('inner'), load['inner'])} | "
                      f"{run.get('verdict', '—')}{'' if run.get('ok') else ' **(check failed)**'} | {run['load']} |")
     lines += ["", f"Rows 6–7 ran after the target was changed: `ALTER TABLE … DELETE WHERE id = {injected['deleted']}` "
                   f"and `ALTER TABLE … UPDATE status = '{TAMPERED}' WHERE id = {injected['changed']}` (both with "

@@ -30,7 +30,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 PEER = "reladiff"
 HERE = Path(__file__).resolve()
@@ -38,16 +37,6 @@ BISECTION_FACTOR = 32  # reladiff's defaults (hashdiff_tables.DEFAULT_BISECTION_
 BISECTION_THRESHOLD = 16 * 1024
 _ENV_MYSQL_PASSWORD = "RELADIFF_MYSQL_PASSWORD"
 _ENV_CH_PASSWORD = "RELADIFF_CH_PASSWORD"
-
-
-def _split_url(url: str, default_port: int, default_user: str) -> dict:
-    parts = urlsplit(url)
-    return {
-        "host": parts.hostname or "127.0.0.1",
-        "port": parts.port or default_port,
-        "user": unquote(parts.username) if parts.username else default_user,
-        "password": unquote(parts.password) if parts.password else "",
-    }
 
 
 def run_reladiff(mysql_url: str, ch_url: str, mysql_db: str, table: str, ch_db: str, ch_table: str,
@@ -72,15 +61,15 @@ def run_reladiff(mysql_url: str, ch_url: str, mysql_db: str, table: str, ch_db: 
     ``memory_limit``: bytes of address space for the worker (``RLIMIT_AS``); past it the worker
     fails with ``MemoryError``. reladiff keeps every differing row in memory.
     """
+    from bench.harness.clients import source, target
     from devenv.peers import peer_venv, venv_python
 
     python = venv_python(peer_venv(PEER))
-    my = _split_url(mysql_url, 3306, "root")
-    ch = _split_url(ch_url, 8123, "default")
+    my, ch = source(mysql_url), target(ch_url)
     args = [str(python), str(HERE), "--worker",
-            "--mysql-host", my["host"], "--mysql-port", str(my["port"]), "--mysql-user", my["user"],
+            "--mysql-host", my.host, "--mysql-port", str(my.port), "--mysql-user", my.user,
             "--mysql-db", mysql_db, "--table", table,
-            "--ch-host", ch["host"], "--ch-port", str(ch["port"]), "--ch-user", ch["user"],
+            "--ch-host", ch.host, "--ch-port", str(ch.port), "--ch-user", ch.user,
             "--ch-db", ch_db, "--ch-table", ch_table, "--key", key_column,
             "--threads", str(threads), "--bisection-factor", str(bisection_factor),
             "--bisection-threshold", str(bisection_threshold)]
@@ -90,7 +79,7 @@ def run_reladiff(mysql_url: str, ch_url: str, mysql_db: str, table: str, ch_db: 
         args.append("--no-final")
     if skip_sort_results:
         args.append("--skip-sort-results")
-    env = dict(os.environ, **{_ENV_MYSQL_PASSWORD: my["password"], _ENV_CH_PASSWORD: ch["password"]})
+    env = dict(os.environ, **{_ENV_MYSQL_PASSWORD: my.password, _ENV_CH_PASSWORD: ch.password})
     env.pop("PYTHONPATH", None)  # the peer venv must not see the project's packages
     start = time.perf_counter()
     try:

@@ -41,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 FLAGS = ("changed", "new", "deleted")
@@ -154,38 +153,10 @@ def _diy_worker(argv) -> None:
 # The bench (project venv)
 # =============================================================================================
 
-def ch_client(url: str):
-    import clickhouse_connect
-
-    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
-
-    return clickhouse_connect.get_client(**ClickHouseEndpoint.from_url(url).client_args(), send_receive_timeout=7200)
-
-
-def mysql_conn(url: str, db: str = ""):
-    import pymysql
-
-    from airflow_sync_provider.core.endpoints import MySQLEndpoint
-
-    args = MySQLEndpoint.from_url(url).connect_args()
-    if db:
-        args["database"] = db
-    return pymysql.connect(**args, autocommit=True)
-
-
 def source_stats(mysql_url: str, db: str) -> tuple[int, int, int]:
-    conn = mysql_conn(mysql_url, db)
-    with conn, conn.cursor() as cur:
-        cur.execute(f"SELECT COUNT(*), MIN(`{KEY}`), MAX(`{KEY}`) FROM `{TABLE}`")
-        return tuple(int(v) for v in cur.fetchone())
+    from bench.harness.clients import source_stats as stats
 
-
-def source_columns(mysql_url: str, db: str) -> list[str]:
-    conn = mysql_conn(mysql_url)
-    with conn, conn.cursor() as cur:
-        cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-                    "ORDER BY ORDINAL_POSITION", (db, TABLE))
-        return [row[0] for row in cur.fetchall()]
+    return stats(mysql_url, db, TABLE, KEY)
 
 
 # --- the scenarios: changes to the source (the new snapshot), not timed ----------------------
@@ -197,8 +168,9 @@ def _expect(changed=0, new=0, deleted=0) -> dict:
 def change_source(mysql_url: str, db: str, scenario: str, rows: int) -> tuple[dict, dict, str]:
     """Apply the scenario's change to the MySQL table; returns (expected counts, expected
     sum of differing ids per flag, description)."""
-    conn = mysql_conn(mysql_url, db)
-    with conn, conn.cursor() as cur:
+    from bench.harness.clients import mysql
+
+    with mysql(mysql_url, db) as conn, conn.cursor() as cur:
         def run(sql, args=None) -> int:
             return cur.execute(sql, args)
 
@@ -246,39 +218,18 @@ def change_source(mysql_url: str, db: str, scenario: str, rows: int) -> tuple[di
 # --- the paths ---------------------------------------------------------------------------------
 
 def run_full_load(mysql_url, ch_url, db, rows, channels, state: Path) -> dict:
-    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-    from airflow_sync_provider.core.jobspec import FullLoadSpec
-    from airflow_sync_provider.core.sql import ch_table
-    from airflow_sync_provider.core.submission import spark_submit
-    from bench.common import timer
+    from bench.harness.jobs import full_load, unique_key
 
-    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                        source_database=db, source_table=TABLE, target_database=TARGET_DB,
-                        target_table=f"orders_{rows}", channels=channels,
-                        load_key=f"bench-snapshot-diff-{db}-{uuid.uuid4().hex[:12]}")
-    with open(state / "full_load.log", "w") as log, timer() as wall:
-        result = spark_submit(spec, master=f"local[{channels}]", timeout=JOB_TIMEOUT, log=log)
-    assert result.get("status") == "success", f"full load failed: {result.get('error', result)}"
-    ch = ch_client(ch_url)
-    target = int(ch.command(f"SELECT count() FROM {ch_table(TARGET_DB, spec.target_table)} FINAL"))
-    ch.close()
-    assert target == rows == result["rows"], (target, rows, result.get("rows"))
-    return {"wall": wall["seconds"], "inner": float(result["seconds"]), "table": spec.target_table,
-            "load_key": spec.load_key,
-            "shards": result.get("shards"), "strategy": result.get("strategy"),
-            "split_column": result.get("split_column")}
-
-
-def _log_tail(path: Path, chars: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return ""
+    with open(state / "full_load.log", "w") as log:
+        return full_load(mysql_url, ch_url, db, TABLE, TARGET_DB, f"orders_{rows}", channels=channels,
+                         load_key=unique_key(f"bench-snapshot-diff-{db}"), master=f"local[{channels}]",
+                         timeout=JOB_TIMEOUT, log=log, expect_rows=rows, count=" FINAL")
 
 
 def change_set(ch_url: str, changes_table: str, diff_key: str, run_id: str) -> dict:
     """Per flag: [count, sum of ids] of the change set our job wrote in run ``run_id``."""
     from airflow_sync_provider.core.sql import ch_table
+    from bench.harness.clients import ch_client
 
     ch = ch_client(ch_url)
     rows = ch.query(f"SELECT flag, count(), sum(`{KEY}`) FROM {ch_table(*changes_table.split('.', 1))} "
@@ -289,21 +240,22 @@ def change_set(ch_url: str, changes_table: str, diff_key: str, run_id: str) -> d
 
 
 def run_ours(mysql_url, ch_url, db, old_table, channels, on_change, state: Path, label: str) -> dict:
-    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
     from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
     from airflow_sync_provider.core.submission import spark_submit
-    from bench.common import timer
-    from bench.full_load import ProcessSampler
+    from bench.harness.clients import source, target
+    from bench.harness.env import tail
+    from bench.harness.measure import timer
+    from bench.harness.processes import ProcessSampler
 
-    spec = SnapshotDiffSpec(target=ClickHouseEndpoint.from_url(ch_url), old_table=f"{TARGET_DB}.{old_table}",
-                            source=MySQLEndpoint.from_url(mysql_url), source_database=db, source_table=TABLE,
+    spec = SnapshotDiffSpec(target=target(ch_url), old_table=f"{TARGET_DB}.{old_table}",
+                            source=source(mysql_url), source_database=db, source_table=TABLE,
                             on_change=on_change, channels=channels, diff_key=f"bench-snapshot-diff-{old_table}")
     log_path = state / f"ours-{label}.log"
     with open(log_path, "w") as log, ProcessSampler() as sampler, timer() as wall:
         result = spark_submit(spec, master=f"local[{channels}]", timeout=JOB_TIMEOUT, log=log)
     out = {"wall": wall["seconds"], "sampler": sampler, "on_change": on_change}
     if result.get("status") not in (None, "success") or "counts" not in result:
-        return out | {"ok": False, "error": f"{str(result.get('error', result))[:2000]}\n{_log_tail(log_path)}"}
+        return out | {"ok": False, "error": f"{str(result.get('error', result))[:2000]}\n{tail(log_path)}"}
     out |= {"ok": True, "inner": float(result["seconds"]), "counts": result["counts"], "verdict": result["verdict"],
             "rows_read_old": result["rows_read_old"], "rows_read_new": result["rows_read_new"],
             "rows_old": result["rows_old"], "rows_new": result["rows_new"], "shards": result["shards"],
@@ -319,45 +271,39 @@ def run_ours(mysql_url, ch_url, db, old_table, channels, on_change, state: Path,
 
 def run_reconcile(mysql_url, ch_url, load_key, channels, state: Path, label: str) -> dict:
     """Our own checksum reconciliation of the same copy (the load's shards, count + checksum each)."""
-    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
     from airflow_sync_provider.core.jobspec import ReconcileSpec
     from airflow_sync_provider.core.submission import spark_submit
-    from bench.common import timer
-    from bench.full_load import ProcessSampler
+    from bench.harness.clients import source, target
+    from bench.harness.env import tail
+    from bench.harness.measure import timer
+    from bench.harness.processes import ProcessSampler
 
-    spec = ReconcileSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                         load_key=load_key, checksum=True)
+    spec = ReconcileSpec(source=source(mysql_url), target=target(ch_url), load_key=load_key, checksum=True)
     log_path = state / f"reconcile-{label}.log"
     with open(log_path, "w") as log, ProcessSampler() as sampler, timer() as wall:
         result = spark_submit(spec, master=f"local[{channels}]", timeout=JOB_TIMEOUT, log=log)
     out = {"wall": wall["seconds"], "sampler": sampler}
     if result.get("status") not in (None, "success") or result.get("verdict") != "ok":
-        return out | {"ok": False, "error": f"{str(result.get('error', result))[:2000]}\n{_log_tail(log_path)}"}
+        return out | {"ok": False, "error": f"{str(result.get('error', result))[:2000]}\n{tail(log_path)}"}
     return out | {"ok": True, "inner": float(result["seconds"]), "verdict": result["verdict"],
                   "counts": {f: 0 for f in FLAGS}, "spark_started": result.get("spark_started")}
 
 
 def run_diy(mysql_url, ch_url, db, old_table, state: Path, label: str, cap: float) -> dict:
-    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-    from bench.common import REPO, timer
-    from bench.full_load import MARIADB_JAR, SPARK_SUBMIT, VENV_PYTHON, ProcessSampler
+    from bench.harness.env import REPO, tail
+    from bench.harness.measure import timer
+    from bench.harness.peers import diy_submit
+    from bench.harness.processes import ProcessSampler
 
-    my, chp = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
     _, lo, hi = source_stats(mysql_url, db)
     with tempfile.TemporaryDirectory(prefix="bench-diy-diff-") as tmp:
         result_path = os.path.join(tmp, "result.json")
-        cmd = [str(SPARK_SUBMIT), "--master", "local[2]", "--jars", MARIADB_JAR,
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN",
-               "--conf", f"spark.sql.shuffle.partitions={DIY_PARTITIONS}",
-               "--conf", "spark.driver.extraJavaOptions=-Duser.timezone=UTC",
-               str(Path(__file__).resolve()), "--diy-worker",
-               "--mysql-host", my.host, "--mysql-port", str(my.port), "--mysql-user", my.user,
-               "--database", db, "--table", TABLE, "--lower", str(lo), "--upper", str(hi),
-               "--partitions", str(DIY_PARTITIONS), "--ch-host", chp.host, "--ch-port", str(chp.port),
-               "--ch-user", chp.user, "--old-table", f"{TARGET_DB}.{old_table}", "--result", result_path]
-        env = {**os.environ, "PYSPARK_PYTHON": str(VENV_PYTHON), "PYSPARK_DRIVER_PYTHON": str(VENV_PYTHON),
-               "SPARK_LOCAL_IP": "127.0.0.1", _ENV_MYSQL_PASSWORD: my.password, _ENV_CH_PASSWORD: chp.password,
-               "PYTHONPATH": str(REPO)}
+        cmd, env = diy_submit(Path(__file__).resolve(), mysql_url, ch_url, [
+            "--diy-worker", "--database", db, "--table", TABLE, "--lower", str(lo), "--upper", str(hi),
+            "--partitions", str(DIY_PARTITIONS), "--old-table", f"{TARGET_DB}.{old_table}", "--result", result_path],
+            conf={"spark.sql.shuffle.partitions": DIY_PARTITIONS,
+                  "spark.driver.extraJavaOptions": "-Duser.timezone=UTC"})
+        env["PYTHONPATH"] = str(REPO)
         log_path = state / f"diy-{label}.log"
         with open(log_path, "w") as log, ProcessSampler() as sampler, timer() as wall:
             proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -372,7 +318,7 @@ def run_diy(mysql_url, ch_url, db, old_table, state: Path, label: str, cap: floa
         if capped:
             return out | {"ok": False, "capped": f"> {cap:.0f}", "error": f"killed at the cap of {cap:.0f} s"}
         if proc.returncode or not os.path.exists(result_path):
-            return out | {"ok": False, "error": f"DIY spark-submit exited {proc.returncode}:\n{_log_tail(log_path)}"}
+            return out | {"ok": False, "error": f"DIY spark-submit exited {proc.returncode}:\n{tail(log_path)}"}
         with open(result_path) as fh:
             result = json.load(fh)
     flags = result["flags"]
@@ -382,7 +328,7 @@ def run_diy(mysql_url, ch_url, db, old_table, state: Path, label: str, cap: floa
 
 
 def run_peer(mysql_url, ch_url, db, old_table, columns, threads, cap: float) -> dict:
-    from bench.full_load import ProcessSampler
+    from bench.harness.processes import ProcessSampler
     from bench.reladiff_peer import run_reladiff
 
     with ProcessSampler() as sampler:
@@ -439,7 +385,7 @@ SCENARIOS = [
 
 def settle() -> None:
     """Wait (up to a minute) until the ClickHouse endpoint is idle (bench/full_load.py)."""
-    from bench.full_load import target_settle_cpu
+    from bench.harness.processes import target_settle_cpu
 
     target_settle_cpu(60.0)
 
@@ -448,13 +394,15 @@ def _this_checkouts_jobs() -> None:
     """spark-submit this checkout's spark_jobs/ scripts: an editable install of another checkout
     (a git worktree's shared venv) would otherwise resolve the package's scripts there."""
     from airflow_sync_provider.core import submission
-    from bench.common import REPO
+    from bench.harness.env import REPO
 
     submission.job_script = lambda job: str(REPO / "spark_jobs" / f"{job}.py")
 
 
 def main(argv=None):
-    from bench.common import drop_bench_data, services, write_result
+    from bench.harness.clients import drop_bench_data
+    from bench.harness.env import services, write_result
+    from bench.harness.peers import diy_available
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
@@ -466,8 +414,6 @@ def main(argv=None):
     parser.add_argument("--keep", action="store_true", help="keep the bench databases afterwards")
     args = parser.parse_args(argv)
     _this_checkouts_jobs()
-    from bench.full_load import diy_available
-
     args.diy = diy_available()  # the DIY path's JDBC driver, installed if missing (else the path is left out)
     load_start = os.getloadavg()
     started = time.monotonic()
@@ -480,7 +426,7 @@ def main(argv=None):
             (state / str(rows)).mkdir()
             sizes.append(run_size(args, rows, mysql_url, ch_url, state / str(rows)))
             if not args.keep:
-                drop_bench_data(ch_client(ch_url), mysql_conn(mysql_url), TARGET_DB, f"bench_sd_{rows}")
+                drop_bench_data(mysql_url, ch_url, source_dbs=[f"bench_sd_{rows}"], target_dbs=[TARGET_DB])
 
     load_end = os.getloadavg()
     total = time.monotonic() - started
@@ -502,8 +448,8 @@ def main(argv=None):
 
 def run_size(args, rows: int, mysql_url: str, ch_url: str, state: Path) -> dict:
     """One table size: generate the source, load the copy once, run every scenario's paths."""
-    from airflow_sync_provider.core.sql import ch_ident
-    from bench.common import timer
+    from bench.harness.clients import source_columns, target_databases
+    from bench.harness.measure import timer
     from devenv import demo_data
 
     started = time.monotonic()
@@ -512,11 +458,8 @@ def run_size(args, rows: int, mysql_url: str, ch_url: str, state: Path) -> dict:
         counts = demo_data.generate(mysql_url, db, orders=rows, customers=10_000, item_orders=10)
     assert counts["orders"] == rows, counts
     print(f"generated {db}.{TABLE}: {rows:,} rows in {gen['seconds']:.1f} s", flush=True)
-    columns = [c for c in source_columns(mysql_url, db) if c != KEY]
-    ch = ch_client(ch_url)
-    ch.command(f"DROP DATABASE IF EXISTS {ch_ident(TARGET_DB)}")
-    ch.command(f"CREATE DATABASE {ch_ident(TARGET_DB)}")
-    ch.close()
+    columns = [c for c in source_columns(mysql_url, db, TABLE) if c != KEY]
+    target_databases(ch_url, create=[TARGET_DB], drop=[TARGET_DB])
     load = run_full_load(mysql_url, ch_url, db, rows, args.channels, state)
     print(f"full load: {load['wall']:.1f} s wall, {load['inner']:.1f} s job, {load['shards']} shards", flush=True)
     table = load["table"]
@@ -568,6 +511,7 @@ def run_size(args, rows: int, mysql_url: str, ch_url: str, state: Path) -> dict:
 def versions_per_key(ch_url: str, table: str) -> dict:
     """Rows stored (all versions, tombstones included) vs live keys (FINAL), and parts, at the end."""
     from airflow_sync_provider.core.sql import ch_table
+    from bench.harness.clients import ch_client
 
     ch = ch_client(ch_url)
     name = ch_table(TARGET_DB, table)
@@ -583,17 +527,15 @@ def versions_per_key(ch_url: str, table: str) -> dict:
 # Report
 # =============================================================================================
 
-def fmt(value) -> str:
-    return f"{value:.1f}" if value is not None else "—"
-
-
 def _seconds(run, key="wall"):
     """A run's seconds where they mean something: an answer's, or a capped run's wall (a lower bound)."""
     return run.get(key) if run and (run.get("ok") or run.get("capped") and key == "wall") else None
 
 
 def secs(run, key="wall") -> str:
-    return run["capped"] if run.get("capped") and key == "wall" else fmt(run.get(key))
+    from bench.harness.measure import fmt_num
+
+    return run["capped"] if run.get("capped") and key == "wall" else fmt_num(run.get(key), 1)
 
 
 def quotient(x, y, key="wall") -> tuple[float | None, str]:
@@ -617,7 +559,8 @@ def _agree(e: dict) -> bool:
 
 
 def report(args, sizes, load_start, load_end, total) -> list[str]:
-    from bench.common import machine
+    from bench.harness.env import machine
+    from bench.harness.measure import fmt_load
 
     missing = [n for n in (1_000_000, 10_000_000) if n not in args.rows]
     lines = [f"# Snapshot-diff bench — {dt.date.today()}", "",
@@ -648,8 +591,8 @@ def report(args, sizes, load_start, load_end, total) -> list[str]:
              f"would otherwise slow whichever path came first). reladiff is killed after {args.reladiff_cap:.0f} s "
              f"or at {RELADIFF_MEMORY >> 30} GiB of address space, the DIY job after {args.diy_cap:.0f} s; such a run "
              "shows as \"> cap\" and gives no answer (ratios against it are bounds).", "",
-             f"Load average (1/5/15 min) at start: {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, at "
-             f"end: {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}; whole bench {total / 60:.1f} min. "
+             f"Load average (1/5/15 min) at start: {fmt_load(load_start)}, at end: {fmt_load(load_end)}; whole bench "
+             f"{total / 60:.1f} min. "
              "CPU used by processes outside the bench during each path is in the per-path notes when ≥ 0.1 core."]
     for size in sizes:
         lines += size_section(size)

@@ -31,15 +31,16 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-import pymysql
-
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec
 from airflow_sync_provider.core.source.group import Source, part_pipeline
 from airflow_sync_provider.core.submission import spark_submit
-from bench.common import fmt_rate, machine, timer, write_result
-from bench.full_load import ch_client
+from bench.harness.clients import ch_client, mysql
+from bench.harness.env import machine, state_dir, write_result
+from bench.harness.jobs import JOB_TIMEOUT
+from bench.harness.measure import fmt_rate, percentile, timer
+from bench.harness.processes import TICKS
 from devenv.clickhouse_http import ChdbEndpoint
 from devenv.mariadb import group_servers
 
@@ -52,18 +53,13 @@ ROW = ("seq, seq % 50000, (seq * 7919) % 10000000 / 100, ELT(1 + seq % 4, 'new',
        "IF(seq % 5 = 0, NULL, CONCAT('note ', seq)), TIMESTAMP('2025-01-01') + INTERVAL seq SECOND, {changed}, "
        "IF(seq % 7 = 0, NULL, seq / 3), seq % 100")
 VALUES, LIVE_VALUES = ROW.format(changed="NULL"), ROW.format(changed="NOW(6)")
-JOB_TIMEOUT = 7200.0
 POLL = 0.5
-
-
-def connect(url: str):
-    return pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True)
 
 
 def generate(urls: dict, tables: int, rows: int) -> None:
     per_table = rows // (len(urls) * tables)
     for i, url in enumerate(urls.values()):
-        with connect(url) as conn, conn.cursor() as cur:
+        with mysql(url) as conn, conn.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin = 0")  # the generated rows need no binlog
             for db in (SOURCE_DB, SINGLE_DB):
                 cur.execute(f"DROP DATABASE IF EXISTS {db}")
@@ -82,7 +78,7 @@ def generate(urls: dict, tables: int, rows: int) -> None:
 def source_totals(urls: dict, tables: int) -> tuple[int, str]:
     count, amount = 0, 0
     for url in urls.values():
-        with connect(url) as conn, conn.cursor() as cur:
+        with mysql(url) as conn, conn.cursor() as cur:
             for t in range(tables):
                 cur.execute(f"SELECT COUNT(*), SUM(amount) FROM {SOURCE_DB}.orders_{t}")
                 n, s = cur.fetchone()
@@ -117,7 +113,7 @@ def merge_cpu(pid: int | None) -> float:
                 total += int(fields[11]) + int(fields[12])
         except OSError:
             continue  # the thread ended
-    return total / os.sysconf("SC_CLK_TCK")
+    return total / TICKS
 
 
 class ShardWriter(threading.Thread):
@@ -132,7 +128,7 @@ class ShardWriter(threading.Thread):
 
     def run(self):
         try:
-            with connect(self.url) as conn, conn.cursor() as cur:
+            with mysql(self.url) as conn, conn.cursor() as cur:
                 cur.execute("SET time_zone = '+00:00'")
                 self.started = time.time()
                 while time.time() < self.until:
@@ -206,9 +202,10 @@ def cdc_lag(urls: dict, target, ch, args, rows_per_table: int) -> dict:
     job.join(seconds + 600)
     written = sum(w.changes for w in writers)
     writing = max(w.stopped for w in writers) - min(w.started for w in writers)
-    return {"bootstrap": boot["seconds"], "settled": settled, "samples": len(samples), "p50": percentile(samples, 0.5),
-            "p99": percentile(samples, 0.99), "max": max(samples) if samples else None, "warm": len(warm),
-            "warm_p50": percentile(warm, 0.5), "warm_p99": percentile(warm, 0.99),
+    return {"bootstrap": boot["seconds"], "settled": settled, "samples": len(samples),
+            "p50": percentile(samples, 0.5, nearest=True), "p99": percentile(samples, 0.99, nearest=True),
+            "max": max(samples) if samples else None, "warm": len(warm),
+            "warm_p50": percentile(warm, 0.5, nearest=True), "warm_p99": percentile(warm, 0.99, nearest=True),
             "warm_max": max(warm) if warm else None, "first_visible": max(seen.values()) if seen else None,
             "written": written,
             "rate": written / writing if writing else 0, "errors": [w.error for w in writers if w.error],
@@ -227,11 +224,6 @@ def settle_merges(ch, limit: float = 180.0, quiet: float = 3.0) -> float:
     return time.monotonic() - started
 
 
-def percentile(values, q):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--sources", type=int, default=8)
@@ -243,7 +235,7 @@ def main(argv=None):
     parser.add_argument("--changes-per-second", type=float, default=2000.0, help="CDC: spread over the sources")
     parser.add_argument("--cdc-seconds", type=float, default=60.0)
     args = parser.parse_args(argv)
-    state = Path(os.environ.get("BENCH_STATE", "/tmp/airflow-sync-bench-source_groups"))
+    state = state_dir("source_groups")
     names = [f"s{i}" for i in range(args.sources)]
     load_start, started = os.getloadavg(), time.monotonic()
     with group_servers(state / "servers", names) as urls, ChdbEndpoint(state / "clickhouse") as endpoint:

@@ -27,24 +27,17 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import resource
-import signal
-import statistics
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
-import pymysql
-import yaml
-
-from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
-from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.jobspec import ReconcileSpec
+from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.submission import spark_submit
-from bench.common import fmt_rate, machine, services, timer, write_result
-from bench.full_load import TICKS, ProcessSampler, _cmdline, _proc_stat, ch_client
-from devenv.peers import peer_venv
+from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target, target_databases
+from bench.harness.env import machine, services, write_result
+from bench.harness.jobs import full_load
+from bench.harness.measure import fmt_load, fmt_rate, fmt_rounds, median, timer
+from bench.harness.peers import initial_copy
+from bench.harness.processes import ProcessSampler
 
 DB = "bench_whole"
 JOB_TIMEOUT = 3600.0
@@ -66,10 +59,6 @@ SHAPES = {
 }
 
 
-def mysql_conn(url: str):
-    return pymysql.connect(**MySQLEndpoint.from_url(url).connect_args(), autocommit=True)
-
-
 def layout(small: int, big: int, big_rows: int) -> dict[str, int]:
     """table name -> rows: ``small`` tables of SMALL_MIN..SMALL_MAX rows (geometric), ``big`` of ``big_rows``."""
     shapes = list(SHAPES)
@@ -79,8 +68,7 @@ def layout(small: int, big: int, big_rows: int) -> dict[str, int]:
 
 
 def generate(mysql_url: str, db: str, tables: dict[str, int]) -> None:
-    conn = mysql_conn(mysql_url)
-    with conn, conn.cursor() as cur:
+    with mysql(mysql_url) as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
         cur.execute(f"CREATE DATABASE `{db}` DEFAULT CHARSET utf8mb4")
         for name, rows in tables.items():
@@ -95,26 +83,14 @@ def generate(mysql_url: str, db: str, tables: dict[str, int]) -> None:
             assert cur.fetchone()[0] == rows, name
 
 
-def service_cpu() -> float:
-    """CPU seconds so far of this bench's own MariaDB and ClickHouse endpoint (its child processes)."""
-    ticks = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        stat = _proc_stat(pid)
-        cmd = _cmdline(int(pid)) if stat and stat[0] == os.getpid() else []
-        if cmd and (os.path.basename(cmd[0]) == "mariadbd" or "devenv.clickhouse_http" in cmd):
-            ticks += stat[1]
-    return ticks / TICKS
-
-
 def measured(run) -> dict:
-    """``run()`` with its wall seconds, the CPU (user+sys) of the child processes it waited for (the
-    copier), that of the bench's MariaDB + ClickHouse endpoint, and the other work on the machine."""
-    before, services_before = resource.getrusage(resource.RUSAGE_CHILDREN), service_cpu()
+    """``run()`` with its wall seconds, the CPU (user+sys) of every process it started (the copier:
+    harness ProcessSampler), that of the bench's MariaDB + ClickHouse endpoint, and the other work
+    on the machine."""
     with ProcessSampler() as sampler, timer() as wall:
         result = run()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"result": result, "wall": wall["seconds"], "sampler": sampler, "services": service_cpu() - services_before,
-            "cpu": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime}
+    return {"result": result, "wall": wall["seconds"], "sampler": sampler, "services": sampler.services_cpu(),
+            "cpu": sampler.cpu()}
 
 
 def target_counts(ch_url: str, database: str, tables, final: bool = False) -> dict[str, int]:
@@ -128,13 +104,11 @@ def target_counts(ch_url: str, database: str, tables, final: bool = False) -> di
 
 def run_ours(mysql_url: str, ch_url: str, db: str, key: str, tables: dict[str, int]) -> dict:
     """One job loads every table of ``db``, one job reconciles them; asserted correct."""
-    source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
+    endpoints = source(mysql_url), target(ch_url)
     select = {"databases": [db], "target_database": f"{db}_ch"}
-    load = measured(lambda: spark_submit(FullLoadSpec(
-        source=source, target=target, source_database="", source_table="", target_database="", target_table="",
-        load_key=key, select=select, parallel_tables=2), master="local[2]", timeout=JOB_TIMEOUT))
-    assert load["result"].get("status") == "success", str(load["result"])[:3000]
-    check = measured(lambda: spark_submit(ReconcileSpec(source, target, load_key=key, checksum=True, select=select,
+    load = measured(lambda: full_load(*endpoints, "", "", "", "", load_key=key, select=select, parallel_tables=2,
+                                      timeout=JOB_TIMEOUT)["result"])
+    check = measured(lambda: spark_submit(ReconcileSpec(*endpoints, load_key=key, checksum=True, select=select,
                                                         parallel_tables=2), master="local[2]", timeout=JOB_TIMEOUT))
     assert check["result"].get("status") == "success", str(check["result"])[:3000]
     loaded, checked = ({t["table"].split(".", 1)[1]: t for t in run["result"]["tables"]} for run in (load, check))
@@ -147,46 +121,15 @@ def run_ours(mysql_url: str, ch_url: str, db: str, key: str, tables: dict[str, i
 
 def run_replicator(mysql_url: str, ch_url: str, db: str, tables: dict[str, int], timeout: float) -> dict:
     """mysql-ch-replicator's initial copy of every table of ``db`` (as bench/full_load.py runs it)."""
-    venv = peer_venv("mysql-ch-replicator")
-    my, chp = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
     target_db = f"bench_mcr_{db}"  # its own database: it RENAMEs <target>_tmp over it
-    with tempfile.TemporaryDirectory(prefix="bench-mcr-") as tmp:
-        config = {
-            "mysql": {"host": my.host, "port": my.port, "user": my.user, "password": my.password, "charset": "utf8mb4"},
-            "clickhouse": {"host": chp.host, "port": chp.port, "user": chp.user, "password": chp.password,
-                           "connection_timeout": 30, "send_receive_timeout": 600},
-            "binlog_replicator": {"data_dir": os.path.join(tmp, "data"), "records_per_file": 100000},
-            "databases": db, "tables": "*", "target_databases": {db: target_db}, "log_level": "info",
-            "initial_replication_threads": 2,
-        }
-        config_path = Path(tmp) / "config.yaml"
-        config_path.write_text(yaml.safe_dump(config))  # holds the password: in a private temp dir
-        os.chmod(config_path, 0o600)
-        cmd = [str(venv / "bin" / "mysql_ch_replicator"), "db_replicator", "--config", str(config_path),
-               "--db", db, "--initial_only=True"]
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("MYSQL_", "CLICKHOUSE_", "PYTHON", "VIRTUAL_ENV"))}
-
-        def run():
-            # Its own session, so a timeout ends the workers it starts too (they share its group).
-            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, start_new_session=True)
-            try:
-                output = proc.communicate(timeout=timeout)[0]
-                return proc.returncode, output
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                return None, ""
-        out = measured(run)
-    code, output = out["result"]
+    out = measured(lambda: initial_copy(mysql_url, ch_url, db, "*", target_db, timeout, threads=2))
+    out["wall"] = out["result"]["wall"]  # its process's (the venv check and its config file not)
+    code, output = out["result"]["code"], out["result"]["output"]
     if code is None:
         return out | {"timeout": True}
     assert code == 0 and "initial replication - done" in output, f"replicator exited {code}:\n{output[-5000:]}"
     out["counts"] = target_counts(ch_url, target_db, tables, final=True)
-    ch = ch_client(ch_url)
-    ch.command(f"DROP DATABASE IF EXISTS {ch_ident(target_db)}")
-    ch.close()
+    target_databases(ch_url, drop=[target_db])
     return out | {"timeout": False}
 
 
@@ -201,10 +144,10 @@ def run_fixed(mysql_url: str, ch_url: str, sizes: list[int], rows: int, repeats:
             print(f"fixed {n} x {rows:,}: load {runs[n][-1]['load']['wall']:.2f} s, "
                   f"reconcile {runs[n][-1]['check']['wall']:.2f} s", flush=True)
     key = runs[sizes[0]][-1]["loaded"][fixed_tables(1)[0]]["load_key"]
-    source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
+    endpoints = source(mysql_url), target(ch_url)
     single = []
     for _ in range(repeats):
-        single.append(measured(lambda: spark_submit(ReconcileSpec(source, target, load_key=key, checksum=True),
+        single.append(measured(lambda: spark_submit(ReconcileSpec(*endpoints, load_key=key, checksum=True),
                                                     master="local[2]", timeout=JOB_TIMEOUT)))
         assert single[-1]["result"].get("verdict") == "ok", str(single[-1]["result"])[:3000]
         print(f"single-table reconcile: {single[-1]['wall']:.2f} s", flush=True)
@@ -236,10 +179,7 @@ def main(argv=None):
             for n in sizes:
                 generate(mysql_url, f"bench_fixed_{n}", dict.fromkeys(fixed_tables(n), args.fixed_rows))
         print(f"generated {len(tables)} tables, {sum(tables.values()):,} rows in {gen['seconds']:.0f} s", flush=True)
-        ch = ch_client(ch_url)
-        for db in dbs:
-            ch.command(f"DROP DATABASE IF EXISTS {ch_ident(db + '_ch')}")
-        ch.close()
+        target_databases(ch_url, drop=[db + "_ch" for db in dbs])
         ours = run_ours(mysql_url, ch_url, DB, "bench", tables)
         print(f"ours: load {ours['load']['wall']:.1f} s, reconcile {ours['check']['wall']:.1f} s", flush=True)
         replicator = run_replicator(mysql_url, ch_url, DB, tables, args.replicator_cap)
@@ -247,26 +187,14 @@ def main(argv=None):
               flush=True)
         fixed = run_fixed(mysql_url, ch_url, sizes, args.fixed_rows, args.repeats)
         if not args.keep:
-            ch = ch_client(ch_url)
-            for db in dbs:
-                ch.command(f"DROP DATABASE IF EXISTS {ch_ident(db + '_ch')}")
-            ch.close()
-            conn = mysql_conn(mysql_url)
-            with conn, conn.cursor() as cur:
-                for db in dbs:
-                    cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
-                cur.execute("RESET MASTER")  # the generated rows' binlog
+            drop_bench_data(mysql_url, ch_url, source_dbs=dbs, target_dbs=[db + "_ch" for db in dbs])
     lines = report(args, tables, gen["seconds"], ours, replicator, fixed, load_start, os.getloadavg(),
                    time.monotonic() - started)
     write_result("whole_database", "\n".join(lines) + "\n")
 
 
 def med(values) -> float:
-    return statistics.median(values) if values else 0.0
-
-
-def listed(values) -> str:
-    return ", ".join(f"{x:.2f}" for x in values)
+    return median(values) or 0.0
 
 
 def verdict(met: bool) -> str:
@@ -283,14 +211,11 @@ def report(args, tables, gen_seconds, ours, rep, fixed, load_start, load_end, to
         return (f"| {label} | {run['wall']:.1f} | {fmt_rate(rows / run['wall'])} | {run['cpu']:.1f} | "
                 f"{run['services']:.1f} | {f'{inner:.1f}' if inner else '—'} | {s.contention() if s else '—'} |")
 
-    def loads(values):
-        return "/".join(f"{x:.2f}" for x in values)
-
     lines = [f"# Whole-database bench (issue 25) — {dt.date.today()}", "",
              f"Machine: {machine()}. ClickHouse: the chDB endpoint (devenv/clickhouse_http.py, one process that "
              "runs **one statement at a time** — a stand-in, not a ClickHouse server). Source, target and copier "
-             f"share the machine's 2 cores. Load average (1/5/15 min) at start {loads(load_start)}, "
-             f"at end {loads(load_end)}; whole bench {total / 60:.1f} min "
+             f"share the machine's 2 cores. Load average (1/5/15 min) at start {fmt_load(load_start)}, "
+             f"at end {fmt_load(load_end)}; whole bench {total / 60:.1f} min "
              "(other work may share this machine: see the last column).", "",
              f"Database `{DB}`: {len(tables)} tables, {rows:,} rows — {args.small_tables} tables of "
              f"{SMALL_MIN:,}–{SMALL_MAX:,} rows (geometric sizes) and {args.big_tables} of {args.big_rows:,}; shapes "
@@ -314,9 +239,9 @@ def report(args, tables, gen_seconds, ours, rep, fixed, load_start, load_end, to
     wrong = {t: (c, tables[t]) for t, c in rep.get("counts", {}).items() if c != tables[t]}
     lines += ["", f"Ours ÷ mysql-ch-replicator, rows/s on wall time: full load **{ratio_text}**; load + reconciliation "
                   f"{'≥ ' if rep['timeout'] else ''}{both:.2f}×.", "",
-              "* *copier CPU*: user + sys of the child processes the path waited for (ours: the Python driver; the "
-              "replicator: its process and the 2 worker processes it starts per table), from "
-              "`getrusage(RUSAGE_CHILDREN)`. "
+              "* *copier CPU*: user + sys of every process the path started (ours: the Python driver; the "
+              "replicator: its process and the 2 worker processes it starts per table), sampled from /proc "
+              "every 0.2 s and completed with what their parents reaped of them (bench/harness/processes.py). "
               "*MariaDB + endpoint CPU*: this bench's own MariaDB and chDB endpoint over the same time, from /proc. "
               "*other CPU*: processes that are not this bench's (other work on the machine), cores on average.",
               f"* Correct: every table's reconciliation verdict **ok** ({len(ours['checked'])}/{len(tables)}, "
@@ -395,9 +320,9 @@ def fixed_cost(fixed, args) -> list[str]:
              "| tables | load wall s (runs) | load in-job s (median) | reconcile wall s (runs) | reconcile in-job s "
              "(median) | copier CPU s, load + reconcile (median) |", "|---|---|---|---|---|---|"]
     for n in sorted(runs):
-        lines.append(f"| {n} | {listed(r['load']['wall'] for r in runs[n])} | "
+        lines.append(f"| {n} | {fmt_rounds(r['load']['wall'] for r in runs[n])} | "
                      f"{med([r['load']['result']['seconds'] for r in runs[n]]):.2f} | "
-                     f"{listed(r['check']['wall'] for r in runs[n])} | "
+                     f"{fmt_rounds(r['check']['wall'] for r in runs[n])} | "
                      f"{med([r['check']['result']['seconds'] for r in runs[n]]):.2f} | "
                      f"{med([r['load']['cpu'] + r['check']['cpu'] for r in runs[n]]):.2f} |")
     tabs = [t for r in runs[b] for t in r["loaded"].values()]
@@ -415,7 +340,7 @@ def fixed_cost(fixed, args) -> list[str]:
               f"start-up and exit (wall − in-job) {med([startup(r['load']) for r in runs[b]]):.2f} s (load), "
               f"{med([startup(r['check']) for r in runs[b]]):.2f} s (reconcile).", "",
               f"**One table's reconciliation as its own job** (`spark_submit(ReconcileSpec(load_key="
-              f"'{fixed['key']}', checksum=True))`, local[2]): wall {listed(r['wall'] for r in single)} s, median "
+              f"'{fixed['key']}', checksum=True))`, local[2]): wall {fmt_rounds(r['wall'] for r in single)} s, median "
               f"**{med([r['wall'] for r in single]):.2f} s**; in-job "
               f"{med([r['result']['seconds'] for r in single]):.2f} s (the rest: the driver's start-up and exit); "
               f"copier CPU {med([r['cpu'] for r in single]):.2f} s."]

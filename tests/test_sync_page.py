@@ -13,9 +13,9 @@ import pytest
 
 from airflow_sync_provider.core import overview as ov
 from airflow_sync_provider.core.cdc.checkpoints import PipelineState
-from airflow_sync_provider.core.cdc.positions import BinlogPosition
 from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, TaskRef
 from airflow_sync_provider.core.metrics import lag_seconds
+from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.plugins import pages
 from tests.ledger_fill import FillLedger, add_load, add_pipeline, add_task
 
