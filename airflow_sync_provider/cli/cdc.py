@@ -70,9 +70,7 @@ def _add_apply_parser(cdc_sub, name: str, text: str) -> None:
                               "copy, or they are deleted")
     if name == "run":
         command.add_argument("--max-seconds", type=float, help="stop after this long (default: never)")
-    command.add_argument("--master", default="local[2]")
     job_arguments(command)
-    command.add_argument("--json", action="store_true")
     command.set_defaults(func=cmd_cdc_apply)
 
 
@@ -141,9 +139,7 @@ def _add_bootstrap_parser(cdc_sub) -> None:
     boot.add_argument("--watermark-table", help="MySQL only: db.table the job may create and write (exact positions)")
     boot.add_argument("--restart", action="store_true", help="start again instead of resuming")
     boot.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
-    boot.add_argument("--master", default="local[2]")
     job_arguments(boot)
-    boot.add_argument("--json", action="store_true")
     boot.set_defaults(func=cmd_cdc_bootstrap)
 
 

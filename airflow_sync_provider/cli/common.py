@@ -39,12 +39,14 @@ def url_arguments(parser, mysql=True) -> None:
 
 def job_arguments(parser) -> None:
     """What every command that runs a job takes."""
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--log-file", help="where the job's whole output goes, tracebacks included (default: a new "
                                            "file in $AIRFLOW_SYNC_LOG_DIR or $TMPDIR/airflow-sync-<uid>/logs; "
                                            "named on stderr when the job fails)")
     parser.add_argument("--failure-wait-seconds", type=float,
                         help=f"how long the job waits, in all, for a server that does not answer before it fails "
                              f"(default {WAIT_SECONDS:g}; docs/troubleshooting.md)")
+    parser.add_argument("--json", action="store_true", help="print the job's result as JSON")
 
 
 def _log_file(args, what: str) -> str:

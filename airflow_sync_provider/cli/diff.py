@@ -42,9 +42,7 @@ def add_parser(sub) -> None:
                       help="large reads of MySQL rows: auto (Arrow-native unless a probe disagrees), native or "
                            "mysqlclient")
     diff.add_argument("--report-dir", help="where the HTML report goes")
-    diff.add_argument("--master", default="local[2]")
     job_arguments(diff)
-    diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=cmd_diff)
 
 

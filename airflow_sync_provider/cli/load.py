@@ -42,9 +42,7 @@ def add_parser(sub) -> None:
     load.add_argument("--reader", choices=READERS, default="auto",
                       help="auto (Arrow-native unless a probe disagrees with mysqlclient), native or mysqlclient")
     load.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
-    load.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     job_arguments(load)
-    load.add_argument("--json", action="store_true")
     load.set_defaults(func=cmd_load)
 
 

@@ -23,9 +23,7 @@ def add_parser(sub) -> None:
     reconcile.add_argument("--reimport", action="store_true",
                            help="re-import mismatched shards into the published table, then compare again")
     reconcile.add_argument("--report-dir", help="where the HTML report goes")
-    reconcile.add_argument("--master", default="local[2]")
     job_arguments(reconcile)
-    reconcile.add_argument("--json", action="store_true")
     reconcile.set_defaults(func=cmd_reconcile)
 
 

@@ -20,9 +20,7 @@ def add_parser(sub) -> None:
     reimport.add_argument("--failed", action="store_true", required=True, help="only failed/unfinished shards")
     reimport.add_argument("--source", action="append", metavar="NAME",
                           help="a source group's load: its sources (repeat; URLs in $MYSQL_URL_<NAME>)")
-    reimport.add_argument("--master", default="local[2]")
     job_arguments(reimport)
-    reimport.add_argument("--json", action="store_true")
     reimport.set_defaults(func=cmd_reimport)
 
 

@@ -63,20 +63,32 @@ def date_or_none(packed: int):
         return None
 
 
-def datetime2_reader(fsp: int):
-    """DATETIME2(fsp) from its big-endian bytes as one integer: the library's value (zero and
-    invalid values None; a fraction only when positive, as its ``__add_fsp_to_time``)."""
+def fraction_reader(fsp: int):
+    """The fraction of a DATETIME2 / TIMESTAMP2(fsp) packed behind its seconds: (microseconds,
+    what is before it). The library reads it as a signed number (a negative one then counts as
+    no fraction) and drops an odd fsp's last digit."""
     size = (fsp + 1) // 2
     bits, half = 8 * size, 1 << max(0, 8 * size - 1)
     scale = 10 ** (6 - fsp)
 
+    def fraction(packed: int) -> tuple[int, int]:
+        if not size:
+            return 0, packed
+        micro, packed = packed & ((1 << bits) - 1), packed >> bits
+        if micro >= half:
+            micro -= 1 << bits
+        return (int(micro / 10) if fsp % 2 else micro) * scale, packed
+
+    return fraction
+
+
+def datetime2_reader(fsp: int):
+    """DATETIME2(fsp) from its big-endian bytes as one integer: the library's value (zero and
+    invalid values None; a fraction only when positive, as its ``__add_fsp_to_time``)."""
+    fraction = fraction_reader(fsp)
+
     def read(packed: int):
-        micro = 0
-        if size:
-            micro, packed = packed & ((1 << bits) - 1), packed >> bits
-            if micro >= half:  # the library reads the fraction as a signed number
-                micro -= 1 << bits
-            micro = (int(micro / 10) if fsp % 2 else micro) * scale
+        micro, packed = fraction(packed)
         ym = packed >> 22 & 0x1FFFF
         try:
             return dt.datetime(ym // 13, ym % 13, packed >> 17 & 31, packed >> 12 & 31, packed >> 6 & 63,
@@ -90,17 +102,10 @@ def datetime2_reader(fsp: int):
 def timestamp2_reader(fsp: int, zero_is_null: bool):
     """TIMESTAMP2(fsp): seconds since the epoch (big-endian, signed as the library reads them)
     and the fraction; a zero TIMESTAMP (the epoch) is NULL for a TIMESTAMP column (DateTimeRule)."""
-    size = (fsp + 1) // 2
-    bits, half = 8 * size, 1 << max(0, 8 * size - 1)
-    scale = 10 ** (6 - fsp)
+    fraction = fraction_reader(fsp)
 
     def read(packed: int):
-        micro = 0
-        if size:
-            micro, packed = packed & ((1 << bits) - 1), packed >> bits
-            if micro >= half:
-                micro -= 1 << bits
-            micro = (int(micro / 10) if fsp % 2 else micro) * scale
+        micro, packed = fraction(packed)
         if packed >= 1 << 31:
             packed -= 1 << 32
         value = dt.datetime.utcfromtimestamp(packed)
