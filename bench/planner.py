@@ -9,7 +9,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 
-from airflow_sync_provider.core.source.planning import MySQLKeyIndex, SpeedLimits, index_ordered_cuts, plan_table
+from airflow_sync_provider.core.source.planning import (
+    MySQLKeyIndex,
+    Sharding,
+    SpeedLimits,
+    index_ordered_cuts,
+    plan_table,
+)
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
 from bench.harness.clients import mysql, source
@@ -73,7 +79,8 @@ def main(argv=None):
                 with connect(root) as pconn:
                     schema = read_table_schema(pconn, DB, kind)
                     with timer() as t:
-                        plan = plan_table(pconn, schema, speed=SpeedLimits(channels=args.channels), strategy=strategy)
+                        plan = plan_table(pconn, schema,
+                                          Sharding(speed=SpeedLimits(channels=args.channels), strategy=strategy))
                     ratio, counts = balance(pconn, plan)
                 load = full_load(root, clickhouse_url, DB, kind, DB, f"{kind}_{strategy}", channels=args.channels,
                                  strategy=strategy, expect_rows=args.rows)
@@ -95,7 +102,8 @@ def main(argv=None):
             for strategy in ("equal", "balanced"):
                 for channels in (2, 8):
                     with timer() as t:
-                        plan = plan_table(pconn, schema, speed=SpeedLimits(channels=channels), strategy=strategy)
+                        plan = plan_table(pconn, schema,
+                                          Sharding(speed=SpeedLimits(channels=channels), strategy=strategy))
                     lines.append(f"| plan {strategy}, {channels} channels ({len(plan.shards)} shards) | "
                                  f"{t['seconds']:.2f} |")
                     print(lines[-1], flush=True)
@@ -106,7 +114,7 @@ def main(argv=None):
             lines.append(f"| index walk alone (balanced on uneven keys), {len(cuts) + 1} ranges | {t['seconds']:.2f} |")
             with timer() as t:
                 plan = plan_table(pconn, read_table_schema(pconn, "bench_big", "customers"),
-                                  speed=SpeedLimits(channels=8), strategy="balanced")
+                                  Sharding(speed=SpeedLimits(channels=8), strategy="balanced"))
             lines.append("| plan balanced, VARCHAR utf8mb4_unicode_ci key, 10k rows, 8 channels | "
                          f"{t['seconds']:.3f} |")
     write_result("planner", "\n".join(lines) + "\n")

@@ -13,7 +13,7 @@ from pymysql.constants import SERVER_STATUS
 
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source import planning
-from airflow_sync_provider.core.source.planning import MIN_SHARD_ROWS, Shard, SpeedLimits, explain, plan_table
+from airflow_sync_provider.core.source.planning import MIN_SHARD_ROWS, Shard, Sharding, SpeedLimits, explain, plan_table
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import mysql_table
 from tests.adversarial import DB, SPLIT, TABLES, WEIRD
@@ -31,8 +31,8 @@ def hits_per_row(conn, database, table, shards):
 
 def check_plan(conn, name, strategy, channels=2, split_factor=5):
     schema = read_table_schema(conn, DB, name)
-    plan = plan_table(conn, schema, speed=SpeedLimits(channels=channels), split_factor=split_factor,
-                      strategy=strategy, split_column=SPLIT.get(name))
+    plan = plan_table(conn, schema, Sharding(speed=SpeedLimits(channels=channels), split_factor=split_factor,
+                      strategy=strategy, split_column=SPLIT.get(name)))
     table = mysql_table(DB, name)
     with conn.cursor() as cur:
         cur.execute(f"SELECT COUNT(*) FROM {table}")
@@ -112,7 +112,7 @@ def test_an_automatic_split_factor_gives_small_tables_one_shard_per_channel(matr
         cur.fetchall()
     schema = read_table_schema(matrix, DB, "auto_small")
     for channels, ranges in [(1, 1), (2, 2), (3, 3)]:
-        plan = plan_table(matrix, schema, speed=SpeedLimits(channels=channels))
+        plan = plan_table(matrix, schema, Sharding(speed=SpeedLimits(channels=channels)))
         assert len(plan.shards) == ranges + 1 and plan.split_factor == 1, (channels, plan.shards)
     # 5 × the floor: two shards per channel with 2 channels (not 4 ×: the optimizer's estimate of
     # exactly 4 × came out 2.5 % low now and then, one shard per channel)
@@ -121,9 +121,10 @@ def test_an_automatic_split_factor_gives_small_tables_one_shard_per_channel(matr
                     f" FROM seq_{MIN_SHARD_ROWS + 1}_to_{5 * MIN_SHARD_ROWS}")
         cur.execute(f"ANALYZE TABLE {DB}.auto_small")
         cur.fetchall()
-    plan = plan_table(matrix, schema, speed=SpeedLimits(channels=2))
+    plan = plan_table(matrix, schema, Sharding(speed=SpeedLimits(channels=2)))
     assert plan.split_factor == 2 and len(plan.shards) == 5, plan.shards
-    assert len(plan_table(matrix, schema, speed=SpeedLimits(channels=2), split_factor=5).shards) == 11  # as asked
+    asked = Sharding(speed=SpeedLimits(channels=2), split_factor=5)
+    assert len(plan_table(matrix, schema, asked).shards) == 11  # as asked
     check_plan(matrix, "auto_small", "balanced", channels=2, split_factor=2)
 
 

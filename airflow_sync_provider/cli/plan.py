@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow_sync_provider.cli.common import SPLIT_FACTOR_HELP, mysql_url_argument
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
-from airflow_sync_provider.core.source.planning import STRATEGIES, Plan, PlanError, SpeedLimits, plan_table
+from airflow_sync_provider.core.source.planning import STRATEGIES, Plan, PlanError, Sharding, SpeedLimits, plan_table
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.source.schema import read_table_schema
 
@@ -36,8 +36,8 @@ def cmd_plan(args) -> int:
                         channel_byte=args.channel_byte_speed, channel_record=args.channel_record_speed)
     with connect(endpoint) as conn:
         schema = read_table_schema(conn, database, args.table)
-        plan = plan_table(conn, schema, speed=speed, split_column=args.split_column,
-                          split_factor=args.split_factor, strategy=args.strategy)
+        plan = plan_table(conn, schema, Sharding(speed=speed, split_column=args.split_column,
+                          split_factor=args.split_factor, strategy=args.strategy))
     if args.json:
         print(plan.to_json(indent=2))
     else:

@@ -44,7 +44,7 @@ from airflow_sync_provider.core.positions import (
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
-from airflow_sync_provider.core.source.planning import Plan, Shard, plan_table
+from airflow_sync_provider.core.source.planning import Plan, Shard, Sharding, plan_table
 from airflow_sync_provider.core.source.schema import average_row_bytes, table_rows
 from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
@@ -195,8 +195,8 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
     if start is None:
         raise BinlogError(f"table {schema.qualified}: the source has no binlog (log_bin is OFF), so there are no "
                           "changes to catch up with after a bootstrap; copy it with FullLoadOperator instead")
-    plan = plan_table(conn, schema, speed=load.speed(), split_column=key.names[0], split_factor=spec.split_factor,
-                      strategy=spec.strategy)
+    plan = plan_table(conn, schema, Sharding(speed=load.speed(), split_column=key.names[0],
+                                             split_factor=spec.split_factor, strategy=spec.strategy))
     state = LoadState(load.load_key, (state.generation + 1) if state else 1, LOAD_RUNNING, schema.qualified,
                       f"{load.target_database}.{load.target_table}", plan.to_dict(), "", 0, public_dict(load),
                       start_position=start.to_dict())

@@ -47,7 +47,14 @@ from airflow_sync_provider.core.positions import (
 )
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
-from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, choose_split_column, plan_table
+from airflow_sync_provider.core.source.planning import (
+    Plan,
+    Shard,
+    Sharding,
+    SpeedLimits,
+    choose_split_column,
+    plan_table,
+)
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, table_rows
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
 from airflow_sync_provider.core.target import clickhouse as target
@@ -103,8 +110,8 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
     plan = None
     if split:
         try:
-            plan = plan_table(pconn, schema, speed=SpeedLimits(channels=1), split_column=split,
-                              split_factor=max(1, min(MAX_SHARDS, math.ceil(rows / SHARD_ROWS))), estimate=False)
+            plan = plan_table(pconn, schema, Sharding(speed=SpeedLimits(channels=1), split_column=split,
+                              split_factor=max(1, min(MAX_SHARDS, math.ceil(rows / SHARD_ROWS))), estimate=False))
             predicates = shard_predicates(pconn, ch, plan, schema, {}, database, name)
         except NotComparable:
             plan = None

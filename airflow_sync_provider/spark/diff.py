@@ -25,7 +25,7 @@ from airflow_sync_provider.core.positions import position_if_readable
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import SOURCE_COLUMNS, Member, member_filter, member_view, merged_schema
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, lock_name
-from airflow_sync_provider.core.source.planning import Plan, Shard, SpeedLimits, explain, plan_table
+from airflow_sync_provider.core.source.planning import Plan, Shard, Sharding, SpeedLimits, explain, plan_table
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
@@ -122,8 +122,8 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
         columns = DiffColumns.resolve(table, list(mappings), keys, spec.compare_columns, spec.ignore_columns,
                                       spec.tolerances, floats)
         weight_col = _copy_split_column(ledger, spec.old_table) if SPLIT_WEIGHT_COLUMN in old_types else None
-        plan = plan_table(conn, schema, speed=SpeedLimits(channels=spec.channels),
-                          split_column=spec.split_column or weight_col or keys[0], split_factor=spec.split_factor)
+        plan = plan_table(conn, schema, Sharding(speed=SpeedLimits(channels=spec.channels),
+                          split_column=spec.split_column or weight_col or keys[0], split_factor=spec.split_factor))
         column = schema.column(plan.split_column) if plan.split_column else None
         database, name = split_name(spec.old_table)
         if needs_weight(column) and column.name != weight_col:

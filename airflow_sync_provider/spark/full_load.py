@@ -33,7 +33,7 @@ from airflow_sync_provider.core.positions import BinlogPosition, flavor, positio
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name
-from airflow_sync_provider.core.source.planning import Plan, Shard, plan_table
+from airflow_sync_provider.core.source.planning import Plan, Shard, Sharding, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
@@ -256,8 +256,8 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | 
         state.status, state.error = LOAD_RUNNING, ""
         return state, Plan.from_dict(state.plan)  # resume: same shards, so earlier attempts line up
     with mysql_reader.connect(spec.source) as conn:
-        plan = plan_table(conn, schema, speed=spec.speed(), split_column=spec.split_column,
-                          split_factor=spec.split_factor, strategy=spec.strategy, where=spec.filter())
+        plan = plan_table(conn, schema, Sharding(speed=spec.speed(), split_column=spec.split_column,
+                          split_factor=spec.split_factor, strategy=spec.strategy, where=spec.filter()))
     generation = state.generation + 1 if state else 1
     position, version = start or binlog_start(spec, ledger.ch)
     state = LoadState(spec.load_key, generation, LOAD_RUNNING, schema.qualified,

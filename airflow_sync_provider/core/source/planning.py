@@ -424,16 +424,27 @@ class MySQLKeyIndex:
 
 # --- the plan ----------------------------------------------------------------------------
 
-def plan_table(conn, schema: TableSchema, *, speed: SpeedLimits | None = None, split_column: str | None = None,
-               split_factor: int | None = None, strategy: str = "balanced",
-               where: Filter | None = None, estimate: bool = True) -> Plan:
-    """Plan the shards of ``schema``'s table over an open pymysql connection (session time
-    zone UTC, as the readers use, so TIMESTAMP cuts mean the same instants).
+@dataclass(frozen=True)
+class Sharding:
+    """How a table is split: its channels and speed limits (DataX), the split column (None: the
+    planner chooses, :func:`choose_split_column`), shards per channel (None:
+    :func:`auto_split_factor`), the strategy, a filter of the rows to load (a period: every shard
+    carries it, and cuts are taken among the matching rows, so split on the period column to keep
+    an index range), and whether each shard's rows are estimated."""
 
-    ``where`` restricts the load to some rows (a period); every shard carries it, and cuts are
-    taken among the matching rows (split on the period column so that stays an index range).
-    ``split_factor``: shards per channel; None chooses :func:`auto_split_factor`."""
-    where = where or Filter()
+    speed: SpeedLimits | None = None
+    split_column: str | None = None
+    split_factor: int | None = None
+    strategy: str = "balanced"
+    where: Filter | None = None
+    estimate: bool = True
+
+
+def plan_table(conn, schema: TableSchema, sharding: Sharding = Sharding()) -> Plan:
+    """Plan the shards of ``schema``'s table over an open pymysql connection (session time
+    zone UTC, as the readers use, so TIMESTAMP cuts mean the same instants), as ``sharding`` says."""
+    speed, split_column, split_factor = sharding.speed, sharding.split_column, sharding.split_factor
+    strategy, where, estimate = sharding.strategy, sharding.where or Filter(), sharding.estimate
     if strategy not in STRATEGIES:
         raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if split_factor is not None and split_factor < 1:
