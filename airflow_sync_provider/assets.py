@@ -52,10 +52,10 @@ def namespace(kind: str, endpoint) -> str:
 
 
 def source_of(spec, result: dict):
-    """The MySQL endpoint a table's result came from: the spec's source, or for a source group's
-    table (its ``member`` or ``source`` names the source) that source's."""
+    """The MySQL endpoint a table's result came from: its source's (a group's table names it in
+    its ``member`` or ``source``; a job of one server has one)."""
     name = result.get("source") or (result.get("member") or "").partition(":")[0]
-    return next((s.endpoint for s in getattr(spec, "sources", None) or [] if s.name == name), spec.source)
+    return next((s.endpoint for s in spec.sources if s.name == name), None) or spec.sources[0].endpoint
 
 
 def openlineage(inputs: list[tuple[str, str]], outputs: list[tuple[str, str, int | None]]):

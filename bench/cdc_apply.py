@@ -44,6 +44,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, drop_bench_data, mysql, target_databases
@@ -288,8 +289,9 @@ def run_full_load(mysql_url, ch_url, target_db: str = TARGET_DB) -> dict:
 
 
 def cdc_spec(mysql_url, ch_url, pipeline, args, **kwargs) -> CdcApplySpec:
-    return CdcApplySpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                        pipeline=pipeline, lanes=args.lanes, batch_events=args.batch_events, **kwargs)
+    return CdcApplySpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
+                        target=ClickHouseEndpoint.from_url(ch_url), pipeline=pipeline, lanes=args.lanes,
+                        batch_events=args.batch_events, **kwargs)
 
 
 def verify_rows(mysql_url, ch_url, target_db: str = TARGET_DB) -> dict:

@@ -39,6 +39,7 @@ import uuid
 from pymysql.constants import CLIENT
 
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, mysql, source, target, target_databases
 from bench.harness.env import REPO, machine, services, write_json, write_result
@@ -96,12 +97,12 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int, small_too: bool =
         made = time.perf_counter() - began
     pipeline = f"bigtxn-{changes}-{RUN}"
     began = time.perf_counter()
-    result = spark_submit(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, restart=True,
-                                           tables=[{"source_database": DB, "source_table": "t",
+    result = spark_submit(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
+                                           restart=True, tables=[{"source_database": DB, "source_table": "t",
                                                     "target_database": TARGET}]), timeout=14400)
     assert result["status"] == "success", result
     copied = time.perf_counter() - began
-    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, verify_period=0,
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, verify_period=0,
                         verify_after_ddl=False)
     assert spark_submit(spec, timeout=3600)["status"] == "success"  # the pipeline begins
     with mysql(mysql_url, DB) as conn, conn.cursor() as cur:

@@ -15,6 +15,7 @@ import argparse
 import datetime as dt
 
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.verify import pruning
 from airflow_sync_provider.spark import diff as diff_job
 from bench.harness.clients import mysql, source, target
@@ -29,7 +30,7 @@ REPEATS = 3
 
 def _diff(source, target, share: float, label: str) -> dict:
     diff_job.SCAN_SHARE = share  # read by _descend when the diff starts
-    spec = SnapshotDiffSpec(target=target, old_table=f"{TARGET}.t", source=source, source_database=DB,
+    spec = SnapshotDiffSpec(target=target, old_table=f"{TARGET}.t", sources=one_server(source), source_database=DB,
                             source_table="t", diff_key=f"bench-text-keys-{label}-{share}")
     with timer() as wall:
         result = diff_job.run_snapshot_diff(spec, None)

@@ -40,6 +40,7 @@ from airflow_sync_provider.core.jobspec import (
     SnapshotDiffSpec,
     spec_to_dict,
 )
+from airflow_sync_provider.core.source.group import one_server
 from bench.harness.clients import mysql
 from bench.harness.env import machine, state_dir, write_result
 from bench.harness.jobs import full_load
@@ -87,7 +88,7 @@ class Bench:
         full_load(self.source, self.target, DB, name, TARGET, name, load_key=key, **kwargs)
 
     def load_spec(self, name: str, key: str, **kwargs) -> FullLoadSpec:
-        return FullLoadSpec(source=self.source, target=self.target, source_database=DB, source_table=name,
+        return FullLoadSpec(sources=one_server(self.source), target=self.target, source_database=DB, source_table=name,
                             target_database=TARGET, target_table=name, load_key=key, **kwargs)
 
     def change(self, name: str) -> None:
@@ -106,7 +107,8 @@ def jobs(bench: Bench, fault: str, round_: int) -> dict:
     out["full_load"] = (bench.load_spec(f"{t}_load", f"{t}.load", channels=2, channel_record_speed=40_000),
                         "INSERT INTO `airflow_sync`.`parts_")
     bench.table(f"{t}_boot")
-    out["cdc_bootstrap"] = (CdcBootstrapSpec(source=bench.source, target=bench.target, pipeline=f"{t}_boot",
+    out["cdc_bootstrap"] = (CdcBootstrapSpec(sources=one_server(bench.source), target=bench.target,
+                                             pipeline=f"{t}_boot",
                                              tables=[{"source_database": DB, "source_table": f"{t}_boot",
                                                       "target_database": TARGET, "target_table": f"{t}_boot"}],
                                              chunk_rows=20_000, channel_record_speed=40_000),
@@ -115,19 +117,20 @@ def jobs(bench: Bench, fault: str, round_: int) -> dict:
     bench.load(f"{t}_cdc", f"{t}.cdc")
     for _ in range(4):
         bench.change(f"{t}_cdc")
-    out["cdc_apply"] = (CdcApplySpec(source=bench.source, target=bench.target, pipeline=f"{t}_cdc",
+    out["cdc_apply"] = (CdcApplySpec(sources=one_server(bench.source), target=bench.target, pipeline=f"{t}_cdc",
                                      start_from_loads=[f"{t}.cdc"], batch_events=5_000, lanes=2),
                         f"INSERT INTO `{TARGET}`.`{t}_cdc`")
     bench.table(f"{t}_diff")
     bench.load(f"{t}_diff", f"{t}.diff")
     bench.change(f"{t}_diff")
-    out["diff_apply"] = (SnapshotDiffSpec(target=bench.target, old_table=f"{TARGET}.{t}_diff", source=bench.source,
-                                          source_database=DB, source_table=f"{t}_diff", on_change="apply"),
+    out["diff_apply"] = (SnapshotDiffSpec(target=bench.target, old_table=f"{TARGET}.{t}_diff",
+                                          sources=one_server(bench.source), source_database=DB,
+                                          source_table=f"{t}_diff", on_change="apply"),
                          f"INSERT INTO `{TARGET}`.`{t}_diff`")
     bench.table(f"{t}_rep")
     bench.load(f"{t}_rep", f"{t}.rep", channels=2, split_factor=10)
     bench.change(f"{t}_rep")
-    out["reconcile_repair"] = (ReconcileSpec(source=bench.source, target=bench.target, load_key=f"{t}.rep",
+    out["reconcile_repair"] = (ReconcileSpec(sources=one_server(bench.source), target=bench.target, load_key=f"{t}.rep",
                                              checksum=True, reimport=True),
                                "INSERT INTO `airflow_sync`.`parts_")
     return out

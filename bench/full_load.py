@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import prepare
 from bench.harness.clients import ch_client, drop_bench_data, mysql, source, source_stats, target, target_databases
@@ -153,9 +154,9 @@ def profile_ours(mysql_url, ch_url, db, rows, channels) -> list[str]:
     perf = shutil.which("perf")
     if perf is None:
         return ["`perf` is not installed (Debian: `apt-get install linux-perf`), so no profile was taken."]
-    spec = FullLoadSpec(source=source(mysql_url), target=target(ch_url), source_database=db, source_table=TABLE,
-                        target_database=TARGET_DB, target_table=f"profile_{TABLE}_{rows}", channels=channels,
-                        load_key=unique_key("bench-profile"))
+    spec = FullLoadSpec(sources=one_server(source(mysql_url)), target=target(ch_url), source_database=db,
+                        source_table=TABLE, target_database=TARGET_DB, target_table=f"profile_{TABLE}_{rows}",
+                        channels=channels, load_key=unique_key("bench-profile"))
     with tempfile.TemporaryDirectory(prefix="bench-perf-") as tmp:
         data = os.path.join(tmp, "perf.data")
         cmd, env = prepare(spec, tmp)

@@ -23,6 +23,7 @@ import time
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.submission import spark_submit
@@ -52,8 +53,9 @@ def run_full_load(mysql_url, ch_url, db, rows, channels) -> dict:
 
 
 def run_reconcile(mysql_url, ch_url, load_key, checksum: bool, expect: str, label: str, reimport: bool = False) -> dict:
-    spec = ReconcileSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(ch_url),
-                         load_key=load_key, checksum=checksum, reimport=reimport)
+    spec = ReconcileSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
+                         target=ClickHouseEndpoint.from_url(ch_url), load_key=load_key, checksum=checksum,
+                         reimport=reimport)
     with LoadAverage() as load, timer() as wall:
         result = spark_submit(spec, timeout=JOB_TIMEOUT)
     out = {"path": label, "kind": "ours", "wall": wall["seconds"], "load": load, "result": result,

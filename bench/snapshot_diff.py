@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from airflow_sync_provider.core.source.group import one_server
+
 FLAGS = ("changed", "new", "deleted")
 TARGET_DB = "bench_snapshot_diff"
 TABLE = "orders"
@@ -248,7 +250,7 @@ def run_ours(mysql_url, ch_url, db, old_table, channels, on_change, state: Path,
     from bench.harness.processes import ProcessSampler
 
     spec = SnapshotDiffSpec(target=target(ch_url), old_table=f"{TARGET_DB}.{old_table}",
-                            source=source(mysql_url), source_database=db, source_table=TABLE,
+                            sources=one_server(source(mysql_url)), source_database=db, source_table=TABLE,
                             on_change=on_change, channels=channels, diff_key=f"bench-snapshot-diff-{old_table}")
     log_path = state / f"ours-{label}.log"
     with open(log_path, "w") as log, ProcessSampler() as sampler, timer() as wall:
@@ -278,7 +280,7 @@ def run_reconcile(mysql_url, ch_url, load_key, channels, state: Path, label: str
     from bench.harness.measure import timer
     from bench.harness.processes import ProcessSampler
 
-    spec = ReconcileSpec(source=source(mysql_url), target=target(ch_url), load_key=load_key, checksum=True)
+    spec = ReconcileSpec(sources=one_server(source(mysql_url)), target=target(ch_url), load_key=load_key, checksum=True)
     log_path = state / f"reconcile-{label}.log"
     with open(log_path, "w") as log, ProcessSampler() as sampler, timer() as wall:
         result = spark_submit(spec, master=f"local[{channels}]", timeout=JOB_TIMEOUT, log=log)

@@ -6,7 +6,7 @@ steady write load spread over every source.
   ``bench_group`` holding ``--tables`` tables ``orders_0 …`` (ids from 1 on every shard:
   they overlap), ``--rows`` rows in all, spread evenly; the single source: ``bench_single.orders``
   on the first server with the same ``--rows`` rows and columns.
-* Load: ``spark_submit(FullLoadSpec(sources=…, merge_into=…, select=…, channels=C))`` (one job, the
+* Load: ``spark_submit(FullLoadSpec(sources=…, merge=Merge(…), select=…, channels=C))`` (one job, the
   channels shared across the sources) vs ``spark_submit(FullLoadSpec(<one table>, channels=C))``,
   ``local[2]``, interleaved for ``--rounds`` rounds (the goal is judged on the rounds' median
   ratio), each with the CPU the target's merge threads used, checked by count and Σ amount
@@ -34,7 +34,7 @@ from pathlib import Path
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec
-from airflow_sync_provider.core.source.group import Source, part_pipeline
+from airflow_sync_provider.core.source.group import Merge, Source, one_server, part_pipeline
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, mysql
 from bench.harness.env import machine, state_dir, write_result
@@ -160,11 +160,12 @@ def cdc_lag(urls: dict, target, ch, args, rows_per_table: int) -> dict:
     for table in ("single", "merged", "live"):  # the loads' copies: not the stream's business
         ch.command(f"DROP TABLE IF EXISTS {TARGET_DB}.{table}")
     with timer() as boot:
-        run(CdcBootstrapSpec(None, target, pipeline, sources=sources, select=select, merge_into=merged), "bootstrap")
+        run(CdcBootstrapSpec(target=target, pipeline=pipeline, sources=sources, select=select,
+                             merge=Merge.of(merged)), "bootstrap")
     settled = settle_merges(ch)
     seconds = args.cdc_seconds
-    spec = CdcApplySpec(None, target, pipeline, sources=sources, merge_into=merged, service=True, max_seconds=seconds,
-                        batch_seconds=0.5, verify_period=0)
+    spec = CdcApplySpec(target=target, pipeline=pipeline, sources=sources, merge=Merge.of(merged), service=True,
+                        max_seconds=seconds, batch_seconds=0.5, verify_period=0)
     box, launched = {}, time.time()
     job = threading.Thread(target=lambda: box.update(run(spec, "service")), daemon=True)
     job.start()
@@ -248,12 +249,15 @@ def main(argv=None):
         ch.command(f"DROP DATABASE IF EXISTS {TARGET_DB}")
         rounds = []
         for i in range(args.rounds):  # interleaved: the machine's load varies from minute to minute
-            single = run(FullLoadSpec(MySQLEndpoint.from_url(urls["s0"]), target, SINGLE_DB, "orders", TARGET_DB,
-                                      "single", channels=args.channels, load_key=f"bench-single-{time.time()}"),
+            single = run(FullLoadSpec(sources=one_server(MySQLEndpoint.from_url(urls["s0"])), target=target,
+                                      source_database=SINGLE_DB, source_table="orders", target_database=TARGET_DB,
+                                      target_table="single", channels=args.channels,
+                                      load_key=f"bench-single-{time.time()}"),
                          "single-source load", endpoint.proc.pid, ch)
-            group = run(FullLoadSpec(None, target, "", "", "", "",
+            group = run(FullLoadSpec(target=target, source_database="", source_table="", target_database="",
+                                     target_table="",
                                      sources=[Source(n, MySQLEndpoint.from_url(u)) for n, u in urls.items()],
-                                     merge_into=f"{TARGET_DB}.merged", select={"databases": [SOURCE_DB],
+                                     merge=Merge.of(f"{TARGET_DB}.merged"), select={"databases": [SOURCE_DB],
                                                                                 "tables": ["orders_*"]},
                                      channels=args.channels, load_key=f"bench-group-{time.time()}"),
                         "group load", endpoint.proc.pid, ch)

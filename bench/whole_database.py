@@ -30,6 +30,7 @@ import os
 import time
 
 from airflow_sync_provider.core.jobspec import ReconcileSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target, target_databases
@@ -108,8 +109,9 @@ def run_ours(mysql_url: str, ch_url: str, db: str, key: str, tables: dict[str, i
     select = {"databases": [db], "target_database": f"{db}_ch"}
     load = measured(lambda: full_load(*endpoints, "", "", "", "", load_key=key, select=select, parallel_tables=2,
                                       timeout=JOB_TIMEOUT)["result"])
-    check = measured(lambda: spark_submit(ReconcileSpec(*endpoints, load_key=key, checksum=True, select=select,
-                                                        parallel_tables=2), master="local[2]", timeout=JOB_TIMEOUT))
+    check = measured(lambda: spark_submit(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1],
+                                                        load_key=key, checksum=True, select=select, parallel_tables=2),
+                                          master="local[2]", timeout=JOB_TIMEOUT))
     assert check["result"].get("status") == "success", str(check["result"])[:3000]
     loaded, checked = ({t["table"].split(".", 1)[1]: t for t in run["result"]["tables"]} for run in (load, check))
     verdicts = {t: c.get("verdict") for t, c in checked.items()}
@@ -147,7 +149,8 @@ def run_fixed(mysql_url: str, ch_url: str, sizes: list[int], rows: int, repeats:
     endpoints = source(mysql_url), target(ch_url)
     single = []
     for _ in range(repeats):
-        single.append(measured(lambda: spark_submit(ReconcileSpec(*endpoints, load_key=key, checksum=True),
+        single.append(measured(lambda: spark_submit(ReconcileSpec(
+            sources=one_server(endpoints[0]), target=endpoints[1], load_key=key, checksum=True),
                                                     master="local[2]", timeout=JOB_TIMEOUT)))
         assert single[-1]["result"].get("verdict") == "ok", str(single[-1]["result"])[:3000]
         print(f"single-table reconcile: {single[-1]['wall']:.2f} s", flush=True)

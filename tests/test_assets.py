@@ -5,6 +5,7 @@ from __future__ import annotations
 from airflow_sync_provider.assets import clickhouse_table
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, SnapshotDiffSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.operators.cdc_bootstrap import CdcBootstrapOperator
 from airflow_sync_provider.operators.full_load import FullLoadOperator
 from airflow_sync_provider.operators.snapshot_diff import SnapshotDiffOperator
@@ -38,7 +39,7 @@ def test_operators_declare_the_tables_they_read_and_write():
 def test_openlineage_facets_name_the_real_hosts_and_the_rows_written():
     source, target = MySQLEndpoint("db1", 3307, "u", "pw"), ClickHouseEndpoint("ch1", 8123, "u", "pw")
     load = FullLoadOperator(task_id="a", table="orders", **CONNS)
-    spec = FullLoadSpec(source=source, target=target, source_database="shop", source_table="orders",
+    spec = FullLoadSpec(sources=one_server(source), target=target, source_database="shop", source_table="orders",
                         target_database="copy", target_table="orders", load_key="k")
     load._lineage = load.lineage(spec, {"rows": 42})
     facets = load.get_openlineage_facets_on_complete(None)
@@ -48,7 +49,7 @@ def test_openlineage_facets_name_the_real_hosts_and_the_rows_written():
             == ("clickhouse://ch1:8123", "copy.orders", 42))
     diff = SnapshotDiffOperator(task_id="d", source_table="shop.orders", old_table="copy.orders", on_change="apply",
                                 **CONNS)
-    spec = SnapshotDiffSpec(target=target, old_table="copy.orders", source=source, source_database="shop",
+    spec = SnapshotDiffSpec(target=target, old_table="copy.orders", sources=one_server(source), source_database="shop",
                             source_table="orders", on_change="apply")
     diff._lineage = diff.lineage(spec, {"counts": {"identical": 5, "changed": 2, "new": 1, "deleted": 1}})
     facets = diff.get_openlineage_facets_on_complete(None)

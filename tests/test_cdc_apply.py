@@ -7,6 +7,7 @@ import pytest
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.full_load import run_full_load
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
@@ -18,14 +19,14 @@ DB, TARGET = "cdc", "cdc_ch"
 
 def full_load(endpoints, spark, table, key=None):
     key = key or f"cdc.{table}"
-    run_full_load(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=table,
-                               target_database=TARGET, target_table=table, load_key=key, channels=2,
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table=table, target_database=TARGET, target_table=table, load_key=key, channels=2,
                                split_factor=2), spark)
     return key
 
 
 def apply(endpoints, spark, pipeline, **kwargs):
-    return run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=3,
+    return run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=3,
                                       **kwargs), spark)
 
 
@@ -64,8 +65,9 @@ def _create(mysql_conn, *ddls):
 def _same_as_a_fresh_full_load(endpoints, spark, ch, table: str, suffix: str):
     """The CDC copy equals, value for value, a fresh full load of the table now."""
     fresh = f"{table}_{suffix}"
-    run_full_load(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=table,
-                               target_database=TARGET, target_table=fresh, load_key=f"cdc.{fresh}", channels=2), spark)
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table=table, target_database=TARGET, target_table=fresh, load_key=f"cdc.{fresh}",
+                               channels=2), spark)
     columns = [r[0] for r in ch.query(f"SELECT name FROM system.columns WHERE database = '{TARGET}' AND "
                                       f"table = '{fresh}' AND name NOT IN ('_version', '_deleted') "
                                       "ORDER BY position").result_rows]
@@ -149,7 +151,7 @@ def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact
                 deleted.add(ids[0] - 61)
                 committed.append((current_position(mysql_conn), ids))
 
-    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kills", start_from_loads=[key],
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="kills", start_from_loads=[key],
                         lanes=2, batch_events=60)  # about a transaction per batch
     orphans_before = set(_orphan_readers())  # e.g. of other runs on this machine
     for i, (point, count) in enumerate(KILLS):
@@ -185,7 +187,7 @@ def full_load_submitted(endpoints, table):
     from airflow_sync_provider.core.submission import spark_submit
 
     key = f"cdc.{table}"
-    result = spark_submit(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB,
+    result = spark_submit(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
                                        source_table=table, target_database=TARGET, target_table=table, load_key=key,
                                        channels=1), timeout=300)
     assert result["status"] == "success", result
@@ -357,7 +359,7 @@ def test_reconciliation_and_repair_keep_working_on_a_table_cdc_writes(mysql_conn
     apply(endpoints, spark, "people", start_from_loads=[key], reset=True)
     assert assert_same_rows(mysql_conn, ch, DB, "people", TARGET) == 3003 - 3000 // 7
     assert ch.command(f"SELECT countIf(_deleted = 1) FROM {TARGET}.people") > 0
-    check = ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key=key, checksum=True)
+    check = ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=key, checksum=True)
     result = run_reconcile(check, spark)
     assert result["verdict"] == "ok", [s for s in result["shards"] if s["problems"]]
     ch.command(f"INSERT INTO {TARGET}.people (email, n, _version) SELECT email, n + 1, _version + 1 "
@@ -388,7 +390,8 @@ def test_preflight_refuses_with_what_to_do(mysql_url, mysql_conn, ch, endpoints,
         cur.execute(f"GRANT SELECT ON {DB}.* TO 'no_repl'@'127.0.0.1'")
     weak = MySQLEndpoint(endpoints[0].host, endpoints[0].port, "no_repl", "pw")
     with pytest.raises(BinlogError, match=r"user 'no_repl' may not read the binlog.*REPLICATION SLAVE"):
-        run_cdc_apply(CdcApplySpec(source=weak, target=endpoints[1], pipeline="pre.weak", start_from_loads=[key]),
+        run_cdc_apply(CdcApplySpec(sources=one_server(weak), target=endpoints[1], pipeline="pre.weak",
+                                   start_from_loads=[key]),
                       spark)
     _create(mysql_conn, f"CREATE TABLE {DB}.nokey (a INT, b INT)")
     full_load(endpoints, spark, "nokey")

@@ -16,6 +16,7 @@ from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
 from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.reconcile import run_reconcile
@@ -32,12 +33,12 @@ def _create(mysql_conn, *ddls):
 
 def bootstrap(endpoints, spark, pipeline, tables, **kwargs):
     kwargs.setdefault("chunk_rows", 1500)
-    return run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline,
+    return run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
                                               tables=[f"{DB}.{t}" for t in tables], **kwargs), spark)
 
 
 def apply(endpoints, spark, pipeline, **kwargs):
-    return run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2,
+    return run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=2,
                                       **kwargs), spark)
 
 
@@ -75,8 +76,8 @@ def test_bootstrap_under_live_writes_then_catch_up_is_exact_and_reconciles(mysql
     for table in tables.values():
         verdict, message, _ = check_counters(endpoints[1], table["load_key"])
         assert verdict == "success", message
-        checked = run_reconcile(ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key=table["load_key"],
-                                              checksum=True), spark)
+        checked = run_reconcile(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1],
+                                              load_key=table["load_key"], checksum=True), spark)
         assert checked["verdict"] == "ok", checked["shards"]
 
 
@@ -119,8 +120,8 @@ def test_killed_mid_bootstrap_resumes_after_the_last_finished_chunk(mysql_conn, 
     _create(mysql_conn, f"CREATE TABLE {DB}.{table} (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL)")
     with mysql_conn.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.{table} SELECT seq, CONCAT('v', seq) FROM {DB}.seq_1_to_6000")
-    spec = CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline=table, tables=[f"{DB}.{table}"],
-                            chunk_rows=500, channels=1, split_factor=2,
+    spec = CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=table,
+                            tables=[f"{DB}.{table}"], chunk_rows=500, channels=1, split_factor=2,
                             driver_copy_rows=0 if channels_in == "executors" else None)
     monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", "bootstrap.chunk-written:4")
     killed = spark_submit(spec, timeout=300)

@@ -9,6 +9,7 @@ import pytest
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.submission import spark_submit
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
@@ -47,7 +48,7 @@ def test_an_applier_killed_around_a_ddl_follows_it_on_the_next_run(point, count,
     a, b = f"{pipeline}_a", f"{pipeline}_b"
     _tables(mysql_conn, a, b)
     _bootstrap(endpoints, spark, pipeline, a, b)
-    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2)
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=2)
     assert spark_submit(spec, timeout=300)["status"] == "success"
     sql(mysql_conn, f"UPDATE {DB}.{a} SET v = -v WHERE id <= 20", f"UPDATE {DB}.{b} SET v = -v WHERE id <= 20",
         f"ALTER TABLE {DB}.{a} RENAME COLUMN extra TO extra2",
@@ -82,7 +83,8 @@ def test_an_applier_killed_during_a_primary_key_change_ends_exact(point, count, 
         f"INSERT INTO {DB}.{pipeline} SELECT seq, CONCAT('c', seq) FROM {DB}.seq_1_to_3000")
     _tables(mysql_conn, f"{pipeline}_other")
     _bootstrap(endpoints, spark, pipeline, pipeline, f"{pipeline}_other")
-    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2, recopy_channels=1)
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=2,
+                        recopy_channels=1)
     assert spark_submit(spec, timeout=300)["status"] == "success"
     sql(mysql_conn, f"ALTER TABLE {DB}.{pipeline} DROP PRIMARY KEY, ADD PRIMARY KEY (code, id)",
         f"INSERT INTO {DB}.{pipeline} (id, code) VALUES (5, 'dup-5')",
@@ -203,14 +205,15 @@ def test_truncate_and_ddl_under_load_with_random_kills_end_exact(seed, tmp_path,
 
         def boot(*tables):
             return run_cdc_bootstrap(CdcBootstrapSpec(
-                source=endpoints[0], target=endpoints[1], pipeline=pipeline, channels=2,
+                sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, channels=2,
                 tables=[{"source_database": database, "source_table": t, "target_database": f"{database}_ch"}
                         for t in tables]), spark)
 
         boot("comp", "sb1", "sb2")
         writer = _RaceWriter(server.url, seed, database)
         writer.thread.start()
-        spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2, batch_seconds=0.3)
+        spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=2,
+                            batch_seconds=0.3)
         service = CdcApplySpec(**{**spec.__dict__, "service": True})
         service.job = "cdc_apply"
 
@@ -294,9 +297,9 @@ def test_a_catch_up_across_a_source_restart_keeps_each_tables_rows_apart(tmp_pat
         for name in ("a", "b"):
             sql(conn, f"CREATE TABLE ids.{name} (id INT PRIMARY KEY, v INT NOT NULL)",
                 f"INSERT INTO ids.{name} SELECT seq, seq FROM ids.seq_1_to_100")
-        run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="ids", channels=1,
-                                           tables=["ids.a", "ids.b"]), spark)
-        spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="ids", lanes=2)
+        run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="ids",
+                                           channels=1, tables=["ids.a", "ids.b"]), spark)
+        spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="ids", lanes=2)
         run_cdc_apply(spec, spark)
         sql(conn, "UPDATE ids.a SET v = -1 WHERE id = 1", "UPDATE ids.b SET v = -2 WHERE id = 2")  # a, then b
         conn.close()

@@ -12,6 +12,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import BinlogError
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from devenv.mariadb import ROOT_PASSWORD
@@ -48,7 +49,7 @@ def _pipeline(pair, clickhouse_url, spark, name: str):
         _source(conn)
         _writes(conn, 1)
     pair.wait_caught_up()
-    run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline=name, channels=2,
+    run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=name, channels=2,
                                        tables=[{"source_database": DB, "source_table": t,
                                                 "target_database": f"{name}_ch"} for t in ("accounts", "lines")]),
                       spark)
@@ -56,7 +57,7 @@ def _pipeline(pair, clickhouse_url, spark, name: str):
 
 
 def apply(endpoints, spark, pipeline, **kwargs):
-    return run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2,
+    return run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=2,
                                       **kwargs), spark)
 
 

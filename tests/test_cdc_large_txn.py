@@ -19,6 +19,7 @@ from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.staging import stage_prefix
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import BinlogPosition, current_position
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.submission import spark_submit
 from devenv.rss import PeakRss
@@ -151,7 +152,7 @@ def big(endpoints):
         recreate_tables(conn, DB, f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(24) NULL)")
         sql(conn, f"INSERT INTO {DB}.t SELECT seq, seq, CONCAT('s', seq) FROM {DB}.seq_1_to_{ROWS}")
         result = spark_submit(CdcBootstrapSpec(
-            source=endpoints[0], target=endpoints[1], pipeline="big", channels=2,
+            sources=one_server(endpoints[0]), target=endpoints[1], pipeline="big", channels=2,
             tables=[{"source_database": DB, "source_table": "t", "target_database": TARGET}]), timeout=600)
         assert result["status"] == "success", result
         assert spark_submit(_spec(endpoints), timeout=600)["status"] == "success"  # the pipeline begins
@@ -164,7 +165,7 @@ def big(endpoints):
 
 
 def _spec(endpoints, **kwargs) -> CdcApplySpec:
-    return CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="big", verify_period=0,
+    return CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="big", verify_period=0,
                         verify_after_ddl=False, **kwargs)
 
 
@@ -278,13 +279,13 @@ def test_xa_transactions_beyond_the_bound_wait_in_staging_across_runs(endpoints,
 
     def bootstrap(**kwargs):
         result = spark_submit(CdcBootstrapSpec(
-            source=endpoints[0], target=endpoints[1], pipeline="bigxa", channels=1,
+            sources=one_server(endpoints[0]), target=endpoints[1], pipeline="bigxa", channels=1,
             tables=[{"source_database": DB, "source_table": "x", "target_database": TARGET}], **kwargs), timeout=600)
         assert result["status"] == "success", result
 
     bootstrap()
-    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="bigxa", lanes=2, batch_events=1000,
-                        verify_period=0, verify_after_ddl=False)
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="bigxa", lanes=2,
+                        batch_events=1000, verify_period=0, verify_after_ddl=False)
 
     def apply() -> dict:
         result = spark_submit(spec, timeout=600)

@@ -15,6 +15,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineStat
 from airflow_sync_provider.core.cdc.lease import Lease, LeaseHeld, LeaseLost
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
 from airflow_sync_provider.core.positions import BinlogPosition
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.locks import LOCK_WAIT_TIMEOUT, PING_SECONDS, PING_TIMEOUT
 
 DB, TARGET = "lease", "lease_ch"
@@ -177,13 +178,14 @@ def test_a_killed_service_is_taken_over_within_seconds_a_second_applier_is_refus
     keys = []
     for table in ("mixed", "lines"):
         keys.append(f"lease.{table}")
-        run_full_load(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=table,
-                                   target_database=TARGET, target_table=table, load_key=keys[-1], channels=1), spark)
-    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2)
-    run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, start_from_loads=keys,
-                               reset=True), spark)
-    service = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2, service=True,
-                           batch_seconds=0.5, max_seconds=600)
+        run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                                   source_table=table, target_database=TARGET, target_table=table, load_key=keys[-1],
+                                   channels=1), spark)
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=2)
+    run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
+                               start_from_loads=keys, reset=True), spark)
+    service = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=2,
+                           service=True, batch_seconds=0.5, max_seconds=600)
     checkpoints = Checkpoints(ch)
 
     def status() -> str:

@@ -10,6 +10,7 @@ import pytest
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.target.clickhouse import table_exists
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
@@ -70,14 +71,14 @@ def streamed(ch, pipeline) -> list[str]:
 
 
 def test_a_database_by_pattern_streams_its_tables_and_takes_in_new_ones(database, mysql_conn, ch, endpoints, spark):
-    boot = run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="whole",
+    boot = run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="whole",
                                               select=SELECT, channels=2), spark)
     assert sorted(t["table"] for t in boot["tables"]) == [f"{DB}.{n}" for n in database]
     assert sorted(boot["unstreamable"]) == [f"{DB}.geo", *(f"{DB}.nopk_{i}" for i in range(4))]
     assert "no primary key" in boot["unstreamable"][f"{DB}.nopk_0"]
     assert "POINT" in boot["unstreamable"][f"{DB}.geo"].upper()
 
-    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="whole", select=SELECT, lanes=2,
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="whole", select=SELECT, lanes=2,
                         verify_after_ddl=False)
     run_cdc_apply(spec, spark)
     for name in database:
@@ -126,7 +127,7 @@ def test_a_database_by_pattern_streams_its_tables_and_takes_in_new_ones(database
     assert ch.command(f"SELECT countIf(_split_weight = '') FROM {TARGET}.t01_renamed FINAL") == 0
 
     # a pipeline of patterns alone, started before any bootstrap: its tables join beside the stream
-    fresh = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="patterns_only", lanes=2,
+    fresh = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="patterns_only", lanes=2,
                          select={"databases": [OTHER], "target_database": f"{OTHER}_ch"})
     first = run_cdc_apply(fresh, spark)
     assert sorted(first["recopied"]) == [f"{OTHER}.elsewhere", f"{OTHER}.t02"]
@@ -150,7 +151,7 @@ def test_the_tables_cdc_cannot_stream_take_the_full_load_path_by_pattern(databas
     nopk = sorted(n for (n,) in _rows(mysql_conn, f"SHOW TABLES FROM {DB} LIKE 'nopk\\_%'"))
 
     def spec(**kwargs):
-        return FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database="", source_table="",
+        return FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database="", source_table="",
                             target_database="", target_table="", load_key="nightly", select=select, **kwargs)
 
     with pytest.raises(TablesFailed) as failed:  # geo as it is: its POINT column has no mapping
@@ -187,7 +188,7 @@ def test_the_tables_cdc_cannot_stream_take_the_full_load_path_by_pattern(databas
     assert first > 10 * last, (ordered[0]["source_table"], first, ordered[-1]["source_table"], last)
 
     checked = each_table(run_reconcile)(ReconcileSpec(
-        source=endpoints[0], target=endpoints[1], load_key="nightly", checksum=True, select=select,
+        sources=one_server(endpoints[0]), target=endpoints[1], load_key="nightly", checksum=True, select=select,
         tables=[{"source_database": DB, "source_table": "geo", "target_database": full}]), spark)
     assert [t["verdict"] for t in checked["tables"]] == ["ok"] * (len(nopk) + 1)
     assert all(t["checksum"] for t in checked["tables"])
@@ -215,9 +216,10 @@ def test_a_table_that_gains_a_key_joins_and_stays(mysql_conn, ch, endpoints, spa
     again on the second, its changes lost)."""
     _kdb_source(mysql_conn)
     select = {"databases": [KDB], "target_database": KDB_CH}
-    run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="kp", select=select,
-                                       channels=2), spark)
-    apply = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kp", lanes=2)  # no patterns: its own
+    run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="kp",
+                                       select=select, channels=2), spark)
+    # no patterns: its own
+    apply = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="kp", lanes=2)
     run_cdc_apply(apply, spark)
     assert not table_exists(ch, KDB_CH, "n")
     sql(mysql_conn, f"ALTER TABLE {KDB}.n ADD PRIMARY KEY (id)", f"UPDATE {KDB}.n SET v = -1 WHERE id <= 5")
@@ -247,9 +249,9 @@ def test_a_pipeline_keeps_its_patterns_and_changes_them_only_when_told(mysql_con
     _kdb_source(mysql_conn)
     sql(mysql_conn, f"DROP TABLE {KDB}.n")
     select = {"databases": [KDB], "exclude_tables": ["skip_*"], "target_database": KDB_CH}
-    run_cdc_bootstrap(CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="kept", select=select,
-                                       channels=2), spark)
-    plain = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kept", lanes=2)
+    run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="kept",
+                                       select=select, channels=2), spark)
+    plain = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="kept", lanes=2)
     run_cdc_apply(plain, spark)
     sql(mysql_conn, f"CREATE TABLE {KDB}.b (id INT PRIMARY KEY, v INT)", f"INSERT INTO {KDB}.b VALUES (1, 1), (2, 2)",
         f"CREATE TABLE {KDB}.skip_c (id INT PRIMARY KEY)")
@@ -261,14 +263,15 @@ def test_a_pipeline_keeps_its_patterns_and_changes_them_only_when_told(mysql_con
     other = {"databases": [KDB], "tables": ["a"], "target_database": KDB_CH}
     before = Checkpoints(ch).state("kept")
     with pytest.raises(SelectionConflict, match=r"pipeline 'kept' selects its tables by .*skip_\*.*change_selection"):
-        run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kept", select=other), spark)
+        run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="kept",
+                                   select=other), spark)
     after = Checkpoints(ch).state("kept")
     assert (after.checkpoint, after.generation, after.status) == (before.checkpoint, before.generation, before.status)
     assert Checkpoints(ch).selection("kept")["exclude_tables"] == ["skip_*"]
 
     sql(mysql_conn, f"UPDATE {KDB}.b SET v = 7")
-    changed = run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="kept", select=other,
-                                         change_selection=True), spark)
+    changed = run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="kept",
+                                         select=other, change_selection=True), spark)
     assert changed["tables"] == [f"{KDB}.a"] and Checkpoints(ch).selection("kept")["tables"] == ["a"]
     left = Checkpoints(ch).state("kept").table(f"{KDB}.b").left
     assert left.startswith("no longer selected"), left

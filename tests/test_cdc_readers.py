@@ -8,10 +8,11 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.spark import cdc_stream
 
-SPEC = dict(source=MySQLEndpoint("127.0.0.1", 3306, "u", "p"), target=ClickHouseEndpoint("127.0.0.1", 8123),
-            pipeline="p")
+SPEC = dict(sources=one_server(MySQLEndpoint("127.0.0.1", 3306, "u", "p")),
+            target=ClickHouseEndpoint("127.0.0.1", 8123), pipeline="p")
 
 
 def test_by_default_one_reader_per_core_of_the_driver_within_its_cgroup_quota(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ import pytest
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, bootstrap_load_key, table_config
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.helpers import assert_same_rows
@@ -29,7 +30,7 @@ def seeded(conn, table, rows):
 
 def bootstrap(endpoints, spark, pipeline, *tables):
     return run_cdc_bootstrap(CdcBootstrapSpec(
-        source=endpoints[0], target=endpoints[1], pipeline=pipeline, channels=2,
+        sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, channels=2,
         tables=[{"source_database": DB, "source_table": t, "target_database": TARGET} for t in tables]), spark)
 
 
@@ -45,7 +46,7 @@ def test_other_tables_keep_flowing_while_one_is_recopied(mysql_conn, ch, endpoin
     seeded(mysql_conn, "big", 600_000)
     seeded(mysql_conn, "small", 100)
     bootstrap(endpoints, spark, "flow", "big", "small")
-    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="flow", lanes=2, service=True,
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="flow", lanes=2, service=True,
                         max_seconds=40, batch_seconds=0.2, recopy_channels=1,
                         recopy_record_speed=100_000)  # a re-copy of about 6 s: the stream's inserts land inside it
     result, errors = {}, []
@@ -99,8 +100,8 @@ def test_an_applier_killed_during_a_recopy_is_followed_by_one_that_resumes_it(my
 
     seeded(mysql_conn, "resumed", 40_000)
     bootstrap(endpoints, spark, "resume", "resumed")
-    spec = CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="resume", lanes=2, recopy_channels=1,
-                        driver_copy_rows=10 ** 9)
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="resume", lanes=2,
+                        recopy_channels=1, driver_copy_rows=10 ** 9)
     run_cdc_apply(spec, spark)
     sql(mysql_conn, f"ALTER TABLE {DB}.resumed MODIFY amount DECIMAL(10, 1) NULL",  # rounds: a re-copy
         f"UPDATE {DB}.resumed SET amount = -1 WHERE id % 1000 = 0")

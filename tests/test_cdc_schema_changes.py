@@ -7,6 +7,7 @@ import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.target.clickhouse import INTERNAL_COLUMNS
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
@@ -19,7 +20,7 @@ DB, TARGET = "ddl", "ddl_ch"
 
 def bootstrap(endpoints, spark, pipeline, *tables):
     return run_cdc_bootstrap(CdcBootstrapSpec(
-        source=endpoints[0], target=endpoints[1], pipeline=pipeline, channels=2,
+        sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, channels=2,
         tables=[{"source_database": DB, "source_table": t, "target_database": TARGET} for t in tables]), spark)
 
 
@@ -27,7 +28,7 @@ def apply(endpoints, spark, pipeline, **kwargs):
     # the DDL follow alone: the verification after a DDL (tests/test_cdc_verify.py) would repair
     # what a wrong follow wrote, and these tests (and their mutation checks) would not see it
     kwargs.setdefault("verify_after_ddl", False)
-    return run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=pipeline, lanes=2,
+    return run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=2,
                                       **kwargs), spark)
 
 

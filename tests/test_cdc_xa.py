@@ -10,6 +10,7 @@ import pytest
 
 from airflow_sync_provider.core.cdc.binlog.backlog import split_backlog
 from airflow_sync_provider.core.jobspec import CdcApplySpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from tests.helpers import assert_same_rows, bootstrap_tables, recreate_tables
 from tests.helpers import run_sql as sql
@@ -60,7 +61,7 @@ def xa(endpoints, mysql_conn, spark):
 
 
 def _apply(endpoints, spark) -> dict:
-    return run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="xa", lanes=2,
+    return run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="xa", lanes=2,
                                       verify_period=0, verify_after_ddl=False), spark)
 
 
@@ -120,8 +121,8 @@ def test_a_commit_whose_prepare_came_before_the_pipeline_has_every_table_looked_
     prepare("early", f"INSERT INTO {DB}.t VALUES (5, 'early')")
     bootstrap_tables(endpoints, spark, "xa_late", DB, TARGET, "t", "u", restart=True)
     prepare.end("early")
-    result = run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="xa_late", lanes=2,
-                                        verify_period=0, verify_after_ddl=False), spark)
+    result = run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="xa_late",
+                                        lanes=2, verify_period=0, verify_after_ddl=False), spark)
     _same(mysql_conn, ch)
     assert result["xa_commits_unseen"] == 1 and result["repaired_shards"] >= 1, result
 

@@ -14,6 +14,7 @@ import pytest
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.failures import ServerUnreachable
 from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark import full_load
 
@@ -41,12 +42,12 @@ def _make_source(conn) -> None:
 
 
 def _spec(mysql_url, clickhouse_url, day: str, **kwargs) -> FullLoadSpec:
-    return FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
-                        source_database=DB, source_table="orders", target_database=f"{DB}_ch",
-                        target_table="orders_daily", load_key=f"overlap.{day}", split_column="created_at",
-                        where="`created_at` >= %s AND `created_at` < %s + INTERVAL 1 DAY", where_params=[day, day],
-                        partition_by="toYYYYMMDD(created_at)", replace_partitions=[day.replace("-", "")],
-                        channels=2, split_factor=2, **kwargs)
+    return FullLoadSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
+                        target=ClickHouseEndpoint.from_url(clickhouse_url), source_database=DB, source_table="orders",
+                        target_database=f"{DB}_ch", target_table="orders_daily", load_key=f"overlap.{day}",
+                        split_column="created_at", where="`created_at` >= %s AND `created_at` < %s + INTERVAL 1 DAY",
+                        where_params=[day, day], partition_by="toYYYYMMDD(created_at)",
+                        replace_partitions=[day.replace("-", "")], channels=2, split_factor=2, **kwargs)
 
 
 def _source_day(conn, day: str) -> set:

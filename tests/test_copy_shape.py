@@ -11,6 +11,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import SHARD_SUCCESS
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.verify.diff import DiffError
 from airflow_sync_provider.core.verify.reconcile import overall_verdict
 from airflow_sync_provider.core.verify.shape import reload_remedy
@@ -49,19 +50,21 @@ def _table(conn, name: str, columns: str, values: str, rows: int = 3000) -> None
 def _load(endpoints, session, name: str, **kwargs) -> str:
     key = f"shape.{name}"
     kwargs.setdefault("split_factor", 3)
-    run_full_load(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=name,
-                               target_database=TARGET, target_table=name, load_key=key, channels=2, **kwargs), session)
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table=name, target_database=TARGET, target_table=name, load_key=key, channels=2,
+                               **kwargs), session)
     return key
 
 
 def _reconcile(endpoints, session, key: str, **kwargs) -> dict:
-    return run_reconcile(ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key=key, checksum=True,
-                                       **kwargs), session)
+    return run_reconcile(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=key,
+                                       checksum=True, **kwargs), session)
 
 
 def _diff(endpoints, session, name: str, **kwargs) -> dict:
-    return run_snapshot_diff(SnapshotDiffSpec(target=endpoints[1], old_table=f"{TARGET}.{name}", source=endpoints[0],
-                                              source_database=DB, source_table=name, **kwargs), session)
+    return run_snapshot_diff(SnapshotDiffSpec(target=endpoints[1], old_table=f"{TARGET}.{name}",
+                                              sources=one_server(endpoints[0]), source_database=DB, source_table=name,
+                                              **kwargs), session)
 
 
 # --- the keyless copy whose source now has a key (the case) --------------------------------
@@ -203,13 +206,13 @@ def test_many_tables_get_one_verdict_by_precedence(mysql_conn, ch, endpoints, se
     _table(mysql_conn, "m_shape", "id INT PRIMARY KEY, v INT NULL", "seq, seq", rows=200)
     sql(mysql_conn, f"DROP TABLE IF EXISTS {DB}.m_unloaded")
     select = {"databases": [DB], "tables": ["m_*"], "target_database": TARGET}
-    each_table(run_full_load)(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database="",
+    each_table(run_full_load)(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database="",
                                            source_table="", target_database="", target_table="", load_key="many",
                                            select=select), session)
 
     def reconcile() -> dict:
-        return each_table(run_reconcile)(ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key="many",
-                                                       checksum=True, select=select), session)
+        return each_table(run_reconcile)(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1],
+                                                       load_key="many", checksum=True, select=select), session)
 
     assert reconcile()["verdict"] == "ok"
     sql(mysql_conn, f"UPDATE {DB}.m_changed SET v = -1 WHERE id = 3")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict, read_spec, write_spec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.sql import ch_ident, mysql_ident
 from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType, map_column
 
@@ -69,7 +70,7 @@ def test_endpoints_parse_and_hide_passwords():
 
 
 def test_job_spec_file_is_private_and_round_trips(tmp_path):
-    spec = FullLoadSpec(source=MySQLEndpoint(password="s3cret"), target=ClickHouseEndpoint(password="c1"),
+    spec = FullLoadSpec(sources=one_server(MySQLEndpoint(password="s3cret")), target=ClickHouseEndpoint(password="c1"),
                         source_database="d", source_table="t", target_database="d", target_table="t")
     path = str(tmp_path / "spec.json")
     write_spec(spec, path)
@@ -81,7 +82,7 @@ def test_job_spec_file_is_private_and_round_trips(tmp_path):
 
 def test_job_spec_rejects_bad_values():
     with pytest.raises(ValueError, match="channels"):
-        FullLoadSpec(source=MySQLEndpoint(), target=ClickHouseEndpoint(), source_database="d",
+        FullLoadSpec(sources=one_server(MySQLEndpoint()), target=ClickHouseEndpoint(), source_database="d",
                      source_table="t", target_database="d", target_table="t", channels=0)
 
 

@@ -16,6 +16,7 @@ from airflow.providers.apache.spark.hooks import spark_submit as spark_submit_mo
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import ReconcileSpec, read_spec
+from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.core.submission import SECRET_ENV, job_script, stage
 from airflow_sync_provider.operators.reconcile import ReconcileOperator
 
@@ -30,7 +31,7 @@ CONNECTIONS = {
 
 
 def _spec() -> ReconcileSpec:
-    return ReconcileSpec(source=MySQLEndpoint("db.example", 3306, "reader", MYSQL_SECRET),
+    return ReconcileSpec(sources=one_server(MySQLEndpoint("db.example", 3306, "reader", MYSQL_SECRET)),
                          target=ClickHouseEndpoint("ch.example", 8123, "sync", CH_SECRET), load_key="k")
 
 
@@ -100,7 +101,8 @@ def test_jobs_that_compute_in_python_start_a_lean_driver_jvm(monkeypatch, tmp_pa
     from airflow_sync_provider.core.jobspec import FullLoadSpec
     from airflow_sync_provider.core.submission import LIGHT_DRIVER_JAVA_OPTIONS, prepare
 
-    load = FullLoadSpec(_spec().source, _spec().target, "d", "t", "d", "t")
+    load = FullLoadSpec(sources=one_server(_spec().source), target=_spec().target, source_database="d",
+                        source_table="t", target_database="d", target_table="t")
     for name in ("load", "own", "reconcile"):
         (tmp_path / name).mkdir()
     command, _ = prepare(load, str(tmp_path / "load"), use_spark_submit=True)
@@ -152,7 +154,8 @@ def test_yarn_cluster_mode_ships_the_spec_without_secrets(monkeypatch, tmp_path)
                                            staged.result_key]
     assert not any(k.startswith("spark.yarn.appMasterEnv") for k in _conf(command))  # nothing of this host's env
     shipped = json.loads((tmp_path / "spec.json").read_text())
-    assert shipped["source"]["password"] == shipped["target"]["password"] == "" and shipped["result_path"] == ""
+    assert shipped["sources"][0]["endpoint"]["password"] == shipped["target"]["password"] == ""
+    assert shipped["result_path"] == ""
     assert MYSQL_SECRET not in (tmp_path / "spec.json").read_text()
 
 
@@ -186,12 +189,13 @@ def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path,
     from airflow_sync_provider.spark.full_load import run_full_load
 
     source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)
-    run_full_load(FullLoadSpec(source=source, target=target, source_database="demo", source_table="customers",
-                               target_database="deploy", target_table="customers", load_key="deploy.customers"), spark)
+    run_full_load(FullLoadSpec(sources=one_server(source), target=target, source_database="demo",
+                               source_table="customers", target_database="deploy", target_table="customers",
+                               load_key="deploy.customers"), spark)
     staged_dir, driver_dir = tmp_path / "submitter", tmp_path / "driver"
     staged_dir.mkdir(mode=0o700)
     driver_dir.mkdir()
-    staged = stage(ReconcileSpec(source=source, target=target, load_key="deploy.customers", checksum=True),
+    staged = stage(ReconcileSpec(sources=one_server(source), target=target, load_key="deploy.customers", checksum=True),
                    str(staged_dir), "yarn", "cluster")
     (driver_dir / "spec.json").write_bytes((staged_dir / "spec.json").read_bytes())  # what --files does
     env = {k: v for k, v in {**os.environ, **spark_env()}.items() if k not in SECRET_ENV.values()}
@@ -215,9 +219,9 @@ def test_a_source_group_ships_no_source_password_and_takes_each_from_its_own_var
     from airflow_sync_provider.core.source.group import Source
     from airflow_sync_provider.core.submission import secrets_from_env
 
-    spec = FullLoadSpec(None, ClickHouseEndpoint(password="ch-pw"), "", "", "", "", merge_into="an.orders",
-                        select={"databases": ["shop_*"]},
-                        sources=[Source("eu-1", MySQLEndpoint(password="pw-eu-1")),
+    spec = FullLoadSpec(target=ClickHouseEndpoint(password="ch-pw"), source_database="", source_table="",
+                        target_database="", target_table="", merge=Merge.of("an.orders"),
+                        select={"databases": ["shop_*"]}, sources=[Source("eu-1", MySQLEndpoint(password="pw-eu-1")),
                                  Source("us.2", MySQLEndpoint(password="pw-us-2"))])
     staged = stage(spec, str(tmp_path), "yarn", "cluster", kubernetes_secret="sync")
     text = (tmp_path / "spec.json").read_text()

@@ -14,6 +14,7 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict, spec_from_dict, spec_to_dict
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.submission import KEY_ENV, SECRET_ENV, secrets_from_env, stage
 from airflow_sync_provider.core.tls import pem_file
 from devenv.certs import Certificates
@@ -180,7 +181,7 @@ def _tls_spec(certs) -> FullLoadSpec:
     target = ClickHouseEndpoint.from_url(f"https://default:chpw@ch.example/?ca_cert={quote(certs.ca)}"
                                          f"&client_cert={quote(certs.client_cert)}"
                                          f"&client_cert_key={quote(certs.client_key)}")
-    return FullLoadSpec(source=source, target=target, source_database="shop", source_table="t",
+    return FullLoadSpec(sources=one_server(source), target=target, source_database="shop", source_table="t",
                         target_database="shop", target_table="t")
 
 
@@ -189,7 +190,7 @@ def test_private_keys_are_masked_and_stay_out_of_a_cluster_mode_staged_spec(cert
     key = spec.source.ssl_key
     public = json.dumps(public_dict(spec))
     assert PASSWORD not in public and key.splitlines()[1] not in public and "BEGIN" not in public
-    assert public_dict(spec)["source"]["ssl_ca"].startswith("<PEM: 1 block(s), sha256 ")
+    assert public_dict(spec)["sources"][0]["endpoint"]["ssl_ca"].startswith("<PEM: 1 block(s), sha256 ")
     assert spec_from_dict(spec_to_dict(spec)) == spec  # the job spec carries everything, executors too
     staged = stage(spec, str(tmp_path), "yarn", "cluster", kubernetes_secret="sync")
     shipped = (tmp_path / "spec.json").read_text()

@@ -28,6 +28,7 @@ from airflow_sync_provider.core.jobspec import (
     SnapshotDiffSpec,
 )
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.submission import prepare, read_result
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv.clickhouse_http import ChdbEndpoint
@@ -122,8 +123,8 @@ def make_table(servers, name: str, rows: int = ROWS) -> None:
 
 def load_spec(servers, table: str, key: str, **kwargs) -> FullLoadSpec:
     options = {"channels": 2, "split_factor": 5, "channel_record_speed": 6000, "failure_wait_seconds": BOUND} | kwargs
-    return FullLoadSpec(source=servers.source, target=servers.target, source_database=DB, source_table=table,
-                        target_database=TARGET, target_table=table, load_key=key, **options)
+    return FullLoadSpec(sources=one_server(servers.source), target=servers.target, source_database=DB,
+                        source_table=table, target_database=TARGET, target_table=table, load_key=key, **options)
 
 
 class Job:
@@ -236,7 +237,7 @@ def run(spec, workdir, timeout: float = 120) -> dict:
 
 
 def reconciled(servers, key: str, tmp_path) -> None:
-    result = run(ReconcileSpec(source=servers.source, target=servers.target, load_key=key, checksum=True),
+    result = run(ReconcileSpec(sources=one_server(servers.source), target=servers.target, load_key=key, checksum=True),
                  tmp_path / f"reconcile-{key}")
     assert result["verdict"] == "ok", result
 
@@ -388,13 +389,13 @@ def test_each_clickhouse_error_class_takes_its_path(servers, tmp_path):
 
 def bootstrap_spec(servers, pipeline: str, table: str, **kwargs) -> CdcBootstrapSpec:
     options = {"channels": 2, "chunk_rows": 4000, "channel_record_speed": 8000, "failure_wait_seconds": BOUND} | kwargs
-    return CdcBootstrapSpec(source=servers.source, target=servers.target, pipeline=pipeline,
+    return CdcBootstrapSpec(sources=one_server(servers.source), target=servers.target, pipeline=pipeline,
                             tables=[{"source_database": DB, "source_table": table, "target_database": TARGET,
                                      "target_table": table}], **options)
 
 
 def apply_spec(servers, pipeline: str, **kwargs) -> CdcApplySpec:
-    return CdcApplySpec(source=servers.source, target=servers.target, pipeline=pipeline,
+    return CdcApplySpec(sources=one_server(servers.source), target=servers.target, pipeline=pipeline,
                         **({"failure_wait_seconds": BOUND, "lanes": 2} | kwargs))
 
 
@@ -511,7 +512,7 @@ def test_diff_apply_and_reconcile_repair_killed_mid_write_then_retried_exact(ser
     with servers.mysql() as conn, conn.cursor() as cur:
         cur.execute(f"UPDATE {DB}.dif SET v = -v WHERE id % 5 = 0")
         cur.execute(f"DELETE FROM {DB}.dif WHERE id % 11 = 0")
-    diff = SnapshotDiffSpec(target=servers.target, old_table=f"{TARGET}.dif", source=servers.source,
+    diff = SnapshotDiffSpec(target=servers.target, old_table=f"{TARGET}.dif", sources=one_server(servers.source),
                             source_database=DB, source_table="dif", on_change="apply", failure_wait_seconds=BOUND)
     servers.endpoint.inject(rf"INSERT INTO `{TARGET}`\.`dif`", kill=True, times=1)
     code, result, seconds = Job(diff, tmp_path / "diff-killed").wait(BOUND + GRACE_SECONDS + 30)
@@ -525,7 +526,7 @@ def test_diff_apply_and_reconcile_repair_killed_mid_write_then_retried_exact(ser
 
     with servers.mysql() as conn, conn.cursor() as cur:  # the copy is behind: a repair re-reads its shards
         cur.execute(f"UPDATE {DB}.dif SET note = 'repaired' WHERE id % 13 = 0")
-    repair = ReconcileSpec(source=servers.source, target=servers.target, load_key="f.dif", checksum=True,
+    repair = ReconcileSpec(sources=one_server(servers.source), target=servers.target, load_key="f.dif", checksum=True,
                            reimport=True, failure_wait_seconds=BOUND)
     servers.endpoint.inject(rf"INSERT INTO `{TARGET}`\.`dif`", kill=True, times=1)
     code, result, seconds = Job(repair, tmp_path / "repair-killed").wait(BOUND + GRACE_SECONDS + 30)

@@ -8,6 +8,7 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.sql import ch_ident
 from airflow_sync_provider.core.submission import spark_submit
 from tests.helpers import assert_same_rows
@@ -56,10 +57,11 @@ def test_every_mapped_type_is_copied_exactly(mysql_url, clickhouse_url, mysql_co
         cur.execute("DROP TABLE IF EXISTS types_matrix")
         cur.execute(TYPES_DDL)
         cur.execute("INSERT INTO types_matrix VALUES " + ", ".join(ROWS))
-    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
-                        source_database="job_types", source_table="types_matrix", target_database="job_types_ch",
-                        target_table="types_matrix", channels=2, batch_rows=1, reader=reader,
-                        driver_copy_rows=driver_copy_rows, load_key=f"types-{reader}")
+    spec = FullLoadSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
+                        target=ClickHouseEndpoint.from_url(clickhouse_url), source_database="job_types",
+                        source_table="types_matrix", target_database="job_types_ch", target_table="types_matrix",
+                        channels=2, batch_rows=1, reader=reader, driver_copy_rows=driver_copy_rows,
+                        load_key=f"types-{reader}")
     result = spark_submit(spec, timeout=600)
     assert result["status"] == "success", result
     assert result["reader"].startswith("Arrow-native" if reader == "auto" else "mysqlclient"), result["reader"]
@@ -78,7 +80,7 @@ def test_adversarial_tables_load_row_for_row(matrix, mysql_url, clickhouse_url, 
     from tests.adversarial import DB, SPLIT
 
     for name in tables:
-        spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url),
+        spec = FullLoadSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
                             target=ClickHouseEndpoint.from_url(clickhouse_url), source_database=DB,
                             source_table=name, target_database=f"{DB}_{strategy}", target_table=name, channels=2,
                             split_column=SPLIT.get(name), strategy=strategy, reader=reader)
@@ -100,7 +102,7 @@ def test_zero_and_out_of_range_dates_fail_naming_the_column(mysql_conn, mysql_ur
             cur.execute(f"DROP TABLE IF EXISTS job_types.{name}")
             cur.execute(f"CREATE TABLE job_types.{name} (id INT PRIMARY KEY, {ddl})")
             cur.execute(f"INSERT INTO job_types.{name} VALUES (1, {row})")
-            spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url),
+            spec = FullLoadSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
                                 target=ClickHouseEndpoint.from_url(clickhouse_url), source_database="job_types",
                                 source_table=name, target_database="job_types_ch", target_table=name,
                                 load_key=f"test.{name}")
@@ -148,9 +150,10 @@ def test_a_native_reader_failure_mid_shard_is_read_again_with_mysqlclient(mysql_
         return FailsAfterOneBatch(stream) if calls.count("shard") == 1 and calls[-1] == "shard" else stream
 
     monkeypatch.setattr(connectorx, "read_sql", read_sql)
-    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
-                        source_database="job_types", source_table="flaky", target_database="job_types_ch",
-                        target_table="flaky", channels=1, split_factor=2, batch_rows=1000, load_key="test.flaky")
+    spec = FullLoadSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
+                        target=ClickHouseEndpoint.from_url(clickhouse_url), source_database="job_types",
+                        source_table="flaky", target_database="job_types_ch", target_table="flaky", channels=1,
+                        split_factor=2, batch_rows=1000, load_key="test.flaky")
     result = run_full_load(spec, None)
     assert result["reader"].startswith("Arrow-native")
     assert calls.count("shard") >= 2  # the failed shard went to mysqlclient, the others stayed native
@@ -178,9 +181,10 @@ def test_the_probe_falls_back_when_the_native_reader_disagrees(mysql_conn, mysql
         cur.execute("CREATE DATABASE IF NOT EXISTS job_types")
         cur.execute("CREATE OR REPLACE TABLE job_types.probed (id INT PRIMARY KEY, s VARCHAR(20))")
         cur.execute("INSERT INTO job_types.probed SELECT seq, CONCAT('s', seq) FROM job_types.seq_1_to_300")
-    spec = FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
-                        source_database="job_types", source_table="probed", target_database="job_types_ch",
-                        target_table="probed", load_key="test.probed")
+    spec = FullLoadSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
+                        target=ClickHouseEndpoint.from_url(clickhouse_url), source_database="job_types",
+                        source_table="probed", target_database="job_types_ch", target_table="probed",
+                        load_key="test.probed")
     result = run_full_load(spec, None)
     assert result["reader"] == "the native reader read the first rows differently from mysqlclient"
     assert assert_same_rows(mysql_conn, ch, "job_types", "probed", target_database="job_types_ch") == 300

@@ -13,6 +13,7 @@ import pytest
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.submission import prepare, spark_submit
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv.clickhouse_http import ChdbEndpoint
@@ -34,9 +35,9 @@ def make_table(conn, name: str, rows: int) -> None:
 
 
 def spec_for(mysql_url, clickhouse_url, table, **kwargs) -> FullLoadSpec:
-    return FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
-                        source_database=DB, source_table=table, target_database=f"{DB}_ch", target_table=table,
-                        **kwargs)
+    return FullLoadSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
+                        target=ClickHouseEndpoint.from_url(clickhouse_url), source_database=DB, source_table=table,
+                        target_database=f"{DB}_ch", target_table=table, **kwargs)
 
 
 def start_job(spec, workdir) -> subprocess.Popen:

@@ -14,6 +14,7 @@ from airflow_sync_provider.core.source.group import (
     SOURCE_COLUMNS,
     IncompatibleShards,
     Member,
+    Merge,
     Source,
     env_name,
     member_filter,
@@ -100,18 +101,19 @@ def test_every_shard_column_is_in_the_union_and_nullable_where_a_shard_lacks_it(
 
 
 def test_sources_travel_in_specs_without_their_passwords():
-    spec = FullLoadSpec(None, ClickHouseEndpoint(),
-                        "", "", "", "", sources=[Source("s0", MySQLEndpoint(password="pw-0")),
+    spec = FullLoadSpec(target=ClickHouseEndpoint(), source_database="", source_table="", target_database="",
+                        target_table="", sources=[Source("s0", MySQLEndpoint(password="pw-0")),
                                                  Source("s1", MySQLEndpoint(password="pw-1"))],
-                        merge_into="an.orders", select={"databases": ["shop_*"]})
+                        merge=Merge.of("an.orders"), select={"databases": ["shop_*"]})
     assert "pw-0" not in repr(public_dict(spec)) and "pw-1" not in repr(public_dict(spec))
     again = spec_from_dict(spec_to_dict(spec))
     assert again.sources == spec.sources and again.sources[1].endpoint.password == "pw-1"
     with pytest.raises(ValueError, match="named twice"):
-        FullLoadSpec(None, spec.target, "", "", "", "", sources=[Source("s0", MySQLEndpoint())] * 2,
-                     select={"databases": ["x"]})
+        FullLoadSpec(target=spec.target, source_database="", source_table="", target_database="", target_table="",
+                     sources=[Source("s0", MySQLEndpoint())] * 2, select={"databases": ["x"]})
     with pytest.raises(ValueError, match="selection"):
-        FullLoadSpec(None, spec.target, "", "", "", "", sources=[Source("s0", MySQLEndpoint())])
+        FullLoadSpec(target=spec.target, source_database="", source_table="", target_database="", target_table="",
+                     sources=[Source("s0", MySQLEndpoint())])
     assert env_name("eu-west.shard_3") == "MYSQL_URL_EU_WEST_SHARD_3"
     with pytest.raises(ValueError, match="source name"):
         Source("a b", MySQLEndpoint())

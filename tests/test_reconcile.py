@@ -15,6 +15,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import SHARD_MISMATCH
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.target.shards import cut_points, read_weights, target_predicates, weight_width
@@ -60,7 +61,7 @@ def in_range(matrix):
 def load(endpoints, spark, name, target_table=None, strategy="balanced", target_database=TARGET, **kwargs) -> str:
     kwargs.setdefault("split_factor", 5)  # many shards of these small tables: a discrepancy is found in its own
     key = f"rc.{target_database}.{target_table or name}.{strategy}"
-    spec = FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=name,
+    spec = FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB, source_table=name,
                         target_database=target_database, target_table=target_table or name, load_key=key,
                         split_column=SPLIT.get(name) or SPLIT_ALSO.get(name), strategy=strategy, channels=2, **kwargs)
     run_full_load(spec, spark)
@@ -68,8 +69,8 @@ def load(endpoints, spark, name, target_table=None, strategy="balanced", target_
 
 
 def reconcile(endpoints, spark, key, checksum=True, reimport=False) -> dict:
-    return run_reconcile(ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key=key, checksum=checksum,
-                                       reimport=reimport), spark)
+    return run_reconcile(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=key,
+                                       checksum=checksum, reimport=reimport), spark)
 
 
 def source_count(conn, name) -> int:
@@ -231,9 +232,9 @@ def test_period_loads_reconcile_by_their_partitions_and_reimport_in_place(in_ran
 
 def _load_day(endpoints, spark, day: int) -> str:
     key = f"rc.events.day{day}"
-    spec = FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table="events",
-                        target_database=FIX, target_table="events", load_key=key, split_column="created", channels=2,
-                        where="`created` >= %s AND `created` < %s",
+    spec = FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                        source_table="events", target_database=FIX, target_table="events", load_key=key,
+                        split_column="created", channels=2, where="`created` >= %s AND `created` < %s",
                         where_params=[f"2025-03-0{day} 00:00:00", f"2025-03-0{day + 1} 00:00:00"],
                         partition_by="toYYYYMMDD(created)", replace_partitions=[f"2025030{day}"])
     run_full_load(spec, spark)
@@ -243,8 +244,9 @@ def _load_day(endpoints, spark, day: int) -> str:
 def test_reimport_of_a_published_load_without_mismatches_is_refused(in_range, endpoints, spark, ch):
     key = load(endpoints, spark, "one_row", target_database=FIX)
     assert reconcile(endpoints, spark, key)["verdict"] == "ok"
-    spec = FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table="one_row",
-                        target_database=FIX, target_table="one_row", load_key=key, reimport="failed")
+    spec = FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                        source_table="one_row", target_database=FIX, target_table="one_row", load_key=key,
+                        reimport="failed")
     with pytest.raises(LoadFailed, match="no shard is marked failed or mismatched"):
         run_full_load(spec, spark)
 
@@ -340,8 +342,9 @@ def test_a_repair_that_crashes_after_publishing_resumes_without_duplicates(in_ra
     table = f"`{FIX}`.bigint_signed"
     ch.command(f"ALTER TABLE {table} UPDATE v = -1 WHERE k = 0 SETTINGS mutations_sync = 2")
     assert reconcile(endpoints, spark, key)["verdict"] == "mismatch"
-    repair = FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table="bigint_signed",
-                          target_database=FIX, target_table="bigint_signed", load_key=key, reimport="failed")
+    repair = FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                          source_table="bigint_signed", target_database=FIX, target_table="bigint_signed", load_key=key,
+                          reimport="failed")
 
     publish = clickhouse_target.publish_repair
 

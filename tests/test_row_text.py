@@ -18,6 +18,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, mysql_ident
@@ -263,7 +264,7 @@ def test_a_value_holding_the_old_separator_is_a_mismatch_and_a_changed_row(mysql
         cur.execute(f"INSERT INTO {DB}.adjacent SELECT seq, CONCAT('a', seq), CONCAT('b', seq) FROM {DB}.seq_1_to_3000")
         cur.execute(f"UPDATE {DB}.adjacent SET a = 'x', b = CONCAT('y', CHAR(31), 'Vz') WHERE id = 1500")
     key = "rowtext.adjacent"
-    run_full_load(FullLoadSpec(source=source, target=target, source_database=DB, source_table="adjacent",
+    run_full_load(FullLoadSpec(sources=one_server(source), target=target, source_database=DB, source_table="adjacent",
                                target_database=TARGET, target_table="adjacent", load_key=key, channels=2,
                                split_factor=3), spark)
     with conn.cursor() as cur:
@@ -275,9 +276,11 @@ def test_a_value_holding_the_old_separator_is_a_mismatch_and_a_changed_row(mysql
             if cur.execute(f"SELECT 1 FROM {DB}.adjacent WHERE id = 1500 AND ({s.where})", s.params):
                 shard.append(s.id)
     assert len(plan.shards) > 1 and len(shard) == 1, plan.shards
-    checked = run_reconcile(ReconcileSpec(source=source, target=target, load_key=key, checksum=True), spark)
-    result = run_snapshot_diff(SnapshotDiffSpec(target=target, old_table=f"{TARGET}.adjacent", source=source,
-                                                source_database=DB, source_table="adjacent"), spark)
+    checked = run_reconcile(ReconcileSpec(sources=one_server(source), target=target, load_key=key, checksum=True),
+                            spark)
+    result = run_snapshot_diff(SnapshotDiffSpec(target=target, old_table=f"{TARGET}.adjacent",
+                                                sources=one_server(source), source_database=DB,
+                                                source_table="adjacent"), spark)
     changes = ch.query(f"SELECT id, flag, changed FROM {result['changes_table']} WHERE diff_key = {{k:String}}",
                        parameters={"k": result["diff_key"]}).result_rows
     found = {"reconcile": (checked["verdict"], checked["mismatched"]), "diff": result["counts"],

@@ -12,6 +12,7 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.spark.diff import run_snapshot_diff
 from airflow_sync_provider.spark.full_load import run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
@@ -42,15 +43,16 @@ def _values_sql() -> str:
 
 
 def _load(endpoints, spark, table: str, key: str, **kwargs) -> str:
-    run_full_load(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=table,
-                               target_database=TARGET, target_table=table, load_key=key, channels=2,
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table=table, target_database=TARGET, target_table=table, load_key=key, channels=2,
                                **kwargs), spark)
     return key
 
 
 def diff(endpoints, spark, table: str, **kwargs) -> dict:
-    return run_snapshot_diff(SnapshotDiffSpec(target=endpoints[1], old_table=f"{TARGET}.{table}", source=endpoints[0],
-                                              source_database=DB, source_table=table, **kwargs), spark)
+    return run_snapshot_diff(SnapshotDiffSpec(target=endpoints[1], old_table=f"{TARGET}.{table}",
+                                              sources=one_server(endpoints[0]), source_database=DB, source_table=table,
+                                              **kwargs), spark)
 
 
 def change_set(ch, table: str, keys: list[str]) -> dict:
@@ -128,7 +130,7 @@ def _finish_and_check(endpoints, spark, ch, conn, table: str, keys: list[str], l
     applied = diff(endpoints, spark, table, on_change="apply")
     assert applied["verdict"] == "applied" and applied["counts"] == first["counts"]
     assert assert_same_rows(conn, ch, DB, table, TARGET) == first["rows_new"]
-    checked = run_reconcile(ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key=load_key,
+    checked = run_reconcile(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=load_key,
                                           checksum=True), spark)
     assert checked["verdict"] == "ok", [s for s in checked["shards"] if s["problems"]]
     last = diff(endpoints, spark, table, on_change="apply")
@@ -350,9 +352,10 @@ def test_tolerances_ignored_columns_and_a_source_without_binlog_access(mysql_con
         cur.execute(f"UPDATE {DB}.tol SET note = 'ignored' WHERE id = 7")
         cur.execute(f"UPDATE {DB}.tol SET w = NULL WHERE id = 8")
     weak = MySQLEndpoint(endpoints[0].host, endpoints[0].port, "diff_reader", "pw")
-    result = run_snapshot_diff(SnapshotDiffSpec(target=endpoints[1], old_table=f"{TARGET}.tol", source=weak,
-                                                source_database=DB, source_table="tol", tolerances={"v": 0.01},
-                                                ignore_columns=["note"], on_change="apply"), spark)
+    result = run_snapshot_diff(SnapshotDiffSpec(target=endpoints[1], old_table=f"{TARGET}.tol",
+                                                sources=one_server(weak), source_database=DB, source_table="tol",
+                                                tolerances={"v": 0.01}, ignore_columns=["note"],
+                                                on_change="apply"), spark)
     assert result["counts"] == {"identical": 998, "changed": 2, "new": 0, "deleted": 0}
     assert result["compared"] == ["v", "w"] and result["version"] == top + 1
     copy = dict(ch.query(f"SELECT id, (v, w, note, _version) FROM {TARGET}.tol FINAL WHERE id <= 8").result_rows)

@@ -20,7 +20,7 @@ import pytest
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import check_counters
-from airflow_sync_provider.core.source.group import IncompatibleShards, Source
+from airflow_sync_provider.core.source.group import IncompatibleShards, Merge, Source
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark.diff import run_group_diff, run_snapshot_diff
 from airflow_sync_provider.spark.full_load import run_full_load
@@ -80,9 +80,10 @@ def _fill(urls: dict, rng: random.Random) -> None:
 
 
 def _spec(urls: dict, endpoints, **kwargs) -> FullLoadSpec:
-    return FullLoadSpec(None, endpoints[1], "", "", "", "", sources=[Source(n, MySQLEndpoint.from_url(u))
-                                                                     for n, u in urls.items()],
-                        merge_into=MERGED, select=SELECT, channels=3, **kwargs)
+    return FullLoadSpec(target=endpoints[1], source_database="", source_table="", target_database="", target_table="",
+                        sources=[Source(n, MySQLEndpoint.from_url(u))
+                                                                     for n, u in urls.items()], merge=Merge.of(MERGED),
+                        select=SELECT, channels=3, **kwargs)
 
 
 def _conns(urls: dict) -> dict:
@@ -125,8 +126,8 @@ def test_merged_load_reconciles_exactly_and_keys_by_source(trio, endpoints, ch, 
     verdict, message, summary = check_counters(endpoints[1], "group-load-1")
     assert verdict == "success", message
     assert summary["tables"] == len(members())
-    check = ReconcileSpec(None, endpoints[1], "group-load-1", checksum=True,
-                          sources=spec.sources, merge_into=MERGED)
+    check = ReconcileSpec(target=endpoints[1], load_key="group-load-1", checksum=True,
+                          sources=spec.sources, merge=Merge.of(MERGED))
     reconciled = reconcile_group(check, spark)
     assert reconciled["verdict"] == "ok", reconciled
     assert len(reconciled["tables"]) == len(members())
@@ -140,8 +141,8 @@ def test_a_wrong_shard_of_one_source_table_is_found_and_reimported_alone(trio, e
     ch.command(f"DELETE FROM {MERGED} WHERE _source = 's1' AND _source_table = 'orders_2' AND id % 7 = 0")
     ch.command(f"ALTER TABLE {MERGED} UPDATE status = 'stale' WHERE _source = 's0' AND _source_table = 'orders_1' "
                "AND id = 3 SETTINGS mutations_sync = 1")
-    check = ReconcileSpec(None, endpoints[1], "group-load-2", checksum=True, reimport=True,
-                          sources=spec.sources, merge_into=MERGED)
+    check = ReconcileSpec(target=endpoints[1], load_key="group-load-2", checksum=True, reimport=True,
+                          sources=spec.sources, merge=Merge.of(MERGED))
     result = reconcile_group(check, spark)
     before = {t["member"]: t["verdict"] for t in result["before"]["tables"]}
     assert {m for m, v in before.items() if v != "ok"} == {"s1:shop_y.orders_2", "s0:shop_x.orders_1"}
@@ -161,7 +162,7 @@ def test_shards_that_cannot_be_merged_are_refused_naming_both(trio, endpoints, s
 
 def test_without_merge_into_each_source_is_copied_side_by_side(trio, endpoints, ch, spark):
     _fill(trio, random.Random(11))
-    spec = dataclasses.replace(_spec(trio, endpoints, load_key="group-load-4"), merge_into="",
+    spec = dataclasses.replace(_spec(trio, endpoints, load_key="group-load-4"), merge=None,
                                select={**SELECT, "tables": ["orders_0"]})
     result = load_group(spec, spark)
     assert sorted((t["source"], t["target"]) for t in result["tables"]) == [
@@ -241,8 +242,9 @@ def test_a_diff_of_the_merged_copy_with_its_sources_flags_and_applies_per_source
         run_sql(conn, "UPDATE shop_x.orders_1 SET status = 'refunded' WHERE id = 5",
                 "DELETE FROM shop_y.orders_3 WHERE id = 9",
                 "INSERT INTO shop_y.orders_3 (customer, amount, status, created) VALUES (1, 2.50, 'new', NOW(6))")
-    spec = SnapshotDiffSpec(endpoints[1], "", sources=[Source(n, MySQLEndpoint.from_url(u)) for n, u in trio.items()],
-                            merge_into=MERGED, select=SELECT, on_change="apply")
+    spec = SnapshotDiffSpec(target=endpoints[1], old_table="",
+                            sources=[Source(n, MySQLEndpoint.from_url(u)) for n, u in trio.items()],
+                            merge=Merge.of(MERGED), select=SELECT, on_change="apply")
     result = diff_group(spec, spark)
     assert result["counts"]["changed"] == 1 and result["counts"]["deleted"] == 1 and result["counts"]["new"] == 1
     flagged = {t["member"]: t["counts"] for t in result["tables"] if t["verdict"] != "identical"}
@@ -254,7 +256,8 @@ def test_a_diff_of_the_merged_copy_with_its_sources_flags_and_applies_per_source
     assert {t["table"] for t in xcom["tables"] if t["verdict"] != "identical"} == set(flagged)
     assert all(Path(t["report"]).exists() for t in xcom["tables"]) and xcom["orphans"] == []
     _assert_merged(trio, ch, MERGED)
-    both = SnapshotDiffSpec(endpoints[1], f"{MERGED}_before", new_table=MERGED, diff_key="merged-vs-merged")
+    both = SnapshotDiffSpec(target=endpoints[1], old_table=f"{MERGED}_before", new_table=MERGED,
+                            diff_key="merged-vs-merged")
     compared = diff_group(both, spark)
     assert compared["keys"] == ["id", "_source", "_source_database", "_source_table"]
     assert (compared["counts"]["changed"], compared["counts"]["deleted"], compared["counts"]["new"]) == (1, 1, 1)
@@ -268,7 +271,7 @@ def test_a_period_load_replaces_the_period_across_every_source(trio, endpoints, 
     day, and only them, replace the day's partition of the merged copy, published at once; run
     again after the sources changed, the day follows them (idempotent per period)."""
     _fill(trio, random.Random(31))
-    period = dict(merge_into="analytics_g.orders_days", where="created >= %s AND created < %s",
+    period = dict(merge=Merge("analytics_g.orders_days"), where="created >= %s AND created < %s",
                   where_params=["2025-01-05", "2025-01-06"], partition_by="toYYYYMMDD(created)",
                   replace_partitions=["20250105"])
     load_group(dataclasses.replace(_spec(trio, endpoints, load_key="group-day-1"), **period), spark)

@@ -20,7 +20,7 @@ from airflow_sync_provider.cli import main
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_STOPPED, Checkpoints
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
-from airflow_sync_provider.core.source.group import Source
+from airflow_sync_provider.core.source.group import Merge, Source
 from airflow_sync_provider.spark.cdc_group import GroupFailed, run_group_apply, run_group_bootstrap
 from devenv.mariadb import MariaDB, ReplicatedPair
 from tests.helpers import assert_merged_rows, run_sql
@@ -130,9 +130,8 @@ def _churn(estate, rng, rounds: int = 3) -> None:
 
 def _apply(estate, endpoints, spark, **kwargs):
     # no verification: the stream and the DDL rules alone must keep the copy exact (a look would repair it)
-    spec = CdcApplySpec(None, endpoints[1], PIPELINE, sources=estate.sources(), merge_into=MERGED, verify_period=0,
-                        verify_after_ddl=False,
-                        **kwargs)
+    spec = CdcApplySpec(target=endpoints[1], pipeline=PIPELINE, sources=estate.sources(), merge=Merge.of(MERGED),
+                        verify_period=0, verify_after_ddl=False, **kwargs)
     return run_group_apply(spec, spark)
 
 
@@ -140,8 +139,8 @@ def test_a_group_pipeline_keeps_the_merged_copy_equal_to_its_shards_through_ever
                                                                                      clickhouse_url, monkeypatch,
                                                                                      capsys):
     rng = random.Random(7)
-    boot = run_group_bootstrap(CdcBootstrapSpec(None, endpoints[1], PIPELINE, sources=estate.sources(),
-                                                merge_into=MERGED, select=SELECT), spark)
+    boot = run_group_bootstrap(CdcBootstrapSpec(target=endpoints[1], pipeline=PIPELINE, sources=estate.sources(),
+                                                merge=Merge.of(MERGED), select=SELECT), spark)
     assert len(boot["tables"]) == 12
     assert estate.check(ch) == boot["rows"]
 

@@ -22,6 +22,7 @@ from airflow_sync_provider.core.jobspec import (
     reimport_spec,
 )
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.core.submission import prepare, read_result, spark_submit
 from devenv.spark_cluster import NamespaceUnavailable, SparkCluster
 from tests.helpers import assert_same_rows, recreate_tables
@@ -71,7 +72,7 @@ def submit(cluster, spec, timeout=900):
 
 
 def _load(endpoints, key, table="orders", **kwargs):
-    return FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=table,
+    return FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB, source_table=table,
                         target_database=TARGET, target_table=table, load_key=key, channels=4,
                         driver_copy_rows=0, **kwargs)  # on the executors, however small
 
@@ -84,8 +85,8 @@ def test_full_load_and_reconciliation_run_on_both_workers(cluster, endpoints, bi
     state = Ledger(ch).state("clu.orders")
     where = {s.executor.split("/")[1] for s in state.shards.values()}
     assert where == {cluster.host_ip, cluster.netns.ns_ip}, where  # both workers read shards
-    checked = submit(cluster, ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key="clu.orders",
-                                            checksum=True))
+    checked = submit(cluster, ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1],
+                                            load_key="clu.orders", checksum=True))
     assert checked["verdict"] == "ok", checked["shards"]
 
 
@@ -95,7 +96,7 @@ def test_cdc_bootstrap_and_catch_up_run_on_the_cluster(cluster, endpoints, big_t
     recreate_tables(big_table, DB, f"CREATE TABLE {DB}.small (id INT PRIMARY KEY, v VARCHAR(20) NULL)")
     with big_table.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.small SELECT seq, CONCAT('v', seq) FROM {DB}.seq_1_to_40000")
-    boot = submit(cluster, CdcBootstrapSpec(source=endpoints[0], target=endpoints[1], pipeline="clu",
+    boot = submit(cluster, CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="clu",
                                             tables=[f"{DB}.small"], channels=2, chunk_rows=5000,
                                             driver_copy_rows=0))  # the chunks as tasks on the workers
     assert boot["tables"][0]["rows"] == 40_000
@@ -104,14 +105,15 @@ def test_cdc_bootstrap_and_catch_up_run_on_the_cluster(cluster, endpoints, big_t
         cur.execute(f"UPDATE {DB}.small SET v = CONCAT(v, '!') WHERE id % 100 = 0")
         cur.execute(f"DELETE FROM {DB}.small WHERE id % 333 = 0")
         cur.execute(f"UPDATE {DB}.small SET id = 60000 WHERE id = 7")
-    applied = submit(cluster, CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline="clu", lanes=2,
-                                           driver_write_rows=0))  # the lanes as tasks on the workers
+    applied = submit(cluster, CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="clu",
+                                           lanes=2, driver_write_rows=0))  # the lanes as tasks on the workers
     assert applied["events"] >= 400 + 120 + 2
     assert assert_same_rows(big_table, ch, DB, "small") == 40_000 + 2 - 40_000 // 333
     state = Ledger(ch).state(boot["tables"][0]["load_key"])
     assert {s.executor.split("/")[1] for s in state.shards.values()} == {cluster.host_ip, cluster.netns.ns_ip}
-    diff = submit(cluster, SnapshotDiffSpec(target=endpoints[1], old_table=f"{DB}.small", source=endpoints[0],
-                                            source_database=DB, source_table="small", split_factor=2))
+    diff = submit(cluster, SnapshotDiffSpec(target=endpoints[1], old_table=f"{DB}.small",
+                                            sources=one_server(endpoints[0]), source_database=DB, source_table="small",
+                                            split_factor=2))
     assert diff["verdict"] == "identical" and diff["counts"]["identical"] == 40_000 + 2 - 40_000 // 333
 
 
@@ -190,7 +192,7 @@ def test_a_load_over_tls_on_the_executors_uses_the_certificates_the_job_shipped(
     shutil.rmtree(given)  # from here the certificates exist only inside the endpoints
     executor_tmp = tmp_path / "executor-tmp"
     executor_tmp.mkdir()
-    spec = FullLoadSpec(source=source, target=target, source_database="tls_clu", source_table="t",
+    spec = FullLoadSpec(sources=one_server(source), target=target, source_database="tls_clu", source_table="t",
                         target_database="tls_clu_copy", target_table="t", load_key="clu.tls", channels=4,
                         driver_copy_rows=0)
     result = spark_submit(spec, master=cluster.url, conf={**cluster.driver_conf,
@@ -293,15 +295,15 @@ def test_a_source_groups_pipelines_run_as_tasks_on_the_executors(cluster, tmp_pa
                     cur.execute("CREATE TABLE shop.orders (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL)")
                     cur.execute(f"INSERT INTO shop.orders SELECT seq, CONCAT('g{i}-', seq) FROM shop.seq_1_to_3000")
             select, merged = {"databases": ["shop"], "tables": ["orders"]}, "clu_group.orders"
-            submit(cluster, CdcBootstrapSpec(None, target, "clu_group", sources=sources, select=select,
-                                             merge_into=merged))
+            submit(cluster, CdcBootstrapSpec(target=target, pipeline="clu_group", sources=sources, select=select,
+                                             merge=Merge.of(merged)))
             for conn in conns.values():
                 with conn.cursor() as cur:
                     cur.execute("UPDATE shop.orders SET v = CONCAT(v, '!') WHERE id % 10 = 0")
                     cur.execute("DELETE FROM shop.orders WHERE id % 97 = 0")
                     cur.execute("INSERT INTO shop.orders VALUES (5000, 'new')")
-            applied = submit(cluster, CdcApplySpec(None, target, "clu_group", sources=sources, merge_into=merged,
-                                                   placement="executors", verify_period=0))
+            applied = submit(cluster, CdcApplySpec(target=target, pipeline="clu_group", sources=sources,
+                                                   merge=Merge.of(merged, placement="executors"), verify_period=0))
             ran = {part["executor"].split("/")[1] for part in applied["sources"].values()}
             assert ran <= {cluster.host_ip, cluster.netns.ns_ip} and all(
                 part["events"] >= 300 for part in applied["sources"].values()), applied["sources"]

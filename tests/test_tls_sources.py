@@ -20,6 +20,7 @@ from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.positions import BinlogError, ensure_fence
 from airflow_sync_provider.core.source import reader
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.target.clickhouse import client
 from airflow_sync_provider.core.tls import SourceRefused
 from tests.helpers import assert_same_rows, recreate_tables
@@ -99,8 +100,8 @@ def test_connectorx_is_never_given_a_source_that_asks_for_tls(tls, mysql_url):
     with pytest.raises(ValueError, match="connectorx cannot connect with TLS"):
         endpoint.connectorx_url(DB)
     with pytest.raises(ValueError, match=r"reader='native' \(connectorx\) cannot connect with TLS"):
-        FullLoadSpec(source=endpoint, target=tls.target(), source_database=DB, source_table="t", target_database=DB,
-                     target_table="t", reader="native")
+        FullLoadSpec(sources=one_server(endpoint), target=tls.target(), source_database=DB, source_table="t",
+                     target_database=DB, target_table="t", reader="native")
     plan = Plan(DB, "t", None, None, "balanced", 1, 1, ())
     choice, note = reader.choose_reader(endpoint, plan, [], [])
     assert choice == reader.MYSQLCLIENT and "asks for TLS (ssl_mode=VERIFY_CA)" in note

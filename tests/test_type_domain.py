@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from airflow_sync_provider.core import typemap
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.target.clickhouse import ReservedColumn
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
@@ -167,12 +168,12 @@ def round_trip(conn, target, endpoints, spark, family: str, rows: list[tuple], r
         values = [(i, *row) for i, row in enumerate([*rows, (None,) * len(columns)])]
         cur.executemany(f"INSERT INTO {table} VALUES ({', '.join(['%s'] * (len(columns) + 1))})", values)
     key = f"domain.{family}"
-    run_full_load(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=family,
-                               target_database=TARGET, target_table=family, load_key=key, channels=2,
-                               split_factor=2), spark)
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table=family, target_database=TARGET, target_table=family, load_key=key,
+                               channels=2, split_factor=2), spark)
     assert assert_same_rows(conn, target, DB, family, TARGET) == len(values)
-    result = run_reconcile(ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key=key, checksum=True,
-                                         reimport=reimport), spark)
+    result = run_reconcile(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=key,
+                                         checksum=True, reimport=reimport), spark)
     assert result["verdict"] == "ok", \
         f"{family}: shards with problems: {[s for s in result['shards'] if s['problems']]}"
     return result
@@ -215,7 +216,7 @@ def test_internal_column_names_are_refused_before_any_work_and_can_be_excluded(c
         cur.execute(f"CREATE TABLE {DB}.clash (id INT PRIMARY KEY, `_version` INT, `_deleted` TINYINT, "
                     "g POINT NULL, v VARCHAR(10))")
         cur.execute(f"INSERT INTO {DB}.clash VALUES (1, 7, 1, NULL, 'a'), (2, 8, 0, POINT(1, 2), 'b')")
-    spec = dict(source=endpoints[0], target=endpoints[1], source_database=DB, source_table="clash",
+    spec = dict(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB, source_table="clash",
                 target_database=TARGET, target_table="clash", load_key="domain.clash")
     ch = target
     with pytest.raises(ReservedColumn, match=r"table domain\.clash: column\(s\) \['_version', '_deleted'\].*"
@@ -226,8 +227,8 @@ def test_internal_column_names_are_refused_before_any_work_and_can_be_excluded(c
         run_full_load(FullLoadSpec(**spec, exclude_columns=["_version", "_deleted"]), spark)
     run_full_load(FullLoadSpec(**spec, exclude_columns=["_version", "_deleted", "g"]), spark)
     assert ch.query(f"SELECT id, v FROM {TARGET}.clash FINAL ORDER BY id").result_rows == [(1, "a"), (2, "b")]
-    verdict = run_reconcile(ReconcileSpec(source=endpoints[0], target=endpoints[1], load_key="domain.clash",
-                                          checksum=True), spark)
+    verdict = run_reconcile(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1],
+                                          load_key="domain.clash", checksum=True), spark)
     assert verdict["verdict"] == "ok"
     with pytest.raises(ValueError, match="primary key column"):
         run_full_load(FullLoadSpec(**spec | {"load_key": "domain.clash2"}, exclude_columns=["id"]), spark)
@@ -253,21 +254,22 @@ def test_cdc_writes_every_value_as_the_full_load_does(conn, target, endpoints, s
                     + ", ".join(f"`{name}` {ddl}" + ("" if "NULL" in ddl else " NULL") for name, ddl, *_ in columns)
                     + ")")
     key = f"domain.cdc.{family}"
-    run_full_load(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=cdc,
-                               target_database=TARGET, target_table=cdc, load_key=key, channels=1), spark)
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table=cdc, target_database=TARGET, target_table=cdc, load_key=key,
+                               channels=1), spark)
     placeholders = ", ".join(["%s"] * (len(columns) + 1))
     with conn.cursor() as cur:  # every value arrives by insert, half of them again by update
         cur.executemany(f"INSERT INTO {table} VALUES ({placeholders})", [(i, *row) for i, row in enumerate(rows)])
         cur.executemany(f"UPDATE {table} SET " + ", ".join(f"`{name}` = %s" for name, *_ in columns) + " WHERE id = %s",
                         [(*rows[(i + 1) % len(rows)], i) for i in range(0, len(rows), 2)])
         cur.execute(f"DELETE FROM {table} WHERE id = 1")
-    run_cdc_apply(CdcApplySpec(source=endpoints[0], target=endpoints[1], pipeline=f"domain.{family}",
+    run_cdc_apply(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=f"domain.{family}",
                                start_from_loads=[key], reset=True, lanes=2), spark)
     assert_same_rows(conn, target, DB, cdc, TARGET)
     # and byte for byte what a full load of the same rows writes
-    run_full_load(FullLoadSpec(source=endpoints[0], target=endpoints[1], source_database=DB, source_table=cdc,
-                               target_database=TARGET, target_table=f"{cdc}_full", load_key=key + ".full",
-                               channels=1), spark)
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table=cdc, target_database=TARGET, target_table=f"{cdc}_full",
+                               load_key=key + ".full", channels=1), spark)
     names = ", ".join(f"hex(toString(`{name}`))" for name, *_ in columns)
     by_cdc, by_load = (target.query(f"SELECT id, {names} FROM {TARGET}.`{t}` FINAL ORDER BY id").result_rows
                        for t in (cdc, f"{cdc}_full"))

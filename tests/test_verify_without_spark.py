@@ -8,6 +8,7 @@ import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.spark.diff import run_snapshot_diff
 from airflow_sync_provider.spark.full_load import run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
@@ -37,19 +38,20 @@ def test_small_table_reconcile_and_diff_start_no_spark(mysql_conn, ch, endpoints
     with mysql_conn.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.t SELECT seq, seq FROM {DB}.seq_1_to_20000")
     source, target = endpoints
-    run_full_load(FullLoadSpec(source=source, target=target, source_database=DB, source_table="t",
+    run_full_load(FullLoadSpec(sources=one_server(source), target=target, source_database=DB, source_table="t",
                                target_database=TARGET, target_table="t", load_key="nospark.t"), session)
     with mysql_conn.cursor() as cur:
         cur.execute(f"UPDATE {DB}.t SET v = 'x' WHERE id IN (5, 15005)")
-    checked = run_reconcile(ReconcileSpec(source=source, target=target, load_key="nospark.t", checksum=True),
+    checked = run_reconcile(ReconcileSpec(sources=one_server(source), target=target, load_key="nospark.t",
+                                          checksum=True),
                             session)
     assert checked["verdict"] == "mismatch" and checked["in_driver"] and not checked["spark_started"]
-    found = run_snapshot_diff(SnapshotDiffSpec(target=target, old_table=f"{TARGET}.t", source=source,
+    found = run_snapshot_diff(SnapshotDiffSpec(target=target, old_table=f"{TARGET}.t", sources=one_server(source),
                                                source_database=DB, source_table="t"), session)
     assert found["counts"]["changed"] == 2 and found["in_driver"] and not found["spark_started"]
     assert found["rows_read_new"] < 200
     # a re-import of the mismatched shards copies them in the driver too (the full load's rule)
-    repaired = run_reconcile(ReconcileSpec(source=source, target=target, load_key="nospark.t", checksum=True,
-                                           reimport=True), session)
+    repaired = run_reconcile(ReconcileSpec(sources=one_server(source), target=target, load_key="nospark.t",
+                                           checksum=True, reimport=True), session)
     assert repaired["verdict"] == "ok" and repaired["before"]["verdict"] == "mismatch"
     assert not repaired["spark_started"] and not session.started

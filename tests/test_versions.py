@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.positions import BinlogPosition, Flavor, event_version, file_seq
+from airflow_sync_provider.core.source.group import one_server
 
 _events = st.tuples(st.integers(1, 2 ** 20), st.integers(4, 2 ** 32 - 2 ** 20), st.integers(20, 2 ** 16))
 
@@ -69,9 +70,10 @@ def _spec(mysql_url, clickhouse_url, key, **kwargs):
     from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
     from airflow_sync_provider.core.jobspec import FullLoadSpec
 
-    return FullLoadSpec(source=MySQLEndpoint.from_url(mysql_url), target=ClickHouseEndpoint.from_url(clickhouse_url),
-                        source_database="versions", source_table="t", target_database="versions_ch",
-                        target_table="t", load_key=key, channels=2, split_factor=2, **kwargs)
+    return FullLoadSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
+                        target=ClickHouseEndpoint.from_url(clickhouse_url), source_database="versions",
+                        source_table="t", target_database="versions_ch", target_table="t", load_key=key, channels=2,
+                        split_factor=2, **kwargs)
 
 
 def _transactions(sizes, file="mysql-bin.000007", start=4):
@@ -156,7 +158,7 @@ def test_a_table_of_the_old_wall_clock_scheme_is_refused_and_a_full_reload_migra
     # what an earlier release left: wall-clock versions, no marker
     ch.command("ALTER TABLE versions_ch.t MODIFY COMMENT ''")
     ch.command("INSERT INTO versions_ch.t (id, v, _version) VALUES (5, 0, 1763800000000000000)")
-    verdict = run_reconcile(ReconcileSpec(source=MySQLEndpoint.from_url(mysql_url),
+    verdict = run_reconcile(ReconcileSpec(sources=one_server(MySQLEndpoint.from_url(mysql_url)),
                                           target=ClickHouseEndpoint.from_url(clickhouse_url),
                                           load_key="versions.old", checksum=True), spark)
     assert verdict["verdict"] == "mismatch"

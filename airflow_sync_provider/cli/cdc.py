@@ -17,7 +17,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.positions import current_position
-from airflow_sync_provider.core.source.group import env_name, part_pipeline
+from airflow_sync_provider.core.source.group import Merge, env_name, one_server, part_pipeline
 from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.source.reader import connect
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
@@ -80,9 +80,9 @@ def cmd_cdc_apply(args) -> int:
 
 def _cdc_spec(args, service: bool) -> CdcApplySpec:
     sources = group_sources(args)
-    return CdcApplySpec(source=None if sources else MySQLEndpoint.from_url(args.mysql_url),
-                        sources=sources, merge_into=args.merge_into or "", placement=args.placement,
-                        on_shard_removed=args.on_shard_removed,
+    return CdcApplySpec(sources=sources or one_server(MySQLEndpoint.from_url(args.mysql_url)),
+                        merge=Merge.of(args.merge_into or "", placement=args.placement,
+                                       on_shard_removed=args.on_shard_removed),
                         target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
                         tables=_named_tables(args), select=_selection(args),
                         start_from_loads=args.start_from_load or [],
@@ -145,8 +145,8 @@ def _add_bootstrap_parser(cdc_sub) -> None:
 
 def cmd_cdc_bootstrap(args) -> int:
     sources = group_sources(args)
-    spec = CdcBootstrapSpec(source=None if sources else MySQLEndpoint.from_url(args.mysql_url),
-                            sources=sources, merge_into=args.merge_into or "",
+    spec = CdcBootstrapSpec(sources=sources or one_server(MySQLEndpoint.from_url(args.mysql_url)),
+                            merge=Merge.of(args.merge_into or ""),
                             target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
                             tables=_named_tables(args), select=_selection(args), channels=args.channels,
                             chunk_rows=args.chunk_rows,

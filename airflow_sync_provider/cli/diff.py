@@ -15,6 +15,7 @@ from airflow_sync_provider.cli.selection import (
 )
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import READERS, SnapshotDiffSpec
+from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.core.verify.reports import diff_summary
 from airflow_sync_provider.plugins.reports import write_diff_report
 
@@ -67,8 +68,8 @@ def cmd_diff(args) -> int:
         tolerances[column] = float(value)
     spec = SnapshotDiffSpec(
         target=ClickHouseEndpoint.from_url(args.clickhouse_url), old_table=args.old or "", select=select,
-        tables=tables, parallel_tables=args.parallel_tables, sources=sources, merge_into=args.merge_into or "",
-        source=MySQLEndpoint.from_url(args.mysql_url) if not sources and (args.table or select) else None,
+        tables=tables, parallel_tables=args.parallel_tables, merge=Merge.of(args.merge_into or ""),
+        sources=sources or one_server(MySQLEndpoint.from_url(args.mysql_url) if args.table or select else None),
         source_database=database, source_table=table, new_table=args.new or "", key_columns=args.key or None,
         compare_columns=args.compare or None, ignore_columns=args.ignore or [], tolerances=tolerances,
         on_change=on_change, diff_key=args.diff_key or "", changes_table=args.changes_table or "",

@@ -19,7 +19,7 @@ from airflow_sync_provider.cli.selection import (
 )
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import READERS, FullLoadSpec
-from airflow_sync_provider.core.source.group import Source
+from airflow_sync_provider.core.source.group import Merge, Source, one_server
 from airflow_sync_provider.core.source.planning import STRATEGIES
 
 
@@ -56,7 +56,7 @@ def cmd_load(args) -> int:
     database = "" if select else _one_database(args, source)
     table = "" if select else args.table
     spec = FullLoadSpec(
-        source=source, target=target, source_database=database, source_table=table, select=select,
+        sources=one_server(source), target=target, source_database=database, source_table=table, select=select,
         parallel_tables=args.parallel_tables,
         target_database="" if select else args.target_database or (
             target.database if target.database != "default" else database),
@@ -107,8 +107,8 @@ def _one_database(args, source: MySQLEndpoint) -> str:
 
 def _group_load(args, sources: list[Source], target: ClickHouseEndpoint) -> FullLoadSpec:
     return FullLoadSpec(
-        source=None, target=target, source_database="", source_table="", target_database="", target_table="",
-        sources=sources, merge_into=args.merge_into or "", select=group_selection(args), tables=group_tables(args),
+        target=target, source_database="", source_table="", target_database="", target_table="",
+        sources=sources, merge=Merge.of(args.merge_into or ""), select=group_selection(args), tables=group_tables(args),
         parallel_tables=args.parallel_tables, load_key=args.load_key or "", channels=args.channels,
         columns=args.column, exclude_columns=args.exclude_column or [], split_column=args.split_column,
         split_factor=args.split_factor, strategy=args.strategy, channel_record_speed=args.channel_record_speed,

@@ -9,6 +9,7 @@ from airflow_sync_provider.cli.common import job_arguments, report_failure, run_
 from airflow_sync_provider.cli.selection import group_selection, group_sources, pattern_selection, selection_arguments
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import ReconcileSpec
+from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.core.verify.reconcile import FAILED, OK, SHAPE_MISMATCH
 from airflow_sync_provider.core.verify.reports import reconcile_table
 from airflow_sync_provider.plugins.reports import write_report
@@ -34,15 +35,16 @@ def cmd_reconcile(args) -> int:
         if not args.merge_into and not select:
             raise SystemExit("airflow-sync: reconcile a group's merged copy with --merge-into (as loaded), or its "
                              "side-by-side copies with --database [--select-table …]")
-        spec = ReconcileSpec(source=None, target=ClickHouseEndpoint.from_url(args.clickhouse_url),
+        spec = ReconcileSpec(target=ClickHouseEndpoint.from_url(args.clickhouse_url),
                              load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
                              ledger_database=args.ledger_database, select=select,
-                             parallel_tables=args.parallel_tables, sources=sources, merge_into=args.merge_into or "")
+                             parallel_tables=args.parallel_tables, sources=sources,
+                             merge=Merge.of(args.merge_into or ""))
     else:
         source = MySQLEndpoint.from_url(args.mysql_url)
         select = pattern_selection(args, source) if args.database or args.select_table or args.exclude_table \
             or not args.load else None
-        spec = ReconcileSpec(source=source, target=ClickHouseEndpoint.from_url(args.clickhouse_url),
+        spec = ReconcileSpec(sources=one_server(source), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
                              load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
                              ledger_database=args.ledger_database, select=select,
                              parallel_tables=args.parallel_tables)

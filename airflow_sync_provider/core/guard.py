@@ -106,12 +106,9 @@ class SourcePing:
 
 def job_probes(spec) -> dict[str, Callable[[], None]]:
     """A ping for every server ``spec``'s job works on, by its name in messages."""
-    probes: dict[str, Callable[[], None]] = {}
-    if getattr(spec, "target", None) is not None:
-        probes[f"ClickHouse {spec.target.host}:{spec.target.port}"] = TargetPing(spec.target)
-    sources = [spec.source] if getattr(spec, "source", None) is not None else []
-    sources += [s.endpoint for s in getattr(spec, "sources", None) or []]
-    for endpoint in sources:
+    probes: dict[str, Callable[[], None]] = {f"ClickHouse {spec.target.host}:{spec.target.port}":
+                                             TargetPing(spec.target)}
+    for endpoint in (s.endpoint for s in spec.sources):
         probes.setdefault(f"MySQL {endpoint.host}:{endpoint.port}", SourcePing(endpoint))
     return probes
 

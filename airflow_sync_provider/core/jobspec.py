@@ -20,8 +20,12 @@ from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.loads import ABANDONED_AFTER_SECONDS
 from airflow_sync_provider.core.source.group import (
     Member,
+    Merge,
     Source,
     check_sources,
+    is_group,
+    one_server,
+    only_endpoint,
     part_pipeline,
     refresh_view,
     tags_view,
@@ -41,8 +45,39 @@ _CERTIFICATE_KEYS = {"ssl_ca", "ssl_cert", "ca_cert", "client_cert"}
 READERS = ("auto", "native", "mysqlclient")
 
 
-@dataclass
-class FullLoadSpec:
+@dataclass(kw_only=True)
+class JobSpec:
+    """What every job's spec carries: the ClickHouse ``target``; the MySQL ``sources`` (one server
+    is a group of one: core/source/group.py); a source group's merged copy (``merge``); the ledger's
+    database; the one bounded wait a job spends on an unreachable server before it fails
+    (core/failures.py); where a client-mode driver writes its result."""
+
+    target: ClickHouseEndpoint
+    sources: list = field(default_factory=list)
+    merge: Merge | None = None
+    ledger_database: str = DEFAULT_LEDGER_DATABASE
+    failure_wait_seconds: float = WAIT_SECONDS
+    result_path: str = ""
+
+    @property
+    def source(self) -> MySQLEndpoint | None:
+        """The job's one server (a group's spec has none: each of its parts has one)."""
+        return only_endpoint(self.sources)
+
+    @property
+    def grouped(self) -> bool:
+        """Is this a source group's spec (its parts run per source or per member)?"""
+        return is_group(self.sources, self.merge)
+
+    def check_sources(self) -> None:
+        """The sources and the merge in their types, checked (the form a spec file gives them too)."""
+        self.sources = [Source.of(s) for s in self.sources]
+        check_sources(self.sources)
+        self.merge = Merge.of(self.merge)
+
+
+@dataclass(kw_only=True)
+class FullLoadSpec(JobSpec):
     """Copy one MySQL table (or one period of it) into a ClickHouse table, published atomically.
 
     ``load_key`` names the load in the ledger: running the same key again resumes it (only
@@ -52,14 +87,12 @@ class FullLoadSpec:
     instead of the four names; each table is a load of its own (:meth:`for_table`, key
     :func:`table_key`), ``parallel_tables`` at a time (spark/tables.py).
 
-    A source group: ``sources`` (several servers) instead of ``source``, the selection applied to
-    each; with ``merge_into`` every selected table goes into one merged copy, published at once
+    A source group: several ``sources`` (servers, each named), the selection applied to each;
+    with ``merge`` every selected table goes into one merged copy, published at once
     (spark/group_load.py; each source table is a load of its own, :meth:`for_member`), else each
     source's tables are copied side by side (:meth:`for_source`).
     """
 
-    source: MySQLEndpoint | None
-    target: ClickHouseEndpoint
     source_database: str
     source_table: str
     target_database: str
@@ -97,27 +130,23 @@ class FullLoadSpec:
     where_params: list = field(default_factory=list)
     partition_by: str | None = None
     replace_partitions: list = field(default_factory=list)
-    ledger_database: str = DEFAULT_LEDGER_DATABASE
-    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
-    failure_wait_seconds: float = WAIT_SECONDS
     skip_published: bool = False  # the key's load is published: return its summary, copy nothing
     # other loads' working tables left this long without a report are dropped (their loads abandoned)
     abandon_after_seconds: float = ABANDONED_AFTER_SECONDS
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel_tables: int = 2
-    sources: list = field(default_factory=list)  # a source group (core/source/group.Source each)
-    merge_into: str = ""  # "db.table": the group's tables merged into one copy
     member: dict | None = None  # a load of one table of a merged copy (set by the group's run)
-    result_path: str = ""
     job: str = field(default="full_load", init=False)
 
     def __post_init__(self):
         if _group(self):
             self.speed().channel_count()
             if not self.load_key:
-                self.load_key = f"group->{self.merge_into}" if self.merge_into else ""
+                self.load_key = f"group->{self.merge.into}" if self.merge else ""
             return
+        if not self.sources:
+            raise ValueError(f"table {self.source_table}: a full load reads a MySQL source (sources=[…])")
         if _many_tables(self):
             return
         self.speed().channel_count()  # a bad speed/channel configuration fails before submitting
@@ -157,41 +186,31 @@ class FullLoadSpec:
 
     def for_member(self, member: Member, endpoint: MySQLEndpoint, table: dict) -> "FullLoadSpec":
         """One source table's load of a merged copy (``table``: its table_config)."""
-        database, _, name = self.merge_into.partition(".")
         return dataclasses.replace(
-            self, source=endpoint, sources=[], merge_into="", select=None, tables=[], member=dataclasses.asdict(member),
-            source_database=member.database, source_table=member.table, target_database=database, target_table=name,
+            self, sources=one_server(endpoint), merge=None, select=None, tables=[], member=dataclasses.asdict(member),
+            source_database=member.database, source_table=member.table, target_database=self.merge.database,
+            target_table=self.merge.table,
             load_key=member_key(self.load_key, member), columns=table["columns"] or self.columns,
             exclude_columns=table["exclude_columns"] or self.exclude_columns,
             split_column=table["split_column"] or self.split_column)
 
 
-@dataclass
-class ReconcileSpec:
+@dataclass(kw_only=True)
+class ReconcileSpec(JobSpec):
     """Compare a published load's shards: source vs target counts (and checksums) vs hook counters.
     With ``reimport``, mismatched shards are re-imported into the published table and compared again."""
 
-    source: MySQLEndpoint
-    target: ClickHouseEndpoint
     load_key: str  # with select / tables: the prefix their loads were named with (:func:`table_key`)
     checksum: bool = False
     reimport: bool = False
-    ledger_database: str = DEFAULT_LEDGER_DATABASE
-    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
-    failure_wait_seconds: float = WAIT_SECONDS
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel_tables: int = 2
-    # a source group's load (``load_key``: the group's): every member's, against its own source
-    sources: list = field(default_factory=list)
-    merge_into: str = ""
-    result_path: str = ""
     job: str = field(default="reconcile", init=False)
 
     def __post_init__(self):
-        if self.sources:
-            self.sources = [Source.of(s) for s in self.sources]
-            check_sources(self.sources)
+        self.check_sources()
+        if self.grouped:
             if not self.load_key:
                 raise ValueError("a source group's reconciliation needs the group load's key (load_key=...)")
             return
@@ -202,8 +221,8 @@ class ReconcileSpec:
         return dataclasses.replace(self, select=None, tables=[], load_key=table_key(self.load_key, table))
 
 
-@dataclass
-class CdcApplySpec:
+@dataclass(kw_only=True)
+class CdcApplySpec(JobSpec):
     """Apply a pipeline's binlog changes to its ClickHouse copies, from its checkpoint.
 
     Tables join a pipeline from where their copies began: by a bootstrap (``CdcBootstrapSpec``,
@@ -214,8 +233,6 @@ class CdcApplySpec:
     when it starts; ``service`` runs until stopped (or ``max_seconds``).
     """
 
-    source: MySQLEndpoint | None
-    target: ClickHouseEndpoint
     pipeline: str
     tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
     # tables by pattern (core/source/selection.py): those selected now and later created or renamed
@@ -270,18 +287,11 @@ class CdcApplySpec:
     # run giving other patterns is refused unless it says to change them
     change_selection: bool = False
     # a source group (core/source/group.py): a pipeline per source (spark/cdc_group.py), its
-    # tables merged into merge_into; the group's runs in the driver or as long-running tasks on
-    # the cluster's executors ("executors"); a shard (table or source) that leaves the group:
-    # its rows in the merged copy "keep" or "delete"
-    sources: list = field(default_factory=list)
-    merge_into: str = ""
-    placement: str = "driver"
-    on_shard_removed: str = "keep"
-    group: dict | None = None  # one source's pipeline of a group: {pipeline, source, sources, merge_into}
-    ledger_database: str = DEFAULT_LEDGER_DATABASE
-    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
-    failure_wait_seconds: float = WAIT_SECONDS
-    result_path: str = ""
+    # tables merged as ``merge`` says (the group's runs in the driver or as long-running tasks on
+    # the cluster's executors; a shard that leaves the group: its rows in the merged copy kept or
+    # deleted)
+    # one source's pipeline of a group: {pipeline, source, sources, merge_into, on_shard_removed}
+    group: dict | None = None
     job: str = field(default="cdc_apply", init=False)
 
     def __post_init__(self):
@@ -301,9 +311,6 @@ class CdcApplySpec:
                              "verify_budget a fraction of one source core in (0, 1]")
         self.tables = [table_config(t) for t in self.tables]
         TableSelection.of(self.select)
-        if self.placement not in ("driver", "executors") or self.on_shard_removed not in ("keep", "delete"):
-            raise ValueError(f"pipeline {self.pipeline}: placement must be 'driver' or 'executors', on_shard_removed "
-                             "'keep' or 'delete'")
         _cdc_group(self)
         if not self.server_id:  # stable per pipeline, clear of the usual small server ids
             self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30
@@ -319,8 +326,8 @@ class CdcApplySpec:
 DEFAULT_CHUNK_ROWS = 500_000
 
 
-@dataclass
-class CdcBootstrapSpec:
+@dataclass(kw_only=True)
+class CdcBootstrapSpec(JobSpec):
     """Copy a pipeline's tables while the source keeps changing, and hand them to its catch-up.
 
     Each table is read in primary-key chunks (``chunk_rows``) inside the planner's shards,
@@ -331,8 +338,6 @@ class CdcBootstrapSpec:
     snapshot-position window MySQL leaves open; MariaDB reports the exact position itself.
     """
 
-    source: MySQLEndpoint | None
-    target: ClickHouseEndpoint
     pipeline: str
     tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
     select: dict | None = None  # tables by pattern (core/source/selection.py), resolved when the job runs
@@ -350,14 +355,8 @@ class CdcBootstrapSpec:
     # then the applier's to record, nothing is registered to join the pipeline
     recopy: bool = False
     driver_copy_rows: int | None = None  # as for a full load: tables copied by the driver's own channels
-    # a source group, as CdcApplySpec's: every source's selected tables, merged into merge_into
-    sources: list = field(default_factory=list)
-    merge_into: str = ""
+    # a source group, as CdcApplySpec's: every source's selected tables, merged as ``merge`` says
     group: dict | None = None
-    ledger_database: str = DEFAULT_LEDGER_DATABASE
-    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
-    failure_wait_seconds: float = WAIT_SECONDS
-    result_path: str = ""
     job: str = field(default="cdc_bootstrap", init=False)
 
     def __post_init__(self):
@@ -381,16 +380,18 @@ class CdcBootstrapSpec:
         """The table's copy as the ledger, reconciliation and re-import know it (a full load's
         spec): one load key per pipeline and table."""
         return FullLoadSpec(
-            self.source, self.target, table["source_database"], table["source_table"], table["target_database"],
-            table["target_table"], load_key=bootstrap_load_key(self.pipeline, table), channels=self.channels,
+            sources=self.sources, target=self.target, source_database=table["source_database"],
+            source_table=table["source_table"], target_database=table["target_database"],
+            target_table=table["target_table"], load_key=bootstrap_load_key(self.pipeline, table),
+            channels=self.channels,
             batch_rows=self.batch_rows, columns=table.get("columns"), exclude_columns=table["exclude_columns"],
             split_column=split_column, split_factor=self.split_factor, strategy=self.strategy,
             channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
             ledger_database=self.ledger_database, failure_wait_seconds=self.failure_wait_seconds)
 
 
-@dataclass
-class SnapshotDiffSpec:
+@dataclass(kw_only=True)
+class SnapshotDiffSpec(JobSpec):
     """Compare an old snapshot (a ClickHouse table: the copy, ``FINAL``, deleted rows excluded)
     with a new one (the MySQL source table, read in the planner's shards, or another ClickHouse
     table) by key; flag every key identical / changed / new / deleted (core/verify/diff.py), write the
@@ -401,9 +402,7 @@ class SnapshotDiffSpec:
     by the binlog; ``new_table`` ("db.table" on ClickHouse) replaces ``source_table``.
     """
 
-    target: ClickHouseEndpoint
     old_table: str  # "db.table" on ClickHouse
-    source: MySQLEndpoint | None = None
     source_database: str = ""
     source_table: str = ""
     new_table: str = ""  # "db.table" on ClickHouse, instead of a MySQL source table
@@ -422,20 +421,14 @@ class SnapshotDiffSpec:
     reader: str = "auto"  # how large reads of MySQL rows go: as FullLoadSpec.reader
     sample_rows: int = 20  # per flag, in the HTML report
     report_dir: str = ""
-    ledger_database: str = DEFAULT_LEDGER_DATABASE
-    # the one bounded wait a job spends on an unreachable server before it fails (core/failures.py)
-    failure_wait_seconds: float = WAIT_SECONDS
     # many tables: each selected MySQL table against its copy (``old_table`` unused), ``diff_key``
     # a prefix (:func:`table_key`)
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel_tables: int = 2
-    # a source group (core/source/group.py): with merge_into, every member's table against the
+    # a source group (core/source/group.py): with ``merge``, every member's table against the
     # merged copy's rows of it (key: the primary key and the source columns); else side by side
-    sources: list = field(default_factory=list)
-    merge_into: str = ""
     member: dict | None = None  # one member's diff (set by the group's run)
-    result_path: str = ""
     job: str = field(default="snapshot_diff", init=False)
 
     def __post_init__(self):
@@ -445,9 +438,9 @@ class SnapshotDiffSpec:
         if _group(self):
             if self.on_change not in ("fail", "warn", "apply"):
                 raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {self.on_change!r}")
-            if self.merge_into:
-                self.diff_key = self.diff_key or f"diff:group->{self.merge_into}"
-                self.changes_table = self.changes_table or f"{self.merge_into}__changes"
+            if self.merge:
+                self.diff_key = self.diff_key or f"diff:group->{self.merge.into}"
+                self.changes_table = self.changes_table or f"{self.merge.into}__changes"
             return
         if _many_tables(self):
             if self.source is None or self.new_table:
@@ -477,8 +470,8 @@ class SnapshotDiffSpec:
         """One source table of a merged copy against the copy's rows of it (``table``: its
         table_config, unused: a diff compares every column the copy holds)."""
         return dataclasses.replace(
-            self, source=endpoint, sources=[], merge_into="", select=None, tables=[], member=dataclasses.asdict(member),
-            source_database=member.database, source_table=member.table, old_table=self.merge_into,
+            self, sources=one_server(endpoint), merge=None, select=None, tables=[], member=dataclasses.asdict(member),
+            source_database=member.database, source_table=member.table, old_table=self.merge.into,
             diff_key=member_key(self.diff_key, member))
 
     def for_table(self, table: dict) -> "SnapshotDiffSpec":
@@ -490,22 +483,17 @@ class SnapshotDiffSpec:
 
 
 def _group(spec) -> bool:
-    """A spec of a source group (``sources``): checked here; its tables are resolved per source."""
-    if not spec.sources:
+    """A spec of a source group: checked here; its tables are resolved per source."""
+    spec.check_sources()
+    if not spec.grouped:
         return False
-    spec.sources = [Source.of(s) for s in spec.sources]
-    check_sources(spec.sources)
-    if spec.source is not None:
-        raise ValueError("give the source as source= (one server) or sources= (a group), not both")
     if not (spec.select or spec.tables):
         raise ValueError("a source group applies one table selection to every source: give select= (patterns) "
                          "and/or tables=")
-    if spec.merge_into and "." not in spec.merge_into:
-        raise ValueError(f"merge_into {spec.merge_into!r}: give it as database.table")
     TableSelection.of(spec.select)
     if spec.parallel_tables < 1:
         raise ValueError(f"parallel_tables must be >= 1, got {spec.parallel_tables}")
-    if not spec.merge_into:  # side by side: each source's tables in a database of their own by default
+    if not spec.merge:  # side by side: each source's tables in a database of their own by default
         if spec.select and not spec.select.get("target_database"):
             spec.select = {**spec.select, "target_database": SIDE_BY_SIDE}
         spec.tables = [table_config(_with_target(t, SIDE_BY_SIDE)) for t in spec.tables]
@@ -514,7 +502,7 @@ def _group(spec) -> bool:
     return True
 
 
-SIDE_BY_SIDE = "{source}_{database}"  # a group's target database per source, without merge_into
+SIDE_BY_SIDE = "{source}_{database}"  # a group's target database per source, when not merged
 
 
 def _with_target(table, template: str) -> dict:
@@ -525,23 +513,9 @@ def _with_target(table, template: str) -> dict:
 
 def _cdc_group(spec) -> None:
     """A CDC spec of a source group: its sources checked (the part of one source needs none)."""
-    if not spec.sources:
-        if spec.group:
-            return
-        if spec.merge_into:
-            raise ValueError(f"pipeline {spec.pipeline}: merge_into merges a source group's tables; name the sources "
-                             "(sources=[...])")
-        if getattr(spec, "placement", "driver") != "driver" or getattr(spec, "on_shard_removed", "keep") != "keep":
-            raise ValueError(f"pipeline {spec.pipeline}: placement and on_shard_removed are a source group's "
-                             "(sources=[...]); one source's pipeline runs in its job's driver and keeps the copies "
-                             "of tables that leave it")
+    spec.check_sources()
+    if not spec.grouped:
         return
-    spec.sources = [Source.of(s) for s in spec.sources]
-    check_sources(spec.sources)
-    if spec.source is not None:
-        raise ValueError("give the source as source= (one server) or sources= (a group), not both")
-    if spec.merge_into and "." not in spec.merge_into:
-        raise ValueError(f"merge_into {spec.merge_into!r}: give it as database.table")
     if "@" in spec.pipeline:
         raise ValueError(f"pipeline {spec.pipeline!r}: a group's name may not hold '@' (its sources' pipelines are "
                          "named <pipeline>@<source>)")
@@ -551,11 +525,11 @@ def _part(spec, source: Source):
     """A group CDC spec's part for ``source``: the source's pipeline ``<pipeline>@<source>``, its
     tables the group's (merged ones point at the merged copy)."""
     group = {"pipeline": spec.pipeline, "source": source.name, "sources": [s.name for s in spec.sources],
-             "merge_into": spec.merge_into}
+             "merge_into": spec.merge.into if spec.merge else "",
+             "on_shard_removed": spec.merge.on_shard_removed if spec.merge else "keep"}
     extra = {"server_id": 0} if hasattr(spec, "server_id") else {}
-    return dataclasses.replace(spec, source=source.endpoint, sources=[], pipeline=part_pipeline(spec.pipeline,
-                                                                                                source.name),
-                               group=group, **extra)
+    return dataclasses.replace(spec, sources=one_server(source.endpoint), merge=None,
+                               pipeline=part_pipeline(spec.pipeline, source.name), group=group, **extra)
 
 
 def member_key(prefix: str, member: Member) -> str:
@@ -594,7 +568,6 @@ def bootstrap_load_key(pipeline: str, table: dict) -> str:
 
 SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls
               for cls in (FullLoadSpec, ReconcileSpec, CdcApplySpec, CdcBootstrapSpec, SnapshotDiffSpec)}
-_ENDPOINTS = {"source": MySQLEndpoint, "target": ClickHouseEndpoint}
 
 
 def copied_schema(conn, spec: dict) -> TableSchema:
@@ -619,24 +592,36 @@ def spec_to_dict(spec) -> dict:
 _RETIRED = ("ledger_wait_seconds",)
 
 
-def spec_from_dict(data: dict):
+def _upgrade(data: dict) -> dict:
+    """A spec as an earlier release wrote it (the ledger keeps specs): its one ``source`` and its
+    ``merge_into`` / ``placement`` / ``on_shard_removed`` in today's ``sources`` and ``merge``."""
     data = {k: v for k, v in data.items() if k not in _RETIRED}
+    if "source" in data:
+        source = data.pop("source")
+        if source and not data.get("sources"):
+            data["sources"] = [{"name": "", "endpoint": source}]
+    if "merge_into" in data:
+        into, options = data.pop("merge_into"), {k: data.pop(k) for k in ("placement", "on_shard_removed") if k in data}
+        if into and not data.get("merge"):
+            data["merge"] = {"into": into, **options}
+    return data
+
+
+def spec_from_dict(data: dict):
+    data = _upgrade(data)
     cls = SPEC_TYPES.get(data.pop("job", None))
     if cls is None:
         raise ValueError(f"unknown job in spec; expected one of {sorted(SPEC_TYPES)}")
-    for key, endpoint in _ENDPOINTS.items():
-        if data.get(key) is not None:
-            data[key] = endpoint(**data[key])
-    if data.get("sources"):
-        data["sources"] = [Source.of(s) for s in data["sources"]]
-    return cls(**data)
+    data["target"] = ClickHouseEndpoint(**data["target"])
+    return cls(**data)  # sources and merge are typed by the spec itself (JobSpec.check_sources)
 
 
 def reimport_spec(stored: dict, source: MySQLEndpoint, target: ClickHouseEndpoint) -> FullLoadSpec:
     """The full load that re-imports a load's failed or mismatched shards, from the spec the
     ledger kept (without secrets: the endpoints are given again)."""
-    stored = {k: v for k, v in stored.items() if k not in ("result_path", "source", "target", "source_shape")}
-    return dataclasses.replace(spec_from_dict(stored | {"source": dataclasses.asdict(source),
+    stored = {k: v for k, v in _upgrade(stored).items()
+              if k not in ("result_path", "sources", "target", "source_shape")}
+    return dataclasses.replace(spec_from_dict(stored | {"sources": one_server(source),
                                                         "target": dataclasses.asdict(target)}), reimport="failed")
 
 
@@ -644,16 +629,15 @@ def reimport_group_spec(stored: dict, sources: list, target: ClickHouseEndpoint,
                         tables: list[str]) -> FullLoadSpec:
     """The group load that re-imports a merged copy's failed or mismatched shards (its members'
     ``tables``), from one member's stored spec and the group's sources given again."""
-    merge_into = f"{stored['target_database']}.{stored['target_table']}"
-    stored = {k: v for k, v in stored.items()
-              if k not in ("result_path", "source", "target", "source_shape", "member", "source_database",
+    merge = {"into": f"{stored['target_database']}.{stored['target_table']}"}
+    stored = {k: v for k, v in _upgrade(stored).items()
+              if k not in ("result_path", "sources", "target", "source_shape", "member", "source_database",
                            "source_table", "target_database", "target_table", "columns", "exclude_columns",
-                           "split_column")}
-    return spec_from_dict(stored | {"source": None, "target": dataclasses.asdict(target), "source_database": "",
+                           "split_column", "merge")}
+    return spec_from_dict(stored | {"target": dataclasses.asdict(target), "source_database": "",
                                     "source_table": "", "target_database": "", "target_table": "",
-                                    "sources": [dataclasses.asdict(s) for s in sources], "load_key": load_key,
-                                    "merge_into": merge_into, "tables": sorted(set(tables)),
-                                    "reimport": "failed"})
+                                    "sources": list(sources), "load_key": load_key,
+                                    "merge": merge, "tables": sorted(set(tables)), "reimport": "failed"})
 
 
 def _pem_summary(text: str) -> str:

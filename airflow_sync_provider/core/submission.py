@@ -206,13 +206,17 @@ def stage(spec, workdir: str, master: str, deploy_mode: str | None = None, pyspa
 
 
 def _endpoints(data: dict):
-    """(side, endpoint dict, variable suffix) of a spec dict's endpoints: its source and target,
-    and a source group's sources (``_<NAME>``: a variable per source)."""
-    for side in SECRET_ENV:
-        if data.get(side):
-            yield side, data[side], ""
+    """(side, endpoint dict, variable suffix) of a spec dict's endpoints: its target and its
+    sources (a group's: ``_<NAME>``, a variable per source)."""
+    if data.get("target"):
+        yield "target", data["target"], ""
     for source in data.get("sources") or []:
-        yield "source", source["endpoint"], "_" + re.sub(r"[^A-Z0-9]", "_", source["name"].upper())
+        yield "source", source["endpoint"], _suffix(source["name"])
+
+
+def _suffix(name: str) -> str:
+    """A source's variables' suffix: ``_<NAME>`` for a group's named source, none for a job's one server."""
+    return "_" + re.sub(r"[^A-Z0-9]", "_", name.upper()) if name else ""
 
 
 def secrets_from_env(spec) -> None:
@@ -231,12 +235,9 @@ def secrets_from_env(spec) -> None:
                                    "line)")
         return dataclasses.replace(endpoint, **{name: os.environ[env] for name, (env, _) in wanted.items()})
 
-    for side in SECRET_ENV:
-        if getattr(spec, side, None) is not None:
-            setattr(spec, side, filled(side, getattr(spec, side), ""))
-    if getattr(spec, "sources", None):
-        spec.sources = [dataclasses.replace(s, endpoint=filled("source", s.endpoint, "_" + re.sub(
-            r"[^A-Z0-9]", "_", s.name.upper()))) for s in spec.sources]
+    spec.target = filled("target", spec.target, "")
+    spec.sources = [dataclasses.replace(s, endpoint=filled("source", s.endpoint, _suffix(s.name)))
+                    for s in spec.sources]
 
 
 def python_driver(master: str, deploy_mode: str | None = None) -> bool:

@@ -4,6 +4,7 @@ from airflow_sync_provider.assets import clickhouse_table, mysql_table, qualifie
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_PIPELINE
 from airflow_sync_provider.core.metrics import pipeline_gauges, pipeline_run_counters
+from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
@@ -115,9 +116,9 @@ class CdcApplyOperator(SparkJobOperator):
     def build_spec(self, context) -> CdcApplySpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         group = hook.sources(self.sources) if self.sources else []
-        return CdcApplySpec(source=None if group else hook.source(), target=hook.target(), pipeline=self.pipeline,
-                            sources=group, merge_into=self.merge_into, placement=self.placement,
-                            on_shard_removed=self.on_shard_removed,
+        return CdcApplySpec(sources=group or one_server(hook.source()), target=hook.target(), pipeline=self.pipeline,
+                            merge=Merge.of(self.merge_into, placement=self.placement,
+                                           on_shard_removed=self.on_shard_removed),
                             tables=list(self.tables or []), select=self.select,
                             start_from_loads=list(self.start_from_loads or []),
                             start_position=self.start_position, stop_position=self.stop_position, lanes=self.lanes,

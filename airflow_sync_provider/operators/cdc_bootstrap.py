@@ -3,6 +3,7 @@ from __future__ import annotations
 from airflow_sync_provider.assets import clickhouse_table, mysql_table, namespace, qualified, source_of, target_of
 from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_LOAD
+from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
@@ -83,8 +84,8 @@ class CdcBootstrapOperator(SparkJobOperator):
     def build_spec(self, context) -> CdcBootstrapSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         group = hook.sources(self.sources) if self.sources else []
-        return CdcBootstrapSpec(source=None if group else hook.source(), target=hook.target(), pipeline=self.pipeline,
-                                sources=group, merge_into=self.merge_into,
+        return CdcBootstrapSpec(sources=group or one_server(hook.source()), target=hook.target(),
+                                pipeline=self.pipeline, merge=Merge.of(self.merge_into),
                                 tables=list(self.tables), select=self.select, channels=self.channels,
                                 chunk_rows=self.chunk_rows, watermark_table=self.watermark_table, restart=self.restart,
                                 channel_record_speed=self.channel_record_speed,

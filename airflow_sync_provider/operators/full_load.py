@@ -4,6 +4,7 @@ from airflow_sync_provider.assets import clickhouse_table, is_static, mysql_tabl
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_LOAD
 from airflow_sync_provider.core.metrics import attempts, load_metrics
+from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 from airflow_sync_provider.core.verify.reports import shard_table
@@ -190,7 +191,7 @@ class FullLoadOperator(SparkJobOperator):
         target_db = self.target_database or (target.database if target.database != "default" else source_db)
         load_key = self.load_key or default_load_key(self, context, source_db)
         return FullLoadSpec(
-            source=source, target=target, source_database=source_db or "", source_table=self.table or "",
+            sources=one_server(source), target=target, source_database=source_db or "", source_table=self.table or "",
             target_database=target_db or "", target_table=self.target_table or self.table or "", load_key=load_key,
             select=self.select, tables=list(self.tables or []), parallel_tables=self.parallel_tables,
             reimport=self.reimport, columns=list(self.columns) if self.columns else None,
@@ -209,8 +210,8 @@ class FullLoadOperator(SparkJobOperator):
 
     def _group_spec(self, hook: SyncEndpointsHook, context) -> FullLoadSpec:
         return FullLoadSpec(
-            source=None, target=hook.target(), source_database="", source_table="", target_database="",
-            target_table="", sources=hook.sources(self.sources), merge_into=self.merge_into,
+            target=hook.target(), source_database="", source_table="", target_database="",
+            target_table="", sources=hook.sources(self.sources), merge=Merge.of(self.merge_into),
             load_key=self.load_key or default_load_key(self, context, None), select=self.select,
             tables=list(self.tables or []), parallel_tables=self.parallel_tables, reimport=self.reimport,
             columns=list(self.columns) if self.columns else None, exclude_columns=list(self.exclude_columns or []),

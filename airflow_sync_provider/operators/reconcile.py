@@ -5,6 +5,7 @@ from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_RECONCILIATION
 from airflow_sync_provider.core.metrics import reconcile_metrics
+from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.core.verify.reconcile import OK, SHAPE_MISMATCH, overall_verdict
 from airflow_sync_provider.core.verify.reports import reconcile_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
@@ -76,10 +77,10 @@ class ReconcileOperator(SparkJobOperator):
     def build_spec(self, context) -> ReconcileSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
         group = hook.sources(self.sources) if self.sources else []
-        return ReconcileSpec(source=None if group else hook.source(), target=hook.target(), load_key=self.load_key,
+        return ReconcileSpec(sources=group or one_server(hook.source()), target=hook.target(), load_key=self.load_key,
                              checksum=self.checksum, reimport=self.on_mismatch == "reimport",
                              ledger_database=self.ledger_database, select=self.select, tables=list(self.tables or []),
-                             parallel_tables=self.parallel_tables, sources=group, merge_into=self.merge_into)
+                             parallel_tables=self.parallel_tables, merge=Merge.of(self.merge_into))
 
     def sync_page(self, spec) -> str:
         return sync_link(load=spec.load_key) if spec.select or spec.tables else sync_link("reconciliation",

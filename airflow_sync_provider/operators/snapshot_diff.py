@@ -5,6 +5,7 @@ from airflow_sync_provider.compat import AirflowException
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_DIFF
 from airflow_sync_provider.core.metrics import diff_metrics
+from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.core.verify.reports import diff_summary
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
@@ -135,8 +136,8 @@ class SnapshotDiffOperator(SparkJobOperator):
         group = hook.sources(self.sources) if self.sources else []
         source = hook.source() if (self.source_table or self.select or self.tables) and not group else None
         return SnapshotDiffSpec(
-            sources=group, merge_into=self.merge_into,
-            target=hook.target(), old_table=self.old_table, source=source, source_database=database,
+            sources=group or one_server(source), merge=Merge.of(self.merge_into),
+            target=hook.target(), old_table=self.old_table, source_database=database,
             source_table=table, new_table=self.new_table, key_columns=self.key_columns,
             compare_columns=self.compare_columns, ignore_columns=list(self.ignore_columns or []),
             tolerances=dict(self.tolerances or {}), on_change=self.on_change, diff_key=self.diff_key,

@@ -401,7 +401,7 @@ class PipelineRun(RunStart):
                 route = self.stream.routes.pop(table.name, None)
                 table.leave(f"no longer selected by {self.selection.to_dict()}")
                 self.log(f"{table.name} is no longer selected: it leaves the pipeline"
-                         + ("" if table.member and self.spec.on_shard_removed == "delete" else ", its copy is kept"))
+                         + ("" if table.member and cdc_ddl.shard_rows_deleted(self.spec) else ", its copy is kept"))
                 if route is not None:  # a merged copy's member: its rows as on_shard_removed says, ranked
                     with mysql_reader.connect(self.spec.source) as conn:  # above all it wrote (a re-copy's too)
                         cdc_ddl.shard_removed(self, route, current_position(conn, epoch=self.epoch))

@@ -244,7 +244,7 @@ class Recopies:
         if not restart:  # the re-copy's load in the ledger: resume it, unless it is an older copy's
             state = ledger.state(bootstrap_load_key(spec.pipeline, table))
             restart = state is None or BinlogPosition.from_dict(state.start_position).key() < position.key()
-        bootstrap = CdcBootstrapSpec(spec.source, spec.target, spec.pipeline, tables=[table],
+        bootstrap = CdcBootstrapSpec(sources=spec.sources, target=spec.target, pipeline=spec.pipeline, tables=[table],
                                      channels=spec.recopy_channels, restart=restart, recopy=True,
                                      channel_record_speed=spec.recopy_record_speed,
                                      driver_copy_rows=spec.driver_copy_rows, ledger_database=spec.ledger_database)
@@ -478,10 +478,15 @@ def follow_alter(run, route: TableRoute, change: alter.Alter) -> alter.Decision:
     return decided
 
 
+def shard_rows_deleted(spec) -> bool:
+    """Are the rows of a shard that leaves this group's merged copy deleted (else kept)?"""
+    return (spec.group or {}).get("on_shard_removed") == "delete"
+
+
 def shard_removed(run, route: TableRoute, after: BinlogPosition) -> None:
     """A merged copy's member that leaves (its table dropped or renamed away): its rows are kept,
     or with ``on_shard_removed="delete"`` get tombstones ranked at the statement."""
-    if route.table.member and run.spec.on_shard_removed == "delete":
+    if route.table.member and shard_rows_deleted(run.spec):
         rows = truncate(run.ch, route, after)
         note(run.spec.pipeline, f"{route.table.name} left the merged copy {route.target_database}."
                                 f"{route.target_table}: its {rows:,} rows deleted (on_shard_removed='delete')")

@@ -58,9 +58,9 @@ class GroupFailed(TablesFailed):
 
 
 def in_group(run_one, run_group):
-    """A CDC job's entry: ``run_group`` for a source group's spec (``sources``), else ``run_one``."""
+    """A CDC job's entry: ``run_group`` for a source group's spec, else ``run_one`` (its one server)."""
     def run(spec, spark) -> dict:
-        return run_group(spec, spark) if spec.sources else run_one(spec, spark)
+        return run_group(spec, spark) if spec.grouped else run_one(spec, spark)
 
     run.__name__ = run_one.__name__
     return run
@@ -71,7 +71,7 @@ def _record(spec, ch) -> tuple[Checkpoints, list[str]]:
     checkpoints = Checkpoints(ch, spec.ledger_database)
     checkpoints.ensure()
     before = checkpoints.group(spec.pipeline)
-    checkpoints.write_group(spec.pipeline, [s.name for s in spec.sources], spec.merge_into)
+    checkpoints.write_group(spec.pipeline, [s.name for s in spec.sources], spec.merge.into if spec.merge else "")
     return checkpoints, [name for name in (before or {}).get("sources", []) if name not in
                          {s.name for s in spec.sources}]
 
@@ -82,10 +82,11 @@ def _sources_removed(spec: CdcApplySpec, ch, removed: list[str]) -> None:
     DELETE, not tombstones: bootstrapped again later, a source's rows are not out-ranked)."""
     for name in removed:
         log.info("pipeline %r: source %s left the group (its pipeline %s is not run any more); its rows in %s are %s",
-                 spec.pipeline, name, part_pipeline(spec.pipeline, name), spec.merge_into or "its copies",
-                 "deleted" if spec.on_shard_removed == "delete" and spec.merge_into else "kept")
-    if removed and spec.merge_into and spec.on_shard_removed == "delete":
-        database, _, table = spec.merge_into.partition(".")
+                 spec.pipeline, name, part_pipeline(spec.pipeline, name),
+                 spec.merge.into if spec.merge else "its copies",
+                 "deleted" if spec.merge and spec.merge.on_shard_removed == "delete" else "kept")
+    if removed and spec.merge and spec.merge.on_shard_removed == "delete":
+        database, table = spec.merge.database, spec.merge.table
         ch.command(f"DELETE FROM {ch_table(database, table)} WHERE {ch_ident(SOURCE_COLUMNS[0])} IN "
                    "{removed:Array(String)}", parameters={"removed": removed})
 
@@ -116,20 +117,20 @@ def prepare_merged(ch, merged, view) -> list[str]:
 
 def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     """Every source's selected tables bootstrapped into the merged copy, each in its source's
-    pipeline; without ``merge_into`` each source's tables side by side in their own targets."""
+    pipeline; without a ``merge`` each source's tables side by side in their own targets."""
     started = time.time()
     session = lazy(spark)
     ch = target.shared_client(spec.target)
     checkpoints, _ = _record(spec, ch)
     members = group_members(spec)
     by_source: dict[str, list[dict]] = {}
-    if spec.merge_into:
-        merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge_into)
+    if spec.merge:
+        merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge.into)
         views = {m.name: member_view(merged, m, schema) for m, _, _, schema in members}
         if members:
             prepare_merged(ch, merged, views[members[0][0].name])
         for member, source, config, _ in members:
-            entry = member_config(spec.merge_into, member, config)
+            entry = member_config(spec.merge.into, member, config)
             entry["view"] = views[member.name].shape()
             by_source.setdefault(source.name, []).append(entry)
     else:
@@ -146,7 +147,7 @@ def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
             results[source.name] = {"pipeline": part.pipeline, "tables": [], "rows": 0}
             continue
         results[source.name] = run_cdc_bootstrap(dataclasses.replace(part, tables=tables, select=None), session)
-    return {"pipeline": spec.pipeline, "merge_into": spec.merge_into, "sources": results,
+    return {"pipeline": spec.pipeline, "merge_into": spec.merge.into if spec.merge else "", "sources": results,
             "tables": [t | {"source": name} for name, r in results.items() for t in r["tables"]],
             "rows": sum(r["rows"] for r in results.values()), "seconds": round(time.time() - started, 3)}
 
@@ -174,7 +175,7 @@ def run_group_apply(spec: CdcApplySpec, spark) -> dict:
     _, removed = _record(spec, ch)
     _sources_removed(spec, ch, removed)
     parts = [spec.for_source(source) for source in spec.sources]
-    if spec.placement == "executors":
+    if spec.merge and spec.merge.placement == "executors":
         # a source per task: its binlog reader and writers on an executor, for as long as it runs
         context = session.get().sparkContext
         done = context.parallelize(parts, len(parts)).map(_part_in_task).collect()
@@ -183,7 +184,8 @@ def run_group_apply(spec: CdcApplySpec, spark) -> dict:
             done = list(pool.map(lambda part: _run_part(part, session), parts))
     results = {source.name: result for source, result in zip(spec.sources, done)}
     ok = [r for r in results.values() if r["status"] == "success"]
-    summary = {"pipeline": spec.pipeline, "merge_into": spec.merge_into, "placement": spec.placement,
+    summary = {"pipeline": spec.pipeline, "merge_into": spec.merge.into if spec.merge else "",
+               "placement": spec.merge.placement if spec.merge else "driver",
                "sources": results, "sources_removed": removed, "events": sum(r["events"] for r in ok),
                "rows_written": sum(r["rows_written"] for r in ok), "seconds": round(time.time() - started, 3)}
     failed = {name: r for name, r in results.items() if r["status"] != "success"}

@@ -401,13 +401,13 @@ def run_group_diff(spec: SnapshotDiffSpec, spark) -> dict:
     started = time.time()
     session = lazy(spark)
     members = group_members(spec)
-    merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge_into)
+    merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge.into)
     ch = target.client(spec.target)
     try:
-        database, table = split_name(spec.merge_into)
+        database, table = spec.merge.database, spec.merge.table
         if not target.table_exists(ch, database, table):
             if spec.on_change != "apply":
-                raise DiffError(f"the merged copy {spec.merge_into} does not exist on ClickHouse")
+                raise DiffError(f"the merged copy {spec.merge.into} does not exist on ClickHouse")
             ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
             ch.command(target.create_table_sql(member_view(merged, members[0][0], members[0][3]), database, table))
         tags = ", ".join(ch_ident(c) for c in SOURCE_COLUMNS)
@@ -422,9 +422,9 @@ def run_group_diff(spec: SnapshotDiffSpec, spark) -> dict:
         results.append(one | {"member": member.name, "table": f"{member.database}.{member.table}"})
     counts = {flag: sum(r["counts"][flag] for r in results) for flag in FLAGS}
     if orphans:
-        log.warning("diff %s: %s holds rows of source tables no longer selected: %s", spec.diff_key, spec.merge_into,
+        log.warning("diff %s: %s holds rows of source tables no longer selected: %s", spec.diff_key, spec.merge.into,
                     ", ".join(orphans))
     changed = any(r["verdict"] != "identical" for r in results)
-    return {"diff_key": spec.diff_key, "merge_into": spec.merge_into, "tables": results, "counts": counts,
+    return {"diff_key": spec.diff_key, "merge_into": spec.merge.into, "tables": results, "counts": counts,
             "orphans": orphans, "verdict": ("applied" if spec.on_change == "apply" else "changed") if changed
             else "identical", "selected": [m.name for m, *_ in members], "seconds": round(time.time() - started, 3)}

@@ -49,9 +49,9 @@ def failure_result(exc: BaseException, servers: dict[str, str]) -> dict:
 
 def server_names(spec) -> dict[str, str]:
     """The job's target and (single) source as its messages name them."""
-    names = {TARGET: f"ClickHouse {spec.target.host}:{spec.target.port}"} if getattr(spec, "target", None) else {}
-    if getattr(spec, "source", None) is not None:
-        names[SOURCE] = f"MySQL {spec.source.host}:{spec.source.port}"
+    names = {TARGET: f"ClickHouse {spec.target.host}:{spec.target.port}"}
+    if len(spec.sources) == 1:
+        names[SOURCE] = f"MySQL {spec.sources[0].endpoint.host}:{spec.sources[0].endpoint.port}"
     return names
 
 

@@ -1,5 +1,5 @@
 """A source group's full load (core/source/group.py): the selection applied to every source, and
-with ``merge_into`` every selected table copied into one merged copy, published at once.
+with a ``merge`` every selected table copied into one merged copy, published at once.
 
 Each source table is a load of its own — its ledger state, plan, shards and hook counters, under
 ``<group key>:<source>:<db>.<table>`` — so the counters sensor, reconciliation and re-import
@@ -15,7 +15,7 @@ many tables). What the members share:
   sources, or the re-imported shards of a published copy repaired in place — then every member
   is marked published.
 
-Without ``merge_into`` each source's tables are copied side by side (spark/groups.py).
+Without one each source's tables are copied side by side (spark/groups.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, memb
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import LOAD_ABANDONED, LOAD_PUBLISHED
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.group import Member, member_view, merged_schema
+from airflow_sync_provider.core.source.group import Member, member_view, merged_schema, one_server
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
 from airflow_sync_provider.core.source.planning import auto_split_factor
 from airflow_sync_provider.core.source.schema import table_rows
@@ -55,7 +55,7 @@ SHARDS_PER_MEMBER = 1 << 20  # a shared parts table: member i's shards are numbe
 
 
 def run_group_load(spec: FullLoadSpec, spark) -> dict:
-    """``spec.sources`` with ``merge_into``: the merged copy's load."""
+    """``spec.sources`` with a ``merge``: the merged copy's load."""
     return GroupLoad(spec, lazy(spark)).run()
 
 
@@ -73,21 +73,22 @@ class GroupLoad:
     def run(self) -> dict:
         spec, ledger = self.spec, self.ledger
         members = self._reimported() if spec.reimport else group_members(spec)
-        merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge_into)
+        merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge.into)
         keys = [member_key(spec.load_key, m) for m, *_ in members]
         baseline, done = ledger.resume_point(spec.load_key, keys)
         if spec.reimport:
             done = set()
         ledger.write_load_set(spec.load_key, keys, baseline=baseline)  # the counters sensor waits on it
         log.info(f"group load {spec.load_key!r}: {len(members)} table(s) on {len(spec.sources)} source(s) into "
-                 f"{spec.merge_into}" + (f"; {len(done)} published by its earlier run" if done else ""))
+                 f"{spec.merge.into}" + (f"; {len(done)} published by its earlier run" if done else ""))
         if spec.skip_published and keys and set(keys) <= done | self._published_now(keys, baseline):
             log.info(f"group load {spec.load_key!r} is published; skipped")
             return self._summary([], members, skipped=True)
         self._lock()
         try:
             for source in spec.sources:
-                collect_left_behind(dataclasses.replace(spec, source=source.endpoint, sources=[]), ledger)
+                collect_left_behind(dataclasses.replace(spec, sources=one_server(source.endpoint), merge=None),
+                                    ledger)
             loads = self._prepare(members, merged, keys, done)
             per_shard = self._copy(loads)
             for load, records in zip(loads, per_shard):
@@ -295,7 +296,7 @@ class GroupLoad:
                    for key in done if (state := self.ledger.state(key)) is not None)
 
     def _summary(self, results: list[dict], members, skipped: bool = False) -> dict:
-        return {"load_key": self.spec.load_key, "merge_into": self.spec.merge_into, "tables": results,
+        return {"load_key": self.spec.load_key, "merge_into": self.spec.merge.into, "tables": results,
                 "sources": [s.name for s in self.spec.sources], "members": [m.name for m, *_ in members],
                 "rows": sum(r["rows"] for r in results), "skipped": skipped, "failed": [],
                 "seconds": round(time.time() - self.started, 3)}

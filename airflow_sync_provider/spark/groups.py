@@ -13,7 +13,7 @@ from typing import Callable
 
 from airflow_sync_provider.core.jobspec import SIDE_BY_SIDE, copied_schema, spec_to_dict
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.group import Member, Source
+from airflow_sync_provider.core.source.group import Member, Source, one_server
 from airflow_sync_provider.core.source.selection import selected_tables
 from airflow_sync_provider.spark.tables import TablesFailed, each_table, run_tables
 
@@ -23,14 +23,14 @@ CONNECT_AT_ONCE = 8  # sources whose tables are looked up at the same time
 
 
 def each_group(run_one: Callable, run_merged: Callable) -> Callable:
-    """A job's entry: ``run_one`` for one table or many (spark/tables.each_table); for a source
-    group ``run_merged`` with ``merge_into``, else every source side by side."""
+    """A job's entry: ``run_one`` for one table or many (spark/tables.each_table) of its one
+    server; for a source group ``run_merged`` with a ``merge``, else every source side by side."""
     per_table = each_table(run_one)
 
     def run(spec, spark) -> dict:
-        if not getattr(spec, "sources", None):
+        if not spec.grouped:
             return per_table(spec, spark)
-        return run_merged(spec, spark) if spec.merge_into else side_by_side(spec, spark, run_one)
+        return run_merged(spec, spark) if spec.merge else side_by_side(spec, spark, run_one)
 
     run.__name__ = run_one.__name__
     return run
@@ -44,7 +44,7 @@ def for_source(spec, source: Source):
                               .replace("{source}", name)}
     tables = [t | {"target_database": t["target_database"].replace("{source}", name)} for t in spec.tables]
     key = "diff_key" if spec.job == "snapshot_diff" else "load_key"
-    return dataclasses.replace(spec, source=source.endpoint, sources=[], select=select, tables=tables,
+    return dataclasses.replace(spec, sources=one_server(source.endpoint), select=select, tables=tables,
                                **{key: f"{getattr(spec, key)}:{name}" if getattr(spec, key) else ""})
 
 

@@ -19,7 +19,7 @@ from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema, rei
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import LOAD_ABANDONED, LOAD_PUBLISHED, SHARD_MISMATCH, LoadState
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.group import Member, member_view, merged_schema
+from airflow_sync_provider.core.source.group import Member, member_view, merged_schema, one_server
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.target import clickhouse as target
@@ -226,8 +226,8 @@ def run_group_reconcile(spec: ReconcileSpec, spark) -> dict:
     def compare() -> list[dict]:
         def one(item) -> dict:
             key, member, _ = item
-            single = dataclasses.replace(spec, source=sources[member.source].endpoint, sources=[], load_key=key,
-                                         reimport=False)
+            single = dataclasses.replace(spec, sources=one_server(sources[member.source].endpoint), merge=None,
+                                         load_key=key, reimport=False)
             result = _compare(single, session, ledger, merged)
             result.pop("stored_spec")
             return result | {"member": member.name}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 
+from airflow_sync_provider.core.source.group import one_server
 from bench.harness.clients import ch_client, source, target
 from bench.harness.measure import timer
 
@@ -34,8 +35,8 @@ def full_load(mysql, ch, database: str, table: str, target_database: str, target
     from airflow_sync_provider.core.sql import ch_table
     from airflow_sync_provider.core.submission import spark_submit
 
-    spec = FullLoadSpec(source=source(mysql), target=target(ch), source_database=database, source_table=table,
-                        target_database=target_database, target_table=target_table, **options)
+    spec = FullLoadSpec(sources=one_server(source(mysql)), target=target(ch), source_database=database,
+                        source_table=table, target_database=target_database, target_table=target_table, **options)
     with during or contextlib.nullcontext(), timer() as wall:
         if in_process:
             from airflow_sync_provider.spark.full_load import run_full_load

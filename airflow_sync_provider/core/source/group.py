@@ -48,25 +48,51 @@ class IncompatibleShards(ValueError):
     retry_helps = False
 
 
+UNNAMED = ""  # the one source of a job that names none: no group (its keys and names as they always were)
+
+
 @dataclass(frozen=True)
 class Source:
-    """One server of a group: its name (in the merged copy's ``_source`` column, in ledger keys
-    and in ``$MYSQL_URL_<NAME>``) and where to connect."""
+    """One server the job reads: its name (in the merged copy's ``_source`` column, in ledger keys
+    and in ``$MYSQL_URL_<NAME>``; :data:`UNNAMED` for the one source of a job that is no group)
+    and where to connect. Every spec carries its sources as a list: one server is a group of one
+    (:func:`one_server`)."""
 
     name: str
     endpoint: MySQLEndpoint
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        if self.name != UNNAMED and (not isinstance(self.name, str) or not _NAME.match(self.name)):
             raise ValueError(f"source name {self.name!r}: 1-64 letters, digits, '_', '-' or '.', starting with a "
                              "letter or digit (it is written into the merged copy and into ledger keys)")
 
     @classmethod
-    def of(cls, value: "dict | Source") -> "Source":
+    def of(cls, value: "dict | Source | MySQLEndpoint") -> "Source":
         if isinstance(value, Source):
             return value
+        if isinstance(value, MySQLEndpoint):
+            return cls(UNNAMED, value)
         endpoint = value["endpoint"]
         return cls(value["name"], endpoint if isinstance(endpoint, MySQLEndpoint) else MySQLEndpoint(**endpoint))
+
+
+def one_server(endpoint: MySQLEndpoint | None) -> list[Source]:
+    """The sources of a job that reads one server (none: a job without a MySQL side)."""
+    return [] if endpoint is None else [Source(UNNAMED, endpoint)]
+
+
+def only_endpoint(sources: list[Source]) -> MySQLEndpoint | None:
+    """The endpoint of a job's one server (None: it reads none); a group's own spec has several,
+    and only its parts (one source each) ask for it."""
+    if len(sources) > 1:
+        raise ValueError(f"a source group of {len(sources)} sources has no one endpoint: each of its parts has one")
+    return sources[0].endpoint if sources else None
+
+
+def is_group(sources: list[Source], merge: "Merge | None") -> bool:
+    """Is the job a source group's (several named sources, or one named source, or a merged copy),
+    or a plain job of one server?"""
+    return merge is not None or len(sources) > 1 or any(s.name != UNNAMED for s in sources)
 
 
 def env_name(source: str) -> str:
@@ -79,7 +105,46 @@ def check_sources(sources: list[Source]) -> None:
     for source in sources:
         if source.name in seen:
             raise ValueError(f"source {source.name!r} is named twice in the group")
+        if source.name == UNNAMED and len(sources) > 1:
+            raise ValueError("every source of a group needs a name (sources=[Source('s0', …), …])")
         seen.add(source.name)
+
+
+PLACEMENTS, ON_SHARD_REMOVED = ("driver", "executors"), ("keep", "delete")
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A source group's tables merged into one copy, ``into`` ("db.table"); for CDC also where the
+    group's runs go (``placement``: in the job's driver, or as long-running tasks on the cluster's
+    executors) and what happens to the rows of a shard that leaves the group (``on_shard_removed``:
+    ``keep`` or ``delete``)."""
+
+    into: str
+    placement: str = "driver"
+    on_shard_removed: str = "keep"
+
+    def __post_init__(self):
+        if "." not in self.into:
+            raise ValueError(f"merge_into {self.into!r}: give it as database.table")
+        if self.placement not in PLACEMENTS or self.on_shard_removed not in ON_SHARD_REMOVED:
+            raise ValueError(f"merge into {self.into}: placement must be one of {PLACEMENTS}, on_shard_removed one "
+                             f"of {ON_SHARD_REMOVED}")
+
+    @classmethod
+    def of(cls, value: "Merge | dict | str | None", **options) -> "Merge | None":
+        """A Merge from its spec form (a dict), its target alone ("db.table"), or nothing ("" / None)."""
+        if isinstance(value, Merge) or not value:
+            return value or None
+        return cls(**value) if isinstance(value, dict) else cls(value, **options)
+
+    @property
+    def database(self) -> str:
+        return self.into.partition(".")[0]
+
+    @property
+    def table(self) -> str:
+        return self.into.partition(".")[2]
 
 
 @dataclass(frozen=True)
