@@ -72,8 +72,8 @@ def cmd_load(args) -> int:
 def run_load(spec: FullLoadSpec, args) -> int:
     """Run a load (or a re-import, which is one) and print its tables; on a failure, how to go on."""
     hint = (f"; run the same command again to go on: the tables published are skipped (load key {spec.load_key!r})"
-            if (spec.select or spec.tables) and not spec.merge_into else
-            f"; run the same command again to go on (load key {spec.load_key!r})" if spec.merge_into else "")
+            if (spec.select or spec.tables) and not spec.merge else
+            f"; run the same command again to go on (load key {spec.load_key!r})" if spec.merge else "")
     return submit(spec, args, "load", lambda r: "\n".join(
         [_loaded(t) for t in r["tables"]] + [f"{len(r['tables'])} table(s), {sum(t['rows'] for t in r['tables']):,} "
                                             f"rows in {r['seconds']:.1f} s"]) if "tables" in r else _loaded(r), hint)
