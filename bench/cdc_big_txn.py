@@ -40,6 +40,7 @@ from pymysql.constants import CLIENT
 
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, mysql, source, target, target_databases
 from bench.harness.env import REPO, machine, services, write_json, write_result
@@ -98,8 +99,9 @@ def big_transaction(mysql_url: str, ch_url: str, changes: int, small_too: bool =
     pipeline = f"bigtxn-{changes}-{RUN}"
     began = time.perf_counter()
     result = spark_submit(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
-                                           restart=True, tables=[{"source_database": DB, "source_table": "t",
-                                                    "target_database": TARGET}]), timeout=14400)
+                                           restart=True,
+                                           tableset=TableSet(tables=[{"source_database": DB, "source_table": "t",
+                                                    "target_database": TARGET}])), timeout=14400)
     assert result["status"] == "success", result
     copied = time.perf_counter() - began
     spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, verify_period=0,
@@ -158,8 +160,10 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.submission import spark_submit
 mysql_url, ch_url, pipeline, runs, kills, seed = sys.argv[1:7]
 source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
-bounded = CdcApplySpec(source=source, target=target, pipeline=pipeline)
-service = CdcApplySpec(source=source, target=target, pipeline=pipeline, service=True, max_seconds=120)
+server = ({"sources": [{"name": "", "endpoint": source}]} if "sources" in CdcApplySpec.__dataclass_fields__
+          else {"source": source})  # a --before revision's specs took one source
+bounded = CdcApplySpec(target=target, pipeline=pipeline, **server)
+service = CdcApplySpec(target=target, pipeline=pipeline, service=True, max_seconds=120, **server)
 out = {"idle": [], "takeover": []}
 for _ in range(int(runs)):
     began = time.perf_counter()
@@ -212,11 +216,14 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.submission import spark_submit
 mysql_url, ch_url, pipeline, database, copies = sys.argv[1:6]
 source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(ch_url)
-result = spark_submit(CdcBootstrapSpec(source=source, target=target, pipeline=pipeline, restart=True,
-                                       tables=[{"source_database": database, "source_table": f"t{i}",
-                                                "target_database": copies} for i in range(3)]), timeout=600)
+tables = [{"source_database": database, "source_table": f"t{i}", "target_database": copies} for i in range(3)]
+if "tableset" in CdcBootstrapSpec.__dataclass_fields__:  # specs since one Source type (issue 49)
+    server, named = {"sources": [{"name": "", "endpoint": source}]}, {"tableset": {"tables": tables}}
+else:  # a --before revision's specs took one source and their tables beside it
+    server, named = {"source": source}, {"tables": tables}
+result = spark_submit(CdcBootstrapSpec(target=target, pipeline=pipeline, restart=True, **server, **named), timeout=600)
 assert result["status"] == "success", result
-result = spark_submit(CdcApplySpec(source=source, target=target, pipeline=pipeline), timeout=600)
+result = spark_submit(CdcApplySpec(target=target, pipeline=pipeline, **server), timeout=600)
 assert result["status"] == "success", result  # begins, and its first verification pass
 """
 

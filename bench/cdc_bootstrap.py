@@ -34,6 +34,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
 from airflow_sync_provider.core.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import prepare, spark_submit
 from bench.full_load import run_ours, run_replicator
 from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target, target_databases
@@ -100,7 +101,7 @@ def run_quiet_bootstrap(mysql_url, ch_url, args) -> dict:
     """The bootstrap alone on a quiet source (no writer, no catch-up): the copy path itself."""
     table = {"source_database": DB, "source_table": "orders", "target_database": TARGET_DB + "_quiet"}
     spec = CdcBootstrapSpec(sources=one_server(source(mysql_url)), target=target(ch_url), pipeline=PIPELINE + "_quiet",
-                            tables=[table], channels=args.channels, chunk_rows=args.chunk_rows)
+                            tableset=TableSet(tables=[table]), channels=args.channels, chunk_rows=args.chunk_rows)
     with ProcessSampler() as sampler, timer() as wall:
         result = spark_submit(spec)
     assert result.get("status") == "success", result
@@ -127,8 +128,8 @@ def run_bootstrap(mysql_url, ch_url, args) -> dict:
     waits for the table to join, then replays its changes from the bootstrap's start)."""
     endpoints = source(mysql_url), target(ch_url)
     table = {"source_database": DB, "source_table": "orders", "target_database": TARGET_DB}
-    spec = CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=PIPELINE, tables=[table],
-                            channels=args.channels, chunk_rows=args.chunk_rows)
+    spec = CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=PIPELINE,
+                            tableset=TableSet(tables=[table]), channels=args.channels, chunk_rows=args.chunk_rows)
     service = _Service(CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=PIPELINE,
                                     service=True, lanes=2, batch_seconds=0.5))
     ch = ch_client(ch_url)

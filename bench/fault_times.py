@@ -38,9 +38,10 @@ from airflow_sync_provider.core.jobspec import (
     FullLoadSpec,
     ReconcileSpec,
     SnapshotDiffSpec,
-    spec_to_dict,
 )
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
+from airflow_sync_provider.core.specfile import spec_to_dict
 from bench.harness.clients import mysql
 from bench.harness.env import machine, state_dir, write_result
 from bench.harness.jobs import full_load
@@ -109,8 +110,9 @@ def jobs(bench: Bench, fault: str, round_: int) -> dict:
     bench.table(f"{t}_boot")
     out["cdc_bootstrap"] = (CdcBootstrapSpec(sources=one_server(bench.source), target=bench.target,
                                              pipeline=f"{t}_boot",
-                                             tables=[{"source_database": DB, "source_table": f"{t}_boot",
-                                                      "target_database": TARGET, "target_table": f"{t}_boot"}],
+                                             tableset=TableSet(tables=[{"source_database": DB,
+                                                                        "source_table": f"{t}_boot",
+                                                      "target_database": TARGET, "target_table": f"{t}_boot"}]),
                                              chunk_rows=20_000, channel_record_speed=40_000),
                             f"INSERT INTO `{TARGET}`.`{t}_boot`")
     bench.table(f"{t}_cdc")

@@ -6,7 +6,7 @@ steady write load spread over every source.
   ``bench_group`` holding ``--tables`` tables ``orders_0 …`` (ids from 1 on every shard:
   they overlap), ``--rows`` rows in all, spread evenly; the single source: ``bench_single.orders``
   on the first server with the same ``--rows`` rows and columns.
-* Load: ``spark_submit(FullLoadSpec(sources=…, merge=Merge(…), select=…, channels=C))`` (one job, the
+* Load: ``spark_submit(FullLoadSpec(sources=…, merge=Merge(…), tableset=TableSet(select=…), channels=C))`` (one job, the
   channels shared across the sources) vs ``spark_submit(FullLoadSpec(<one table>, channels=C))``,
   ``local[2]``, interleaved for ``--rounds`` rounds (the goal is judged on the rounds' median
   ratio), each with the CPU the target's merge threads used, checked by count and Σ amount
@@ -35,6 +35,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec
 from airflow_sync_provider.core.source.group import Merge, Source, one_server, part_pipeline
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, mysql
 from bench.harness.env import machine, state_dir, write_result
@@ -160,7 +161,7 @@ def cdc_lag(urls: dict, target, ch, args, rows_per_table: int) -> dict:
     for table in ("single", "merged", "live"):  # the loads' copies: not the stream's business
         ch.command(f"DROP TABLE IF EXISTS {TARGET_DB}.{table}")
     with timer() as boot:
-        run(CdcBootstrapSpec(target=target, pipeline=pipeline, sources=sources, select=select,
+        run(CdcBootstrapSpec(target=target, pipeline=pipeline, sources=sources, tableset=TableSet(select=select),
                              merge=Merge.of(merged)), "bootstrap")
     settled = settle_merges(ch)
     seconds = args.cdc_seconds
@@ -257,8 +258,9 @@ def main(argv=None):
             group = run(FullLoadSpec(target=target, source_database="", source_table="", target_database="",
                                      target_table="",
                                      sources=[Source(n, MySQLEndpoint.from_url(u)) for n, u in urls.items()],
-                                     merge=Merge.of(f"{TARGET_DB}.merged"), select={"databases": [SOURCE_DB],
-                                                                                "tables": ["orders_*"]},
+                                     merge=Merge.of(f"{TARGET_DB}.merged"),
+                                     tableset=TableSet(select={"databases": [SOURCE_DB],
+                                                                                "tables": ["orders_*"]}),
                                      channels=args.channels, load_key=f"bench-group-{time.time()}"),
                         "group load", endpoint.proc.pid, ch)
             rounds.append((single, group))

@@ -5,8 +5,8 @@ initial copy of the same database, in one run; then the fixed cost of a small ta
 * The database: ``--small-tables`` tables of 1,000-50,000 rows (geometric sizes) and
   ``--big-tables`` of ``--big-rows`` rows, in three shapes taken in turn: INT key + VARCHAR,
   DECIMAL, DATETIME; VARCHAR key (nullable columns, DATETIME(3)); composite key (INT, SMALLINT).
-* Ours: ``spark_submit(FullLoadSpec(select={"databases": [db], …}, parallel_tables=2))`` and
-  ``spark_submit(ReconcileSpec(…, checksum=True, select=same))`` on ``local[2]`` (a Python
+* Ours: ``spark_submit(FullLoadSpec(tableset=TableSet(select={"databases": [db], …}, parallel=2)))`` and
+  ``spark_submit(ReconcileSpec(…, checksum=True, tableset=same))`` on ``local[2]`` (a Python
   driver). Every table's verdict must be ``ok`` and its row count that of the source.
 * mysql-ch-replicator 0.1.16 (own venv, devenv/peers.py): ``db_replicator --initial_only=True``
   with ``tables: '*'`` and ``initial_replication_threads: 2``, stopped at ``--replicator-cap``;
@@ -31,6 +31,7 @@ import time
 
 from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target, target_databases
@@ -107,10 +108,12 @@ def run_ours(mysql_url: str, ch_url: str, db: str, key: str, tables: dict[str, i
     """One job loads every table of ``db``, one job reconciles them; asserted correct."""
     endpoints = source(mysql_url), target(ch_url)
     select = {"databases": [db], "target_database": f"{db}_ch"}
-    load = measured(lambda: full_load(*endpoints, "", "", "", "", load_key=key, select=select, parallel_tables=2,
+    load = measured(lambda: full_load(*endpoints, "", "", "", "", load_key=key,
+                                      tableset=TableSet(select=select, parallel=2),
                                       timeout=JOB_TIMEOUT)["result"])
     check = measured(lambda: spark_submit(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1],
-                                                        load_key=key, checksum=True, select=select, parallel_tables=2),
+                                                        load_key=key, checksum=True,
+                                                        tableset=TableSet(select=select, parallel=2)),
                                           master="local[2]", timeout=JOB_TIMEOUT))
     assert check["result"].get("status") == "success", str(check["result"])[:3000]
     loaded, checked = ({t["table"].split(".", 1)[1]: t for t in run["result"]["tables"]} for run in (load, check))

@@ -12,6 +12,7 @@ from collections import Counter
 
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.schema import read_table_schema
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.target.clickhouse import VERSION_COLUMN
 
@@ -145,7 +146,9 @@ def bootstrap_tables(endpoints, spark, pipeline: str, database: str, target: str
     from airflow_sync_provider.core.jobspec import CdcBootstrapSpec
     from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 
-    return run_cdc_bootstrap(CdcBootstrapSpec(
-        sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, channels=kwargs.pop("channels", 2),
-        tables=[{"source_database": database, "source_table": t, "target_database": target} for t in tables],
-        **kwargs), spark)
+    return run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
+                                              channels=kwargs.pop("channels", 2),
+                                              tableset=TableSet(tables=[{"source_database": database,
+                                                                         "source_table": t,
+                                                                         "target_database": target} for t in tables]),
+                                              **kwargs), spark)

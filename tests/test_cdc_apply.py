@@ -8,6 +8,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.full_load import run_full_load
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
@@ -396,6 +397,6 @@ def test_preflight_refuses_with_what_to_do(mysql_url, mysql_conn, ch, endpoints,
     _create(mysql_conn, f"CREATE TABLE {DB}.nokey (a INT, b INT)")
     full_load(endpoints, spark, "nokey")
     with pytest.raises(BinlogError, match=r"table cdc\.nokey has no primary key"):
-        apply(endpoints, spark, "pre.nokey", tables=[{"source_database": DB, "source_table": "nokey",
-                                                      "target_database": TARGET}],
+        nokey = {"source_database": DB, "source_table": "nokey", "target_database": TARGET}
+        apply(endpoints, spark, "pre.nokey", tableset=TableSet(tables=[nokey]),
               start_position=current_position(mysql_conn).to_dict())

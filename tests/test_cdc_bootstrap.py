@@ -17,6 +17,7 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, R
 from airflow_sync_provider.core.ledger import Ledger, check_counters
 from airflow_sync_provider.core.positions import current_position
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.reconcile import run_reconcile
@@ -34,7 +35,7 @@ def _create(mysql_conn, *ddls):
 def bootstrap(endpoints, spark, pipeline, tables, **kwargs):
     kwargs.setdefault("chunk_rows", 1500)
     return run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
-                                              tables=[f"{DB}.{t}" for t in tables], **kwargs), spark)
+                                              tableset=TableSet(tables=[f"{DB}.{t}" for t in tables]), **kwargs), spark)
 
 
 def apply(endpoints, spark, pipeline, **kwargs):
@@ -121,7 +122,7 @@ def test_killed_mid_bootstrap_resumes_after_the_last_finished_chunk(mysql_conn, 
     with mysql_conn.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.{table} SELECT seq, CONCAT('v', seq) FROM {DB}.seq_1_to_6000")
     spec = CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=table,
-                            tables=[f"{DB}.{table}"], chunk_rows=500, channels=1, split_factor=2,
+                            tableset=TableSet(tables=[f"{DB}.{table}"]), chunk_rows=500, channels=1, split_factor=2,
                             driver_copy_rows=0 if channels_in == "executors" else None)
     monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", "bootstrap.chunk-written:4")
     killed = spark_submit(spec, timeout=300)

@@ -17,6 +17,7 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import BinlogError, current_position, event_version
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.schema import read_table_schema
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.helpers import assert_same_rows
@@ -54,7 +55,7 @@ def test_a_compressed_binlog_pipeline_ends_exact(source, endpoints, ch, spark):
     _seed(conn, "orders", "items")
     tables = [{"source_database": DB, "source_table": t, "target_database": TARGET} for t in ("orders", "items")]
     run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoint), target=endpoints[1], pipeline="zc", channels=2,
-                                       tables=tables), spark)
+                                       tableset=TableSet(tables=tables)), spark)
     apply = CdcApplySpec(sources=one_server(endpoint), target=endpoints[1], pipeline="zc", lanes=2,
                          verify_after_ddl=False)
     run_cdc_apply(apply, spark)

@@ -10,6 +10,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import current_position
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import spark_submit
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
@@ -204,10 +205,12 @@ def test_truncate_and_ddl_under_load_with_random_kills_end_exact(seed, tmp_path,
                 f"FROM {database}.seq_1_to_400")
 
         def boot(*tables):
-            return run_cdc_bootstrap(CdcBootstrapSpec(
-                sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, channels=2,
-                tables=[{"source_database": database, "source_table": t, "target_database": f"{database}_ch"}
-                        for t in tables]), spark)
+            return run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1],
+                                                      pipeline=pipeline, channels=2,
+                                                      tableset=TableSet(tables=[{"source_database": database,
+                                                                                 "source_table": t,
+                                                                                 "target_database": f"{database}_ch"}
+                        for t in tables])), spark)
 
         boot("comp", "sb1", "sb2")
         writer = _RaceWriter(server.url, seed, database)
@@ -298,7 +301,7 @@ def test_a_catch_up_across_a_source_restart_keeps_each_tables_rows_apart(tmp_pat
             sql(conn, f"CREATE TABLE ids.{name} (id INT PRIMARY KEY, v INT NOT NULL)",
                 f"INSERT INTO ids.{name} SELECT seq, seq FROM ids.seq_1_to_100")
         run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="ids",
-                                           channels=1, tables=["ids.a", "ids.b"]), spark)
+                                           channels=1, tableset=TableSet(tables=["ids.a", "ids.b"])), spark)
         spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="ids", lanes=2)
         run_cdc_apply(spec, spark)
         sql(conn, "UPDATE ids.a SET v = -1 WHERE id = 1", "UPDATE ids.b SET v = -2 WHERE id = 2")  # a, then b

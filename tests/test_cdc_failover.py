@@ -13,6 +13,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import BinlogError
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from devenv.mariadb import ROOT_PASSWORD
@@ -50,8 +51,8 @@ def _pipeline(pair, clickhouse_url, spark, name: str):
         _writes(conn, 1)
     pair.wait_caught_up()
     run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=name, channels=2,
-                                       tables=[{"source_database": DB, "source_table": t,
-                                                "target_database": f"{name}_ch"} for t in ("accounts", "lines")]),
+                                       tableset=TableSet(tables=[{"source_database": DB, "source_table": t,
+                                                "target_database": f"{name}_ch"} for t in ("accounts", "lines")])),
                       spark)
     return endpoints
 

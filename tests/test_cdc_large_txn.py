@@ -21,6 +21,7 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.schema import read_table_schema
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import spark_submit
 from devenv.rss import PeakRss
 from tests.helpers import assert_same_rows, recreate_tables
@@ -151,9 +152,10 @@ def big(endpoints):
     try:
         recreate_tables(conn, DB, f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(24) NULL)")
         sql(conn, f"INSERT INTO {DB}.t SELECT seq, seq, CONCAT('s', seq) FROM {DB}.seq_1_to_{ROWS}")
-        result = spark_submit(CdcBootstrapSpec(
-            sources=one_server(endpoints[0]), target=endpoints[1], pipeline="big", channels=2,
-            tables=[{"source_database": DB, "source_table": "t", "target_database": TARGET}]), timeout=600)
+        result = spark_submit(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="big",
+                                               channels=2,
+                                               tableset=TableSet(tables=[{"source_database": DB, "source_table": "t",
+                                                                          "target_database": TARGET}])), timeout=600)
         assert result["status"] == "success", result
         assert spark_submit(_spec(endpoints), timeout=600)["status"] == "success"  # the pipeline begins
         before = current_position(conn)
@@ -278,9 +280,11 @@ def test_xa_transactions_beyond_the_bound_wait_in_staging_across_runs(endpoints,
     sql(mysql_conn, f"INSERT INTO {DB}.x SELECT seq, seq, 's' FROM {DB}.seq_1_to_6000")
 
     def bootstrap(**kwargs):
-        result = spark_submit(CdcBootstrapSpec(
-            sources=one_server(endpoints[0]), target=endpoints[1], pipeline="bigxa", channels=1,
-            tables=[{"source_database": DB, "source_table": "x", "target_database": TARGET}], **kwargs), timeout=600)
+        result = spark_submit(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="bigxa",
+                                               channels=1,
+                                               tableset=TableSet(tables=[{"source_database": DB, "source_table": "x",
+                                                                          "target_database": TARGET}]),
+                                               **kwargs), timeout=600)
         assert result["status"] == "success", result
 
     bootstrap()

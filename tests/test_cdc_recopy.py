@@ -10,9 +10,10 @@ import time
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, bootstrap_load_key, table_config
+from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, bootstrap_load_key
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet, table_config
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.helpers import assert_same_rows
@@ -29,9 +30,11 @@ def seeded(conn, table, rows):
 
 
 def bootstrap(endpoints, spark, pipeline, *tables):
-    return run_cdc_bootstrap(CdcBootstrapSpec(
-        sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, channels=2,
-        tables=[{"source_database": DB, "source_table": t, "target_database": TARGET} for t in tables]), spark)
+    return run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
+                                              channels=2,
+                                              tableset=TableSet(tables=[{"source_database": DB, "source_table": t,
+                                                                         "target_database": TARGET}
+                                                                         for t in tables])), spark)
 
 
 def recopying(ch, pipeline) -> list[str]:

@@ -8,6 +8,7 @@ import pytest
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.target.clickhouse import INTERNAL_COLUMNS
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
@@ -19,9 +20,11 @@ DB, TARGET = "ddl", "ddl_ch"
 
 
 def bootstrap(endpoints, spark, pipeline, *tables):
-    return run_cdc_bootstrap(CdcBootstrapSpec(
-        sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, channels=2,
-        tables=[{"source_database": DB, "source_table": t, "target_database": TARGET} for t in tables]), spark)
+    return run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
+                                              channels=2,
+                                              tableset=TableSet(tables=[{"source_database": DB, "source_table": t,
+                                                                         "target_database": TARGET}
+                                                                         for t in tables])), spark)
 
 
 def apply(endpoints, spark, pipeline, **kwargs):

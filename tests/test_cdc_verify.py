@@ -12,6 +12,7 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, check_positi
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
@@ -32,9 +33,12 @@ def seeded(conn, table, rows=50_000):
 
 
 def bootstrap(endpoints, spark, pipeline, *tables, database=DB, target=TARGET):
-    return run_cdc_bootstrap(CdcBootstrapSpec(
-        sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, channels=2,
-        tables=[{"source_database": database, "source_table": t, "target_database": target} for t in tables]), spark)
+    return run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
+                                              channels=2,
+                                              tableset=TableSet(tables=[{"source_database": database,
+                                                                         "source_table": t,
+                                                                         "target_database": target}
+                                                                         for t in tables])), spark)
 
 
 def apply(endpoints, spark, pipeline, **kwargs):

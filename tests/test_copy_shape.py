@@ -12,6 +12,7 @@ from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, Snap
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import SHARD_SUCCESS
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.verify.diff import DiffError
 from airflow_sync_provider.core.verify.reconcile import overall_verdict
 from airflow_sync_provider.core.verify.shape import reload_remedy
@@ -208,11 +209,12 @@ def test_many_tables_get_one_verdict_by_precedence(mysql_conn, ch, endpoints, se
     select = {"databases": [DB], "tables": ["m_*"], "target_database": TARGET}
     each_table(run_full_load)(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database="",
                                            source_table="", target_database="", target_table="", load_key="many",
-                                           select=select), session)
+                                           tableset=TableSet(select=select)), session)
 
     def reconcile() -> dict:
         return each_table(run_reconcile)(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1],
-                                                       load_key="many", checksum=True, select=select), session)
+                                                       load_key="many", checksum=True,
+                                                       tableset=TableSet(select=select)), session)
 
     assert reconcile()["verdict"] == "ok"
     sql(mysql_conn, f"UPDATE {DB}.m_changed SET v = -1 WHERE id = 3")

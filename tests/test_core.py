@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict, read_spec, write_spec
+from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.specfile import public_dict, read_spec, write_spec
 from airflow_sync_provider.core.sql import ch_ident, mysql_ident
 from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType, map_column
 

@@ -15,8 +15,10 @@ import pytest
 from airflow.providers.apache.spark.hooks import spark_submit as spark_submit_module
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import ReconcileSpec, read_spec
+from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.source.group import Merge, one_server
+from airflow_sync_provider.core.source.selection import TableSet
+from airflow_sync_provider.core.specfile import read_spec
 from airflow_sync_provider.core.submission import SECRET_ENV, job_script, stage
 from airflow_sync_provider.operators.reconcile import ReconcileOperator
 
@@ -215,13 +217,15 @@ def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path,
 def test_a_source_group_ships_no_source_password_and_takes_each_from_its_own_variable(monkeypatch, tmp_path):
     """Cluster mode with sources=: every source's password (and client key) is left out of the
     staged spec and read from ``AIRFLOW_SYNC_MYSQL_PASSWORD_<NAME>`` by the driver."""
-    from airflow_sync_provider.core.jobspec import FullLoadSpec, read_spec
+    from airflow_sync_provider.core.jobspec import FullLoadSpec
     from airflow_sync_provider.core.source.group import Source
+    from airflow_sync_provider.core.specfile import read_spec
     from airflow_sync_provider.core.submission import secrets_from_env
 
     spec = FullLoadSpec(target=ClickHouseEndpoint(password="ch-pw"), source_database="", source_table="",
                         target_database="", target_table="", merge=Merge.of("an.orders"),
-                        select={"databases": ["shop_*"]}, sources=[Source("eu-1", MySQLEndpoint(password="pw-eu-1")),
+                        tableset=TableSet(select={"databases": ["shop_*"]}),
+                        sources=[Source("eu-1", MySQLEndpoint(password="pw-eu-1")),
                                  Source("us.2", MySQLEndpoint(password="pw-us-2"))])
     staged = stage(spec, str(tmp_path), "yarn", "cluster", kubernetes_secret="sync")
     text = (tmp_path / "spec.json").read_text()

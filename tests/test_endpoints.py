@@ -13,8 +13,9 @@ from urllib.parse import quote
 import pytest
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict, spec_from_dict, spec_to_dict
+from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.specfile import public_dict, spec_from_dict, spec_to_dict
 from airflow_sync_provider.core.submission import KEY_ENV, SECRET_ENV, secrets_from_env, stage
 from airflow_sync_provider.core.tls import pem_file
 from devenv.certs import Certificates

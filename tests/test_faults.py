@@ -29,6 +29,7 @@ from airflow_sync_provider.core.jobspec import (
 )
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import prepare, read_result
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv.clickhouse_http import ChdbEndpoint
@@ -390,8 +391,9 @@ def test_each_clickhouse_error_class_takes_its_path(servers, tmp_path):
 def bootstrap_spec(servers, pipeline: str, table: str, **kwargs) -> CdcBootstrapSpec:
     options = {"channels": 2, "chunk_rows": 4000, "channel_record_speed": 8000, "failure_wait_seconds": BOUND} | kwargs
     return CdcBootstrapSpec(sources=one_server(servers.source), target=servers.target, pipeline=pipeline,
-                            tables=[{"source_database": DB, "source_table": table, "target_database": TARGET,
-                                     "target_table": table}], **options)
+                            tableset=TableSet(tables=[{"source_database": DB, "source_table": table,
+                                                       "target_database": TARGET,
+                                     "target_table": table}]), **options)
 
 
 def apply_spec(servers, pipeline: str, **kwargs) -> CdcApplySpec:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import FullLoadSpec, public_dict, spec_from_dict, spec_to_dict
+from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.source.group import (
     SOURCE_COLUMNS,
     IncompatibleShards,
@@ -22,6 +22,8 @@ from airflow_sync_provider.core.source.group import (
     merged_schema,
 )
 from airflow_sync_provider.core.source.schema import TableSchema
+from airflow_sync_provider.core.source.selection import TableSet
+from airflow_sync_provider.core.specfile import public_dict, spec_from_dict, spec_to_dict
 from airflow_sync_provider.core.target.clickhouse import create_table_sql
 from airflow_sync_provider.core.typemap import MySQLColumn
 
@@ -104,13 +106,13 @@ def test_sources_travel_in_specs_without_their_passwords():
     spec = FullLoadSpec(target=ClickHouseEndpoint(), source_database="", source_table="", target_database="",
                         target_table="", sources=[Source("s0", MySQLEndpoint(password="pw-0")),
                                                  Source("s1", MySQLEndpoint(password="pw-1"))],
-                        merge=Merge.of("an.orders"), select={"databases": ["shop_*"]})
+                        merge=Merge.of("an.orders"), tableset=TableSet(select={"databases": ["shop_*"]}))
     assert "pw-0" not in repr(public_dict(spec)) and "pw-1" not in repr(public_dict(spec))
     again = spec_from_dict(spec_to_dict(spec))
     assert again.sources == spec.sources and again.sources[1].endpoint.password == "pw-1"
     with pytest.raises(ValueError, match="named twice"):
         FullLoadSpec(target=spec.target, source_database="", source_table="", target_database="", target_table="",
-                     sources=[Source("s0", MySQLEndpoint())] * 2, select={"databases": ["x"]})
+                     sources=[Source("s0", MySQLEndpoint())] * 2, tableset=TableSet(select={"databases": ["x"]}))
     with pytest.raises(ValueError, match="selection"):
         FullLoadSpec(target=spec.target, source_database="", source_table="", target_database="", target_table="",
                      sources=[Source("s0", MySQLEndpoint())])

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_sync_provider.core.source.selection import TableSelection
+from airflow_sync_provider.core.source.selection import TableSelection, TableSet
 
 
 def test_wildcards_qualified_patterns_regexes_and_exclusions():
@@ -51,3 +51,36 @@ def test_an_exclusion_always_wins_and_star_selects_everything_else(database, tab
     assert not excluded.matches(f"{database}.{table}")
     qualified = TableSelection.of({"databases": ["*"], "tables": [f"{database}.{table}"]})
     assert qualified.matches(f"{database}.{table}") and not qualified.matches(f"{database}x.{table}")
+
+
+def test_a_tableset_configures_its_tables_once_and_a_side_by_side_group_per_source():
+    named = TableSet(select={"databases": ["shop"]}, tables=["shop.a", {"source_database": "shop", "source_table": "b",
+                                                                      "target_database": "kept"}])
+    assert not TableSet() and named
+    configured = named.configured("{source}_{database}")
+    assert configured.select["target_database"] == "{source}_{database}"
+    assert [t["target_database"] for t in configured.tables] == ["{source}_shop", "kept"]
+    assert configured.configured("{source}_{database}") == configured  # a spec re-checked changes nothing
+    east = configured.for_source("east")
+    assert east.select["target_database"] == "east_{database}"
+    assert [t["target_database"] for t in east.tables] == ["east_shop", "kept"]
+    assert named.configured().tables[0]["target_database"] == "shop"  # one server: the source's own name
+    with pytest.raises(ValueError, match="parallel_tables must be >= 1"):
+        TableSet(tables=["shop.a"], parallel=0)
+    with pytest.raises(ValueError, match="unknown key"):
+        TableSet(select={"databases": ["shop"], "table": ["x"]})
+
+
+def test_a_spec_an_earlier_release_stored_is_read_back_with_its_tables_and_merge():
+    """The ledger keeps specs as they were written: select / tables / parallel_tables, one
+    ``source`` and ``merge_into`` come back as today's tableset, sources and merge."""
+    from airflow_sync_provider.core.specfile import spec_from_dict
+
+    old = {"job": "full_load", "target": {"host": "ch", "port": 8123}, "merge_into": "",
+           "source": {"host": "db", "port": 3306, "user": "u", "password": "p"},
+           "source_database": "", "source_table": "", "target_database": "", "target_table": "",
+           "load_key": "nightly", "select": {"databases": ["shop"]}, "tables": ["shop.a"], "parallel_tables": 3}
+    spec = spec_from_dict(old)
+    assert spec.tableset.select["databases"] == ["shop"] and spec.tableset.parallel == 3
+    assert [t["source_table"] for t in spec.tableset.tables] == ["a"]
+    assert spec.source.host == "db" and not spec.grouped and spec.merge is None

@@ -21,6 +21,7 @@ from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import check_counters
 from airflow_sync_provider.core.source.group import IncompatibleShards, Merge, Source
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark.diff import run_group_diff, run_snapshot_diff
 from airflow_sync_provider.spark.full_load import run_full_load
@@ -83,7 +84,7 @@ def _spec(urls: dict, endpoints, **kwargs) -> FullLoadSpec:
     return FullLoadSpec(target=endpoints[1], source_database="", source_table="", target_database="", target_table="",
                         sources=[Source(n, MySQLEndpoint.from_url(u))
                                                                      for n, u in urls.items()], merge=Merge.of(MERGED),
-                        select=SELECT, channels=3, **kwargs)
+                        tableset=TableSet(select=SELECT), channels=3, **kwargs)
 
 
 def _conns(urls: dict) -> dict:
@@ -163,7 +164,7 @@ def test_shards_that_cannot_be_merged_are_refused_naming_both(trio, endpoints, s
 def test_without_merge_into_each_source_is_copied_side_by_side(trio, endpoints, ch, spark):
     _fill(trio, random.Random(11))
     spec = dataclasses.replace(_spec(trio, endpoints, load_key="group-load-4"), merge=None,
-                               select={**SELECT, "tables": ["orders_0"]})
+                               tableset=TableSet(select={**SELECT, "tables": ["orders_0"]}))
     result = load_group(spec, spark)
     assert sorted((t["source"], t["target"]) for t in result["tables"]) == [
         (s, f"{s}_shop_x.orders_0") for s in SOURCES]
@@ -244,7 +245,7 @@ def test_a_diff_of_the_merged_copy_with_its_sources_flags_and_applies_per_source
                 "INSERT INTO shop_y.orders_3 (customer, amount, status, created) VALUES (1, 2.50, 'new', NOW(6))")
     spec = SnapshotDiffSpec(target=endpoints[1], old_table="",
                             sources=[Source(n, MySQLEndpoint.from_url(u)) for n, u in trio.items()],
-                            merge=Merge.of(MERGED), select=SELECT, on_change="apply")
+                            merge=Merge.of(MERGED), tableset=TableSet(select=SELECT), on_change="apply")
     result = diff_group(spec, spark)
     assert result["counts"]["changed"] == 1 and result["counts"]["deleted"] == 1 and result["counts"]["new"] == 1
     flagged = {t["member"]: t["counts"] for t in result["tables"] if t["verdict"] != "identical"}

@@ -21,6 +21,7 @@ from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_STOPPED, Checkpo
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.source.group import Merge, Source
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark.cdc_group import GroupFailed, run_group_apply, run_group_bootstrap
 from devenv.mariadb import MariaDB, ReplicatedPair
 from tests.helpers import assert_merged_rows, run_sql
@@ -128,10 +129,11 @@ def _churn(estate, rng, rounds: int = 3) -> None:
                                 f"DELETE FROM {qualified} WHERE id % 31 = {rng.randint(0, 30)}")
 
 
-def _apply(estate, endpoints, spark, **kwargs):
+def _apply(estate, endpoints, spark, on_shard_removed="keep"):
     # no verification: the stream and the DDL rules alone must keep the copy exact (a look would repair it)
-    spec = CdcApplySpec(target=endpoints[1], pipeline=PIPELINE, sources=estate.sources(), merge=Merge.of(MERGED),
-                        verify_period=0, verify_after_ddl=False, **kwargs)
+    spec = CdcApplySpec(target=endpoints[1], pipeline=PIPELINE, sources=estate.sources(),
+                        merge=Merge.of(MERGED, on_shard_removed=on_shard_removed), verify_period=0,
+                        verify_after_ddl=False)
     return run_group_apply(spec, spark)
 
 
@@ -140,7 +142,7 @@ def test_a_group_pipeline_keeps_the_merged_copy_equal_to_its_shards_through_ever
                                                                                      capsys):
     rng = random.Random(7)
     boot = run_group_bootstrap(CdcBootstrapSpec(target=endpoints[1], pipeline=PIPELINE, sources=estate.sources(),
-                                                merge=Merge.of(MERGED), select=SELECT), spark)
+                                                merge=Merge.of(MERGED), tableset=TableSet(select=SELECT)), spark)
     assert len(boot["tables"]) == 12
     assert estate.check(ch) == boot["rows"]
 

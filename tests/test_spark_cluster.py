@@ -19,10 +19,11 @@ from airflow_sync_provider.core.jobspec import (
     FullLoadSpec,
     ReconcileSpec,
     SnapshotDiffSpec,
-    reimport_spec,
 )
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.source.group import Merge, one_server
+from airflow_sync_provider.core.source.selection import TableSet
+from airflow_sync_provider.core.specfile import reimport_spec
 from airflow_sync_provider.core.submission import prepare, read_result, spark_submit
 from devenv.spark_cluster import NamespaceUnavailable, SparkCluster
 from tests.helpers import assert_same_rows, recreate_tables
@@ -97,7 +98,7 @@ def test_cdc_bootstrap_and_catch_up_run_on_the_cluster(cluster, endpoints, big_t
     with big_table.cursor() as cur:
         cur.execute(f"INSERT INTO {DB}.small SELECT seq, CONCAT('v', seq) FROM {DB}.seq_1_to_40000")
     boot = submit(cluster, CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="clu",
-                                            tables=[f"{DB}.small"], channels=2, chunk_rows=5000,
+                                            tableset=TableSet(tables=[f"{DB}.small"]), channels=2, chunk_rows=5000,
                                             driver_copy_rows=0))  # the chunks as tasks on the workers
     assert boot["tables"][0]["rows"] == 40_000
     with big_table.cursor() as cur:
@@ -295,8 +296,8 @@ def test_a_source_groups_pipelines_run_as_tasks_on_the_executors(cluster, tmp_pa
                     cur.execute("CREATE TABLE shop.orders (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL)")
                     cur.execute(f"INSERT INTO shop.orders SELECT seq, CONCAT('g{i}-', seq) FROM shop.seq_1_to_3000")
             select, merged = {"databases": ["shop"], "tables": ["orders"]}, "clu_group.orders"
-            submit(cluster, CdcBootstrapSpec(target=target, pipeline="clu_group", sources=sources, select=select,
-                                             merge=Merge.of(merged)))
+            submit(cluster, CdcBootstrapSpec(target=target, pipeline="clu_group", sources=sources,
+                                             tableset=TableSet(select=select), merge=Merge.of(merged)))
             for conn in conns.values():
                 with conn.cursor() as cur:
                     cur.execute("UPDATE shop.orders SET v = CONCAT(v, '!') WHERE id % 10 = 0")

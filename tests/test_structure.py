@@ -33,7 +33,7 @@ CDC_READERS = {"airflow_sync_provider.core.overview"}
 KNOWN_LONG_SIGNATURES: set[str] = set()
 KNOWN_CIRCLES: set[frozenset[str]] = set()  # none left; a circle the CDC rewrite must keep open would go here
 KNOWN_PRIVATE_IMPORTS: set[str] = set()  # "importer -> module._name"
-KNOWN_LONG_MODULES: set[str] = {"core/jobspec.py"}
+KNOWN_LONG_MODULES: set[str] = set()
 KNOWN_IMPORTS_UP: set[str] = set()
 
 

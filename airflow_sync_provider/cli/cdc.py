@@ -20,6 +20,7 @@ from airflow_sync_provider.core.positions import current_position
 from airflow_sync_provider.core.source.group import Merge, env_name, one_server, part_pipeline
 from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.source.reader import connect
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 
 
@@ -84,14 +85,12 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         merge=Merge.of(args.merge_into or "", placement=args.placement,
                                        on_shard_removed=args.on_shard_removed),
                         target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
-                        tables=_named_tables(args), select=_selection(args),
-                        start_from_loads=args.start_from_load or [],
-                        lanes=args.lanes, batch_events=args.batch_events, batch_bytes=args.batch_bytes,
-                        driver_write_rows=args.driver_write_rows,
-                        reset=args.reset, service=service, verify=args.verify,
-                        verify_period=args.verify_every or args.verify_period, verify_budget=args.verify_budget,
-                        verify_after_ddl=not args.no_verify_after_ddl, change_selection=args.change_selection,
-                        on_binlog_lost=args.on_binlog_lost,
+                        tableset=TableSet(tables=_named_tables(args), select=_selection(args)),
+                        start_from_loads=args.start_from_load or [], lanes=args.lanes, batch_events=args.batch_events,
+                        batch_bytes=args.batch_bytes, driver_write_rows=args.driver_write_rows, reset=args.reset,
+                        service=service, verify=args.verify, verify_period=args.verify_every or args.verify_period,
+                        verify_budget=args.verify_budget, verify_after_ddl=not args.no_verify_after_ddl,
+                        change_selection=args.change_selection, on_binlog_lost=args.on_binlog_lost,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database)
 
@@ -148,10 +147,9 @@ def cmd_cdc_bootstrap(args) -> int:
     spec = CdcBootstrapSpec(sources=sources or one_server(MySQLEndpoint.from_url(args.mysql_url)),
                             merge=Merge.of(args.merge_into or ""),
                             target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
-                            tables=_named_tables(args), select=_selection(args), channels=args.channels,
-                            chunk_rows=args.chunk_rows,
-                            watermark_table=args.watermark_table, restart=args.restart,
-                            change_selection=args.change_selection,
+                            tableset=TableSet(tables=_named_tables(args), select=_selection(args)),
+                            channels=args.channels, chunk_rows=args.chunk_rows, watermark_table=args.watermark_table,
+                            restart=args.restart, change_selection=args.change_selection,
                             ledger_database=args.ledger_database, driver_copy_rows=args.driver_copy_rows)
     return submit(spec, args, "cdc bootstrap", _bootstrapped)
 

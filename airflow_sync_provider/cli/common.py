@@ -112,3 +112,22 @@ def submit(spec, args, what: str, done, hint: str = "") -> int:
     if result.get("status") != "success":
         report_failure(what, result, log_path, hint)
     return 0 if result.get("status") == "success" else 1
+
+
+def run_reported(spec, args, what: str, write_report) -> tuple[dict, list[dict]] | None:
+    """Run a job whose tables each get a report file (a reconciliation, a diff): its result and
+    its tables, each with its ``report`` (printed as JSON with ``--json``); None when it failed
+    (said on stderr, with where its log is)."""
+    result, log_path = run_job(spec, args, what)
+    if result.get("status") != "success":
+        if args.json:
+            print(json.dumps(result | {"verdict": result.get("verdict", "failed")}, indent=2, default=str))
+        report_failure(what, result, log_path)
+        return None
+    tables = result["tables"] if "tables" in result else [result]
+    for one in tables:
+        one["report"] = write_report(one, args.report_dir)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    return result, tables
+

@@ -3,9 +3,7 @@ table) by key, write the change set, and apply it (``--apply``) or exit 3 on cha
 
 from __future__ import annotations
 
-import json
-
-from airflow_sync_provider.cli.common import job_arguments, report_failure, run_job, url_arguments
+from airflow_sync_provider.cli.common import job_arguments, run_reported, url_arguments
 from airflow_sync_provider.cli.selection import (
     group_selection,
     group_sources,
@@ -16,6 +14,7 @@ from airflow_sync_provider.cli.selection import (
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import READERS, SnapshotDiffSpec
 from airflow_sync_provider.core.source.group import Merge, one_server
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.verify.reports import diff_summary
 from airflow_sync_provider.plugins.reports import write_diff_report
 
@@ -66,26 +65,21 @@ def cmd_diff(args) -> int:
     for item in args.tolerance or []:
         column, _, value = item.partition("=")
         tolerances[column] = float(value)
-    spec = SnapshotDiffSpec(
-        target=ClickHouseEndpoint.from_url(args.clickhouse_url), old_table=args.old or "", select=select,
-        tables=tables, parallel_tables=args.parallel_tables, merge=Merge.of(args.merge_into or ""),
-        sources=sources or one_server(MySQLEndpoint.from_url(args.mysql_url) if args.table or select else None),
-        source_database=database, source_table=table, new_table=args.new or "", key_columns=args.key or None,
-        compare_columns=args.compare or None, ignore_columns=args.ignore or [], tolerances=tolerances,
-        on_change=on_change, diff_key=args.diff_key or "", changes_table=args.changes_table or "",
-        channels=args.channels, ledger_database=args.ledger_database, reader=args.reader)
-    result, log_path = run_job(spec, args, "diff")
-    if result.get("status") != "success":
-        if args.json:
-            print(json.dumps(result, indent=2, default=str))
-        report_failure("diff", result, log_path)
+    spec = SnapshotDiffSpec(target=ClickHouseEndpoint.from_url(args.clickhouse_url), old_table=args.old or "",
+                            tableset=TableSet(select=select, tables=tables, parallel=args.parallel_tables),
+                            merge=Merge.of(args.merge_into or ""),
+                            sources=sources or one_server(
+                                MySQLEndpoint.from_url(args.mysql_url) if args.table or select else None),
+                            source_database=database, source_table=table, new_table=args.new or "",
+                            key_columns=args.key or None, compare_columns=args.compare or None,
+                            ignore_columns=args.ignore or [], tolerances=tolerances, on_change=on_change,
+                            diff_key=args.diff_key or "", changes_table=args.changes_table or "",
+                            channels=args.channels, ledger_database=args.ledger_database, reader=args.reader)
+    reported = run_reported(spec, args, "diff", write_diff_report)
+    if reported is None:
         return 1
-    tables = result["tables"] if "tables" in result else [result]
-    for one in tables:
-        one["report"] = write_diff_report(one, args.report_dir)
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    else:
+    result, tables = reported
+    if not args.json:
         for one in tables:
             print(diff_summary(one))
             print(f"change set: {one['changes_table']} (diff_key {one['diff_key']!r}); report {one['report']}")

@@ -21,6 +21,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import READERS, FullLoadSpec
 from airflow_sync_provider.core.source.group import Merge, Source, one_server
 from airflow_sync_provider.core.source.planning import STRATEGIES
+from airflow_sync_provider.core.source.selection import TableSet
 
 
 def add_parser(sub) -> None:
@@ -55,24 +56,24 @@ def cmd_load(args) -> int:
     select = pattern_selection(args, source)
     database = "" if select else _one_database(args, source)
     table = "" if select else args.table
-    spec = FullLoadSpec(
-        sources=one_server(source), target=target, source_database=database, source_table=table, select=select,
-        parallel_tables=args.parallel_tables,
-        target_database="" if select else args.target_database or (
+    spec = FullLoadSpec(sources=one_server(source), target=target, source_database=database, source_table=table,
+                        tableset=TableSet(select=select, parallel=args.parallel_tables),
+                        target_database="" if select else args.target_database or (
             target.database if target.database != "default" else database),
-        target_table="" if select else args.target_table or table,
-        load_key=args.load_key or (_pattern_key(select) if select else ""), channels=args.channels,
-        columns=args.column, exclude_columns=args.exclude_column or [],
-        split_column=args.split_column, split_factor=args.split_factor, strategy=args.strategy,
-        channel_record_speed=args.channel_record_speed, channel_byte_speed=args.channel_byte_speed,
-        ledger_database=args.ledger_database, reader=args.reader, driver_copy_rows=args.driver_copy_rows)
+                        target_table="" if select else args.target_table or table,
+                        load_key=args.load_key or (_pattern_key(select) if select else ""), channels=args.channels,
+                        columns=args.column, exclude_columns=args.exclude_column or [], split_column=args.split_column,
+                        split_factor=args.split_factor, strategy=args.strategy,
+                        channel_record_speed=args.channel_record_speed, channel_byte_speed=args.channel_byte_speed,
+                        ledger_database=args.ledger_database, reader=args.reader,
+                        driver_copy_rows=args.driver_copy_rows)
     return run_load(spec, args)
 
 
 def run_load(spec: FullLoadSpec, args) -> int:
     """Run a load (or a re-import, which is one) and print its tables; on a failure, how to go on."""
     hint = (f"; run the same command again to go on: the tables published are skipped (load key {spec.load_key!r})"
-            if (spec.select or spec.tables) and not spec.merge else
+            if spec.tableset and not spec.merge else
             f"; run the same command again to go on (load key {spec.load_key!r})" if spec.merge else "")
     return submit(spec, args, "load", lambda r: "\n".join(
         [_loaded(t) for t in r["tables"]] + [f"{len(r['tables'])} table(s), {sum(t['rows'] for t in r['tables']):,} "
@@ -106,11 +107,13 @@ def _one_database(args, source: MySQLEndpoint) -> str:
 
 
 def _group_load(args, sources: list[Source], target: ClickHouseEndpoint) -> FullLoadSpec:
-    return FullLoadSpec(
-        target=target, source_database="", source_table="", target_database="", target_table="",
-        sources=sources, merge=Merge.of(args.merge_into or ""), select=group_selection(args), tables=group_tables(args),
-        parallel_tables=args.parallel_tables, load_key=args.load_key or "", channels=args.channels,
-        columns=args.column, exclude_columns=args.exclude_column or [], split_column=args.split_column,
-        split_factor=args.split_factor, strategy=args.strategy, channel_record_speed=args.channel_record_speed,
-        channel_byte_speed=args.channel_byte_speed, ledger_database=args.ledger_database, reader=args.reader,
-        driver_copy_rows=args.driver_copy_rows)
+    return FullLoadSpec(target=target, source_database="", source_table="", target_database="", target_table="",
+                        sources=sources, merge=Merge.of(args.merge_into or ""),
+                        tableset=TableSet(select=group_selection(args), tables=group_tables(args),
+                                          parallel=args.parallel_tables),
+                        load_key=args.load_key or "", channels=args.channels, columns=args.column,
+                        exclude_columns=args.exclude_column or [], split_column=args.split_column,
+                        split_factor=args.split_factor, strategy=args.strategy,
+                        channel_record_speed=args.channel_record_speed, channel_byte_speed=args.channel_byte_speed,
+                        ledger_database=args.ledger_database, reader=args.reader,
+                        driver_copy_rows=args.driver_copy_rows)

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import json
-
-from airflow_sync_provider.cli.common import job_arguments, report_failure, run_job, url_arguments
+from airflow_sync_provider.cli.common import job_arguments, run_reported, url_arguments
 from airflow_sync_provider.cli.selection import group_selection, group_sources, pattern_selection, selection_arguments
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.source.group import Merge, one_server
-from airflow_sync_provider.core.verify.reconcile import FAILED, OK, SHAPE_MISMATCH
+from airflow_sync_provider.core.source.selection import TableSet
+from airflow_sync_provider.core.verify.reconcile import OK, SHAPE_MISMATCH
 from airflow_sync_provider.core.verify.reports import reconcile_table
 from airflow_sync_provider.plugins.reports import write_report
 
@@ -35,10 +34,9 @@ def cmd_reconcile(args) -> int:
         if not args.merge_into and not select:
             raise SystemExit("airflow-sync: reconcile a group's merged copy with --merge-into (as loaded), or its "
                              "side-by-side copies with --database [--select-table …]")
-        spec = ReconcileSpec(target=ClickHouseEndpoint.from_url(args.clickhouse_url),
-                             load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
-                             ledger_database=args.ledger_database, select=select,
-                             parallel_tables=args.parallel_tables, sources=sources,
+        spec = ReconcileSpec(target=ClickHouseEndpoint.from_url(args.clickhouse_url), load_key=args.load or "",
+                             checksum=args.checksum, reimport=args.reimport, ledger_database=args.ledger_database,
+                             tableset=TableSet(select=select, parallel=args.parallel_tables), sources=sources,
                              merge=Merge.of(args.merge_into or ""))
     else:
         source = MySQLEndpoint.from_url(args.mysql_url)
@@ -46,20 +44,13 @@ def cmd_reconcile(args) -> int:
             or not args.load else None
         spec = ReconcileSpec(sources=one_server(source), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
                              load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
-                             ledger_database=args.ledger_database, select=select,
-                             parallel_tables=args.parallel_tables)
-    result, log_path = run_job(spec, args, "reconcile")
-    if result.get("status") != "success":
-        if args.json:
-            print(json.dumps(result | {"verdict": result.get("verdict", FAILED)}, indent=2, default=str))
-        report_failure("reconcile", result, log_path)
+                             ledger_database=args.ledger_database,
+                             tableset=TableSet(select=select, parallel=args.parallel_tables))
+    reported = run_reported(spec, args, "reconcile", write_report)
+    if reported is None:
         return 1
-    tables = result["tables"] if "tables" in result else [result]
-    for one in tables:
-        one["report"] = write_report(one, args.report_dir)
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    else:
+    result, tables = reported
+    if not args.json:
         _print_verdicts(result, tables)
     return 0 if result["verdict"] == OK else 3
 

@@ -7,8 +7,8 @@ from airflow_sync_provider.cli.common import job_arguments, url_arguments
 from airflow_sync_provider.cli.load import run_load
 from airflow_sync_provider.cli.selection import group_sources
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.jobspec import reimport_group_spec, reimport_spec
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.specfile import reimport_group_spec, reimport_spec
 from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 
 

@@ -7,12 +7,9 @@ form that may be logged or pushed to XCom.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
-import tempfile
 import zlib
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.failures import WAIT_SECONDS
@@ -32,29 +29,27 @@ from airflow_sync_provider.core.source.group import (
 )
 from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
-from airflow_sync_provider.core.source.selection import TableSelection, table_config
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 from airflow_sync_provider.core.typemap import MySQLColumn
 
-# what public_dict masks: passwords and the private keys of client certificates (core/endpoints.py)
-_SECRET_KEYS = {"password", "ssl_key", "client_cert_key"}
-_CERTIFICATE_KEYS = {"ssl_ca", "ssl_cert", "ca_cert", "client_cert"}
-
-
 READERS = ("auto", "native", "mysqlclient")
+SIDE_BY_SIDE = "{source}_{database}"  # a group's target database per source, when not merged
 
 
 @dataclass(kw_only=True)
 class JobSpec:
     """What every job's spec carries: the ClickHouse ``target``; the MySQL ``sources`` (one server
-    is a group of one: core/source/group.py); a source group's merged copy (``merge``); the ledger's
+    is a group of one: core/source/group.py); a source group's merged copy (``merge``); the tables
+    it works on when they are many (``tableset``: named, by pattern, how many at once); the ledger's
     database; the one bounded wait a job spends on an unreachable server before it fails
     (core/failures.py); where a client-mode driver writes its result."""
 
     target: ClickHouseEndpoint
     sources: list = field(default_factory=list)
     merge: Merge | None = None
+    tableset: TableSet = field(default_factory=TableSet)
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     failure_wait_seconds: float = WAIT_SECONDS
     result_path: str = ""
@@ -69,11 +64,18 @@ class JobSpec:
         """Is this a source group's spec (its parts run per source or per member)?"""
         return is_group(self.sources, self.merge)
 
-    def check_sources(self) -> None:
-        """The sources and the merge in their types, checked (the form a spec file gives them too)."""
+    # a group not merged puts the tables that name no target database here (jobs that copy or
+    # compare each source's tables side by side)
+    side_by_side: ClassVar[str] = ""
+
+    def __post_init__(self):
+        """The sources, the merge and the tables in their types, checked (a spec file gives them as
+        dicts); every spec's own checks come after."""
         self.sources = [Source.of(s) for s in self.sources]
         check_sources(self.sources)
         self.merge = Merge.of(self.merge)
+        template = self.side_by_side if self.grouped and not self.merge else ""
+        self.tableset = TableSet.of(self.tableset).configured(template)
 
 
 @dataclass(kw_only=True)
@@ -83,9 +85,9 @@ class FullLoadSpec(JobSpec):
     ``load_key`` names the load in the ledger: running the same key again resumes it (only
     unfinished shards are read); once published, the same key starts a fresh copy.
 
-    Many tables in one job: ``select`` (patterns, core/source/selection.py) and/or ``tables``
+    Many tables in one job: a ``tableset`` (patterns and/or named tables, core/source/selection.py)
     instead of the four names; each table is a load of its own (:meth:`for_table`, key
-    :func:`table_key`), ``parallel_tables`` at a time (spark/tables.py).
+    :func:`table_key`), ``tableset.parallel`` at a time (spark/tables.py).
 
     A source group: several ``sources`` (servers, each named), the selection applied to each;
     with ``merge`` every selected table goes into one merged copy, published at once
@@ -133,13 +135,12 @@ class FullLoadSpec(JobSpec):
     skip_published: bool = False  # the key's load is published: return its summary, copy nothing
     # other loads' working tables left this long without a report are dropped (their loads abandoned)
     abandon_after_seconds: float = ABANDONED_AFTER_SECONDS
-    select: dict | None = None
-    tables: list = field(default_factory=list)
-    parallel_tables: int = 2
     member: dict | None = None  # a load of one table of a merged copy (set by the group's run)
     job: str = field(default="full_load", init=False)
+    side_by_side: ClassVar[str] = SIDE_BY_SIDE
 
     def __post_init__(self):
+        super().__post_init__()
         if _group(self):
             self.speed().channel_count()
             if not self.load_key:
@@ -147,7 +148,7 @@ class FullLoadSpec(JobSpec):
             return
         if not self.sources:
             raise ValueError(f"table {self.source_table}: a full load reads a MySQL source (sources=[…])")
-        if _many_tables(self):
+        if self.tableset:
             return
         self.speed().channel_count()  # a bad speed/channel configuration fails before submitting
         for name in ("batch_rows", "insert_rows", "insert_bytes"):
@@ -174,7 +175,7 @@ class FullLoadSpec(JobSpec):
     def for_table(self, table: dict) -> "FullLoadSpec":
         """One selected table's load (``table``: a table_config)."""
         return dataclasses.replace(
-            self, select=None, tables=[], source_database=table["source_database"],
+            self, tableset=TableSet(), source_database=table["source_database"],
             source_table=table["source_table"], target_database=table["target_database"],
             target_table=table["target_table"], load_key=table_key(self.load_key, table),
             columns=table["columns"] or self.columns, exclude_columns=table["exclude_columns"] or self.exclude_columns,
@@ -187,7 +188,7 @@ class FullLoadSpec(JobSpec):
     def for_member(self, member: Member, endpoint: MySQLEndpoint, table: dict) -> "FullLoadSpec":
         """One source table's load of a merged copy (``table``: its table_config)."""
         return dataclasses.replace(
-            self, sources=one_server(endpoint), merge=None, select=None, tables=[], member=dataclasses.asdict(member),
+            self, sources=one_server(endpoint), merge=None, tableset=TableSet(), member=dataclasses.asdict(member),
             source_database=member.database, source_table=member.table, target_database=self.merge.database,
             target_table=self.merge.table,
             load_key=member_key(self.load_key, member), columns=table["columns"] or self.columns,
@@ -200,25 +201,22 @@ class ReconcileSpec(JobSpec):
     """Compare a published load's shards: source vs target counts (and checksums) vs hook counters.
     With ``reimport``, mismatched shards are re-imported into the published table and compared again."""
 
-    load_key: str  # with select / tables: the prefix their loads were named with (:func:`table_key`)
+    load_key: str  # with a tableset: the prefix their loads were named with (:func:`table_key`)
     checksum: bool = False
     reimport: bool = False
-    select: dict | None = None
-    tables: list = field(default_factory=list)
-    parallel_tables: int = 2
     job: str = field(default="reconcile", init=False)
 
     def __post_init__(self):
-        self.check_sources()
+        super().__post_init__()
         if self.grouped:
             if not self.load_key:
                 raise ValueError("a source group's reconciliation needs the group load's key (load_key=...)")
             return
-        if not _many_tables(self) and not self.load_key:
+        if not self.tableset and not self.load_key:
             raise ValueError("a reconciliation needs the load's key (load_key=...), or tables by select=/tables=")
 
     def for_table(self, table: dict) -> "ReconcileSpec":
-        return dataclasses.replace(self, select=None, tables=[], load_key=table_key(self.load_key, table))
+        return dataclasses.replace(self, tableset=TableSet(), load_key=table_key(self.load_key, table))
 
 
 @dataclass(kw_only=True)
@@ -234,10 +232,8 @@ class CdcApplySpec(JobSpec):
     """
 
     pipeline: str
-    tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
-    # tables by pattern (core/source/selection.py): those selected now and later created or renamed
-    # onto a selected name join by a bootstrap beside the stream; those CDC cannot stream are named
-    select: dict | None = None
+    # tableset: its named tables, and those its patterns select now and later created or renamed
+    # onto a selected name, which join by a bootstrap beside the stream; those CDC cannot stream are named
     start_from_loads: list = field(default_factory=list)
     start_position: dict | None = None
     stop_position: dict | None = None
@@ -295,6 +291,7 @@ class CdcApplySpec(JobSpec):
     job: str = field(default="cdc_apply", init=False)
 
     def __post_init__(self):
+        super().__post_init__()
         if not self.pipeline:
             raise ValueError("a CDC pipeline needs a name (pipeline=...)")
         if (self.lanes < 1 or self.batch_events < 1 or self.batch_bytes < 1 or self.readers < 0
@@ -309,8 +306,6 @@ class CdcApplySpec(JobSpec):
         if self.verify_period < 0 or not 0 < self.verify_budget <= 1:
             raise ValueError(f"pipeline {self.pipeline}: verify_period must be >= 0 seconds (0: only when due) and "
                              "verify_budget a fraction of one source core in (0, 1]")
-        self.tables = [table_config(t) for t in self.tables]
-        TableSelection.of(self.select)
         _cdc_group(self)
         if not self.server_id:  # stable per pipeline, clear of the usual small server ids
             self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30
@@ -339,8 +334,6 @@ class CdcBootstrapSpec(JobSpec):
     """
 
     pipeline: str
-    tables: list = field(default_factory=list)  # "db.table" or {source_database, source_table, target_…}
-    select: dict | None = None  # tables by pattern (core/source/selection.py), resolved when the job runs
     channels: int = 2
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     split_factor: int | None = None  # shards per channel; None: planning.auto_split_factor (a small table: 1)
@@ -360,18 +353,17 @@ class CdcBootstrapSpec(JobSpec):
     job: str = field(default="cdc_bootstrap", init=False)
 
     def __post_init__(self):
+        super().__post_init__()
         if not self.pipeline:
             raise ValueError("a CDC bootstrap needs its pipeline's name (pipeline=...)")
         _cdc_group(self)
-        if not self.tables and not self.select:
+        if not self.tableset:
             raise ValueError(f"pipeline {self.pipeline}: name the tables to bootstrap (tables=['db.table', ...]) or "
                              "select them by pattern (select={'databases': [...], 'tables': [...]})")
-        TableSelection.of(self.select)  # a bad pattern fails here, before any work
         if self.chunk_rows < 1 or self.channels < 1:
             raise ValueError(f"pipeline {self.pipeline}: chunk_rows and channels must be >= 1")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
-        self.tables = [table_config(t) for t in self.tables]
 
     def for_source(self, source: Source) -> "CdcBootstrapSpec":
         return _part(self, source)
@@ -423,18 +415,18 @@ class SnapshotDiffSpec(JobSpec):
     report_dir: str = ""
     # many tables: each selected MySQL table against its copy (``old_table`` unused), ``diff_key``
     # a prefix (:func:`table_key`)
-    select: dict | None = None
-    tables: list = field(default_factory=list)
-    parallel_tables: int = 2
     # a source group (core/source/group.py): with ``merge``, every member's table against the
     # merged copy's rows of it (key: the primary key and the source columns); else side by side
     member: dict | None = None  # one member's diff (set by the group's run)
     job: str = field(default="snapshot_diff", init=False)
+    side_by_side: ClassVar[str] = SIDE_BY_SIDE
 
     def __post_init__(self):
+        super().__post_init__()
         if self.reader not in READERS:
             raise ValueError(f"reader must be one of {READERS}, got {self.reader!r}")
-        _check_reader(self.reader, self.source, self.source_table or self.new_table)
+        if not self.grouped:  # a group's parts (one source each) check theirs
+            _check_reader(self.reader, self.source, self.source_table or self.new_table)
         if _group(self):
             if self.on_change not in ("fail", "warn", "apply"):
                 raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {self.on_change!r}")
@@ -442,7 +434,7 @@ class SnapshotDiffSpec(JobSpec):
                 self.diff_key = self.diff_key or f"diff:group->{self.merge.into}"
                 self.changes_table = self.changes_table or f"{self.merge.into}__changes"
             return
-        if _many_tables(self):
+        if self.tableset:
             if self.source is None or self.new_table:
                 raise ValueError("a diff of tables by select=/tables= compares MySQL tables (source) with their copies")
             return
@@ -470,13 +462,13 @@ class SnapshotDiffSpec(JobSpec):
         """One source table of a merged copy against the copy's rows of it (``table``: its
         table_config, unused: a diff compares every column the copy holds)."""
         return dataclasses.replace(
-            self, sources=one_server(endpoint), merge=None, select=None, tables=[], member=dataclasses.asdict(member),
+            self, sources=one_server(endpoint), merge=None, tableset=TableSet(), member=dataclasses.asdict(member),
             source_database=member.database, source_table=member.table, old_table=self.merge.into,
             diff_key=member_key(self.diff_key, member))
 
     def for_table(self, table: dict) -> "SnapshotDiffSpec":
         return dataclasses.replace(
-            self, select=None, tables=[], source_database=table["source_database"],
+            self, tableset=TableSet(), source_database=table["source_database"],
             source_table=table["source_table"], old_table=f"{table['target_database']}.{table['target_table']}",
             diff_key=f"{self.diff_key}:{table['source_database']}.{table['source_table']}" if self.diff_key else "",
             changes_table="")
@@ -484,36 +476,16 @@ class SnapshotDiffSpec(JobSpec):
 
 def _group(spec) -> bool:
     """A spec of a source group: checked here; its tables are resolved per source."""
-    spec.check_sources()
     if not spec.grouped:
         return False
-    if not (spec.select or spec.tables):
+    if not spec.tableset:
         raise ValueError("a source group applies one table selection to every source: give select= (patterns) "
                          "and/or tables=")
-    TableSelection.of(spec.select)
-    if spec.parallel_tables < 1:
-        raise ValueError(f"parallel_tables must be >= 1, got {spec.parallel_tables}")
-    if not spec.merge:  # side by side: each source's tables in a database of their own by default
-        if spec.select and not spec.select.get("target_database"):
-            spec.select = {**spec.select, "target_database": SIDE_BY_SIDE}
-        spec.tables = [table_config(_with_target(t, SIDE_BY_SIDE)) for t in spec.tables]
-    else:
-        spec.tables = [table_config(t) for t in spec.tables]
     return True
 
 
-SIDE_BY_SIDE = "{source}_{database}"  # a group's target database per source, when not merged
-
-
-def _with_target(table, template: str) -> dict:
-    entry = dict(table) if isinstance(table, dict) else table_config(table) | {"target_database": None}
-    entry["target_database"] = entry.get("target_database") or template.replace("{database}", entry["source_database"])
-    return entry
-
-
 def _cdc_group(spec) -> None:
-    """A CDC spec of a source group: its sources checked (the part of one source needs none)."""
-    spec.check_sources()
+    """A CDC spec of a source group: its pipeline's name checked (the part of one source needs none)."""
     if not spec.grouped:
         return
     if "@" in spec.pipeline:
@@ -544,17 +516,6 @@ def _check_reader(reader: str, source: MySQLEndpoint | None, table: str) -> None
                          "asks for it; use reader='auto' (it reads such a source with mysqlclient) or 'mysqlclient'")
 
 
-def _many_tables(spec) -> bool:
-    """A spec of several tables (select / tables): checked table by table (``for_table``)."""
-    if not (spec.select or spec.tables):
-        return False
-    TableSelection.of(spec.select)  # a bad pattern fails here, before any work
-    if spec.parallel_tables < 1:
-        raise ValueError(f"parallel_tables must be >= 1, got {spec.parallel_tables}")
-    spec.tables = [table_config(t) for t in spec.tables]
-    return True
-
-
 def table_key(prefix: str, table: dict) -> str:
     """A selected table's load key: ``<prefix>:<db>.<table>``, or without a prefix the key a
     one-table load of it gets by default."""
@@ -564,10 +525,6 @@ def table_key(prefix: str, table: dict) -> str:
 
 def bootstrap_load_key(pipeline: str, table: dict) -> str:
     return f"cdc:{pipeline}:{table['source_database']}.{table['source_table']}"
-
-
-SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls
-              for cls in (FullLoadSpec, ReconcileSpec, CdcApplySpec, CdcBootstrapSpec, SnapshotDiffSpec)}
 
 
 def copied_schema(conn, spec: dict) -> TableSchema:
@@ -582,97 +539,3 @@ def copied_schema(conn, spec: dict) -> TableSchema:
                                           tuple(view["key"])) if view else tags_view(Member.of(spec["member"])),
                               schema)
     return schema
-
-
-def spec_to_dict(spec) -> dict:
-    return dataclasses.asdict(spec)
-
-
-# fields of specs an earlier release wrote (the ledger keeps specs): dropped when read back
-_RETIRED = ("ledger_wait_seconds",)
-
-
-def _upgrade(data: dict) -> dict:
-    """A spec as an earlier release wrote it (the ledger keeps specs): its one ``source`` and its
-    ``merge_into`` / ``placement`` / ``on_shard_removed`` in today's ``sources`` and ``merge``."""
-    data = {k: v for k, v in data.items() if k not in _RETIRED}
-    if "source" in data:
-        source = data.pop("source")
-        if source and not data.get("sources"):
-            data["sources"] = [{"name": "", "endpoint": source}]
-    if "merge_into" in data:
-        into, options = data.pop("merge_into"), {k: data.pop(k) for k in ("placement", "on_shard_removed") if k in data}
-        if into and not data.get("merge"):
-            data["merge"] = {"into": into, **options}
-    return data
-
-
-def spec_from_dict(data: dict):
-    data = _upgrade(data)
-    cls = SPEC_TYPES.get(data.pop("job", None))
-    if cls is None:
-        raise ValueError(f"unknown job in spec; expected one of {sorted(SPEC_TYPES)}")
-    data["target"] = ClickHouseEndpoint(**data["target"])
-    return cls(**data)  # sources and merge are typed by the spec itself (JobSpec.check_sources)
-
-
-def reimport_spec(stored: dict, source: MySQLEndpoint, target: ClickHouseEndpoint) -> FullLoadSpec:
-    """The full load that re-imports a load's failed or mismatched shards, from the spec the
-    ledger kept (without secrets: the endpoints are given again)."""
-    stored = {k: v for k, v in _upgrade(stored).items()
-              if k not in ("result_path", "sources", "target", "source_shape")}
-    return dataclasses.replace(spec_from_dict(stored | {"sources": one_server(source),
-                                                        "target": dataclasses.asdict(target)}), reimport="failed")
-
-
-def reimport_group_spec(stored: dict, sources: list, target: ClickHouseEndpoint, load_key: str,
-                        tables: list[str]) -> FullLoadSpec:
-    """The group load that re-imports a merged copy's failed or mismatched shards (its members'
-    ``tables``), from one member's stored spec and the group's sources given again."""
-    merge = {"into": f"{stored['target_database']}.{stored['target_table']}"}
-    stored = {k: v for k, v in _upgrade(stored).items()
-              if k not in ("result_path", "sources", "target", "source_shape", "member", "source_database",
-                           "source_table", "target_database", "target_table", "columns", "exclude_columns",
-                           "split_column", "merge")}
-    return spec_from_dict(stored | {"target": dataclasses.asdict(target), "source_database": "",
-                                    "source_table": "", "target_database": "", "target_table": "",
-                                    "sources": list(sources), "load_key": load_key,
-                                    "merge": merge, "tables": sorted(set(tables)), "reimport": "failed"})
-
-
-def _pem_summary(text: str) -> str:
-    """A certificate (bundle) in a line: public, but a provider's CA bundle runs to 100+ KB."""
-    return f"<PEM: {text.count('-----BEGIN ')} block(s), sha256 {hashlib.sha256(text.encode()).hexdigest()[:16]}>"
-
-
-def public_dict(spec) -> dict:
-    """The spec with every secret replaced by '***' and certificates by a one-line summary (for
-    logs, XCom and the ledger)."""
-
-    def scrub(obj):
-        if isinstance(obj, dict):
-            return {k: ("***" if k in _SECRET_KEYS and v else _pem_summary(v) if k in _CERTIFICATE_KEYS and v
-                        and v != "certifi" else scrub(v)) for k, v in obj.items()}
-        if isinstance(obj, list):  # a group's sources
-            return [scrub(v) for v in obj]
-        return obj
-
-    return scrub(spec_to_dict(spec))
-
-
-def write_private_json(path: str, data: dict) -> None:
-    """Write JSON readable by the owner only (0600 from creation; atomic rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")  # mkstemp creates with 0600
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
-
-
-def write_spec(spec, path: str) -> None:
-    write_private_json(path, spec_to_dict(spec))
-
-
-def read_spec(path: str):
-    with open(path) as fh:
-        return spec_from_dict(json.load(fh))

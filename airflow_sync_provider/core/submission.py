@@ -48,7 +48,7 @@ from pathlib import Path
 
 import airflow_sync_provider
 from airflow_sync_provider.core.guard import submitter_env
-from airflow_sync_provider.core.jobspec import spec_to_dict, write_private_json, write_spec
+from airflow_sync_provider.core.specfile import spec_to_dict, write_private_json, write_spec
 from airflow_sync_provider.core.tls import private_dir
 
 # Where a cluster-mode driver finds the passwords (environment variables the cluster sets).
@@ -221,23 +221,25 @@ def _suffix(name: str) -> str:
 
 def secrets_from_env(spec) -> None:
     """A cluster-mode driver: fill the spec's passwords (and client-certificate keys) from the
-    environment the cluster set (a source group's sources: ``AIRFLOW_SYNC_MYSQL_PASSWORD_<NAME>``)."""
+    environment the cluster set (a source group's sources: ``AIRFLOW_SYNC_MYSQL_PASSWORD_<NAME>``);
+    every variable missing is named at once."""
+    missing = []
+
     def filled(side: str, endpoint, suffix: str):
         cert, key_field, key_variable, _ = KEY_ENV[side]
         wanted = {"password": (SECRET_ENV[side] + suffix, "password")}
         if getattr(endpoint, cert):
             wanted[key_field] = (key_variable + suffix, "client certificate's private key")
-        for env, what in wanted.values():
-            if env not in os.environ:
-                raise RuntimeError(f"the job runs in cluster deploy mode: its driver needs ${env} (the {side}'s "
-                                   f"{what}) in its environment — on Kubernetes give the operator kubernetes_secret=; "
-                                   "on YARN set it in the cluster's configuration (never on the spark-submit command "
-                                   "line)")
-        return dataclasses.replace(endpoint, **{name: os.environ[env] for name, (env, _) in wanted.items()})
+        missing.extend(f"${env} (the {side}'s {what})" for env, what in wanted.values() if env not in os.environ)
+        return dataclasses.replace(endpoint, **{name: os.environ.get(env, "") for name, (env, _) in wanted.items()})
 
-    spec.target = filled("target", spec.target, "")
-    spec.sources = [dataclasses.replace(s, endpoint=filled("source", s.endpoint, _suffix(s.name)))
-                    for s in spec.sources]
+    target = filled("target", spec.target, "")
+    sources = [dataclasses.replace(s, endpoint=filled("source", s.endpoint, _suffix(s.name))) for s in spec.sources]
+    if missing:
+        raise RuntimeError(f"the job runs in cluster deploy mode: its driver needs {', '.join(missing)} in its "
+                           "environment — on Kubernetes give the operator kubernetes_secret=; on YARN set it in the "
+                           "cluster's configuration (never on the spark-submit command line)")
+    spec.target, spec.sources = target, sources
 
 
 def python_driver(master: str, deploy_mode: str | None = None) -> bool:

@@ -119,15 +119,14 @@ class CdcApplyOperator(SparkJobOperator):
         return CdcApplySpec(sources=group or one_server(hook.source()), target=hook.target(), pipeline=self.pipeline,
                             merge=Merge.of(self.merge_into, placement=self.placement,
                                            on_shard_removed=self.on_shard_removed),
-                            tables=list(self.tables or []), select=self.select,
-                            start_from_loads=list(self.start_from_loads or []),
-                            start_position=self.start_position, stop_position=self.stop_position, lanes=self.lanes,
-                            vnodes=self.vnodes, batch_events=self.batch_events, batch_bytes=self.batch_bytes,
+                            tableset=self.tableset(),
+                            start_from_loads=list(self.start_from_loads or []), start_position=self.start_position,
+                            stop_position=self.stop_position, lanes=self.lanes, vnodes=self.vnodes,
+                            batch_events=self.batch_events, batch_bytes=self.batch_bytes,
                             driver_write_rows=self.driver_write_rows, reset=self.reset, verify=self.verify,
                             verify_period=self.verify_period, verify_budget=self.verify_budget,
                             verify_after_ddl=self.verify_after_ddl, change_selection=self.change_selection,
-                            on_binlog_lost=self.on_binlog_lost,
-                            ledger_database=self.ledger_database)
+                            on_binlog_lost=self.on_binlog_lost, ledger_database=self.ledger_database)
 
     def summarize(self, result: dict) -> dict:
         if "sources" in result:  # a source group: every source's pipeline

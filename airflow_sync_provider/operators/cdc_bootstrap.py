@@ -86,7 +86,7 @@ class CdcBootstrapOperator(SparkJobOperator):
         group = hook.sources(self.sources) if self.sources else []
         return CdcBootstrapSpec(sources=group or one_server(hook.source()), target=hook.target(),
                                 pipeline=self.pipeline, merge=Merge.of(self.merge_into),
-                                tables=list(self.tables), select=self.select, channels=self.channels,
+                                tableset=self.tableset(), channels=self.channels,
                                 chunk_rows=self.chunk_rows, watermark_table=self.watermark_table, restart=self.restart,
                                 channel_record_speed=self.channel_record_speed,
                                 channel_byte_speed=self.channel_byte_speed, ledger_database=self.ledger_database,

@@ -181,47 +181,32 @@ class FullLoadOperator(SparkJobOperator):
 
     def build_spec(self, context) -> FullLoadSpec:
         hook = SyncEndpointsHook(self.mysql_conn_id, self.clickhouse_conn_id)
-        if self.sources:
-            return self._group_spec(hook, context)
-        source, target = hook.source(), hook.target()
-        source_db = self.source_database or source.database
-        if not source_db and self.table:
-            raise ValueError(f"table {self.table!r}: no source database (set source_database or the "
-                             f"schema of connection {self.mysql_conn_id!r})")
-        target_db = self.target_database or (target.database if target.database != "default" else source_db)
-        load_key = self.load_key or default_load_key(self, context, source_db)
-        return FullLoadSpec(
-            sources=one_server(source), target=target, source_database=source_db or "", source_table=self.table or "",
-            target_database=target_db or "", target_table=self.target_table or self.table or "", load_key=load_key,
-            select=self.select, tables=list(self.tables or []), parallel_tables=self.parallel_tables,
-            reimport=self.reimport, columns=list(self.columns) if self.columns else None,
-            exclude_columns=list(self.exclude_columns or []), channels=self.channels, batch_rows=self.batch_rows,
-            insert_rows=self.insert_rows, insert_bytes=self.insert_bytes,
-            split_column=self.split_column, split_factor=self.split_factor, strategy=self.strategy,
-            byte_speed=self.byte_speed, record_speed=self.record_speed, channel_byte_speed=self.channel_byte_speed,
-            channel_record_speed=self.channel_record_speed, where=self.where,
-            where_params=list(self.where_params or []),
-            partition_by=self.partition_by, replace_partitions=list(self.replace_partitions or []),
-            ledger_database=self.ledger_database, reader=self.reader, driver_copy_rows=self.driver_copy_rows,
-            # a retry of a task of many tables goes on from the tables its earlier tries published: the
-            # job decides that from the ledger (Ledger.resume_point), as for the command line
-            skip_published=self.skip_if_published,
-        )
-
-    def _group_spec(self, hook: SyncEndpointsHook, context) -> FullLoadSpec:
-        return FullLoadSpec(
-            target=hook.target(), source_database="", source_table="", target_database="",
-            target_table="", sources=hook.sources(self.sources), merge=Merge.of(self.merge_into),
-            load_key=self.load_key or default_load_key(self, context, None), select=self.select,
-            tables=list(self.tables or []), parallel_tables=self.parallel_tables, reimport=self.reimport,
-            columns=list(self.columns) if self.columns else None, exclude_columns=list(self.exclude_columns or []),
-            channels=self.channels, batch_rows=self.batch_rows, insert_rows=self.insert_rows,
-            insert_bytes=self.insert_bytes, split_column=self.split_column, split_factor=self.split_factor,
-            strategy=self.strategy, byte_speed=self.byte_speed, record_speed=self.record_speed,
-            channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
-            where=self.where, where_params=list(self.where_params or []), partition_by=self.partition_by,
-            replace_partitions=list(self.replace_partitions or []), ledger_database=self.ledger_database,
-            reader=self.reader, driver_copy_rows=self.driver_copy_rows, skip_published=self.skip_if_published)
+        target = hook.target()
+        if self.sources:  # a source group: its tables are resolved per source when the job runs
+            sources, names = hook.sources(self.sources), ("", "", "", "")
+            load_key = default_load_key(self, context, None)
+        else:
+            source = hook.source()
+            source_db = self.source_database or source.database
+            if not source_db and self.table:
+                raise ValueError(f"table {self.table!r}: no source database (set source_database or the "
+                                 f"schema of connection {self.mysql_conn_id!r})")
+            target_db = self.target_database or (target.database if target.database != "default" else source_db)
+            sources, load_key = one_server(source), default_load_key(self, context, source_db)
+            names = (source_db or "", self.table or "", target_db or "", self.target_table or self.table or "")
+        return FullLoadSpec(sources=sources, target=target, merge=Merge.of(self.merge_into) if self.sources else None,
+                            source_database=names[0], source_table=names[1], target_database=names[2],
+                            target_table=names[3], load_key=self.load_key or load_key, tableset=self.tableset(),
+                            reimport=self.reimport, columns=list(self.columns) if self.columns else None,
+                            exclude_columns=list(self.exclude_columns or []), channels=self.channels,
+                            batch_rows=self.batch_rows, insert_rows=self.insert_rows, insert_bytes=self.insert_bytes,
+                            split_column=self.split_column, split_factor=self.split_factor, strategy=self.strategy,
+                            byte_speed=self.byte_speed, record_speed=self.record_speed,
+                            channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
+                            where=self.where, where_params=list(self.where_params or []),
+                            partition_by=self.partition_by, replace_partitions=list(self.replace_partitions or []),
+                            ledger_database=self.ledger_database, reader=self.reader,
+                            driver_copy_rows=self.driver_copy_rows, skip_published=self.skip_if_published)
 
     def summarize(self, result: dict) -> dict:
         if "tables" in result:

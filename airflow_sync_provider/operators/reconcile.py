@@ -79,11 +79,12 @@ class ReconcileOperator(SparkJobOperator):
         group = hook.sources(self.sources) if self.sources else []
         return ReconcileSpec(sources=group or one_server(hook.source()), target=hook.target(), load_key=self.load_key,
                              checksum=self.checksum, reimport=self.on_mismatch == "reimport",
-                             ledger_database=self.ledger_database, select=self.select, tables=list(self.tables or []),
-                             parallel_tables=self.parallel_tables, merge=Merge.of(self.merge_into))
+                             ledger_database=self.ledger_database,
+                             tableset=self.tableset(),
+                             merge=Merge.of(self.merge_into))
 
     def sync_page(self, spec) -> str:
-        return sync_link(load=spec.load_key) if spec.select or spec.tables else sync_link("reconciliation",
+        return sync_link(load=spec.load_key) if spec.tableset else sync_link("reconciliation",
                                                                                          load=spec.load_key)
 
     def ledger_subject(self, spec):

@@ -107,7 +107,7 @@ class SnapshotDiffOperator(SparkJobOperator):
             [clickhouse_table(clickhouse_conn_id, *q) for q in [changes, old if on_change == "apply" else None] if q])
 
     def sync_page(self, spec) -> str:
-        return sync_link(diff=spec.diff_key or "diff:") if spec.select or spec.tables else sync_link(
+        return sync_link(diff=spec.diff_key or "diff:") if spec.tableset else sync_link(
             "diff", key=spec.diff_key)
 
     def ledger_subject(self, spec):
@@ -135,15 +135,16 @@ class SnapshotDiffOperator(SparkJobOperator):
             raise ValueError(f"source_table {self.source_table!r}: give it as database.table")
         group = hook.sources(self.sources) if self.sources else []
         source = hook.source() if (self.source_table or self.select or self.tables) and not group else None
-        return SnapshotDiffSpec(
-            sources=group or one_server(source), merge=Merge.of(self.merge_into),
-            target=hook.target(), old_table=self.old_table, source_database=database,
-            source_table=table, new_table=self.new_table, key_columns=self.key_columns,
-            compare_columns=self.compare_columns, ignore_columns=list(self.ignore_columns or []),
-            tolerances=dict(self.tolerances or {}), on_change=self.on_change, diff_key=self.diff_key,
-            changes_table=self.changes_table, channels=self.channels, split_factor=self.split_factor,
-            bucket_rows=self.bucket_rows, ledger_database=self.ledger_database, select=self.select,
-            tables=list(self.tables or []), parallel_tables=self.parallel_tables, reader=self.reader)
+        return SnapshotDiffSpec(sources=group or one_server(source), merge=Merge.of(self.merge_into),
+                                target=hook.target(), old_table=self.old_table, source_database=database,
+                                source_table=table, new_table=self.new_table, key_columns=self.key_columns,
+                                compare_columns=self.compare_columns, ignore_columns=list(self.ignore_columns or []),
+                                tolerances=dict(self.tolerances or {}), on_change=self.on_change,
+                                diff_key=self.diff_key, changes_table=self.changes_table, channels=self.channels,
+                                split_factor=self.split_factor, bucket_rows=self.bucket_rows,
+                                ledger_database=self.ledger_database,
+                                tableset=self.tableset(),
+                                reader=self.reader)
 
     def summarize(self, result: dict) -> dict:
         if "tables" not in result:

@@ -11,8 +11,9 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow_sync_provider.assets import openlineage
 from airflow_sync_provider.compat import AirflowException, AirflowFailException, Asset, BaseOperator
 from airflow_sync_provider.core.guard import descendants, end_processes, end_tree
-from airflow_sync_provider.core.jobspec import public_dict
 from airflow_sync_provider.core.ledger import Ledger, TaskRef
+from airflow_sync_provider.core.source.selection import TableSet
+from airflow_sync_provider.core.specfile import public_dict
 from airflow_sync_provider.core.submission import (
     Submission,
     job_script,
@@ -85,6 +86,11 @@ class SparkJobOperator(BaseOperator):
 
     def build_spec(self, context):
         raise NotImplementedError
+
+    def tableset(self) -> TableSet:
+        """The tables the operator was given (``select``, ``tables``, ``parallel_tables``), as a spec carries them."""
+        return TableSet(select=getattr(self, "select", None), tables=list(getattr(self, "tables", None) or []),
+                        parallel=getattr(self, "parallel_tables", 2))
 
     def summarize(self, result: dict) -> dict:
         return result

@@ -28,8 +28,6 @@ from airflow_sync_provider.core.jobspec import (
     FullLoadSpec,
     bootstrap_load_key,
     copied_schema,
-    public_dict,
-    table_config,
 )
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import LOAD_PUBLISHED, LOAD_RUNNING, SHARD_SUCCESS, LoadState, ShardState
@@ -46,7 +44,8 @@ from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
 from airflow_sync_provider.core.source.planning import Plan, Shard, Sharding, plan_table
 from airflow_sync_provider.core.source.schema import average_row_bytes, table_rows
-from airflow_sync_provider.core.source.selection import TableSelection
+from airflow_sync_provider.core.source.selection import TableSelection, table_config
+from airflow_sync_provider.core.specfile import public_dict
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts
@@ -346,12 +345,13 @@ def run_cdc_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     ledger, checkpoints = Ledger(ch, spec.ledger_database), Checkpoints(ch, spec.ledger_database)
     ledger.ensure()
     checkpoints.ensure()
-    if spec.select:  # the pipeline keeps its patterns: every later run applies them
-        selection = checkpoints.selection_for(spec.pipeline, spec.select, spec.change_selection)
+    if spec.tableset.select:  # the pipeline keeps its patterns: every later run applies them
+        selection = checkpoints.selection_for(spec.pipeline, spec.tableset.select, spec.change_selection)
         if selection != checkpoints.selection(spec.pipeline):
             checkpoints.write_selection(spec.pipeline, selection)
     selected, unstreamable = _selected(spec)
-    tables = [bootstrap_table(spec, session, ch, ledger, checkpoints, table) for table in [*spec.tables, *selected]]
+    tables = [bootstrap_table(spec, session, ch, ledger, checkpoints, table)
+              for table in [*spec.tableset.tables, *selected]]
     with mysql_reader.connect(spec.source) as conn:
         end = current_position(conn)
     start = min((BinlogPosition.from_dict(t["start_position"]) for t in tables), key=BinlogPosition.key,
@@ -362,12 +362,12 @@ def run_cdc_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
 
 
 def _selected(spec: CdcBootstrapSpec) -> tuple[list[dict], dict[str, str]]:
-    """The tables ``spec.select`` names now (besides ``spec.tables``), and those of them CDC cannot
+    """The tables ``spec.tableset.select`` names now (besides ``spec.tableset.tables``), and those of them CDC cannot
     stream, with the reason (they are left out, not failed: the others go on)."""
-    selection = TableSelection.of(spec.select)
+    selection = TableSelection.of(spec.tableset.select)
     if selection is None:
         return [], {}
-    named = {f"{t['source_database']}.{t['source_table']}" for t in spec.tables}
+    named = {f"{t['source_database']}.{t['source_table']}" for t in spec.tableset.tables}
     selected, unstreamable = [], {}
     with mysql_reader.connect(spec.source) as conn:
         names = [n for n in selection.resolve(conn) if n not in named]

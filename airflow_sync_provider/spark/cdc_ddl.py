@@ -30,7 +30,7 @@ from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, Tr
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_config, member_filter, part_pipeline
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema
-from airflow_sync_provider.core.source.selection import table_config
+from airflow_sync_provider.core.source.selection import TableSet, table_config
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
@@ -244,14 +244,14 @@ class Recopies:
         if not restart:  # the re-copy's load in the ledger: resume it, unless it is an older copy's
             state = ledger.state(bootstrap_load_key(spec.pipeline, table))
             restart = state is None or BinlogPosition.from_dict(state.start_position).key() < position.key()
-        bootstrap = CdcBootstrapSpec(sources=spec.sources, target=spec.target, pipeline=spec.pipeline, tables=[table],
-                                     channels=spec.recopy_channels, restart=restart, recopy=True,
-                                     channel_record_speed=spec.recopy_record_speed,
+        bootstrap = CdcBootstrapSpec(sources=spec.sources, target=spec.target, pipeline=spec.pipeline,
+                                     tableset=TableSet(tables=[table]), channels=spec.recopy_channels, restart=restart,
+                                     recopy=True, channel_record_speed=spec.recopy_record_speed,
                                      driver_copy_rows=spec.driver_copy_rows, ledger_database=spec.ledger_database)
         checkpoints = Checkpoints(ch, spec.ledger_database)
         checkpoints.lease = self.run.checkpoints.lease
         return cdc_bootstrap.bootstrap_table(bootstrap, self.run.session, ch, ledger, checkpoints,
-                                             bootstrap.tables[0])
+                                             bootstrap.tableset.tables[0])
 
     def wait(self, name: str) -> bool:
         """Let ``name``'s running re-copy finish and record it (before a DDL on the table is followed)."""

@@ -41,6 +41,7 @@ from airflow_sync_provider.core.source.group import (
     merged_schema,
     part_pipeline,
 )
+from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.typemap import map_column
@@ -140,13 +141,13 @@ def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     results = {}
     for source in spec.sources:  # each source's pipeline keeps the patterns: later tables join by bootstrap
         part = spec.for_source(source)
-        if spec.select:
-            checkpoints.write_selection(part.pipeline, spec.select)
+        if spec.tableset.select:
+            checkpoints.write_selection(part.pipeline, spec.tableset.select)
         tables = by_source.get(source.name, [])
         if not tables:
             results[source.name] = {"pipeline": part.pipeline, "tables": [], "rows": 0}
             continue
-        results[source.name] = run_cdc_bootstrap(dataclasses.replace(part, tables=tables, select=None), session)
+        results[source.name] = run_cdc_bootstrap(dataclasses.replace(part, tableset=TableSet(tables=tables)), session)
     return {"pipeline": spec.pipeline, "merge_into": spec.merge.into if spec.merge else "", "sources": results,
             "tables": [t | {"source": name} for name, r in results.items() for t in r["tables"]],
             "rows": sum(r["rows"] for r in results.values()), "seconds": round(time.time() - started, 3)}

@@ -103,7 +103,7 @@ class RunStart:
         them explicitly (``change_selection``; a ``reset`` starts the pipeline afresh)."""
         spec = self.spec
         self._kept_selection = TableSelection.of(self.checkpoints.selection(spec.pipeline))
-        return TableSelection.of(self.checkpoints.selection_for(spec.pipeline, spec.select,
+        return TableSelection.of(self.checkpoints.selection_for(spec.pipeline, spec.tableset.select,
                                                                 spec.change_selection or spec.reset,
                                                                 kept=self._kept_selection))
 
@@ -169,8 +169,8 @@ class RunStart:
             table.shape, table.key = shape.get("shape"), shape.get("key")
             self.checkpoints.register(spec.pipeline, table, BinlogPosition.from_dict(load.start_position))
         known = ({r.name for r in self.checkpoints.registrations(spec.pipeline)} | {t.name for t in self.state.tables}
-                 if spec.tables else set())
-        for entry in spec.tables:
+                 if spec.tableset.tables else set())
+        for entry in spec.tableset.tables:
             table = PipelineTable.of(entry)
             if table.name in known:
                 continue
@@ -286,7 +286,7 @@ class RunStart:
         """A service started for a new pipeline before any table joined it (e.g. ahead of the
         bootstrap) waits for the first table instead of failing; bounded runs do not wait."""
         spec, previous = self.spec, self.previous
-        if (not spec.service or spec.tables or spec.start_from_loads or (previous and previous.checkpoint)
+        if (not spec.service or spec.tableset.tables or spec.start_from_loads or (previous and previous.checkpoint)
                 or self.selection is not None):
             return
         announced = False

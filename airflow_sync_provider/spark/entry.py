@@ -12,8 +12,8 @@ from clickhouse_connect.driver import options as clickhouse_options
 
 from airflow_sync_provider.core.failures import SOURCE, TARGET, WAIT_SECONDS, classify
 from airflow_sync_provider.core.guard import Guard, job_probes
-from airflow_sync_provider.core.jobspec import read_spec, write_private_json
 from airflow_sync_provider.core.logs import to_stdout
+from airflow_sync_provider.core.specfile import read_spec, write_private_json
 from airflow_sync_provider.core.submission import secrets_from_env
 from airflow_sync_provider.spark.session import LazySession
 

@@ -18,7 +18,7 @@ import time
 
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.crash_points import hold_point
-from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, public_dict, spec_to_dict
+from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import (
     LOAD_ABANDONED,
@@ -35,6 +35,7 @@ from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name
 from airflow_sync_provider.core.source.planning import Plan, Shard, Sharding, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
+from airflow_sync_provider.core.specfile import public_dict, spec_to_dict
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts, InsertLimits

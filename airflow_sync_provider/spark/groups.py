@@ -11,10 +11,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from airflow_sync_provider.core.jobspec import SIDE_BY_SIDE, copied_schema, spec_to_dict
+from airflow_sync_provider.core.jobspec import copied_schema
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, Source, one_server
 from airflow_sync_provider.core.source.selection import selected_tables
+from airflow_sync_provider.core.specfile import spec_to_dict
 from airflow_sync_provider.spark.tables import TablesFailed, each_table, run_tables
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,10 @@ def each_group(run_one: Callable, run_merged: Callable) -> Callable:
 def for_source(spec, source: Source):
     """One source's part of a group copied side by side: its tables under ``<key>:<source>``, in
     target databases named by the selection (``{source}`` replaced)."""
-    name = source.name
-    select = spec.select and {**spec.select, "target_database": (spec.select.get("target_database") or SIDE_BY_SIDE)
-                              .replace("{source}", name)}
-    tables = [t | {"target_database": t["target_database"].replace("{source}", name)} for t in spec.tables]
     key = "diff_key" if spec.job == "snapshot_diff" else "load_key"
-    return dataclasses.replace(spec, sources=one_server(source.endpoint), select=select, tables=tables,
-                               **{key: f"{getattr(spec, key)}:{name}" if getattr(spec, key) else ""})
+    return dataclasses.replace(spec, sources=one_server(source.endpoint),
+                               tableset=spec.tableset.for_source(source.name),
+                               **{key: f"{getattr(spec, key)}:{source.name}" if getattr(spec, key) else ""})
 
 
 def side_by_side(spec, spark, run_one) -> dict:
@@ -75,7 +73,7 @@ def group_members(spec) -> list[tuple[Member, Source, dict, object]]:
     def of(source: Source):
         with mysql_reader.connect(source.endpoint) as conn:
             found = []
-            for config in selected_tables(conn, spec.select, spec.tables):
+            for config in selected_tables(conn, spec.tableset.select, spec.tableset.tables):
                 member = Member(source.name, config["source_database"], config["source_table"])
                 # a load's columns are its table's or the job's (FullLoadSpec.for_member)
                 one = spec_to_dict(spec.for_member(member, source.endpoint, config)) if hasattr(spec, "for_member") \

@@ -15,13 +15,14 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema, reimport_group_spec, reimport_spec
+from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import LOAD_ABANDONED, LOAD_PUBLISHED, SHARD_MISMATCH, LoadState
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_view, merged_schema, one_server
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.source.schema import TableSchema
+from airflow_sync_provider.core.specfile import reimport_group_spec, reimport_spec
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import shard_predicates
 from airflow_sync_provider.core.typemap import MySQLColumn
@@ -232,7 +233,7 @@ def run_group_reconcile(spec: ReconcileSpec, spark) -> dict:
             result.pop("stored_spec")
             return result | {"member": member.name}
 
-        with ThreadPoolExecutor(max(1, min(spec.parallel_tables, len(members)))) as pool:
+        with ThreadPoolExecutor(max(1, min(spec.tableset.parallel, len(members)))) as pool:
             return list(pool.map(one, members))
 
     results = compare()

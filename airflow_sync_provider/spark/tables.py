@@ -33,14 +33,10 @@ class TablesFailed(RuntimeError):
         self.result = result
 
 
-def many_tables(spec) -> bool:
-    return bool(getattr(spec, "select", None) or getattr(spec, "tables", None))
-
-
 def each_table(run_one: Callable[[object, object], dict]) -> Callable[[object, object], dict]:
     """``run_one(spec, spark)`` for a one-table spec; for a spec of many tables, :func:`run_tables`."""
     def run(spec, spark) -> dict:
-        return run_tables(spec, spark, run_one) if many_tables(spec) else run_one(spec, spark)
+        return run_tables(spec, spark, run_one) if spec.tableset else run_one(spec, spark)
     run.__name__ = run_one.__name__
     return run
 
@@ -49,7 +45,7 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
     started = time.time()
     session = lazy(spark)
     with mysql_reader.connect(spec.source) as conn:
-        configs = selected_tables(conn, spec.select, spec.tables)
+        configs = selected_tables(conn, spec.tableset.select, spec.tableset.tables)
         order = largest_first(conn, configs)
     names = [f"{c['source_database']}.{c['source_table']}" for c in configs]
     keys, baseline, done = {}, {}, set()  # a full load's table keys under its key, and where its run stands
@@ -84,7 +80,7 @@ def run_tables(spec, spark, run_one: Callable[[object, object], dict]) -> dict:
         return {**result, "table": name, "config": config, "status": "success",
                 "seconds": round(time.time() - began, 3)}
 
-    with ThreadPoolExecutor(max(1, min(spec.parallel_tables, len(configs))), thread_name_prefix="table") as pool:
+    with ThreadPoolExecutor(max(1, min(spec.tableset.parallel, len(configs))), thread_name_prefix="table") as pool:
         done_results = dict(zip((id(c) for c in order), pool.map(one, order)))
     results = [done_results[id(c)] for c in configs]  # reported in the selection's order
     for r in results:

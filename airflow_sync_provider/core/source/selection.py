@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def _matches(pattern: str, database: str, table: str) -> bool:
@@ -84,6 +84,57 @@ class TableSelection:
         database, _, table = name.partition(".")
         return {"source_database": database, "source_table": table,
                 "target_database": self.target_database.replace("{database}", database)}
+
+
+@dataclass
+class TableSet:
+    """The tables a job works on: named (``tables``: ``"db.table"`` or entries with their target
+    and column choices, :func:`table_config`) and by pattern (``select``: :class:`TableSelection`'s
+    form), ``parallel`` of them at once (a job of many tables)."""
+
+    select: dict | None = None
+    tables: list = field(default_factory=list)
+    parallel: int = 2
+
+    def __post_init__(self):
+        TableSelection.of(self.select)  # a bad pattern fails here, before any work
+        if self.parallel < 1:
+            raise ValueError(f"parallel_tables must be >= 1, got {self.parallel}")
+
+    @classmethod
+    def of(cls, value: "TableSet | dict | None") -> "TableSet":
+        if isinstance(value, TableSet):
+            return value
+        return cls(**value) if value else cls()
+
+    def __bool__(self) -> bool:
+        """Does it name or select any table?"""
+        return bool(self.select or self.tables)
+
+    def configured(self, target_database: str = "") -> "TableSet":
+        """The named tables as :func:`table_config` entries; with ``target_database`` (a template
+        of ``{database}``, ``{source}``), the tables and patterns that name no target database go
+        there. Configuring again changes nothing."""
+        select, tables = self.select, list(self.tables)
+        if target_database:
+            if select and not select.get("target_database"):
+                select = {**select, "target_database": target_database}
+            tables = [_with_target(t, target_database) for t in tables]
+        return TableSet(select, [table_config(t) for t in tables], self.parallel)
+
+    def for_source(self, name: str) -> "TableSet":
+        """A group's tables for its source ``name`` (copied side by side): ``{source}`` in their
+        target databases replaced by the name."""
+        select = self.select and {**self.select, "target_database": (self.select.get("target_database")
+                                                                      or "{database}").replace("{source}", name)}
+        tables = [t | {"target_database": t["target_database"].replace("{source}", name)} for t in self.tables]
+        return TableSet(select, tables, self.parallel)
+
+
+def _with_target(table, template: str) -> dict:
+    entry = dict(table) if isinstance(table, dict) else table_config(table) | {"target_database": None}
+    entry["target_database"] = entry.get("target_database") or template.replace("{database}", entry["source_database"])
+    return entry
 
 
 def table_config(table) -> dict:
