@@ -11,8 +11,8 @@
   ``importlib.import_module("…")`` count too);
 * no module takes a private name (``_name``) from another module of the package.
 
-Each test names every offender at once. ``KNOWN_*`` lists offenders that are known and being
-worked on; an entry that no longer offends fails the test too, so the lists only shrink.
+Each test names every offender at once. None is allowed: the last known ones were fixed by
+issue 49, so a new one is fixed where it appears rather than listed.
 """
 
 from __future__ import annotations
@@ -28,13 +28,6 @@ MAX_LINES = 600
 WIDE_ALLOWED = ("operators/", "sensors/", "triggers/")
 # outside core/cdc/, the modules that may look at pipelines
 CDC_READERS = {"airflow_sync_provider.core.overview"}
-
-# Known exceptions (each entry must still be found, else the test asks to remove it).
-KNOWN_LONG_SIGNATURES: set[str] = set()
-KNOWN_CIRCLES: set[frozenset[str]] = set()  # none left; a circle the CDC rewrite must keep open would go here
-KNOWN_PRIVATE_IMPORTS: set[str] = set()  # "importer -> module._name"
-KNOWN_LONG_MODULES: set[str] = set()
-KNOWN_IMPORTS_UP: set[str] = set()
 
 
 def _modules() -> dict[str, Path]:
@@ -201,48 +194,33 @@ def _private_imports() -> set[str]:
 
 def test_no_module_is_longer_than_six_hundred_lines():
     found = _long_modules()
-    offenders = {k: v for k, v in found.items() if k not in KNOWN_LONG_MODULES}
-    assert not offenders, ("modules over 600 lines (split them by concern): "
-                           + ", ".join(f"{k} ({v})" for k, v in sorted(offenders.items())))
-    stale = KNOWN_LONG_MODULES - set(found)
-    assert not stale, f"fixed, so remove them from KNOWN_LONG_MODULES: {sorted(stale)}"
+    assert not found, ("modules over 600 lines (split them by concern): "
+                       + ", ".join(f"{k} ({v})" for k, v in sorted(found.items())))
 
 
 def test_nothing_below_cdc_imports_it():
     found = _imports_up()
-    offenders = found - KNOWN_IMPORTS_UP
-    assert not offenders, "core modules below CDC that import it: " + ", ".join(sorted(offenders))
-    stale = KNOWN_IMPORTS_UP - found
-    assert not stale, f"fixed, so remove them from KNOWN_IMPORTS_UP: {sorted(stale)}"
+    assert not found, "core modules below CDC that import it: " + ", ".join(sorted(found))
 
 
 def test_no_function_takes_more_than_seven_parameters():
     found = _long_signatures()
-    offenders = {k: v for k, v in found.items() if k not in KNOWN_LONG_SIGNATURES}
-    assert not offenders, ("functions taking more than 7 parameters (put the job's context on a run object): "
-                           + ", ".join(f"{k} ({v})" for k, v in sorted(offenders.items())))
-    stale = KNOWN_LONG_SIGNATURES - set(found)
-    assert not stale, f"fixed, so remove them from KNOWN_LONG_SIGNATURES: {sorted(stale)}"
+    assert not found, ("functions taking more than 7 parameters (put the job's context on a run object): "
+                       + ", ".join(f"{k} ({v})" for k, v in sorted(found.items())))
 
 
 def test_the_package_modules_import_each_other_in_no_circle():
     circles = _circles()
-    offenders = [c for c in circles if frozenset(c) not in KNOWN_CIRCLES]
-    assert not offenders, "modules that import each other in a circle:\n" + "\n".join(
+    assert not circles, "modules that import each other in a circle:\n" + "\n".join(
         " <-> ".join(c) + ": " + "; ".join(f"{a} imports {', '.join(sorted(_imports(a)[b]))} from {b}"
                                            for a in c for b in sorted(_imports(a)) if b in c)
-        for c in offenders)
-    stale = KNOWN_CIRCLES - {frozenset(c) for c in circles}
-    assert not stale, f"broken, so remove them from KNOWN_CIRCLES: {sorted(map(sorted, stale))}"
+        for c in circles)
 
 
 def test_no_module_takes_a_private_name_from_another():
     found = _private_imports()
-    offenders = found - KNOWN_PRIVATE_IMPORTS
-    assert not offenders, "private names used across modules (make them public or move them): " + ", ".join(
-        sorted(offenders))
-    stale = KNOWN_PRIVATE_IMPORTS - found
-    assert not stale, f"fixed, so remove them from KNOWN_PRIVATE_IMPORTS: {sorted(stale)}"
+    assert not found, "private names used across modules (make them public or move them): " + ", ".join(
+        sorted(found))
 
 
 def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
