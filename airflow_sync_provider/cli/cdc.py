@@ -10,7 +10,7 @@ import os
 import time
 
 from airflow_sync_provider.cli.common import DRIVER_COPY_ROWS_HELP, job_arguments, submit, url_arguments
-from airflow_sync_provider.cli.selection import group_sources, selection_arguments
+from airflow_sync_provider.cli.selection import group_sources, layout_arguments, layout_of, selection_arguments
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, PIPELINE_STOPPED, Checkpoints
 from airflow_sync_provider.core.cdc.servers import Server, reached, server_of, source_epoch
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
@@ -138,6 +138,7 @@ def _add_bootstrap_parser(cdc_sub) -> None:
     boot.add_argument("--watermark-table", help="MySQL only: db.table the job may create and write (exact positions)")
     boot.add_argument("--restart", action="store_true", help="start again instead of resuming")
     boot.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
+    layout_arguments(boot)
     job_arguments(boot)
     boot.set_defaults(func=cmd_cdc_bootstrap)
 
@@ -147,7 +148,8 @@ def cmd_cdc_bootstrap(args) -> int:
     spec = CdcBootstrapSpec(sources=sources or one_server(MySQLEndpoint.from_url(args.mysql_url)),
                             merge=Merge.of(args.merge_into or ""),
                             target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
-                            tableset=TableSet(tables=_named_tables(args), select=_selection(args)),
+                            tableset=TableSet(tables=_named_tables(args), select=_selection(args),
+                                              layout=layout_of(args)),
                             channels=args.channels, chunk_rows=args.chunk_rows, watermark_table=args.watermark_table,
                             restart=args.restart, change_selection=args.change_selection,
                             ledger_database=args.ledger_database, driver_copy_rows=args.driver_copy_rows)

@@ -8,6 +8,8 @@ from airflow_sync_provider.cli.selection import (
     group_selection,
     group_sources,
     group_tables,
+    layout_arguments,
+    layout_of,
     pattern_selection,
     selection_arguments,
 )
@@ -42,6 +44,7 @@ def add_parser(sub) -> None:
                       help="large reads of MySQL rows: auto (Arrow-native unless a probe disagrees), native or "
                            "mysqlclient")
     diff.add_argument("--report-dir", help="where the HTML report goes")
+    layout_arguments(diff)  # with --apply, when the copy does not exist yet
     job_arguments(diff)
     diff.set_defaults(func=cmd_diff)
 
@@ -66,7 +69,8 @@ def cmd_diff(args) -> int:
         column, _, value = item.partition("=")
         tolerances[column] = float(value)
     spec = SnapshotDiffSpec(target=ClickHouseEndpoint.from_url(args.clickhouse_url), old_table=args.old or "",
-                            tableset=TableSet(select=select, tables=tables, parallel=args.parallel_tables),
+                            tableset=TableSet(select=select, tables=tables, parallel=args.parallel_tables,
+                                              layout=layout_of(args)),
                             merge=Merge.of(args.merge_into or ""),
                             sources=sources or one_server(
                                 MySQLEndpoint.from_url(args.mysql_url) if args.table or select else None),

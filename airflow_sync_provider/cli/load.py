@@ -14,6 +14,8 @@ from airflow_sync_provider.cli.selection import (
     group_selection,
     group_sources,
     group_tables,
+    layout_arguments,
+    layout_of,
     pattern_selection,
     selection_arguments,
 )
@@ -43,6 +45,7 @@ def add_parser(sub) -> None:
     load.add_argument("--reader", choices=READERS, default="auto",
                       help="auto (Arrow-native unless a probe disagrees with mysqlclient), native or mysqlclient")
     load.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
+    layout_arguments(load)
     job_arguments(load)
     load.set_defaults(func=cmd_load)
 
@@ -57,7 +60,7 @@ def cmd_load(args) -> int:
     database = "" if select else _one_database(args, source)
     table = "" if select else args.table
     spec = FullLoadSpec(sources=one_server(source), target=target, source_database=database, source_table=table,
-                        tableset=TableSet(select=select, parallel=args.parallel_tables),
+                        tableset=TableSet(select=select, parallel=args.parallel_tables, layout=layout_of(args)),
                         target_database="" if select else args.target_database or (
             target.database if target.database != "default" else database),
                         target_table="" if select else args.target_table or table,
@@ -110,7 +113,7 @@ def _group_load(args, sources: list[Source], target: ClickHouseEndpoint) -> Full
     return FullLoadSpec(target=target, source_database="", source_table="", target_database="", target_table="",
                         sources=sources, merge=Merge.of(args.merge_into or ""),
                         tableset=TableSet(select=group_selection(args), tables=group_tables(args),
-                                          parallel=args.parallel_tables),
+                                          parallel=args.parallel_tables, layout=layout_of(args)),
                         load_key=args.load_key or "", channels=args.channels, columns=args.column,
                         exclude_columns=args.exclude_column or [], split_column=args.split_column,
                         split_factor=args.split_factor, strategy=args.strategy,

@@ -1,5 +1,6 @@
 """Which tables a command works on: many by pattern (``--database`` / ``--select-table`` /
-``--exclude-table``) and source groups (``--source NAME``, ``--merge-into``)."""
+``--exclude-table``), source groups (``--source NAME``, ``--merge-into``), and how the copies it
+creates are laid out (``--order-by`` …: core/target/layout.py)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,26 @@ def group_selection(args) -> dict | None:
     return {"databases": args.database, "tables": args.select_table or ["*"],
             "exclude_tables": args.exclude_table or [],
             **({"target_database": args.target_database} if args.target_database else {})}
+
+
+def layout_arguments(parser) -> None:
+    """The copy's layout, on every command that creates a copy (docs/layouts.md)."""
+    group = parser.add_argument_group("layout of the copies it creates (docs/layouts.md)")
+    group.add_argument("--order-by", action="append", metavar="EXPR",
+                       help="sorting key column or expression (repeat); the primary key is appended where missing")
+    group.add_argument("--partition-by", metavar="EXPR", help="PARTITION BY expression, e.g. toYYYYMM(created_at)")
+    group.add_argument("--primary-key", action="append", metavar="EXPR", help="a prefix of the sorting key (repeat)")
+    group.add_argument("--ttl", metavar="EXPR", help="TTL expression (the checks then report expired rows as missing)")
+    group.add_argument("--table-setting", action="append", metavar="NAME=VALUE", help="table setting (repeat)")
+    group.add_argument("--engine", metavar="NAME",
+                       help="ReplacingMergeTree (default) or ReplicatedReplacingMergeTree[('path', 'replica')]")
+    group.add_argument("--cluster", metavar="NAME", help="ON CLUSTER and a Distributed table (not yet written to)")
+    group.add_argument("--json-as", choices=("json", "string"), help="MySQL JSON as ClickHouse String (default)")
+
+
+def layout_of(args) -> dict | None:
+    """The layout the arguments give (None: the copy's own, or the default for a new one)."""
+    layout = {"order_by": args.order_by, "partition_by": args.partition_by, "primary_key": args.primary_key,
+              "ttl": args.ttl, "settings": args.table_setting, "engine": args.engine, "cluster": args.cluster,
+              "json": args.json_as}
+    return {k: v for k, v in layout.items() if v} or None

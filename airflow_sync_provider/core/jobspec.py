@@ -32,6 +32,7 @@ from airflow_sync_provider.core.source.schema import TableSchema, read_table_sch
 from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
+from airflow_sync_provider.core.target.layout import Layout, LayoutError
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 READERS = ("auto", "native", "mysqlclient")
@@ -76,6 +77,9 @@ class JobSpec:
         self.merge = Merge.of(self.merge)
         template = self.side_by_side if self.grouped and not self.merge else ""
         self.tableset = TableSet.of(self.tableset).configured(template)
+        if self.merge and self.tableset.has_layout:
+            raise LayoutError(f"the merged copy {self.merge.into}: a layout of its own is not supported yet (its "
+                              "key is the source key and the source columns); leave layout out for merged copies")
 
 
 @dataclass(kw_only=True)
@@ -172,10 +176,16 @@ class FullLoadSpec(JobSpec):
     def filter(self) -> Filter:
         return Filter(self.where, tuple(self.where_params)) if self.where else Filter()
 
+    @property
+    def layout(self) -> Layout:
+        """The copy's layout (one table's load: the job's, core/target/layout.py)."""
+        return self.tableset.layout_of()
+
     def for_table(self, table: dict) -> "FullLoadSpec":
         """One selected table's load (``table``: a table_config)."""
         return dataclasses.replace(
-            self, tableset=TableSet(), source_database=table["source_database"],
+            self, tableset=TableSet(layout=self.tableset.layout_of(table).to_dict()),
+            source_database=table["source_database"],
             source_table=table["source_table"], target_database=table["target_database"],
             target_table=table["target_table"], load_key=table_key(self.load_key, table),
             columns=table["columns"] or self.columns, exclude_columns=table["exclude_columns"] or self.exclude_columns,
@@ -188,7 +198,8 @@ class FullLoadSpec(JobSpec):
     def for_member(self, member: Member, endpoint: MySQLEndpoint, table: dict) -> "FullLoadSpec":
         """One source table's load of a merged copy (``table``: its table_config)."""
         return dataclasses.replace(
-            self, sources=one_server(endpoint), merge=None, tableset=TableSet(), member=dataclasses.asdict(member),
+            self, sources=one_server(endpoint), merge=None, tableset=TableSet(layout=self.tableset.layout),
+            member=dataclasses.asdict(member),
             source_database=member.database, source_table=member.table, target_database=self.merge.database,
             target_table=self.merge.table,
             load_key=member_key(self.load_key, member), columns=table["columns"] or self.columns,
@@ -379,7 +390,8 @@ class CdcBootstrapSpec(JobSpec):
             batch_rows=self.batch_rows, columns=table.get("columns"), exclude_columns=table["exclude_columns"],
             split_column=split_column, split_factor=self.split_factor, strategy=self.strategy,
             channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
-            ledger_database=self.ledger_database, failure_wait_seconds=self.failure_wait_seconds)
+            ledger_database=self.ledger_database, failure_wait_seconds=self.failure_wait_seconds,
+            tableset=TableSet(layout=self.tableset.layout_of(table).to_dict()))
 
 
 @dataclass(kw_only=True)
@@ -462,13 +474,15 @@ class SnapshotDiffSpec(JobSpec):
         """One source table of a merged copy against the copy's rows of it (``table``: its
         table_config, unused: a diff compares every column the copy holds)."""
         return dataclasses.replace(
-            self, sources=one_server(endpoint), merge=None, tableset=TableSet(), member=dataclasses.asdict(member),
+            self, sources=one_server(endpoint), merge=None, tableset=TableSet(layout=self.tableset.layout),
+            member=dataclasses.asdict(member),
             source_database=member.database, source_table=member.table, old_table=self.merge.into,
             diff_key=member_key(self.diff_key, member))
 
     def for_table(self, table: dict) -> "SnapshotDiffSpec":
         return dataclasses.replace(
-            self, tableset=TableSet(), source_database=table["source_database"],
+            self, tableset=TableSet(layout=self.tableset.layout_of(table).to_dict()),
+            source_database=table["source_database"],
             source_table=table["source_table"], old_table=f"{table['target_database']}.{table['target_table']}",
             diff_key=f"{self.diff_key}:{table['source_database']}.{table['source_table']}" if self.diff_key else "",
             changes_table="")

@@ -38,12 +38,17 @@ class CdcBootstrapOperator(SparkJobOperator):
         ``<pipeline>@<source>``; with ``merge_into`` (``"db.table"``) all of them bootstrapped into one
         merged copy (its columns the union of the shards', created or extended before anything is
         copied). XCom: ``sources`` (each one's summary), ``tables`` (with their ``source``).
+    :param layout: how the copies are laid out in ClickHouse (docs/layouts.md): ``order_by``,
+        ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
+        ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
+        reshaped (``airflow-sync reshape``); one that differs is refused, naming both.
     """
 
     job = "cdc_bootstrap"
-    template_fields = ("pipeline", "tables", "select", "merge_into")
+    template_fields = ("layout", "pipeline", "tables", "select", "merge_into")
 
     def __init__(self, *, pipeline: str, tables: list | None = None, select: dict | None = None,
+                 layout: dict | None = None,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  channels: int = 2, chunk_rows: int = DEFAULT_CHUNK_ROWS, split_factor: int | None = None,
                  watermark_table: str | None = None, restart: bool = False,
@@ -55,6 +60,7 @@ class CdcBootstrapOperator(SparkJobOperator):
         self.sources = sources
         self.merge_into = merge_into
         self.tables = tables or []
+        self.layout = layout
         self.select = select
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id

@@ -84,14 +84,19 @@ class FullLoadOperator(SparkJobOperator):
     :param driver_copy_rows: tables estimated at no more rows are copied by the Spark driver
         alone, without starting executors (default: 300,000 on a cluster, every table on a local
         master; 0: always on executors).
+    :param layout: how the copies are laid out in ClickHouse (docs/layouts.md): ``order_by``,
+        ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
+        ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
+        reshaped (``airflow-sync reshape``); one that differs is refused, naming both.
     """
 
     job = "full_load"
-    template_fields = ("table", "select", "tables", "merge_into", "load_key", "source_database", "target_database",
-                       "target_table",
+    template_fields = ("layout", "table", "select", "tables", "merge_into", "load_key", "source_database",
+                       "target_database", "target_table",
                        "columns", "exclude_columns", "split_column", "where", "where_params", "replace_partitions")
 
     def __init__(self, *, table: str | None = None, select: dict | None = None, tables: list | None = None,
+                 layout: dict | None = None,
                  parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", sources: list | None = None,
                  merge_into: str = "", load_key: str | None = None,
@@ -116,6 +121,7 @@ class FullLoadOperator(SparkJobOperator):
         self.table = table
         self.select = select
         self.tables = tables
+        self.layout = layout
         self.parallel_tables = parallel_tables
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id

@@ -54,13 +54,17 @@ class SnapshotDiffOperator(SparkJobOperator):
     :param reader: how large reads of MySQL rows go, as ``FullLoadOperator``'s: ``auto``
         (Arrow-native unless a probe of the first rows disagrees with mysqlclient), ``native`` or
         ``mysqlclient``. Reads of a few rows (a scattered change's) always use mysqlclient.
+    :param layout: how the copies are laid out in ClickHouse (docs/layouts.md): ``order_by``,
+        ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
+        ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
+        reshaped (``airflow-sync reshape``); one that differs is refused, naming both.
     """
 
     job = "snapshot_diff"
-    template_fields = ("old_table", "select", "tables", "merge_into", "source_table", "new_table", "diff_key",
+    template_fields = ("layout", "old_table", "select", "tables", "merge_into", "source_table", "new_table", "diff_key",
                        "changes_table", "report_dir")
 
-    def __init__(self, *, old_table: str = "", source_table: str = "", new_table: str = "",
+    def __init__(self, *, layout: dict | None = None, old_table: str = "", source_table: str = "", new_table: str = "",
                  select: dict | None = None, tables: list | None = None, parallel_tables: int = 2,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  sources: list | None = None, merge_into: str = "",
@@ -79,6 +83,7 @@ class SnapshotDiffOperator(SparkJobOperator):
         self.old_table = old_table
         self.select = select
         self.tables = tables
+        self.layout = layout
         self.parallel_tables = parallel_tables
         self.source_table = source_table
         self.new_table = new_table

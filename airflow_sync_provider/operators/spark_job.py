@@ -88,9 +88,10 @@ class SparkJobOperator(BaseOperator):
         raise NotImplementedError
 
     def tableset(self) -> TableSet:
-        """The tables the operator was given (``select``, ``tables``, ``parallel_tables``), as a spec carries them."""
+        """The tables the operator was given (``select``, ``tables``, ``parallel_tables``, ``layout``), as a
+        spec carries them."""
         return TableSet(select=getattr(self, "select", None), tables=list(getattr(self, "tables", None) or []),
-                        parallel=getattr(self, "parallel_tables", 2))
+                        parallel=getattr(self, "parallel_tables", 2), layout=getattr(self, "layout", None))
 
     def summarize(self, result: dict) -> dict:
         return result

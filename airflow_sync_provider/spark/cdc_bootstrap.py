@@ -205,8 +205,9 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
 def _prepare_target(ch, schema, load: FullLoadSpec, weight: bool) -> None:
     database, table = load.target_database, load.target_table
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+    layout = target.resolve_layout(ch, database, table, load.layout)  # an existing copy's, or refused
     if not target.table_exists(ch, database, table):
-        ch.command(target.create_table_sql(schema, database, table, weight=weight))
+        ch.command(target.create_table_sql(schema, database, table, layout, weight=weight))
         return
     target.check_layout(ch, database, table)
     present = target.column_types(ch, database, table)

@@ -33,6 +33,7 @@ from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema
 from airflow_sync_provider.core.source.selection import TableSet, table_config
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.layout import Layout
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.typemap import map_column
 from airflow_sync_provider.spark import cdc_bootstrap
@@ -62,7 +63,8 @@ def route_for(conn, ch, table: PipelineTable, facts: dict | None = None) -> Tabl
         schema = schema.select([c.name for c in schema.columns if c.name in present])
         table.remember_shape(schema)
     route = TableRoute(schema, database, name, table, skip_before=table.skip_before)
-    route.key = facts.sorting_key  # the copy's key (a later key change is refused)
+    # the copy's key (a later key change is refused) and the columns its layout places rows by
+    route.keyed(facts.key, facts.layout.place_columns(route.names))
     if SPLIT_WEIGHT_COLUMN in present and table.split_column:
         route.weight = schema.column(table.split_column)
     return route
@@ -86,9 +88,12 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
     """A new copy ``name`` of ``table`` in the layout of ``schema``, split (chunked) on its key's first column."""
     key = ChunkKey.of(schema).names[0]
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
+    # a re-keyed copy keeps the copy's layout; a new table takes the one its entry asked for
+    layout = (target.copy_layout(ch, table.target_database, table.target_table)
+              if target.table_exists(ch, table.target_database, table.target_table) else Layout.of(table.layout))
     # marked as a working table: publish_working's swap of it is idempotent
     target.create_working(ch, schema, table.target_database, name, weight=needs_weight(schema.column(key)),
-                          direct=True)
+                          direct=True, layout=layout)
     table.split_column = key
 
 
@@ -96,7 +101,7 @@ def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
     """Is the copy ordered by another key than ``schema``'s primary key (other columns, or a key
     column of another type)?"""
     database, name = table.target_database, table.target_table
-    if target.sorting_key(ch, database, name) != list(schema.target_key):
+    if target.copy_key(ch, database, name) != list(schema.target_key):
         return True
     present, wanted = target.column_types(ch, database, name), {m.name: m.ch_type for m in schema.mappings()}
     return any(present.get(k) != wanted[k] for k in schema.primary_key)
@@ -175,7 +180,7 @@ class Recopies:
             if not target.table_exists(ch, table.target_database, table.target_table):  # a new table
                 _create_copy(ch, before, table, table.target_table)
             elif table.member and _rekeyed(ch, before, table):
-                keyed = target.sorting_key(ch, table.target_database, table.target_table)
+                keyed = target.copy_key(ch, table.target_database, table.target_table)
                 raise BinlogError(f"table {name} (a shard of the merged copy {table.target_database}."
                                   f"{table.target_table}): its primary key is now {list(before.primary_key)}, but the "
                                   f"merged copy is keyed by {keyed}; a merged copy has one key. A retry stops here "

@@ -101,11 +101,17 @@ class Decoded:
 
 
 def _latest(route: TableRoute, rows, versions, deleted):
-    """Per key only its last change in the batch (the highest version: the one FINAL keeps)."""
-    last = dict(zip(map(route.key_getter, rows), range(len(rows))))
-    if len(last) == len(rows):
+    """Per place (the key, and the layout's columns: TableRoute.keyed) only its last change in the
+    batch (the highest version: the one FINAL keeps).
+
+    A row that moves (core/target/layout.py) leaves a tombstone of its old values at the same
+    version as its new row; when the layout's expressions put both in one sorting key and
+    partition after all (a date moved within its month), ReplacingMergeTree keeps the row
+    inserted last of two equal versions: so the tombstones go first."""
+    last = dict(zip(map(route.place_getter, rows), range(len(rows))))
+    if len(last) == len(rows) and not (route.moves and any(deleted)):
         return rows, versions, deleted
-    keep = sorted(last.values())
+    keep = sorted(last.values(), key=lambda i: (not deleted[i], i)) if route.moves else sorted(last.values())
     return [rows[i] for i in keep], [versions[i] for i in keep], [deleted[i] for i in keep]
 
 

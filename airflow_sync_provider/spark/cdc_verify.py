@@ -89,6 +89,7 @@ class TableCheck:
     plan: Plan
     predicates: list
     weight: object  # the copy's collated split column (rows carry its weight), or None
+    place: tuple = ()  # the columns beyond the key the copy's layout places rows by (core/target/layout.py)
 
     @property
     def slices(self) -> list[int]:
@@ -119,7 +120,9 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
         plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (Shard(0, "1=1"),))
         predicates = [member_filter(schema)]
     weight = schema.column(table.split_column) if weighted else None
-    return TableCheck(table.name, table, schema, plan, predicates, weight)
+    place = target.copy_layout(ch, database, name).place_columns([c.name for c in schema.columns])
+    return TableCheck(table.name, table, schema, plan, predicates, weight,
+                      tuple(c for c in place if c not in schema.primary_key))
 
 
 class Snapshot:
@@ -190,13 +193,19 @@ def copy_at(ch, check: TableCheck, slice_id: int, position: BinlogPosition) -> t
     key = ", ".join(ch_ident(k) for k in check.schema.primary_key)
     at = int(position.version())
     k, v, d, h = (f"airflow_sync_{n}" for n in ("key", "version", "deleted", "hash"))  # no column's name
-    row = ch.query(
-        f"SELECT countIf({d} = 0 AND {v} < {at}), sumIf({h}, {d} = 0 AND {v} < {at}), "
-        f"groupArrayIf({MAX_SET_ASIDE + 1})({k}, {v} >= {at}) FROM ("
-        f"SELECT tuple({key}) AS {k}, max({version}) AS {v}, argMax({deleted}, {version}) AS {d}, "
-        f"argMax(toUInt128({ch_row_hash(check.schema.mappings())}), {version}) AS {h} "
-        f"FROM {ch_table(check.table.target_database, check.table.writes_to)} WHERE {where} GROUP BY {k})",
-        parameters=params).result_rows[0]
+    # each place of a key on its own (its layout's columns beyond the key: TableCheck.place), then
+    # per key: live where exactly one place is, so a row left live under an old place is a mismatch
+    place, inner = "".join(f", {ch_ident(c)}" for c in check.place), ("_p" if check.place else "")
+    places = (f"SELECT tuple({key}) AS {k}, max({version}) AS {v}{inner}, argMax({deleted}, {version}) AS {d}{inner}, "
+              f"argMax(toUInt128({ch_row_hash(check.schema.mappings())}), {version}) AS {h}{inner} "
+              f"FROM {ch_table(check.table.target_database, check.table.writes_to)} WHERE {where} "
+              f"GROUP BY {k}{place}")
+    if check.place:
+        places = (f"SELECT {k}, max({v}_p) AS {v}, toUInt8(sum(1 - {d}_p) != 1) AS {d}, "
+                  f"sumIf({h}_p, {d}_p = 0) AS {h} FROM ({places}) GROUP BY {k}")
+    row = ch.query(f"SELECT countIf({d} = 0 AND {v} < {at}), sumIf({h}, {d} = 0 AND {v} < {at}), "
+                   f"groupArrayIf({MAX_SET_ASIDE + 1})({k}, {v} >= {at}) FROM ({places})",
+                   parameters=params).result_rows[0]
     return (int(row[0]), int(row[1])), [tuple(k) for k in row[2]]
 
 

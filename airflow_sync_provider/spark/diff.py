@@ -29,6 +29,7 @@ from airflow_sync_provider.core.source.planning import Plan, Shard, Sharding, Sp
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.layout import stored
 from airflow_sync_provider.core.target.shards import (
     SPLIT_WEIGHT_COLUMN,
     cut_points,
@@ -93,7 +94,7 @@ def _create_copy(spec: SnapshotDiffSpec, ch) -> dict:
     database, table = split_name(spec.old_table)
     log.info(f"diff {spec.diff_key}: creating {spec.old_table} (it did not exist)")
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
-    ch.command(target.create_table_sql(schema, database, table))
+    ch.command(target.create_table_sql(schema, database, table, spec.tableset.layout_of()))
     return target.column_types(ch, database, table)
 
 
@@ -158,6 +159,16 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
             "ch_types": {m.name: m.ch_type for m in mappings.values()}}
 
 
+def _moves(ch, spec: SnapshotDiffSpec) -> bool:
+    """Can an upsert move a key out of its place in the copy (its layout sorts or partitions by
+    columns beyond the key: core/target/layout.py)? Then the apply tombstones the old place."""
+    if spec.on_change != "apply":
+        return False
+    database, table = split_name(spec.old_table)
+    layout = target.copy_layout(ch, database, table)
+    return bool(layout.place_columns(list(target.column_types(ch, database, table))))
+
+
 def _reload_remedy(spec: SnapshotDiffSpec) -> str:
     return (f"a retry does not help: reload {spec.source_database}.{spec.source_table} in full into {spec.old_table} "
             "(its full load; a CDC copy: re-bootstrap it), then diff again")
@@ -198,6 +209,11 @@ def _shape_notes(spec: SnapshotDiffSpec, copy: CopyShape, keys: tuple[str, ...])
         return ([f"{spec.old_table} is keyed by ({', '.join(copy.key)}) but the diff pairs rows by {key}: the flags "
                  "describe the copy as its readers see it (FINAL keeps one row per copy key)"],
                 {"old": f"{spec.old_table} is keyed by ({', '.join(copy.key)}), not by the diff's key {key}"})
+    layout = stored(copy.comment)[0]
+    if layout.place_columns(list(copy.columns)):  # core/target/layout.py: FINAL keeps a row per place
+        return [], {"old": f"{spec.old_table} is laid out as {layout.describe()}, so FINAL keeps a row per sorting "
+                           "key and partition: this key's row was left live under an old place, where nothing "
+                           "replaced it. reconcile with reimport (or the pipeline's verification) repairs it"}
     return [], {}
 
 
@@ -238,7 +254,7 @@ def _resolve_clickhouse(spec: SnapshotDiffSpec, ch, old_types: dict) -> dict:
     if not new_types:
         raise DiffError(f"the new snapshot {spec.new_table} does not exist on ClickHouse")
     names = [c for c in _user_columns(old_types) if c in new_types]
-    keys = spec.key_columns or target.sorting_key(ch, *split_name(spec.old_table))
+    keys = spec.key_columns or target.copy_key(ch, *split_name(spec.old_table))
     floats = [c for c in names if "Float" in old_types[c]]
     columns = DiffColumns.resolve(spec.old_table, names, keys, spec.compare_columns, spec.ignore_columns,
                                   spec.tolerances, floats)
@@ -361,7 +377,7 @@ def _diff(spec: SnapshotDiffSpec, spark, merged: TableSchema | None = None) -> d
     ctx = DiffContext(spec, run_id, found["columns"], found["schema"], found["texts"], plan,
                    found["old_predicates"], ChTable.of(ch, spec.old_table),
                    found["weight"], version, found["mysql_columns_sql"], found["key_position"], found["positions"],
-                   width, found.get("new_ch"), advice)
+                   width, found.get("new_ch"), advice, _moves(ch, spec))
     ids = [s.id for s in plan.shards]
     channels = max(1, min(spec.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]

@@ -123,6 +123,7 @@ class DiffContext:
     first_width: int = 1
     new_ch: ChTable | None = None  # a ClickHouse new side
     advice: dict = dataclasses.field(default_factory=dict)  # what to say of a key found twice on a side
+    moves: bool = False  # the copy's layout places rows by columns beyond the key (diff._moves)
 
 
 
@@ -335,7 +336,12 @@ def _write(ch, ctx: DiffContext, result) -> None:
     if spec.on_change != "apply":
         return
     database, table = spec.old_table.split(".", 1)
-    for rows, deleted in ((result.upserts, 0), (result.tombstones, 1)):
+    # a copy laid out by more than the key (core/target/layout.py): a changed row may move to
+    # another sorting key or partition, where it would not replace its old row; its old row gets a
+    # tombstone of the apply's version, inserted first (of two rows of one version in one place,
+    # the one inserted last is kept: the upsert, where old and new place turn out the same)
+    moved = (result.replaced, 1) if ctx.moves else (None, 1)
+    for rows, deleted in (moved, (result.upserts, 0), (result.tombstones, 1)):
         if rows is None:
             continue
         n = rows.num_rows

@@ -289,8 +289,9 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, dir
                 direct, weights = False, None
         mariadb = flavor(conn).mariadb
     native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
+    layout = target.resolve_layout(ch, spec.target_database, spec.target_table, spec.layout)
     return Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
-                split, weights, member=member_filter(schema)), note
+                split, weights, member=member_filter(schema), layout=layout), note
 
 
 def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy: Copy) -> int:
@@ -300,7 +301,7 @@ def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy:
         return target.publish_working(ch, spec.ledger_database, state.parts_table, spec.target_database,
                                       spec.target_table)
     loaded = target.Loaded(schema, spec.ledger_database, state.parts_table, spec.target_database, spec.target_table,
-                           copy.weight is not None)
+                           copy.weight is not None, copy.layout)
     if state.repair:
         return target.publish_repair(ch, loaded, repaired_shards(spec, ch, schema, plan, state))
     if spec.partition_by:
@@ -447,7 +448,7 @@ class TableLoad:
 
     def create_working(self) -> None:
         target.create_working(self.ch, self.schema, self.spec.ledger_database, self.state.parts_table,
-                              self.copy.weight is not None, self.copy.direct)
+                              self.copy.weight is not None, self.copy.direct, self.copy.layout)
 
     def begin(self, grouped: bool = False) -> None:
         """The working table made and the load recorded as running (a group's member: the group

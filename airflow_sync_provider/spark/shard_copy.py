@@ -48,6 +48,7 @@ from airflow_sync_provider.core.positions import EPOCH_SHIFT, snapshot_version
 from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts, Sent
+from airflow_sync_provider.core.target.layout import Layout
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, Weights
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
@@ -91,6 +92,7 @@ class Copy:
     # where its shards' ids start in the group's shared parts table
     member: tuple = ("1", {})
     shard_base: int = 0
+    layout: Layout = Layout()  # the copy's (core/target/layout.py): the working table's when direct
 
     def names(self) -> list[str]:
         return ([m.name for m in self.mappings] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])

@@ -359,7 +359,9 @@ class TableDecoder:
             self.columns.append(Column(index, column, mapping, f"_c{index}",
                                        _codec(column, charset_to_encoding, errors)))
             self.columns[-1].target = target
-        self.route, self.width, self.key_at = route, len(route.names), list(route.key_at)
+        # the "key" an image function returns is the row's place (TableRoute.keyed): the key, then
+        # the layout's columns, so an update that moves the row is seen from the images alone
+        self.route, self.width, self.key_at = route, len(route.names), list(route.place_at)
         # a merged copy's member: its absent and source columns are constants of every row
         self.constants = {i: route.virtual[name] for i, name in enumerate(route.names) if name in route.virtual}
         missing = set(route.names) - {c.name for c in self.columns} - set(route.virtual)
@@ -484,7 +486,7 @@ class Decoders:
         self.ring = ring
         self._built: dict = {}  # table id → (table map columns, route, every column's bit, decoder)
         self._said: set = set()
-        self._lanes: dict = {}  # table → its lane function
+        self._lanes: dict = {}  # (table, key width, moves) → its lane function
 
     def get(self, event, route) -> TableDecoder | None:
         if getattr(event, "compressed", False):  # its rows were parsed by the gate (binlog.EventGate)
@@ -519,9 +521,16 @@ class Decoders:
                      route.source, why)
 
     def lane_of(self, route):
-        lane = self._lanes.get(route.source)
+        """The lane function of a row's place (TableRoute.place_of): by its key alone, so every
+        change of a key goes to one lane."""
+        cached = (route.source, len(route.key_at), route.moves)
+        lane = self._lanes.get(cached)
         if lane is None:
-            lane = self._lanes[route.source] = self.ring.router(route.source)
+            lane = self.ring.router(route.source)
+            if route.moves:
+                by_key, width = lane, len(route.key_at)
+                lane = lambda place: by_key(place[:width])  # noqa: E731
+            lane = self._lanes[cached] = lane
         return lane
 
     def changes(self, decoder: TableDecoder, event, version: int, out: list) -> None:
@@ -537,7 +546,7 @@ class Decoders:
                 _, old, after = keys(nulls)(data, at + nb)
                 nulls_after = data[after] if nb == 1 else int.from_bytes(data[after:after + nb], "little")
                 row, key, end_at = full(nulls_after)(data, after + nb)
-                if old != key:  # a key change: the old key is gone, its tombstone keeps the old values
+                if old != key:  # the row moved (key or layout): its old place gets a tombstone of the old values
                     append((route, lane(old), full(nulls)(data, at + nb)[0], version, True))
                 append((route, lane(key), row, version, False))
                 at, version = end_at, version + 1

@@ -98,18 +98,23 @@ class XaStaging:
             self._made.add(name)
 
     def commit(self, began: BinlogPosition, route, low: int, version: int | None) -> int:
-        """Write a committed transaction's staged rows of ``route``'s table to its copy: each key's
-        last change at the commit's ``version`` (None: XA COMMIT … ONE PHASE, an ordinary commit:
+        """Write a committed transaction's staged rows of ``route``'s table to its copy: each place's
+        (key's) last change at the commit's ``version`` (None: XA COMMIT … ONE PHASE, an ordinary commit:
         every change at its own version from ``low`` up). Returns the rows written."""
         stage = ch_table(self.database, stage_table(self.pipeline, began, route.source))
         columns = list(route.names) + ([SPLIT_WEIGHT_COLUMN] if route.weight is not None else [])
         names = ", ".join(ch_ident(c) for c in columns + [VERSION_COLUMN, DELETED_COLUMN])
+        # tombstones first: of two rows of one version in one place, the one inserted last is kept
+        # (a moved row's tombstone and its new row, when its layout places both alike: cdc_stream._latest)
+        first = f" ORDER BY {ch_ident(DELETED_COLUMN)} DESC"
         if version is None:
-            select = f"SELECT {names} FROM {stage} WHERE {ch_ident(VERSION_COLUMN)} >= {int(low)}"
+            select = f"SELECT {names} FROM {stage} WHERE {ch_ident(VERSION_COLUMN)} >= {int(low)}{first}"
         else:
-            keep, key = ", ".join(ch_ident(c) for c in columns), ", ".join(ch_ident(k) for k in route.key)
-            select = (f"SELECT {keep}, toUInt64({int(version)}), {ch_ident(DELETED_COLUMN)} FROM {stage} "
-                      f"ORDER BY {ch_ident(VERSION_COLUMN)} DESC LIMIT 1 BY {key}")
+            keep = ", ".join(ch_ident(c) for c in columns)
+            key = ", ".join(ch_ident(route.names[i]) for i in route.place_at)  # a place's last change
+            select = (f"SELECT {keep}, toUInt64({int(version)}), {ch_ident(DELETED_COLUMN)} FROM (SELECT {keep}, "
+                      f"{ch_ident(DELETED_COLUMN)} FROM {stage} ORDER BY {ch_ident(VERSION_COLUMN)} DESC "
+                      f"LIMIT 1 BY {key}){first}")
         result = self.ch.query(f"INSERT INTO {ch_table(route.target_database, route.target_table)} ({names}) "
                                f"{select}", settings=WEIGHT_SETTINGS if route.weight is not None else None)
         return int((result.summary or {}).get("written_rows") or 0)

@@ -14,6 +14,8 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from airflow_sync_provider.core.target.layout import Layout
+
 
 def _matches(pattern: str, database: str, table: str) -> bool:
     if pattern.startswith("re:"):
@@ -35,6 +37,7 @@ class TableSelection:
     exclude_tables: tuple[str, ...] = ()
     # where the copies go: a database name, ``{database}`` standing for the source's
     target_database: str = "{database}"
+    layout: dict | None = None  # the selected tables' layout (core/target/layout.py)
 
     def __post_init__(self):
         if not self.databases:
@@ -52,17 +55,19 @@ class TableSelection:
     def of(cls, value: "dict | TableSelection | None") -> "TableSelection | None":
         if value is None or isinstance(value, TableSelection):
             return value
-        unknown = set(value) - {"databases", "tables", "exclude_tables", "target_database"}
+        unknown = set(value) - {"databases", "tables", "exclude_tables", "target_database", "layout"}
         if unknown:
             raise ValueError(f"table selection: unknown key(s) {sorted(unknown)}; use databases, tables, "
-                             "exclude_tables, target_database")
+                             "exclude_tables, target_database, layout")
         as_tuple = lambda v: (v,) if isinstance(v, str) else tuple(v or ())  # noqa: E731
         return cls(as_tuple(value["databases"]), as_tuple(value.get("tables", ("*",))) or ("*",),
-                   as_tuple(value.get("exclude_tables")), value.get("target_database") or "{database}")
+                   as_tuple(value.get("exclude_tables")), value.get("target_database") or "{database}",
+                   _layout(value.get("layout")))
 
     def to_dict(self) -> dict:
         return {"databases": list(self.databases), "tables": list(self.tables),
-                "exclude_tables": list(self.exclude_tables), "target_database": self.target_database}
+                "exclude_tables": list(self.exclude_tables), "target_database": self.target_database,
+                **({"layout": self.layout} if self.layout else {})}
 
     def matches(self, name: str) -> bool:
         """Is ``database.table`` selected?"""
@@ -83,23 +88,39 @@ class TableSelection:
         """The table's entry (:func:`table_config`'s keys) with its target database."""
         database, _, table = name.partition(".")
         return {"source_database": database, "source_table": table,
-                "target_database": self.target_database.replace("{database}", database)}
+                "target_database": self.target_database.replace("{database}", database), "layout": self.layout}
 
 
 @dataclass
 class TableSet:
     """The tables a job works on: named (``tables``: ``"db.table"`` or entries with their target
     and column choices, :func:`table_config`) and by pattern (``select``: :class:`TableSelection`'s
-    form), ``parallel`` of them at once (a job of many tables)."""
+    form), ``parallel`` of them at once (a job of many tables); ``layout``: how their copies are
+    laid out (core/target/layout.py), unless a table's entry or the selection says otherwise."""
 
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel: int = 2
+    layout: dict | None = None
 
     def __post_init__(self):
         TableSelection.of(self.select)  # a bad pattern fails here, before any work
+        self.layout = _layout(self.layout)  # an unknown option fails here too
+        for table in self.tables:
+            if isinstance(table, dict):
+                _layout(table.get("layout"))
         if self.parallel < 1:
             raise ValueError(f"parallel_tables must be >= 1, got {self.parallel}")
+
+    @property
+    def has_layout(self) -> bool:
+        """Does the job, its selection or a named table ask for a layout?"""
+        return bool(self.layout or (self.select or {}).get("layout")
+                    or any(isinstance(t, dict) and t.get("layout") for t in self.tables))
+
+    def layout_of(self, table: dict | None = None) -> Layout:
+        """A table's layout: its entry's options over the job's (``table``: a table_config)."""
+        return Layout.of({**(self.layout or {}), **((table or {}).get("layout") or {})})
 
     @classmethod
     def of(cls, value: "TableSet | dict | None") -> "TableSet":
@@ -120,7 +141,7 @@ class TableSet:
             if select and not select.get("target_database"):
                 select = {**select, "target_database": target_database}
             tables = [_with_target(t, target_database) for t in tables]
-        return TableSet(select, [table_config(t) for t in tables], self.parallel)
+        return TableSet(select, [table_config(t) for t in tables], self.parallel, self.layout)
 
     def for_source(self, name: str) -> "TableSet":
         """A group's tables for its source ``name`` (copied side by side): ``{source}`` in their
@@ -128,7 +149,7 @@ class TableSet:
         select = self.select and {**self.select, "target_database": (self.select.get("target_database")
                                                                       or "{database}").replace("{source}", name)}
         tables = [t | {"target_database": t["target_database"].replace("{source}", name)} for t in self.tables]
-        return TableSet(select, tables, self.parallel)
+        return TableSet(select, tables, self.parallel, self.layout)
 
 
 def _with_target(table, template: str) -> dict:
@@ -139,7 +160,7 @@ def _with_target(table, template: str) -> dict:
 
 def table_config(table) -> dict:
     """``"db.table"`` or a dict → {source_database, source_table, target_database, target_table,
-    columns, exclude_columns} (targets default to the source's names)."""
+    columns, exclude_columns, split_column, layout} (targets default to the source's names)."""
     if isinstance(table, str):
         database, _, name = table.partition(".")
         if not name:
@@ -150,10 +171,17 @@ def table_config(table) -> dict:
            "target_table": table.get("target_table") or table["source_table"],
            "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or []),
            # a full load split on a collated string keeps each row's collation weight: so must CDC
-           "split_column": table.get("split_column")}
+           "split_column": table.get("split_column"), "layout": _layout(table.get("layout"))}
     if table.get("member"):  # a merged copy's member (core/source/group.member_config) and its view
         out |= {"member": table["member"], "view": table.get("view")}
     return out
+
+
+def _layout(value) -> dict | None:
+    """A layout's dict form, checked (an unknown option is refused by name)."""
+    if isinstance(value, Layout):
+        return value.to_dict() or None
+    return Layout.of(value).to_dict() or None if value else None
 
 
 def largest_first(conn, configs: list[dict]) -> list[dict]:

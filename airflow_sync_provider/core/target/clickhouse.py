@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.positions import SCHEME
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
+from airflow_sync_provider.core.target.layout import MIRROR, Layout, LayoutError, check_same, layout_comment, stored
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
 
 VERSION_COLUMN = "_version"
@@ -97,26 +99,31 @@ def _order_by(schema: TableSchema) -> str:
     return "(" + ", ".join(ch_ident(c) for c in schema.target_key) + ")" if schema.primary_key else "tuple()"
 
 
-def create_table_sql(schema: TableSchema, database: str, table: str, partition_by: str | None = None,
+def create_table_sql(schema: TableSchema, database: str, table: str, layout: Layout = MIRROR,
                      weight: bool = False, if_not_exists: bool = False, marker: str = "") -> str:
     """ReplacingMergeTree keyed by the primary key, versioned in binlog order
     (core/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
-    version and hides deleted keys; an older row arriving late never resurrects one.
+    version and hides deleted keys; an older row arriving late never resurrects one. ``layout``
+    (core/target/layout.py): the sorting key, partitions, TTL, settings and engine the user chose
+    (a period load's partitions too); the comment records it with the source key.
 
     A table without a primary key gets a plain MergeTree: ReplacingMergeTree with an empty
-    sorting key would collapse every row into one. ``partition_by`` is a ClickHouse expression
-    (e.g. ``toYYYYMMDD(created_at)``) for period-scoped loads. ``weight``: the table is loaded
-    split on a collated string and keeps each row's weight, hidden.
+    sorting key would collapse every row into one. ``weight``: the table is loaded split on a
+    collated string and keeps each row's weight, hidden.
     """
+    names = [m.name for m in schema.mappings()]
+    layout.check(f"{database}.{table}", schema.target_key, names)
     cols = (_columns(schema)
             + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
             + _weight(weight, hidden=True))
-    engine = (f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)}, {ch_ident(DELETED_COLUMN)})" if schema.primary_key
-              else "MergeTree")
-    partition = f" PARTITION BY {partition_by}" if partition_by else ""
+    if schema.primary_key:
+        engine = layout.engine_sql(VERSION_COLUMN, DELETED_COLUMN) + layout.clauses(schema.target_key, names)
+    else:
+        engine = "MergeTree" + (f" PARTITION BY {layout.partition_by}" if layout.partition_by else "") + \
+            " ORDER BY tuple()"
+    comment = TABLE_COMMENT + layout_comment(layout, schema.target_key) + marker
     return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{ch_table(database, table)} (\n  "
-            + ",\n  ".join(cols) + f"\n) ENGINE = {engine}{partition} ORDER BY {_order_by(schema)}"
-            f" COMMENT {ch_string(TABLE_COMMENT + marker)}")
+            + ",\n  ".join(cols) + f"\n) ENGINE = {engine} COMMENT {ch_string(comment)}")
 
 
 # A direct working table is not merged while it is filled: merging while rows still arrive
@@ -128,21 +135,24 @@ DEFER_MERGES = {"min_parts_to_merge_at_once": 64}
 UNKNOWN_SETTING, ACCESS_DENIED = 115, 497  # ClickHouse error codes
 
 
-def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> str:
+def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool,
+                       layout: Layout = MIRROR) -> str:
     """A load's working table. ``direct`` (a full reload): already the final table's layout, so
     publishing is a swap and no copy; a re-read shard first deletes what its earlier attempts
     wrote (by the shard's target predicate, core/target/shards.py). Otherwise (period loads,
     repairs, split columns ClickHouse cannot compare) the parts layout."""
     if direct:  # the comment names the load's working table: publish_working sees a swap that happened
-        return create_table_sql(schema, database, table, weight=weight, if_not_exists=True, marker=_marker(table))
+        return create_table_sql(schema, database, table, layout, weight=weight, if_not_exists=True,
+                                marker=_marker(table))
     return create_parts_sql(schema, database, table, weight)
 
 
-def create_working(ch, schema: TableSchema, database: str, table: str, weight: bool, direct: bool) -> None:
+def create_working(ch, schema: TableSchema, database: str, table: str, weight: bool, direct: bool,
+                   layout: Layout = MIRROR) -> None:
     """:func:`create_working_sql`; a direct one's merges deferred (DEFER_MERGES) by the same
     privilege that resets them at publish (ALTER MODIFY SETTING): a server that does not know the
     setting (an older ClickHouse) or a user without the privilege gets the table as it is."""
-    ch.command(create_working_sql(schema, database, table, weight, direct))
+    ch.command(create_working_sql(schema, database, table, weight, direct, layout))
     if not direct:
         return
     try:
@@ -242,6 +252,35 @@ def sorting_key(ch, database: str, table: str) -> list[str]:
     return _key_columns(key)
 
 
+def copy_key(ch, database: str, table: str) -> list[str]:
+    """The source key a copy collapses rows by: recorded in its comment when it has a layout of its
+    own (core/target/layout.py), else its sorting key (the key, as a mirror is ordered)."""
+    _, key = stored(_comment(ch, database, table))
+    return key if key is not None else sorting_key(ch, database, table)
+
+
+def copy_layout(ch, database: str, table: str) -> Layout:
+    return stored(_comment(ch, database, table))[0]
+
+
+def resolve_layout(ch, database: str, table: str, requested: Layout) -> Layout:
+    """The layout a job writes ``table`` under: the one it asks for, which an existing copy must
+    have (else refused, naming both); none asked for: the copy's own."""
+    if not table_exists(ch, database, table):
+        return requested
+    comment = _comment(ch, database, table)
+    if not requested:
+        return stored(comment)[0]
+    check_same(f"{database}.{table}", requested, comment)
+    return requested
+
+
+def check_copy_layout(ch, database: str, table: str, layout: Layout) -> None:
+    """Refuse to write under ``layout`` into an existing copy laid out otherwise."""
+    if table_exists(ch, database, table):
+        check_same(f"{database}.{table}", layout, _comment(ch, database, table))
+
+
 def _key_columns(key) -> list[str]:
     return [k.strip().strip("()`") for k in str(key or "").split(",") if k.strip().strip("()")]
 
@@ -251,6 +290,16 @@ class TableFacts:
     comment: str
     sorting_key: list
     columns: dict  # name → type, in order
+
+    @property
+    def key(self) -> list:
+        """The source key the copy collapses rows by (:func:`copy_key`)."""
+        key = stored(self.comment)[1]
+        return key if key is not None else self.sorting_key
+
+    @property
+    def layout(self) -> Layout:
+        return stored(self.comment)[0]
 
 
 def table_facts(ch, tables: list[tuple[str, str]]) -> dict[tuple[str, str], TableFacts]:
@@ -293,6 +342,7 @@ class Loaded:
     database: str
     table: str
     weight: bool = False
+    layout: Layout = MIRROR  # the copy's (core/target/layout.py)
 
     def copy_into(self, ch, table: str) -> None:
         """Every loaded row into ``database.table`` (the copy or one of its own shadow tables)."""
@@ -306,7 +356,8 @@ def publish_full(ch, loaded: Loaded) -> int:
     shadow = private_name(table, "shadow", loaded.parts)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, shadow)}")
-    ch.command(create_table_sql(loaded.schema, database, shadow, weight=loaded.weight))
+    check_copy_layout(ch, database, table, loaded.layout)
+    ch.command(create_table_sql(loaded.schema, database, shadow, loaded.layout, weight=loaded.weight))
     loaded.copy_into(ch, shadow)
     return _swap_in(ch, database, shadow, database, table)
 
@@ -357,15 +408,20 @@ def publish_partitions(ch, loaded: Loaded, partition_by: str, partitions: list[s
     The stage table is this load's own, so period loads into one table may publish at once.
     """
     schema, database, table, weight = loaded.schema, loaded.database, loaded.table, loaded.weight
+    if loaded.layout.partition_by and loaded.layout.partition_by != partition_by:
+        raise LayoutError(f"table {database}.{table}: the period load's partition_by {partition_by!r} is not the "
+                          f"layout's {loaded.layout.partition_by!r}: give one")
+    layout = dataclasses.replace(loaded.layout, partition_by=partition_by)
     stage = private_name(table, "stage", loaded.parts)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     # IF NOT EXISTS: the first loads of a new table may be publishing side by side
-    ch.command(create_table_sql(schema, database, table, partition_by, weight, if_not_exists=True))
+    ch.command(create_table_sql(schema, database, table, layout, weight, if_not_exists=True))
     check_layout(ch, database, table)
+    check_copy_layout(ch, database, table, layout)
     if weight:  # REPLACE PARTITION needs the same columns on both sides
         ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS {_weight(True, True)[0]}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, stage)}")
-    ch.command(create_table_sql(schema, database, stage, partition_by, weight))
+    ch.command(create_table_sql(schema, database, stage, layout, weight))
     loaded.copy_into(ch, stage)
     present = {r[0]: r[1] for r in ch.query(
         f"SELECT _partition_id, count() FROM {ch_table(database, stage)} GROUP BY _partition_id").result_rows}

@@ -152,6 +152,7 @@ class BucketDiff:
     changes: pa.Table | None  # the change-set rows (flag, changed, keys, old__/new__ columns); None if none
     upserts: pa.Table | None  # new-side rows to write (new and changed)
     tombstones: pa.Table | None  # old-side rows to delete
+    replaced: pa.Table | None = None  # old-side rows of the changed keys (their places, for a moved row)
 
 
 def old_name(column: str) -> str:
@@ -210,7 +211,7 @@ def compare(old: pa.Table, new: pa.Table, columns: DiffColumns, where: str = "di
                                    names=out_names)
     upserts = new.take(present) if len(present) else None
     tombstones = old.take(_indices(gone)) if len(gone) else None
-    return BucketDiff(counts, changes, upserts, tombstones)
+    return BucketDiff(counts, changes, upserts, tombstones, old.take(_indices(oi[changed])) if len(changed) else None)
 
 
 def nullable(ch_type: str) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.layout import stored
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 
@@ -43,6 +44,7 @@ class CopyShape:
     engine: str
     key: tuple[str, ...]
     columns: dict = field(default_factory=dict)  # every column → its ClickHouse type, in order
+    comment: str = ""  # its table comment (the layout it was created with: core/target/layout.py)
 
     @property
     def qualified(self) -> str:
@@ -63,15 +65,17 @@ class CopyShape:
 
 def read_copy_shape(ch, database: str, table: str) -> CopyShape | None:
     """The copy's shape on ClickHouse, or None when it does not exist."""
-    rows = ch.query("SELECT engine FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+    rows = ch.query("SELECT engine, comment FROM system.tables WHERE database = {d:String} AND name = {t:String}",
                     parameters={"d": database, "t": table}).result_rows
     if not rows:
         return None
     # the key's columns by system.columns (a name may hold a comma, which sorting_key's text would split)
     columns = ch.query("SELECT name, type, is_in_sorting_key FROM system.columns WHERE database = {d:String} AND "
                        "table = {t:String} ORDER BY position", parameters={"d": database, "t": table}).result_rows
-    return CopyShape(database, table, str(rows[0][0]), tuple(name for name, _, key in columns if key),
-                     {name: ch_type for name, ch_type, _ in columns})
+    key = stored(rows[0][1])[1]  # a copy with a layout of its own records its source key
+    return CopyShape(database, table, str(rows[0][0]),
+                     tuple(key) if key is not None else tuple(name for name, _, in_key in columns if in_key),
+                     {name: ch_type for name, ch_type, _ in columns}, rows[0][1] or "")
 
 
 def _key_text(key) -> str:

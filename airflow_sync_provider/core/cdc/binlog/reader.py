@@ -328,7 +328,7 @@ class BinlogReader:
             if commit:
                 last = {}
                 for route, lane, row, _, deleted in parked.changes:
-                    last[(route.source, route.key_of(row))] = (route, lane, row, version, deleted)
+                    last[(route.source, route.place_of(row))] = (route, lane, row, version, deleted)
                 self._pending.extend(item for item in last.values() if version >= item[0].skip_before)
                 self._pending_bytes += parked.bytes
         elif commit:  # prepared before this reader's start: not before a copy's snapshot, say so
@@ -407,7 +407,7 @@ class BinlogReader:
             if isinstance(event, UpdateRowsEvent):
                 before = route.row(change["before_values"], change.get("before_none_sources"))
                 after = route.row(change["after_values"], change.get("after_none_sources"))
-                if route.key_of(before) != route.key_of(after):  # a key change: the old key is gone
+                if route.place_of(before) != route.place_of(after):  # the row moved: its old place is gone
                     self._pending.append(self._item(route, before, version + index, True))
                 self._pending.append(self._item(route, after, version + index, False))
             else:
@@ -415,7 +415,7 @@ class BinlogReader:
                                                 version + index, isinstance(event, DeleteRowsEvent)))
 
     def _item(self, route: TableRoute, row: tuple, version: int, deleted: bool):
-        return route, self._decoders.lane_of(route)(route.key_of(row)), row, version, deleted
+        return route, self._decoders.lane_of(route)(route.place_of(row)), row, version, deleted
 
 
 MARIADB_FL_PREPARED_XA = 0x40  # a GTID event's flag: its group is an XA transaction's prepare (log_event.h)

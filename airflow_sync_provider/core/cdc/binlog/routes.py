@@ -39,14 +39,24 @@ class TableRoute:
         # source columns (its tags) are not in its rows events; every row carries their values
         self.virtual = {m.name: m.source.tag for m in self.mappings if not m.source.in_table}
         self.table_names = [n for n in self.names if n not in self.virtual]
-        self.key_at = [self.names.index(k) for k in self.key]  # where the key's values are in a row
-        self.key_getter = operator.itemgetter(*self.key_at)  # a row's key (a value, not a tuple, for one column)
+        self.keyed(self.key, [])
         # columns the copy leaves out on purpose; any other column a rows event carries that the
         # copy lacks means a schema change was not followed
         chosen = self.table.columns if self.table is not None else None
         self._left_out = None if chosen is not None else \
             {c.lower() for c in (self.table.exclude_columns if self.table is not None else ())}
         self._shapes_seen: set = set()
+
+    def keyed(self, key: list[str], place: list[str]) -> None:
+        """The copy's key, and the columns beyond it that place a row in the copy (its layout's
+        sorting key and partition: core/target/layout.py). A change to any of them moves the row,
+        so the old place gets a tombstone; each place keeps only its last change of a batch."""
+        self.key = list(key)
+        self.key_at = [self.names.index(k) for k in self.key]  # where the key's values are in a row
+        self.place_at = self.key_at + [self.names.index(c) for c in place if c not in self.key]
+        self.moves = len(self.place_at) > len(self.key_at)  # can an update move a row?
+        # a row's place (a value, not a tuple, for one column): the copy's key plus its layout's columns
+        self.place_getter = operator.itemgetter(*self.place_at)
 
     def check_shape(self, names: tuple, where: str) -> None:
         """Compare a rows event's own column names (binlog_row_metadata=FULL) with the copy's."""
@@ -81,6 +91,9 @@ class TableRoute:
 
     def key_of(self, row: tuple) -> tuple:
         return tuple(row[i] for i in self.key_at)
+
+    def place_of(self, row: tuple) -> tuple:
+        return tuple(row[i] for i in self.place_at)
 
     def arrow(self, rows: list[tuple], versions: list[int], deleted: list[int], where: str) -> pa.Table:
         """Rows with their versions and tombstone flags as an Arrow table for the target; values
