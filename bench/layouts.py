@@ -1,0 +1,143 @@
+"""Layout bench: full-load rows/s and CDC changes/s of a copy laid out with ``order_by`` +
+``partition_by`` (core/target/layout.py) against the default mirror, side by side in one run.
+
+    .venv/bin/python -m bench.layouts [--rows 1000000] [--changes 200000] [--rounds 2]
+
+Per round, in alternating order: a full load of the same source table into a mirror copy and
+into a laid-out one (``order_by=["status"]``, ``partition_by="toYYYYMM(day)"``), each its own
+spark job in this process (``local[2]``). Then one change workload in MySQL — a third of the
+changes move their row (a new ``status`` and a day 40 days on: another sorting key and month
+in the laid-out copy), the rest change ``amount`` only — and each copy's pipeline applies the
+same binlog range (changes/s = row changes / the apply's seconds). A moved row costs the
+laid-out copy two rows (a tombstone of its old place and its new row): the rows written say so.
+Both copies are then compared with the source (FINAL, row count and a checksum).
+
+Services: private MariaDB + chDB endpoint under $BENCH_STATE (default /tmp/airflow-sync-bench-layouts);
+the chDB endpoint runs one statement at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
+from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.core.source.selection import TableSet
+from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target
+from bench.harness.env import machine, services, write_result
+from bench.harness.measure import fmt_rate, fmt_ratio, interleaved, median, rate, timer
+
+DB, TARGET_DB = "bench_lay", "bench_lay_ch"
+LAYOUTS = {"mirror": None, "laid out": {"order_by": ["status"], "partition_by": "toYYYYMM(day)"}}
+
+
+def _source(mysql_url, rows: int) -> None:
+    with mysql(mysql_url) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+        cur.execute(f"DROP TABLE IF EXISTS {DB}.orders")
+        cur.execute(f"CREATE TABLE {DB}.orders (id INT PRIMARY KEY, tenant INT NOT NULL, status VARCHAR(10) NOT NULL, "
+                    "day DATE NOT NULL, amount DECIMAL(12, 2), note VARCHAR(40))")
+        cur.execute(f"INSERT INTO {DB}.orders SELECT seq, seq % 50, ELT(1 + seq % 4, 'new', 'paid', 'sent', 'done'), "
+                    f"'2024-01-01' + INTERVAL (seq % 700) DAY, seq / 8, CONCAT('note ', seq) FROM {DB}.seq_1_to_{rows}")
+        conn.commit()
+
+
+def _changes(mysql_url, count: int, rows: int) -> int:
+    """``count`` row changes in transactions of 1,000: a third move their row."""
+    done, step = 0, 1000
+    with mysql(mysql_url) as conn, conn.cursor() as cur:
+        for start in range(1, rows + 1, step):
+            if done >= count:
+                break
+            if (start // step) % 3 == 0:
+                cur.execute(f"UPDATE {DB}.orders SET status = IF(status = 'held', 'new', 'held'), day = day + INTERVAL "
+                            "40 DAY WHERE id BETWEEN %s AND %s", (start, start + step - 1))
+            else:
+                cur.execute(f"UPDATE {DB}.orders SET amount = amount + 1 WHERE id BETWEEN %s AND %s",
+                            (start, start + step - 1))
+            done += cur.rowcount
+            conn.commit()
+    return done
+
+
+def _table(variant: str) -> str:
+    return "orders_mirror" if variant == "mirror" else "orders_laid_out"
+
+
+def _check(ch, mysql_url, variant: str) -> str:
+    with mysql(mysql_url) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT count(*), sum(amount), sum(CRC32(CONCAT(id, status, day))) FROM {DB}.orders")
+        want = tuple(int(v) for v in cur.fetchone())
+    got = tuple(int(v) for v in ch.query(f"SELECT count(), sum(amount), sum(CRC32(concat(toString(id), status, "
+                                         f"toString(day)))) FROM {TARGET_DB}.{_table(variant)} FINAL").result_rows[0])
+    return "exact" if got == want else f"DIFFERS {got} != {want}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--changes", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    from pyspark.sql import SparkSession
+
+    from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
+    from airflow_sync_provider.spark.full_load import run_full_load
+
+    spark = SparkSession.builder.master("local[2]").appName("bench-layouts").getOrCreate()
+    with services("layouts") as (mysql_url, ch_url):
+        drop_bench_data(mysql_url, ch_url, source_dbs=[DB], target_dbs=[TARGET_DB])
+        _source(mysql_url, args.rows)
+        ch = ch_client(ch_url)
+        load_seconds: dict = {v: [] for v in LAYOUTS}
+        keys: dict = {}
+        for round_, variant in interleaved(LAYOUTS, args.rounds):
+            ch.command(f"DROP TABLE IF EXISTS {TARGET_DB}.{_table(variant)}")
+            keys[variant] = f"bench.layouts.{variant}.{time.time_ns()}"
+            with timer() as took:
+                run_full_load(FullLoadSpec(sources=one_server(source(mysql_url)), target=target(ch_url),
+                                           source_database=DB, source_table="orders", target_database=TARGET_DB,
+                                           target_table=_table(variant), load_key=keys[variant], channels=2,
+                                           tableset=TableSet(layout=LAYOUTS[variant])), spark)
+            load_seconds[variant].append(took["seconds"])
+            print(f"round {round_ + 1} load {variant}: {took['seconds']:.1f} s", flush=True)
+        # every copy's pipeline from its last load; then one workload, applied by each
+        applied: dict = {}
+        for variant in LAYOUTS:
+            pipeline = f"bench_lay_{_table(variant)}_{time.time_ns()}"
+            run_cdc_apply(CdcApplySpec(sources=one_server(source(mysql_url)), target=target(ch_url),
+                                       pipeline=pipeline, start_from_loads=[keys[variant]], verify_period=0), spark)
+            applied[variant] = {"pipeline": pipeline}
+        changes = _changes(mysql_url, args.changes, args.rows)
+        for _, variant in interleaved(LAYOUTS, 1):
+            with timer() as took:
+                result = run_cdc_apply(CdcApplySpec(sources=one_server(source(mysql_url)), target=target(ch_url),
+                                                    pipeline=applied[variant]["pipeline"], verify_period=0), spark)
+            applied[variant] |= {"seconds": took["seconds"], "events": result["events"],
+                                 "written": result["rows_written"]}
+            print(f"apply {variant}: {result['events']} changes in {took['seconds']:.1f} s", flush=True)
+        checks = {v: _check(ch, mysql_url, v) for v in LAYOUTS}
+    spark.stop()
+    load_rate = {v: rate(args.rows, median(s)) for v, s in load_seconds.items()}
+    cdc_rate = {v: rate(a["events"], a["seconds"]) for v, a in applied.items()}
+    lines = [
+        "# Laid-out copies vs the mirror (bench/layouts.py)", "",
+        f"Machine: {machine()}. Services: local MariaDB and the chDB endpoint (one statement at a time). "
+        f"{args.rows:,} rows; {changes:,} row changes, a third of them moving their row. Spark local[2] in "
+        f"the bench's process. Laid out: {LAYOUTS['laid out']}.", "",
+        "| | mirror | laid out | laid out / mirror |", "|---|---|---|---|",
+        f"| full load, rows/s (median of {args.rounds}) | {fmt_rate(load_rate['mirror'])} | "
+        f"{fmt_rate(load_rate['laid out'])} | {fmt_ratio(load_rate['laid out'], load_rate['mirror'])} |",
+        f"| CDC apply, changes/s | {fmt_rate(cdc_rate['mirror'])} | {fmt_rate(cdc_rate['laid out'])} | "
+        f"{fmt_ratio(cdc_rate['laid out'], cdc_rate['mirror'])} |",
+        f"| CDC rows written | {applied['mirror']['written']:,} | {applied['laid out']['written']:,} | "
+        f"{fmt_ratio(applied['laid out']['written'], applied['mirror']['written'])} |",
+        f"| copy vs source after the apply | {checks['mirror']} | {checks['laid out']} | |", "",
+        "Load rounds (s): " + "; ".join(f"{v}: " + ", ".join(f"{s:.1f}" for s in load_seconds[v]) for v in LAYOUTS),
+    ]
+    print(write_result("layouts", "\n".join(lines) + "\n"))
+
+
+if __name__ == "__main__":
+    main()
