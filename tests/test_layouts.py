@@ -119,13 +119,13 @@ def _source(mysql_conn, table: str, rows: int = 3000) -> None:
                     f"'2025-01-01' + INTERVAL (seq % 90) DAY, seq / 8, CONCAT('n', seq) FROM {DB}.seq_1_to_{rows}")
 
 
-def _load(endpoints, spark, table: str, layout: dict | None, key: str | None = None) -> str:
+def _load(endpoints, spark, table: str, layout: dict | None, key: str | None = None, reshape: bool = False) -> str:
     from airflow_sync_provider.spark.full_load import run_full_load
 
     key = key or f"lay.{table}"
     run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
                                source_table=table, target_database=TARGET, target_table=table, load_key=key,
-                               channels=2, split_factor=2, tableset=TableSet(layout=layout)), spark)
+                               channels=2, split_factor=2, tableset=TableSet(layout=layout), reshape=reshape), spark)
     return key
 
 
@@ -298,5 +298,73 @@ def test_a_job_asking_for_another_layout_than_the_copys_is_refused(mysql_conn, c
                                           r'\["status"\]\}.*reshape'):
         _load(endpoints, spark, table, {"order_by": ["status"]})
     _load(endpoints, spark, table, None)  # none asked for: the copy keeps its own
-    assert ch.command(f"SELECT sorting_key FROM system.tables WHERE database = '{TARGET}' AND name = '{table}'") == \
-        "tenant, id"
+    sorting = f"SELECT sorting_key FROM system.tables WHERE database = '{TARGET}' AND name = '{table}'"
+    assert ch.command(sorting) == "tenant, id"
+    _load(endpoints, spark, table, {"order_by": ["status"]}, reshape=True)  # a load-only copy laid out anew
+    assert ch.command(sorting) == "status, id"
+    _exact(mysql_conn, ch, table)
+
+
+def _writer(mysql_url, table: str, stop, counts: list) -> None:
+    """Moves rows across statuses and months, inserts and deletes, until ``stop``."""
+    import pymysql
+
+    from airflow_sync_provider.core.endpoints import MySQLEndpoint
+
+    conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
+    rng, new_id = random.Random(7), 1_000_000
+    with conn.cursor() as cur:
+        while not stop.is_set():
+            lo = rng.randint(1, 5900)
+            cur.execute(f"UPDATE {DB}.{table} SET status = %s, day = day + INTERVAL %s DAY WHERE id BETWEEN %s "
+                        "AND %s", (rng.choice(["new", "paid", "sent", "held"]), rng.choice([-35, 35]), lo, lo + 30))
+            new_id += 1
+            cur.execute(f"INSERT INTO {DB}.{table} VALUES (%s, 1, 'new', '2025-02-02', 1, NULL)", (new_id,))
+            cur.execute(f"DELETE FROM {DB}.{table} WHERE id = %s", (rng.randint(1, 6000),))
+            counts[0] += 1
+    conn.close()
+
+
+@pytest.mark.slow
+def test_a_reshape_under_a_writer_swaps_without_a_gap_or_a_duplicate(mysql_url, mysql_conn, ch, endpoints, spark):
+    """A mirror copy followed by CDC is laid out anew (order_by + partition_by) while a writer moves
+    rows: the pipeline re-copies it beside the stream and swaps it in; a reader polling the copy
+    meanwhile always finds it, each key once; afterwards FINAL == the source."""
+    import threading
+
+    table = "reshaped"
+    _source(mysql_conn, table, rows=6000)
+    key = _load(endpoints, spark, table, None)
+    _apply(endpoints, spark, table, start_from_loads=[key], verify_period=0)
+    stop, counts, seen = threading.Event(), [0], []
+
+    def reader():
+        from airflow_sync_provider.core.target.clickhouse import client
+
+        reading = client(endpoints[1])
+        while not stop.is_set():
+            rows, keys = reading.query(f"SELECT count(), uniqExact(id) FROM `{TARGET}`.`{table}` FINAL").result_rows[0]
+            seen.append((rows, keys))
+        reading.close()
+
+    threads = [threading.Thread(target=_writer, args=(mysql_url, table, stop, counts)), threading.Thread(target=reader)]
+    for thread in threads:
+        thread.start()
+    try:
+        result = _apply(endpoints, spark, table, reshape=True, verify_period=0,
+                        tableset=TableSet(tables=[{"source_database": DB, "source_table": table,
+                                                   "target_database": TARGET}], layout=LAYOUTS["both"]))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert result["recopied"] == [f"{DB}.{table}"] and counts[0] > 20
+    assert len(seen) > 5 and all(rows == keys and rows > 5000 for rows, keys in seen), seen[:5]
+    facts = ch.query("SELECT sorting_key, partition_key FROM system.tables WHERE database = {d:String} AND "
+                     "name = {t:String}", parameters={"d": TARGET, "t": table}).result_rows[0]
+    assert facts == ("status, toYYYYMM(day), id", "toYYYYMM(day)")
+    _apply(endpoints, spark, table, verify_period=0)
+    _exact(mysql_conn, ch, table)
+    again = _apply(endpoints, spark, table, reshape=True, verify_period=0,  # laid out so already: nothing to do
+                   tableset=TableSet(tables=[f"{DB}.{table}"], layout=LAYOUTS["both"]))
+    assert again["recopied"] == []

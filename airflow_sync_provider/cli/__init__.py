@@ -11,6 +11,7 @@
   airflow-sync cdc apply  --pipeline P [--start-from-load KEY …]   (catch up to the source's position now)
   airflow-sync cdc run    --pipeline P [--max-seconds S]          (a long-running service)
   airflow-sync cdc status --pipeline P [--json]
+  airflow-sync reshape --pipeline P --table DB.NAME --order-by EXPR …  (lay a followed copy out anew)
 
 Passwords may come from the environment instead: ``MYSQL_URL`` and ``CLICKHOUSE_URL`` are used
 when the options are absent, so no password need appear on a command line. TLS and the other
@@ -23,13 +24,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from airflow_sync_provider.cli import cdc, diff, load, plan, reconcile, reimport, status
+from airflow_sync_provider.cli import cdc, diff, load, plan, reconcile, reimport, reshape, status
 from airflow_sync_provider.core.source.planning import PlanError
 from airflow_sync_provider.core.tls import SourceRefused
 
 # A module per command: each declares its arguments in add_parser(sub), next to the command
 # (set as the parser's ``func``). This order is the order of the commands in --help.
-COMMANDS = (plan, load, status, reimport, reconcile, diff, cdc)
+COMMANDS = (plan, load, status, reimport, reconcile, diff, cdc, reshape)
 
 
 def build_parser() -> argparse.ArgumentParser:

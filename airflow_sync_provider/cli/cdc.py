@@ -76,7 +76,7 @@ def _add_apply_parser(cdc_sub, name: str, text: str) -> None:
 
 
 def cmd_cdc_apply(args) -> int:
-    return submit(_cdc_spec(args, service=args.cdc_command == "run"), args, f"cdc {args.cdc_command}", _applied)
+    return submit(_cdc_spec(args, service=args.cdc_command == "run"), args, f"cdc {args.cdc_command}", applied_line)
 
 
 def _cdc_spec(args, service: bool) -> CdcApplySpec:
@@ -85,7 +85,7 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         merge=Merge.of(args.merge_into or "", placement=args.placement,
                                        on_shard_removed=args.on_shard_removed),
                         target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
-                        tableset=TableSet(tables=_named_tables(args), select=_selection(args)),
+                        tableset=TableSet(tables=named_tables(args), select=_selection(args)),
                         start_from_loads=args.start_from_load or [], lanes=args.lanes, batch_events=args.batch_events,
                         batch_bytes=args.batch_bytes, driver_write_rows=args.driver_write_rows, reset=args.reset,
                         service=service, verify=args.verify, verify_period=args.verify_every or args.verify_period,
@@ -95,7 +95,7 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         ledger_database=args.ledger_database)
 
 
-def _named_tables(args) -> list:
+def named_tables(args) -> list:
     """``--table db.name`` (repeat), each into ``--target-database`` when one is given."""
     bad = [t for t in args.table or [] if "." not in t]
     if bad:
@@ -115,9 +115,9 @@ def _selection(args) -> dict | None:
             "exclude_tables": args.exclude_table or [], "target_database": args.target_database or "{database}"}
 
 
-def _applied(r: dict) -> str:
+def applied_line(r: dict) -> str:
     if "sources" in r:  # a source group: a line per source's pipeline
-        return "\n".join([f"{name}: " + _applied(one) for name, one in r["sources"].items()]
+        return "\n".join([f"{name}: " + applied_line(one) for name, one in r["sources"].items()]
                          + [f"pipeline {r['pipeline']!r}: {r['events']:,} row changes from {len(r['sources'])} "
                             f"source(s), {r['seconds']:.1f} s"])
     return (f"pipeline {r['pipeline']!r}: {r['events']:,} row changes applied, checkpoint "
@@ -148,7 +148,7 @@ def cmd_cdc_bootstrap(args) -> int:
     spec = CdcBootstrapSpec(sources=sources or one_server(MySQLEndpoint.from_url(args.mysql_url)),
                             merge=Merge.of(args.merge_into or ""),
                             target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
-                            tableset=TableSet(tables=_named_tables(args), select=_selection(args),
+                            tableset=TableSet(tables=named_tables(args), select=_selection(args),
                                               layout=layout_of(args)),
                             channels=args.channels, chunk_rows=args.chunk_rows, watermark_table=args.watermark_table,
                             restart=args.restart, change_selection=args.change_selection,

@@ -46,6 +46,8 @@ def add_parser(sub) -> None:
                       help="auto (Arrow-native unless a probe disagrees with mysqlclient), native or mysqlclient")
     load.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
     layout_arguments(load)
+    load.add_argument("--reshape", action="store_true",
+                      help="the copy exists laid out otherwise: replace it under this layout (no pipeline follows it)")
     job_arguments(load)
     load.set_defaults(func=cmd_load)
 
@@ -69,7 +71,7 @@ def cmd_load(args) -> int:
                         split_factor=args.split_factor, strategy=args.strategy,
                         channel_record_speed=args.channel_record_speed, channel_byte_speed=args.channel_byte_speed,
                         ledger_database=args.ledger_database, reader=args.reader,
-                        driver_copy_rows=args.driver_copy_rows)
+                        driver_copy_rows=args.driver_copy_rows, reshape=args.reshape)
     return run_load(spec, args)
 
 

@@ -137,6 +137,7 @@ class FullLoadSpec(JobSpec):
     partition_by: str | None = None
     replace_partitions: list = field(default_factory=list)
     skip_published: bool = False  # the key's load is published: return its summary, copy nothing
+    reshape: bool = False  # the copy may be laid out otherwise: this load replaces it under its layout
     # other loads' working tables left this long without a report are dropped (their loads abandoned)
     abandon_after_seconds: float = ABANDONED_AFTER_SECONDS
     member: dict | None = None  # a load of one table of a merged copy (set by the group's run)
@@ -286,6 +287,9 @@ class CdcApplySpec(JobSpec):
     verify: bool = False
     verify_every: float = 0.0  # earlier name of verify_period (used when set)
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
+    # rebuild the named tables' copies under their layout (the tableset's, core/target/layout.py):
+    # each re-copied beside the stream into a new table, swapped in when done (spark/cdc_ddl.py)
+    reshape: bool = False
     # the binlog a checkpoint needs is gone (purged; a new server without that history): "recopy"
     # restarts the stream at the source's position now and copies every table again beside it,
     # "stop" stops the pipeline (every retry too) until it is re-bootstrapped
@@ -311,6 +315,9 @@ class CdcApplySpec(JobSpec):
                              ">= 1 (0: from the driver's cores), driver_write_rows >= 0")
         if self.verify_every:
             self.verify_period = self.verify_every
+        if self.reshape and not self.tableset.tables:
+            raise ValueError(f"pipeline {self.pipeline}: reshape names the tables to rebuild (tables=[…]) and their "
+                             "layout (layout=…)")
         if self.on_binlog_lost not in ("recopy", "stop"):
             raise ValueError(f"pipeline {self.pipeline}: on_binlog_lost must be 'recopy' or 'stop', "
                              f"not {self.on_binlog_lost!r}")

@@ -58,6 +58,10 @@ class CdcApplyOperator(SparkJobOperator):
         long-running Spark task each on the cluster's executors (``"executors"``).
     :param on_shard_removed: a group's shard that leaves (its table dropped or renamed away):
         its rows in the merged copy are kept (``"keep"``) or deleted (``"delete"``).
+    :param reshape: lay the named ``tables``' copies out anew under ``layout`` (their entries' own over
+        it): each is re-copied beside the stream into a new table and swapped in when done, the
+        changes going on into it; the task ends once every swap is recorded (docs/layouts.md).
+    :param layout: the layout a reshape lays the copies out in.
     """
 
     job = "cdc_apply"
@@ -70,7 +74,8 @@ class CdcApplyOperator(SparkJobOperator):
                  stop_position: dict | None = None,
                  lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, batch_bytes: int = 16 << 20,
                  driver_write_rows: int = 500_000,
-                 reset: bool = False, verify: bool = False, verify_period: float = 900.0, verify_budget: float = 0.1,
+                 reset: bool = False, reshape: bool = False, layout: dict | None = None,
+                 verify: bool = False, verify_period: float = 900.0, verify_budget: float = 0.1,
                  verify_after_ddl: bool = True, change_selection: bool = False, on_binlog_lost: str = "recopy",
                  verify_every: float = 0.0, sources: list | None = None, merge_into: str = "",
                  placement: str = "driver", on_shard_removed: str = "keep",
@@ -94,6 +99,8 @@ class CdcApplyOperator(SparkJobOperator):
         self.batch_bytes = batch_bytes
         self.driver_write_rows = driver_write_rows
         self.reset = reset
+        self.reshape = reshape
+        self.layout = layout
         self.verify, self.verify_period, self.verify_budget = verify, verify_every or verify_period, verify_budget
         self.verify_after_ddl, self.change_selection = verify_after_ddl, change_selection
         self.on_binlog_lost = on_binlog_lost
@@ -123,7 +130,8 @@ class CdcApplyOperator(SparkJobOperator):
                             start_from_loads=list(self.start_from_loads or []), start_position=self.start_position,
                             stop_position=self.stop_position, lanes=self.lanes, vnodes=self.vnodes,
                             batch_events=self.batch_events, batch_bytes=self.batch_bytes,
-                            driver_write_rows=self.driver_write_rows, reset=self.reset, verify=self.verify,
+                            driver_write_rows=self.driver_write_rows, reset=self.reset, reshape=self.reshape,
+                            verify=self.verify,
                             verify_period=self.verify_period, verify_budget=self.verify_budget,
                             verify_after_ddl=self.verify_after_ddl, change_selection=self.change_selection,
                             on_binlog_lost=self.on_binlog_lost, ledger_database=self.ledger_database)

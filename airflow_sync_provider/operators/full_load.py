@@ -84,6 +84,8 @@ class FullLoadOperator(SparkJobOperator):
     :param driver_copy_rows: tables estimated at no more rows are copied by the Spark driver
         alone, without starting executors (default: 300,000 on a cluster, every table on a local
         master; 0: always on executors).
+    :param reshape: the copy exists laid out otherwise: this load replaces it under ``layout`` (a copy
+        a CDC pipeline follows is laid out anew by ``CdcApplyOperator(reshape=True)``).
     :param layout: how the copies are laid out in ClickHouse (docs/layouts.md): ``order_by``,
         ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
         ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
@@ -110,7 +112,8 @@ class FullLoadOperator(SparkJobOperator):
                  channel_byte_speed: int | None = None, channel_record_speed: int | None = None,
                  where: str | None = None, where_params: list | None = None, partition_by: str | None = None,
                  replace_partitions: list | None = None, ledger_database: str = DEFAULT_LEDGER_DATABASE,
-                 skip_if_published: bool = False, reader: str = "auto", driver_copy_rows: int | None = None, **kwargs):
+                 skip_if_published: bool = False, reshape: bool = False,
+                 reader: str = "auto", driver_copy_rows: int | None = None, **kwargs):
         super().__init__(**kwargs)
         if bool(table) == bool(select or tables):
             raise ValueError(f"task {kwargs.get('task_id')}: give table= (one table) or select= / tables= (many)")
@@ -149,6 +152,7 @@ class FullLoadOperator(SparkJobOperator):
         self.replace_partitions = replace_partitions
         self.ledger_database = ledger_database
         self.skip_if_published = skip_if_published
+        self.reshape = reshape
         self.reader = reader
         self.driver_copy_rows = driver_copy_rows
         target_table = target_table or table
@@ -212,7 +216,8 @@ class FullLoadOperator(SparkJobOperator):
                             where=self.where, where_params=list(self.where_params or []),
                             partition_by=self.partition_by, replace_partitions=list(self.replace_partitions or []),
                             ledger_database=self.ledger_database, reader=self.reader,
-                            driver_copy_rows=self.driver_copy_rows, skip_published=self.skip_if_published)
+                            driver_copy_rows=self.driver_copy_rows, skip_published=self.skip_if_published,
+                            reshape=self.reshape)
 
     def summarize(self, result: dict) -> dict:
         if "tables" in result:

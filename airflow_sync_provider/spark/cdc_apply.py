@@ -144,7 +144,7 @@ class PipelineRun(RunStart):
         """Follow the binlog from the checkpoint until the stop; tables registered meanwhile join,
         re-copies run beside the stream, tables due a verification are checked."""
         self.recopies.resume(self.state.tables)  # a crashed applier's unfinished re-copies
-        self.totals.recopied += self._adopt_selected()
+        self.totals.recopied += self._adopt_selected() + self._reshape()
         self.verifier.collect()
         self.verifier.start()  # looks at the tables beside the stream
         while True:
@@ -160,6 +160,27 @@ class PipelineRun(RunStart):
         self.verifier.collect()
         if not self.spec.service:  # a bounded run checks what is due before it ends
             self.verifier.catch_up()
+
+    def _reshape(self) -> list[str]:
+        """The named tables' copies this run is asked to lay out otherwise (``spec.reshape``): each
+        re-copied beside the stream into a new table under its layout, swapped in when done, while
+        the stream goes on into it (spark/cdc_ddl.py). Returns their names."""
+        if not self.spec.reshape:
+            return []
+        tables, began = {t.name: t for t in self.state.tables}, []
+        for config in self.spec.tableset.tables:
+            name = f"{config['source_database']}.{config['source_table']}"
+            table = tables.get(name)
+            if table is None or table.left:
+                raise ValueError(f"pipeline {self.spec.pipeline!r}: cannot reshape {name}: it is not a table the "
+                                 f"pipeline streams ({sorted(n for n, t in tables.items() if not t.left)})")
+            wanted = self.spec.tableset.layout_of(config)
+            if table.recopying or wanted == target.copy_layout(self.ch, table.target_database, table.target_table):
+                continue  # under way already, or laid out so
+            table.layout = wanted.to_dict()
+            if self.recopies.start(self.stream.routes, table, f"reshape to {wanted.describe()}"):
+                began.append(name)
+        return began
 
     def _waiting(self) -> bool:
         """Should the stream pause (a re-copy finished, a table waits to join)? The verifier's looks

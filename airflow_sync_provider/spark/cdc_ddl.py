@@ -88,9 +88,10 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
     """A new copy ``name`` of ``table`` in the layout of ``schema``, split (chunked) on its key's first column."""
     key = ChunkKey.of(schema).names[0]
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
-    # a re-keyed copy keeps the copy's layout; a new table takes the one its entry asked for
-    layout = (target.copy_layout(ch, table.target_database, table.target_table)
-              if target.table_exists(ch, table.target_database, table.target_table) else Layout.of(table.layout))
+    # the layout its entry asks for (a reshape's); else a re-keyed copy keeps the copy's
+    layout = (Layout.of(table.layout) if table.layout is not None or not target.table_exists(
+        ch, table.target_database, table.target_table) else target.copy_layout(ch, table.target_database,
+                                                                                table.target_table))
     # marked as a working table: publish_working's swap of it is idempotent
     target.create_working(ch, schema, table.target_database, name, weight=needs_weight(schema.column(key)),
                           direct=True, layout=layout)
@@ -105,6 +106,12 @@ def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
         return True
     present, wanted = target.column_types(ch, database, name), {m.name: m.ch_type for m in schema.mappings()}
     return any(present.get(k) != wanted[k] for k in schema.primary_key)
+
+
+def _relaid(ch, table: PipelineTable) -> bool:
+    """Is the table asked for another layout than its copy has (a reshape: CdcApplySpec.reshape)?"""
+    return table.layout is not None and Layout.of(table.layout) != target.copy_layout(
+        ch, table.target_database, table.target_table)
 
 
 def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
@@ -186,13 +193,16 @@ class Recopies:
                                   f"merged copy is keyed by {keyed}; a merged copy has one key. A retry stops here "
                                   "again: make the change on every shard, then load the group again and bootstrap "
                                   "its pipeline")
-            elif _rekeyed(ch, before, table):  # its copy is ordered by another key: a new copy, swapped in when done
+            elif _rekeyed(ch, before, table) or _relaid(ch, table):
+                # ordered by another key or laid out otherwise: a new copy beside it, swapped in when done
                 table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
                 ch.command(f"DROP TABLE IF EXISTS {ch_table(table.target_database, table.writes_to)}")
                 _create_copy(ch, before, table, table.writes_to)
-                note(self.spec.pipeline, f"{name}: its primary key is now {list(before.primary_key)}; copied into "
-                                        f"{table.target_database}.{table.writes_to}, swapped in when done (readers see "
-                                        "the copy as it was until then)")
+                note(self.spec.pipeline, f"{name}: " + (f"its primary key is now {list(before.primary_key)}"
+                                                        if _rekeyed(ch, before, table) else
+                                                        f"laid out as {Layout.of(table.layout).describe()}")
+                     + f"; copied into {table.target_database}.{table.writes_to}, swapped in when done (readers see "
+                     "the copy as it was until then)")
             else:
                 align_target(ch, before, table.target_database, table.target_table)
             table.remember_shape(before)

@@ -289,7 +289,8 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, dir
                 direct, weights = False, None
         mariadb = flavor(conn).mariadb
     native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
-    layout = target.resolve_layout(ch, spec.target_database, spec.target_table, spec.layout)
+    layout = spec.layout if spec.reshape else target.resolve_layout(ch, spec.target_database, spec.target_table,
+                                                                      spec.layout)
     return Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
                 split, weights, member=member_filter(schema), layout=layout), note
 

@@ -356,7 +356,6 @@ def publish_full(ch, loaded: Loaded) -> int:
     shadow = private_name(table, "shadow", loaded.parts)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, shadow)}")
-    check_copy_layout(ch, database, table, loaded.layout)
     ch.command(create_table_sql(loaded.schema, database, shadow, loaded.layout, weight=loaded.weight))
     loaded.copy_into(ch, shadow)
     return _swap_in(ch, database, shadow, database, table)
