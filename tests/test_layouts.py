@@ -368,3 +368,19 @@ def test_a_reshape_under_a_writer_swaps_without_a_gap_or_a_duplicate(mysql_url, 
     again = _apply(endpoints, spark, table, reshape=True, verify_period=0,  # laid out so already: nothing to do
                    tableset=TableSet(tables=[f"{DB}.{table}"], layout=LAYOUTS["both"]))
     assert again["recopied"] == []
+
+
+
+def test_the_example_dag_lays_out_a_copy_with_valid_options():
+    """dags/example_layout.py parses, and its layout is one a copy of the demo orders takes."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "dags" / "example_layout.py"
+    module_spec = importlib.util.spec_from_file_location("example_layout", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    layout = Layout.of(module.LAYOUT)
+    layout.check("demo.orders", ("id",), ["id", "customer_id", "created_at", "status"])
+    assert layout.sorting_key(("id",), ["id", "customer_id", "created_at"]) == [
+        "`customer_id`", "`created_at`", "toYYYYMM(created_at)", "`id`"]
