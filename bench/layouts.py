@@ -120,7 +120,7 @@ def main() -> None:
         checks = {v: _check(ch, mysql_url, v) for v in LAYOUTS}
     spark.stop()
     load_rate = {v: rate(args.rows, median(s)) for v, s in load_seconds.items()}
-    cdc_rate = {v: rate(a["events"], a["seconds"]) for v, a in applied.items()}
+    cdc_rate = {v: rate(changes, a["seconds"]) for v, a in applied.items()}
     lines = [
         "# Laid-out copies vs the mirror (bench/layouts.py)", "",
         f"Machine: {machine()}. Services: local MariaDB and the chDB endpoint (one statement at a time). "
@@ -131,6 +131,8 @@ def main() -> None:
         f"{fmt_rate(load_rate['laid out'])} | {fmt_ratio(load_rate['laid out'], load_rate['mirror'])} |",
         f"| CDC apply, changes/s | {fmt_rate(cdc_rate['mirror'])} | {fmt_rate(cdc_rate['laid out'])} | "
         f"{fmt_ratio(cdc_rate['laid out'], cdc_rate['mirror'])} |",
+        f"| CDC row changes applied (the pipeline's count) | {applied['mirror']['events']:,} | "
+        f"{applied['laid out']['events']:,} | |",
         f"| CDC rows written | {applied['mirror']['written']:,} | {applied['laid out']['written']:,} | "
         f"{fmt_ratio(applied['laid out']['written'], applied['mirror']['written'])} |",
         f"| copy vs source after the apply | {checks['mirror']} | {checks['laid out']} | |", "",

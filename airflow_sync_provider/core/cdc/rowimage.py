@@ -36,6 +36,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
 
 from airflow_sync_provider.core import typemap
+from airflow_sync_provider.core.cdc.binlog.routes import MOVED
 
 log = logging.getLogger(__name__)
 
@@ -540,14 +541,15 @@ class Decoders:
         route, lane, nb, full = decoder.route, self.lane_of(decoder.route), decoder.null_bytes, decoder.full
         append = out.append
         if isinstance(event, UpdateRowsEvent):
-            keys = decoder.key
+            keys, width = decoder.key, len(route.key_at)
             while at < end:
                 nulls = data[at] if nb == 1 else int.from_bytes(data[at:at + nb], "little")
                 _, old, after = keys(nulls)(data, at + nb)
                 nulls_after = data[after] if nb == 1 else int.from_bytes(data[after:after + nb], "little")
                 row, key, end_at = full(nulls_after)(data, after + nb)
                 if old != key:  # the row moved (key or layout): its old place gets a tombstone of the old values
-                    append((route, lane(old), full(nulls)(data, at + nb)[0], version, True))
+                    moved = old[:width] == key[:width]  # within its key: a layout's place (routes.MOVED)
+                    append((route, lane(old), full(nulls)(data, at + nb)[0], version, MOVED if moved else True))
                 append((route, lane(key), row, version, False))
                 at, version = end_at, version + 1
             return

@@ -88,7 +88,8 @@ class TableSelection:
         """The table's entry (:func:`table_config`'s keys) with its target database."""
         database, _, table = name.partition(".")
         return {"source_database": database, "source_table": table,
-                "target_database": self.target_database.replace("{database}", database), "layout": self.layout}
+                "target_database": self.target_database.replace("{database}", database),
+                **({"layout": self.layout} if self.layout else {})}
 
 
 @dataclass
@@ -171,7 +172,9 @@ def table_config(table) -> dict:
            "target_table": table.get("target_table") or table["source_table"],
            "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or []),
            # a full load split on a collated string keeps each row's collation weight: so must CDC
-           "split_column": table.get("split_column"), "layout": _layout(table.get("layout"))}
+           "split_column": table.get("split_column")}
+    if table.get("layout"):  # the table's own layout (core/target/layout.py), over the job's
+        out["layout"] = _layout(table["layout"])
     if table.get("member"):  # a merged copy's member (core/source/group.member_config) and its view
         out |= {"member": table["member"], "view": table.get("view")}
     return out

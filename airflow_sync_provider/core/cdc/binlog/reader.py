@@ -25,7 +25,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.binlog.batches import BATCH_BYTES, Batch, MidTransaction, Parked
 from airflow_sync_provider.core.cdc.binlog.gate import CheckedBinLogStream
-from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
+from airflow_sync_provider.core.cdc.binlog.routes import MOVED, TableRoute
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.rowimage import Decoders
 from airflow_sync_provider.core.cdc.servers import GtidState
@@ -229,10 +229,14 @@ class BinlogReader:
 
     def _take_pending(self, batch: Batch) -> None:
         """The open transaction's changes (so far) into ``batch``."""
+        moved = 0
         for item in self._pending:
             batch.add(*item)
+            if item[4] == MOVED:  # a moved row's old place: part of its change, not another one
+                moved += 1
+                continue
             batch.per_table[item[0].source] += 1
-        batch.events += len(self._pending)
+        batch.events += len(self._pending) - moved
         batch.bytes += self._pending_bytes
         self._pending, self._pending_bytes = [], 0
 
@@ -408,7 +412,8 @@ class BinlogReader:
                 before = route.row(change["before_values"], change.get("before_none_sources"))
                 after = route.row(change["after_values"], change.get("after_none_sources"))
                 if route.place_of(before) != route.place_of(after):  # the row moved: its old place is gone
-                    self._pending.append(self._item(route, before, version + index, True))
+                    moved = route.key_of(before) == route.key_of(after)  # within its key (a layout's place)
+                    self._pending.append(self._item(route, before, version + index, MOVED if moved else True))
                 self._pending.append(self._item(route, after, version + index, False))
             else:
                 self._pending.append(self._item(route, route.row(change["values"], change.get("none_sources")),

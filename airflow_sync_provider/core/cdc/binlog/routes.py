@@ -13,6 +13,10 @@ from airflow_sync_provider.core.positions import BinlogError, ValueRefused
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 
+# A row change's deleted flag for the tombstone a moved row leaves at its old place (its layout's
+# sorting key or partition: TableRoute.keyed). Written as a tombstone (1); not a row change of its own.
+MOVED = 2
+
 
 @dataclass
 class TableRoute:
@@ -114,5 +118,7 @@ class TableRoute:
                 raise ValueRefused(f"{exc}. A retry stops here again: fix the value in MySQL (the change after "
                                    "it then carries the fixed value) and re-bootstrap the table") from exc
             arrays.append(array)
+        if self.moves:  # a moved row's tombstone (MOVED) is a tombstone like any other
+            deleted = [1 if d else 0 for d in deleted]
         return pa.Table.from_arrays(arrays + [pa.array(versions, pa.uint64()), pa.array(deleted, pa.uint8())],
                                     names=self.names + ["_version", "_deleted"])
