@@ -56,7 +56,9 @@ class TableRoute:
         sorting key and partition: core/target/layout.py). A change to any of them moves the row,
         so the old place gets a tombstone; each place keeps only its last change of a batch."""
         self.key = list(key)
-        self.key_at = [self.names.index(k) for k in self.key]  # where the key's values are in a row
+        # where the key's values are in a row: a merged copy's source columns (constants of every
+        # row of this route, not in its rows events) tell no two rows apart
+        self.key_at = [self.names.index(k) for k in self.key if k not in self.virtual]
         self.place_at = self.key_at + [self.names.index(c) for c in place if c not in self.key]
         self.moves = len(self.place_at) > len(self.key_at)  # can an update move a row?
         # a row's place (a value, not a tuple, for one column): the copy's key plus its layout's columns
