@@ -5,10 +5,11 @@
 
 Per round, in alternating order: a full load of the same source table into a mirror copy and
 into a laid-out one (``order_by=["status"]``, ``partition_by="toYYYYMM(day)"``), each its own
-spark job in this process (``local[2]``). Then one change workload in MySQL — a third of the
-changes move their row (a new ``status`` and a day 40 days on: another sorting key and month
-in the laid-out copy), the rest change ``amount`` only — and each copy's pipeline applies the
-same binlog range (changes/s = row changes / the apply's seconds). A moved row costs the
+spark job in this process (``local[2]``). Then two change workloads in MySQL, one after the
+other: updates of ``amount`` only (no row moves), and one where a third of the changes move
+their row (a new ``status`` and a day 40 days on: another sorting key and month in the laid-out
+copy); after each, each copy's pipeline applies the same binlog range, the two taking turns at
+going first (changes/s = the workload's row changes / the apply's seconds). A moved row costs the
 laid-out copy two rows (a tombstone of its old place and its new row): the rows written say so.
 Both copies are then compared with the source (FINAL, row count and a checksum).
 
@@ -43,14 +44,15 @@ def _source(mysql_url, rows: int) -> None:
         conn.commit()
 
 
-def _changes(mysql_url, count: int, rows: int) -> int:
-    """``count`` row changes in transactions of 1,000: a third move their row."""
+def _changes(mysql_url, count: int, rows: int, moving: int) -> int:
+    """``count`` row changes in transactions of 1,000; every ``moving``-th transaction (0: none)
+    moves its rows (a new status and a day 40 days on), the others change ``amount`` only."""
     done, step = 0, 1000
     with mysql(mysql_url) as conn, conn.cursor() as cur:
         for start in range(1, rows + 1, step):
             if done >= count:
                 break
-            if (start // step) % 3 == 0:
+            if moving and (start // step) % moving == 0:
                 cur.execute(f"UPDATE {DB}.orders SET status = IF(status = 'held', 'new', 'held'), day = day + INTERVAL "
                             "40 DAY WHERE id BETWEEN %s AND %s", (start, start + step - 1))
             else:
@@ -59,6 +61,9 @@ def _changes(mysql_url, count: int, rows: int) -> int:
             done += cur.rowcount
             conn.commit()
     return done
+
+
+WORKLOADS = {"no row moves": 0, "a third of the rows move": 3}
 
 
 def _table(variant: str) -> str:
@@ -102,40 +107,44 @@ def main() -> None:
                                            tableset=TableSet(layout=LAYOUTS[variant])), spark)
             load_seconds[variant].append(took["seconds"])
             print(f"round {round_ + 1} load {variant}: {took['seconds']:.1f} s", flush=True)
-        # every copy's pipeline from its last load; then one workload, applied by each
-        applied: dict = {}
+        # every copy's pipeline from its last load; then each workload, applied by each
+        pipelines = {}
         for variant in LAYOUTS:
-            pipeline = f"bench_lay_{_table(variant)}_{time.time_ns()}"
+            pipelines[variant] = f"bench_lay_{_table(variant)}_{time.time_ns()}"
             run_cdc_apply(CdcApplySpec(sources=one_server(source(mysql_url)), target=target(ch_url),
-                                       pipeline=pipeline, start_from_loads=[keys[variant]], verify_period=0), spark)
-            applied[variant] = {"pipeline": pipeline}
-        changes = _changes(mysql_url, args.changes, args.rows)
-        for _, variant in interleaved(LAYOUTS, 1):
-            with timer() as took:
-                result = run_cdc_apply(CdcApplySpec(sources=one_server(source(mysql_url)), target=target(ch_url),
-                                                    pipeline=applied[variant]["pipeline"], verify_period=0), spark)
-            applied[variant] |= {"seconds": took["seconds"], "events": result["events"],
-                                 "written": result["rows_written"]}
-            print(f"apply {variant}: {result['events']} changes in {took['seconds']:.1f} s", flush=True)
+                                       pipeline=pipelines[variant], start_from_loads=[keys[variant]],
+                                       verify_period=0), spark)
+        applied: dict = {}
+        for turn, (workload, moving) in enumerate(WORKLOADS.items()):
+            changes = _changes(mysql_url, args.changes, args.rows, moving)
+            for variant in list(LAYOUTS)[::1 if turn % 2 == 0 else -1]:  # each copy applies first once
+                with timer() as took:
+                    result = run_cdc_apply(CdcApplySpec(sources=one_server(source(mysql_url)), target=target(ch_url),
+                                                        pipeline=pipelines[variant], verify_period=0), spark)
+                applied[workload, variant] = {"seconds": took["seconds"], "changes": changes,
+                                              "events": result["events"], "written": result["rows_written"]}
+                print(f"{workload}: apply {variant}: {result['events']} changes in {took['seconds']:.1f} s", flush=True)
         checks = {v: _check(ch, mysql_url, v) for v in LAYOUTS}
     spark.stop()
     load_rate = {v: rate(args.rows, median(s)) for v, s in load_seconds.items()}
-    cdc_rate = {v: rate(changes, a["seconds"]) for v, a in applied.items()}
+    cdc_rate = {k: rate(a["changes"], a["seconds"]) for k, a in applied.items()}
     lines = [
         "# Laid-out copies vs the mirror (bench/layouts.py)", "",
         f"Machine: {machine()}. Services: local MariaDB and the chDB endpoint (one statement at a time). "
-        f"{args.rows:,} rows; {changes:,} row changes, a third of them moving their row. Spark local[2] in "
+        f"{args.rows:,} rows; per workload {args.changes:,} row changes in transactions of 1,000. Spark local[2] in "
         f"the bench's process. Laid out: {LAYOUTS['laid out']}.", "",
         "| | mirror | laid out | laid out / mirror |", "|---|---|---|---|",
         f"| full load, rows/s (median of {args.rounds}) | {fmt_rate(load_rate['mirror'])} | "
         f"{fmt_rate(load_rate['laid out'])} | {fmt_ratio(load_rate['laid out'], load_rate['mirror'])} |",
-        f"| CDC apply, changes/s | {fmt_rate(cdc_rate['mirror'])} | {fmt_rate(cdc_rate['laid out'])} | "
-        f"{fmt_ratio(cdc_rate['laid out'], cdc_rate['mirror'])} |",
-        f"| CDC row changes applied (the pipeline's count) | {applied['mirror']['events']:,} | "
-        f"{applied['laid out']['events']:,} | |",
-        f"| CDC rows written | {applied['mirror']['written']:,} | {applied['laid out']['written']:,} | "
-        f"{fmt_ratio(applied['laid out']['written'], applied['mirror']['written'])} |",
-        f"| copy vs source after the apply | {checks['mirror']} | {checks['laid out']} | |", "",
+    ]
+    for workload in WORKLOADS:
+        mirror, laid = applied[workload, "mirror"], applied[workload, "laid out"]
+        lines += [f"| CDC apply, {workload}: changes/s | {fmt_rate(cdc_rate[workload, 'mirror'])} | "
+                  f"{fmt_rate(cdc_rate[workload, 'laid out'])} | "
+                  f"{fmt_ratio(cdc_rate[workload, 'laid out'], cdc_rate[workload, 'mirror'])} |",
+                  f"| CDC apply, {workload}: row changes counted / rows written | {mirror['events']:,} / "
+                  f"{mirror['written']:,} | {laid['events']:,} / {laid['written']:,} | |"]
+    lines += [f"| copy vs source after both workloads | {checks['mirror']} | {checks['laid out']} | |", "",
         "Load rounds (s): " + "; ".join(f"{v}: " + ", ".join(f"{s:.1f}" for s in load_seconds[v]) for v in LAYOUTS),
     ]
     print(write_result("layouts", "\n".join(lines) + "\n"))
