@@ -234,3 +234,38 @@ def test_cdc_bootstrap_puts_the_copy_into_the_target_database_given(mysql_conn, 
     assert boot.returncode == 0, boot.stdout[-2000:] + boot.stderr[-2000:]
     assert assert_same_rows(mysql_conn, ch, "cli_boot", "t", "cli_boot_elsewhere") == 300
     assert not ch.command("EXISTS TABLE cli_boot.t")
+
+
+def test_a_copy_laid_out_from_the_command_line_refused_otherwise_then_reshaped(mysql_conn, mysql_url, clickhouse_url,
+                                                                               ch):
+    """`load --order-by … --partition-by … --table-setting …` lays the copy out; a load asking for
+    another layout is refused naming both; `reshape` lays the followed copy out anew."""
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS cli_lay")
+        cur.execute("DROP TABLE IF EXISTS cli_lay.t")
+        cur.execute("CREATE TABLE cli_lay.t (id INT PRIMARY KEY, tenant INT, day DATE)")
+        cur.execute("INSERT INTO cli_lay.t SELECT seq, seq % 5, '2025-01-01' + INTERVAL seq DAY "
+                    "FROM cli_lay.seq_1_to_400")
+    env = dict(os.environ, MYSQL_URL=mysql_url, CLICKHOUSE_URL=clickhouse_url)
+    layout = ["--order-by", "tenant", "--partition-by", "toYYYYMM(day)", "--table-setting", "index_granularity=1024"]
+    load = run(env, "load", "--database", "cli_lay", "--table", "t", "--target-database", "cli_lay_ch",
+               "--load-key", "cli-lay", *layout)
+    assert load.returncode == 0, load.stdout[-2000:] + load.stderr[-2000:]
+    facts = ("SELECT sorting_key, partition_key, engine_full FROM system.tables WHERE database = 'cli_lay_ch' AND "
+             "name = 't'")
+    sorting, partition, engine = ch.query(facts).result_rows[0]
+    assert (sorting, partition) == ("tenant, toYYYYMM(day), id", "toYYYYMM(day)")
+    # tenant and day may hold NULL (MySQL's default): ClickHouse needs allow_nullable_key for them
+    assert "index_granularity = 1024" in engine and "allow_nullable_key = 1" in engine
+    other = run(env, "load", "--database", "cli_lay", "--table", "t", "--target-database", "cli_lay_ch",
+                "--load-key", "cli-lay-2", "--order-by", "day")
+    assert other.returncode != 0 and 'laid out as {"order_by": ["tenant"]' in other.stdout + other.stderr
+    follow = run(env, "cdc", "apply", "--pipeline", "cli-lay", "--start-from-load", "cli-lay")
+    assert follow.returncode == 0, follow.stdout[-2000:] + follow.stderr[-2000:]
+    with mysql_conn.cursor() as cur:
+        cur.execute("UPDATE cli_lay.t SET tenant = tenant + 10, day = day + INTERVAL 45 DAY WHERE id % 3 = 0")
+    reshape = run(env, "reshape", "--pipeline", "cli-lay", "--table", "cli_lay.t", "--target-database", "cli_lay_ch",
+                  "--order-by", "day")
+    assert reshape.returncode == 0 and "laid out anew: cli_lay.t" in reshape.stdout, reshape.stdout + reshape.stderr
+    assert ch.query(facts).result_rows[0][:2] == ("day, id", "")
+    assert assert_same_rows(mysql_conn, ch, "cli_lay", "t", "cli_lay_ch") == 400

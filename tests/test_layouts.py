@@ -68,6 +68,10 @@ def test_every_option_is_honoured_or_refused_by_name():
                                                       "lay/t', '{replica}', `_version`, `_deleted`)")
     assert full.clauses(("id",), COLUMNS) == (" ORDER BY (`tenant`, `id`) PRIMARY KEY (`tenant`) TTL day + INTERVAL "
                                               "1 YEAR SETTINGS index_granularity = 4096, merge_with_ttl_timeout = 3600")
+    # a nullable column in the sorting key or partition (MySQL's default): ClickHouse must be told
+    assert Layout.of({"order_by": ["tenant"]}).clauses(("id",), COLUMNS, ("tenant", "note")).endswith(
+        " SETTINGS allow_nullable_key = 1")
+    assert "SETTINGS" not in Layout.of({"order_by": ["tenant"]}).clauses(("id",), COLUMNS, ("note",))
     assert Layout.of({"engine": "ReplicatedReplacingMergeTree"}).engine_sql("v", "d").startswith(
         "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}'")
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['orderby'\]"):

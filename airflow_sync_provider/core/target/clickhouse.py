@@ -117,7 +117,8 @@ def create_table_sql(schema: TableSchema, database: str, table: str, layout: Lay
             + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
             + _weight(weight, hidden=True))
     if schema.primary_key:
-        engine = layout.engine_sql(VERSION_COLUMN, DELETED_COLUMN) + layout.clauses(schema.target_key, names)
+        nullable = tuple(m.name for m in schema.mappings() if m.ch_type.startswith("Nullable("))
+        engine = layout.engine_sql(VERSION_COLUMN, DELETED_COLUMN) + layout.clauses(schema.target_key, names, nullable)
     else:
         engine = "MergeTree" + (f" PARTITION BY {layout.partition_by}" if layout.partition_by else "") + \
             " ORDER BY tuple()"

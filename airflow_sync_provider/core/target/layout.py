@@ -220,18 +220,23 @@ class Layout:
                                                              else ()))]
         return f"{self.engine}(" + ", ".join([*args, ch_ident(version), ch_ident(deleted)]) + ")"
 
-    def clauses(self, key: tuple[str, ...], columns: list[str], partition_by: str = "") -> str:
-        """``PARTITION BY … ORDER BY … [PRIMARY KEY …] [TTL …] [SETTINGS …]`` of a keyed copy;
-        ``partition_by``: a period load's (it must be the layout's when both are given)."""
-        partition = self.partition_by or partition_by
+    def clauses(self, key: tuple[str, ...], columns: list[str], nullable: tuple[str, ...] = ()) -> str:
+        """``PARTITION BY … ORDER BY … [PRIMARY KEY …] [TTL …] [SETTINGS …]`` of a keyed copy.
+        ``nullable``: the columns that may hold NULL; a sorting key or partition that reads one
+        needs ``allow_nullable_key`` (MySQL columns are nullable unless declared NOT NULL), set
+        here without becoming part of the layout."""
+        partition = self.partition_by
         sql = f" PARTITION BY {partition}" if partition else ""
         sql += " ORDER BY (" + ", ".join(self.sorting_key(key, columns)) + ")"
         if self.primary_key:
             sql += " PRIMARY KEY (" + ", ".join(ch_ident(e) if e in columns else e for e in self.primary_key) + ")"
         if self.ttl:
             sql += f" TTL {self.ttl}"
-        if self.settings:
-            sql += " SETTINGS " + ", ".join(f"{n} = {_setting_sql(v)}" for n, v in self.settings)
+        settings = dict(self.settings)
+        if set(nullable) & set(self.place_columns(columns)):
+            settings.setdefault("allow_nullable_key", "1")
+        if settings:
+            sql += " SETTINGS " + ", ".join(f"{n} = {_setting_sql(v)}" for n, v in sorted(settings.items()))
         return sql
 
     def on_cluster(self) -> str:
