@@ -396,3 +396,30 @@ def test_the_example_dag_lays_out_a_copy_with_valid_options():
     layout.check("demo.orders", ("id",), ["id", "customer_id", "created_at", "status"])
     assert layout.sorting_key(("id",), ["id", "customer_id", "created_at"]) == [
         "`customer_id`", "`created_at`", "toYYYYMM(created_at)", "`id`"]
+
+
+@pytest.mark.slow
+def test_a_period_load_into_a_copy_made_before_layouts_keeps_its_structure(mysql_conn, ch, endpoints, spark):
+    """A partitioned copy from before layouts (sorting key = the key alone, no layout in its
+    comment) still takes a period load: its stage is made like it, so REPLACE PARTITION matches."""
+    from airflow_sync_provider.core.target.clickhouse import TABLE_COMMENT
+    from airflow_sync_provider.spark.full_load import run_full_load
+
+    table = "legacy_period"
+    _source(mysql_conn, table, rows=500)
+    ch.command(f"CREATE DATABASE IF NOT EXISTS {TARGET}")
+    ch.command(f"DROP TABLE IF EXISTS {TARGET}.{table}")
+    ch.command(f"CREATE TABLE {TARGET}.{table} (id Int32, tenant Int32, status String, day Date, amount "
+               "Nullable(Decimal(10, 2)), note Nullable(String), _version UInt64 DEFAULT 0, _deleted UInt8 DEFAULT 0) "
+               "ENGINE = ReplacingMergeTree(_version, _deleted) PARTITION BY toYYYYMM(day) ORDER BY (id) "
+               f"COMMENT '{TABLE_COMMENT}'")
+    for month, (start, end) in {"202501": ("2025-01-01", "2025-02-01"), "202502": ("2025-02-01", "2025-03-01")}.items():
+        run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                                   source_table=table, target_database=TARGET, target_table=table,
+                                   load_key=f"lay.legacy.{month}", where="day >= %s AND day < %s",
+                                   where_params=[start, end], partition_by="toYYYYMM(day)",
+                                   replace_partitions=[month]), spark)
+    assert ch.command(f"SELECT sorting_key FROM system.tables WHERE database = '{TARGET}' AND name = '{table}'") == "(id)"
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {DB}.{table} WHERE day < '2025-03-01'")
+        assert int(ch.command(f"SELECT count() FROM {TARGET}.{table} FINAL")) == cur.fetchone()[0]

@@ -421,7 +421,10 @@ def publish_partitions(ch, loaded: Loaded, partition_by: str, partitions: list[s
     if weight:  # REPLACE PARTITION needs the same columns on both sides
         ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS {_weight(True, True)[0]}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, stage)}")
-    ch.command(create_table_sql(schema, database, stage, layout, weight))
+    if stored(_comment(ch, database, table))[1] is None:  # made before layouts: its sorting key is the key alone
+        ch.command(f"CREATE TABLE {ch_table(database, stage)} AS {ch_table(database, table)}")
+    else:
+        ch.command(create_table_sql(schema, database, stage, layout, weight))
     loaded.copy_into(ch, stage)
     present = {r[0]: r[1] for r in ch.query(
         f"SELECT _partition_id, count() FROM {ch_table(database, stage)} GROUP BY _partition_id").result_rows}
