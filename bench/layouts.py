@@ -3,15 +3,15 @@
 
     .venv/bin/python -m bench.layouts [--rows 1000000] [--changes 200000] [--rounds 2]
 
-Per round, in alternating order: a full load of the same source table into a mirror copy and
-into a laid-out one (``order_by=["status"]``, ``partition_by="toYYYYMM(day)"``), each its own
-spark job in this process (``local[2]``). Then two change workloads in MySQL, one after the
+Four copies of one source table: the mirror, ``order_by=["status"]``, ``partition_by=
+"toYYYYMM(day)"`` and both. Per round, in alternating order, a full load into each (its own spark
+job in this process, ``local[2]``). Then per round two change workloads in MySQL, one after the
 other: updates of ``amount`` only (no row moves), and one where a third of the changes move
-their row (a new ``status`` and a day 40 days on: another sorting key and month in the laid-out
-copy); after each, each copy's pipeline applies the same binlog range, the two taking turns at
-going first (changes/s = the workload's row changes / the apply's seconds). A moved row costs the
-laid-out copy two rows (a tombstone of its old place and its new row): the rows written say so.
-Both copies are then compared with the source (FINAL, row count and a checksum).
+their row (a new ``status`` and a day 40 days on: another sorting key and month); after each,
+every copy's pipeline applies the same binlog range, first and last in turn (changes/s = the
+workload's row changes / the apply's seconds). A moved row costs a laid-out copy two rows (a
+tombstone of its old place and its new row): the rows written say so. Every copy is then
+compared with the source (FINAL, row count and a checksum).
 
 Services: private MariaDB + chDB endpoint under $BENCH_STATE (default /tmp/airflow-sync-bench-layouts);
 the chDB endpoint runs one statement at a time.
@@ -30,7 +30,8 @@ from bench.harness.env import machine, services, write_result
 from bench.harness.measure import fmt_rate, fmt_ratio, interleaved, median, rate, timer
 
 DB, TARGET_DB = "bench_lay", "bench_lay_ch"
-LAYOUTS = {"mirror": None, "laid out": {"order_by": ["status"], "partition_by": "toYYYYMM(day)"}}
+LAYOUTS = {"mirror": None, "order_by": {"order_by": ["status"]}, "partition_by": {"partition_by": "toYYYYMM(day)"},
+           "both": {"order_by": ["status"], "partition_by": "toYYYYMM(day)"}}
 
 
 def _source(mysql_url, rows: int) -> None:
@@ -67,7 +68,7 @@ WORKLOADS = {"no row moves": 0, "a third of the rows move": 3}
 
 
 def _table(variant: str) -> str:
-    return "orders_mirror" if variant == "mirror" else "orders_laid_out"
+    return f"orders_{variant}"
 
 
 def _check(ch, mysql_url, variant: str) -> str:
@@ -115,38 +116,46 @@ def main() -> None:
                                        pipeline=pipelines[variant], start_from_loads=[keys[variant]],
                                        verify_period=0), spark)
         applied: dict = {}
-        for turn, (workload, moving) in enumerate(WORKLOADS.items()):
-            changes = _changes(mysql_url, args.changes, args.rows, moving)
-            for variant in list(LAYOUTS)[::1 if turn % 2 == 0 else -1]:  # each copy applies first once
-                with timer() as took:
-                    result = run_cdc_apply(CdcApplySpec(sources=one_server(source(mysql_url)), target=target(ch_url),
-                                                        pipeline=pipelines[variant], verify_period=0), spark)
-                applied[workload, variant] = {"seconds": took["seconds"], "changes": changes,
-                                              "events": result["events"], "written": result["rows_written"]}
-                print(f"{workload}: apply {variant}: {result['events']} changes in {took['seconds']:.1f} s", flush=True)
+        for round_ in range(args.rounds):
+            for workload, moving in WORKLOADS.items():
+                changes = _changes(mysql_url, args.changes, args.rows, moving)
+                for variant in list(LAYOUTS)[::1 if round_ % 2 == 0 else -1]:  # first and last in turn
+                    with timer() as took:
+                        result = run_cdc_apply(CdcApplySpec(sources=one_server(source(mysql_url)),
+                                                            target=target(ch_url), pipeline=pipelines[variant],
+                                                            verify_period=0), spark)
+                    one = applied.setdefault((workload, variant), {"seconds": [], "changes": changes,
+                                                                    "events": 0, "written": 0})
+                    one["seconds"].append(took["seconds"])
+                    one["events"] += result["events"]
+                    one["written"] += result["rows_written"]
+                    print(f"round {round_ + 1} {workload}: apply {variant}: {result['events']} changes in "
+                          f"{took['seconds']:.1f} s", flush=True)
         checks = {v: _check(ch, mysql_url, v) for v in LAYOUTS}
     spark.stop()
     load_rate = {v: rate(args.rows, median(s)) for v, s in load_seconds.items()}
-    cdc_rate = {k: rate(a["changes"], a["seconds"]) for k, a in applied.items()}
+    cdc_rate = {k: rate(a["changes"], median(a["seconds"])) for k, a in applied.items()}
     lines = [
         "# Laid-out copies vs the mirror (bench/layouts.py)", "",
         f"Machine: {machine()}. Services: local MariaDB and the chDB endpoint (one statement at a time). "
-        f"{args.rows:,} rows; per workload {args.changes:,} row changes in transactions of 1,000. Spark local[2] in "
-        f"the bench's process. Laid out: {LAYOUTS['laid out']}.", "",
-        "| | mirror | laid out | laid out / mirror |", "|---|---|---|---|",
-        f"| full load, rows/s (median of {args.rounds}) | {fmt_rate(load_rate['mirror'])} | "
-        f"{fmt_rate(load_rate['laid out'])} | {fmt_ratio(load_rate['laid out'], load_rate['mirror'])} |",
+        f"{args.rows:,} rows; per CDC workload {args.changes:,} row changes in transactions of 1,000 (applied by every "
+        "copy's pipeline, taking turns at going first). Spark local[2] in the bench's process. Ratios: against the "
+        "mirror of the same run.", "",
+        "| copy | layout | full load rows/s (median of " + str(args.rounds) + ") | × | "
+        + " | ".join(f"CDC {w}: changes/s (median of {args.rounds}) | × | rows written in all" for w in WORKLOADS)
+        + " | copy vs source |",
+        "|---|---|---|---|" + "---|---|---|" * len(WORKLOADS) + "---|",
     ]
-    for workload in WORKLOADS:
-        mirror, laid = applied[workload, "mirror"], applied[workload, "laid out"]
-        lines += [f"| CDC apply, {workload}: changes/s | {fmt_rate(cdc_rate[workload, 'mirror'])} | "
-                  f"{fmt_rate(cdc_rate[workload, 'laid out'])} | "
-                  f"{fmt_ratio(cdc_rate[workload, 'laid out'], cdc_rate[workload, 'mirror'])} |",
-                  f"| CDC apply, {workload}: row changes counted / rows written | {mirror['events']:,} / "
-                  f"{mirror['written']:,} | {laid['events']:,} / {laid['written']:,} | |"]
-    lines += [f"| copy vs source after both workloads | {checks['mirror']} | {checks['laid out']} | |", "",
-        "Load rounds (s): " + "; ".join(f"{v}: " + ", ".join(f"{s:.1f}" for s in load_seconds[v]) for v in LAYOUTS),
-    ]
+    for variant, layout in LAYOUTS.items():
+        row = [variant, f"`{layout}`" if layout else "ORDER BY the key", fmt_rate(load_rate[variant]),
+               fmt_ratio(load_rate[variant], load_rate["mirror"])]
+        for workload in WORKLOADS:
+            row += [fmt_rate(cdc_rate[workload, variant]), fmt_ratio(cdc_rate[workload, variant],
+                                                                       cdc_rate[workload, "mirror"]),
+                    f"{applied[workload, variant]['written']:,}"]
+        lines.append("| " + " | ".join(row + [checks[variant]]) + " |")
+    lines += ["", "Load rounds (s): " + "; ".join(f"{v}: " + ", ".join(f"{s:.1f}" for s in load_seconds[v])
+                                                  for v in LAYOUTS)]
     print(write_result("layouts", "\n".join(lines) + "\n"))
 
 
