@@ -6,8 +6,9 @@
 Four copies of one source table: the mirror, ``order_by=["status"]``, ``partition_by=
 "toYYYYMM(day)"`` and both. Per round, in alternating order, a full load into each (its own spark
 job in this process, ``local[2]``). Then per round two change workloads in MySQL, one after the
-other: updates of ``amount`` only (no row moves), and one where a third of the changes move
-their row (a new ``status`` and a day 40 days on: another sorting key and month); after each,
+other: updates of ``amount`` only (no row moves; each transaction's rows spread over every month,
+or of one month), and one where a third of the changes move their row (a new ``status`` and a
+day 40 days on: another sorting key and month); after each,
 every copy's pipeline applies the same binlog range, first and last in turn (changes/s = the
 workload's row changes / the apply's seconds). A moved row costs a laid-out copy two rows (a
 tombstone of its old place and its new row): the rows written say so. Every copy is then
@@ -47,13 +48,19 @@ def _source(mysql_url, rows: int) -> None:
 
 def _changes(mysql_url, count: int, rows: int, moving: int) -> int:
     """``count`` row changes in transactions of 1,000; every ``moving``-th transaction (0: none)
-    moves its rows (a new status and a day 40 days on), the others change ``amount`` only."""
+    moves its rows (a new status and a day 40 days on), the others change ``amount`` only
+    (``moving`` -1: each transaction changes rows of one month, month after month)."""
     done, step = 0, 1000
     with mysql(mysql_url) as conn, conn.cursor() as cur:
         for start in range(1, rows + 1, step):
             if done >= count:
                 break
-            if moving and (start // step) % moving == 0:
+            if moving < 0:
+                month = (start // step) % 23
+                cur.execute(f"UPDATE {DB}.orders SET amount = amount + 1 WHERE day >= '2024-01-01' + INTERVAL %s "
+                            "MONTH AND day < '2024-01-01' + INTERVAL %s MONTH ORDER BY id LIMIT 1000",
+                            (month, month + 1))
+            elif moving and (start // step) % moving == 0:
                 cur.execute(f"UPDATE {DB}.orders SET status = IF(status = 'held', 'new', 'held'), day = day + INTERVAL "
                             "40 DAY WHERE id BETWEEN %s AND %s", (start, start + step - 1))
             else:
@@ -64,7 +71,7 @@ def _changes(mysql_url, count: int, rows: int, moving: int) -> int:
     return done
 
 
-WORKLOADS = {"no row moves": 0, "a third of the rows move": 3}
+WORKLOADS = {"no row moves": 0, "no row moves, a month per transaction": -1, "a third of the rows move": 3}
 
 
 def _table(variant: str) -> str:
@@ -85,6 +92,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--lanes", type=int, default=4, help="the pipelines' apply lanes (CdcApplySpec.lanes)")
     args = parser.parse_args()
     from pyspark.sql import SparkSession
 
@@ -123,7 +131,7 @@ def main() -> None:
                     with timer() as took:
                         result = run_cdc_apply(CdcApplySpec(sources=one_server(source(mysql_url)),
                                                             target=target(ch_url), pipeline=pipelines[variant],
-                                                            verify_period=0), spark)
+                                                            lanes=args.lanes, verify_period=0), spark)
                     one = applied.setdefault((workload, variant), {"seconds": [], "changes": changes,
                                                                     "events": 0, "written": 0})
                     one["seconds"].append(took["seconds"])
@@ -139,8 +147,8 @@ def main() -> None:
         "# Laid-out copies vs the mirror (bench/layouts.py)", "",
         f"Machine: {machine()}. Services: local MariaDB and the chDB endpoint (one statement at a time). "
         f"{args.rows:,} rows; per CDC workload {args.changes:,} row changes in transactions of 1,000 (applied by every "
-        "copy's pipeline, taking turns at going first). Spark local[2] in the bench's process. Ratios: against the "
-        "mirror of the same run.", "",
+        f"copy's pipeline, taking turns at going first; {args.lanes} apply lane(s)). Spark local[2] in the bench's "
+        "process. Ratios: against the mirror of the same run.", "",
         "| copy | layout | full load rows/s (median of " + str(args.rounds) + ") | × | "
         + " | ".join(f"CDC {w}: changes/s (median of {args.rounds}) | × | rows written in all" for w in WORKLOADS)
         + " | copy vs source |",

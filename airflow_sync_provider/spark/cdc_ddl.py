@@ -65,6 +65,7 @@ def route_for(conn, ch, table: PipelineTable, facts: dict | None = None) -> Tabl
     route = TableRoute(schema, database, name, table, skip_before=table.skip_before)
     # the copy's key (a later key change is refused) and the columns its layout places rows by
     route.keyed(facts.key, facts.layout.place_columns(route.names))
+    route.partitioned = bool(facts.layout.partition_by)
     if SPLIT_WEIGHT_COLUMN in present and table.split_column:
         route.weight = schema.column(table.split_column)
     return route

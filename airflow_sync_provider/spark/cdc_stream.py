@@ -125,8 +125,8 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
                    combine: bool = True) -> list[list[tuple]]:
     """Per lane (index = lane): [(target database, target table, ((source table, rows), …), Arrow
     IPC bytes)]. ``combine``: the source tables of one target table (a merged copy's members) in
-    one insert per lane, and a small batch in one lane (ONE_LANE_EVENTS): a key is in one lane
-    only, so nothing is lost by joining them."""
+    one insert per lane, a small batch in one lane (ONE_LANE_EVENTS), and a partitioned copy's rows
+    in one insert: a key is in one lane only, so nothing is lost by joining them."""
     one_lane = combine and batch.events <= ONE_LANE_EVENTS
     tables: list[list[list]] = [[] for _ in range(lanes)]  # per lane: [target db, target table, counts, Arrow]
     conn = None
@@ -140,7 +140,9 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
                 values = table.column(route.weight.name).to_pylist()
                 table = table.append_column(SPLIT_WEIGHT_COLUMN, pa.array(weights_of(conn, route.weight, values),
                                                                           pa.binary()))
-            into = tables[0 if one_lane else lane]
+            # a partitioned copy (core/target/layout.py) takes a part per partition per insert: its
+            # rows of a batch go in one insert, not one per lane (lanes x partitions parts)
+            into = tables[0 if one_lane or (combine and route.partitioned) else lane]
             same = next((t for t in into if combine and t[:2] == [route.target_database, route.target_table]
                          and t[3][0].schema.equals(table.schema)), None)
             if same is None:

@@ -28,6 +28,7 @@ class TableRoute:
     table: PipelineTable | None = None  # the pipeline's entry (names, columns)
     weight: MySQLColumn | None = None  # the collated split column whose weight rows carry
     skip_before: int = 0  # changes ranked below this are skipped: a re-copy from there covers them
+    partitioned: bool = False  # its copy has partitions (its layout's): a batch's rows in one insert
 
     def __post_init__(self):
         self._source = self.schema.qualified  # per row change on the reader's path
