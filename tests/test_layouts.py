@@ -419,7 +419,8 @@ def test_a_period_load_into_a_copy_made_before_layouts_keeps_its_structure(mysql
                                    load_key=f"lay.legacy.{month}", where="day >= %s AND day < %s",
                                    where_params=[start, end], partition_by="toYYYYMM(day)",
                                    replace_partitions=[month]), spark)
-    assert ch.command(f"SELECT sorting_key FROM system.tables WHERE database = '{TARGET}' AND name = '{table}'") == "(id)"
+    sorting = f"SELECT sorting_key FROM system.tables WHERE database = '{TARGET}' AND name = '{table}'"
+    assert ch.command(sorting) == "(id)"
     with mysql_conn.cursor() as cur:
         cur.execute(f"SELECT count(*) FROM {DB}.{table} WHERE day < '2025-03-01'")
         assert int(ch.command(f"SELECT count() FROM {TARGET}.{table} FINAL")) == cur.fetchone()[0]
