@@ -5,9 +5,11 @@ A copy is a ReplacingMergeTree versioned in binlog order (core/positions.py) wit
 tombstones. ReplacingMergeTree collapses only rows with the same sorting key in the same
 partition, so the source's primary-key columns are appended to ``order_by`` where missing (two
 rows of one source key then collapse only when they also agree on every other column the key
-and the partition expression read) and every writer that moves a row out of its old place —
+and the partition expression read), and every writer that moves a row out of its old place —
 a change to a column :meth:`Layout.place_columns` names — tombstones it there under its old
-values (core/cdc/binlog: from the update's before-image; a diff apply and a repair: by key).
+values (core/cdc/binlog: from the update's before-image; a diff apply: from the copy's row; a
+repair: by key). The partition expression joins the sorting key (:meth:`Layout.sorting_key`),
+so ``FINAL`` and merges collapse the same rows.
 
 The layout a copy was created with is kept in its table comment (:func:`layout_comment`); a job
 that asks for another is refused (:func:`check_same`) rather than mixing two layouts.
