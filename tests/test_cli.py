@@ -269,3 +269,7 @@ def test_a_copy_laid_out_from_the_command_line_refused_otherwise_then_reshaped(m
     assert reshape.returncode == 0 and "laid out anew: cli_lay.t" in reshape.stdout, reshape.stdout + reshape.stderr
     assert ch.query(facts).result_rows[0][:2] == ("day, id", "")
     assert assert_same_rows(mysql_conn, ch, "cli_lay", "t", "cli_lay_ch") == 400
+    status = run(env, "cdc", "status", "--pipeline", "cli-lay")
+    assert 'cli_lay.t: laid out as {"order_by": ["day"]}' in status.stdout, status.stdout + status.stderr
+    as_json = json.loads(run(env, "cdc", "status", "--pipeline", "cli-lay", "--json").stdout)
+    assert as_json["layouts"] == {"cli_lay.t": {"order_by": ["day"]}}

@@ -226,9 +226,13 @@ def _pipeline_status(args) -> int:
             raise LookupError(f"no pipeline {args.pipeline!r} in {args.ledger_database}")
         counters = ledger.counters(args.pipeline)
         selection = ledger.selection(args.pipeline)
+        # each copy's layout (core/target/layout.py), as its table comment records it
+        facts = clickhouse_target.table_facts(ch, [(t.target_database, t.target_table) for t in state.tables])
+        layouts = {t.name: facts[(t.target_database, t.target_table)].layout.to_dict() for t in state.tables
+                   if (t.target_database, t.target_table) in facts}
     finally:
         ch.close()
-    status = state.to_dict() | {"counters": counters, "selection": selection}
+    status = state.to_dict() | {"counters": counters, "selection": selection, "layouts": layouts}
     if args.mysql_url:  # lag against the source now, and whether the lease is held
         ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
         try:
@@ -273,6 +277,9 @@ def _pipeline_status(args) -> int:
                                               f", {status['lag_bytes']:,} bytes" if status["lag_bytes"] else "")))
     if selection:
         print(f"tables selected by {json.dumps(selection)} (every run applies them; --change-selection replaces them)")
+    for name, layout in sorted(layouts.items()):
+        if layout:  # the mirror's (ORDER BY the key) goes unsaid
+            print(f"{name}: laid out as {json.dumps(layout, sort_keys=True)} (airflow-sync reshape changes it)")
     if state.applying:
         print(state.applying_line())
     if state.prepared:
