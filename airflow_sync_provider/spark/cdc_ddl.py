@@ -194,13 +194,13 @@ class Recopies:
                                   f"merged copy is keyed by {keyed}; a merged copy has one key. A retry stops here "
                                   "again: make the change on every shard, then load the group again and bootstrap "
                                   "its pipeline")
-            elif _rekeyed(ch, before, table) or _relaid(ch, table):
+            elif (rekeyed := _rekeyed(ch, before, table)) or _relaid(ch, table):
                 # ordered by another key or laid out otherwise: a new copy beside it, swapped in when done
                 table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
                 ch.command(f"DROP TABLE IF EXISTS {ch_table(table.target_database, table.writes_to)}")
                 _create_copy(ch, before, table, table.writes_to)
                 note(self.spec.pipeline, f"{name}: " + (f"its primary key is now {list(before.primary_key)}"
-                                                        if _rekeyed(ch, before, table) else
+                                                        if rekeyed else
                                                         f"laid out as {Layout.of(table.layout).describe()}")
                      + f"; copied into {table.target_database}.{table.writes_to}, swapped in when done (readers see "
                      "the copy as it was until then)")

@@ -253,11 +253,16 @@ def sorting_key(ch, database: str, table: str) -> list[str]:
     return _key_columns(key)
 
 
-def copy_key(ch, database: str, table: str) -> list[str]:
+def _source_key(comment: str, sorting: list) -> list:
     """The source key a copy collapses rows by: recorded in its comment when it has a layout of its
     own (core/target/layout.py), else its sorting key (the key, as a mirror is ordered)."""
-    _, key = stored(_comment(ch, database, table))
-    return key if key is not None else sorting_key(ch, database, table)
+    key = stored(comment)[1]
+    return key if key is not None else sorting
+
+
+def copy_key(ch, database: str, table: str) -> list[str]:
+    """:func:`_source_key` of the table."""
+    return _source_key(_comment(ch, database, table), sorting_key(ch, database, table))
 
 
 def copy_layout(ch, database: str, table: str) -> Layout:
@@ -276,12 +281,6 @@ def resolve_layout(ch, database: str, table: str, requested: Layout) -> Layout:
     return requested
 
 
-def check_copy_layout(ch, database: str, table: str, layout: Layout) -> None:
-    """Refuse to write under ``layout`` into an existing copy laid out otherwise."""
-    if table_exists(ch, database, table):
-        check_same(f"{database}.{table}", layout, _comment(ch, database, table))
-
-
 def _key_columns(key) -> list[str]:
     return [k.strip().strip("()`") for k in str(key or "").split(",") if k.strip().strip("()")]
 
@@ -294,9 +293,8 @@ class TableFacts:
 
     @property
     def key(self) -> list:
-        """The source key the copy collapses rows by (:func:`copy_key`)."""
-        key = stored(self.comment)[1]
-        return key if key is not None else self.sorting_key
+        """The source key the copy collapses rows by (:func:`_source_key`)."""
+        return _source_key(self.comment, self.sorting_key)
 
     @property
     def layout(self) -> Layout:
@@ -416,12 +414,13 @@ def publish_partitions(ch, loaded: Loaded, partition_by: str, partitions: list[s
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     # IF NOT EXISTS: the first loads of a new table may be publishing side by side
     ch.command(create_table_sql(schema, database, table, layout, weight, if_not_exists=True))
-    check_layout(ch, database, table)
-    check_copy_layout(ch, database, table, layout)
+    comment = _comment(ch, database, table)
+    check_layout(ch, database, table, comment)
+    check_same(f"{database}.{table}", layout, comment)  # an existing copy laid out otherwise is refused
     if weight:  # REPLACE PARTITION needs the same columns on both sides
         ch.command(f"ALTER TABLE {ch_table(database, table)} ADD COLUMN IF NOT EXISTS {_weight(True, True)[0]}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, stage)}")
-    if stored(_comment(ch, database, table))[1] is None:  # made before layouts: its sorting key is the key alone
+    if stored(comment)[1] is None:  # made before layouts: its sorting key is the key alone
         ch.command(f"CREATE TABLE {ch_table(database, stage)} AS {ch_table(database, table)}")
     else:
         ch.command(create_table_sql(schema, database, stage, layout, weight))
