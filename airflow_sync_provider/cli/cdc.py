@@ -10,9 +10,19 @@ import os
 import time
 
 from airflow_sync_provider.cli.common import DRIVER_COPY_ROWS_HELP, job_arguments, submit, url_arguments
-from airflow_sync_provider.cli.selection import group_sources, layout_arguments, layout_of, selection_arguments
+from airflow_sync_provider.cli.selection import (
+    content_arguments,
+    content_of,
+    group_sources,
+    layout_arguments,
+    layout_of,
+    salt_argument,
+    salt_of,
+    selection_arguments,
+)
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, PIPELINE_STOPPED, Checkpoints
 from airflow_sync_provider.core.cdc.servers import Server, reached, server_of, source_epoch
+from airflow_sync_provider.core.content.shaping import describe_content
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
@@ -71,6 +81,7 @@ def _add_apply_parser(cdc_sub, name: str, text: str) -> None:
                               "copy, or they are deleted")
     if name == "run":
         command.add_argument("--max-seconds", type=float, help="stop after this long (default: never)")
+    salt_argument(command)
     job_arguments(command)
     command.set_defaults(func=cmd_cdc_apply)
 
@@ -92,7 +103,7 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         verify_budget=args.verify_budget, verify_after_ddl=not args.no_verify_after_ddl,
                         change_selection=args.change_selection, on_binlog_lost=args.on_binlog_lost,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
-                        ledger_database=args.ledger_database)
+                        ledger_database=args.ledger_database, hash_salt=salt_of(args))
 
 
 def named_tables(args) -> list:
@@ -139,6 +150,7 @@ def _add_bootstrap_parser(cdc_sub) -> None:
     boot.add_argument("--restart", action="store_true", help="start again instead of resuming")
     boot.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
     layout_arguments(boot)
+    content_arguments(boot)
     job_arguments(boot)
     boot.set_defaults(func=cmd_cdc_bootstrap)
 
@@ -149,7 +161,8 @@ def cmd_cdc_bootstrap(args) -> int:
                             merge=Merge.of(args.merge_into or ""),
                             target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
                             tableset=TableSet(tables=named_tables(args), select=_selection(args),
-                                              layout=layout_of(args)),
+                                              layout=layout_of(args), content=content_of(args)),
+                            hash_salt=salt_of(args),
                             channels=args.channels, chunk_rows=args.chunk_rows, watermark_table=args.watermark_table,
                             restart=args.restart, change_selection=args.change_selection,
                             ledger_database=args.ledger_database, driver_copy_rows=args.driver_copy_rows)
@@ -230,9 +243,13 @@ def _pipeline_status(args) -> int:
         facts = clickhouse_target.table_facts(ch, [(t.target_database, t.target_table) for t in state.tables])
         layouts = {t.name: facts[(t.target_database, t.target_table)].layout.to_dict() for t in state.tables
                    if (t.target_database, t.target_table) in facts}
+        # and what each holds (core/content/): transforms by column, filter, delete rule; never the salt
+        contents = {t.name: facts[(t.target_database, t.target_table)].content.to_dict() for t in state.tables
+                    if (t.target_database, t.target_table) in facts}
     finally:
         ch.close()
-    status = state.to_dict() | {"counters": counters, "selection": selection, "layouts": layouts}
+    status = state.to_dict() | {"counters": counters, "selection": selection, "layouts": layouts,
+                                "contents": contents}
     if args.mysql_url:  # lag against the source now, and whether the lease is held
         ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
         try:
@@ -280,6 +297,9 @@ def _pipeline_status(args) -> int:
     for name, layout in sorted(layouts.items()):
         if layout:  # the mirror's (ORDER BY the key) goes unsaid
             print(f"{name}: laid out as {json.dumps(layout, sort_keys=True)} (airflow-sync reshape changes it)")
+    for name, content in sorted(contents.items()):
+        if content:  # every row and value as the source has them goes unsaid
+            print(f"{name}: holds {describe_content(content)}")
     if state.applying:
         print(state.applying_line())
     if state.prepared:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from airflow_sync_provider.cli.common import job_arguments, run_reported, url_arguments
 from airflow_sync_provider.cli.selection import (
+    content_arguments,
+    content_of,
     group_selection,
     group_sources,
     group_tables,
     layout_arguments,
     layout_of,
     pattern_selection,
+    salt_of,
     selection_arguments,
 )
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
@@ -45,6 +48,7 @@ def add_parser(sub) -> None:
                            "mysqlclient")
     diff.add_argument("--report-dir", help="where the HTML report goes")
     layout_arguments(diff)  # with --apply, when the copy does not exist yet
+    content_arguments(diff)
     job_arguments(diff)
     diff.set_defaults(func=cmd_diff)
 
@@ -70,7 +74,8 @@ def cmd_diff(args) -> int:
         tolerances[column] = float(value)
     spec = SnapshotDiffSpec(target=ClickHouseEndpoint.from_url(args.clickhouse_url), old_table=args.old or "",
                             tableset=TableSet(select=select, tables=tables, parallel=args.parallel_tables,
-                                              layout=layout_of(args)),
+                                              layout=layout_of(args), content=content_of(args)),
+                            hash_salt=salt_of(args),
                             merge=Merge.of(args.merge_into or ""),
                             sources=sources or one_server(
                                 MySQLEndpoint.from_url(args.mysql_url) if args.table or select else None),

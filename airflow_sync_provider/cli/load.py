@@ -11,12 +11,15 @@ from airflow_sync_provider.cli.common import (
     url_arguments,
 )
 from airflow_sync_provider.cli.selection import (
+    content_arguments,
+    content_of,
     group_selection,
     group_sources,
     group_tables,
     layout_arguments,
     layout_of,
     pattern_selection,
+    salt_of,
     selection_arguments,
 )
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
@@ -46,6 +49,7 @@ def add_parser(sub) -> None:
                       help="auto (Arrow-native unless a probe disagrees with mysqlclient), native or mysqlclient")
     load.add_argument("--driver-copy-rows", type=int, default=None, help=DRIVER_COPY_ROWS_HELP)
     layout_arguments(load)
+    content_arguments(load)
     load.add_argument("--reshape", action="store_true",
                       help="the copy exists laid out otherwise: replace it under this layout (no pipeline follows it)")
     job_arguments(load)
@@ -62,7 +66,8 @@ def cmd_load(args) -> int:
     database = "" if select else _one_database(args, source)
     table = "" if select else args.table
     spec = FullLoadSpec(sources=one_server(source), target=target, source_database=database, source_table=table,
-                        tableset=TableSet(select=select, parallel=args.parallel_tables, layout=layout_of(args)),
+                        tableset=TableSet(select=select, parallel=args.parallel_tables, layout=layout_of(args),
+                                          content=content_of(args)), hash_salt=salt_of(args),
                         target_database="" if select else args.target_database or (
             target.database if target.database != "default" else database),
                         target_table="" if select else args.target_table or table,
@@ -115,7 +120,8 @@ def _group_load(args, sources: list[Source], target: ClickHouseEndpoint) -> Full
     return FullLoadSpec(target=target, source_database="", source_table="", target_database="", target_table="",
                         sources=sources, merge=Merge.of(args.merge_into or ""),
                         tableset=TableSet(select=group_selection(args), tables=group_tables(args),
-                                          parallel=args.parallel_tables, layout=layout_of(args)),
+                                          parallel=args.parallel_tables, layout=layout_of(args),
+                                          content=content_of(args)), hash_salt=salt_of(args),
                         load_key=args.load_key or "", channels=args.channels, columns=args.column,
                         exclude_columns=args.exclude_column or [], split_column=args.split_column,
                         split_factor=args.split_factor, strategy=args.strategy,

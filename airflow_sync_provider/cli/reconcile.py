@@ -4,7 +4,14 @@
 from __future__ import annotations
 
 from airflow_sync_provider.cli.common import job_arguments, run_reported, url_arguments
-from airflow_sync_provider.cli.selection import group_selection, group_sources, pattern_selection, selection_arguments
+from airflow_sync_provider.cli.selection import (
+    group_selection,
+    group_sources,
+    pattern_selection,
+    salt_argument,
+    salt_of,
+    selection_arguments,
+)
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import ReconcileSpec
 from airflow_sync_provider.core.source.group import Merge, one_server
@@ -23,6 +30,7 @@ def add_parser(sub) -> None:
     reconcile.add_argument("--reimport", action="store_true",
                            help="re-import mismatched shards into the published table, then compare again")
     reconcile.add_argument("--report-dir", help="where the HTML report goes")
+    salt_argument(reconcile)
     job_arguments(reconcile)
     reconcile.set_defaults(func=cmd_reconcile)
 
@@ -37,7 +45,7 @@ def cmd_reconcile(args) -> int:
         spec = ReconcileSpec(target=ClickHouseEndpoint.from_url(args.clickhouse_url), load_key=args.load or "",
                              checksum=args.checksum, reimport=args.reimport, ledger_database=args.ledger_database,
                              tableset=TableSet(select=select, parallel=args.parallel_tables), sources=sources,
-                             merge=Merge.of(args.merge_into or ""))
+                             merge=Merge.of(args.merge_into or ""), hash_salt=salt_of(args))
     else:
         source = MySQLEndpoint.from_url(args.mysql_url)
         select = pattern_selection(args, source) if args.database or args.select_table or args.exclude_table \
@@ -45,7 +53,7 @@ def cmd_reconcile(args) -> int:
         spec = ReconcileSpec(sources=one_server(source), target=ClickHouseEndpoint.from_url(args.clickhouse_url),
                              load_key=args.load or "", checksum=args.checksum, reimport=args.reimport,
                              ledger_database=args.ledger_database,
-                             tableset=TableSet(select=select, parallel=args.parallel_tables))
+                             tableset=TableSet(select=select, parallel=args.parallel_tables), hash_salt=salt_of(args))
     reported = run_reported(spec, args, "reconcile", write_report)
     if reported is None:
         return 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from airflow_sync_provider.cli.common import job_arguments, url_arguments
 from airflow_sync_provider.cli.load import run_load
-from airflow_sync_provider.cli.selection import group_sources
+from airflow_sync_provider.cli.selection import group_sources, salt_argument, salt_of
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.specfile import reimport_group_spec, reimport_spec
@@ -20,6 +20,7 @@ def add_parser(sub) -> None:
     reimport.add_argument("--failed", action="store_true", required=True, help="only failed/unfinished shards")
     reimport.add_argument("--source", action="append", metavar="NAME",
                           help="a source group's load: its sources (repeat; URLs in $MYSQL_URL_<NAME>)")
+    salt_argument(reimport)
     job_arguments(reimport)
     reimport.set_defaults(func=cmd_reimport)
 
@@ -40,4 +41,4 @@ def cmd_reimport(args) -> int:
                                             [f"{member['database']}.{member['table']}"]), args)
     if state is None:
         raise LookupError(f"no load {args.load!r} in {args.ledger_database}")
-    return run_load(reimport_spec(state.spec, MySQLEndpoint.from_url(args.mysql_url), target), args)
+    return run_load(reimport_spec(state.spec, MySQLEndpoint.from_url(args.mysql_url), target, salt_of(args)), args)

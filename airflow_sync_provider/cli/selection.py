@@ -101,3 +101,37 @@ def layout_of(args) -> dict | None:
               "ttl": args.ttl, "settings": args.table_setting, "engine": args.engine, "cluster": args.cluster,
               "json": args.json_as}
     return {k: v for k, v in layout.items() if v} or None
+
+
+def salt_argument(parser) -> None:
+    """The salt of hash transforms, by the name of the variable holding it (never on a command line)."""
+    parser.add_argument("--hash-salt-env", metavar="NAME",
+                        help="environment variable holding the salt of the copies' hash transforms (docs/content.md)")
+
+
+def content_arguments(parser) -> None:
+    """What the copies a command creates hold (docs/content.md)."""
+    group = parser.add_argument_group("content of the copies it creates (docs/content.md)")
+    group.add_argument("--transform", action="append", metavar="COL=FN",
+                       help="hash | mask(first,last) | null | truncate(n) | redact('text') of a column (repeat)")
+    group.add_argument("--row-filter", metavar="EXPR", help="MySQL condition the copy's rows meet, e.g. tenant_id = 7")
+    group.add_argument("--on-delete", choices=("delete", "keep"),
+                       help="keep: a row deleted at the source stays, marked in _deleted_at_source")
+    salt_argument(group)
+
+
+def content_of(args) -> dict | None:
+    """The content settings the arguments give (None: the copy's own, or the mirror's for a new one)."""
+    content = {"transform": getattr(args, "transform", None), "row_filter": getattr(args, "row_filter", None),
+               "on_delete": getattr(args, "on_delete", None)}
+    return {k: v for k, v in content.items() if v} or None
+
+
+def salt_of(args) -> str:
+    """The salt ``--hash-salt-env`` names ("" without it); a variable that is not set is an error."""
+    name = getattr(args, "hash_salt_env", None)
+    if not name:
+        return ""
+    if not os.environ.get(name):
+        raise SystemExit(f"airflow-sync: --hash-salt-env {name}: ${name} is not set (it holds the hash salt)")
+    return os.environ[name]

@@ -11,6 +11,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from airflow_sync_provider.core.content import ContentError
+from airflow_sync_provider.core.content.shaping import Content
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.failures import WAIT_SECONDS
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
@@ -54,6 +56,13 @@ class JobSpec:
     ledger_database: str = DEFAULT_LEDGER_DATABASE
     failure_wait_seconds: float = WAIT_SECONDS
     result_path: str = ""
+    # the salt of the tables' hash transforms (core/content/transforms.py): a secret, travelling as
+    # the passwords do (masked in the public form; a cluster-mode driver reads it from its environment)
+    hash_salt: str = field(default="", repr=False)
+
+    @property
+    def salt(self) -> bytes:
+        return self.hash_salt.encode()
 
     @property
     def source(self) -> MySQLEndpoint | None:
@@ -77,6 +86,9 @@ class JobSpec:
         self.merge = Merge.of(self.merge)
         template = self.side_by_side if self.grouped and not self.merge else ""
         self.tableset = TableSet.of(self.tableset).configured(template)
+        if self.merge and self.tableset.has_content:
+            raise ContentError(f"the merged copy {self.merge.into}: transforms, a row filter or kept deletes are not "
+                               "supported for merged copies yet; shape each source's copy side by side instead")
         if self.merge and self.tableset.has_layout:
             raise LayoutError(f"the merged copy {self.merge.into}: a layout of its own is not supported yet (its "
                               "key is the source key and the source columns); leave layout out for merged copies")
@@ -182,10 +194,15 @@ class FullLoadSpec(JobSpec):
         """The copy's layout (one table's load: the job's, core/target/layout.py)."""
         return self.tableset.layout_of()
 
+    @property
+    def content(self) -> Content:
+        """What the copy holds (one table's load: the job's, core/content/shaping.py)."""
+        return self.tableset.content_of()
+
     def for_table(self, table: dict) -> "FullLoadSpec":
         """One selected table's load (``table``: a table_config)."""
         return dataclasses.replace(
-            self, tableset=TableSet(layout=self.tableset.layout_of(table).to_dict()),
+            self, tableset=self.tableset.one(table),
             source_database=table["source_database"],
             source_table=table["source_table"], target_database=table["target_database"],
             target_table=table["target_table"], load_key=table_key(self.load_key, table),
@@ -199,7 +216,7 @@ class FullLoadSpec(JobSpec):
     def for_member(self, member: Member, endpoint: MySQLEndpoint, table: dict) -> "FullLoadSpec":
         """One source table's load of a merged copy (``table``: its table_config)."""
         return dataclasses.replace(
-            self, sources=one_server(endpoint), merge=None, tableset=TableSet(layout=self.tableset.layout),
+            self, sources=one_server(endpoint), merge=None, tableset=self.tableset.merged_member(),
             member=dataclasses.asdict(member),
             source_database=member.database, source_table=member.table, target_database=self.merge.database,
             target_table=self.merge.table,
@@ -398,7 +415,7 @@ class CdcBootstrapSpec(JobSpec):
             split_column=split_column, split_factor=self.split_factor, strategy=self.strategy,
             channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
             ledger_database=self.ledger_database, failure_wait_seconds=self.failure_wait_seconds,
-            tableset=TableSet(layout=self.tableset.layout_of(table).to_dict()))
+            tableset=self.tableset.one(table))
 
 
 @dataclass(kw_only=True)
@@ -481,14 +498,14 @@ class SnapshotDiffSpec(JobSpec):
         """One source table of a merged copy against the copy's rows of it (``table``: its
         table_config, unused: a diff compares every column the copy holds)."""
         return dataclasses.replace(
-            self, sources=one_server(endpoint), merge=None, tableset=TableSet(layout=self.tableset.layout),
+            self, sources=one_server(endpoint), merge=None, tableset=self.tableset.merged_member(),
             member=dataclasses.asdict(member),
             source_database=member.database, source_table=member.table, old_table=self.merge.into,
             diff_key=member_key(self.diff_key, member))
 
     def for_table(self, table: dict) -> "SnapshotDiffSpec":
         return dataclasses.replace(
-            self, tableset=TableSet(layout=self.tableset.layout_of(table).to_dict()),
+            self, tableset=self.tableset.one(table),
             source_database=table["source_database"],
             source_table=table["source_table"], old_table=f"{table['target_database']}.{table['target_table']}",
             diff_key=f"{self.diff_key}:{table['source_database']}.{table['source_table']}" if self.diff_key else "",
@@ -548,12 +565,15 @@ def bootstrap_load_key(pipeline: str, table: dict) -> str:
     return f"cdc:{pipeline}:{table['source_database']}.{table['source_table']}"
 
 
-def copied_schema(conn, spec: dict) -> TableSchema:
-    """The source table as a load copies it (its ``columns`` / ``exclude_columns``); ``spec`` is a
-    full load's spec as a dict (the ledger keeps it in that form), or a pipeline table's entry —
-    of a merged copy's member, seen through its ``view`` (core/source/group.refresh_view)."""
+def copied_schema(conn, spec: dict, salt: bytes = b"") -> TableSchema:
+    """The source table as a load copies it (its ``columns`` / ``exclude_columns``, shaped by its
+    content settings with ``salt``: core/content/); ``spec`` is a full load's spec as a dict (the
+    ledger keeps it in that form), or a pipeline table's entry — of a merged copy's member, seen
+    through its ``view`` (core/source/group.refresh_view)."""
     schema = read_table_schema(conn, spec["source_database"], spec["source_table"])
     schema = schema.select(spec.get("columns"), spec.get("exclude_columns") or ())
+    content = spec["content"] if "content" in spec else TableSet.of(spec.get("tableset")).content_of()
+    schema = schema.shaped(content, salt)
     if "view" in spec:  # a pipeline table of a merged copy (PipelineTable.copy_spec)
         view = spec["view"]
         schema = refresh_view(TableSchema(schema.database, schema.table, tuple(MySQLColumn(**c) for c in view["shape"]),

@@ -22,7 +22,7 @@ from airflow_sync_provider.core.jobspec import (
 from airflow_sync_provider.core.source.group import one_server
 
 # what public_dict masks: passwords and the private keys of client certificates (core/endpoints.py)
-_SECRET_KEYS = {"password", "ssl_key", "client_cert_key"}
+_SECRET_KEYS = {"password", "ssl_key", "client_cert_key", "hash_salt"}
 _CERTIFICATE_KEYS = {"ssl_ca", "ssl_cert", "ca_cert", "client_cert"}
 
 SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls
@@ -65,12 +65,12 @@ def spec_from_dict(data: dict):
     return cls(**data)  # sources and merge are typed by the spec itself (JobSpec.check_sources)
 
 
-def reimport_spec(stored: dict, source: MySQLEndpoint, target: ClickHouseEndpoint) -> FullLoadSpec:
+def reimport_spec(stored: dict, source: MySQLEndpoint, target: ClickHouseEndpoint, salt: str = "") -> FullLoadSpec:
     """The full load that re-imports a load's failed or mismatched shards, from the spec the
-    ledger kept (without secrets: the endpoints are given again)."""
+    ledger kept (without secrets: the endpoints, and the salt of hash transforms, are given again)."""
     stored = {k: v for k, v in _upgrade(stored).items()
-              if k not in ("result_path", "sources", "target", "source_shape")}
-    return dataclasses.replace(spec_from_dict(stored | {"sources": one_server(source),
+              if k not in ("result_path", "sources", "target", "source_shape", "hash_salt")}
+    return dataclasses.replace(spec_from_dict(stored | {"sources": one_server(source), "hash_salt": salt,
                                                         "target": dataclasses.asdict(target)}), reimport="failed")
 
 

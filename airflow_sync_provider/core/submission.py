@@ -53,6 +53,8 @@ from airflow_sync_provider.core.tls import private_dir
 
 # Where a cluster-mode driver finds the passwords (environment variables the cluster sets).
 SECRET_ENV = {"source": "AIRFLOW_SYNC_MYSQL_PASSWORD", "target": "AIRFLOW_SYNC_CLICKHOUSE_PASSWORD"}
+# ... and the salt of hash transforms (core/content/transforms.py), when the tables have any
+SALT_ENV, K8S_SALT_KEY = "AIRFLOW_SYNC_HASH_SALT", "hash-salt"
 # The keys of a Kubernetes secret holding them (``kubernetes_secret=`` names the secret).
 K8S_SECRET_KEYS = {"source": "mysql-password", "target": "clickhouse-password"}
 # An endpoint's client-certificate private key, when it has a client certificate: (the
@@ -194,6 +196,9 @@ def stage(spec, workdir: str, master: str, deploy_mode: str | None = None, pyspa
         if endpoint.get(cert):
             endpoint[key_field] = ""  # likewise (KEY_ENV)
             secrets[key_variable + suffix] = k8s_key + suffix.lower().replace("_", "-")
+    if data.get("hash_salt"):
+        data["hash_salt"] = ""  # likewise (SALT_ENV)
+        secrets[SALT_ENV] = K8S_SALT_KEY
     write_private_json(spec_path, data)
     os.chmod(spec_path, 0o644)  # no secret inside; the cluster's staging copies it
     key = uuid.uuid4().hex
@@ -235,6 +240,9 @@ def secrets_from_env(spec) -> None:
 
     target = filled("target", spec.target, "")
     sources = [dataclasses.replace(s, endpoint=filled("source", s.endpoint, _suffix(s.name))) for s in spec.sources]
+    if spec.tableset.has_content and not spec.hash_salt:  # a hash transform's salt, when one is needed
+        if SALT_ENV in os.environ:
+            spec.hash_salt = os.environ[SALT_ENV]
     if missing:
         raise RuntimeError(f"the job runs in cluster deploy mode: its driver needs {', '.join(missing)} in its "
                            "environment — on Kubernetes give the operator kubernetes_secret=; on YARN set it in the "

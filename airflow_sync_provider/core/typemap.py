@@ -393,6 +393,10 @@ BINARY_TYPES = frozenset(t for t, rule in RULES.items() if rule is _BINARY)
 class ColumnMapping:
     source: MySQLColumn
     rule: Rule
+    # a content transform of the value the rule gives (core/content/transforms.py: hash, mask, …)
+    # and the salt a hash needs (a secret: never shown, never compared)
+    transform: object = None
+    salt: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -401,16 +405,29 @@ class ColumnMapping:
     @property
     def ch_type(self) -> str:
         """The ClickHouse type, ``Nullable(…)`` included."""
+        if self.transform is not None:
+            return self.transform.ch_type(self)
         base = self.rule.ch_type(self.source)
         return f"Nullable({base})" if self.source.nullable else base
 
     @property
     def arrow_type(self) -> pa.DataType:
+        """The Arrow type of the copy's values (a transform's, when the column has one)."""
+        return self.transform.arrow_type(self) if self.transform is not None else self.base_arrow_type
+
+    @property
+    def base_arrow_type(self) -> pa.DataType:
+        """The Arrow type of the rule's values: what readers and the binlog decoders produce."""
         return self.rule.arrow_type(self.source)
 
+    def shaped(self, array: pa.Array) -> pa.Array:
+        """The rule's values (of :attr:`base_arrow_type`) as the copy holds them."""
+        return array if self.transform is None else self.transform.arrow(array, self, self.salt)
+
     def source_sql(self, col_sql: str) -> str:
-        """The target value as a SELECT of the source table computes it from ``col_sql``; for a
-        column the table does not hold (a merged copy's), its value: NULL or the source's tag."""
+        """The rule's value as a SELECT of the source table computes it from ``col_sql`` (before
+        any transform: readers shape whole columns, :meth:`shaped`); for a column the table does
+        not hold (a merged copy's), its value: NULL or the source's tag."""
         if self.source.absent:  # typed: a NULL-typed result column is one the Arrow-native reader cannot read
             return "CAST(NULL AS CHAR)"
         if self.source.tag is not None:
@@ -422,18 +439,24 @@ class ColumnMapping:
 
     @property
     def plain_text(self) -> bool:
-        return self.rule.plain_text
+        # a transform's value is text: length-prefixed in the row text
+        return self.rule.plain_text and self.transform is None
 
     @property
     def text_may_be_null(self) -> bool:
-        return self.source.nullable or self.rule.null_for_invalid
+        return self.source.nullable or self.rule.null_for_invalid or (
+            self.transform is not None and self.transform.name == "null")
 
     def mysql_text(self, col_sql: str) -> str:
         """Canonical text of the target value, computed in MySQL from the source column (NULL for NULL)."""
+        if self.transform is not None:
+            return self.transform.mysql_sql(self.source_sql(col_sql), self)
         return self.rule.mysql_text(self.source_sql(col_sql), self.source)
 
     def ch_text(self, col_sql: str) -> str:
         """Canonical text of the stored value, computed in ClickHouse (NULL for NULL)."""
+        if self.transform is not None:
+            return f"toString({col_sql})"
         return self.rule.ch_text(col_sql, self.source)
 
 

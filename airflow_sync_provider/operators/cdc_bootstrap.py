@@ -42,13 +42,22 @@ class CdcBootstrapOperator(SparkJobOperator):
         ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
         ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
         reshaped (``airflow-sync reshape``); one that differs is refused, naming both.
+    :param transform: column transforms of the copies (docs/content.md): ``{"email": "hash",
+        "phone": "mask(0,4)", "note": "null", "bio": "truncate(100)", "name": "redact('***')"}``; a
+        ``tables`` / ``select`` entry's own ``transform`` goes over it (by column). ``hash`` needs
+        ``hash_salt_conn_id`` or ``hash_salt_env``.
+    :param row_filter: the rows the copies hold, a MySQL condition (``"tenant_id = 7"``); loads read
+        only those, CDC decides on each row image as MySQL would (docs/content.md).
+    :param on_delete: ``"keep"``: a row deleted at the source stays in the copy, marked in
+        ``_deleted_at_source`` (default ``"delete"``).
     """
 
     job = "cdc_bootstrap"
-    template_fields = ("layout", "pipeline", "tables", "select", "merge_into")
+    template_fields = ("layout", "transform", "row_filter", "pipeline", "tables", "select", "merge_into")
 
     def __init__(self, *, pipeline: str, tables: list | None = None, select: dict | None = None,
-                 layout: dict | None = None,
+                 layout: dict | None = None, transform: dict | None = None,
+                 row_filter: str | None = None, on_delete: str | None = None,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  channels: int = 2, chunk_rows: int = DEFAULT_CHUNK_ROWS, split_factor: int | None = None,
                  watermark_table: str | None = None, restart: bool = False,
@@ -61,6 +70,7 @@ class CdcBootstrapOperator(SparkJobOperator):
         self.merge_into = merge_into
         self.tables = tables or []
         self.layout = layout
+        self.transform, self.row_filter, self.on_delete = transform, row_filter, on_delete
         self.select = select
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id

@@ -90,15 +90,24 @@ class FullLoadOperator(SparkJobOperator):
         ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
         ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
         reshaped (``airflow-sync reshape``); one that differs is refused, naming both.
+    :param transform: column transforms of the copies (docs/content.md): ``{"email": "hash",
+        "phone": "mask(0,4)", "note": "null", "bio": "truncate(100)", "name": "redact('***')"}``; a
+        ``tables`` / ``select`` entry's own ``transform`` goes over it (by column). ``hash`` needs
+        ``hash_salt_conn_id`` or ``hash_salt_env``.
+    :param row_filter: the rows the copies hold, a MySQL condition (``"tenant_id = 7"``); loads read
+        only those, CDC decides on each row image as MySQL would (docs/content.md).
+    :param on_delete: ``"keep"``: a row deleted at the source stays in the copy, marked in
+        ``_deleted_at_source`` (default ``"delete"``).
     """
 
     job = "full_load"
-    template_fields = ("layout", "table", "select", "tables", "merge_into", "load_key", "source_database",
-                       "target_database", "target_table",
+    template_fields = ("layout", "transform", "row_filter", "table", "select", "tables", "merge_into", "load_key",
+                       "source_database", "target_database", "target_table",
                        "columns", "exclude_columns", "split_column", "where", "where_params", "replace_partitions")
 
     def __init__(self, *, table: str | None = None, select: dict | None = None, tables: list | None = None,
-                 layout: dict | None = None,
+                 layout: dict | None = None, transform: dict | None = None,
+                 row_filter: str | None = None, on_delete: str | None = None,
                  parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", sources: list | None = None,
                  merge_into: str = "", load_key: str | None = None,
@@ -125,6 +134,7 @@ class FullLoadOperator(SparkJobOperator):
         self.select = select
         self.tables = tables
         self.layout = layout
+        self.transform, self.row_filter, self.on_delete = transform, row_filter, on_delete
         self.parallel_tables = parallel_tables
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id

@@ -58,13 +58,23 @@ class SnapshotDiffOperator(SparkJobOperator):
         ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
         ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
         reshaped (``airflow-sync reshape``); one that differs is refused, naming both.
+    :param transform: column transforms of the copies (docs/content.md): ``{"email": "hash",
+        "phone": "mask(0,4)", "note": "null", "bio": "truncate(100)", "name": "redact('***')"}``; a
+        ``tables`` / ``select`` entry's own ``transform`` goes over it (by column). ``hash`` needs
+        ``hash_salt_conn_id`` or ``hash_salt_env``.
+    :param row_filter: the rows the copies hold, a MySQL condition (``"tenant_id = 7"``); loads read
+        only those, CDC decides on each row image as MySQL would (docs/content.md).
+    :param on_delete: ``"keep"``: a row deleted at the source stays in the copy, marked in
+        ``_deleted_at_source`` (default ``"delete"``).
     """
 
     job = "snapshot_diff"
-    template_fields = ("layout", "old_table", "select", "tables", "merge_into", "source_table", "new_table", "diff_key",
-                       "changes_table", "report_dir")
+    template_fields = ("layout", "transform", "row_filter", "old_table", "select", "tables", "merge_into",
+                       "source_table", "new_table", "diff_key", "changes_table", "report_dir")
 
-    def __init__(self, *, layout: dict | None = None, old_table: str = "", source_table: str = "", new_table: str = "",
+    def __init__(self, *, layout: dict | None = None, transform: dict | None = None,
+                 row_filter: str | None = None, on_delete: str | None = None, old_table: str = "",
+                 source_table: str = "", new_table: str = "",
                  select: dict | None = None, tables: list | None = None, parallel_tables: int = 2,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  sources: list | None = None, merge_into: str = "",
@@ -84,6 +94,7 @@ class SnapshotDiffOperator(SparkJobOperator):
         self.select = select
         self.tables = tables
         self.layout = layout
+        self.transform, self.row_filter, self.on_delete = transform, row_filter, on_delete
         self.parallel_tables = parallel_tables
         self.source_table = source_table
         self.new_table = new_table

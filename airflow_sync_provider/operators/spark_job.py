@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_sync_provider.assets import openlineage
-from airflow_sync_provider.compat import AirflowException, AirflowFailException, Asset, BaseOperator
+from airflow_sync_provider.compat import AirflowException, AirflowFailException, Asset, BaseHook, BaseOperator
 from airflow_sync_provider.core.guard import descendants, end_processes, end_tree
 from airflow_sync_provider.core.ledger import Ledger, TaskRef
 from airflow_sync_provider.core.source.selection import TableSet
@@ -67,6 +68,10 @@ class SparkJobOperator(BaseOperator):
         failure a retry cannot cure (access denied, an unknown table…) fails the task at once and
         without retries (``AirflowFailException``); any other is left to the task's ``retries``,
         and the retry resumes where the job stopped (docs/troubleshooting.md).
+    :param hash_salt_conn_id: the Airflow connection whose password is the salt of the copies'
+        ``hash`` transforms (docs/content.md); or
+    :param hash_salt_env: the environment variable (of the worker) that holds it. The salt travels
+        as the passwords do: never on argv, masked in the logged spec, XCom and the ledger.
     """
 
     job: str = ""
@@ -75,8 +80,11 @@ class SparkJobOperator(BaseOperator):
 
     def __init__(self, *, spark_conn_id: str = "spark_default", spark_conf: dict | None = None,
                  pyspark_python: str | None = None, kubernetes_secret: str | None = None,
-                 use_spark_submit: bool = False, failure_wait_seconds: float | None = None, **kwargs):
+                 use_spark_submit: bool = False, failure_wait_seconds: float | None = None,
+                 hash_salt_conn_id: str | None = None, hash_salt_env: str | None = None, **kwargs):
         super().__init__(**kwargs)
+        self.hash_salt_conn_id = hash_salt_conn_id
+        self.hash_salt_env = hash_salt_env
         self.use_spark_submit = use_spark_submit
         self.failure_wait_seconds = failure_wait_seconds
         self.spark_conn_id = spark_conn_id
@@ -88,10 +96,27 @@ class SparkJobOperator(BaseOperator):
         raise NotImplementedError
 
     def tableset(self) -> TableSet:
-        """The tables the operator was given (``select``, ``tables``, ``parallel_tables``, ``layout``), as a
-        spec carries them."""
+        """The tables the operator was given (``select``, ``tables``, ``parallel_tables``, ``layout`` and
+        the content settings ``transform``, ``row_filter``, ``on_delete``), as a spec carries them."""
+        content = {k: getattr(self, k, None) for k in ("transform", "row_filter", "on_delete")}
         return TableSet(select=getattr(self, "select", None), tables=list(getattr(self, "tables", None) or []),
-                        parallel=getattr(self, "parallel_tables", 2), layout=getattr(self, "layout", None))
+                        parallel=getattr(self, "parallel_tables", 2), layout=getattr(self, "layout", None),
+                        content={k: v for k, v in content.items() if v} or None)
+
+    def hash_salt(self) -> str:
+        """The salt of hash transforms: the connection's password, or the variable's value."""
+        if self.hash_salt_conn_id:
+            salt = BaseHook.get_connection(self.hash_salt_conn_id).password or ""
+            if not salt:
+                raise AirflowFailException(f"hash_salt_conn_id={self.hash_salt_conn_id!r}: the connection has no "
+                                           "password (it holds the hash salt)")
+            return salt
+        if self.hash_salt_env:
+            if not os.environ.get(self.hash_salt_env):
+                raise AirflowFailException(f"hash_salt_env={self.hash_salt_env!r}: the variable is not set on this "
+                                           "worker (it holds the hash salt)")
+            return os.environ[self.hash_salt_env]
+        return ""
 
     def summarize(self, result: dict) -> dict:
         return result
@@ -164,6 +189,7 @@ class SparkJobOperator(BaseOperator):
 
     def execute(self, context):
         spec = self.build_spec(context)
+        spec.hash_salt = self.hash_salt()
         if self.failure_wait_seconds is not None:
             spec.failure_wait_seconds = self.failure_wait_seconds
         self.sync_link = self.sync_page(spec)

@@ -24,6 +24,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from airflow_sync_provider.core.cdc.servers import Server
+from airflow_sync_provider.core.content.shaping import describe_content
 from airflow_sync_provider.core.ledger import TaskRef
 from airflow_sync_provider.core.loads import SHARD_SUCCESS, LoadState
 from airflow_sync_provider.core.overview import (
@@ -37,6 +38,7 @@ from airflow_sync_provider.core.overview import (
     Overview,
     PipelineRow,
 )
+from airflow_sync_provider.core.source.selection import TableSet
 
 REFRESH_SECONDS = 15
 TEMPLATES = Path(__file__).with_name("templates")
@@ -151,7 +153,7 @@ def _number(value) -> str:
 ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined,
                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 ENV.filters.update(urlquote=lambda value: quote(str(value), safe=""), fmt=format, ago=ago, since=since,
-                   server=_server, json=json.dumps, cell=_cell, number=_number)
+                   server=_server, json=json.dumps, cell=_cell, number=_number, content=describe_content)
 ENV.globals.update(ti_path=ti_path, query=query, grouped=grouped, FAILED=FAILED, STATES=STATES,
                    RECENT_DAYS=RECENT_DAYS, PAGE_ROWS=PAGE_ROWS, ATTENTION_ROWS=ATTENTION_ROWS,
                    LAG_WARNING_SECONDS=LAG_WARNING_SECONDS, REFRESH_SECONDS=REFRESH_SECONDS)
@@ -187,7 +189,8 @@ def load_html(state: LoadState, verdict: tuple[str, str], task: TaskRef | None, 
     """One load in full: verdict, the task instance behind it, every shard's newest attempt."""
     shards = [(s, s.status != SHARD_SUCCESS or s.counters_disagree())
               for s in sorted(state.shards.values(), key=lambda s: s.shard_id)]
-    return render("load.html", state=state, verdict=verdict, task=task, check=check, shards=shards,
+    content = TableSet.of((state.spec or {}).get("tableset")).content_of()  # what the copy holds (never the salt)
+    return render("load.html", state=state, verdict=verdict, task=task, check=check, shards=shards, content=content,
                   done=sum(1 for s in state.shards.values() if s.status == SHARD_SUCCESS),
                   now=time.time() if now is None else now)
 

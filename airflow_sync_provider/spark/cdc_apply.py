@@ -354,11 +354,11 @@ class PipelineRun(RunStart):
     def _follow_ddl(self, stream: Stream, batch: Decoded) -> None:
         """Follow the DDL the batch ended before; the checkpoint passes it only then (a crash in
         between follows it again: following is idempotent)."""
-        text, schema, after, _ = batch.ddl
+        text, schema, after, committed = batch.ddl
         self.checkpoints.fence()  # the ALTERs and a re-copy write the copy: only under the lease
         with self.writing:
             changed, recopied = cdc_ddl.follow(self, stream.routes, stream.tables, ddl.parse(text, schema), after,
-                                               text)
+                                               text, int(committed))
         self.totals.ddl += 1
         self.totals.recopied += recopied
         crash_point("cdc.ddl-followed")
@@ -381,7 +381,7 @@ class PipelineRun(RunStart):
                 continue
             table = registration.table
             with mysql_reader.connect(self.spec.source) as conn:
-                routes = cdc_ddl.open_routes(conn, self.ch, [table])
+                routes = cdc_ddl.open_routes(conn, self.ch, [table], self.spec.salt)
             if registration.since.key() < state.checkpoint.key():
                 self.log(f"{table.name} replays {registration.since} … {state.checkpoint} before joining")
                 self.follow(Stream(routes, [table], registration.since, registration), state.checkpoint)

@@ -206,6 +206,7 @@ def _prepare_target(ch, schema, load: FullLoadSpec, weight: bool) -> None:
     database, table = load.target_database, load.target_table
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     layout = target.resolve_layout(ch, database, table, load.layout)  # an existing copy's, or refused
+    target.check_content(ch, schema, database, table)  # what it holds (core/content/), or refused
     if not target.table_exists(ch, database, table):
         ch.command(target.create_table_sql(schema, database, table, layout, weight=weight))
         return
@@ -234,7 +235,10 @@ def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition, schema) -> int:
     where = f"{ch_ident(target.VERSION_COLUMN)} < {{v:UInt64}} AND {mine}"
     params = {**params, "v": start.snapshot_version()}
     stale = int(ch.command(f"SELECT count() FROM {final} WHERE {where}", parameters=params))
-    if stale:
+    if stale and schema.content.keep_deletes:  # a copy that keeps deletes marks them (core/content/)
+        target.tombstone_older(ch, load.target_database, load.target_table, start.snapshot_version(), mine,
+                               params)
+    elif stale:
         ch.command(f"DELETE FROM {final} WHERE {where}", parameters=params)
     return stale
 
@@ -259,7 +263,7 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
                       table: dict, lock) -> dict:
     started = time.time()
     with mysql_reader.connect(spec.source) as conn:
-        schema = copied_schema(conn, table)
+        schema = copied_schema(conn, table, spec.salt)
         target.check_columns(schema)
         key = ChunkKey.of(schema)
         mariadb = flavor(conn).mariadb
@@ -374,7 +378,7 @@ def _selected(spec: CdcBootstrapSpec) -> tuple[list[dict], dict[str, str]]:
         names = [n for n in selection.resolve(conn) if n not in named]
         for name in names:
             config = table_config(selection.config(name))
-            problem = streaming_problem(copied_schema(conn, config))
+            problem = streaming_problem(copied_schema(conn, config, spec.salt))
             if problem:
                 unstreamable[name] = problem
             else:

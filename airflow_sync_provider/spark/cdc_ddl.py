@@ -46,10 +46,11 @@ def note(pipeline: str, text: str) -> None:
     log.info(f"pipeline {pipeline!r}: {text}")
 
 
-def route_for(conn, ch, table: PipelineTable, facts: dict | None = None) -> TableRoute:
+def route_for(conn, ch, table: PipelineTable, salt: bytes, facts: dict | None = None) -> TableRoute:
     """The route of a pipeline table: the shape it had at the checkpoint (the source's current
     definition the first time), the copy's key, and the weight column of a collated split key.
-    ``facts``: the copies' (core/target/clickhouse.table_facts), when read for many tables at once."""
+    ``facts``: the copies' (core/target/clickhouse.table_facts), when read for many tables at once;
+    ``salt``: the job's, for the table's hash transforms (core/content/)."""
     database, name = table.target_database, table.writes_to
     facts = (target.table_facts(ch, [(database, name)]) if facts is None else facts).get((database, name))
     if facts is None:
@@ -57,12 +58,18 @@ def route_for(conn, ch, table: PipelineTable, facts: dict | None = None) -> Tabl
                           "creates it (start the pipeline from one, or bootstrap the table again)")
     target.check_layout(ch, database, name, facts.comment)
     present = set(facts.columns)
+    # what the copy holds (core/content/) is what its comment says, whoever made it (a load, a bootstrap)
+    table.content = facts.content.to_dict() or None
     schema = table.schema()
     if schema is None:
-        schema = copied_schema(conn, table.copy_spec())
+        schema = copied_schema(conn, table.copy_spec(), salt)
         schema = schema.select([c.name for c in schema.columns if c.name in present])
         table.remember_shape(schema)
+    else:
+        schema = schema.shaped(table.content, salt)
     route = TableRoute(schema, database, name, table, skip_before=table.skip_before)
+    if route.row_filter is not None:  # what exact string comparison needs from the server (core/content/)
+        route.row_filter = route.row_filter.prepare(conn)
     # the copy's key (a later key change is refused) and the columns its layout places rows by
     route.keyed(facts.key, facts.layout.place_columns(route.names))
     route.partitioned = bool(facts.layout.partition_by)
@@ -71,7 +78,7 @@ def route_for(conn, ch, table: PipelineTable, facts: dict | None = None) -> Tabl
     return route
 
 
-def open_routes(conn, ch, tables: list[PipelineTable]) -> dict[str, TableRoute]:
+def open_routes(conn, ch, tables: list[PipelineTable], salt: bytes) -> dict[str, TableRoute]:
     """The routes of the tables still streaming (those that left stay in ``tables``); their
     copies looked at together (a run's fixed cost does not grow by queries per table)."""
     streaming = [t for t in tables if not t.left]
@@ -79,7 +86,7 @@ def open_routes(conn, ch, tables: list[PipelineTable]) -> dict[str, TableRoute]:
     routes = {}
     for table in streaming:
         try:
-            routes[table.name] = route_for(conn, ch, table, facts)
+            routes[table.name] = route_for(conn, ch, table, salt, facts)
         except TableNotFound as exc:
             raise BinlogError(f"table {table.name}: {exc}") from exc
     return routes
@@ -166,13 +173,13 @@ class Recopies:
         with mysql_reader.connect(self.spec.source) as conn:
             for _ in range(10):
                 try:
-                    before = copied_schema(conn, table.copy_spec())
+                    before = copied_schema(conn, table.copy_spec(), self.spec.salt)
                 except TableNotFound:  # dropped or renamed further on in the binlog: that DDL follows
                     routes.pop(name, None)
                     table.leave(f"not found when its copy was to begin ({reason[:200]})")
                     return False
                 position = current_position(conn, epoch=self.run.epoch)
-                if copied_schema(conn, table.copy_spec()) == before:
+                if copied_schema(conn, table.copy_spec(), self.spec.salt) == before:
                     break
             else:
                 raise TransientBinlogError(f"table {name}: its definition kept changing while a re-copy began; "
@@ -209,7 +216,7 @@ class Recopies:
             table.remember_shape(before)
             table.skip_before = position.version()
             table.rejoin()
-            routes[name] = route_for(conn, ch, table)
+            routes[name] = route_for(conn, ch, table, self.spec.salt)
         self._submit(table, restart=True)
         return True
 
@@ -220,7 +227,7 @@ class Recopies:
         table.by_selection = True
         with mysql_reader.connect(self.spec.source) as conn:
             try:
-                problem = streaming_problem(copied_schema(conn, table.copy_spec()))
+                problem = streaming_problem(copied_schema(conn, table.copy_spec(), self.spec.salt))
             except TableNotFound:
                 return False  # gone again further on in the binlog: its DROP or RENAME follows
         tables.append(table)
@@ -322,14 +329,16 @@ class Recopies:
         self.pool.shutdown()
 
 
-def truncate(ch, route: TableRoute, after: BinlogPosition) -> int:
+def truncate(ch, route: TableRoute, after: BinlogPosition, at: int = 0) -> int:
     """A tombstone for every live row (a merged copy's: the member's), ranked between the changes
-    before the TRUNCATE and after it."""
+    before the TRUNCATE and after it; a copy that keeps deletes marks them deleted at ``at``, the
+    TRUNCATE's commit time."""
     table = ch_table(route.target_database, route.target_table)
     mine, params = member_filter(route.schema)
     rows = int(ch.command(f"SELECT count() FROM {table} FINAL WHERE {ch_ident(target.DELETED_COLUMN)} = 0 AND {mine}",
                           parameters=params))
-    target.tombstone_older(ch, route.target_database, route.target_table, after.snapshot_version(), mine, params)
+    target.tombstone_older(ch, route.target_database, route.target_table, after.snapshot_version(), mine, params,
+                           at=at)
     return rows
 
 
@@ -346,9 +355,9 @@ def _collation(conn, table: PipelineTable) -> str | None:
 
 
 def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statement, after: BinlogPosition,
-           text: str) -> tuple[list[str], list[str]]:
-    """Follow one DDL statement (``text``, parsed: ``statement``) at ``after`` (the position right
-    after it) for the pipeline's tables: ``routes`` (name → route, updated in place) and
+           text: str, committed: int = 0) -> tuple[list[str], list[str]]:
+    """Follow one DDL statement (``text``, parsed: ``statement``; ``committed``: its timestamp) at
+    ``after`` (the position right after it) for the pipeline's tables: ``routes`` (name → route, updated in place) and
     ``tables`` (every table of the pipeline, including those that left). Returns the names of
     the tables it changed and of those it re-copies."""
     recopies, ch, pipeline = run.recopies, run.ch, run.spec.pipeline
@@ -366,7 +375,7 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
     if statement.kind == "alter" and left_out is not None and left_out.unstreamable:
         with mysql_reader.connect(run.spec.source) as conn:
             try:
-                problem = streaming_problem(copied_schema(conn, left_out.copy_spec()))
+                problem = streaming_problem(copied_schema(conn, left_out.copy_spec(), run.spec.salt))
             except TableNotFound:
                 problem = "gone"  # dropped or renamed further on in the binlog
         if problem is None and recopies.start(routes, left_out, f"streamable since {after}"):
@@ -380,7 +389,7 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
                                  where_of(name), _collation(conn, route.table))
             followed = follow_alter(run, route, change)
             route.table.remember_shape(dataclasses.replace(route.schema, columns=tuple(followed.columns), indexes=()))
-            routes[name] = route_for(conn, ch, route.table)
+            routes[name] = route_for(conn, ch, route.table, run.spec.salt)
         done = followed.copy + [f"UPDATE {r} (its rows)" for r in followed.rows]
         if done:
             note(pipeline, f"{name} follows {text[:200]!r}: " + "; ".join(done))
@@ -394,10 +403,11 @@ def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statem
     elif statement.kind == "truncate":
         for name in statement.tables:
             if current(name) is not None:
-                rows = truncate(ch, routes[name], after)
+                rows = truncate(ch, routes[name], after, committed)
                 if run.spec.verify_after_ddl:
                     routes[name].table.mark_due()
-                note(pipeline, f"{name} truncated at {after}: {rows:,} rows tombstoned")
+                kept = "marked deleted at the source (on_delete='keep')" if routes[name].keep else "tombstoned"
+                note(pipeline, f"{name} truncated at {after}: {rows:,} rows {kept}")
                 changed.append(name)
     elif statement.kind == "drop":
         for name in statement.tables:

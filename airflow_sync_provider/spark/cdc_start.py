@@ -125,7 +125,7 @@ class RunStart:
                     table.mark_due()
         self.recopies.settle(state.tables)
         with mysql_reader.connect(spec.source) as conn:
-            routes = cdc_ddl.open_routes(conn, self.ch, state.tables)
+            routes = cdc_ddl.open_routes(conn, self.ch, state.tables, self.spec.salt)
             try:
                 preflight(conn, self.start, spec.source, spec.server_id + 70)  # the dump probe's own replica id
             except BinlogLost as lost:  # the binlog the checkpoint needs is gone

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
 from airflow_sync_provider.core.positions import (
     BinlogError,
@@ -132,8 +133,8 @@ class Snapshot:
 
     def __init__(self, spec: CdcApplySpec, epoch: int = 0):
         self.spec, self.position, self.began, self.epoch = spec, None, 0.0, epoch
-        self.pconn = mysql_reader.connect(spec.source)
-        self.sconn = mysql_reader.stream_connect(spec.source)
+        self.pconn = mysql_reader.connect(spec.source, spec.salt)
+        self.sconn = mysql_reader.stream_connect(spec.source, spec.salt)
 
     def open(self, tables: list[PipelineTable]) -> list[TableSchema | None]:
         """Start a snapshot at S; the tables' definitions there (None: gone)."""
@@ -149,7 +150,7 @@ class Snapshot:
 
     def _schema(self, table: PipelineTable) -> TableSchema | None:
         try:
-            return copied_schema(self.pconn, table.copy_spec())
+            return copied_schema(self.pconn, table.copy_spec(), self.spec.salt)
         except TableNotFound:
             return None
 
@@ -190,6 +191,8 @@ def copy_at(ch, check: TableCheck, slice_id: int, position: BinlogPosition) -> t
     every version (``FINAL`` would hide a key deleted after ``position``: it was live there)."""
     where, params = check.predicate(slice_id)
     version, deleted = ch_ident(target.VERSION_COLUMN), ch_ident(target.DELETED_COLUMN)
+    if check.schema.content.keep_deletes:  # a row kept after its delete (core/content/) is not the source's
+        deleted = f"if({ch_ident(DELETED_AT_SOURCE)} > 0, toUInt8(1), {deleted})"
     key = ", ".join(ch_ident(k) for k in check.schema.primary_key)
     at = int(position.version())
     k, v, d, h = (f"airflow_sync_{n}" for n in ("key", "version", "deleted", "hash"))  # no column's name

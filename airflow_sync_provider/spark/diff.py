@@ -19,6 +19,7 @@ import time
 import uuid
 
 from airflow_sync_provider.core.cdc.servers import source_epoch
+from airflow_sync_provider.core.content import shaping
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import position_if_readable
@@ -90,6 +91,7 @@ def _copy_split_column(ledger: Ledger, old_table: str) -> str | None:
 def _create_copy(spec: SnapshotDiffSpec, ch) -> dict:
     with mysql_reader.connect(spec.source) as conn:
         schema = read_table_schema(conn, spec.source_database, spec.source_table)
+    schema = schema.shaped(spec.tableset.content_of(), spec.salt)  # what the copy is to hold (core/content/)
     target.check_columns(schema)
     database, table = split_name(spec.old_table)
     log.info(f"diff {spec.diff_key}: creating {spec.old_table} (it did not exist)")
@@ -106,6 +108,7 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
         schema = read_table_schema(conn, spec.source_database, spec.source_table)
         if merged is not None:
             schema = member_view(merged, Member.of(spec.member), schema)
+        schema = _shaped(spec, schema, copy)
         table = schema.qualified
         skipped = [c.name for c in schema.columns if c.name not in old_types]
         if spec.compare_columns and set(spec.compare_columns) & set(skipped):
@@ -172,6 +175,15 @@ def _moves(ch, spec: SnapshotDiffSpec) -> bool:
 def _reload_remedy(spec: SnapshotDiffSpec) -> str:
     return (f"a retry does not help: reload {spec.source_database}.{spec.source_table} in full into {spec.old_table} "
             "(its full load; a CDC copy: re-bootstrap it), then diff again")
+
+
+def _shaped(spec: SnapshotDiffSpec, schema: TableSchema, copy: CopyShape) -> TableSchema:
+    """The source as the copy holds it (core/content/): the settings the copy was made with; a
+    diff that names others is refused, naming both."""
+    requested, held = spec.tableset.content_of(), shaping.stored(copy.comment)[0]
+    if requested:
+        shaping.check_same(spec.old_table, requested, spec.salt, copy.comment)
+    return schema.shaped(requested or held, spec.salt)
 
 
 def _check_copy_shape(spec: SnapshotDiffSpec, ch, copy: CopyShape, schema, old_types: dict, keys: list[str]) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, Shard
@@ -78,14 +79,16 @@ class ChTable:
     final: bool
     deleted_filter: bool  # the table has our _deleted column
     prewhere: bool  # a MergeTree engine
+    keeps: bool = False  # it keeps deletes (core/content/): its rows deleted at the source are not compared
 
     @classmethod
     def of(cls, ch, name: str) -> "ChTable":
         database, table = split_name(name)
         engine = str(ch.command("SELECT engine FROM system.tables WHERE database = {d:String} AND name = {t:String}",
                                 parameters={"d": database, "t": table}))
-        return cls(name, "Replacing" in engine, target.DELETED_COLUMN in target.column_types(ch, database, table),
-                   engine.endswith("MergeTree"))
+        columns = target.column_types(ch, database, table)
+        return cls(name, "Replacing" in engine, target.DELETED_COLUMN in columns, engine.endswith("MergeTree"),
+                   DELETED_AT_SOURCE in columns)
 
     @property
     def from_sql(self) -> str:
@@ -98,6 +101,8 @@ class ChTable:
         scattered read of 3 % of a shard: 0.57 -> 0.27 s per 5M rows). ``where`` (the shard's
         predicate, possibly on a non-key column that differs between versions) runs after it."""
         tombstones = f" AND {ch_ident(target.DELETED_COLUMN)} = 0" if self.deleted_filter else ""
+        if self.keeps:
+            tombstones += f" AND {ch_ident(DELETED_AT_SOURCE)} = 0"
         if self.prewhere:
             return f"FROM {self.from_sql} PREWHERE {key_filter} WHERE ({where}){tombstones}"
         return f"FROM {self.from_sql} WHERE ({where}){tombstones} AND {key_filter}"
@@ -315,7 +320,7 @@ def _read_mysql(ctx: DiffContext, shard: Shard, pruning: Pruning, where: str):
                 else:
                     yield from (pa.Table.from_batches([b]) for b in batches)
                     continue
-            conn = conn or mysql_reader.stream_connect(ctx.spec.source)
+            conn = conn or mysql_reader.stream_connect(ctx.spec.source, ctx.spec.salt)
             read = mysql_reader.ShardRead(ctx.plan, mappings, columns_sql, ctx.spec.fetch_rows, bool(ctx.weight))
             for batch in mysql_reader.read_shard(conn, read, part):
                 yield pa.Table.from_batches([batch])
@@ -325,6 +330,9 @@ def _read_mysql(ctx: DiffContext, shard: Shard, pruning: Pruning, where: str):
 
 
 # --- one shard ---------------------------------------------------------------------------------
+
+KEEP = "keep"  # _write: rows to keep, marked deleted at the source
+
 
 def _write(ch, ctx: DiffContext, result) -> None:
     spec = ctx.spec
@@ -341,12 +349,17 @@ def _write(ch, ctx: DiffContext, result) -> None:
     # tombstone of the apply's version, inserted first (of two rows of one version in one place,
     # the one inserted last is kept: the upsert, where old and new place turn out the same)
     moved = (result.replaced, 1) if ctx.moves else (None, 1)
-    for rows, deleted in (moved, (result.upserts, 0), (result.tombstones, 1)):
+    # a copy that keeps deletes (core/content/) keeps a row the source no longer has: marked now
+    gone = (result.tombstones, KEEP) if ctx.old.keeps else (result.tombstones, 1)
+    for rows, deleted in (moved, (result.upserts, 0), gone):
         if rows is None:
             continue
         n = rows.num_rows
         rows = rows.append_column(target.VERSION_COLUMN, pa.array([ctx.version] * n, pa.uint64()))
-        rows = rows.append_column(target.DELETED_COLUMN, pa.array([deleted] * n, pa.uint8()))
+        rows = rows.append_column(target.DELETED_COLUMN, pa.array([0 if deleted == KEEP else deleted] * n, pa.uint8()))
+        if ctx.old.keeps:
+            rows = rows.append_column(DELETED_AT_SOURCE, pa.array([int(time.time()) if deleted == KEEP else 0] * n,
+                                                                  pa.uint32()))
         ch.insert_arrow(table, rows, database=database, settings=target.WEIGHT_SETTINGS if ctx.weight else None)
 
 
@@ -475,7 +488,7 @@ def _aggregation_connect(spec: SnapshotDiffSpec):
     """The bucket queries' MySQL connection: the C client (a first level returns up to
     MAX_BUCKETS rows, which pymysql parses at 2 µs each) with room for their grouping in memory
     (16 MiB by default; beyond it MySQL groups on disk)."""
-    conn = mysql_reader.stream_connect(spec.source)
+    conn = mysql_reader.stream_connect(spec.source, spec.salt)
     cur = conn.cursor()
     cur.execute("SET SESSION tmp_table_size = 67108864, max_heap_table_size = 67108864")
     cur.close()

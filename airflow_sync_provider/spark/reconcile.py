@@ -15,6 +15,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import LOAD_ABANDONED, LOAD_PUBLISHED, SHARD_MISMATCH, LoadState
@@ -23,6 +24,7 @@ from airflow_sync_provider.core.source.group import Member, member_view, merged_
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.specfile import reimport_group_spec, reimport_spec
+from airflow_sync_provider.core.sql import ch_ident
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import shard_predicates
 from airflow_sync_provider.core.typemap import MySQLColumn
@@ -59,7 +61,7 @@ def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, queries: di
     mine = [predicates[s.id] for s in sub.shards]
     ch = target.client(spec.target)
     # the two databases work at the same time (each query runs inside its database)
-    with mysql_reader.connect(spec.source) as conn, ThreadPoolExecutor(2) as pool:
+    with mysql_reader.connect(spec.source, spec.salt) as conn, ThreadPoolExecutor(2) as pool:
         if spec.checksum:
             source = pool.submit(checksum_source, conn, queries["mysql"], sub)
             dest = pool.submit(checksum_target, ch, queries["clickhouse"], mine)
@@ -100,7 +102,7 @@ def _copy_shape(spec: ReconcileSpec, conn, ch, state: LoadState, plan: Plan, mer
         raise ValueError(f"load {state.load_key!r}: its copy {state.target_table} does not exist on ClickHouse "
                          f"(dropped?); {reload_remedy(state.load_key, state.source_table, state.target_table)}")
     try:
-        schema = copied_schema(conn, state.spec)
+        schema = copied_schema(conn, state.spec, spec.salt)
         if merged is not None:
             schema = member_view(merged, Member.of(state.spec["member"]), schema)
     except (KeyError, ValueError) as exc:  # the load named a column the source no longer has
@@ -140,6 +142,13 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
             return _shape_result(state, spec, shape, ledger)
         predicates = dict(zip((s.id for s in plan.shards),
                               shard_predicates(conn, ledger.ch, plan, schema, state.spec, database, table)))
+    kept = 0
+    if schema.content.keep_deletes:  # rows the copy keeps after the source deleted them: counted apart
+        live = f"{ch_ident(DELETED_AT_SOURCE)} = 0"
+        predicates = {i: (f"({where}) AND {live}", params) for i, (where, params) in predicates.items()}
+        kept = target.kept_rows(ledger.ch, database, table)
+        log.info("reconcile %s → %s: kept: %s rows deleted at the source (not compared)", state.source_table,
+                 state.target_table, f"{kept:,}")
     for note in shape.notes:
         log.info("reconcile %s → %s: %s", state.source_table, state.target_table, note)
     final = shape.final  # ReplacingMergeTree: newest version of each key only; a plain MergeTree has no FINAL
@@ -171,7 +180,8 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
     ledger.write_reconciliation(state.load_key, state.generation, verdict, mismatched, spec.checksum, report)
     return {"load_key": state.load_key, "generation": state.generation, "table": state.source_table,
             "target": state.target_table, "verdict": verdict, "mismatched": mismatched, "checksum": spec.checksum,
-            "shards": report, "shape": shape.to_dict(), "stored_spec": state.spec, "in_driver": in_driver}
+            "shards": report, "shape": shape.to_dict(), "stored_spec": state.spec, "in_driver": in_driver,
+            **({"kept": kept} if schema.content.keep_deletes else {})}
 
 
 def run_reconcile(spec: ReconcileSpec, spark) -> dict:
@@ -183,12 +193,13 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
     ledger = Ledger(ch, spec.ledger_database)
     if spec.reimport and _unfinished_repair(ledger.state(spec.load_key)):
         log.info(f"reconcile: load {spec.load_key!r} has a repair its job left unfinished; finishing it first")
-        run_full_load(reimport_spec(ledger.state(spec.load_key).spec, spec.source, spec.target), session)
+        stored = ledger.state(spec.load_key).spec
+        run_full_load(reimport_spec(stored, spec.source, spec.target, spec.hash_salt), session)
     result = _compare(spec, session, ledger)
     stored = result.pop("stored_spec")
     if result["verdict"] == MISMATCH and spec.reimport:  # a shape mismatch is not repaired by shards
         log.info(f"reconcile: shards {result['mismatched']} mismatched; re-importing them")
-        repair = run_full_load(reimport_spec(stored, spec.source, spec.target), session)
+        repair = run_full_load(reimport_spec(stored, spec.source, spec.target, spec.hash_salt), session)
         before = {k: result[k] for k in ("verdict", "mismatched", "shards")}
         result = _compare(spec, session, ledger)
         result.pop("stored_spec")

@@ -540,6 +540,16 @@ class Decoders:
         data, at, end = row_bytes(event)
         route, lane, nb, full = decoder.route, self.lane_of(decoder.route), decoder.null_bytes, decoder.full
         append = out.append
+        if isinstance(event, UpdateRowsEvent) and route.row_filter is not None:  # both images decide: whole
+            while at < end:
+                nulls = data[at] if nb == 1 else int.from_bytes(data[at:at + nb], "little")
+                before, _, after = full(nulls)(data, at + nb)
+                nulls_after = data[after] if nb == 1 else int.from_bytes(data[after:after + nb], "little")
+                row, _, at = full(nulls_after)(data, after + nb)
+                for image, flag in route.update(before, row):
+                    append((route, lane(route.place_of(image)), image, version, flag))
+                version += 1
+            return
         if isinstance(event, UpdateRowsEvent):
             keys, width = decoder.key, len(route.key_at)
             while at < end:
@@ -553,9 +563,11 @@ class Decoders:
                 append((route, lane(key), row, version, False))
                 at, version = end_at, version + 1
             return
-        deleted = isinstance(event, DeleteRowsEvent)
+        deleted = route.delete_flag(event.timestamp) if isinstance(event, DeleteRowsEvent) else False
+        wanted = route.wanted if route.row_filter is not None else None
         while at < end:
             nulls = data[at] if nb == 1 else int.from_bytes(data[at:at + nb], "little")
             row, key, at = full(nulls)(data, at + nb)
-            append((route, lane(key), row, version, deleted))
+            if wanted is None or wanted(row):  # a row the filter leaves out was never in the copy
+                append((route, lane(key), row, version, deleted))
             version += 1

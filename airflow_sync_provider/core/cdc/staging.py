@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 
+from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target.clickhouse import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
@@ -102,7 +103,8 @@ class XaStaging:
         (key's) last change at the commit's ``version`` (None: XA COMMIT … ONE PHASE, an ordinary commit:
         every change at its own version from ``low`` up). Returns the rows written."""
         stage = ch_table(self.database, stage_table(self.pipeline, began, route.source))
-        columns = list(route.names) + ([SPLIT_WEIGHT_COLUMN] if route.weight is not None else [])
+        columns = (list(route.names) + ([SPLIT_WEIGHT_COLUMN] if route.weight is not None else [])
+                   + ([DELETED_AT_SOURCE] if route.keep else []))
         names = ", ".join(ch_ident(c) for c in columns + [VERSION_COLUMN, DELETED_COLUMN])
         # tombstones first: of two rows of one version in one place, the one inserted last is kept
         # (a moved row's tombstone and its new row, when its layout places both alike: cdc_stream._latest)

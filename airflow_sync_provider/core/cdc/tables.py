@@ -35,6 +35,7 @@ class PipelineTable:
     exclude_columns: list[str] = field(default_factory=list)
     split_column: str | None = None
     layout: dict | None = None  # the layout a copy made for it is given (core/target/layout.py)
+    content: dict | None = None  # what its copy holds (core/content/shaping.py)
     by_selection: bool = False  # joined because the pipeline's patterns select it
     # a member of a merged copy (core/source/group.py: source, database, table): its shape is the
     # member's view (columns it lacks absent, the source columns its tags); a change the merged
@@ -85,7 +86,7 @@ class PipelineTable:
         return {"source_database": self.source_database, "source_table": self.source_table,
                 "target_database": self.target_database, "target_table": self.writes_to,
                 "columns": self.columns, "exclude_columns": list(self.exclude_columns),
-                "split_column": self.split_column, "layout": self.layout,
+                "split_column": self.split_column, "layout": self.layout, "content": self.content,
                 # a member of a merged copy is seen through its view (none yet: its source columns)
                 **({"member": self.member, "view": {"shape": self.shape, "key": self.key} if self.shape else None}
                    if self.member else {})}

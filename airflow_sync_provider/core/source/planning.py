@@ -71,9 +71,14 @@ class Filter:
     params: tuple = ()
 
     def __post_init__(self):
-        if self.sql.count("%s") != len(self.params):
+        if self.sql.replace("%%", "").count("%s") != len(self.params):
             raise PlanError(f"where {self.sql!r} has {self.sql.count('%s')} placeholders but "
                             f"{len(self.params)} parameters")
+
+    def also(self, sql: str) -> "Filter":
+        """This filter and ``sql`` (a condition without placeholders: its '%' doubled here)."""
+        sql = sql.replace("%", "%%")
+        return Filter(sql, self.params) if self.sql == "1=1" else Filter(f"({self.sql}) AND ({sql})", self.params)
 
     def apply(self, shard: "Shard") -> "Shard":
         if self.sql == "1=1":
@@ -219,7 +224,13 @@ def choose_split_column(schema: TableSchema, override: str | None = None) -> tup
     read shard by shard with range access.
     """
     warnings: list[str] = []
-    leading = [ix for ix in schema.indexes if ix.columns and ix.columns[0] is not None]
+    # a column the copy holds transformed (core/content/) cannot cut the copy into the same ranges
+    shaped = {name for name, _ in schema.content.transform}
+    leading = [ix for ix in schema.indexes if ix.columns and ix.columns[0] is not None and ix.columns[0] not in shaped]
+    if override is not None and override in shaped:
+        raise PlanError(f"table {schema.qualified}: split column {override!r} is transformed in the copy "
+                        f"({dict(schema.content.transform)[override]}), so the copy's rows cannot be found by its "
+                        "ranges; split on another indexed column")
     if override is not None:
         column = schema.column(override).name  # KeyError names the table and column
         index = next((ix.name for ix in leading if ix.columns[0] == column), None)
@@ -445,6 +456,8 @@ def plan_table(conn, schema: TableSchema, sharding: Sharding = Sharding()) -> Pl
     zone UTC, as the readers use, so TIMESTAMP cuts mean the same instants), as ``sharding`` says."""
     speed, split_column, split_factor = sharding.speed, sharding.split_column, sharding.split_factor
     strategy, where, estimate = sharding.strategy, sharding.where or Filter(), sharding.estimate
+    if schema.row_filter is not None:  # the copy holds only these rows (core/content/): every shard reads them
+        where = where.also(schema.row_filter.sql())
     if strategy not in STRATEGIES:
         raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if split_factor is not None and split_factor < 1:

@@ -22,6 +22,7 @@ import MySQLdb
 import MySQLdb.cursors
 import pyarrow as pa
 
+from airflow_sync_provider.core.content.transforms import set_salt
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.sql import mysql_ident, mysql_inline, mysql_table
@@ -30,15 +31,18 @@ from airflow_sync_provider.core.tls import open_mysqlclient
 from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, check_array, map_column
 
 
-def connect(endpoint: MySQLEndpoint):
-    """A pymysql connection for metadata and planning queries."""
+def connect(endpoint: MySQLEndpoint, salt: bytes = b""):
+    """A pymysql connection for metadata and planning queries; with ``salt``, one whose SQL can
+    hash as a copy's hash transforms do (core/content/transforms.py: a session variable)."""
     conn = endpoint.connect(autocommit=True)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
+        if salt:
+            set_salt(cur, salt)
     return conn
 
 
-def stream_connect(endpoint: MySQLEndpoint):
+def stream_connect(endpoint: MySQLEndpoint, salt: bytes = b""):
     """A mysqlclient connection with an unbuffered cursor and no value conversions, for bulk rows.
 
     mysqlclient (the C driver the MySQL provider already depends on) fetches rows about 3x
@@ -48,6 +52,8 @@ def stream_connect(endpoint: MySQLEndpoint):
     conn = open_mysqlclient(endpoint, cursorclass=MySQLdb.cursors.SSCursor, autocommit=True, conv={})
     cur = conn.cursor()
     cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP values come back as UTC instants
+    if salt:  # the checks' SQL hashes as the copy's hash transforms do
+        set_salt(cur, salt)
     cur.close()
     return conn
 
@@ -153,8 +159,8 @@ def _column(values, mapping: ColumnMapping, where: str) -> pa.Array:
 
 
 def _typed(raw: pa.Array, mapping: ColumnMapping, where: str) -> pa.Array:
-    """``raw`` cast to the column's Arrow type (safe casts: an overflow or a lost digit is an error)."""
-    target = mapping.arrow_type
+    """``raw`` cast to the rule's Arrow type (safe casts: an overflow or a lost digit is an error)."""
+    target = mapping.base_arrow_type
     try:
         if raw.type == target:
             return raw
@@ -179,7 +185,7 @@ def to_batch(rows, mappings, schema, where: str) -> pa.RecordBatch:
             continue
         array = _column(next(raw), mapping, where)
         check_array(array, mapping, where)
-        arrays.append(array)
+        arrays.append(mapping.shaped(array))  # a content transform (core/content/) after the checks
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -321,7 +327,7 @@ def native_batch(batch: pa.RecordBatch, mappings: list[ColumnMapping], schema: p
             continue
         array = _typed(next(raw_columns), mapping, where)
         check_array(array, mapping, where)
-        arrays.append(array)
+        arrays.append(mapping.shaped(array))  # a content transform (core/content/) after the checks
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

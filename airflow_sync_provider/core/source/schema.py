@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 
+from airflow_sync_provider.core.content import ContentError
+from airflow_sync_provider.core.content.row_filter import RowFilter
+from airflow_sync_provider.core.content.shaping import NONE, Content
+from airflow_sync_provider.core.content.transforms import Transform
 from airflow_sync_provider.core.positions import grant
 from airflow_sync_provider.core.sql import mysql_ident
 from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, map_column
@@ -28,13 +33,58 @@ class TableSchema:
     columns: tuple[MySQLColumn, ...]
     primary_key: tuple[str, ...]
     indexes: tuple[Index, ...] = ()  # PRIMARY first, then in information_schema order
+    # what the copy holds of it (core/content/): transforms, row filter, delete rule; the salt a
+    # hash transform needs (a secret: never shown, never compared)
+    content: Content = NONE
+    salt: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def qualified(self) -> str:
         return f"{self.database}.{self.table}"
 
     def mappings(self) -> list[ColumnMapping]:
-        return [map_column(c, self.qualified) for c in self.columns]
+        """Each column's mapping: its type rule, and its content transform if it has one."""
+        transforms = dict(self.content.transform)
+        return [map_column(c, self.qualified) if c.name not in transforms else
+                dataclasses.replace(map_column(c, self.qualified), transform=Transform.parse(transforms[c.name]),
+                                    salt=self.salt)
+                for c in self.columns]
+
+    @functools.cached_property
+    def row_filter(self) -> RowFilter | None:
+        """The rows the copy holds (None: all of them)."""
+        if not self.content.row_filter:
+            return None
+        return RowFilter.parse(self.content.row_filter, self.columns, f"table {self.qualified}")
+
+    def shaped(self, content: Content | dict | None, salt: bytes = b"") -> "TableSchema":
+        """The table as a copy with these content settings holds it (after :meth:`select`): each
+        transform checked against its column, the filter against the table's columns."""
+        content = Content.of(content, f"table {self.qualified}: ")
+        if not content:
+            return self
+        shaped = dataclasses.replace(self, content=content, salt=salt)
+        names = [c.name for c in self.columns]
+        for name, _ in content.transform:
+            if name not in names:
+                raise ContentError(f"table {self.qualified}: transform of column {name!r}, which the copy does not "
+                                   f"hold (columns: {', '.join(names)})")
+        if content.hashes and not salt:
+            raise ContentError(f"table {self.qualified}: a hash transform needs a salt: give hash_salt_env= (an "
+                               "environment variable's name) or hash_salt_conn_id= (an Airflow connection whose "
+                               "password is the salt); on the command line --hash-salt-env NAME")
+        keyed = [name for name, _ in content.transform if name in self.primary_key]
+        if keyed:
+            # a hashed key would stay unique, but the copy is cut, resumed and verified by ranges of
+            # the key's values, which a hash does not keep
+            raise ContentError(f"table {self.qualified}: key column(s) {keyed} cannot be transformed: shards, "
+                               "resumed chunks and rolling verification find a key's rows by ranges of its values, "
+                               "which a transform does not keep; leave the key as it is (transform other columns)")
+        for mapping in shaped.mappings():
+            if mapping.transform is not None:
+                mapping.transform.check(mapping, mapping.name in self.primary_key, f"table {self.qualified}")
+        shaped.row_filter  # noqa: B018 - parsed here: an expression it cannot evaluate exactly fails before any work
+        return shaped
 
     @property
     def target_key(self) -> tuple[str, ...]:

@@ -14,6 +14,8 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from airflow_sync_provider.core.content.shaping import OPTIONS as CONTENT_OPTIONS
+from airflow_sync_provider.core.content.shaping import Content
 from airflow_sync_provider.core.target.layout import Layout
 
 
@@ -38,6 +40,7 @@ class TableSelection:
     # where the copies go: a database name, ``{database}`` standing for the source's
     target_database: str = "{database}"
     layout: dict | None = None  # the selected tables' layout (core/target/layout.py)
+    content: dict | None = None  # what their copies hold (core/content/shaping.py)
 
     def __post_init__(self):
         if not self.databases:
@@ -55,19 +58,21 @@ class TableSelection:
     def of(cls, value: "dict | TableSelection | None") -> "TableSelection | None":
         if value is None or isinstance(value, TableSelection):
             return value
-        unknown = set(value) - {"databases", "tables", "exclude_tables", "target_database", "layout"}
+        unknown = set(value) - {"databases", "tables", "exclude_tables", "target_database", "layout", "content",
+                                *CONTENT_OPTIONS}
         if unknown:
             raise ValueError(f"table selection: unknown key(s) {sorted(unknown)}; use databases, tables, "
-                             "exclude_tables, target_database, layout")
+                             "exclude_tables, target_database, layout, transform, row_filter, on_delete")
         as_tuple = lambda v: (v,) if isinstance(v, str) else tuple(v or ())  # noqa: E731
         return cls(as_tuple(value["databases"]), as_tuple(value.get("tables", ("*",))) or ("*",),
                    as_tuple(value.get("exclude_tables")), value.get("target_database") or "{database}",
-                   _layout(value.get("layout")))
+                   _layout(value.get("layout")), _content(value))
 
     def to_dict(self) -> dict:
         return {"databases": list(self.databases), "tables": list(self.tables),
                 "exclude_tables": list(self.exclude_tables), "target_database": self.target_database,
-                **({"layout": self.layout} if self.layout else {})}
+                **({"layout": self.layout} if self.layout else {}),
+                **({"content": self.content} if self.content else {})}
 
     def matches(self, name: str) -> bool:
         """Is ``database.table`` selected?"""
@@ -89,7 +94,8 @@ class TableSelection:
         database, _, table = name.partition(".")
         return {"source_database": database, "source_table": table,
                 "target_database": self.target_database.replace("{database}", database),
-                **({"layout": self.layout} if self.layout else {})}
+                **({"layout": self.layout} if self.layout else {}),
+                **({"content": self.content} if self.content else {})}
 
 
 @dataclass
@@ -97,19 +103,23 @@ class TableSet:
     """The tables a job works on: named (``tables``: ``"db.table"`` or entries with their target
     and column choices, :func:`table_config`) and by pattern (``select``: :class:`TableSelection`'s
     form), ``parallel`` of them at once (a job of many tables); ``layout``: how their copies are
-    laid out (core/target/layout.py), unless a table's entry or the selection says otherwise."""
+    laid out (core/target/layout.py) and ``content``: what they hold (core/content/shaping.py),
+    unless a table's entry or the selection says otherwise."""
 
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel: int = 2
     layout: dict | None = None
+    content: dict | None = None
 
     def __post_init__(self):
         TableSelection.of(self.select)  # a bad pattern fails here, before any work
         self.layout = _layout(self.layout)  # an unknown option fails here too
+        self.content = _content({"content": self.content})
         for table in self.tables:
             if isinstance(table, dict):
                 _layout(table.get("layout"))
+                _content(table)
         if self.parallel < 1:
             raise ValueError(f"parallel_tables must be >= 1, got {self.parallel}")
 
@@ -122,6 +132,24 @@ class TableSet:
     def layout_of(self, table: dict | None = None) -> Layout:
         """A table's layout: its entry's options over the job's (``table``: a table_config)."""
         return Layout.of({**(self.layout or {}), **((table or {}).get("layout") or {})})
+
+    def content_of(self, table: dict | None = None) -> Content:
+        """What a table's copy holds: its entry's settings over the job's (``table``: a table_config)."""
+        return Content.of(self.content).merged((table or {}).get("content"))
+
+    @property
+    def has_content(self) -> bool:
+        """Does the job, its selection or a named table ask for content settings?"""
+        return bool(self.content or _content(self.select or {})
+                    or any(isinstance(t, dict) and _content(t) for t in self.tables))
+
+    def merged_member(self) -> "TableSet":
+        """What a merged copy's member spec carries: the job's layout and content."""
+        return TableSet(layout=self.layout, content=self.content)
+
+    def one(self, table: dict) -> "TableSet":
+        """What a one-table spec of ``table`` (a table_config) carries: its layout and content."""
+        return TableSet(layout=self.layout_of(table).to_dict(), content=self.content_of(table).to_dict())
 
     @classmethod
     def of(cls, value: "TableSet | dict | None") -> "TableSet":
@@ -142,7 +170,7 @@ class TableSet:
             if select and not select.get("target_database"):
                 select = {**select, "target_database": target_database}
             tables = [_with_target(t, target_database) for t in tables]
-        return TableSet(select, [table_config(t) for t in tables], self.parallel, self.layout)
+        return TableSet(select, [table_config(t) for t in tables], self.parallel, self.layout, self.content)
 
     def for_source(self, name: str) -> "TableSet":
         """A group's tables for its source ``name`` (copied side by side): ``{source}`` in their
@@ -150,7 +178,7 @@ class TableSet:
         select = self.select and {**self.select, "target_database": (self.select.get("target_database")
                                                                       or "{database}").replace("{source}", name)}
         tables = [t | {"target_database": t["target_database"].replace("{source}", name)} for t in self.tables]
-        return TableSet(select, tables, self.parallel, self.layout)
+        return TableSet(select, tables, self.parallel, self.layout, self.content)
 
 
 def _with_target(table, template: str) -> dict:
@@ -161,7 +189,8 @@ def _with_target(table, template: str) -> dict:
 
 def table_config(table) -> dict:
     """``"db.table"`` or a dict → {source_database, source_table, target_database, target_table,
-    columns, exclude_columns, split_column, layout} (targets default to the source's names)."""
+    columns, exclude_columns, split_column, layout, content} (targets default to the source's names;
+    an entry's ``transform`` / ``row_filter`` / ``on_delete`` are its ``content``)."""
     if isinstance(table, str):
         database, _, name = table.partition(".")
         if not name:
@@ -175,6 +204,8 @@ def table_config(table) -> dict:
            "split_column": table.get("split_column")}
     if table.get("layout"):  # the table's own layout (core/target/layout.py), over the job's
         out["layout"] = _layout(table["layout"])
+    if _content(table):  # what the table's copy holds (core/content/shaping.py), over the job's
+        out["content"] = _content(table)
     if table.get("member"):  # a merged copy's member (core/source/group.member_config) and its view
         out |= {"member": table["member"], "view": table.get("view")}
     return out
@@ -185,6 +216,16 @@ def _layout(value) -> dict | None:
     if isinstance(value, Layout):
         return value.to_dict() or None
     return Layout.of(value).to_dict() or None if value else None
+
+
+def _content(entry: dict) -> dict | None:
+    """An entry's content settings (``content`` or its ``transform`` / ``row_filter`` /
+    ``on_delete``) in their dict form, checked (an unknown option is refused by name)."""
+    value = entry.get("content")
+    if isinstance(value, Content):
+        value = value.to_dict()
+    given = {**(value or {}), **{k: entry[k] for k in CONTENT_OPTIONS if entry.get(k)}}
+    return Content.of(given).to_dict() or None if given else None
 
 
 def largest_first(conn, configs: list[dict]) -> list[dict]:

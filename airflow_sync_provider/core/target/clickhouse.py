@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import DatabaseError
 
+from airflow_sync_provider.core.content import shaping
+from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE, Content
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.positions import SCHEME
 from airflow_sync_provider.core.source.schema import TableSchema
@@ -22,7 +24,8 @@ SHARD_COLUMN = "_shard"
 DELETED_COLUMN = "_deleted"
 # Columns the target tables use for themselves (and ClickHouse's _partition_id, which period
 # reconciliation reads): a source column of the same name would collide with them.
-INTERNAL_COLUMNS = (VERSION_COLUMN, DELETED_COLUMN, SPLIT_WEIGHT_COLUMN, SHARD_COLUMN, "_partition_id")
+INTERNAL_COLUMNS = (VERSION_COLUMN, DELETED_COLUMN, SPLIT_WEIGHT_COLUMN, SHARD_COLUMN, DELETED_AT_SOURCE,
+                    "_partition_id")
 
 
 TABLE_COMMENT = f"airflow_sync version={SCHEME}"  # what a table's _version means (core/positions.py)
@@ -105,7 +108,9 @@ def create_table_sql(schema: TableSchema, database: str, table: str, layout: Lay
     (core/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
     version and hides deleted keys; an older row arriving late never resurrects one. ``layout``
     (core/target/layout.py): the sorting key, partitions, TTL, settings and engine the user chose
-    (a period load's partitions too); the comment records it with the source key.
+    (a period load's partitions too); the comment records it with the source key, and the
+    schema's content settings (core/content/) with a fingerprint of its salt. A copy that keeps
+    deletes has ``_deleted_at_source``: when the source deleted the row (0 while it lives).
 
     A table without a primary key gets a plain MergeTree: ReplacingMergeTree with an empty
     sorting key would collapse every row into one. ``weight``: the table is loaded split on a
@@ -115,6 +120,7 @@ def create_table_sql(schema: TableSchema, database: str, table: str, layout: Lay
     layout.check(f"{database}.{table}", schema.target_key, names)
     cols = (_columns(schema)
             + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
+            + ([f"{ch_ident(DELETED_AT_SOURCE)} DateTime('UTC') DEFAULT 0"] if schema.content.keep_deletes else [])
             + _weight(weight, hidden=True))
     if schema.primary_key:
         nullable = tuple(m.name for m in schema.mappings() if m.ch_type.startswith("Nullable("))
@@ -122,7 +128,8 @@ def create_table_sql(schema: TableSchema, database: str, table: str, layout: Lay
     else:
         engine = "MergeTree" + (f" PARTITION BY {layout.partition_by}" if layout.partition_by else "") + \
             " ORDER BY tuple()"
-    comment = TABLE_COMMENT + layout_comment(layout, schema.target_key) + marker
+    comment = (TABLE_COMMENT + layout_comment(layout, schema.target_key)
+               + shaping.content_comment(schema.content, schema.salt) + marker)
     return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{ch_table(database, table)} (\n  "
             + ",\n  ".join(cols) + f"\n) ENGINE = {engine} COMMENT {ch_string(comment)}")
 
@@ -233,15 +240,24 @@ def column_types(ch, database: str, table: str) -> dict[str, str]:
                          " ORDER BY position", parameters={"d": database, "t": table}).result_rows)
 
 
-def tombstone_older(ch, database: str, table: str, version: int, where: str = "1", params: dict | None = None) -> None:
+def tombstone_older(ch, database: str, table: str, version: int, where: str = "1", params: dict | None = None,
+                    at: int = 0) -> None:
     """A tombstone of ``version`` for every live row of the copy (``where``: those of one shard)
     whose version is below it: rows the source no longer had at the position ``version`` stands
-    for (a TRUNCATE, a verification's repair). Rows written since rank above it and stay."""
+    for (a TRUNCATE, a verification's repair, a bootstrap's leftovers). Rows written since rank
+    above it and stay. A copy that keeps deletes (core/content/) keeps them: marked deleted at the
+    source at ``at`` (the TRUNCATE's commit time; 0: now) instead."""
     name = ch_table(database, table)
-    columns = ", ".join(ch_ident(c) for c in column_types(ch, database, table)
-                        if c not in (VERSION_COLUMN, DELETED_COLUMN))
+    names = [c for c in column_types(ch, database, table) if c not in (VERSION_COLUMN, DELETED_COLUMN)]
+    columns = ", ".join(ch_ident(c) for c in names)
+    values, deleted = columns, 1
+    if DELETED_AT_SOURCE in names:
+        mark = f"toDateTime({int(at)}, 'UTC')" if at else "now()"
+        values = ", ".join(ch_ident(c) if c != DELETED_AT_SOURCE else
+                           f"if({ch_ident(c)} = 0, {mark}, {ch_ident(c)})" for c in names)
+        deleted = 0
     ch.command(f"INSERT INTO {name} ({columns}, {ch_ident(VERSION_COLUMN)}, {ch_ident(DELETED_COLUMN)}) "
-               f"SELECT {columns}, {int(version)}, 1 FROM {name} FINAL WHERE ({where}) "
+               f"SELECT {values}, {int(version)}, {deleted} FROM {name} FINAL WHERE ({where}) "
                f"AND {ch_ident(DELETED_COLUMN)} = 0 AND {ch_ident(VERSION_COLUMN)} < {int(version)}",
                parameters=params or {}, settings=WEIGHT_SETTINGS)
 
@@ -281,6 +297,27 @@ def resolve_layout(ch, database: str, table: str, requested: Layout) -> Layout:
     return requested
 
 
+def copy_content(ch, database: str, table: str) -> Content:
+    """What an existing copy holds (core/content/shaping.py; the mirror's for a copy without settings)."""
+    return shaping.stored(_comment(ch, database, table))[0]
+
+
+def kept_rows(ch, database: str, table: str) -> int:
+    """The rows a copy keeps after the source deleted them (core/content/, on_delete="keep")."""
+    return int(ch.command(f"SELECT count() FROM {ch_table(database, table)} FINAL WHERE {ch_ident(DELETED_COLUMN)} = 0 "
+                          f"AND {ch_ident(DELETED_AT_SOURCE)} > 0"))
+
+
+def check_content(ch, schema: TableSchema, database: str, table: str, comment: str | None = None) -> None:
+    """Refuse writing ``schema``'s rows into an existing copy that holds other content (other
+    transforms, filter, delete rule or salt): rows of two shapes never compare equal."""
+    if comment is None:
+        if not table_exists(ch, database, table):
+            return
+        comment = _comment(ch, database, table)
+    shaping.check_same(f"{database}.{table}", schema.content, schema.salt, comment)
+
+
 def _key_columns(key) -> list[str]:
     return [k.strip().strip("()`") for k in str(key or "").split(",") if k.strip().strip("()")]
 
@@ -299,6 +336,10 @@ class TableFacts:
     @property
     def layout(self) -> Layout:
         return stored(self.comment)[0]
+
+    @property
+    def content(self) -> Content:
+        return shaping.stored(self.comment)[0]
 
 
 def table_facts(ch, tables: list[tuple[str, str]]) -> dict[tuple[str, str], TableFacts]:
@@ -362,6 +403,7 @@ def publish_full(ch, loaded: Loaded) -> int:
 
 def _swap_in(ch, source_db: str, source: str, database: str, table: str) -> int:
     """``source`` becomes ``table`` atomically (the old table is dropped); returns its rows."""
+    _carry_kept(ch, source_db, source, database, table)
     rows = int(ch.command(f"SELECT count() FROM {ch_table(source_db, source)}"))
     if table_exists(ch, database, table):
         ch.command(f"EXCHANGE TABLES {ch_table(source_db, source)} AND {ch_table(database, table)}")
@@ -473,5 +515,41 @@ def publish_repair(ch, loaded: Loaded, shards: list[tuple[str, dict, int]]) -> i
     params = {k: v for _, p, _ in shards for k, v in p.items()} | {f"rv{i}": v for i, (*_, v) in enumerate(shards)}
     older = " OR ".join(f"(({where}) AND {version_column} < {{rv{i}:UInt64}})"
                         for i, (where, _, _) in enumerate(shards))
+    names = list(column_types(ch, database, table))
+    if DELETED_AT_SOURCE in names:  # a copy that keeps deletes (core/content/): nothing it kept disappears
+        _mark_kept(ch, database, table, names, f"({older})", params)
+        return rows  # superseded versions stay until merged: FINAL shows the repaired ones
     ch.command(f"DELETE FROM {final} WHERE {older}", parameters=params)
     return rows
+
+
+def _mark_kept(ch, database: str, table: str, names: list[str], where: str, params: dict,
+               source: tuple[str, str] | None = None) -> None:
+    """Mark the live rows of ``source`` (default: the table itself; ``FINAL``) that ``where``
+    selects as deleted at the source now, into ``table``: at their own version, inserted after
+    the row they mark (of two equal versions ReplacingMergeTree keeps the last inserted)."""
+    columns = [c for c in names if c not in (VERSION_COLUMN, DELETED_COLUMN, DELETED_AT_SOURCE)]
+    listed = ", ".join(ch_ident(c) for c in columns)
+    mark = ch_ident(DELETED_AT_SOURCE)
+    ch.command(f"INSERT INTO {ch_table(database, table)} ({listed}, {ch_ident(VERSION_COLUMN)}, "
+               f"{ch_ident(DELETED_COLUMN)}, {mark}) SELECT {listed}, {ch_ident(VERSION_COLUMN)}, 0, "
+               f"if({mark} = 0, now(), {mark}) FROM {ch_table(*(source or (database, table)))} FINAL "
+               f"WHERE {where} AND {ch_ident(DELETED_COLUMN)} = 0"
+               + ("" if source else f" AND {mark} = 0"), parameters=params, settings=WEIGHT_SETTINGS)
+
+
+def _carry_kept(ch, new_db: str, new: str, database: str, table: str) -> None:
+    """Before a fresh table of a copy that keeps deletes replaces it: the rows of the old copy
+    whose key the new one lacks — kept ones as they are, live ones marked deleted at the source
+    now (the source no longer has them). A key the new table holds in any form is newer there.
+    Run again after a crash, it finds those keys in the new table and copies nothing twice."""
+    names = list(column_types(ch, new_db, new))
+    key = copy_key(ch, new_db, new)
+    if DELETED_AT_SOURCE not in names or not key or not table_exists(ch, database, table):
+        return
+    old = set(column_types(ch, database, table))
+    if DELETED_AT_SOURCE not in old or not set(names) <= old | {SPLIT_WEIGHT_COLUMN}:
+        return  # not a copy that kept deletes (it had none to keep), or of another shape: reloaded afresh
+    keys = "(" + ", ".join(ch_ident(k) for k in key) + ")"
+    _mark_kept(ch, new_db, new, [n for n in names if n != SPLIT_WEIGHT_COLUMN],
+               f"{keys} NOT IN (SELECT {keys} FROM {ch_table(new_db, new)})", {}, source=(database, table))

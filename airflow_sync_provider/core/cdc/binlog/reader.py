@@ -407,17 +407,23 @@ class BinlogReader:
             self._decoders.changes(decoder, event, version, self._pending)
             return
         # the reference: python-mysql-replication's values through the type rules
+        flag = route.delete_flag(event.timestamp) if isinstance(event, DeleteRowsEvent) else False
         for index, change in enumerate(event.rows):
             if isinstance(event, UpdateRowsEvent):
                 before = route.row(change["before_values"], change.get("before_none_sources"))
                 after = route.row(change["after_values"], change.get("after_none_sources"))
+                if route.row_filter is not None:  # what the copy holds of it (core/content/)
+                    self._pending += [self._item(route, image, version + index, deleted)
+                                      for image, deleted in route.update(before, after)]
+                    continue
                 if route.place_of(before) != route.place_of(after):  # the row moved: its old place is gone
                     moved = route.key_of(before) == route.key_of(after)  # within its key (a layout's place)
                     self._pending.append(self._item(route, before, version + index, MOVED if moved else True))
                 self._pending.append(self._item(route, after, version + index, False))
             else:
-                self._pending.append(self._item(route, route.row(change["values"], change.get("none_sources")),
-                                                version + index, isinstance(event, DeleteRowsEvent)))
+                row = route.row(change["values"], change.get("none_sources"))
+                if route.wanted(row):  # a row the filter leaves out was never in the copy
+                    self._pending.append(self._item(route, row, version + index, flag))
 
     def _item(self, route: TableRoute, row: tuple, version: int, deleted: bool):
         return route, self._decoders.lane_of(route)(route.place_of(row)), row, version, deleted

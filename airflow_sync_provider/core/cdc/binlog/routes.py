@@ -9,6 +9,7 @@ import pyarrow as pa
 from pymysqlreplication.constants import NONE_SOURCE
 
 from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.positions import BinlogError, ValueRefused
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
@@ -16,6 +17,9 @@ from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 # A row change's deleted flag for the tombstone a moved row leaves at its old place (its layout's
 # sorting key or partition: TableRoute.keyed). Written as a tombstone (1); not a row change of its own.
 MOVED = 2
+# A delete a copy keeps (core/content/, on_delete="keep") is flagged with its commit time (a Unix
+# time, far above MOVED): the deleted row is written live, marked _deleted_at_source at that time.
+KEPT_FROM = MOVED + 1
 
 
 @dataclass
@@ -45,6 +49,9 @@ class TableRoute:
         self.virtual = {m.name: m.source.tag for m in self.mappings if not m.source.in_table}
         self.table_names = [n for n in self.names if n not in self.virtual]
         self.keyed(self.key, [])
+        # what the copy holds (core/content/): the rows its filter selects; deletes kept or not
+        self.row_filter = self.schema.row_filter
+        self.keep = self.schema.content.keep_deletes
         # columns the copy leaves out on purpose; any other column a rows event carries that the
         # copy lacks means a schema change was not followed
         chosen = self.table.columns if self.table is not None else None
@@ -96,6 +103,26 @@ class TableRoute:
         return tuple(None if (value := values[name]) is None else convert(value, column)
                      for name, convert, column in self._converters)
 
+    def wanted(self, row: tuple) -> bool:
+        """Does the copy hold this row (its filter selects it)?"""
+        return self.row_filter is None or self.row_filter.matches(dict(zip(self.names, row)))
+
+    def delete_flag(self, timestamp: int):
+        """A delete's flag: a tombstone, or for a copy that keeps deletes its commit time."""
+        return max(int(timestamp), KEPT_FROM) if self.keep else True
+
+    def update(self, before: tuple, after: tuple) -> list[tuple[tuple, object]]:
+        """An update's (row, deleted flag) items under a row filter (both images whole): the new
+        row if the filter selects it, with a tombstone at the old place when the row moved; a
+        tombstone of the old row when the update takes it out of the filter; nothing when neither
+        image is selected. A row leaving the filter is removed, not kept: it was not deleted."""
+        was, now = self.wanted(before), self.wanted(after)
+        if not now:
+            return [(before, True)] if was else []
+        if was and self.place_of(before) != self.place_of(after):
+            return [(before, MOVED if self.key_of(before) == self.key_of(after) else True), (after, False)]
+        return [(after, False)]
+
     def key_of(self, row: tuple) -> tuple:
         return tuple(row[i] for i in self.key_at)
 
@@ -111,7 +138,7 @@ class TableRoute:
         arrays = []
         for values, mapping in zip(columns, self.mappings):
             try:
-                array = pa.array(values, type=mapping.arrow_type)
+                array = pa.array(values, type=mapping.base_arrow_type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
                 raise ValueRefused(f"{where}, column {mapping.name!r}: value does not fit {mapping.ch_type}: "
                                    f"{exc}") from exc
@@ -120,8 +147,13 @@ class TableRoute:
             except ValueError as exc:
                 raise ValueRefused(f"{exc}. A retry stops here again: fix the value in MySQL (the change after "
                                    "it then carries the fixed value) and re-bootstrap the table") from exc
-            arrays.append(array)
-        if self.moves:  # a moved row's tombstone (MOVED) is a tombstone like any other
+            arrays.append(mapping.shaped(array))  # a content transform (core/content/) after the checks
+        extra, names = [], []
+        if self.keep:  # a kept delete: live, marked with its commit time
+            extra, names = [pa.array([int(d) if d >= KEPT_FROM else 0 for d in deleted], pa.uint32())], \
+                [DELETED_AT_SOURCE]
+            deleted = [1 if 0 < d < KEPT_FROM else 0 for d in deleted]
+        elif self.moves:  # a moved row's tombstone (MOVED) is a tombstone like any other
             deleted = [1 if d else 0 for d in deleted]
-        return pa.Table.from_arrays(arrays + [pa.array(versions, pa.uint64()), pa.array(deleted, pa.uint8())],
-                                    names=self.names + ["_version", "_deleted"])
+        return pa.Table.from_arrays(arrays + [pa.array(versions, pa.uint64()), pa.array(deleted, pa.uint8())] + extra,
+                                    names=self.names + ["_version", "_deleted"] + names)

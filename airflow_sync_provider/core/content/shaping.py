@@ -1,0 +1,158 @@
+"""A copy's content settings, :class:`Content`: column transforms, a standing row filter and the
+delete rule — one more type a :class:`~airflow_sync_provider.core.source.selection.TableSet`
+carries (a job's default, a table's entry, a selection), as it carries a layout.
+
+The settings take effect through the table as copied (core/source/schema.TableSchema.shaped):
+its column mappings carry their transforms, so every reader and writer (load, bootstrap chunk,
+binlog row image, repair) and every check (reconcile, diff, rolling verification) that works from
+the mappings shapes values the same way; its plan reads only the rows the filter selects; CDC
+decides on each row image (core/cdc/binlog/routes.py). The settings a copy was made with are kept
+in its table comment (:func:`content_comment`), with a fingerprint of the salt, never the salt:
+a job asking for others is refused (:func:`check_same`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from airflow_sync_provider.core.content import ContentError
+from airflow_sync_provider.core.content.transforms import Transform
+
+ON_DELETE = ("delete", "keep")
+OPTIONS = ("transform", "row_filter", "on_delete")
+# a kept row's mark: when the source deleted it (its commit time, UTC); 0 while it lives
+DELETED_AT_SOURCE = "_deleted_at_source"
+
+
+def _transforms(value, where: str) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, (list, tuple)):  # ["col=fn", …] as the command line gives them
+        pairs = {}
+        for item in value:
+            name, sep, fn = str(item).partition("=")
+            if not sep or not name.strip():
+                raise ContentError(f"{where}transform {item!r}: give COLUMN=FUNCTION, e.g. email=hash")
+            pairs[name.strip()] = fn.strip()
+        value = pairs
+    if not isinstance(value, dict):
+        raise ContentError(f"{where}transform: give a dict of column -> function, not {value!r}")
+    return tuple(sorted((str(column), Transform.parse(str(fn)).spec()) for column, fn in value.items()))
+
+
+@dataclass(frozen=True)
+class Content:
+    """What a copy holds; every default is the mirror's (every row and column as MySQL has them,
+    a delete at the source deletes the copy's row)."""
+
+    transform: tuple[tuple[str, str], ...] = ()  # (column, transform spec), sorted
+    row_filter: str = ""  # a MySQL boolean expression (core/content/row_filter.py)
+    on_delete: str = "delete"
+
+    @classmethod
+    def of(cls, value: "Content | dict | None", where: str = "") -> "Content":
+        """Content settings from their dict form; an unknown option is refused by name."""
+        if isinstance(value, Content):
+            return value
+        value = dict(value or {})
+        unknown = sorted(set(value) - set(OPTIONS))
+        if unknown:
+            raise ContentError(f"{where}content: unknown option(s) {unknown}; the options are {list(OPTIONS)}")
+        on_delete = value.get("on_delete") or "delete"
+        if on_delete not in ON_DELETE:
+            raise ContentError(f"{where}on_delete={on_delete!r}: give one of {list(ON_DELETE)}")
+        row_filter = value.get("row_filter") or ""
+        if not isinstance(row_filter, str):
+            raise ContentError(f"{where}row_filter: give a MySQL boolean expression as text, not {row_filter!r}")
+        return cls(_transforms(value.get("transform") or {}, where), row_filter.strip(), on_delete)
+
+    def to_dict(self) -> dict:
+        """The options that differ from the mirror's, in the form :meth:`of` reads."""
+        out: dict = {}
+        if self.transform:
+            out["transform"] = dict(self.transform)
+        if self.row_filter:
+            out["row_filter"] = self.row_filter
+        if self.on_delete != "delete":
+            out["on_delete"] = self.on_delete
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self.to_dict())
+
+    @property
+    def keep_deletes(self) -> bool:
+        return self.on_delete == "keep"
+
+    @property
+    def hashes(self) -> bool:
+        """Does a column need the salt?"""
+        return any(Transform.parse(fn).name == "hash" for _, fn in self.transform)
+
+    def describe(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True) if self else "the source's rows and values as they are"
+
+    def merged(self, over: "Content | dict | None") -> "Content":
+        """These settings with ``over``'s (a table's entry over the job's): transforms by column,
+        the filter and the delete rule when given."""
+        over = Content.of(over)
+        return Content(tuple(sorted({**dict(self.transform), **dict(over.transform)}.items())),
+                       over.row_filter or self.row_filter,
+                       over.on_delete if over.on_delete != "delete" else self.on_delete)
+
+
+NONE = Content()
+
+
+def describe_content(content: "Content | dict") -> str:
+    """A copy's content settings in a line, for people (cdc status, the Sync view)."""
+    content = Content.of(content)
+    parts = [", ".join(f"{column}: {fn}" for column, fn in content.transform)] if content.transform else []
+    if content.row_filter:
+        parts.append(f"rows where {content.row_filter}")
+    if content.keep_deletes:
+        parts.append("deletes kept (_deleted_at_source)")
+    return "; ".join(parts) or "every row and value as the source has them"
+
+
+def salt_fingerprint(salt: bytes) -> str:
+    """Which salt a copy's hashes were made with, without the salt: the first 64 bits of a SHA-256
+    over a label and the salt (a copy hashed under one salt never takes rows hashed under another)."""
+    return hashlib.sha256(b"airflow-sync salt fingerprint\0" + salt).hexdigest()[:16]
+
+
+# --- the settings a copy keeps in its comment ----------------------------------------------------
+
+_MARK = " content="
+
+
+def content_comment(content: Content, salt: bytes = b"") -> str:
+    """What a copy's comment carries of its content settings: nothing for the mirror's."""
+    if not content:
+        return ""
+    data = content.to_dict()
+    if content.hashes:
+        data["salt"] = salt_fingerprint(salt)
+    return _MARK + json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def stored(comment: str) -> tuple[Content, str]:
+    """The content settings and salt fingerprint a copy's comment records (none: the mirror's)."""
+    at = (comment or "").find(_MARK)
+    if at < 0:
+        return NONE, ""
+    data, _ = json.JSONDecoder().raw_decode(comment, at + len(_MARK))
+    fingerprint = data.pop("salt", "")
+    return Content.of(data), fingerprint
+
+
+def check_same(table: str, requested: Content, salt: bytes, comment: str) -> None:
+    """Refuse a job whose content settings (or salt) differ from the copy's."""
+    have, fingerprint = stored(comment)
+    if have != requested:
+        raise ContentError(f"table {table}: the copy holds {have.describe()} but this job asks for "
+                           f"{requested.describe()}; change a copy's content with airflow-sync reshape (or drop "
+                           "the copy and load it again)")
+    if requested.hashes and fingerprint and fingerprint != salt_fingerprint(salt):
+        raise ContentError(f"table {table}: the copy's hashed columns were made with another salt than this job's; "
+                           "give the salt the copy was made with (rows hashed under two salts never match)")
