@@ -248,6 +248,8 @@ def bootstrap_table(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, checkpo
     """One table's bootstrap, by one job at a time (its load key's lock: core/source/locks.py);
     a pipeline's re-copy of a table (spark/cdc_ddl.py) runs it too."""
     name = f"{table['source_database']}.{table['source_table']}"
+    # what its copy holds (core/content/): its entry's settings over the job's, kept with its pipeline entry
+    table = {**table, "content": spec.tableset.content_of(table).to_dict() or None}
     try:
         lock = load_lock(spec.source, spec.ledger_database, bootstrap_load_key(spec.pipeline, table),
                          f"the bootstrap of {name} for pipeline {spec.pipeline!r}")

@@ -225,8 +225,8 @@ class _Parser:
 
     def unexpected(self, token: _Token):
         if token.kind == "word" and token.value in _REFUSED:
-            self.fail(f"{_REFUSED[token.value]} (at character {token.pos + 1}) cannot be used in a row filter: it is not "
-                      "evaluated exactly as MySQL does; write comparisons, IN, BETWEEN and IS tests")
+            self.fail(f"{_REFUSED[token.value]} (at character {token.pos + 1}) cannot be used in a row filter: it "
+                      "is not evaluated exactly as MySQL does; write comparisons, IN, BETWEEN and IS tests")
         if token.kind == "op" and token.value in _ARITHMETIC:
             self.fail(f"arithmetic ({token.text}, at character {token.pos + 1}) cannot be used in a row filter: "
                       "compare a column with a constant or another column")

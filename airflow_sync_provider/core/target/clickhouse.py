@@ -401,10 +401,17 @@ def publish_full(ch, loaded: Loaded) -> int:
     return _swap_in(ch, database, shadow, database, table)
 
 
+def _loaded_rows(ch, database: str, table: str) -> int:
+    """A fresh copy's rows as its load wrote them: not the kept rows carried over (:func:`_carry_kept`)."""
+    kept = DELETED_AT_SOURCE in column_types(ch, database, table)
+    return int(ch.command(f"SELECT count() FROM {ch_table(database, table)}"
+                          + (f" WHERE {ch_ident(DELETED_AT_SOURCE)} = 0" if kept else "")))
+
+
 def _swap_in(ch, source_db: str, source: str, database: str, table: str) -> int:
     """``source`` becomes ``table`` atomically (the old table is dropped); returns its rows."""
     _carry_kept(ch, source_db, source, database, table)
-    rows = int(ch.command(f"SELECT count() FROM {ch_table(source_db, source)}"))
+    rows = _loaded_rows(ch, source_db, source)
     if table_exists(ch, database, table):
         ch.command(f"EXCHANGE TABLES {ch_table(source_db, source)} AND {ch_table(database, table)}")
         ch.command(f"DROP TABLE {ch_table(source_db, source)}")
@@ -435,7 +442,7 @@ def publish_working(ch, working_db: str, working: str, database: str, table: str
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     if swapped_in(ch, working_db, working, database, table):
         ch.command(f"DROP TABLE IF EXISTS {ch_table(working_db, working)}")
-        return int(ch.command(f"SELECT count() FROM {ch_table(database, table)}"))
+        return _loaded_rows(ch, database, table)
     _merges_resumed(ch, working_db, working)
     return _swap_in(ch, working_db, working, database, table)
 
