@@ -52,6 +52,8 @@ class TableRoute:
         # what the copy holds (core/content/): the rows its filter selects; deletes kept or not
         self.row_filter = self.schema.row_filter
         self.keep = self.schema.content.keep_deletes
+        # the filter reads its own columns only: their places in a row, resolved once
+        self._filter_at = [] if self.row_filter is None else [(n, self.names.index(n)) for n in self.row_filter.columns]
         # columns the copy leaves out on purpose; any other column a rows event carries that the
         # copy lacks means a schema change was not followed
         chosen = self.table.columns if self.table is not None else None
@@ -105,7 +107,7 @@ class TableRoute:
 
     def wanted(self, row: tuple) -> bool:
         """Does the copy hold this row (its filter selects it)?"""
-        return self.row_filter is None or self.row_filter.matches(dict(zip(self.names, row)))
+        return self.row_filter is None or self.row_filter.matches({name: row[i] for name, i in self._filter_at})
 
     def delete_flag(self, timestamp: int):
         """A delete's flag: a tombstone, or for a copy that keeps deletes its commit time."""
