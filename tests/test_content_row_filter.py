@@ -519,8 +519,8 @@ class Filters:
         style = self.pick(["single", "double", "backslash", "hex", "introducer", "split"])
         if style == "hex":
             return f"_utf8mb4 X'{text.encode().hex()}'"
-        if style == "split" and len(text) > 1:
-            return f"{self.quote(text[:1])} '{_escape(text[1:], chr(39), False)}'"
+        if style == "split" and len(text) > 1:  # adjacent strings join
+            return f"'{_escape(text[:1], chr(39), False)}' '{_escape(text[1:], chr(39), False)}'"
         quote = '"' if style == "double" else "'"
         body = _escape(text, quote, style == "backslash")
         return f"_utf8mb4{quote}{body}{quote}" if style == "introducer" else f"{quote}{body}{quote}"

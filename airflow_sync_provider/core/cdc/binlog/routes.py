@@ -20,6 +20,7 @@ MOVED = 2
 # A delete a copy keeps (core/content/, on_delete="keep") is flagged with its commit time (a Unix
 # time, far above MOVED): the deleted row is written live, marked _deleted_at_source at that time.
 KEPT_FROM = MOVED + 1
+FILTER_DECISIONS = 65536  # a route remembers at most this many of its filter's decisions
 
 
 @dataclass
@@ -52,8 +53,10 @@ class TableRoute:
         # what the copy holds (core/content/): the rows its filter selects; deletes kept or not
         self.row_filter = self.schema.row_filter
         self.keep = self.schema.content.keep_deletes
-        # the filter reads its own columns only: their places in a row, resolved once
+        # the filter reads its own columns only: their places in a row, resolved once; its decisions
+        # are remembered by those columns' values (a status, a tenant: few values, many rows)
         self._filter_at = [] if self.row_filter is None else [(n, self.names.index(n)) for n in self.row_filter.columns]
+        self._decided: dict = {}
         # columns the copy leaves out on purpose; any other column a rows event carries that the
         # copy lacks means a schema change was not followed
         chosen = self.table.columns if self.table is not None else None
@@ -107,7 +110,16 @@ class TableRoute:
 
     def wanted(self, row: tuple) -> bool:
         """Does the copy hold this row (its filter selects it)?"""
-        return self.row_filter is None or self.row_filter.matches({name: row[i] for name, i in self._filter_at})
+        if self.row_filter is None:
+            return True
+        values = tuple(row[i] for _, i in self._filter_at)
+        decided = self._decided.get(values)
+        if decided is None:
+            if len(self._decided) >= FILTER_DECISIONS:
+                self._decided.clear()
+            decided = self._decided[values] = self.row_filter.matches(
+                {name: value for (name, _), value in zip(self._filter_at, values)})
+        return decided
 
     def delete_flag(self, timestamp: int):
         """A delete's flag: a tombstone, or for a copy that keeps deletes its commit time."""
