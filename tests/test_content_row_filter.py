@@ -391,8 +391,8 @@ def wide_rows(draw):
             row[name] = maybe(st.sampled_from([low, high, 0, 1, -1 if low else 2]) | st.integers(low, high))
         row.update(
             y=maybe(st.sampled_from([0, 1901, 1999, 2000, 2005, 2069, 2155]) | st.integers(1901, 2155)),
-            dm=maybe(st.integers(-10 ** 12 + 1, 10 ** 12 - 1).map(lambda n: Decimal(n).scaleb(-4))),
-            dbig=maybe(st.integers(-10 ** 38 + 1, 10 ** 38 - 1).map(lambda n: Decimal(n).scaleb(-10))),
+            dm=maybe(st.integers(-10 ** 12 + 1, 10 ** 12 - 1).map(lambda n: f"{Decimal(f'{n}E-4'):f}")),
+            dbig=maybe(st.integers(-10 ** 38 + 1, 10 ** 38 - 1).map(lambda n: f"{Decimal(f'{n}E-10'):f}")),
             f=maybe(FLOATS), g=maybe(FLOATS),
             dd=maybe(st.dates(dt.date(1900, 1, 1), dt.date(2299, 12, 31))),
             dt=maybe(st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2299, 12, 31, 23, 59, 59)).map(

@@ -130,7 +130,7 @@ class BootstrapCopy(ShardCopy):
     def read(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
         """The shard in chunks, resuming after its last finished chunk."""
         if channel.conn is None:
-            channel.conn = mysql_reader.stream_connect(self.spec.source)
+            channel.conn = mysql_reader.stream_connect(self.spec.source, self.spec.salt)
             channel.kind = flavor(channel.conn)
         after, native_sql = self.key.decode(record.resume_key), self.copy.native_sql
         while True:

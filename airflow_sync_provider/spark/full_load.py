@@ -147,7 +147,7 @@ class FullLoadCopy(ShardCopy):
 
     def read_text(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
         """mysqlclient, its snapshot's position read on the same connection."""
-        conn = mysql_reader.stream_connect(self.spec.source)
+        conn = mysql_reader.stream_connect(self.spec.source, self.spec.salt)
         try:
             record.version = (snapshot_position(conn, epoch=self.epoch).snapshot_version(repair=bool(self.state.repair))
                               if self.state.start_position else self.state.version)

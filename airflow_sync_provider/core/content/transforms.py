@@ -68,6 +68,13 @@ _SALT_HOW = ("put the salt in an environment variable and name it with hash_salt
              "or keep it in an Airflow connection")
 
 
+def salt_sql(salt: bytes) -> str:
+    """The statement that sets :data:`SALT_VARIABLE`, for a connection that takes no bound values
+    (connectorx's pre-execution statements). A secret: never logged."""
+    _need_salt(salt, "the hash salt")
+    return f"SET {SALT_VARIABLE} = UNHEX('{salt.hex()}')"
+
+
 def set_salt(cursor, salt: bytes) -> None:
     """Set :data:`SALT_VARIABLE` on a pymysql or MySQLdb cursor's session. The salt goes as a bound
     hex string that UNHEX makes binary: MySQLdb sends bytes without pymysql's ``_binary`` prefix,

@@ -22,7 +22,7 @@ import MySQLdb
 import MySQLdb.cursors
 import pyarrow as pa
 
-from airflow_sync_provider.core.content.transforms import set_salt
+from airflow_sync_provider.core.content.transforms import salt_sql, set_salt
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.sql import mysql_ident, mysql_inline, mysql_table
@@ -59,7 +59,7 @@ def stream_connect(endpoint: MySQLEndpoint, salt: bytes = b""):
 
 
 def arrow_schema(mappings: list[ColumnMapping]) -> pa.Schema:
-    return pa.schema([pa.field(m.name, m.arrow_type, nullable=m.source.nullable) for m in mappings])
+    return pa.schema([pa.field(m.name, m.arrow_type, nullable=m.ch_type.startswith("Nullable(")) for m in mappings])
 
 
 def selected(mappings: list[ColumnMapping]) -> list[ColumnMapping]:
@@ -71,8 +71,9 @@ def selected(mappings: list[ColumnMapping]) -> list[ColumnMapping]:
 
 def select_list(mappings: list[ColumnMapping], weight: MySQLColumn | None = None) -> str:
     """The SELECT list of a shard read: each column's target value computed in MySQL (the type
-    rules' ``source_sql``), and with ``weight`` (a collated split column) its collation weight."""
-    columns = ", ".join(m.source_sql(mysql_ident(m.name)) for m in selected(mappings))
+    rules' ``source_sql``, a content transform's SQL: ``read_sql``), and with ``weight`` (a collated
+    split column) its collation weight."""
+    columns = ", ".join(m.read_sql(mysql_ident(m.name)) for m in selected(mappings))
     if weight is not None:
         columns += f", COALESCE({mysql_weight_sql(weight)}, '')"
     return columns
@@ -159,8 +160,8 @@ def _column(values, mapping: ColumnMapping, where: str) -> pa.Array:
 
 
 def _typed(raw: pa.Array, mapping: ColumnMapping, where: str) -> pa.Array:
-    """``raw`` cast to the rule's Arrow type (safe casts: an overflow or a lost digit is an error)."""
-    target = mapping.base_arrow_type
+    """``raw`` cast to the column's Arrow type (safe casts: an overflow or a lost digit is an error)."""
+    target = mapping.arrow_type
     try:
         if raw.type == target:
             return raw
@@ -184,8 +185,9 @@ def to_batch(rows, mappings, schema, where: str) -> pa.RecordBatch:
             arrays.append(_constant(mapping, len(rows)))
             continue
         array = _column(next(raw), mapping, where)
-        check_array(array, mapping, where)
-        arrays.append(mapping.shaped(array))  # a content transform (core/content/) after the checks
+        if mapping.transform is None:  # a transform's value was computed by MySQL from a checked one
+            check_array(array, mapping, where)
+        arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -216,6 +218,8 @@ SNAPSHOT_COLUMN_SQL = (
 
 
 def _native_sql(mapping: ColumnMapping) -> str:
+    if mapping.transform is not None:  # text, computed by MySQL (ColumnMapping.read_sql)
+        return mapping.read_sql(mysql_ident(mapping.name))
     sql = mapping.source_sql(mysql_ident(mapping.name))
     col = mapping.source
     if col.data_type in ("decimal", "numeric") and ((col.precision or 10) > _NATIVE_DECIMAL_DIGITS
@@ -232,20 +236,28 @@ def native_select_list(mappings: list[ColumnMapping], weight: MySQLColumn | None
     return columns
 
 
-def _redacted(exc: BaseException, endpoint: MySQLEndpoint) -> str:
-    """connectorx's message, first line, without the password (its URL carries it)."""
+def _redacted(exc: BaseException, endpoint: MySQLEndpoint, salt: bytes = b"") -> str:
+    """connectorx's message, first line, without the password (its URL carries it) or the salt."""
     text = (str(exc).splitlines() or [type(exc).__name__])[0][:500]
-    for secret in {endpoint.password, quote(endpoint.password, safe="")} - {""}:
+    for secret in {endpoint.password, quote(endpoint.password, safe=""), salt.hex(), salt.hex().upper()} - {""}:
         text = text.replace(secret, "***")
     return text
 
 
-def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """connectorx's batches of ``query``, run inside a consistent snapshot with UTC sessions."""
+def _salt(mappings: list[ColumnMapping]) -> bytes:
+    """The salt the mappings' hash transforms read in MySQL (b"": none)."""
+    return next((m.salt for m in mappings if m.transform is not None and m.salt), b"")
+
+
+def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_rows: int,
+                   salt: bytes = b"") -> Iterator[pa.RecordBatch]:
+    """connectorx's batches of ``query``, run inside a consistent snapshot with UTC sessions (and
+    the session's hash salt: core/content/transforms.py; on connectorx's own connection, which
+    carries the rows themselves)."""
     import connectorx  # here: a CDC run never reads through it, and its import costs 0.2 s
 
     pre = [*([endpoint.init_command] if endpoint.init_command else []), "SET time_zone = '+00:00'",
-           "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
+           *([salt_sql(salt)] if salt else []), "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
     stream = None
     try:
         try:
@@ -254,7 +266,7 @@ def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_row
         except BaseException as exc:  # pyo3's PanicException is a BaseException
             if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
                 raise
-            raise NativeReadError(_redacted(exc, endpoint)) from exc
+            raise NativeReadError(_redacted(exc, endpoint, salt)) from exc
         while True:
             try:
                 batch = stream.read_next_batch()
@@ -263,7 +275,7 @@ def _native_stream(endpoint: MySQLEndpoint, database: str, query: str, batch_row
             except BaseException as exc:
                 if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
                     raise
-                raise NativeReadError(_redacted(exc, endpoint)) from exc
+                raise NativeReadError(_redacted(exc, endpoint, salt)) from exc
             yield batch
     finally:
         if stream is not None:
@@ -283,7 +295,7 @@ def read_shard_native(endpoint: MySQLEndpoint, read: ShardRead, shard: Shard, sn
     extra = f", {SNAPSHOT_COLUMN_SQL}" if snapshot else ""
     for predicate, params in shard.queries():
         query = f"SELECT {read.columns_sql}{extra} {read.plan.from_clause()} WHERE {mysql_inline(predicate, params)}"
-        for batch in _native_stream(endpoint, read.plan.database, query, read.fetch_rows):
+        for batch in _native_stream(endpoint, read.plan.database, query, read.fetch_rows, _salt(mappings)):
             if not batch.num_rows:  # connectorx also sends empty batches
                 continue
             if snapshot:
@@ -305,7 +317,7 @@ def read_chunk_native(endpoint: MySQLEndpoint, read: ShardRead, shard: Shard, ch
              f" FORCE INDEX (PRIMARY) WHERE {mysql_inline(f'({shard.where}) AND ({where})', (*shard.params, *params))}"
              f" ORDER BY {key.order_by()} LIMIT {int(chunk.limit)}")
     width, rows_seen, last = len(selected(mappings)), 0, None
-    for batch in _native_stream(endpoint, plan.database, query, read.fetch_rows):
+    for batch in _native_stream(endpoint, plan.database, query, read.fetch_rows, _salt(mappings)):
         if not batch.num_rows:
             continue
         if snapshot and holder is not None and "snapshot" not in holder:
@@ -326,8 +338,9 @@ def native_batch(batch: pa.RecordBatch, mappings: list[ColumnMapping], schema: p
             arrays.append(_constant(mapping, batch.num_rows))
             continue
         array = _typed(next(raw_columns), mapping, where)
-        check_array(array, mapping, where)
-        arrays.append(mapping.shaped(array))  # a content transform (core/content/) after the checks
+        if mapping.transform is None:  # a transform's value was computed by MySQL from a checked one
+            check_array(array, mapping, where)
+        arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -351,10 +364,10 @@ def choose_reader(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapp
     try:
         native = [native_batch(b, full, schema, where) for b in
                   _native_stream(endpoint, plan.database, f"SELECT {native_select_list(mappings, weight)}{tail}",
-                                 PROBE_ROWS)]
+                                 PROBE_ROWS, _salt(mappings))]
     except (NativeReadError, ValueError) as exc:
         return MYSQLCLIENT, f"the native reader failed on the first rows ({exc})"
-    conn = stream_connect(endpoint)
+    conn = stream_connect(endpoint, _salt(mappings))
     try:
         cur = conn.cursor()
         cur.execute(f"SELECT {select_list(mappings, weight)}{tail}")
