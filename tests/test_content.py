@@ -186,7 +186,7 @@ def _changes(mysql_conn, table: str) -> set:
 @pytest.mark.slow
 @pytest.mark.parametrize("decoder", ["native", "reference"])
 def test_load_and_cdc_hold_the_shaped_rows_and_keep_deletes_and_the_checks_prove_it(
-        decoder, mysql_conn, ch, endpoints, spark, monkeypatch):
+        decoder, mysql_conn, ch, endpoints, spark, monkeypatch, clickhouse_url, capsys):
     if decoder == "reference":  # python-mysql-replication's values, not the compiled row images
         from airflow_sync_provider.core.cdc import rowimage
 
@@ -217,6 +217,18 @@ def test_load_and_cdc_hold_the_shaped_rows_and_keep_deletes_and_the_checks_prove
     assert look["mismatched"] == [] and result["repaired_shards"] == 0, look
     verdict = _reconcile(endpoints, spark, key)
     assert verdict["verdict"] == "ok" and verdict["kept"] == len(expected_kept), verdict
+    if decoder == "native":  # cdc status and the Sync view say what the copy holds, never the salt
+        from airflow_sync_provider.cli import main
+        from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+        from airflow_sync_provider.core.overview import PipelineRow
+        from airflow_sync_provider.plugins.pages import pipeline_html
+
+        assert main(["cdc", "status", "--pipeline", table, "--clickhouse-url", clickhouse_url]) == 0
+        out = capsys.readouterr().out
+        assert (f"{DB}.{table}: holds bio: truncate(5), email: hash, name: redact('***'), note: null, phone: mask(0, "
+                f"4); rows where {CONTENT['row_filter']}; deletes kept (_deleted_at_source)") in out, out
+        page = pipeline_html(PipelineRow(Checkpoints(ch).state(table), None, None))
+        assert "What the copies hold" in page and "email: hash" in page and SALT not in out + page
 
 
 @pytest.mark.slow

@@ -91,6 +91,9 @@ class _Table(dict):
     def __reduce__(self):
         return _rebuilt, ("".join(map(chr, self)), tuple(self.values()), self.supplementary)
 
+    def __deepcopy__(self, memo):
+        return self  # never changed once built: copies of a filter share it
+
 
 def _rebuilt(chars: str, weights: tuple, supplementary: str | None) -> _Table:
     return _Table(zip(map(ord, chars), weights), supplementary)

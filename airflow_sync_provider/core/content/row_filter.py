@@ -43,6 +43,12 @@ column would order a zero date before every date. (The wrapped column cannot use
 Strings of a case- or accent-insensitive collation need their weight table from the server:
 :meth:`RowFilter.prepare` loads it (no privilege needed, read-only; cached per server version),
 and :meth:`RowFilter.matches` refuses to run without it.
+
+The text is read as MySQL reads it under the default sql_mode (backslash escapes, ``||`` is OR,
+"…" is a string); ``sql()`` means the same under any sql_mode and connection character set (hex
+string literals, no ``||``, every operation parenthesised). The rules are MySQL's and MariaDB's
+alike; the differential test runs on MariaDB, and ``prepare()`` checks each weighted collation
+on the server it will be compared against (MySQL 8's default utf8mb4_0900_ai_ci is refused).
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ class _Token(NamedTuple):
 
 _SPACE = " \t\n\r\f\v"
 _WORD = re.compile(r"[0-9A-Za-z_$\u0080-\uffff]+")
-_NUMBER = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # ASCII digits only, as MySQL
 _OPS = ("<=>", "<=", ">=", "<>", "!=", "&&", "||", "<<", ">>", "<", ">", "=", "!", "(", ")", ",", "-", "+", "*",
         "/", "%", "&", "|", "^", "~")
 _ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a"}
@@ -105,10 +111,10 @@ def _lex(text: str, fail) -> list[_Token]:
                 end += 2
             name = text[i + 1:end].replace("``", "`")
             if not name:
-                fail(f"an empty quoted name at character {i + 1}")
+                fail(f"the empty quoted name at character {i + 1} is no column's name")
             tokens.append(_Token("ident", name, i, text[i:end + 1]))
             i = end + 1
-        elif ch.isdigit() or (ch == "." and text[i + 1:i + 2].isdigit()):
+        elif _NUMBER.match(text, i):
             i = _number(text, i, tokens, fail)
         elif _WORD.match(text, i):
             word = _WORD.match(text, i).group()
@@ -168,8 +174,8 @@ def _number(text: str, i: int, tokens: list, fail) -> int:
         return word.end()
     match = _NUMBER.match(text, i)
     literal, end = match.group(), match.end()
-    if end < len(text) and _WORD.match(text, end):
-        fail(f"{text[i:word.end() if word else end]!r} at character {i + 1} is neither a number nor a name: quote a "
+    if _WORD.match(text, end):
+        fail(f"{text[i:_WORD.match(text, end).end()]!r} at character {i + 1} is neither a number nor a name: quote a "
              "column name that starts with a digit with backquotes (bit literals 0b… are not supported)")
     if "e" in literal.lower():
         fail(f"the floating-point literal {literal} (at character {i + 1}) is not supported (MySQL compares it as a "
@@ -336,6 +342,12 @@ class _Parser:
             return ("LIT", "num", -number.value if token.value == "-" else number.value, token.pos)
         return self.primary()
 
+    def joined(self, text: str) -> str:
+        """A string and the strings right after it: 'a' 'b' is 'ab', as in MySQL."""
+        while self.peek().kind == "str":
+            text += self.take().value
+        return text
+
     def primary(self):
         token = self.take()
         nxt = self.peek()
@@ -348,10 +360,7 @@ class _Parser:
         if token.kind in ("num", "hex"):
             return ("LIT", token.kind, token.value, token.pos)
         if token.kind == "str":
-            parts = [token.value]
-            while self.peek().kind == "str":  # 'a' 'b' is 'ab', as in MySQL
-                parts.append(self.take().value)
-            return ("LIT", "str", "".join(parts), token.pos)
+            return ("LIT", "str", self.joined(token.value), token.pos)
         if token.kind == "ident":
             return ("COL", token.value, token.pos)
         if token.kind != "word":
@@ -370,7 +379,7 @@ class _Parser:
                           "in a row filter; write the string without it, or with _utf8mb4")
             self.take()
             if nxt.kind == "str":
-                return ("LIT", "str", nxt.value, token.pos)
+                return ("LIT", "str", self.joined(nxt.value), token.pos)
             try:
                 return ("LIT", "str", nxt.value.decode("utf-8"), token.pos)
             except UnicodeDecodeError:
@@ -387,7 +396,8 @@ class _Parser:
 
 @dataclass(frozen=True)
 class _Exact:
-    """Integers, DECIMAL, BIT, YEAR: int and Decimal compare exactly in Python as in MySQL."""
+    """Values Python orders as MySQL does: integers, DECIMAL, BIT, YEAR (int and Decimal compare
+    exactly), binary strings (bytes, byte by byte, no padding)."""
 
     ready = True
 
@@ -737,9 +747,9 @@ class _Constant(_Condition):
 _INTEGERS = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bit"}
 _STRINGS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
 _NUMERIC = {"int", "year", "decimal", "float"}
-_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_DATETIME = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?")
-_TIME_TEXT = re.compile(r"(-?)(\d{1,3}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?")
+_DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+_DATETIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,6}))?")
+_TIME_TEXT = re.compile(r"(-?)([0-9]{1,3}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,6}))?")
 
 
 def _year(value: int) -> int:
@@ -774,7 +784,7 @@ class _Binder:
     @staticmethod
     def node(col: MySQLColumn) -> _Column:
         ident = mysql_ident(col.name)
-        if col.data_type in ("date", "datetime", "timestamp"):
+        if col.data_type.lower() in ("date", "datetime", "timestamp"):
             return _Column(col.name, map_column(col).source_sql(ident))  # NULL for zero and invalid dates
         return _Column(col.name, ident)
 
@@ -793,7 +803,7 @@ class _Binder:
             return "float"
         if t in ("datetime", "timestamp"):
             return "datetime"
-        if t in _STRINGS or (t == "longtext"):
+        if t in _STRINGS:
             return "string"
         if t in RULES and RULES[t] is RULES["blob"]:
             return "binary"
