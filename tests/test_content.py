@@ -385,3 +385,21 @@ def test_the_salt_reaches_no_argv_log_or_ledger(mysql_url, clickhouse_url, ch, m
         email = cur.fetchone()[0]
     assert ch.command(f"SELECT email FROM `{TARGET}`.`{table}` FINAL WHERE id = 1") == hashlib.sha256(
         SALT.encode() + email.encode()).hexdigest()
+
+
+def test_the_salt_stays_out_of_the_spec_file_and_reaches_the_driver_by_its_environment(tmp_path, monkeypatch):
+    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+    from airflow_sync_provider.core.specfile import read_spec
+    from airflow_sync_provider.core.submission import SALT_ENV, salt_from_env, stage
+
+    spec = FullLoadSpec(sources=one_server(MySQLEndpoint(host="h", password="pw")), target=ClickHouseEndpoint(host="h"),
+                        source_database="d", source_table="t", target_database="d", target_table="t",
+                        tableset=TableSet(content=CONTENT), hash_salt=SALT)
+    staged = stage(spec, str(tmp_path), "local[2]")
+    written = (tmp_path / "spec.json").read_text()
+    assert SALT not in written and '"pw"' in written and spec.hash_salt == SALT  # the caller's spec keeps it
+    assert staged.env_vars[SALT_ENV] == SALT and SALT not in " ".join(staged.application_args)
+    again = read_spec(str(tmp_path / "spec.json"))
+    monkeypatch.setenv(SALT_ENV, SALT)
+    salt_from_env(again)
+    assert again.hash_salt == SALT

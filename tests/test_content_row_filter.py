@@ -52,6 +52,7 @@ COLUMNS = [
     _col("l", "varchar", "varchar(20)", charset="latin1", collation="latin1_swedish_ci"),
     _col("z", "varchar", "varchar(20)", charset="utf8mb4", collation="utf8mb4_0900_ai_ci"),
     _col("e", "enum", "enum('a','b')", charset="utf8mb4", collation="utf8mb4_general_ci"),
+    _col("tags", "set", "set('a','b')", charset="utf8mb4", collation="utf8mb4_general_ci"),
     _col("vb", "varbinary", "varbinary(8)"), _col("j", "json"), _col("geo", "geometry"),
     _col("order", "int", "int(11)"), _col("we`ird", "int", "int(11)"),
     _col("sp ace", "varchar", "varchar(5)", charset="utf8mb4", collation="utf8mb4_bin"),
@@ -88,7 +89,7 @@ def parse(text: str) -> RowFilter:
     ("tm BETWEEN '-1:00:00' AND TIME'838:59:59.5'", "(`tm` BETWEEN TIME'-1:00:00' AND TIME'838:59:59.5')"),
     ("vb = 'é' OR vb IN (X'00ff', 0x1)", "((`vb` = X'c3a9') OR (`vb` IN (X'00ff', X'01')))"),
     ("g = _utf8mb4 X'C3A9' AND e = 'A'", "((`g` = _utf8mb4 X'c3a9') AND (`e` = _utf8mb4 X'41'))"),
-    ("y = 99 AND y = TRUE AND y < 1900", "(((`y` = 99) AND (`y` = TRUE)) AND (`y` < 1900))"),
+    ("y = 99 AND y = TRUE AND y < 1901", "(((`y` = 99) AND (`y` = TRUE)) AND (`y` < 1901))"),
     ("price = a AND f > price AND NOT (TRUE)", "(((`price` = `a`) AND (`f` > `price`)) AND (NOT TRUE))"),
 ])
 def test_sql_is_fully_parenthesised_with_quoted_names_and_literals(text, sql):
@@ -168,6 +169,9 @@ def test_round_trip_through_sql():
     ("a = 1 a = 2", "syntax error"),
     ("a IS 5", "[NOT] NULL, TRUE, FALSE or UNKNOWN"),
     ("y = 5.0", "write a whole year"),
+    ("y > 1900", "a YEAR holds 1901…2155"),
+    ("y IN (2000, 2156)", "a YEAR holds 1901…2155"),
+    ("y < -1", "a YEAR holds 1901…2155"),
     ("f2 = 1", "FLOAT(M,D)"),
     ("z = 'x'", "collation utf8mb4_0900_ai_ci"),
     ("j = '{}'", "JSON"),
@@ -186,6 +190,13 @@ def test_round_trip_through_sql():
     ("s = g", "only numbers with numbers"),
     ("e = g", "only numbers with numbers"),
     ("d = tm", "only numbers with numbers"),
+    ("a = 1.5", "which it cannot hold (0 digits after the point)"),
+    ("a <> 2.50", "cannot hold"),
+    ("NOT 1.5 <=> a", "cannot hold"),
+    ("price IN (1, 1.005)", "cannot hold (2 digits after the point)"),
+    ("tm NOT IN ('10:00:00.001')", "cannot hold (2 digits after the point)"),
+    ("tags = ''", "is a SET compared with ="),
+    ("tags NOT IN ('a', NULL)", "is a SET compared with IN"),
 ])
 def test_refusals_name_the_construct(text, fragment):
     with pytest.raises(ContentError) as caught:
@@ -233,7 +244,6 @@ _NULLS = {"a": None, "s": None, "g": None, "d": None, "price": None, "y": None}
     ("y = 99", {"y": 1999}, True),  # MySQL stores 99 into a YEAR: 1999
     ("y < 10", {"y": 2005}, True),
     ("y = 0", {"y": 0}, True),
-    ("y > 100", {"y": 0}, False),
     ("y = TRUE", {"y": 2001}, True),
     ("s = 'a '", {"s": "a"}, True),  # PAD SPACE
     ("s < 'a'", {"s": "a\t"}, True),  # the tab weighs less than the padding space
@@ -435,7 +445,13 @@ class Filters:
         """A condition whose first atom tests ``column``."""
         if depth == 0 or self.draw(st.booleans()):
             return self.atom(column)
-        form = self.pick(["not", "bang", "logic", "logic", "paren", "is"])
+        form = self.pick(["not", "bang", "logic", "logic", "paren", "is", "chain"])
+        if form == "chain":  # operators of every precedence in a row, no parentheses: MySQL's precedence decides
+            text = self.atom(column)
+            for _ in range(self.draw(st.integers(2, 4))):
+                op = self.pick([" AND ", " && ", " OR ", " || ", " XOR "]) + self.pick(["", "", "NOT "])
+                text += op + self.atom(self.pick(self.columns))
+            return text
         if form == "not":
             return "NOT " + self.condition(column, depth - 1)
         if form == "bang":
@@ -480,10 +496,14 @@ class Filters:
         if self.draw(st.integers(0, 19)) == 0:
             return "NULL"
         kind, seen = _kind(col), self.seen(col)
-        if kind in ("int", "year"):
-            pool = [v + d for v in seen for d in (-1, 0, 0, 1)] + [0, 1, 99, 69, 70, 100, 1900, 1901, 2155, 2156]
+        if kind == "year":
+            pool = [v + d for v in seen for d in (-1, 0, 0, 1)] + [0, 1, 69, 70, 99, 1901, 2155]
+            value = self.draw(st.sampled_from([v for v in pool if v <= 99 or 1901 <= v <= 2155]))
+            return self.pick(["TRUE", "FALSE"]) if self.draw(st.integers(0, 9)) == 0 else str(value)
+        if kind == "int":
+            pool = [v + d for v in seen for d in (-1, 0, 0, 1)] + [0, 1, 127, 128, 255, 256, 4095, 4096]
             value = self.draw(st.sampled_from(pool) | st.integers(-2 ** 64, 2 ** 64))
-            if kind == "int" and self.draw(st.integers(0, 5)) == 0:
+            if self.draw(st.integers(0, 5)) == 0:
                 return f"{value}.{self.pick(['0', '5', '00'])}"
             if self.draw(st.integers(0, 9)) == 0:
                 return self.pick(["TRUE", "FALSE"])
@@ -565,7 +585,11 @@ WIDE_GROUPS = {
 
 def _check(source, table: str, columns, rows, text: str, raw_text_too: bool) -> None:
     conn, hostile, _ = source
-    f = RowFilter.parse(text, columns, f"table {DB}.{table}").prepare(conn)
+    try:
+        f = RowFilter.parse(text, columns, f"table {DB}.{table}").prepare(conn)
+    except ContentError as exc:  # the refusals the generator may meet: equalities MariaDB's index decides otherwise
+        assert "which it cannot hold" in str(exc) or "is a SET compared with" in str(exc), exc
+        return
     selected = {r["id"] for r in rows if f.matches(r)}
     by_sql = _ids(hostile, table, f.sql())
     detail = f"filter {text!r}\nsql {f.sql()}\nrows {[r for r in rows if r['id'] in selected ^ by_sql]}"

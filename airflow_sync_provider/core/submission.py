@@ -180,9 +180,16 @@ def stage(spec, workdir: str, master: str, deploy_mode: str | None = None, pyspa
     spec_path = os.path.join(workdir, "spec.json")
     if not is_cluster(deploy_mode):
         spec.result_path = os.path.join(workdir, "result.json")
-        write_spec(spec, spec_path)  # 0600, passwords included: read by the local driver only
-        return Submission(["--spec", spec_path], py_files=py_files, env_vars=spark_env(pyspark_python, master),
-                          conf=driver_conf(spec.job), result_path=spec.result_path)
+        # 0600, passwords included: read by the local driver only. The hash salt stays out of every
+        # file: the driver's environment carries it (SALT_ENV), as a cluster's does
+        salt, spec.hash_salt = spec.hash_salt, ""
+        try:
+            write_spec(spec, spec_path)
+        finally:
+            spec.hash_salt = salt
+        env = {**spark_env(pyspark_python, master), **({SALT_ENV: salt} if salt else {})}
+        return Submission(["--spec", spec_path], py_files=py_files, env_vars=env, conf=driver_conf(spec.job),
+                          result_path=spec.result_path)
     if master.startswith(("local", "spark://")):
         raise ValueError(f"cluster deploy mode needs YARN or Kubernetes, not {master!r}: Spark runs Python "
                          "drivers of a standalone cluster in client mode only")
@@ -240,14 +247,19 @@ def secrets_from_env(spec) -> None:
 
     target = filled("target", spec.target, "")
     sources = [dataclasses.replace(s, endpoint=filled("source", s.endpoint, _suffix(s.name))) for s in spec.sources]
-    if spec.tableset.has_content and not spec.hash_salt:  # a hash transform's salt, when one is needed
-        if SALT_ENV in os.environ:
-            spec.hash_salt = os.environ[SALT_ENV]
+    salt_from_env(spec)
     if missing:
         raise RuntimeError(f"the job runs in cluster deploy mode: its driver needs {', '.join(missing)} in its "
                            "environment — on Kubernetes give the operator kubernetes_secret=; on YARN set it in the "
                            "cluster's configuration (never on the spark-submit command line)")
     spec.target, spec.sources = target, sources
+
+
+def salt_from_env(spec) -> None:
+    """A driver: the hash salt from its environment (``SALT_ENV``), where the submitter put it
+    rather than in the spec's file (core/content/transforms.py)."""
+    if not spec.hash_salt and os.environ.get(SALT_ENV):
+        spec.hash_salt = os.environ[SALT_ENV]
 
 
 def python_driver(master: str, deploy_mode: str | None = None) -> bool:

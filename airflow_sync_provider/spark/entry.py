@@ -14,7 +14,7 @@ from airflow_sync_provider.core.failures import SOURCE, TARGET, WAIT_SECONDS, cl
 from airflow_sync_provider.core.guard import Guard, job_probes
 from airflow_sync_provider.core.logs import to_stdout
 from airflow_sync_provider.core.specfile import read_spec, write_private_json
-from airflow_sync_provider.core.submission import secrets_from_env
+from airflow_sync_provider.core.submission import salt_from_env, secrets_from_env
 from airflow_sync_provider.spark.session import LazySession
 
 
@@ -72,6 +72,7 @@ def run_job(job_function, argv=None) -> None:
     parser.add_argument("--result-key", default="", help="cluster deploy mode: report the result to the ledger")
     args = parser.parse_args(argv)
     spec = read_spec(args.spec)
+    salt_from_env(spec)
     if args.secrets_from_env:
         secrets_from_env(spec)
     name = getattr(spec, 'source_table', '') or getattr(spec, 'load_key', '') or getattr(spec, 'pipeline', '')

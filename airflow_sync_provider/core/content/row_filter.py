@@ -758,6 +758,14 @@ def _year(value: int) -> int:
     return value + 2000 if 1 <= value <= 69 else value + 1900 if 70 <= value <= 99 else value
 
 
+def _fraction_digits(value: Decimal) -> int:
+    """Digits after the point, trailing zeros aside (no context: it could round)."""
+    _, digits, exponent = value.as_tuple()
+    if exponent >= 0:
+        return 0
+    return len("".join(map(str, digits)).rjust(-exponent, "0")[exponent:].rstrip("0"))
+
+
 def _number_sql(value) -> str:
     return format(value, "f") if isinstance(value, Decimal) else str(value)
 
@@ -884,13 +892,44 @@ class _Binder:
             return _Compare(op, self.node(col), self.node(other), self.pair_domain(col, other, op, pos))
         kind = self.kind(col)
         domain = self.domain(col, kind)
+        if op in ("=", "<>", "<=>"):
+            self.held(col, kind, b, op)
         return _Compare(op, self.node(col), self.literal(col, kind, domain, b), domain)
 
     def in_list(self, left, items, negated, pos):
         col = self.operands("IN", left, pos)
         kind = self.kind(col)
         domain = self.domain(col, kind)
+        for item in items:
+            self.held(col, kind, _unwrap(item), "IN")
         return _In(self.node(col), tuple(self.constant(col, kind, domain, i, "IN") for i in items), negated, domain)
+
+    def held(self, col: MySQLColumn, kind: str, node, op: str) -> None:
+        """Refuse an equality (=, <>, <=>, IN: negations and the optimizer turn each into =) that
+        MariaDB's index lookup (ref access) decides otherwise than its own comparison, so that
+        the rows selected would depend on the plan. The lookup first stores the constant into the
+        column's type: a number the column cannot hold is rounded or truncated and the comparison
+        skipped (``int_col = 1.5`` selects the 2s, ``time0_col = '10:00:00.6'`` the 10:00:00s); a
+        text that is no SET value finds nothing (``' '`` and ``'\\0'`` equal the empty set as
+        strings). Ranges are rechecked, exact (the differential test runs them through indexes)."""
+        if node[0] != "LIT" or node[1] == "null":
+            return
+        if col.data_type.lower() == "set":
+            self.fail(f"column {col.name!r} is a SET compared with {op}: MariaDB's index lookup reads the constant as "
+                      "a SET value first and selects rows its own string comparison does not (' ' equals the empty "
+                      "set as a string, not as a SET value); filter on another column")
+        time = _TIME_TEXT.fullmatch(node[2]) if kind == "time" and node[1] in ("str", "time") else None
+        if kind in ("int", "decimal") and node[1] == "num":
+            digits, allowed = _fraction_digits(Decimal(node[2])), (col.scale or 0) if kind == "decimal" else 0
+        elif time is not None:
+            digits, allowed = len((time.group(5) or "").rstrip("0")), col.fsp or 0
+        else:
+            return
+        if digits > allowed:
+            self.fail(f"column {col.name!r} ({col.column_type}) is compared with {op} to {_describe(node)}, which it "
+                      f"cannot hold ({allowed} digits after the point): no row equals it, yet MariaDB's index lookup "
+                      "rounds the constant to the column's type and selects rows its own comparison does not; write "
+                      f"a constant with at most {allowed} digits after the point, or a range (<, >)")
 
     def between(self, left, low, high, negated, pos):
         col = self.operands("BETWEEN", left, pos)
@@ -937,6 +976,12 @@ class _Binder:
                        "compare it with a number")
             if kind == "year" and isinstance(raw, Decimal):
                 refuse("MySQL converts it to a YEAR first; write a whole year")
+            if kind == "year" and not (0 <= raw <= 99 or 1901 <= raw <= 2155):
+                # MariaDB's index lookup stores it into a YEAR as 0000 and then bounds ranges wrongly
+                # (NOT y > 3000 selects only the 0000s), unlike its own comparison
+                refuse("a YEAR holds 1901…2155 and 0 (0000), and MySQL reads 1…99 as 2001…2069 / 1970…1999: "
+                       "MariaDB's index decides other numbers otherwise than its own comparison; compare with a year "
+                       "in that range")
             value = _year(raw) if kind == "year" else raw
             sql = ("TRUE" if raw else "FALSE") if lit_kind == "bool" else _number_sql(raw)
             return _Literal(value, sql, domain.of(value))
