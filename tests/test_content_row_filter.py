@@ -2,14 +2,16 @@
 and a differential test against the real MariaDB.
 
 The differential test writes hypothesis-drawn rows (case and accent variants, ß/ss, emoji,
-trailing spaces and tabs, empty strings, NULLs, integer and decimal edges, dates, times) into a
-table with a column of every supported type and collation, reads them back as a full load reads
-them (core/source/reader.py), and for hypothesis-drawn filters asserts that three sets of ids
-are equal: MySQL's ``WHERE <the user's text>``, MySQL's ``WHERE <sql()>`` (run under a hostile
-sql_mode: ANSI_QUOTES, PIPES_AS_CONCAT, NO_BACKSLASH_ESCAPES, HIGH_NOT_PRECEDENCE) and the rows
-``matches()`` accepts. A second table holds zero and invalid dates, where ``sql()`` and
-``matches()`` agree on the copy's NULL (and MySQL on the raw column does not). A run has a
-database of its own; hypothesis is derandomized.
+trailing spaces and tabs, ignorable characters, empty strings, NULLs, integer and decimal edges,
+floats, dates, times, bytes) into a table with a column of every supported type and collation,
+reads them back as a full load reads them (core/source/reader.py), and for hypothesis-drawn
+filters (a filter on each column per example) asserts that three sets of ids are equal: MySQL's
+``WHERE <the user's text>`` (forced through the first filtered column's index, where it has one:
+MariaDB decides some comparisons otherwise through an index, and the filter refuses those),
+MySQL's ``WHERE <sql()>`` under a hostile sql_mode (ANSI_QUOTES, PIPES_AS_CONCAT,
+NO_BACKSLASH_ESCAPES, HIGH_NOT_PRECEDENCE), and the rows ``matches()`` accepts. A second table
+holds zero and invalid dates, where ``sql()`` and ``matches()`` agree on the copy's NULL (and
+MySQL on the raw column does not). A run has a database of its own; hypothesis is derandomized.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ COLUMNS = [
     _col("z", "varchar", "varchar(20)", charset="utf8mb4", collation="utf8mb4_0900_ai_ci"),
     _col("e", "enum", "enum('a','b')", charset="utf8mb4", collation="utf8mb4_general_ci"),
     _col("tags", "set", "set('a','b')", charset="utf8mb4", collation="utf8mb4_general_ci"),
+    _col("cn", "char", "char(3)", charset="utf8mb4", collation="utf8mb4_nopad_bin"),
     _col("vb", "varbinary", "varbinary(8)"), _col("j", "json"), _col("geo", "geometry"),
     _col("order", "int", "int(11)"), _col("we`ird", "int", "int(11)"),
     _col("sp ace", "varchar", "varchar(5)", charset="utf8mb4", collation="utf8mb4_bin"),
@@ -86,7 +89,7 @@ def parse(text: str) -> RowFilter:
      "TIMESTAMP'2024-01-01 10:00:00.500000'))"),
     ("d = TIMESTAMP'2024-01-01 00:00:00' OR ts IS NULL",
      "((TIMESTAMPADD(DAY, 0, `d`) = TIMESTAMP'2024-01-01 00:00:00') OR (TIMESTAMPADD(SECOND, 0, `ts`) IS NULL))"),
-    ("tm BETWEEN '-1:00:00' AND TIME'838:59:59.5'", "(`tm` BETWEEN TIME'-1:00:00' AND TIME'838:59:59.5')"),
+    ("tm BETWEEN '-1:00:00' AND TIME'838:59:59.50'", "(`tm` BETWEEN TIME'-1:00:00' AND TIME'838:59:59.50')"),
     ("vb = 'é' OR vb IN (X'00ff', 0x1)", "((`vb` = X'c3a9') OR (`vb` IN (X'00ff', X'01')))"),
     ("g = _utf8mb4 X'C3A9' AND e = 'A'", "((`g` = _utf8mb4 X'c3a9') AND (`e` = _utf8mb4 X'41'))"),
     ("y = 99 AND y = TRUE AND y < 1901", "(((`y` = 99) AND (`y` = TRUE)) AND (`y` < 1901))"),
@@ -194,8 +197,10 @@ def test_round_trip_through_sql():
     ("a <> 2.50", "cannot hold"),
     ("NOT 1.5 <=> a", "cannot hold"),
     ("price IN (1, 1.005)", "cannot hold (2 digits after the point)"),
-    ("tm NOT IN ('10:00:00.001')", "cannot hold (2 digits after the point)"),
+    ("tm NOT IN ('10:00:00.001')", "holds 2 digits after the point"),
+    ("tm > '-00:00:00.005'", "holds 2 digits after the point"),
     ("tags = ''", "is a SET compared with ="),
+    ("cn < 'a'", "NO PAD collation utf8mb4_nopad_bin"),
     ("tags NOT IN ('a', NULL)", "is a SET compared with IN"),
 ])
 def test_refusals_name_the_construct(text, fragment):
@@ -279,7 +284,7 @@ DB = f"row_filter_{uuid.uuid4().hex[:8]}"
 # every supported collation gets a column (its charset's name from the collation's)
 STRINGS = {f"s_{name}": name for name in coll.SUPPORTED}
 PARTNERS = {  # columns of one collation, for column-to-column comparisons
-    "c_general": "s_utf8mb4_general_ci", "c_nopad_bin": "s_utf8mb4_nopad_bin", "t_unicode": "s_utf8mb4_unicode_ci",
+    "c_general": "s_utf8mb4_general_ci", "c_bin": "s_utf8mb4_bin", "t_unicode": "s_utf8mb4_unicode_ci",
 }
 INTEGERS = {"i8": ("TINYINT", -128, 127), "u8": ("TINYINT UNSIGNED", 0, 255), "i32": ("INT", -2 ** 31, 2 ** 31 - 1),
             "u32": ("INT UNSIGNED", 0, 2 ** 32 - 1), "i64": ("BIGINT", -2 ** 63, 2 ** 63 - 1),
@@ -289,7 +294,7 @@ SET_LABELS = ["x", "Y", "z"]
 # indexed columns: the user's text also runs through the index (range access, constant conversion)
 INDEXED = ["i64", "u64", "u32", "bt", "y", "dm", "f", "g", "dd", "dt", "ts", "tm", "tm0", "e", "sv", "bn",
            "s_utf8mb4_general_ci", "s_utf8mb4_general_nopad_ci", "s_utf8mb4_unicode_ci", "s_utf8mb4_nopad_bin",
-           "s_latin1_swedish_ci", "s_latin1_bin", "c_general", "c_nopad_bin"]
+           "s_latin1_swedish_ci", "s_latin1_bin", "c_general", "c_bin"]
 
 WIDE_DDL = ", ".join([
     "id INT NOT NULL PRIMARY KEY",
@@ -297,7 +302,7 @@ WIDE_DDL = ", ".join([
     "y YEAR", "dm DECIMAL(12,4)", "dbig DECIMAL(38,10)", "f FLOAT", "g DOUBLE",
     "dd DATE", "dt DATETIME(3)", "ts TIMESTAMP(6) NULL DEFAULT NULL", "tm TIME(2)", "tm0 TIME",
     *(f"`{name}` VARCHAR(40) CHARACTER SET {name.split('_')[1]} COLLATE {c}" for name, c in STRINGS.items()),
-    "c_general CHAR(6) COLLATE utf8mb4_general_ci", "c_nopad_bin CHAR(6) COLLATE utf8mb4_nopad_bin",
+    "c_general CHAR(6) COLLATE utf8mb4_general_ci", "c_bin CHAR(6) COLLATE utf8mb4_bin",
     "t_unicode TEXT COLLATE utf8mb4_unicode_ci",
     f"e ENUM({', '.join(repr(x) for x in ENUM_LABELS)}) COLLATE utf8mb4_unicode_ci",
     f"sv SET({', '.join(repr(x) for x in SET_LABELS)}) COLLATE utf8mb4_general_ci",
@@ -498,7 +503,7 @@ class Filters:
         kind, seen = _kind(col), self.seen(col)
         if kind == "year":
             pool = [v + d for v in seen for d in (-1, 0, 0, 1)] + [0, 1, 69, 70, 99, 1901, 2155]
-            value = self.draw(st.sampled_from([v for v in pool if v <= 99 or 1901 <= v <= 2155]))
+            value = self.draw(st.sampled_from([v for v in pool if 0 <= v <= 99 or 1901 <= v <= 2155]))
             return self.pick(["TRUE", "FALSE"]) if self.draw(st.integers(0, 9)) == 0 else str(value)
         if kind == "int":
             pool = [v + d for v in seen for d in (-1, 0, 0, 1)] + [0, 1, 127, 128, 255, 256, 4095, 4096]
@@ -525,7 +530,8 @@ class Filters:
             day = value.date() if isinstance(value, dt.datetime) else value
             return self.pick([f"'{day}'", f"DATE'{day}'", f"'{day} 00:00:00'"])
         if kind == "time":
-            text = self.draw(st.sampled_from(seen + ["00:00:00", "-00:00:00.5", "838:59:59", "1:02:03"]))
+            edges = ["00:00:00", "-00:00:00.5", "-00:00:00.25", "838:59:59", "1:02:03"]
+            text = self.draw(st.sampled_from(seen + edges))
             return self.pick([f"'{text}'", f"TIME'{text}'"])
         if kind == "binary":
             value = self.draw(st.sampled_from([v + tail for v in seen for tail in (b"", b"\x00")] or [b""])
@@ -588,7 +594,8 @@ def _check(source, table: str, columns, rows, text: str, raw_text_too: bool) -> 
     try:
         f = RowFilter.parse(text, columns, f"table {DB}.{table}").prepare(conn)
     except ContentError as exc:  # the refusals the generator may meet: equalities MariaDB's index decides otherwise
-        assert "which it cannot hold" in str(exc) or "is a SET compared with" in str(exc), exc
+        assert any(why in str(exc) for why in ("which it cannot hold", "is a SET compared with", "digits after the "
+                                                "point, and MariaDB's index truncates")), exc
         return
     selected = {r["id"] for r in rows if f.matches(r)}
     by_sql = _ids(hostile, table, f.sql())
@@ -600,7 +607,7 @@ def _check(source, table: str, columns, rows, text: str, raw_text_too: bool) -> 
         assert _ids(conn, table, text, index) == by_sql, f"MySQL reads the user's text otherwise than sql(): {detail}"
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(rows=wide_rows(), data=st.data())
 def test_matches_agrees_with_mysql(source, rows, data):
     conn, _, stream = source

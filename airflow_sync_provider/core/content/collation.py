@@ -76,7 +76,7 @@ def foreign_character(charset: str, text: str) -> str | None:
 
 class _Table(dict):
     """Code point → weight units (a str; '' for an ignorable character); characters beyond the
-    BMP weigh ``supplementary``. Pickled compactly: its characters and weights."""
+    BMP weigh ``supplementary``. Never changed once built."""
 
     def __init__(self, items, supplementary: str | None):
         super().__init__(items)
@@ -89,14 +89,28 @@ class _Table(dict):
         raise ValueError(f"character U+{cp:04X} has no weight in this collation's table")
 
     def __reduce__(self):
-        return _rebuilt, ("".join(map(chr, self)), tuple(self.values()), self.supplementary)
+        """Pickled small: which code points it holds (a bitmap), and only the weights that are not
+        the character itself (about 1,100 of utf8mb4_general_ci's 63,488)."""
+        present, odd, weights, lengths = bytearray(8192), [], [], bytearray()
+        for cp, weight in self.items():
+            present[cp >> 3] |= 1 << (cp & 7)
+            if weight != chr(cp):
+                odd.append(chr(cp))
+                weights.append(weight)
+                lengths.append(len(weight))  # a character weighs at most 8 units
+        return _rebuilt, (bytes(present), "".join(odd), "".join(weights), bytes(lengths), self.supplementary)
 
     def __deepcopy__(self, memo):
-        return self  # never changed once built: copies of a filter share it
+        return self  # copies of a filter share it
 
 
-def _rebuilt(chars: str, weights: tuple, supplementary: str | None) -> _Table:
-    return _Table(zip(map(ord, chars), weights), supplementary)
+def _rebuilt(present: bytes, odd: str, weights: str, lengths: bytes, supplementary: str | None) -> _Table:
+    table = {cp: chr(cp) for cp in range(len(present) * 8) if present[cp >> 3] >> (cp & 7) & 1}
+    start = 0
+    for ch, length in zip(odd, lengths):
+        table[ord(ch)] = weights[start:start + length]
+        start += length
+    return _Table(table.items(), supplementary)
 
 
 _LATIN1_ORDER = _Table(_LATIN1_BYTE.items(), None)  # latin1_bin orders by byte
