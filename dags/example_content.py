@@ -21,9 +21,9 @@ from airflow_sync_provider.operators.full_load import FullLoadOperator
 from airflow_sync_provider.operators.reconcile import ReconcileOperator
 
 TABLES = [
-    {"source_database": "demo", "source_table": "customers",
+    {"source_database": "demo", "source_table": "customers", "target_database": "demo_shaped",
      "transform": {"email": "hash", "name": "mask(1, 0)"}},
-    {"source_database": "demo", "source_table": "orders",
+    {"source_database": "demo", "source_table": "orders", "target_database": "demo_shaped",
      "row_filter": "status <> 'test'", "on_delete": "keep", "transform": {"note": "truncate(20)"}},
 ]
 
@@ -38,7 +38,6 @@ with DAG(
     load = FullLoadOperator(
         task_id="load",
         tables=TABLES,
-        target_database="demo_shaped",
         load_key="demo_shaped",
         hash_salt_conn_id="sync_hash_salt",
         mysql_conn_id="sync_mysql",

@@ -297,3 +297,49 @@ def test_tls_example_dag_reads_a_tls_only_source_through_connection_extras(airfl
     finally:
         target.close()
         root.close()
+
+
+def test_content_example_dag_hashes_masks_filters_and_keeps_deletes(airflow_home, demo_db, mysql_conn, ch):
+    """dags/example_content.py under `airflow dags test`, its salt in an Airflow connection: the
+    customers' emails hashed and names masked, the orders without test orders; reconciled with
+    checksums (the source side shaped alike); CDC follows. The salt is on no command line and in
+    no log."""
+    import hashlib
+
+    home, env = airflow_home
+    salt = "Salt-5e9a-s3cret"
+    env = {**env, "AIRFLOW_CONN_SYNC_HASH_SALT": json.dumps({"conn_type": "generic", "password": salt})}
+    with mysql_conn.cursor() as cur:  # a few test orders for the filter to leave out (put back after)
+        cur.execute("SELECT id, status FROM demo.orders WHERE id % 50 = 0")
+        statuses = cur.fetchall()
+        cur.execute("UPDATE demo.orders SET status = 'test' WHERE id % 50 = 0")
+        moved = cur.rowcount
+    watcher = ArgvWatcher([salt, MYSQL_SECRET, CLICKHOUSE_SECRET])
+    watcher.start()
+    try:
+        run = run_dag(env, "sync_demo_content")
+    finally:
+        watcher.stop.set()
+        watcher.join()
+        with mysql_conn.cursor() as cur:
+            cur.executemany("UPDATE demo.orders SET status = %s WHERE id = %s", [(s, i) for i, s in statuses])
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-5000:]
+    assert watcher.seen > 0 and watcher.leaks == []
+    task_logs = "".join(p.read_text(errors="replace") for p in Path(home).rglob("*.log"))
+    assert salt not in log and salt not in task_logs
+    with mysql_conn.cursor() as cur:
+        cur.execute("SELECT id, email, name FROM demo.customers")
+        source = {i: (e, n) for i, e, n in cur.fetchall()}
+    copy = {i: (e, n) for i, e, n in ch.query("SELECT id, email, name FROM demo_shaped.customers FINAL").result_rows}
+    assert copy.keys() == source.keys()
+    for key, (email, name) in source.items():
+        assert copy[key] == (None if email is None else hashlib.sha256((salt + email).encode()).hexdigest(),
+                             name[:1] + "*" * (len(name) - 1) if len(name) > 1 else "*" * len(name))
+    orders = int(ch.command("SELECT count() FROM demo_shaped.orders FINAL WHERE _deleted_at_source = 0"))
+    assert moved > 0 and orders == demo_db["orders"] - moved
+    with sqlite3.connect(Path(home) / "airflow.db") as db:
+        xcoms = {task: json.loads(value) for task, value in db.execute(
+            "SELECT task_id, value FROM xcom WHERE dag_id = 'sync_demo_content' AND key = 'return_value'")}
+    assert xcoms["reconcile"]["verdict"] == "ok", xcoms["reconcile"]
+    assert salt not in json.dumps(xcoms)
