@@ -371,6 +371,7 @@ class TableDecoder:
         self.null_bytes = (len(columns) + 7) // 8
         self._full: dict = {}
         self._key: dict = {}
+        self._probe: dict = {}
 
     def full(self, nulls: int):
         fn = self._full.get(nulls)
@@ -384,19 +385,30 @@ class TableDecoder:
             fn = self._key[nulls] = self._compile(nulls if len(self._key) < PATTERNS else None, True)
         return fn
 
-    def _compile(self, nulls: int | None, key_only: bool):
-        source, namespace = self.source(nulls, key_only)
+    def probe(self, nulls: int):
+        """:meth:`key` whose "key" is the place and then the row filter's columns (an update's old
+        image under a filter: TableRoute.settle)."""
+        fn = self._probe.get(nulls)
+        if fn is None:
+            fn = self._probe[nulls] = self._compile(nulls if len(self._probe) < PATTERNS else None, True,
+                                                    self.key_at + self.route.filter_at)
+        return fn
+
+    def _compile(self, nulls: int | None, key_only: bool, key_at: list | None = None):
+        source, namespace = self.source(nulls, key_only, key_at)
         exec(compile(source, f"<row image of {self.route.source}>", "exec"), namespace)
         return namespace["image"]
 
-    def source(self, nulls: int | None, key_only: bool) -> tuple[str, dict]:
+    def source(self, nulls: int | None, key_only: bool, key_at: list | None = None) -> tuple[str, dict]:
         """The code of null-bitmap pattern ``nulls`` (None: the general code, which tests each
-        column's bit) and the names it uses."""
+        column's bit) and the names it uses; ``key_at``: the columns of the "key" it returns
+        (default: the place)."""
+        key_at = self.key_at if key_at is None else key_at
         namespace = {"_from_bytes": int.from_bytes, **{f"_k{i}": v for i, v in self.constants.items()}}
         for c in self.columns:
             namespace.update(c.names)
         wanted = {c.target for c in self.columns if c.target is not None
-                  and (not key_only or c.target in self.key_at)}
+                  and (not key_only or c.target in key_at)}
         lines, run = ["def image(data, at):"], []
         if nulls is None:
             lines.append(f"    nulls = _from_bytes(data[at - {self.null_bytes}:at], 'little')")
@@ -418,7 +430,7 @@ class TableDecoder:
         lines += self._fixed(namespace, run, wanted)
         if not key_only:
             lines += [f"    v{i} = _k{i}" for i in self.constants]
-        key = "(" + "".join(f"v{i}, " for i in self.key_at) + ")"
+        key = "(" + "".join(f"v{i}, " for i in key_at) + ")"
         row = "None" if key_only else "(" + "".join(f"v{i}, " for i in range(self.width)) + ")"
         lines.append(f"    return {row}, {key}, at")
         return "\n".join(lines) + "\n", namespace
@@ -540,15 +552,19 @@ class Decoders:
         data, at, end = row_bytes(event)
         route, lane, nb, full = decoder.route, self.lane_of(decoder.route), decoder.null_bytes, decoder.full
         append = out.append
-        if isinstance(event, UpdateRowsEvent) and route.row_filter is not None:  # both images decide: whole
+        if isinstance(event, UpdateRowsEvent) and route.row_filter is not None:
+            # both images decide (TableRoute.settle): the old one read as far as its place and the
+            # filter's columns, and whole only for the tombstone of a row that leaves or moves
+            probe, places = decoder.probe, len(route.place_at)
             while at < end:
                 nulls = data[at] if nb == 1 else int.from_bytes(data[at:at + nb], "little")
-                before, _, after = full(nulls)(data, at + nb)
+                _, old, after = probe(nulls)(data, at + nb)
                 nulls_after = data[after] if nb == 1 else int.from_bytes(data[after:after + nb], "little")
-                row, _, at = full(nulls_after)(data, after + nb)
-                for image, flag in route.update(before, row):
+                row, _, end_at = full(nulls_after)(data, after + nb)
+                whole = functools.partial(lambda f, start: f(data, start)[0], full(nulls), at + nb)
+                for image, flag in route.settle(route.decided(old[places:]), row, whole, old[:places]):
                     append((route, lane(route.place_of(image)), image, version, flag))
-                version += 1
+                at, version = end_at, version + 1
             return
         if isinstance(event, UpdateRowsEvent):
             keys, width = decoder.key, len(route.key_at)

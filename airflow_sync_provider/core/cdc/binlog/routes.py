@@ -112,7 +112,15 @@ class TableRoute:
         """Does the copy hold this row (its filter selects it)?"""
         if self.row_filter is None:
             return True
-        values = tuple(row[i] for _, i in self._filter_at)
+        return self.decided(tuple(row[i] for _, i in self._filter_at))
+
+    @property
+    def filter_at(self) -> list[int]:
+        """Where the filter's columns are in a row."""
+        return [i for _, i in self._filter_at]
+
+    def decided(self, values: tuple) -> bool:
+        """The filter's decision for its columns' ``values`` (in :attr:`filter_at` order)."""
         decided = self._decided.get(values)
         if decided is None:
             if len(self._decided) >= FILTER_DECISIONS:
@@ -130,11 +138,17 @@ class TableRoute:
         row if the filter selects it, with a tombstone at the old place when the row moved; a
         tombstone of the old row when the update takes it out of the filter; nothing when neither
         image is selected. A row leaving the filter is removed, not kept: it was not deleted."""
-        was, now = self.wanted(before), self.wanted(after)
-        if not now:
-            return [(before, True)] if was else []
-        if was and self.place_of(before) != self.place_of(after):
-            return [(before, MOVED if self.key_of(before) == self.key_of(after) else True), (after, False)]
+        return self.settle(self.wanted(before), after, lambda: before, self.place_of(before))
+
+    def settle(self, was: bool, after: tuple, before, place: tuple) -> list[tuple[tuple, object]]:
+        """:meth:`update` from whether the filter selected the old row (``was``), its ``place``,
+        and ``before``: a function giving the whole old row, called only for a tombstone (the
+        binlog decoder reads an old image whole only then: core/cdc/rowimage.py)."""
+        if not self.wanted(after):
+            return [(before(), True)] if was else []
+        if was and place != self.place_of(after):
+            old = before()
+            return [(old, MOVED if self.key_of(old) == self.key_of(after) else True), (after, False)]
         return [(after, False)]
 
     def key_of(self, row: tuple) -> tuple:
