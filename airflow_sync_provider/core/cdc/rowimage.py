@@ -561,7 +561,8 @@ class Decoders:
                 _, old, after = probe(nulls)(data, at + nb)
                 nulls_after = data[after] if nb == 1 else int.from_bytes(data[after:after + nb], "little")
                 row, _, end_at = full(nulls_after)(data, after + nb)
-                whole = functools.partial(lambda f, start: f(data, start)[0], full(nulls), at + nb)
+                # the whole old image, read only for a tombstone; called before ``at`` moves on
+                whole = lambda: full(nulls)(data, at + nb)[0]  # noqa: E731, B023
                 for image, flag in route.settle(route.decided(old[places:]), row, whole, old[:places]):
                     append((route, lane(route.place_of(image)), image, version, flag))
                 at, version = end_at, version + 1

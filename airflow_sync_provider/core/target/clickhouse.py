@@ -401,17 +401,22 @@ def publish_full(ch, loaded: Loaded) -> int:
     return _swap_in(ch, database, shadow, database, table)
 
 
-def _loaded_rows(ch, database: str, table: str) -> int:
-    """A fresh copy's rows as its load wrote them: not the kept rows carried over (:func:`_carry_kept`)."""
-    kept = DELETED_AT_SOURCE in column_types(ch, database, table)
+def _loaded_rows(ch, database: str, table: str, kept: bool | None = None) -> int:
+    """A fresh copy's rows as its load wrote them: not the kept rows carried over (:func:`_carry_kept`).
+    ``kept``: does the copy keep deletes (None: look)."""
+    if kept is None:
+        kept = DELETED_AT_SOURCE in column_types(ch, database, table)
     return int(ch.command(f"SELECT count() FROM {ch_table(database, table)}"
                           + (f" WHERE {ch_ident(DELETED_AT_SOURCE)} = 0" if kept else "")))
 
 
 def _swap_in(ch, source_db: str, source: str, database: str, table: str) -> int:
     """``source`` becomes ``table`` atomically (the old table is dropped); returns its rows."""
-    _carry_kept(ch, source_db, source, database, table)
-    rows = _loaded_rows(ch, source_db, source)
+    names = list(column_types(ch, source_db, source))
+    kept = DELETED_AT_SOURCE in names
+    if kept:  # a copy that keeps deletes: nothing it kept is lost to the swap
+        _carry_kept(ch, names, source_db, source, database, table)
+    rows = _loaded_rows(ch, source_db, source, kept)
     if table_exists(ch, database, table):
         ch.command(f"EXCHANGE TABLES {ch_table(source_db, source)} AND {ch_table(database, table)}")
         ch.command(f"DROP TABLE {ch_table(source_db, source)}")
@@ -545,14 +550,14 @@ def _mark_kept(ch, database: str, table: str, names: list[str], where: str, para
                + ("" if source else f" AND {mark} = 0"), parameters=params, settings=WEIGHT_SETTINGS)
 
 
-def _carry_kept(ch, new_db: str, new: str, database: str, table: str) -> None:
+def _carry_kept(ch, names: list[str], new_db: str, new: str, database: str, table: str) -> None:
     """Before a fresh table of a copy that keeps deletes replaces it: the rows of the old copy
     whose key the new one lacks — kept ones as they are, live ones marked deleted at the source
     now (the source no longer has them). A key the new table holds in any form is newer there.
-    Run again after a crash, it finds those keys in the new table and copies nothing twice."""
-    names = list(column_types(ch, new_db, new))
+    Run again after a crash, it finds those keys in the new table and copies nothing twice.
+    ``names``: the new table's columns."""
     key = copy_key(ch, new_db, new)
-    if DELETED_AT_SOURCE not in names or not key or not table_exists(ch, database, table):
+    if not key or not table_exists(ch, database, table):
         return
     old = set(column_types(ch, database, table))
     if DELETED_AT_SOURCE not in old or not set(names) <= old | {SPLIT_WEIGHT_COLUMN}:
