@@ -403,3 +403,42 @@ def test_the_salt_stays_out_of_the_spec_file_and_reaches_the_driver_by_its_envir
     monkeypatch.setenv(SALT_ENV, SALT)
     salt_from_env(again)
     assert again.hash_salt == SALT
+
+
+@pytest.mark.slow
+def test_a_filtered_copy_read_as_one_slice_is_checked_on_the_filters_rows(mysql_conn, ch, endpoints, spark):
+    """A table keyed by a collated string whose copy holds no weights is compared as one slice
+    (the diff, the rolling verification): that slice is the filter's rows too, else every row the
+    filter leaves out reads as missing and a repair writes it into the copy."""
+    from airflow_sync_provider.spark.diff import run_snapshot_diff
+    from airflow_sync_provider.spark.full_load import run_full_load
+
+    table = "one_slice"
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+        cur.execute(f"DROP TABLE IF EXISTS {DB}.{table}")
+        cur.execute(f"CREATE TABLE {DB}.{table} (code VARCHAR(20) PRIMARY KEY, n INT NOT NULL, "
+                    "status VARCHAR(10) NOT NULL, KEY (n)) DEFAULT CHARSET utf8mb4")
+        cur.execute(f"INSERT INTO {DB}.{table} SELECT CONCAT('c', seq), seq, ELT(1 + seq % 3, 'new', 'test', 'paid') "
+                    f"FROM {DB}.seq_1_to_600")
+    content = {"row_filter": "status <> 'test'"}
+    key = f"shape.{table}"
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table=table, target_database=TARGET, target_table=table, load_key=key,
+                               channels=1, split_column="n", tableset=TableSet(content=content)), spark)
+    assert "_split_weight" not in {r[0] for r in ch.query(
+        f"SELECT name FROM system.columns WHERE database = '{TARGET}' AND table = '{table}'").result_rows}
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"UPDATE {DB}.{table} SET status = 'test' WHERE code LIKE 'c1%'")
+        cur.execute(f"UPDATE {DB}.{table} SET status = 'new' WHERE code LIKE 'c2%'")
+    applied = _apply(endpoints, spark, table, start_from_loads=[key], verify=True)
+    looked = [v for v in applied["verified"] if v["table"] == f"{DB}.{table}"]
+    assert looked and looked[-1]["shards"] == 1 and applied["repaired_shards"] == 0, applied["verified"]
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"SELECT code FROM {DB}.{table} WHERE status <> 'test' ORDER BY code")
+        want = [r[0] for r in cur.fetchall()]
+    assert [r[0] for r in ch.query(f"SELECT code FROM `{TARGET}`.`{table}` FINAL ORDER BY code").result_rows] == want
+    counts = run_snapshot_diff(SnapshotDiffSpec(target=endpoints[1], old_table=f"{TARGET}.{table}",
+                                                sources=one_server(endpoints[0]), source_database=DB,
+                                                source_table=table), spark)["counts"]
+    assert (counts["new"], counts["deleted"], counts["changed"]) == (0, 0, 0), counts

@@ -171,6 +171,49 @@ def test_a_load_page_shows_every_shard_and_a_pipeline_page_its_chart(book, ch):
     assert ov.pipeline_page(book, "nope") is None
 
 
+def test_a_pipeline_page_shows_each_copys_layout_and_a_load_page_the_one_it_asked_for(book, ch):
+    """A pipeline's page names each copy's layout as its table comment records it (where
+    ``cdc status`` reads it), a copy without one laid out by its source key; a load's page the
+    layout its spec asks for. Every part escaped."""
+    from airflow_sync_provider.core.loads import LoadState
+    from airflow_sync_provider.core.sql import ch_string, ch_table
+    from airflow_sync_provider.core.target.layout import Layout, layout_comment
+
+    db = book.database
+    ttl = "day + INTERVAL 1 YEAR DELETE WHERE status = '<old>'"
+    layout = Layout.of({"order_by": ["status"], "partition_by": "toYYYYMM(day)", "ttl": ttl})
+    ch.command(f"CREATE TABLE {ch_table(db, 'laid')} (id UInt64, status String, day Date) ENGINE = MergeTree "
+               f"PARTITION BY toYYYYMM(day) ORDER BY (status, toYYYYMM(day), id) TTL {ttl} "
+               f"COMMENT {ch_string(layout_comment(layout, ('id',)))}")
+    ch.command(f"CREATE TABLE {ch_table(db, 'plain')} (id UInt64, name String) ENGINE = MergeTree ORDER BY id")
+    add_pipeline(ch, db, "shaped", "idle", [f"{db}.laid", f"{db}.plain", f"{db}.not_copied_yet"])
+    found = ov.pipeline_page(book, "shaped")
+    assert list(found.copies) == [f"{db}.laid", f"{db}.plain"]  # a table without a copy goes unsaid
+    page = pages.pipeline_html(found)
+    shown = ("ORDER BY (status, toYYYYMM(day), id) · PARTITION BY toYYYYMM(day) · TTL day + INTERVAL 1 YEAR "
+             "DELETE WHERE status = &#39;&lt;old&gt;&#39;")
+    layouts = _section(page, "layouts")
+    assert f"<li>{db}.laid: {shown}</li>" in layouts and "<old>" not in page
+    assert f"<li>{db}.plain: by its source key: ORDER BY (id)</li>" in layouts
+    assert "How the copies are laid out" not in pages.pipeline_html(ov.pipeline_rows(book, ov.Filters())[0])
+    assert pages.ENV.filters["layout"](Layout(), []) == "ORDER BY tuple(): the source table has no primary key"
+
+    spec = {"load_key": "shaped<1>", "tableset": {"layout": layout.to_dict()}}
+    book.write_load(LoadState("shaped<1>", 1, "published", "src.laid", f"{db}.laid", {"shards": []}, "parts_s", 1,
+                              spec))
+    page = pages.load_html(*ov.load_page(book, "shaped<1>"))
+    assert _section(page, "layout") == (
+        "<p id='layout'>the copy's layout: ORDER BY (status, toYYYYMM(day), the source key) · PARTITION BY "
+        "toYYYYMM(day) · TTL day + INTERVAL 1 YEAR DELETE WHERE status = &#39;&lt;old&gt;&#39;</p>")
+    period = LoadState("p", 1, "published", "src.e", "db.e", {"shards": []}, "parts_p", 1,
+                       {"partition_by": "toYYYYMMDD(day)"})  # a period load's partitions are part of it
+    assert ("the copy's layout: ORDER BY (toYYYYMMDD(day), the source key) · PARTITION BY toYYYYMMDD(day)</p>"
+            in pages.load_html(period, ("ok", ""), None, None))
+    add_load(book, "plain<1>", "src.plain", f"{db}.plain", "published", [OK])
+    assert "<p id='layout'>the copy's layout: by its source key</p>" in pages.load_html(
+        *ov.load_page(book, "plain<1>"))
+
+
 def test_lag_is_the_age_of_the_last_applied_change_while_behind_else_zero():
     now = 1_000_000.0
     behind = PipelineState("p", "running", BinlogPosition("f.2", 400), source_position=BinlogPosition("f.2", 900),

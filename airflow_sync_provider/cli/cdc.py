@@ -239,13 +239,11 @@ def _pipeline_status(args) -> int:
             raise LookupError(f"no pipeline {args.pipeline!r} in {args.ledger_database}")
         counters = ledger.counters(args.pipeline)
         selection = ledger.selection(args.pipeline)
-        # each copy's layout (core/target/layout.py), as its table comment records it
-        facts = clickhouse_target.table_facts(ch, [(t.target_database, t.target_table) for t in state.tables])
-        layouts = {t.name: facts[(t.target_database, t.target_table)].layout.to_dict() for t in state.tables
-                   if (t.target_database, t.target_table) in facts}
-        # and what each holds (core/content/): transforms by column, filter, delete rule; never the salt
-        contents = {t.name: facts[(t.target_database, t.target_table)].content.to_dict() for t in state.tables
-                    if (t.target_database, t.target_table) in facts}
+        # each copy's layout (core/target/layout.py) as its table comment records it, and what each
+        # holds (core/content/): transforms by column, filter, delete rule; never the salt
+        copies = ledger.copies(state)
+        layouts = {name: copy.layout.to_dict() for name, copy in copies.items()}
+        contents = {name: copy.content.to_dict() for name, copy in copies.items()}
     finally:
         ch.close()
     status = state.to_dict() | {"counters": counters, "selection": selection, "layouts": layouts,

@@ -127,4 +127,4 @@ def _group_load(args, sources: list[Source], target: ClickHouseEndpoint) -> Full
                         split_factor=args.split_factor, strategy=args.strategy,
                         channel_record_speed=args.channel_record_speed, channel_byte_speed=args.channel_byte_speed,
                         ledger_database=args.ledger_database, reader=args.reader,
-                        driver_copy_rows=args.driver_copy_rows)
+                        driver_copy_rows=args.driver_copy_rows, reshape=args.reshape)

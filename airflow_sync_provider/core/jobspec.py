@@ -27,6 +27,7 @@ from airflow_sync_provider.core.source.group import (
     only_endpoint,
     part_pipeline,
     refresh_view,
+    reshape_refused,
     tags_view,
 )
 from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
@@ -34,7 +35,7 @@ from airflow_sync_provider.core.source.schema import TableSchema, read_table_sch
 from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
 from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
-from airflow_sync_provider.core.target.layout import Layout, LayoutError
+from airflow_sync_provider.core.target.layout import Layout
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 READERS = ("auto", "native", "mysqlclient")
@@ -89,9 +90,8 @@ class JobSpec:
         if self.merge and self.tableset.has_content:
             raise ContentError(f"the merged copy {self.merge.into}: transforms, a row filter or kept deletes are not "
                                "supported for merged copies yet; shape each source's copy side by side instead")
-        if self.merge and self.tableset.has_layout:
-            raise LayoutError(f"the merged copy {self.merge.into}: a layout of its own is not supported yet (its "
-                              "key is the source key and the source columns); leave layout out for merged copies")
+        if self.merge:  # one layout for the one table (its key: the primary key and the source columns)
+            self.tableset.merged_layout(self.merge.into)
 
 
 @dataclass(kw_only=True)
@@ -335,6 +335,8 @@ class CdcApplySpec(JobSpec):
         if self.reshape and not self.tableset.tables:
             raise ValueError(f"pipeline {self.pipeline}: reshape names the tables to rebuild (tables=[…]) and their "
                              "layout (layout=…)")
+        if self.reshape and (self.merge or (self.group or {}).get("merge_into")):
+            raise reshape_refused(self.pipeline, self.merge.into if self.merge else self.group["merge_into"])
         if self.on_binlog_lost not in ("recopy", "stop"):
             raise ValueError(f"pipeline {self.pipeline}: on_binlog_lost must be 'recopy' or 'stop', "
                              f"not {self.on_binlog_lost!r}")

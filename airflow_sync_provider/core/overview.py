@@ -124,6 +124,9 @@ class PipelineRow:
     age: float | None  # since its last report (checkpoint)
     task: TaskRef | None = None
     counters: list[dict] = field(default_factory=list)  # per table and minute, a pipeline's own page only
+    # its copies by table name, a pipeline's own page only: their TableFacts (core/target/clickhouse.py),
+    # each copy's layout and source key as its table comment records them (Checkpoints.copies)
+    copies: dict = field(default_factory=dict)
     selection: dict | None = None  # the patterns it keeps (core/cdc/checkpoints.Checkpoints.selection)
     # a source group's pipeline of one source (spark/cdc_group.py): the group, its merged copy
     group: str = ""
@@ -326,15 +329,17 @@ def _pipeline_tasks(ledger: Ledger, pipelines: list[PipelineRow]) -> None:
 
 
 def pipeline_page(ledger: Ledger, name: str, now: float | None = None) -> PipelineRow | list[PipelineRow] | None:
-    """One pipeline with its changes per minute (the page its CDC tasks link to), a source group's
-    pipelines (one per source), or None."""
+    """One pipeline with its changes per minute and its copies' layouts (the page its CDC tasks
+    link to), a source group's pipelines (one per source), or None."""
     found = pipeline_rows(ledger, Filters(), name, now)
     if not found:
         return None
     _pipeline_tasks(ledger, found)
     if found[0].state.pipeline != name:  # a source group
         return found
-    found[0].counters = Checkpoints(ledger.ch, ledger.database).counters(name)
+    checkpoints = Checkpoints(ledger.ch, ledger.database)
+    found[0].counters = checkpoints.counters(name)
+    found[0].copies = checkpoints.copies(found[0].state)
     return found[0]
 
 

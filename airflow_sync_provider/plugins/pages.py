@@ -15,6 +15,7 @@ Links are relative to ``/sync/``: a task instance is ``../dags/<dag>/runs/<run>/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ from airflow_sync_provider.core.overview import (
     PipelineRow,
 )
 from airflow_sync_provider.core.source.selection import TableSet
+from airflow_sync_provider.core.target.layout import Layout
 
 REFRESH_SECONDS = 15
 TEMPLATES = Path(__file__).with_name("templates")
@@ -150,10 +152,16 @@ def _number(value) -> str:
     return "–" if value is None else f"{value:,}"
 
 
+def _layout(layout, key: list | None = None) -> str:
+    """A copy's layout in a line (core/target/layout.py); ``key``: its source key, when known."""
+    return Layout.of(layout).summary(key)
+
+
 ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined,
                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 ENV.filters.update(urlquote=lambda value: quote(str(value), safe=""), fmt=format, ago=ago, since=since,
-                   server=_server, json=json.dumps, cell=_cell, number=_number, content=describe_content)
+                   server=_server, json=json.dumps, cell=_cell, number=_number, content=describe_content,
+                   layout=_layout)
 ENV.globals.update(ti_path=ti_path, query=query, grouped=grouped, FAILED=FAILED, STATES=STATES,
                    RECENT_DAYS=RECENT_DAYS, PAGE_ROWS=PAGE_ROWS, ATTENTION_ROWS=ATTENTION_ROWS,
                    LAG_WARNING_SECONDS=LAG_WARNING_SECONDS, REFRESH_SECONDS=REFRESH_SECONDS)
@@ -176,8 +184,8 @@ def group_html(name: str, parts: list[PipelineRow], now: float | None = None) ->
 
 
 def pipeline_html(p: PipelineRow, now: float | None = None) -> str:
-    """One pipeline: state, lag, checkpoint, its tables' verification and schema changes, a chart
-    of the changes applied per minute."""
+    """One pipeline: state, lag, checkpoint, its tables' verification, what its copies hold and how
+    they are laid out, schema changes, a chart of the changes applied per minute."""
     info = p.state.to_dict()
     changes = [(c["table"], {k: v for k, v in c.items() if k != "table"}) for c in info["schema_changes"]]
     return render("pipeline.html", p=p, s=p.state, info=info, changes=changes, chart=minute_chart(p.counters),
@@ -186,11 +194,18 @@ def pipeline_html(p: PipelineRow, now: float | None = None) -> str:
 
 def load_html(state: LoadState, verdict: tuple[str, str], task: TaskRef | None, check: dict | None,
               now: float | None = None) -> str:
-    """One load in full: verdict, the task instance behind it, every shard's newest attempt."""
+    """One load in full: verdict, the task instance behind it, what the copy holds and how it is
+    laid out, every shard's newest attempt."""
     shards = [(s, s.status != SHARD_SUCCESS or s.counters_disagree())
               for s in sorted(state.shards.values(), key=lambda s: s.shard_id)]
-    content = TableSet.of((state.spec or {}).get("tableset")).content_of()  # what the copy holds (never the salt)
+    spec = state.spec or {}
+    tables = TableSet.of(spec.get("tableset"))
+    content = tables.content_of()  # what the copy holds (never the salt)
+    layout = tables.layout_of()  # the layout it asked for, a period load's partitions with it
+    if spec.get("partition_by") and not layout.partition_by:
+        layout = dataclasses.replace(layout, partition_by=spec["partition_by"])
     return render("load.html", state=state, verdict=verdict, task=task, check=check, shards=shards, content=content,
+                  layout=layout,
                   done=sum(1 for s in state.shards.values() if s.status == SHARD_SUCCESS),
                   now=time.time() if now is None else now)
 

@@ -44,6 +44,7 @@ from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.source import reader as mysql_reader
+from airflow_sync_provider.core.source.group import reshape_refused
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
 from airflow_sync_provider.spark.cdc_start import JOIN_POLL_SECONDS, Applying, RunStart, Stream, Totals
@@ -446,6 +447,21 @@ class PipelineRun(RunStart):
         return True
 
 
+def _refuse_merged_reshape(spec: CdcApplySpec, checkpoints: Checkpoints) -> None:
+    """A reshape named by a group's pipeline (or one source's part of it) whose tables make a
+    merged copy: refused before the run begins (core/source/group.reshape_refused)."""
+    if not spec.reshape:
+        return
+    into = (checkpoints.group(spec.pipeline) or {}).get("merge_into")
+    if not into:
+        state = checkpoints.state(spec.pipeline)
+        named = {f"{t['source_database']}.{t['source_table']}" for t in spec.tableset.tables}
+        into = next((f"{t.target_database}.{t.target_table}" for t in (state.tables if state else [])
+                     if t.member and t.name in named), "")
+    if into:
+        raise reshape_refused(spec.pipeline, into)
+
+
 def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     """``spark``: a SparkSession or a :class:`LazySession` (spark_jobs/cdc_apply.py), built only
     when a batch is too large for the driver to write (``driver_write_rows``)."""
@@ -455,6 +471,7 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     try:
         checkpoints = Checkpoints(ch, spec.ledger_database)
         checkpoints.ensure()
+        _refuse_merged_reshape(spec, checkpoints)
         lease = Lease.acquire(spec.source, checkpoints, spec.pipeline)  # refused: names the holder
         try:
             # From here every ledger write checks the lease first (Checkpoints.fence): the

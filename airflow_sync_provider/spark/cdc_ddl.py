@@ -117,8 +117,10 @@ def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
 
 
 def _relaid(ch, table: PipelineTable) -> bool:
-    """Is the table asked for another layout than its copy has (a reshape: CdcApplySpec.reshape)?"""
-    return table.layout is not None and Layout.of(table.layout) != target.copy_layout(
+    """Is the table asked for another layout than its copy has (a reshape: CdcApplySpec.reshape)?
+    Never a merged copy's member: the copy holds every source's tables, and is laid out anew by a
+    group load (core/source/group.reshape_refused); a member writes under the copy's layout."""
+    return not table.member and table.layout is not None and Layout.of(table.layout) != target.copy_layout(
         ch, table.target_database, table.target_table)
 
 

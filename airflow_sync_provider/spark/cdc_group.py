@@ -44,6 +44,7 @@ from airflow_sync_provider.core.source.group import (
 from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.layout import MIRROR, Layout
 from airflow_sync_provider.core.typemap import map_column
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
@@ -92,14 +93,17 @@ def _sources_removed(spec: CdcApplySpec, ch, removed: list[str]) -> None:
                    "{removed:Array(String)}", parameters={"removed": removed})
 
 
-def prepare_merged(ch, merged, view) -> list[str]:
+def prepare_merged(ch, merged, view, layout: Layout = MIRROR) -> list[str]:
     """The merged copy as the members need it: created from a member's ``view`` when missing,
-    else given the columns it lacks (Nullable: shards that lack them read NULL); a column it has
-    in another ClickHouse type is refused, naming it. Returns the clauses run."""
+    under ``layout`` (its key appended to the sorting key: the merged key, the primary key and the
+    source columns), else given the columns it lacks (Nullable: shards that lack them read NULL);
+    a column it has in another ClickHouse type is refused, naming it, and so is a ``layout`` other
+    than the copy's (naming both). Returns the clauses run."""
     database, table = merged.database, merged.table
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
+    layout = target.resolve_layout(ch, database, table, layout)  # an existing copy's own, or refused
     if not target.table_exists(ch, database, table):
-        ch.command(target.create_table_sql(view, database, table))
+        ch.command(target.create_table_sql(view, database, table, layout))
         return ["CREATE TABLE"]
     target.check_layout(ch, database, table)
     present, done = target.column_types(ch, database, table), []
@@ -125,11 +129,12 @@ def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     checkpoints, _ = _record(spec, ch)
     members = group_members(spec)
     by_source: dict[str, list[dict]] = {}
+    layout = spec.tableset.merged_layout(spec.merge.into) if spec.merge else None
     if spec.merge:
         merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge.into)
         views = {m.name: member_view(merged, m, schema) for m, _, _, schema in members}
         if members:
-            prepare_merged(ch, merged, views[members[0][0].name])
+            prepare_merged(ch, merged, views[members[0][0].name], layout)
         for member, source, config, _ in members:
             entry = member_config(spec.merge.into, member, config)
             entry["view"] = views[member.name].shape()
@@ -147,7 +152,9 @@ def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
         if not tables:
             results[source.name] = {"pipeline": part.pipeline, "tables": [], "rows": 0}
             continue
-        results[source.name] = run_cdc_bootstrap(dataclasses.replace(part, tableset=TableSet(tables=tables)), session)
+        # a merged copy's members under its one layout
+        tableset = TableSet(tables=tables, layout=layout.to_dict() if layout else None)
+        results[source.name] = run_cdc_bootstrap(dataclasses.replace(part, tableset=tableset), session)
     return {"pipeline": spec.pipeline, "merge_into": spec.merge.into if spec.merge else "", "sources": results,
             "tables": [t | {"source": name} for name, r in results.items() for t in r["tables"]],
             "rows": sum(r["rows"] for r in results.values()), "seconds": round(time.time() - started, 3)}

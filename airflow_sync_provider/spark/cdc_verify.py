@@ -29,6 +29,7 @@ set aside). ``verify=True`` makes every table due once.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import math
 import queue
 import threading
@@ -49,6 +50,7 @@ from airflow_sync_provider.core.positions import (
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.planning import (
+    Filter,
     Plan,
     Shard,
     Sharding,
@@ -61,6 +63,7 @@ from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, NotComparable, needs_weight, shard_predicates
+from airflow_sync_provider.core.target.ttl import Window
 from airflow_sync_provider.core.verify.reconcile import mysql_checksum_sql
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash
 
@@ -91,6 +94,8 @@ class TableCheck:
     predicates: list
     weight: object  # the copy's collated split column (rows carry its weight), or None
     place: tuple = ()  # the columns beyond the key the copy's layout places rows by (core/target/layout.py)
+    ttl: str = ""  # the copy's TTL (core/target/ttl.py)
+    window: Window = Window()  # the rows a look compares: those no TTL merge can have expired at its snapshot
 
     @property
     def slices(self) -> list[int]:
@@ -117,13 +122,15 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
             predicates = shard_predicates(pconn, ch, plan, schema, {}, database, name)
         except NotComparable:
             plan = None
-    if plan is None:  # one slice (a merged copy's member: its rows alone)
-        plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (Shard(0, "1=1"),))
+    if plan is None:  # one slice (a merged copy's member: its rows alone; a filtered copy's: the filter's)
+        shard = Filter().also(schema.row_filter.sql()).apply(Shard(0, "1=1")) if schema.row_filter else Shard(0, "1=1")
+        plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (shard,))
         predicates = [member_filter(schema)]
     weight = schema.column(table.split_column) if weighted else None
-    place = target.copy_layout(ch, database, name).place_columns([c.name for c in schema.columns])
+    layout = target.copy_layout(ch, database, name)
+    place = layout.place_columns([c.name for c in schema.columns])
     return TableCheck(table.name, table, schema, plan, predicates, weight,
-                      tuple(c for c in place if c not in schema.primary_key))
+                      tuple(c for c in place if c not in schema.primary_key), layout.ttl)
 
 
 class Snapshot:
@@ -158,6 +165,9 @@ class Snapshot:
         """The slice's count and checksum in the snapshot, without the keys ``set_aside``."""
         shard = next(s for s in check.plan.shards if s.id == slice_id)
         where, params = shard.where, list(shard.params)
+        if check.window:
+            window, more = check.window.mysql_sql(check.schema.mappings())
+            where, params = f"({where}) AND {window}", params + list(more)
         if set_aside:
             key = check.schema.primary_key
             one = "(" + ", ".join(["%s"] * len(key)) + ")"
@@ -193,6 +203,8 @@ def copy_at(ch, check: TableCheck, slice_id: int, position: BinlogPosition) -> t
     version, deleted = ch_ident(target.VERSION_COLUMN), ch_ident(target.DELETED_COLUMN)
     if check.schema.content.keep_deletes:  # a row kept after its delete (core/content/) is not the source's
         deleted = f"if({ch_ident(DELETED_AT_SOURCE)} > 0, toUInt8(1), {deleted})"
+    if check.window:  # a key whose newest version is outside the TTL window is not compared
+        deleted = f"if({check.window.ch_sql()}, {deleted}, toUInt8(1))"
     key = ", ".join(ch_ident(k) for k in check.schema.primary_key)
     at = int(position.version())
     k, v, d, h = (f"airflow_sync_{n}" for n in ("key", "version", "deleted", "hash"))  # no column's name
@@ -365,6 +377,8 @@ class Verifier:
                         continue
                     check = self.checks[table.name] = plan_check(snapshot.pconn, self.ch, table, schema)
             check.table, check.schema = table, schema
+            check.window = Window.of(check.ttl, schema.mappings(), table.name,
+                                     dt.datetime.fromtimestamp(snapshot.began, dt.timezone.utc).replace(tzinfo=None))
             checks[table.name] = check
         if not wait(snapshot.position):
             return []

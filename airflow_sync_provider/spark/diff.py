@@ -26,7 +26,7 @@ from airflow_sync_provider.core.positions import position_if_readable
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import SOURCE_COLUMNS, Member, member_filter, member_view, merged_schema
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, lock_name
-from airflow_sync_provider.core.source.planning import Plan, Shard, Sharding, SpeedLimits, explain, plan_table
+from airflow_sync_provider.core.source.planning import Filter, Plan, Shard, Sharding, SpeedLimits, explain, plan_table
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
@@ -40,6 +40,7 @@ from airflow_sync_provider.core.target.shards import (
     target_predicates,
     weight_width,
 )
+from airflow_sync_provider.core.target.ttl import Window
 from airflow_sync_provider.core.verify.diff import (
     CHANGED,
     DELETED,
@@ -126,21 +127,31 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
         columns = DiffColumns.resolve(table, list(mappings), keys, spec.compare_columns, spec.ignore_columns,
                                       spec.tolerances, floats)
         weight_col = _copy_split_column(ledger, spec.old_table) if SPLIT_WEIGHT_COLUMN in old_types else None
+        # a TTL'd copy (core/target/ttl.py): only the rows no merge can have expired are compared
+        window = Window.of(stored(copy.comment)[0].ttl if copy else "", schema.mappings(), spec.old_table)
+        if window:
+            log.info(f"diff {spec.diff_key}: TTL: compared the rows with {window.describe()} (those nearer their "
+                     "expiry are not)")
+        where = Filter(*window.mysql_sql(schema.mappings())) if window else Filter()
         plan = plan_table(conn, schema, Sharding(speed=SpeedLimits(channels=spec.channels),
-                          split_column=spec.split_column or weight_col or keys[0], split_factor=spec.split_factor))
+                          split_column=spec.split_column or weight_col or keys[0], split_factor=spec.split_factor,
+                          where=where))
         column = schema.column(plan.split_column) if plan.split_column else None
         database, name = split_name(spec.old_table)
         if needs_weight(column) and column.name != weight_col:
             log.info(f"diff {spec.diff_key}: {spec.old_table} holds no collation weights of "
                   f"{column.name!r}; one shard, pruned by buckets only")
-            plan = _one_shard(plan, conn)
+            plan = _one_shard(plan, conn, where if schema.row_filter is None else where.also(schema.row_filter.sql()))
             column = None
         weights = width = None
         if needs_weight(column):
             weights = read_weights(conn, column, cut_points(plan))
             width = weight_width(ch, database, name) if weights.space is not None else 0
+        member, member_params = member_filter(schema)
+        if window:
+            member = f"({member}) AND {window.ch_sql()}"
         predicates = dict(zip((s.id for s in plan.shards), target_predicates(plan, column, weights, None, width or 0,
-                                                                             member_filter(schema))))
+                                                                             (member, member_params))))
         position = position_if_readable(conn, table, source_epoch(conn, ch, spec.ledger_database))
         first = mappings[keys[0]].source
         key_position = first.data_type in INTEGER_TYPES and not first.nullable
@@ -254,10 +265,12 @@ def _ch_key_range(ch, name: str, column: str) -> tuple:
     return (int(low), int(high)) if count else (None, None)
 
 
-def _one_shard(plan: Plan, conn) -> Plan:
-    one = Plan(plan.database, plan.table, None, None, plan.strategy, 1, 1, (Shard(0, "1=1"),), plan.warnings)
-    rows = explain(conn, one, one.shards[0]).get("rows")  # sets the first bucket width (an estimate is enough)
-    return dataclasses.replace(one, shards=(Shard(0, "1=1", (), int(rows or 0)),))
+def _one_shard(plan: Plan, conn, where: Filter) -> Plan:
+    """The table as one shard of the rows ``where`` picks (the copy's row filter, a TTL window)."""
+    shard = where.apply(Shard(0, "1=1"))
+    one = Plan(plan.database, plan.table, None, None, plan.strategy, 1, 1, (shard,), plan.warnings)
+    rows = explain(conn, one, shard).get("rows")  # sets the first bucket width (an estimate is enough)
+    return dataclasses.replace(one, shards=(dataclasses.replace(shard, estimated_rows=int(rows or 0)),))
 
 
 def _resolve_clickhouse(spec: SnapshotDiffSpec, ch, old_types: dict) -> dict:
@@ -433,11 +446,14 @@ def run_group_diff(spec: SnapshotDiffSpec, spark) -> dict:
     ch = target.client(spec.target)
     try:
         database, table = spec.merge.database, spec.merge.table
+        # one layout, keyed by the merged key: an existing copy's own, or refused naming both
+        layout = target.resolve_layout(ch, database, table, spec.tableset.merged_layout(spec.merge.into))
         if not target.table_exists(ch, database, table):
             if spec.on_change != "apply":
                 raise DiffError(f"the merged copy {spec.merge.into} does not exist on ClickHouse")
             ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
-            ch.command(target.create_table_sql(member_view(merged, members[0][0], members[0][3]), database, table))
+            ch.command(target.create_table_sql(member_view(merged, members[0][0], members[0][3]), database, table,
+                                               layout))
         tags = ", ".join(ch_ident(c) for c in SOURCE_COLUMNS)
         present = {tuple(r) for r in ch.query(f"SELECT DISTINCT {tags} FROM {ch_table(database, table)} FINAL"
                                               ).result_rows}

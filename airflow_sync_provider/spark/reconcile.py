@@ -27,6 +27,7 @@ from airflow_sync_provider.core.specfile import reimport_group_spec, reimport_sp
 from airflow_sync_provider.core.sql import ch_ident
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import shard_predicates
+from airflow_sync_provider.core.target.ttl import Window
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reconcile import (
     MISMATCH,
@@ -149,6 +150,12 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
         kept = target.kept_rows(ledger.ch, database, table)
         log.info("reconcile %s → %s: kept: %s rows deleted at the source (not compared)", state.source_table,
                  state.target_table, f"{kept:,}")
+    window = Window.of(target.copy_layout(ledger.ch, database, table).ttl, schema.mappings(), state.target_table)
+    if window:  # a TTL'd copy (core/target/ttl.py): only the rows no merge can have expired are compared
+        plan = window.narrowed(plan, schema.mappings())
+        predicates = {i: (f"({where}) AND {window.ch_sql()}", params) for i, (where, params) in predicates.items()}
+        log.info("reconcile %s → %s: TTL: compared the rows with %s (those nearer their expiry are not)",
+                 state.source_table, state.target_table, window.describe())
     for note in shape.notes:
         log.info("reconcile %s → %s: %s", state.source_table, state.target_table, note)
     final = shape.final  # ReplacingMergeTree: newest version of each key only; a plain MergeTree has no FINAL
@@ -181,7 +188,8 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
     return {"load_key": state.load_key, "generation": state.generation, "table": state.source_table,
             "target": state.target_table, "verdict": verdict, "mismatched": mismatched, "checksum": spec.checksum,
             "shards": report, "shape": shape.to_dict(), "stored_spec": state.spec, "in_driver": in_driver,
-            **({"kept": kept} if schema.content.keep_deletes else {})}
+            **({"kept": kept} if schema.content.keep_deletes else {}),
+            **({"ttl_window": window.describe()} if window else {})}
 
 
 def run_reconcile(spec: ReconcileSpec, spark) -> dict:

@@ -335,6 +335,16 @@ class Checkpoints(LedgerTables):
         return [{"table": t, "minute": m.isoformat() if hasattr(m, "isoformat") else str(m), "events": e,
                  "rows_written": w, "rows_failed": f} for t, m, e, w, f in result.result_rows]
 
+    def copies(self, state: PipelineState) -> dict:
+        """The pipeline's tables whose copy exists (in this ClickHouse), in its order, by name:
+        the copy's ``TableFacts`` (core/target/clickhouse.py), its layout, source key and content
+        as its table comment records them (``airflow-sync cdc status``, the Sync view's pipeline page)."""
+        from airflow_sync_provider.core.target import clickhouse as clickhouse_target
+
+        wanted = {t.name: (t.target_database, t.target_table) for t in state.tables}
+        facts = clickhouse_target.table_facts(self.ch, list(wanted.values()))
+        return {name: facts[pair] for name, pair in wanted.items() if pair in facts}
+
 
 def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | dict | str | None" = None,
                    max_lag_seconds: float | None = None, source_endpoint=None,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident
+from airflow_sync_provider.core.target.layout import LayoutError
 from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType, map_column
 
 SOURCE_COLUMNS = ("_source", "_source_database", "_source_table")
@@ -173,6 +174,16 @@ class Member:
         source, _, qualified = name.partition(":")
         database, _, table = qualified.partition(".")
         return cls(source, database, table)
+
+
+def reshape_refused(pipeline: str, merge_into: str) -> LayoutError:
+    """Why a pipeline does not reshape a merged copy (docs/source-groups.md), and what does."""
+    return LayoutError(
+        f"pipeline {pipeline!r}: the merged copy {merge_into} cannot be reshaped by its pipeline: a pipeline re-copies "
+        "one source table at a time into a new table, and a merged copy holds every source's tables. Lay it out anew "
+        f"by loading the group again under the new layout — airflow-sync load --source … --merge-into {merge_into} "
+        "--reshape --order-by … (FullLoadOperator(sources=…, merge_into=…, reshape=True, layout={…})) — then "
+        "bootstrap the group's pipeline again (CdcBootstrapOperator(…, restart=True)); a retry here is refused again")
 
 
 def part_pipeline(pipeline: str, source: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.content.shaping import OPTIONS as CONTENT_OPTIONS
 from airflow_sync_provider.core.content.shaping import Content
-from airflow_sync_provider.core.target.layout import Layout
+from airflow_sync_provider.core.target.layout import Layout, LayoutError
 
 
 def _matches(pattern: str, database: str, table: str) -> bool:
@@ -123,12 +123,6 @@ class TableSet:
         if self.parallel < 1:
             raise ValueError(f"parallel_tables must be >= 1, got {self.parallel}")
 
-    @property
-    def has_layout(self) -> bool:
-        """Does the job, its selection or a named table ask for a layout?"""
-        return bool(self.layout or (self.select or {}).get("layout")
-                    or any(isinstance(t, dict) and t.get("layout") for t in self.tables))
-
     def layout_of(self, table: dict | None = None) -> Layout:
         """A table's layout: its entry's options over the job's (``table``: a table_config)."""
         return Layout.of({**(self.layout or {}), **((table or {}).get("layout") or {})})
@@ -143,9 +137,23 @@ class TableSet:
         return bool(self.content or _content(self.select or {})
                     or any(isinstance(t, dict) and _content(t) for t in self.tables))
 
+    def merged_layout(self, into: str = "") -> Layout:
+        """A merged copy's one layout (``into``: its name, for the refusal): the job's, with the
+        selection's own over it, or a named table's; the copy is one table, so the tables that make
+        it must agree. Its key (the one appended to the sorting key) is the merged key: the primary
+        key and the source columns (core/source/group.py)."""
+        asked = ([self.layout_of({"layout": self.select.get("layout")})] if self.select else []) + \
+            [self.layout_of(t) for t in self.tables if isinstance(t, dict)]
+        found = list(dict.fromkeys(asked)) or [self.layout_of()]
+        if len(found) > 1:
+            raise LayoutError(f"the merged copy {into or '(merge_into)'} is one table with one layout, but its tables "
+                              f"ask for {' and '.join(layout.describe() for layout in found)}; give the layout once, "
+                              "as the job's layout=")
+        return found[0]
+
     def merged_member(self) -> "TableSet":
-        """What a merged copy's member spec carries: the job's layout and content."""
-        return TableSet(layout=self.layout, content=self.content)
+        """What a merged copy's member spec carries: the merged copy's layout and the job's content."""
+        return TableSet(layout=self.merged_layout().to_dict() or None, content=self.content)
 
     def one(self, table: dict) -> "TableSet":
         """What a one-table spec of ``table`` (a table_config) carries: its layout and content."""

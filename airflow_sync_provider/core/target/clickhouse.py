@@ -16,6 +16,7 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.positions import SCHEME
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
+from airflow_sync_provider.core.target import ttl
 from airflow_sync_provider.core.target.layout import MIRROR, Layout, LayoutError, check_same, layout_comment, stored
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
 
@@ -118,6 +119,7 @@ def create_table_sql(schema: TableSchema, database: str, table: str, layout: Lay
     """
     names = [m.name for m in schema.mappings()]
     layout.check(f"{database}.{table}", schema.target_key, names)
+    ttl.check_columns(ttl.expiries(layout.ttl, table), schema.mappings(), f"{database}.{table}")
     cols = (_columns(schema)
             + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
             + ([f"{ch_ident(DELETED_AT_SOURCE)} DateTime('UTC') DEFAULT 0"] if schema.content.keep_deletes else [])
@@ -150,7 +152,7 @@ def create_working_sql(schema: TableSchema, database: str, table: str, weight: b
     wrote (by the shard's target predicate, core/target/shards.py). Otherwise (period loads,
     repairs, split columns ClickHouse cannot compare) the parts layout."""
     if direct:  # the comment names the load's working table: publish_working sees a swap that happened
-        return create_table_sql(schema, database, table, layout, weight=weight, if_not_exists=True,
+        return create_table_sql(schema, database, table, layout.holding_ttl(), weight=weight, if_not_exists=True,
                                 marker=_marker(table))
     return create_parts_sql(schema, database, table, weight)
 
@@ -178,6 +180,15 @@ def _merges_resumed(ch, database: str, table: str) -> None:
     for name in DEFER_MERGES:
         if engine and name in engine[0][0]:
             ch.command(f"ALTER TABLE {ch_table(database, table)} RESET SETTING {name}")
+
+
+def _ttl_applied(ch, database: str, table: str) -> None:
+    """A counted working table's TTL (Layout.holding_ttl) into its DDL, before it is swapped in:
+    a change of metadata only; merges delete the expired rows from then on."""
+    ttl = stored(_comment(ch, database, table))[0].ttl
+    if ttl:
+        ch.command(f"ALTER TABLE {ch_table(database, table)} MODIFY TTL {ttl}",
+                   settings={"materialize_ttl_after_modify": 0})
 
 
 def is_parts_layout(ch, database: str, table: str) -> bool:
@@ -396,7 +407,7 @@ def publish_full(ch, loaded: Loaded) -> int:
     shadow = private_name(table, "shadow", loaded.parts)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     ch.command(f"DROP TABLE IF EXISTS {ch_table(database, shadow)}")
-    ch.command(create_table_sql(loaded.schema, database, shadow, loaded.layout, weight=loaded.weight))
+    ch.command(create_table_sql(loaded.schema, database, shadow, loaded.layout.holding_ttl(), weight=loaded.weight))
     loaded.copy_into(ch, shadow)
     return _swap_in(ch, database, shadow, database, table)
 
@@ -417,6 +428,7 @@ def _swap_in(ch, source_db: str, source: str, database: str, table: str) -> int:
     if kept:  # a copy that keeps deletes: nothing it kept is lost to the swap
         _carry_kept(ch, names, source_db, source, database, table)
     rows = _loaded_rows(ch, source_db, source, kept)
+    _ttl_applied(ch, source_db, source)
     if table_exists(ch, database, table):
         ch.command(f"EXCHANGE TABLES {ch_table(source_db, source)} AND {ch_table(database, table)}")
         ch.command(f"DROP TABLE {ch_table(source_db, source)}")
@@ -477,7 +489,7 @@ def publish_partitions(ch, loaded: Loaded, partition_by: str, partitions: list[s
     if stored(comment)[1] is None:  # made before layouts: its sorting key is the key alone
         ch.command(f"CREATE TABLE {ch_table(database, stage)} AS {ch_table(database, table)}")
     else:
-        ch.command(create_table_sql(schema, database, stage, layout, weight))
+        ch.command(create_table_sql(schema, database, stage, layout.holding_ttl(), weight))  # counted as loaded
     loaded.copy_into(ch, stage)
     present = {r[0]: r[1] for r in ch.query(
         f"SELECT _partition_id, count() FROM {ch_table(database, stage)} GROUP BY _partition_id").result_rows}

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from airflow_sync_provider.core.sql import ch_ident, ch_string
+from airflow_sync_provider.core.target.ttl import expiries
 
 DEFAULT_ENGINE = "ReplacingMergeTree"
 REPLICATED = "ReplicatedReplacingMergeTree"
@@ -107,6 +108,9 @@ class Layout:
     replication: tuple[str, ...] = ()  # a Replicated… engine's path and replica (default: the macros)
     cluster: str = ""  # DDL ON CLUSTER and a Distributed table over the local ones
     json: str = "string"  # MySQL JSON as ClickHouse String or JSON
+    # a load's working table leaves its TTL out of the DDL (the comment keeps it) until it is counted
+    # and swapped in: ClickHouse's merges would delete expired rows while the load counts them
+    ttl_held: bool = field(default=False, compare=False)
 
     @classmethod
     def of(cls, value: "Layout | dict | None") -> "Layout":
@@ -167,6 +171,38 @@ class Layout:
     def describe(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True) if self else "the default (ORDER BY the source key)"
 
+    def summary(self, key: "list[str] | tuple[str, ...] | None" = None) -> str:
+        """The layout in a line of its clauses, for people (the Sync view): ``ORDER BY (status,
+        toYYYYMM(day), id) · PARTITION BY toYYYYMM(day) · TTL …``, its sorting key as
+        :meth:`sorting_key` makes it (unquoted), ending in the source ``key``'s columns ("the
+        source key" when unknown; a copy of a table without one is a plain MergeTree, ``ORDER BY
+        tuple()``); the mirror's is "by its source key"."""
+        ordered = list(self.order_by)
+        if self.partition_by and self.partition_by not in ordered:
+            ordered.append(self.partition_by)
+        ordered += ["the source key"] if key is None else [k for k in key if k not in ordered]
+        keyless = key is not None and not key  # a plain MergeTree
+        order = "tuple()" if keyless else f"({', '.join(ordered)})"
+        if not self:
+            return ("ORDER BY tuple(): the source table has no primary key" if keyless
+                    else f"by its source key: ORDER BY {order}" if key else "by its source key")
+        parts = [f"ORDER BY {order}"]
+        if self.partition_by:
+            parts.append(f"PARTITION BY {self.partition_by}")
+        if self.primary_key:
+            parts.append(f"PRIMARY KEY ({', '.join(self.primary_key)})")
+        if self.ttl:
+            parts.append(f"TTL {self.ttl}")
+        if self.settings:
+            parts.append("SETTINGS " + ", ".join(f"{n} = {v}" for n, v in self.settings))
+        if self.engine != DEFAULT_ENGINE:
+            parts.append(f"ENGINE {self.engine_text()}")
+        if self.cluster:
+            parts.append(f"ON CLUSTER {self.cluster}")
+        if self.json != "string":
+            parts.append(f"JSON as {self.json}")
+        return " · ".join(parts)
+
     # --- the sorting key and what moves a row ----------------------------------------------------
 
     def sorting_key(self, key: tuple[str, ...], columns: list[str]) -> list[str]:
@@ -206,6 +242,7 @@ class Layout:
             if sorting[:len(given)] != given:
                 raise LayoutError(f"table {table}: layout primary_key {list(self.primary_key)} is not a prefix of "
                                   f"the sorting key ({', '.join(sorting)})")
+        expiries(self.ttl, table)  # a deleting TTL the checks can window (core/target/ttl.py), else refused
         if self.json != "string":
             raise LayoutError(f"table {table}: layout json={self.json!r} is not supported yet: MySQL JSON is "
                               "copied as a String (ClickHouse's JSON type re-types numbers and reorders keys, and "
@@ -232,7 +269,7 @@ class Layout:
         sql += " ORDER BY (" + ", ".join(self.sorting_key(key, columns)) + ")"
         if self.primary_key:
             sql += " PRIMARY KEY (" + ", ".join(ch_ident(e) if e in columns else e for e in self.primary_key) + ")"
-        if self.ttl:
+        if self.ttl and not self.ttl_held:
             sql += f" TTL {self.ttl}"
         settings = dict(self.settings)
         if set(nullable) & set(self.place_columns(columns)):
@@ -240,6 +277,10 @@ class Layout:
         if settings:
             sql += " SETTINGS " + ", ".join(f"{n} = {_setting_sql(v)}" for n, v in sorted(settings.items()))
         return sql
+
+    def holding_ttl(self) -> "Layout":
+        """This layout for a load's working table: its TTL applied only when it is swapped in."""
+        return replace(self, ttl_held=True) if self.ttl else self
 
     def on_cluster(self) -> str:
         return f" ON CLUSTER {ch_ident(self.cluster)}" if self.cluster else ""
