@@ -93,7 +93,12 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lanes", type=int, default=4, help="the pipelines' apply lanes (CdcApplySpec.lanes)")
+    parser.add_argument("--batch-events", type=int, default=CdcApplySpec.batch_events,
+                        help="the pipelines' batch_events (a partitioned copy's: PARTITIONED_BATCHES times it)")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="which copies, comma-separated (mirror first)")
     args = parser.parse_args()
+    for name in set(LAYOUTS) - set(args.layouts.split(",")):
+        del LAYOUTS[name]
     from pyspark.sql import SparkSession
 
     from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
@@ -131,7 +136,8 @@ def main() -> None:
                     with timer() as took:
                         result = run_cdc_apply(CdcApplySpec(sources=one_server(source(mysql_url)),
                                                             target=target(ch_url), pipeline=pipelines[variant],
-                                                            lanes=args.lanes, verify_period=0), spark)
+                                                            lanes=args.lanes, batch_events=args.batch_events,
+                                                            verify_period=0), spark)
                     one = applied.setdefault((workload, variant), {"seconds": [], "changes": changes,
                                                                     "events": 0, "written": 0})
                     one["seconds"].append(took["seconds"])
@@ -147,8 +153,9 @@ def main() -> None:
         "# Laid-out copies vs the mirror (bench/layouts.py)", "",
         f"Machine: {machine()}. Services: local MariaDB and the chDB endpoint (one statement at a time). "
         f"{args.rows:,} rows; per CDC workload {args.changes:,} row changes in transactions of 1,000 (applied by every "
-        f"copy's pipeline, taking turns at going first; {args.lanes} apply lane(s)). Spark local[2] in the bench's "
-        "process. Ratios: against the mirror of the same run.", "",
+        f"copy's pipeline, taking turns at going first; {args.lanes} apply lane(s), batch_events "
+        f"{args.batch_events:,}). Spark local[2] in the bench's process. Ratios: against the mirror of the same "
+        "run.", "",
         "| copy | layout | full load rows/s (median of " + str(args.rounds) + ") | × | "
         + " | ".join(f"CDC {w}: changes/s (median of {args.rounds}) | × | rows written in all" for w in WORKLOADS)
         + " | copy vs source |",

@@ -119,6 +119,11 @@ def _latest(route: TableRoute, rows, versions, deleted):
 # off for large batches, while each insert of a small one costs the target a part (and the chDB
 # stand-in a statement), which at a service's 0.5 s batches over many tables is the bottleneck.
 ONE_LANE_EVENTS = 10_000
+# A partitioned copy costs ClickHouse a part per partition each insert touches (about 2 ms a part
+# on the stand-in, bench/results/layouts.md): a pipeline that follows one cuts its batches at this
+# many times batch_events, so its inserts are that much larger and fewer (batch_bytes, the memory
+# bound, stays as it is).
+PARTITIONED_BATCHES = 4
 
 
 def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endpoint,
@@ -211,8 +216,9 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool)
         # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
         # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
         seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
+        events = spec.batch_events * (PARTITIONED_BATCHES if any(r.partitioned for r in part.routes.values()) else 1)
         try:
-            for batch in batches(reader, part.stop, spec.batch_events, seconds, spec.batch_bytes):
+            for batch in batches(reader, part.stop, events, seconds, spec.batch_bytes):
                 # a service's time is up at a commit: a transaction it is inside is finished first
                 if part.deadline is not None and time.time() >= part.deadline and batch.through is None:
                     batch.done = True
