@@ -13,7 +13,7 @@ from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.layout import Layout
-from airflow_sync_provider.core.target.ttl import MARGIN, Expiry, TtlError, Window, expiries
+from airflow_sync_provider.core.target.ttl import CLAMPING, MARGIN, Expiry, TtlError, Window, expiries
 from airflow_sync_provider.core.typemap import MySQLColumn
 from tests.test_layouts import DB, TARGET, _apply, _load, _reconcile
 
@@ -70,16 +70,25 @@ def test_an_expiry_goes_back_as_both_databases_count(moment, unit, amount, expec
 
 def test_the_window_is_one_literal_on_both_sides_beyond_the_margin():
     now = dt.datetime(2026, 11, 28, 12, 0, 0)
-    window = Window.of("day + INTERVAL 30 DAY, stamp + INTERVAL 1 HOUR", _schema().mappings(), "t", now)
+    window = Window.of("day + INTERVAL 30 DAY, stamp + INTERVAL 1 HOUR, at + INTERVAL 1 MONTH", _schema().mappings(),
+                       "t", now)
     since_day = (now + MARGIN - dt.timedelta(days=30)).date().isoformat()
     since_stamp = (now + MARGIN - dt.timedelta(hours=1)).isoformat(" ")
-    assert window.bounds == (("day", "date", since_day), ("stamp", "timestamp", since_stamp))
+    since_at = "2026-11-02 12:00:00"  # now + 1 day + 3 days (a month's clamping) - 1 MONTH
+    assert now + MARGIN + CLAMPING == dt.datetime(2026, 12, 2, 12)
+    assert window.bounds == (("day", "date", since_day), ("stamp", "timestamp", since_stamp),
+                             ("at", "datetime", since_at))
     sql, params = window.mysql_sql(_schema().mappings())
     # over the value the copy holds: zero and invalid dates are NULL there, and out on both sides
-    assert sql == "TIMESTAMPADD(DAY, 0, `day`) > %s AND TIMESTAMPADD(SECOND, 0, `stamp`) > %s"
-    assert params == (since_day, since_stamp)
+    assert sql == ("TIMESTAMPADD(DAY, 0, `day`) > %s AND TIMESTAMPADD(SECOND, 0, `stamp`) > %s AND "
+                   "TIMESTAMPADD(SECOND, 0, `at`) > %s")
+    assert params == (since_day, since_stamp, since_at)
     assert window.ch_sql() == (f"`day` > toDate32('{since_day}') AND "
-                               f"`stamp` > toDateTime64('{since_stamp}', 0, 'UTC')")
+                               f"`stamp` > toDateTime64('{since_stamp}', 0, 'UTC') AND "
+                               f"`at` > toDateTime64('{since_at}', 0, 'UTC')")
+    # a TTL within its margin compares only rows dated ahead, and says so
+    assert "in the future" in Window.of("stamp + INTERVAL 1 HOUR", _schema().mappings(), "t").describe()
+    assert "in the future" not in Window.of("day + INTERVAL 30 DAY", _schema().mappings(), "t").describe()
     assert not Window.of("", _schema().mappings(), "t") and not Window.of("day + INTERVAL 1 DAY TO DISK 'x'",
                                                                           _schema().mappings(), "t")
 

@@ -3,7 +3,7 @@
 ClickHouse deletes a TTL'd copy's expired rows at merges, whenever those run, while the source
 keeps them: a check that compared every row would call them missing. So the checks (reconcile,
 the snapshot diff, the rolling verification) compare a **window**: the rows whose TTL falls more
-than :data:`MARGIN` after the check began, which no merge can have deleted, chosen on both sides
+than a margin (:meth:`Expiry.margin`) after the check began, which no merge can have deleted, chosen on both sides
 by one literal (:meth:`Window.mysql_sql`, :meth:`Window.ch_sql`). The rows nearer their expiry
 are not compared; the log says how far back the window reaches.
 
@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from airflow_sync_provider.core.source.planning import Filter, Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_string, mysql_ident
 
-# beyond a check's start: more than month/year arithmetic's clamping (a 31st + 1 MONTH is at most
-# 3 days short), any server's zone (±14 h: DATETIME is copied as wall-clock time) and a check's run
-MARGIN = dt.timedelta(days=7)
+# beyond a check's start: more than the ClickHouse server's zone (±14 h: a DATE's TTL expires at its
+# midnight there) and a long check's run; month, quarter and year arithmetic clamps a 31st by up to
+# 3 days (+ 1 MONTH of Jan 31 is Feb 28), which their margin adds
+MARGIN = dt.timedelta(days=1)
+CLAMPING = dt.timedelta(days=3)
 _UNITS = ("SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR")
 _KEEPS = re.compile(r"\s(TO\s+(DISK|VOLUME)\s+'(?:[^'\\]|\\.)*'|RECOMPRESS\s+CODEC\s*\(.*\))\s*$", re.I | re.S)
 _COLUMN = r"(?:`((?:[^`\\]|\\.)+)`|([A-Za-z_][A-Za-z0-9_]*))"
@@ -48,6 +50,10 @@ class Expiry:
     column: str
     amount: int
     unit: str
+
+    @property
+    def margin(self) -> dt.timedelta:
+        return MARGIN + (CLAMPING if self.unit in ("MONTH", "QUARTER", "YEAR") else dt.timedelta(0))
 
     def before(self, moment: dt.datetime) -> dt.datetime:
         """``moment`` minus the interval (months clamped to their last day, as both databases do)."""
@@ -123,10 +129,10 @@ class Window:
         found = expiries(ttl, table)
         check_columns(found, mappings, table)
         types = {m.name: m.source.data_type for m in mappings}
-        start = (now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)) + MARGIN
+        now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         bounds = []
         for expiry in found:
-            since = expiry.before(start).replace(microsecond=0)
+            since = expiry.before(now + expiry.margin).replace(microsecond=0)
             text = since.date().isoformat() if types[expiry.column] == "date" else since.isoformat(" ")
             bounds.append((expiry.column, types[expiry.column], text))
         return cls(tuple(bounds))
@@ -155,4 +161,10 @@ class Window:
         return " AND ".join(parts) or "1"
 
     def describe(self) -> str:
-        return ", ".join(f"{c} > {text}" for c, _, text in self.bounds)
+        """The window, and a warning when it holds no row that exists yet (a TTL within its margin)."""
+        text = ", ".join(f"{c} > {text}" for c, _, text in self.bounds)
+        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        if any(dt.datetime.fromisoformat(since) > now for _, _, since in self.bounds):
+            text += (" (in the future: the TTL is shorter than the check's margin, so only rows dated ahead are "
+                     "compared)")
+        return text
