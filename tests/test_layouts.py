@@ -383,6 +383,64 @@ def test_a_reshape_under_a_writer_swaps_without_a_gap_or_a_duplicate(mysql_url, 
 
 
 
+
+@pytest.mark.slow
+def test_a_reshape_keeps_the_old_copy_current_until_the_swap(mysql_conn, ch, endpoints, spark):
+    """A service re-lays a copy out while rows keep arriving (its re-copy throttled to a few
+    seconds): rows inserted after the reshape began reach the copy readers query, still under
+    its old layout, before the new one is swapped in; afterwards FINAL == the source."""
+    import threading
+    import time
+
+    from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+    from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
+
+    table = "kept_current"
+    _source(mysql_conn, table, rows=6000)
+    key = _load(endpoints, spark, table, None)
+    _apply(endpoints, spark, table, start_from_loads=[key], verify_period=0)
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=table, lanes=2, service=True,
+                        max_seconds=30, batch_seconds=0.2, recopy_channels=1, recopy_record_speed=1000,
+                        reshape=True, verify_period=0, tableset=TableSet(tables=[{
+                            "source_database": DB, "source_table": table, "target_database": TARGET}],
+                            layout=LAYOUTS["both"]))
+    result, errors = {}, []
+
+    def serve():
+        try:
+            result.update(run_cdc_apply(spec, spark))
+        except Exception as exc:  # reported by the test
+            errors.append(exc)
+
+    def sorting_key() -> str:
+        return ch.command("SELECT sorting_key FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                          parameters={"d": TARGET, "t": table})
+
+    service = threading.Thread(target=serve)
+    service.start()
+    marker, first, shown, laid_out = 2_000_000, None, [], "status, toYYYYMM(day), id"
+    try:
+        deadline = time.monotonic() + 28
+        while time.monotonic() < deadline and sorting_key() != laid_out:
+            marker += 1
+            with mysql_conn.cursor() as cur:
+                cur.execute(f"INSERT INTO {DB}.{table} VALUES (%s, 1, 'new', '2025-02-02', 1, NULL)", (marker,))
+            state = Checkpoints(ch).state(table)
+            if state and any(t.recopying for t in state.tables):  # the reshape is under way
+                first = first or marker
+                newest = int(ch.command(f"SELECT max(id) FROM `{TARGET}`.`{table}` FINAL WHERE id > 2000000"))
+                if sorting_key() != laid_out:  # still the old copy
+                    shown.append(newest)
+            time.sleep(0.3)
+    finally:
+        service.join()
+    assert not errors, errors
+    assert result["recopied"] == [f"{DB}.{table}"] and first is not None
+    assert any(newest > first for newest in shown), (first, shown)  # the old copy took rows after the reshape began
+    assert sorting_key() == laid_out
+    _apply(endpoints, spark, table, verify_period=0)
+    _exact(mysql_conn, ch, table)
+
 def test_the_example_dag_lays_out_a_copy_with_valid_options():
     """dags/example_layout.py parses, and its layout is one a copy of the demo orders takes."""
     import importlib.util

@@ -71,8 +71,14 @@ def route_for(conn, ch, table: PipelineTable, salt: bytes, facts: dict | None = 
     if route.row_filter is not None:  # what exact string comparison needs from the server (core/content/)
         route.row_filter = route.row_filter.prepare(conn)
     # the copy's key (a later key change is refused) and the columns its layout places rows by
-    route.keyed(facts.key, facts.layout.place_columns(route.names))
-    route.partitioned = bool(facts.layout.partition_by)
+    place, route.partitioned = facts.layout.place_columns(route.names), bool(facts.layout.partition_by)
+    if (table.recopying or {}).get("also"):  # a reshape: the old copy takes the same rows until the swap
+        old = target.table_facts(ch, [(database, table.target_table)]).get((database, table.target_table))
+        if old is not None:  # rows placed by both layouts' columns: a tombstone too many is harmless in either
+            route.also = (database, table.target_table)
+            place += [c for c in old.layout.place_columns(route.names) if c not in place]
+            route.partitioned = route.partitioned or bool(old.layout.partition_by)
+    route.keyed(facts.key, place)
     if SPLIT_WEIGHT_COLUMN in present and table.split_column:
         route.weight = schema.column(table.split_column)
     return route
@@ -104,6 +110,10 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
     target.create_working(ch, schema, table.target_database, name, weight=needs_weight(schema.column(key)),
                           direct=True, layout=layout)
     table.split_column = key
+
+
+def _weighted(ch, database: str, table: str) -> bool:
+    return SPLIT_WEIGHT_COLUMN in target.column_types(ch, database, table)
 
 
 def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
@@ -206,13 +216,19 @@ class Recopies:
             elif (rekeyed := _rekeyed(ch, before, table)) or _relaid(ch, table):
                 # ordered by another key or laid out otherwise: a new copy beside it, swapped in when done
                 table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
+                split, weighted = table.split_column, _weighted(ch, table.target_database, table.target_table)
                 ch.command(f"DROP TABLE IF EXISTS {ch_table(table.target_database, table.writes_to)}")
                 _create_copy(ch, before, table, table.writes_to)
+                # a reshape keeps the old copy current until the swap: same columns and key, so the
+                # stream's rows fit both (unless only one carries weights, or of another column)
+                table.recopying["also"] = not rekeyed and weighted == _weighted(
+                    ch, table.target_database, table.writes_to) and (not weighted or split == table.split_column)
                 note(self.spec.pipeline, f"{name}: " + (f"its primary key is now {list(before.primary_key)}"
                                                         if rekeyed else
                                                         f"laid out as {Layout.of(table.layout).describe()}")
                      + f"; copied into {table.target_database}.{table.writes_to}, swapped in when done (readers see "
-                     "the copy as it was until then)")
+                     + ("the old copy, kept current, until then)" if table.recopying["also"] else
+                        "the copy as it was until then)"))
             else:
                 align_target(ch, before, table.target_database, table.target_table)
             table.remember_shape(before)
@@ -312,7 +328,7 @@ class Recopies:
                 crash_point("cdc.rekey-swapped")
                 route = self.run.stream.routes.get(name) if self.run.stream else None
                 if route is not None:
-                    route.target_table = table.target_table
+                    route.target_table, route.also = table.target_table, None
             table.recopying = None
             table.recopies += 1
             table.last_recopy = {"reason": began["reason"], "position": began["position"], "rows": result["rows"],

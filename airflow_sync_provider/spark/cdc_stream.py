@@ -21,6 +21,7 @@ import os
 import queue
 import threading
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,16 +149,23 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
             # a partitioned copy (core/target/layout.py) takes a part per partition per insert: its
             # rows of a batch go in one insert, not one per lane (lanes x partitions parts)
             into = tables[0 if one_lane or (combine and route.partitioned) else lane]
-            same = next((t for t in into if combine and t[:2] == [route.target_database, route.target_table]
-                         and t[3][0].schema.equals(table.schema)), None)
-            if same is None:
-                into.append(same := [route.target_database, route.target_table, {}, []])
-            same[2][source] = same[2].get(source, 0) + table.num_rows
-            same[3].append(table)
+            _add(into, (route.target_database, route.target_table), table, combine)[source] += table.num_rows
+            if route.also is not None and combine:  # a reshape's old copy: the same rows, not counted twice
+                _add(into, route.also, table, combine)  # (a staged transaction's reach it at its commit: staging.py)
     if conn is not None:
         conn.close()
     return [[(database, name, tuple(counts.items()), _ipc(pa.concat_tables(parts)))
              for database, name, counts, parts in lane] for lane in tables]
+
+
+def _add(into: list, target: tuple[str, str], table: pa.Table, combine: bool) -> dict:
+    """``table`` into a lane's entry for ``target`` (one of the same columns, when ``combine``);
+    returns the entry's rows per source table."""
+    same = next((t for t in into if combine and tuple(t[:2]) == target and t[3][0].schema.equals(table.schema)), None)
+    if same is None:
+        into.append(same := [*target, defaultdict(int), []])
+    same[3].append(table)
+    return same[2]
 
 
 def _ipc(table: pa.Table) -> bytes:

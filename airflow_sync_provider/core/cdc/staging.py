@@ -117,9 +117,12 @@ class XaStaging:
             select = (f"SELECT {keep}, toUInt64({int(version)}), {ch_ident(DELETED_COLUMN)} FROM (SELECT {keep}, "
                       f"{ch_ident(DELETED_COLUMN)} FROM {stage} ORDER BY {ch_ident(VERSION_COLUMN)} DESC "
                       f"LIMIT 1 BY {key}){first}")
-        result = self.ch.query(f"INSERT INTO {ch_table(route.target_database, route.target_table)} ({names}) "
-                               f"{select}", settings=WEIGHT_SETTINGS if route.weight is not None else None)
-        return int((result.summary or {}).get("written_rows") or 0)
+        written = 0
+        for database, table in [(route.target_database, route.target_table), *([route.also] if route.also else [])]:
+            result = self.ch.query(f"INSERT INTO {ch_table(database, table)} ({names}) {select}",
+                                   settings=WEIGHT_SETTINGS if route.weight is not None else None)
+            written = written or int((result.summary or {}).get("written_rows") or 0)  # the copy's, not the old one's
+        return written
 
     def drop(self, began: BinlogPosition) -> None:
         """The transaction's staging (its end is behind the checkpoint, or it is written afresh)."""

@@ -34,6 +34,9 @@ class TableRoute:
     weight: MySQLColumn | None = None  # the collated split column whose weight rows carry
     skip_before: int = 0  # changes ranked below this are skipped: a re-copy from there covers them
     partitioned: bool = False  # its copy has partitions (its layout's): a batch's rows in one insert
+    # a reshape's old copy (database, table), kept current with the same rows until the new copy is
+    # swapped in (spark/cdc_ddl.py: its place columns are both layouts')
+    also: tuple[str, str] | None = None
 
     def __post_init__(self):
         self._source = self.schema.qualified  # per row change on the reader's path
