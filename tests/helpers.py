@@ -152,3 +152,21 @@ def bootstrap_tables(endpoints, spark, pipeline: str, database: str, target: str
                                                                          "source_table": t,
                                                                          "target_database": target} for t in tables]),
                                               **kwargs), spark)
+
+
+def in_background(run) -> tuple:
+    """``run()`` started in a thread of its own (a CDC service under test): (thread, its result
+    dict, the exceptions it raised), for the test to join and assert on."""
+    import threading
+
+    result, errors = {}, []
+
+    def serve():
+        try:
+            result.update(run())
+        except Exception as exc:  # reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    return thread, result, errors

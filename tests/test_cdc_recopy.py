@@ -4,7 +4,6 @@ middle of a re-copy is followed by one that resumes it after its last finished c
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -16,7 +15,7 @@ from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.selection import TableSet, table_config
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
-from tests.helpers import assert_same_rows
+from tests.helpers import assert_same_rows, in_background
 from tests.helpers import run_sql as sql
 
 pytestmark = pytest.mark.slow
@@ -52,16 +51,7 @@ def test_other_tables_keep_flowing_while_one_is_recopied(mysql_conn, ch, endpoin
     spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="flow", lanes=2, service=True,
                         max_seconds=40, batch_seconds=0.2, recopy_channels=1,
                         recopy_record_speed=100_000)  # a re-copy of about 6 s: the stream's inserts land inside it
-    result, errors = {}, []
-
-    def serve():
-        try:
-            result.update(run_cdc_apply(spec, spark))
-        except Exception as exc:  # reported by the test
-            errors.append(exc)
-
-    service = threading.Thread(target=serve)
-    service.start()
+    service, result, errors = in_background(lambda: run_cdc_apply(spec, spark))
     try:
         time.sleep(4)
         sql(mysql_conn, f"ALTER TABLE {DB}.big MODIFY amount DECIMAL(10, 2) NULL")  # rounds: a re-copy

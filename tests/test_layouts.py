@@ -389,11 +389,11 @@ def test_a_reshape_keeps_the_old_copy_current_until_the_swap(mysql_conn, ch, end
     """A service re-lays a copy out while rows keep arriving (its re-copy throttled to a few
     seconds): rows inserted after the reshape began reach the copy readers query, still under
     its old layout, before the new one is swapped in; afterwards FINAL == the source."""
-    import threading
     import time
 
     from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
     from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
+    from tests.helpers import in_background
 
     table = "kept_current"
     _source(mysql_conn, table, rows=6000)
@@ -404,20 +404,11 @@ def test_a_reshape_keeps_the_old_copy_current_until_the_swap(mysql_conn, ch, end
                         reshape=True, verify_period=0, tableset=TableSet(tables=[{
                             "source_database": DB, "source_table": table, "target_database": TARGET}],
                             layout=LAYOUTS["both"]))
-    result, errors = {}, []
-
-    def serve():
-        try:
-            result.update(run_cdc_apply(spec, spark))
-        except Exception as exc:  # reported by the test
-            errors.append(exc)
-
     def sorting_key() -> str:
         return ch.command("SELECT sorting_key FROM system.tables WHERE database = {d:String} AND name = {t:String}",
                           parameters={"d": TARGET, "t": table})
 
-    service = threading.Thread(target=serve)
-    service.start()
+    service, result, errors = in_background(lambda: run_cdc_apply(spec, spark))
     marker, first, shown, laid_out = 2_000_000, None, [], "status, toYYYYMM(day), id"
     try:
         deadline = time.monotonic() + 28
