@@ -95,6 +95,8 @@ class TableCheck:
     weight: object  # the copy's collated split column (rows carry its weight), or None
     place: tuple = ()  # the columns beyond the key the copy's layout places rows by (core/target/layout.py)
     ttl: str = ""  # the copy's TTL (core/target/ttl.py)
+    # the table's re-copies when planned: one since (a reshape) may have laid the copy out anew
+    recopies: int = 0
     window: Window = Window()  # the rows a look compares: those no TTL merge can have expired at its snapshot
 
     @property
@@ -130,7 +132,7 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
     layout = target.copy_layout(ch, database, name)
     place = layout.place_columns([c.name for c in schema.columns])
     return TableCheck(table.name, table, schema, plan, predicates, weight,
-                      tuple(c for c in place if c not in schema.primary_key), layout.ttl)
+                      tuple(c for c in place if c not in schema.primary_key), layout.ttl, table.recopies)
 
 
 class Snapshot:
@@ -371,7 +373,8 @@ class Verifier:
             check = self.checks.get(table.name)
             if schema is None:
                 continue
-            if check is None or copy_columns(check.schema) != copy_columns(schema):
+            if check is None or copy_columns(check.schema) != copy_columns(schema) or \
+                    check.recopies != table.recopies:
                 with self.run.writing:  # no re-copy swaps the copy in meanwhile
                     if self.run.recopies.busy(table.name):
                         continue

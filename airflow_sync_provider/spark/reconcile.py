@@ -26,6 +26,7 @@ from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.specfile import reimport_group_spec, reimport_spec
 from airflow_sync_provider.core.sql import ch_ident
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.layout import stored
 from airflow_sync_provider.core.target.shards import shard_predicates
 from airflow_sync_provider.core.target.ttl import Window
 from airflow_sync_provider.core.typemap import MySQLColumn
@@ -150,7 +151,8 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
         kept = target.kept_rows(ledger.ch, database, table)
         log.info("reconcile %s → %s: kept: %s rows deleted at the source (not compared)", state.source_table,
                  state.target_table, f"{kept:,}")
-    window = Window.of(target.copy_layout(ledger.ch, database, table).ttl, schema.mappings(), state.target_table)
+    # its layout as the comment read with its shape records it
+    window = Window.of(stored(shape.copy.comment)[0].ttl, schema.mappings(), state.target_table)
     if window:  # a TTL'd copy (core/target/ttl.py): only the rows no merge can have expired are compared
         plan = window.narrowed(plan, schema.mappings())
         predicates = {i: (f"({where}) AND {window.ch_sql()}", params) for i, (where, params) in predicates.items()}

@@ -183,8 +183,18 @@ class Compare(Condition):
         return dataclasses.replace(self, domain=domain, right=right)
 
 
+class _OfColumn(Condition):
+    """A test of one column's value (``left``) in its ``domain``."""
+
+    def names(self):
+        return self.left.names()
+
+    def pending(self):
+        return _pending(self.domain)
+
+
 @dataclass(frozen=True)
-class In(Condition):
+class In(_OfColumn):
     left: Column
     items: tuple[Literal, ...]
     negated: bool
@@ -205,19 +215,13 @@ class In(Condition):
     def sql(self):
         return f"({self.left.sql} {'NOT IN' if self.negated else 'IN'} ({', '.join(i.sql for i in self.items)}))"
 
-    def names(self):
-        return self.left.names()
-
-    def pending(self):
-        return _pending(self.domain)
-
     def prepared(self, collations):
         domain = _ready(self.domain, collations)
         return dataclasses.replace(self, domain=domain, items=tuple(_literal_ready(i, domain) for i in self.items))
 
 
 @dataclass(frozen=True)
-class Between(Condition):
+class Between(_OfColumn):
     """``x BETWEEN a AND b`` is ``x >= a AND x <= b`` in three-valued logic (MySQL's own rule)."""
 
     left: Column
@@ -237,12 +241,6 @@ class Between(Condition):
 
     def sql(self):
         return f"({self.left.sql} {'NOT BETWEEN' if self.negated else 'BETWEEN'} {self.low.sql} AND {self.high.sql})"
-
-    def names(self):
-        return self.left.names()
-
-    def pending(self):
-        return _pending(self.domain)
 
     def prepared(self, collations):
         domain = _ready(self.domain, collations)
