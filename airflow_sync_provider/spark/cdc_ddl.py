@@ -112,10 +112,6 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
     table.split_column = key
 
 
-def _weighted(ch, database: str, table: str) -> bool:
-    return SPLIT_WEIGHT_COLUMN in target.column_types(ch, database, table)
-
-
 def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
     """Is the copy ordered by another key than ``schema``'s primary key (other columns, or a key
     column of another type)?"""
@@ -216,13 +212,15 @@ class Recopies:
             elif (rekeyed := _rekeyed(ch, before, table)) or _relaid(ch, table):
                 # ordered by another key or laid out otherwise: a new copy beside it, swapped in when done
                 table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
-                split, weighted = table.split_column, _weighted(ch, table.target_database, table.target_table)
+                split, columns = table.split_column, target.column_types(ch, table.target_database, table.target_table)
                 ch.command(f"DROP TABLE IF EXISTS {ch_table(table.target_database, table.writes_to)}")
                 _create_copy(ch, before, table, table.writes_to)
-                # a reshape keeps the old copy current until the swap: same columns and key, so the
-                # stream's rows fit both (unless only one carries weights, or of another column)
-                table.recopying["also"] = not rekeyed and weighted == _weighted(
-                    ch, table.target_database, table.writes_to) and (not weighted or split == table.split_column)
+                # a reshape keeps the old copy current until the swap when the stream's rows fit both:
+                # the same columns (a change the binlog has not reached yet may differ) and key, and
+                # weights, if any, of the same column
+                table.recopying["also"] = not rekeyed and columns == target.column_types(
+                    ch, table.target_database, table.writes_to) and (
+                    SPLIT_WEIGHT_COLUMN not in columns or split == table.split_column)
                 note(self.spec.pipeline, f"{name}: " + (f"its primary key is now {list(before.primary_key)}"
                                                         if rekeyed else
                                                         f"laid out as {Layout.of(table.layout).describe()}")
