@@ -314,6 +314,12 @@ class CdcApplySpec(JobSpec):
     # a pipeline keeps the patterns it was first given (select) and applies them on every run; a
     # run giving other patterns is refused unless it says to change them
     change_selection: bool = False
+    # what InnoDB changes without a binlog event (foreign-key cascades: core/cdc/foreign_keys.py,
+    # spark/cdc_cascades.py) is derived and written at the parent's position; False only to
+    # measure what it costs, or for a server that is known to log cascades (MySQL >= 9.6 is
+    # detected). cascade_rows: the rows a batch's cascades may hold at once (the memory bound)
+    follow_cascades: bool = True
+    cascade_rows: int = 2_000_000
     # a source group (core/source/group.py): a pipeline per source (spark/cdc_group.py), its
     # tables merged as ``merge`` says (the group's runs in the driver or as long-running tasks on
     # the cluster's executors; a shard that leaves the group: its rows in the merged copy kept or

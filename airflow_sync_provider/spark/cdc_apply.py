@@ -47,6 +47,7 @@ from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import reshape_refused
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
+from airflow_sync_provider.spark.cdc_cascades import Cascading
 from airflow_sync_provider.spark.cdc_start import JOIN_POLL_SECONDS, Applying, RunStart, Stream, Totals
 from airflow_sync_provider.spark.cdc_stream import (
     ApplyFailed,
@@ -79,7 +80,8 @@ class PipelineRun(RunStart):
             self.previous.events if self.previous and not spec.reset else 0,
             generation=lease.generation, holder=lease.holder,
             server=self.previous.server if self.previous and not spec.reset else None,
-            prepared=self.previous.prepared if self.previous and not spec.reset else {})
+            prepared=self.previous.prepared if self.previous and not spec.reset else {},
+            foreign_keys=self.previous.foreign_keys if self.previous and not spec.reset else None)
         self.selection = self._selection()
         self.stream: Stream | None = None
         self.stop: BinlogPosition | None = None
@@ -90,6 +92,7 @@ class PipelineRun(RunStart):
         self.staging = XaStaging(ch, spec.ledger_database, spec.pipeline)
         self.writing = threading.RLock()  # a DDL is followed, a copy swapped, while no verification looks
         self.verifier = cdc_verify.Verifier(self)
+        self.cascading = Cascading(self)  # what foreign keys change without binlog events
         self.stream_ended = False
         self._polled = time.monotonic()
         self._registrations: list | None = None
@@ -200,6 +203,9 @@ class PipelineRun(RunStart):
         """The one place a checkpoint moves: to ``end``, once every write it covers has been
         acknowledged (and every DDL before it followed). The pipeline's checkpoint travels with
         its tables' entries; a joining table's replay moves its registration's ``since``."""
+        if stream.cascades_only:  # a replay of cascades moves nothing but itself
+            stream.position = end
+            return
         if stream.joining is not None:
             stream.joining.since = end
             self.checkpoints.write_registration(self.spec.pipeline, stream.joining)
@@ -219,10 +225,11 @@ class PipelineRun(RunStart):
         if stop is not None and stop.key() <= stream.position.key():
             return True  # nothing to read (a service's blocking reader would wait for the next event)
         while True:
-            main = stream.joining is None
-            part = ReadRange(stream.routes, frozenset(t.name for t in stream.tables), stream.position, stop, deadline,
+            main = stream.joining is None and not stream.cascades_only
+            part = ReadRange({} if stream.cascades_only else stream.routes, frozenset(t.name for t in stream.tables),
+                             stream.position, stop, deadline,
                              self.selection.to_dict() if self.selection and main else None,
-                             self.state.prepared if main else None)
+                             self.state.prepared if main else None, self.cascading.watch(stream.routes))
             reader = Readers(self.spec, part)
             try:
                 batch = self._apply_batches(stream, reader, poll)
@@ -230,7 +237,9 @@ class PipelineRun(RunStart):
                 reader.close()
             if batch is None:
                 return False
-            if batch.ddl:
+            if batch.ddl and stream.cascades_only:  # followed by the stream already
+                stream.position = batch.ddl[2]
+            elif batch.ddl:
                 self._follow_ddl(stream, batch)
             if batch.done or (stop is not None and stop.key() <= stream.position.key()):
                 return True
@@ -257,6 +266,8 @@ class PipelineRun(RunStart):
                     for source, rows in lane:
                         per_table[source][1] += rows
                         self.totals.rows_written += rows
+            if batch.cascades and batch.through is not None:  # a piece's cascades, once its rows are written
+                self._cascades(stream, batch, per_table)
             if batch.through is not None:
                 self._piece(stream, batch, per_table, staged)
                 if batch.done:  # the binlog ended inside it (not at a commit): claimed by a later run
@@ -265,6 +276,8 @@ class PipelineRun(RunStart):
             crash_point("cdc.written")
             for end in batch.staged_ends:  # XA transactions in staging committed here: into the copies
                 self._staged_end(stream, end, per_table)
+            if batch.cascades:  # what the batch's parent changes did to their children, at their versions
+                self._cascades(stream, batch, per_table)
             batch = self._claim(stream, batch, per_table, staged)
             self.totals.events += batch.events
             if batch.xa_commits_unseen:
@@ -278,6 +291,13 @@ class PipelineRun(RunStart):
                 return batch
             if poll():
                 return None
+
+    def _cascades(self, stream: Stream, batch: Decoded, per_table: dict) -> None:
+        """Write the children's changes of the batch's cascading parent changes (spark/cdc_cascades.py),
+        after the batch's own rows and before the checkpoint passes them."""
+        written = self.cascading.follow(stream.routes, batch.cascades, per_table)
+        self.totals.cascaded_rows += written
+        crash_point("cdc.cascaded")
 
     def _piece(self, stream: Stream, batch: Decoded, per_table: dict, staged: int) -> None:
         """A piece of a transaction still open (core/cdc/binlog/batches.Batch) has been written at its
@@ -293,6 +313,8 @@ class PipelineRun(RunStart):
             counts[0] += changes
             counts[1] += written
         self.totals.pieces += 1
+        if stream.cascades_only:
+            return
         self.state.applying = open_.to_dict(stream.joining.name if stream.joining else "")
         self.checkpoints.write(self.state)
         crash_point("cdc.piece-written")
@@ -357,9 +379,11 @@ class PipelineRun(RunStart):
         between follows it again: following is idempotent)."""
         text, schema, after, committed = batch.ddl
         self.checkpoints.fence()  # the ALTERs and a re-copy write the copy: only under the lease
+        statement = ddl.parse(text, schema)
         with self.writing:
-            changed, recopied = cdc_ddl.follow(self, stream.routes, stream.tables, ddl.parse(text, schema), after,
+            changed, recopied = cdc_ddl.follow(self, stream.routes, stream.tables, statement, after,
                                                text, int(committed))
+        self.cascading.after_ddl(text, schema, statement, after)
         self.totals.ddl += 1
         self.totals.recopied += recopied
         crash_point("cdc.ddl-followed")
@@ -383,6 +407,7 @@ class PipelineRun(RunStart):
             table = registration.table
             with mysql_reader.connect(self.spec.source) as conn:
                 routes = cdc_ddl.open_routes(conn, self.ch, [table], self.spec.salt)
+                self.cascading.joined(conn, [table.name])
             if registration.since.key() < state.checkpoint.key():
                 self.log(f"{table.name} replays {registration.since} … {state.checkpoint} before joining")
                 self.follow(Stream(routes, [table], registration.since, registration), state.checkpoint)
@@ -440,6 +465,20 @@ class PipelineRun(RunStart):
         return copied
 
     # --- verification ---------------------------------------------------------------------
+
+    def replay_cascades(self, table, since: BinlogPosition) -> None:
+        """After a re-copy of ``table`` from ``since``: its cascades since then resolved again
+        against the copy now that every chunk is in (a chunk read before a cascade may have landed
+        after it was resolved). Resolving is idempotent: rows already right are not written again."""
+        route = self.stream.routes.get(table.name) if self.stream else None
+        if route is None or not self.cascading.plan(self.stream.routes).into(table.name) or \
+                since.key() >= self.stream.position.key():
+            return
+        replay = Stream({table.name: route}, [table], since, cascades_only=True)
+        before = self.totals.cascaded_rows
+        self.follow(replay, self.stream.position)
+        self.log(f"{table.name}: its cascades {since} … {self.stream.position} resolved again after its re-copy "
+                 f"({self.totals.cascaded_rows - before:,} rows written)")
 
     def follow_to(self, position: BinlogPosition) -> bool:
         """Apply up to ``position`` (the verifier's snapshot, at a bounded run's end)."""

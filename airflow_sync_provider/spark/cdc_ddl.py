@@ -328,6 +328,8 @@ class Recopies:
                 if route is not None:
                     route.target_table, route.also = table.target_table, None
             table.recopying = None
+            # a chunk read before a cascade into the table may have landed after it was resolved
+            self.run.replay_cascades(table, BinlogPosition.from_dict(began["position"]))
             table.recopies += 1
             table.last_recopy = {"reason": began["reason"], "position": began["position"], "rows": result["rows"],
                                  "seconds": round(time.time() - began["started"], 3)}

@@ -75,6 +75,9 @@ class Stream:
     position: BinlogPosition
     joining: Registration | None = None
     applying: Applying | None = None  # the open transaction's pieces written so far
+    # only the cascades into ``routes``' tables (after a re-copy: PipelineRun.replay_cascades);
+    # their own row changes and DDL are the pipeline stream's, already applied
+    cascades_only: bool = False
 
 
 @dataclass
@@ -91,6 +94,7 @@ class Totals:
     xa_commits_unseen: int = 0  # commits of XA transactions prepared before the copy (BinlogReader)
     pieces: int = 0  # pieces of large transactions written (core/cdc/binlog/batches.Batch)
     xa_staged: int = 0  # rows of large XA transactions written to staging (core/cdc/staging.py)
+    cascaded_rows: int = 0  # child rows written for foreign-key cascades (spark/cdc_cascades.py)
 
 
 class RunStart:
@@ -126,6 +130,7 @@ class RunStart:
         self.recopies.settle(state.tables)
         with mysql_reader.connect(spec.source) as conn:
             routes = cdc_ddl.open_routes(conn, self.ch, state.tables, self.spec.salt)
+            self.cascading.start(conn, routes)
             try:
                 preflight(conn, self.start, spec.source, spec.server_id + 70)  # the dump probe's own replica id
             except BinlogLost as lost:  # the binlog the checkpoint needs is gone

@@ -62,6 +62,7 @@ class ReadRange:
     deadline: float | None = None
     selection: dict | None = None
     prepared: dict | None = None  # XA transactions prepared before ``start`` (BinlogReader): xid → position
+    parents: dict | None = None  # tables whose row events cascade into ``routes``' (core/cdc/binlog/parents.py)
 
     def part(self, start, stop) -> "ReadRange":
         return dataclasses.replace(self, start=start, stop=stop)
@@ -85,6 +86,7 @@ class Decoded:
     staging: list = dataclasses.field(default_factory=list)  # lane payloads into staging tables (Batch.staging)
     stage: BinlogPosition | None = None  # where the XA transaction they belong to began
     staged_ends: list = dataclasses.field(default_factory=list)  # Batch.staged_ends
+    cascades: list = dataclasses.field(default_factory=list)  # Batch.cascades: resolved once the batch is written
 
     @property
     def alone(self) -> bool:
@@ -98,7 +100,7 @@ class Decoded:
         return Decoded(self.start, more.end, self.events + more.events, per_table, more.ddl, more.done,
                        more.last_event_at or self.last_event_at, [a + b for a, b in zip(self.payloads, more.payloads)],
                        more.prepared, self.xa_commits_unseen + more.xa_commits_unseen,
-                       staged_ends=self.staged_ends + more.staged_ends)
+                       staged_ends=self.staged_ends + more.staged_ends, cascades=self.cascades + more.cascades)
 
 
 def _latest(route: TableRoute, rows, versions, deleted):
@@ -220,7 +222,8 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool)
     try:
         reader = BinlogReader(spec.source, part.start, part.routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
                               blocking=spec.service,
-                              watch=Watch(part.watched, TableSelection.of(part.selection), part.prepared))
+                              watch=Watch(part.watched, TableSelection.of(part.selection), part.prepared,
+                                          part.parents))
         # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
         # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
         seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
@@ -234,7 +237,8 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool)
                                   batch.done, batch.last_event_at,
                                   _lane_payloads(batch, part.routes, spec.lanes, spec.source), batch.prepared,
                                   batch.xa_commits_unseen, batch.through, _staging_payloads(spec, batch, part.routes),
-                                  batch.staging.start if batch.staging else None, batch.staged_ends)
+                                  batch.staging.start if batch.staging else None, batch.staged_ends,
+                                  batch.cascades)
                 if not _hand_over(out, decoded, halt, process) or batch.done or batch.ddl:
                     break
         finally:

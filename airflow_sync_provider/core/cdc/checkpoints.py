@@ -75,6 +75,8 @@ class PipelineState:
     # a transaction being applied in pieces (core/cdc/binlog/batches.Batch), written past the checkpoint
     # but not claimed: where it began, how far it was read, since when, row changes written
     applying: dict | None = None
+    # the acting foreign keys as of the checkpoint (core/cdc/foreign_keys.py; None: not read yet)
+    foreign_keys: list | None = None
 
     @property
     def stale(self) -> bool:
@@ -154,7 +156,7 @@ _STATE = (
     ("pipeline", "String"), ("generation", "UInt64"), ("holder", "String"), ("status", "LowCardinality(String)"),
     ("checkpoint", "String"), ("tables", "String"), ("error", "String"), ("source_position", "String"),
     ("source_time", "Float64"), ("events", "UInt64"), ("updated_at", _TIME), ("server", "String"),
-    ("prepared", "String"), ("applying", "String"),
+    ("prepared", "String"), ("applying", "String"), ("foreign_keys", "String"),
 )
 _COUNTERS = (
     ("pipeline", "String"), ("source_table", "String"), ("minute", "DateTime('UTC')"), ("events", "UInt64"),
@@ -185,7 +187,7 @@ class Checkpoints(LedgerTables):
         # earlier releases kept one row per pipeline in cdc_pipelines (no generations): carry
         # their states over as generation 0 (two processes doing this at once insert equal rows)
         if "cdc_state" in created and int(self.ch.command(f"EXISTS TABLE {self.table('cdc_pipelines')}")):
-            added = ("generation", "holder", "server", "prepared", "applying")  # since then
+            added = ("generation", "holder", "server", "prepared", "applying", "foreign_keys")  # since then
             names = ", ".join(n for n, _ in _STATE if n not in added)
             self.ch.command(f"INSERT INTO {self.table('cdc_state')} ({names}, generation, holder) "
                             f"SELECT {names}, 0, '' FROM {self.table('cdc_pipelines')} FINAL")
@@ -205,24 +207,26 @@ class Checkpoints(LedgerTables):
             state.error[:4000], json.dumps(state.source_position.to_dict()) if state.source_position else "",
             state.source_time, state.events, _ts(state.heartbeat), json.dumps(state.server) if state.server else "",
             json.dumps(state.prepared) if state.prepared else "", json.dumps(state.applying) if state.applying else "",
+            json.dumps(state.foreign_keys) if state.foreign_keys is not None else "",
         ]], _STATE)
 
     def state(self, pipeline: str) -> PipelineState | None:
         """The newest row of the highest generation (an older generation's applier has lost its lease)."""
         rows = self.ch.query(
             f"SELECT status, checkpoint, tables, error, source_position, source_time, events, toFloat64(updated_at),"
-            f" generation, holder, server, prepared, applying FROM {self.table('cdc_state')} FINAL"
+            f" generation, holder, server, prepared, applying, foreign_keys FROM {self.table('cdc_state')} FINAL"
             f" WHERE pipeline = {{p:String}}"
             f" ORDER BY generation DESC LIMIT 1", parameters={"p": pipeline}).result_rows
         if not rows:
             return None
         (status, checkpoint, tables, error, source, source_time, events, heartbeat, generation, holder, server,
-         prepared, applying) = rows[0]
+         prepared, applying, foreign_keys) = rows[0]
         return PipelineState(pipeline, status, BinlogPosition.from_dict(json.loads(checkpoint) if checkpoint else None),
                              [PipelineTable.from_dict(t) for t in json.loads(tables)], error,
                              BinlogPosition.from_dict(json.loads(source) if source else None), source_time, events,
                              heartbeat, generation, holder, json.loads(server) if server else None,
-                             json.loads(prepared) if prepared else {}, json.loads(applying) if applying else None)
+                             json.loads(prepared) if prepared else {}, json.loads(applying) if applying else None,
+                             json.loads(foreign_keys) if foreign_keys else None)
 
     def pipelines(self) -> list[str]:
         """Every pipeline that has a state, by name."""

@@ -66,6 +66,9 @@ class Batch:
     # "version": the commit's (None: XA COMMIT … ONE PHASE, rows keep theirs), "sources": {table:
     # lowest version kept}}
     staged_ends: list = field(default_factory=list)
+    # parent row changes whose foreign keys act on followed children (core/cdc/cascades.Trigger),
+    # in binlog order: the applier derives the children's changes once the batch is written
+    cascades: list = field(default_factory=list)
 
     def add(self, route: TableRoute, lane: int, row: tuple, version: int, deleted: bool):
         rows, versions, flags = self.lanes[route.source][lane]
@@ -83,6 +86,7 @@ class Parked:
     changes: list = field(default_factory=list)
     bytes: int = 0
     staged: dict | None = None
+    cascades: list = field(default_factory=list)  # its parent changes that cascade (kept in memory)
 
     def to_dict(self) -> dict:
         return self.began.to_dict() | ({"staged": dict(self.staged)} if self.staged is not None else {})

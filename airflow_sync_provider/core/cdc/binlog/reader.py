@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -25,6 +26,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.binlog.batches import BATCH_BYTES, Batch, MidTransaction, Parked
 from airflow_sync_provider.core.cdc.binlog.gate import CheckedBinLogStream
+from airflow_sync_provider.core.cdc.binlog.parents import ParentWatch, triggers_of
 from airflow_sync_provider.core.cdc.binlog.routes import MOVED, TableRoute
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.rowimage import Decoders
@@ -45,6 +47,8 @@ class Watch:
     names: frozenset = frozenset()
     selection: object = None
     prepared: dict | None = None
+    # tables whose row events cascade into the routes' tables (core/cdc/binlog/parents.py): name → watch
+    parents: dict | None = None
 
 
 class BinlogReader:
@@ -77,7 +81,9 @@ class BinlogReader:
         watch = watch or Watch()
         prepared = watch.prepared
         self.routes, self.ring = routes, ring
-        self.watched = set(routes) | set(watch.names)  # DDL on these names ends a batch (tables that left too)
+        self.parents: dict[str, ParentWatch] = watch.parents or {}
+        # DDL on these names ends a batch (tables that left too, and the parents of cascades)
+        self.watched = set(routes) | set(watch.names) | set(self.parents)
         self.selection = watch.selection  # and on names the pipeline's patterns select (a table joining)
         inside = start if isinstance(start, MidTransaction) else None
         at = inside.at if inside else start
@@ -87,12 +93,14 @@ class BinlogReader:
             log_pos=inside.maps if inside else at.pos, blocking=blocking, slave_heartbeat=1 if blocking else None,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
                          MariadbGtidEvent, GtidEvent, HeartbeatLogEvent, XAPrepareEvent],
-            only_schemas=sorted({r.schema.database for r in routes.values()}), freeze_schema=True,
+            only_schemas=sorted({r.schema.database for r in routes.values()}
+                                | {p.route.schema.database for p in self.parents.values()}), freeze_schema=True,
             followed=lambda: self.routes)
         self.epoch = at.epoch  # the server's (core/cdc/servers.py): every version read here carries it
         self._file = at.file  # the binlog file being read (its table ids are valid while it is)
         self.gtids = GtidState(at.gtid)  # the server's GTID state as the stream passes transactions
         self._pending: list = []  # the open transaction's row changes
+        self._cascading: list = []  # and its parent changes that cascade (core/cdc/cascades.Trigger)
         self._pending_bytes = 0  # and their row events' bytes
         # a share starting inside a transaction: rows events ending by here are the share before's
         self._skip_to = (at.seq, at.pos) if inside else None
@@ -111,6 +119,8 @@ class BinlogReader:
         self._unseen = 0
         self._xa_open = False  # the open transaction is an XA one (its rows are versioned at its commit)
         self._decoders = Decoders(ring)  # row images read by code made per table map (core/cdc/rowimage.py)
+        self._parent_decoders = Decoders(ring)  # the parents' own routes' (a decoder is made per route)
+        self._watch = watch
 
     def close(self):
         if self._again is not None:
@@ -163,10 +173,7 @@ class BinlogReader:
                     self._skip_to = None
                 if isinstance(stop, MidTransaction) and self._reached(stop.at, after=True):
                     return batch if batch.end.key() != batch.start.key() else self._piece(batch, stop)
-                route = self.routes.get(f"{event.schema}.{event.table}")
-                if route is not None:
-                    self._changes(event, route)
-                    self._pending_bytes += event.event_size
+                self._row_event(event)
             elif isinstance(event, XAPrepareEvent) and not event.one_phase:  # parked until its XA COMMIT
                 self._park(xa_id(event), batch, max_events, max_bytes)
                 batch.end = self.position = self._here()
@@ -227,8 +234,12 @@ class BinlogReader:
             batch.through, batch.done = stop.at, True
         return batch
 
-    def _take_pending(self, batch: Batch) -> None:
-        """The open transaction's changes (so far) into ``batch``."""
+    def _take_pending(self, batch: Batch, cascading: bool = True) -> None:
+        """The open transaction's changes (so far) into ``batch`` (and, unless it is staging, the
+        parent changes that cascade: an XA transaction keeps those in memory until its commit)."""
+        if cascading:
+            batch.cascades += self._cascading
+            self._cascading = []
         moved = 0
         for item in self._pending:
             batch.add(*item)
@@ -245,7 +256,7 @@ class BinlogReader:
         ``batch``'s staging (counted in ``reader._spilled``, claimed at the commit)."""
         reader = reader or self
         batch.staging = Batch(began, began)
-        reader._take_pending(batch.staging)
+        reader._take_pending(batch.staging, cascading=False)
         for source, count in batch.staging.per_table.items():
             reader._spilled[source] += count
 
@@ -260,11 +271,11 @@ class BinlogReader:
         if self._spilled or self._parked_over(len(self._pending), self._pending_bytes, max_events, max_bytes):
             if self._pending:
                 self._spill(batch, self.position)
-            self._prepared[xid] = Parked(self.position, staged=dict(self._spilled))
+            self._prepared[xid] = Parked(self.position, staged=dict(self._spilled), cascades=self._cascading)
         else:
-            self._prepared[xid] = Parked(self.position, self._pending, self._pending_bytes)
+            self._prepared[xid] = Parked(self.position, self._pending, self._pending_bytes, cascades=self._cascading)
             self._pending, self._pending_bytes = [], 0
-        self._spilled, self._xa_open, self._open = defaultdict(int), False, False
+        self._spilled, self._xa_open, self._open, self._cascading = defaultdict(int), False, False, []
 
     def _one_phase(self, batch: Batch) -> None:
         """MySQL's XA COMMIT … ONE PHASE ends the open XA transaction as an ordinary commit: its
@@ -322,6 +333,8 @@ class BinlogReader:
         xid = xa_id_of_statement(statement)
         parked = self._prepared.pop(xid, None)
         version = event_version(self.stream.log_file, self.stream.log_pos - event.event_size, 0, self.epoch)
+        if parked is not None and commit:  # its cascades at the commit's version too, in their order
+            self._cascading += [dataclasses.replace(t, version=version, inclusive=True) for t in parked.cascades]
         if parked is not None and parked.staged is not None:
             kept = {s: version for s in parked.staged if s in self.routes and version >= self.routes[s].skip_before}
             batch.staged_ends.append({"began": parked.began.to_dict(), "commit": commit, "version": version,
@@ -348,7 +361,8 @@ class BinlogReader:
         while self._reread:
             xid, began = self._reread[0]
             if self._again is None:
-                self._again = BinlogReader(self._endpoint, began, self.routes, self.ring, self._server_id + 90)
+                self._again = BinlogReader(self._endpoint, began, self.routes, self.ring, self._server_id + 90,
+                                           watch=Watch(parents=self.parents))
                 self._again._xa_open = True
             try:
                 piece = self._read_again(xid, began, self._again, max_events, max_bytes)
@@ -367,18 +381,16 @@ class BinlogReader:
                     max_bytes: int) -> Batch | None:
         for event in iter(again.stream.fetchone, None):
             if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                route = self.routes.get(f"{event.schema}.{event.table}")
-                if route is not None:
-                    again._changes(event, route)
-                    again._pending_bytes += event.event_size
+                again._row_event(event)
                 if len(again._pending) >= max_events or again._pending_bytes >= max_bytes:
                     return self._spilled_again(again, began)
             elif isinstance(event, XAPrepareEvent) and xa_id(event) == xid:
                 staged = again._spilled or self._parked_over(len(again._pending), again._pending_bytes, max_events,
                                                              max_bytes)
                 piece = self._spilled_again(again, began) if staged and again._pending else None
-                self._prepared[xid] = (Parked(began, staged=dict(again._spilled)) if staged
-                                       else Parked(began, again._pending, again._pending_bytes))
+                self._prepared[xid] = (Parked(began, staged=dict(again._spilled), cascades=again._cascading)
+                                       if staged else Parked(began, again._pending, again._pending_bytes,
+                                                             cascades=again._cascading))
                 self._read_again_done()
                 return piece
             elif isinstance(event, (XidEvent, XAPrepareEvent)):
@@ -396,15 +408,37 @@ class BinlogReader:
         self._again = None
         self._reread.pop(0)
 
-    def _changes(self, event, route: TableRoute):
+    def _row_event(self, event) -> None:
+        """A rows event: its changes of a followed table, and the cascades of a parent's."""
+        name = f"{event.schema}.{event.table}"
+        route, parent, first = self.routes.get(name), self.parents.get(name), len(self._pending)
+        if route is not None:
+            self._changes(event, route)
+            self._pending_bytes += event.event_size
+        if parent is None or isinstance(event, WriteRowsEvent):  # an insert references nothing yet
+            return
+        version = event_version(self.stream.log_file, self.stream.log_pos - event.event_size, 0, self.epoch)
+        if parent.lends and route is not None and (self._xa_open or version >= route.skip_before):
+            items, by = self._pending[first:], route  # the followed route's own changes tell
+        else:
+            items, by = [], parent.route
+            self._changes(event, parent.route, items, self._parent_decoders)
+        if items:
+            self._cascading += triggers_of(items, parent.places(by), name, int(event.timestamp))
+
+    def _changes(self, event, route: TableRoute, out: list | None = None, decoders: Decoders | None = None):
+        """``event``'s row changes of ``route``'s table, as items (route, lane, row, version, flag)
+        onto ``out`` (the open transaction's, by default)."""
+        out = self._pending if out is None else out
+        decoders = decoders or self._decoders
         start = self.stream.log_pos - event.event_size  # the event's first byte
         version = event_version(self.stream.log_file, start, 0, self.epoch)  # its first row's; the others follow
         if not self._xa_open and version < route.skip_before:
             return  # a re-copy of the table from a later position covers it (an XA's rows: at its commit)
         route.check_shape(tuple(c.name for c in event.columns), f"binlog {self.stream.log_file}:{start}")
-        decoder = self._decoders.get(event, route)
+        decoder = decoders.get(event, route)
         if decoder is not None:
-            self._decoders.changes(decoder, event, version, self._pending)
+            decoders.changes(decoder, event, version, out)
             return
         # the reference: python-mysql-replication's values through the type rules
         flag = route.delete_flag(event.timestamp) if isinstance(event, DeleteRowsEvent) else False
@@ -413,20 +447,21 @@ class BinlogReader:
                 before = route.row(change["before_values"], change.get("before_none_sources"))
                 after = route.row(change["after_values"], change.get("after_none_sources"))
                 if route.row_filter is not None:  # what the copy holds of it (core/content/)
-                    self._pending += [self._item(route, image, version + index, deleted)
-                                      for image, deleted in route.update(before, after)]
+                    out += [self._item(route, image, version + index, deleted, decoders)
+                            for image, deleted in route.update(before, after)]
                     continue
                 if route.place_of(before) != route.place_of(after):  # the row moved: its old place is gone
                     moved = route.key_of(before) == route.key_of(after)  # within its key (a layout's place)
-                    self._pending.append(self._item(route, before, version + index, MOVED if moved else True))
-                self._pending.append(self._item(route, after, version + index, False))
+                    out.append(self._item(route, before, version + index, MOVED if moved else True, decoders))
+                out.append(self._item(route, after, version + index, False, decoders))
             else:
                 row = route.row(change["values"], change.get("none_sources"))
                 if route.wanted(row):  # a row the filter leaves out was never in the copy
-                    self._pending.append(self._item(route, row, version + index, flag))
+                    out.append(self._item(route, row, version + index, flag, decoders))
 
-    def _item(self, route: TableRoute, row: tuple, version: int, deleted: bool):
-        return route, self._decoders.lane_of(route)(route.place_of(row)), row, version, deleted
+    @staticmethod
+    def _item(route: TableRoute, row: tuple, version: int, deleted: bool, decoders: Decoders):
+        return route, decoders.lane_of(route)(route.place_of(row)), row, version, deleted
 
 
 MARIADB_FL_PREPARED_XA = 0x40  # a GTID event's flag: its group is an XA transaction's prepare (log_event.h)

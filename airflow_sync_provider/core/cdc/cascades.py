@@ -1,0 +1,280 @@
+"""The changes a foreign-key cascade makes to the copies, at the parent's binlog position.
+
+A parent row event whose key acts (core/cdc/foreign_keys.py: ``ON UPDATE``/``ON DELETE``
+``CASCADE`` or ``SET NULL``) is a :class:`Trigger`: the parent's referenced values before and
+after (None: deleted), its version (the parent row's, core/positions.py) and commit time. The
+binlog says nothing of the children, so they are derived here from the copies, exactly as InnoDB
+changed them: every child row whose foreign-key columns equal the parent's old values takes the
+parent's new values (CASCADE), NULL (SET NULL) or is deleted (ON DELETE CASCADE), and a child
+changed so is the parent of its own children in turn (chains, self-referencing trees), depth
+first, key by key in name order, as InnoDB walks them.
+
+**Why the copy is the right place to read children from.** The applier writes a batch's row
+changes first, then resolves its triggers in binlog order (spark/cdc_cascades.py), before the
+checkpoint passes the batch. Every copy row is a state of its source row at its ``_version``, and
+every copy row ranked below a trigger's version ``v`` is the source row as it was just before
+``v`` (the changes before ``v`` are all applied, in order; a cascade of an earlier trigger was
+written at that trigger's version). A copy row ranked at or above ``v`` was written from a later
+image (a binlog row image, which is a real row after the cascade, or a snapshot read after it):
+it is already right and is left alone. So a trigger takes the copy rows ranked below ``v`` with
+matching values — **those and only those are the rows InnoDB changed** — and writes their new
+state at ``v``: above everything before the parent's event, below everything after it. A replay
+after a crash finds the changed rows already ranked at ``v`` (not below it) and writes nothing
+twice. Within one resolution the rows already changed are kept in an overlay, so a later trigger
+of the same batch (or a deeper level of the same one) sees them as they are then.
+
+:class:`Cascades` is plain Python over a :class:`CopyRows` (the copies as the Spark layer reads
+them from ClickHouse; a dict in the tests), bounded by ``max_rows`` rows held at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Protocol
+
+from airflow_sync_provider.core.cdc.foreign_keys import CASCADE, MAX_DEPTH, CascadePlan, ForeignKey
+from airflow_sync_provider.core.positions import BinlogError
+
+
+class CascadeError(BinlogError):
+    """A cascade the pipeline cannot follow exactly (a chain through a table it does not copy, a
+    cascade larger than the bound): it stops before writing, with the remedy named."""
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A parent row's change that acts on its children: ``old`` and ``new`` are the parent's values
+    of the plan's referenced columns (CascadePlan.parents[parent]); ``new`` None: deleted.
+    ``inclusive``: an XA transaction's rows all take its commit's version, so children the same
+    transaction wrote before are ranked at ``version`` too and count as before it."""
+
+    parent: str
+    version: int
+    old: tuple
+    new: tuple | None
+    at: int = 0  # the commit time (a copy that keeps deletes marks a cascaded delete with it)
+    inclusive: bool = False
+
+    @property
+    def deleted(self) -> bool:
+        return self.new is None
+
+
+@dataclass
+class Change:
+    """A child row changed by a cascade: ``before`` as the copy held it, ``after`` (None: deleted),
+    at ``version``; rows are tuples in :meth:`CopyRows.columns` order."""
+
+    table: str
+    before: tuple
+    after: tuple | None
+    version: int
+    at: int
+
+
+class CopyRows(Protocol):
+    def columns(self, table: str) -> list[str]:
+        """The copy's columns as its rows hold them (the source's, as copied)."""
+
+    def key(self, table: str) -> list[str]:
+        """The columns that tell the copy's rows apart (its key)."""
+
+    def fetch(self, table: str, columns: tuple[str, ...], values: list[tuple], below: int) -> list[tuple[tuple, int]]:
+        """The copy's live rows whose ``columns`` hold one of ``values``, ranked below ``below``:
+        (row, version) pairs."""
+
+    def normalize(self, table: str, columns: tuple[str, ...], values: tuple) -> tuple:
+        """``values`` (a parent row's, as the binlog reader makes them) as ``table``'s copy holds
+        values of ``columns``, so that equal values compare equal."""
+
+
+def project(row: tuple, at: list[int]) -> tuple:
+    return tuple(row[i] for i in at)
+
+
+class Cascades:
+    """Resolves a batch's triggers against the copies; :meth:`resolve` returns the changes per
+    table, in the order InnoDB made them."""
+
+    def __init__(self, plan: CascadePlan, copies: CopyRows, max_rows: int = 2_000_000,
+                 skip_before: dict | None = None):
+        self.plan, self.copies, self.max_rows = plan, copies, max_rows
+        # a copy being filled by a re-copy from a later position: that copy holds the cascades before it
+        self.skip_before = skip_before or {}
+        self._at: dict = {}  # (table, columns) → their places in a row
+        self._rows: dict = defaultdict(dict)  # table → key → (row, version): copy rows fetched
+        self._found: dict = defaultdict(lambda: defaultdict(list))  # (table, columns) → value → keys
+        self._fetched: dict = defaultdict(set)  # (table, columns) → values fetched
+        self._state: dict = defaultdict(dict)  # table → key → row or None: rows changed so far (the overlay)
+        self._index: dict = defaultdict(lambda: defaultdict(set))  # (table, columns) → value → overlay keys
+        self._below = 0
+        self.changes: list[Change] = []
+        self.unresolved: set[str] = set()  # chains through a table another stream copies (CascadePlan.ahead)
+        for key in plan.keys:  # the overlay indexes every key's columns from the first change on
+            self._index[(key.child, key.columns)]  # noqa: B018
+
+    # --- rows ----------------------------------------------------------------------------
+
+    def places(self, table: str, columns: tuple[str, ...]) -> list[int]:
+        found = self._at.get((table, columns))
+        if found is None:
+            names = self.copies.columns(table)
+            missing = [c for c in columns if c not in names]
+            if missing:
+                raise CascadeError(f"table {table}: its copy lacks column(s) {missing} of a foreign key, so the "
+                                   "rows a cascade changes cannot be found in it; copy those columns (a retry "
+                                   "stops here again)")
+            found = self._at[(table, columns)] = [names.index(c) for c in columns]
+        return found
+
+    def _key_of(self, table: str, row: tuple) -> tuple:
+        return project(row, self.places(table, tuple(self.copies.key(table))))
+
+    def _prefetch(self, table: str, columns: tuple[str, ...], values) -> None:
+        """Fetch the copy rows of ``values`` not fetched yet (one query for them all)."""
+        wanted = [v for v in dict.fromkeys(values) if v not in self._fetched[(table, columns)]]
+        if not wanted:
+            return
+        at = self.places(table, columns)
+        found = self._found[(table, columns)]
+        for row, version in self.copies.fetch(table, columns, wanted, self._below):
+            key = self._key_of(table, row)
+            self._rows[table].setdefault(key, (row, version))
+            found[project(row, at)].append(key)
+        self._fetched[(table, columns)].update(wanted)
+        held = sum(len(r) for r in self._rows.values())
+        if held > self.max_rows:
+            raise CascadeError(f"a cascade into {table} reaches more than {self.max_rows:,} rows in one batch "
+                               "(cascade_rows, the bound on rows held at once): raise cascade_rows for this "
+                               "pipeline; a retry stops here again")
+
+    def _candidates(self, key: ForeignKey, value: tuple, trigger: Trigger) -> list[tuple]:
+        """The child rows of ``key`` that reference ``value`` as they are before ``trigger``:
+        copy rows ranked below its version that no change here has touched, then rows changed
+        here whose values now match."""
+        self._prefetch(key.child, key.columns, [value])
+        state, out = self._state[key.child], []
+        rows = self._rows[key.child]
+        for k in self._found[(key.child, key.columns)].get(value, ()):
+            if k in state:
+                continue
+            row, version = rows[k]
+            if version < trigger.version or (trigger.inclusive and version == trigger.version):
+                out.append(row)
+        at = self.places(key.child, key.columns)
+        for k in sorted(self._index[(key.child, key.columns)].get(value, ()), key=repr):
+            row = state.get(k)
+            if row is not None and project(row, at) == value:
+                out.append(row)
+        return out
+
+    def _record(self, table: str, before: tuple, after: tuple | None, trigger: Trigger) -> None:
+        old_key = self._key_of(table, before)
+        state = self._state[table]
+        state[old_key] = None
+        if after is not None:
+            state[self._key_of(table, after)] = after
+        for (name, columns), index in self._index.items():  # the overlay's indexes follow the row
+            if name != table:
+                continue
+            at = self.places(table, columns)
+            index[project(before, at)].discard(old_key)
+            if after is not None:
+                index[project(after, at)].add(self._key_of(table, after))
+        self.changes.append(Change(table, before, after, trigger.version, trigger.at))
+
+    # --- the walk ------------------------------------------------------------------------
+
+    def resolve(self, triggers: list[Trigger]) -> list[Change]:
+        """Every trigger's cascade, in order (each one's whole depth before the next)."""
+        if not triggers:
+            return []
+        self._below = max(t.version for t in triggers) + 1
+        # one query per key for the first level of every trigger (and, speculatively, for the
+        # levels below, from the rows found): most cascades then need no query of their own
+        self._speculate(triggers)
+        for trigger in triggers:
+            self._walk(trigger, 0)
+        return self.changes
+
+    def _speculate(self, triggers: list[Trigger]) -> None:
+        level = defaultdict(list)
+        for trigger in triggers:
+            for key, _ in self.plan.acting(trigger.parent, trigger.deleted):
+                values = self._values(trigger, key)
+                if values is not None:
+                    level[(key, trigger.deleted)].append(values[0])
+        for _ in range(MAX_DEPTH):
+            deeper = defaultdict(list)
+            for (key, deleted), values in level.items():
+                self._prefetch(key.child, key.columns, values)
+                below = self.plan.acting(key.child, deleted)
+                if not below:
+                    continue
+                found, rows = self._found[(key.child, key.columns)], self._rows[key.child]
+                for value in values:
+                    for k in found.get(value, ()):
+                        row = rows[k][0]
+                        for child_key, _ in below:
+                            if deleted or set(child_key.referenced) & set(key.columns):
+                                derived = project(row, self.places(key.child, child_key.referenced))
+                                if None not in derived:
+                                    deeper[(child_key, deleted)].append(derived)
+            if not deeper:
+                return
+            level = deeper
+
+    def _values(self, trigger: Trigger, key: ForeignKey) -> tuple[tuple, tuple | None] | None:
+        """The old values ``key`` matches children by and the new ones (None when deleted), as the
+        child's copy holds them; None: nothing to do (a NULL never matches, and an update that
+        leaves the referenced columns as they were changes no child)."""
+        if trigger.version < self.skip_before.get(key.child, 0):
+            return None
+        columns = self.plan.parents[trigger.parent]
+        at = [columns.index(c) for c in key.referenced]
+        old = project(trigger.old, at)
+        new = None if trigger.new is None else project(trigger.new, at)
+        if None in old or new == old:
+            return None
+        normalize = self.copies.normalize
+        return (normalize(key.child, key.columns, old),
+                None if new is None else normalize(key.child, key.columns, new))
+
+    def _walk(self, trigger: Trigger, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise CascadeError(f"a cascade from {trigger.parent} nests deeper than {MAX_DEPTH} levels, which InnoDB "
+                               "refuses: the binlog and the copies disagree about the foreign keys; re-bootstrap "
+                               "the tables (a retry stops here again)")
+        for key, action in self.plan.acting(trigger.parent, trigger.deleted):
+            values = self._values(trigger, key)
+            if values is None:
+                continue
+            value, new = values
+            if key.child in self.plan.ahead:
+                self.unresolved.add(key.child)
+                continue
+            if key.child in self.plan.gaps:
+                raise CascadeError(f"a cascade from {trigger.parent} changes rows of {key.child}, which the pipeline "
+                                   f"does not copy, and they cascade further ({'; '.join(self.plan.gaps[key.child])})"
+                                   f": add {key.child} to the pipeline so its rows can be followed. A retry stops "
+                                   "here again")
+            at = self.places(key.child, key.columns)
+            new_values = new if new is not None and action == CASCADE else (None,) * len(at)
+            child_columns = self.plan.parents.get(key.child)
+            for row in self._candidates(key, value, trigger):
+                if trigger.new is None and action == CASCADE:
+                    after = None
+                else:
+                    changed = list(row)
+                    for i, v in zip(at, new_values):
+                        changed[i] = v
+                    after = tuple(changed)
+                self._record(key.child, row, after, trigger)
+                if child_columns is not None:  # the child is a parent too: its own children follow
+                    child_at = self.places(key.child, child_columns)
+                    old = project(row, child_at)
+                    new = None if after is None else project(after, child_at)
+                    if new != old:
+                        self._walk(Trigger(key.child, trigger.version, old, new, trigger.at, trigger.inclusive),
+                                   depth + 1)
