@@ -17,6 +17,7 @@ idempotent, so rows already right are left alone. A server that logs cascaded ro
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import defaultdict
 
@@ -37,7 +38,7 @@ from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.positions import BinlogError
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
-from airflow_sync_provider.core.source.schema import TableNotFound, read_table_schema
+from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
@@ -198,17 +199,11 @@ class Cascading:
         watches = self._watches.get(cached)
         if watches is None:
             watches = {}
-            with mysql_reader.connect(self.run.spec.source) as conn:
-                for parent, columns in plan.parents.items():
-                    followed = routes.get(parent)
-                    if followed is not None and all(c in followed.names for c in columns):
-                        schema = followed.schema
-                    else:
-                        database, name = parent.split(".", 1)
-                        try:
-                            schema = read_table_schema(conn, database, name)
-                        except TableNotFound:
-                            continue  # dropped since: no row of it will cascade
+            for parent, columns in plan.parents.items():
+                followed = routes.get(parent)
+                schema = followed.schema if followed is not None and all(c in followed.names for c in columns) \
+                    else _parent_schema(plan, routes, parent, columns, self.run.spec.source)
+                if schema is not None:
                     watches[parent] = ParentWatch.of(schema, columns, followed)
             self._watches = {cached: watches}
         return watches
@@ -287,6 +282,31 @@ class Cascading:
             return {}
         with mysql_reader.connect(self.run.spec.source) as conn:
             return dict(zip(values, weights_of(conn, route.weight, values)))
+
+
+def _parent_schema(plan: CascadePlan, routes: dict[str, TableRoute], parent: str, columns: tuple[str, ...],
+                   source) -> TableSchema | None:
+    """A parent the stream does not copy, as far as its triggers are read: its referenced columns.
+    Their types are taken from the copied children's foreign-key columns (InnoDB requires them to
+    match: integers of one size and sign, decimals of one precision, strings of one character
+    set), as of the checkpoint — the parent may have been renamed or dropped since (a catch-up
+    far behind). Read from the server only when no copied child has them (a chain's middle)."""
+    found = {}
+    for key in plan.keys:
+        route = routes.get(key.child)
+        if key.parent != parent or route is None:
+            continue
+        for column, referenced in zip(key.columns, key.referenced):
+            if referenced not in found and column in route.names:
+                found[referenced] = dataclasses.replace(route.schema.column(column), name=referenced)
+    database, name = parent.split(".", 1)
+    if all(c in found for c in columns):
+        return TableSchema(database, name, tuple(found[c] for c in columns), tuple(columns))
+    with mysql_reader.connect(source) as conn:
+        try:
+            return read_table_schema(conn, database, name)
+        except TableNotFound:
+            return None  # dropped since, and no copy tells its columns: no row of it cascades into a copy
 
 
 def _rows(route: TableRoute, changes: list[Change], weights: dict) -> list[tuple]:
