@@ -471,8 +471,16 @@ class PipelineRun(RunStart):
         against the copy now that every chunk is in (a chunk read before a cascade may have landed
         after it was resolved). Resolving is idempotent: rows already right are not written again."""
         route = self.stream.routes.get(table.name) if self.stream else None
-        if route is None or not self.cascading.plan(self.stream.routes).into(table.name) or \
-                since.key() >= self.stream.position.key():
+        if route is None or since.key() >= self.stream.position.key():
+            return
+        plan = self.cascading.plan(self.stream.routes)
+        below = plan.below(table.name) & set(self.stream.routes)
+        if below:  # a chain through it was followed from its stale rows meanwhile: the net looks
+            for name in sorted(below):
+                self.stream.routes[name].table.mark_due()
+            self.log(f"{table.name} was re-copied while cascades passed through it: {sorted(below)} verified "
+                     "against the source")
+        if not plan.into(table.name):
             return
         replay = Stream({table.name: route}, [table], since, cascades_only=True)
         before = self.totals.cascaded_rows

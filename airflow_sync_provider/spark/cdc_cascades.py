@@ -35,7 +35,7 @@ from airflow_sync_provider.core.cdc.foreign_keys import (
     read_foreign_keys,
 )
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
-from airflow_sync_provider.core.positions import BinlogError
+from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, read_table_schema
@@ -96,7 +96,8 @@ class CopiesInClickHouse:
         types = self.types(table)
         return tuple(pa.array([v], type=types[c]).to_pylist()[0] for c, v in zip(columns, values))
 
-    def fetch(self, table: str, columns: tuple[str, ...], values: list[tuple], below: int) -> list[tuple[tuple, int]]:
+    def fetch(self, table: str, columns: tuple[str, ...], values: list[tuple],
+              below: int) -> list[tuple[tuple, int, bool]]:
         route, types = self.route(table), self.types(table)
         ch_types = self._ch_types[table]
         names = self.columns(table)
@@ -105,6 +106,10 @@ class CopiesInClickHouse:
         where = [f"{ch_ident(target.DELETED_COLUMN)} = 0", f"{ch_ident(target.VERSION_COLUMN)} < {int(below)}", mine]
         if route.keep:
             where.append(f"{ch_ident(DELETED_AT_SOURCE)} = 0")
+        # rows older than a re-copy in place are stale (out-ranked or removed when it ends)
+        recopying = (route.table.recopying or {}) if route.table is not None else {}
+        floor = BinlogPosition.from_dict(recopying["position"]).snapshot_version() \
+            if recopying.get("position") and not route.also else 0
         probe = f"({', '.join(map(ch_ident, columns))})" if len(columns) > 1 else ch_ident(columns[0])
         out = []
         for start in range(0, len(values), IN_LIST):
@@ -118,7 +123,7 @@ class CopiesInClickHouse:
                 continue
             found = found.cast(pa.schema([pa.field(n, types[n]) for n in names + [target.VERSION_COLUMN]]))
             data = [found.column(i).to_pylist() for i in range(found.num_columns)]
-            out += [(row[:-1], row[-1]) for row in zip(*data)]
+            out += [(row[:-1], row[-1], row[-1] < floor) for row in zip(*data)]
         return out
 
     def arrow(self, table: str, rows: list[tuple], versions: list[int], deleted: list[int], at: list[int]) -> pa.Table:
@@ -132,7 +137,9 @@ class CopiesInClickHouse:
                    pa.array(deleted, type=types[target.DELETED_COLUMN])]
         names = names + [target.VERSION_COLUMN, target.DELETED_COLUMN]
         if route.keep:
-            arrays.append(pa.array(at, pa.int64()).cast(pa.timestamp("s")).cast(types[DELETED_AT_SOURCE]))
+            kind = types[DELETED_AT_SOURCE]  # a DateTime: Unix seconds, as an integer or a timestamp
+            arrays.append(pa.array(at, kind) if pa.types.is_integer(kind) else
+                          pa.array(at, pa.int64()).cast(pa.timestamp("s")).cast(kind))
             names.append(DELETED_AT_SOURCE)
         return pa.Table.from_arrays(arrays, names=names)
 
@@ -253,7 +260,8 @@ class Cascading:
     def _write(self, copies: CopiesInClickHouse, changes: list[Change], per_table: dict | None) -> int:
         by_table: dict[str, list[Change]] = defaultdict(list)
         for change in changes:
-            by_table[change.table].append(change)
+            if change.written:
+                by_table[change.table].append(change)
         written = 0
         for table, items in by_table.items():
             route = copies.route(table)

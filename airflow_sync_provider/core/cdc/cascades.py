@@ -71,6 +71,9 @@ class Change:
     after: tuple | None
     version: int
     at: int
+    # False: the change only leads on to the row's own children; the row itself is being re-copied
+    # (a stale row, or a change its re-copy's snapshot already holds) and is not written
+    written: bool = True
 
 
 class CopyRows(Protocol):
@@ -80,9 +83,11 @@ class CopyRows(Protocol):
     def key(self, table: str) -> list[str]:
         """The columns that tell the copy's rows apart (its key)."""
 
-    def fetch(self, table: str, columns: tuple[str, ...], values: list[tuple], below: int) -> list[tuple[tuple, int]]:
+    def fetch(self, table: str, columns: tuple[str, ...], values: list[tuple],
+              below: int) -> list[tuple[tuple, int, bool]]:
         """The copy's live rows whose ``columns`` hold one of ``values``, ranked below ``below``:
-        (row, version) pairs."""
+        (row, version, stale) — stale: a row a re-copy in place has not replaced yet, good to
+        follow a chain through, never to be written back."""
 
     def normalize(self, table: str, columns: tuple[str, ...], values: tuple) -> tuple:
         """``values`` (a parent row's, as the binlog reader makes them) as ``table``'s copy holds
@@ -103,11 +108,12 @@ class Cascades:
         # a copy being filled by a re-copy from a later position: that copy holds the cascades before it
         self.skip_before = skip_before or {}
         self._at: dict = {}  # (table, columns) → their places in a row
-        self._rows: dict = defaultdict(dict)  # table → key → (row, version): copy rows fetched
+        self._rows: dict = defaultdict(dict)  # table → key → (row, version, stale): copy rows fetched
         self._found: dict = defaultdict(lambda: defaultdict(list))  # (table, columns) → value → keys
         self._fetched: dict = defaultdict(set)  # (table, columns) → values fetched
         self._state: dict = defaultdict(dict)  # table → key → row or None: rows changed so far (the overlay)
         self._index: dict = defaultdict(lambda: defaultdict(set))  # (table, columns) → value → overlay keys
+        self._stale: dict = {}  # (table, key) → the overlay row is not written (see Change.written)
         self._below = 0
         self.changes: list[Change] = []
         self.unresolved: set[str] = set()  # chains through a table another stream copies (CascadePlan.ahead)
@@ -138,9 +144,9 @@ class Cascades:
             return
         at = self.places(table, columns)
         found = self._found[(table, columns)]
-        for row, version in self.copies.fetch(table, columns, wanted, self._below):
+        for row, version, stale in self.copies.fetch(table, columns, wanted, self._below):
             key = self._key_of(table, row)
-            self._rows[table].setdefault(key, (row, version))
+            self._rows[table].setdefault(key, (row, version, stale))
             found[project(row, at)].append(key)
         self._fetched[(table, columns)].update(wanted)
         held = sum(len(r) for r in self._rows.values())
@@ -149,32 +155,33 @@ class Cascades:
                                "(cascade_rows, the bound on rows held at once): raise cascade_rows for this "
                                "pipeline; a retry stops here again")
 
-    def _candidates(self, key: ForeignKey, value: tuple, trigger: Trigger) -> list[tuple]:
+    def _candidates(self, key: ForeignKey, value: tuple, trigger: Trigger) -> list[tuple[tuple, bool]]:
         """The child rows of ``key`` that reference ``value`` as they are before ``trigger``:
         copy rows ranked below its version that no change here has touched, then rows changed
-        here whose values now match."""
+        here whose values now match; each with whether it is stale."""
         self._prefetch(key.child, key.columns, [value])
         state, out = self._state[key.child], []
         rows = self._rows[key.child]
         for k in self._found[(key.child, key.columns)].get(value, ()):
             if k in state:
                 continue
-            row, version = rows[k]
+            row, version, stale = rows[k]
             if version < trigger.version or (trigger.inclusive and version == trigger.version):
-                out.append(row)
+                out.append((row, stale))
         at = self.places(key.child, key.columns)
         for k in sorted(self._index[(key.child, key.columns)].get(value, ()), key=repr):
             row = state.get(k)
             if row is not None and project(row, at) == value:
-                out.append(row)
+                out.append((row, self._stale.get((key.child, k), False)))
         return out
 
-    def _record(self, table: str, before: tuple, after: tuple | None, trigger: Trigger) -> None:
+    def _record(self, table: str, before: tuple, after: tuple | None, trigger: Trigger, written: bool) -> None:
         old_key = self._key_of(table, before)
         state = self._state[table]
         state[old_key] = None
         if after is not None:
             state[self._key_of(table, after)] = after
+            self._stale[(table, self._key_of(table, after))] = not written
         for (name, columns), index in self._index.items():  # the overlay's indexes follow the row
             if name != table:
                 continue
@@ -182,7 +189,7 @@ class Cascades:
             index[project(before, at)].discard(old_key)
             if after is not None:
                 index[project(after, at)].add(self._key_of(table, after))
-        self.changes.append(Change(table, before, after, trigger.version, trigger.at))
+        self.changes.append(Change(table, before, after, trigger.version, trigger.at, written))
 
     # --- the walk ------------------------------------------------------------------------
 
@@ -229,8 +236,6 @@ class Cascades:
         """The old values ``key`` matches children by and the new ones (None when deleted), as the
         child's copy holds them; None: nothing to do (a NULL never matches, and an update that
         leaves the referenced columns as they were changes no child)."""
-        if trigger.version < self.skip_before.get(key.child, 0):
-            return None
         columns = self.plan.parents[trigger.parent]
         at = [columns.index(c) for c in key.referenced]
         old = project(trigger.old, at)
@@ -262,7 +267,9 @@ class Cascades:
             at = self.places(key.child, key.columns)
             new_values = new if new is not None and action == CASCADE else (None,) * len(at)
             child_columns = self.plan.parents.get(key.child)
-            for row in self._candidates(key, value, trigger):
+            # a change the child's re-copy snapshot holds already is followed to its own children only
+            covered = trigger.version < self.skip_before.get(key.child, 0)
+            for row, stale in self._candidates(key, value, trigger):
                 if trigger.new is None and action == CASCADE:
                     after = None
                 else:
@@ -270,7 +277,7 @@ class Cascades:
                     for i, v in zip(at, new_values):
                         changed[i] = v
                     after = tuple(changed)
-                self._record(key.child, row, after, trigger)
+                self._record(key.child, row, after, trigger, not (stale or covered))
                 if child_columns is not None:  # the child is a parent too: its own children follow
                     child_at = self.places(key.child, child_columns)
                     old = project(row, child_at)

@@ -235,6 +235,18 @@ class CascadePlan:
     def into(self, table: str) -> list[ForeignKey]:
         return [k for k in self.keys if k.child == table]
 
+    def below(self, table: str) -> set[str]:
+        """The tables a cascade from ``table`` can reach (its children, theirs, …)."""
+        found, todo = set(), [table]
+        while todo:
+            parent = todo.pop()
+            for key in self.keys:
+                if key.parent == parent and key.child not in found:
+                    found.add(key.child)
+                    todo.append(key.child)
+        found.discard(table)
+        return found
+
     def to_dict(self) -> dict:
         return {"keys": [k.to_dict() for k in self.keys], "parents": {p: list(c) for p, c in self.parents.items()},
                 "gaps": self.gaps}
