@@ -1,0 +1,276 @@
+"""Foreign keys and cascades as plain logic (core/cdc/foreign_keys.py, core/cdc/cascades.py,
+core/cdc/binlog/parents.py): the keys through DDL, the plan, the server's own logging, and the
+cascades derived from copies against a model of InnoDB, batch by batch as the applier runs them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_sync_provider.core.cdc import ddl
+from airflow_sync_provider.core.cdc.binlog.parents import triggers_of
+from airflow_sync_provider.core.cdc.binlog.routes import MOVED
+from airflow_sync_provider.core.cdc.cascades import CascadeError, Cascades, Trigger
+from airflow_sync_provider.core.cdc.foreign_keys import ForeignKey, ForeignKeys, logs_cascades
+
+
+def after(keys: ForeignKeys, text: str, schema: str = "s") -> ForeignKeys:
+    found, understood = keys.after(text, schema, ddl.parse(text, schema))
+    assert understood
+    return found
+
+
+def test_keys_follow_add_drop_create_and_renames():
+    keys = ForeignKeys()
+    keys = after(keys, "ALTER TABLE c ADD CONSTRAINT c_p FOREIGN KEY (p_id) REFERENCES p (id) ON UPDATE CASCADE")
+    assert keys.keys == [ForeignKey("c_p", "s.c", ("p_id",), "s.p", ("id",), "CASCADE", "RESTRICT")]
+    # unnamed: InnoDB's generated name; a key that does nothing (RESTRICT) is not kept
+    keys = after(keys, "ALTER TABLE c ADD FOREIGN KEY (a, b) REFERENCES o.q (x, y) ON DELETE SET NULL")
+    keys = after(keys, "ALTER TABLE c ADD FOREIGN KEY (z) REFERENCES p (id)")
+    assert keys.keys[1] == ForeignKey("c_ibfk_1", "s.c", ("a", "b"), "o.q", ("x", "y"), "RESTRICT", "SET NULL")
+    assert len(keys.keys) == 2
+    keys = after(keys, "CREATE TABLE s.g (id INT PRIMARY KEY, c INT, CONSTRAINT g_c FOREIGN KEY (c) "
+                       "REFERENCES c (id) ON DELETE CASCADE)")
+    assert keys.keys[-1] == ForeignKey("g_c", "s.g", ("c",), "s.c", ("id",), "RESTRICT", "CASCADE")
+    keys = after(keys, "ALTER TABLE p RENAME COLUMN id TO pid")
+    keys = after(keys, "ALTER TABLE c CHANGE p_id parent INT")
+    assert keys.keys[0].referenced == ("pid",) and keys.keys[0].columns == ("parent",)
+    keys = after(keys, "RENAME TABLE p TO p2, c TO c2")
+    assert [(k.child, k.parent) for k in keys.keys] == [("s.c2", "s.p2"), ("s.c2", "o.q"), ("s.g", "s.c2")]
+    keys = after(keys, "ALTER TABLE c2 DROP FOREIGN KEY C_P")  # names are case-insensitive
+    assert [k.name for k in keys.keys] == ["c_ibfk_1", "g_c"]
+    keys = after(keys, "DROP TABLE g")
+    assert [k.name for k in keys.keys] == ["c_ibfk_1"]
+    keys = after(keys, "ALTER TABLE c2 ADD COLUMN w INT")  # nothing about keys
+    assert [k.name for k in keys.keys] == ["c_ibfk_1"]
+    assert ForeignKeys.of(keys.to_list()) == keys
+
+
+def test_a_statement_the_parser_cannot_read_is_said_so():
+    text = "ALTER TABLE c ADD CONSTRAINT x FOREIGN KEY (a) REFERENCES p (id) ON DELETE CASCADE ???"
+    _, understood = ForeignKeys().after(text, "s", ddl.parse(text, "s"))
+    assert not understood
+
+
+def test_the_plan_takes_chains_and_names_the_tables_it_cannot_follow_through():
+    keys = ForeignKeys([
+        ForeignKey("b_a", "s.b", ("a",), "s.a", ("id",), "CASCADE", "CASCADE"),
+        ForeignKey("c_b", "s.c", ("b",), "s.b", ("id",), "CASCADE", "SET NULL"),
+        ForeignKey("c_b2", "s.c", ("b2", "b3"), "s.b", ("code", "id"), "RESTRICT", "CASCADE"),
+        ForeignKey("x_y", "s.x", ("y",), "s.y", ("id",), "CASCADE", "CASCADE"),
+    ])
+    plan = keys.plan({"s.c"})
+    assert {k.name for k in plan.keys} == {"b_a", "c_b", "c_b2"}
+    assert plan.parents == {"s.a": ("id",), "s.b": ("id", "code")}
+    assert list(plan.gaps) == ["s.b"]  # b's rows are needed to follow a → b → c
+    joining = keys.plan({"s.c"}, elsewhere={"s.b"})
+    assert not joining.gaps and joining.ahead == {"s.b"}
+    assert keys.plan({"s.a", "s.b", "s.c"}).below("s.a") == {"s.b", "s.c"}
+    assert [k.name for k, _ in plan.acting("s.b", deleted=False)] == ["c_b"]
+    assert [a for _, a in plan.acting("s.b", deleted=True)] == ["SET NULL", "CASCADE"]
+
+
+class FakeConn:
+    def __init__(self, version, native=None):
+        self.answers = {"SELECT VERSION()": version, "SELECT @@GLOBAL.innodb_native_foreign_keys": native}
+
+    def cursor(self):
+        conn = self
+
+        class Cursor:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def execute(self, sql):
+                self.value = conn.answers[sql]
+                if self.value is None:
+                    raise RuntimeError("Unknown system variable")
+
+            def fetchone(self):
+                return (self.value,)
+
+        return Cursor()
+
+
+@pytest.mark.parametrize("version, native, logged", [
+    ("10.11.6-MariaDB-0+deb12u1-log", None, False), ("8.0.36", None, False), ("8.4.3", None, False),
+    ("9.5.0", None, False), ("9.6.0", "0", True), ("9.6.0", "OFF", True), ("9.6.0", None, True),
+    ("9.6.0", "1", False), ("10.0.1", "ON", False)])
+def test_a_server_that_logs_cascades_itself_is_told_apart(version, native, logged):
+    assert logs_cascades(FakeConn(version, native)) is logged
+
+
+def test_triggers_come_from_old_images_of_deletes_and_key_changes():
+    r = object()
+    items = [(r, 0, (1, "x"), 10, False),  # an update that kept the key: nothing
+             (r, 0, (2, "y"), 11, True), (r, 0, (20, "y"), 11, False),  # key 2 → 20
+             (r, 0, (3, "z"), 12, 1_700_000_000),  # a kept delete (its commit time)
+             (r, 0, (4, "w"), 13, MOVED), (r, 0, (4, "v"), 13, False),  # moved within its key: nothing
+             (r, 0, (5, "u"), 14, True)]  # a delete
+    assert triggers_of(items, [0], "s.p", 7) == [Trigger("s.p", 11, (2,), (20,), 7), Trigger("s.p", 12, (3,), None, 7),
+                                                 Trigger("s.p", 14, (5,), None, 7)]
+
+
+# --- the cascades against a model of InnoDB -----------------------------------------------------------
+
+KEYS = [
+    ForeignKey("b_a", "s.b", ("a",), "s.a", ("id",), "CASCADE", "CASCADE"),
+    ForeignKey("c_b", "s.c", ("b",), "s.b", ("id",), "CASCADE", "SET NULL"),
+    ForeignKey("c_a", "s.c", ("a",), "s.a", ("id",), "SET NULL", "CASCADE"),
+    ForeignKey("t_up", "s.t", ("up",), "s.t", ("id",), "RESTRICT", "CASCADE"),
+]
+COLUMNS = {"s.a": ["id"], "s.b": ["id", "a"], "s.c": ["id", "b", "a"], "s.t": ["id", "up"]}
+
+
+class Model:
+    """Tables as InnoDB holds them: a change of a parent walks its keys (by name), depth first."""
+
+    def __init__(self):
+        self.rows = {t: {} for t in COLUMNS}
+
+    def change(self, table, key, new):
+        """Update (new: a row) or delete (None) one row; returns the rows logged (the statement's
+        own), or None when a key refuses it."""
+        old = self.rows[table].get(key)
+        if old is None or (new is not None and new[0] != key and new[0] in self.rows[table]):
+            return None
+        if table == "s.t" and new is not None and new[0] != key and any(r[1] == key for r in self.rows[table].values()):
+            return None  # a self-referencing ON UPDATE CASCADE acts as RESTRICT
+        if new is not None and not self._refs_ok(table, new):
+            return None
+        self._apply(table, old, new)
+        return old, new
+
+    def _refs_ok(self, table, row):
+        for k in KEYS:
+            if k.child == table:
+                value = row[COLUMNS[table].index(k.columns[0])]
+                if value is not None and value not in self.rows[k.parent] and not (k.parent == table and value == row[0]):
+                    return False
+        return True
+
+    def _apply(self, table, old, new):
+        del self.rows[table][old[0]]
+        if new is not None:
+            self.rows[table][new[0]] = new
+        for k in sorted(KEYS, key=lambda k: k.name):
+            if k.parent != table:
+                continue
+            at = COLUMNS[k.child].index(k.columns[0])
+            if new is not None and new[0] == old[0]:
+                continue
+            action = k.on_delete if new is None else k.on_update
+            if action not in ("CASCADE", "SET NULL"):
+                continue
+            for row in [r for r in list(self.rows[k.child].values()) if r[at] == old[0]]:
+                if row[0] not in self.rows[k.child]:
+                    continue
+                row = self.rows[k.child][row[0]]
+                if new is None and action == "CASCADE":
+                    self._apply(k.child, row, None)
+                else:
+                    changed = list(row)
+                    changed[at] = None if action == "SET NULL" else new[0]
+                    self._apply(k.child, row, tuple(changed))
+
+
+class DictCopies:
+    """Copies as {table: {key: (row, version, deleted)}} (FINAL's view)."""
+
+    def __init__(self):
+        self.tables = {t: {} for t in COLUMNS}
+
+    def columns(self, table):
+        return COLUMNS[table]
+
+    def key(self, table):
+        return ["id"]
+
+    def normalize(self, table, columns, values):
+        return values
+
+    def fetch(self, table, columns, values, below):
+        at = [COLUMNS[table].index(c) for c in columns]
+        wanted = set(values)
+        return [(row, version, False) for row, version, deleted in self.tables[table].values()
+                if not deleted and version < below and tuple(row[i] for i in at) in wanted]
+
+    def write(self, table, row, version, deleted):
+        current = self.tables[table].get(row[0])
+        if current is None or current[1] <= version:
+            self.tables[table][row[0]] = (row, version, deleted)
+
+    def live(self, table):
+        return {k: r for k, (r, _, d) in self.tables[table].items() if not d}
+
+
+def _operation():
+    table = st.sampled_from(["s.a", "s.b", "s.c", "s.t"])
+    return st.tuples(table, st.integers(1, 12), st.one_of(st.none(), st.integers(1, 14)), st.integers(0, 12))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_operation(), min_size=1, max_size=40), st.lists(st.integers(1, 6), min_size=1, max_size=12))
+def test_cascades_derived_from_the_copies_match_innodb_batch_by_batch(operations, cuts):
+    """Random statements on a ← b ← c (with c → a too) and a self-referencing tree t: the binlog
+    holds each statement's own rows; the applier writes each batch's rows, then resolves its
+    triggers against the copies. After every batch the copies equal the model."""
+    from airflow_sync_provider.core.cdc.foreign_keys import ForeignKeys
+
+    model, copies = Model(), DictCopies()
+    for i in range(1, 9):  # every table starts full, consistent, copied at version 1
+        for table, row in (("s.a", (i,)), ("s.b", (i, 1 + i % 4)), ("s.c", (i, 1 + i % 6, 1 + i % 3)),
+                           ("s.t", (i, None if i == 1 else i // 2))):
+            model.rows[table][i] = row
+            copies.write(table, row, 1, False)
+    plan = ForeignKeys(KEYS).plan(set(COLUMNS))
+    version, batch, events = 100, [], []
+    cut_at = iter(cuts)
+    size = next(cut_at, 3)
+    for table, key, new_key, value in operations:
+        old = model.rows[table].get(key)
+        if old is None:
+            continue
+        if new_key is None:
+            new = None
+        else:
+            new = (new_key, *old[1:])
+            if len(old) > 1 and value % 3 == 0:  # or a change of a reference instead
+                new = (key, value or None, *old[2:])
+        logged = model.change(table, key, new)
+        if logged is None:
+            continue
+        version += 100
+        events.append((table, logged, version))
+        if len(events) >= size:
+            batch.append(events)
+            events, size = [], next(cut_at, 3)
+    batch.append(events)
+    for events in batch:
+        triggers = []
+        for table, (old, new), v in events:  # the batch's own rows, as the binlog has them
+            if new is not None and new[0] != old[0]:
+                copies.write(table, old, v, True)
+            copies.write(table, new or old, v, new is None)
+            if table in plan.parents and (new is None or new[0] != old[0]):
+                triggers.append(Trigger(table, v, (old[0],), None if new is None else (new[0],)))
+        for change in Cascades(plan, copies).resolve(triggers):
+            if change.after is None or change.after[0] != change.before[0]:
+                copies.write(change.table, change.before, change.version, True)
+            if change.after is not None:
+                copies.write(change.table, change.after, change.version, False)
+    for table in COLUMNS:
+        assert copies.live(table) == model.rows[table], table
+
+
+def test_a_cascade_beyond_the_bound_stops_with_the_remedy():
+    copies = DictCopies()
+    for i in range(1, 50):
+        copies.write("s.b", (i, 1), 1, False)
+    plan = ForeignKeys(KEYS[:1]).plan({"s.b"})
+    with pytest.raises(CascadeError, match="more than 10 rows.*raise cascade_rows"):
+        Cascades(plan, copies, max_rows=10).resolve([Trigger("s.a", 5, (1,), None)])
