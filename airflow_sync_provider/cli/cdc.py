@@ -73,6 +73,12 @@ def _add_apply_parser(cdc_sub, name: str, text: str) -> None:
     command.add_argument("--verify-every", type=float, default=0.0, help=argparse.SUPPRESS)
     command.add_argument("--no-verify-after-ddl", action="store_true",
                          help="do not check a table after a DDL changed it")
+    command.add_argument("--no-follow-cascades", action="store_true",
+                         help="do not derive the rows foreign-key cascades change without binlog events (the "
+                              "copies of their children then go wrong; for measuring, or a server known to log them: "
+                              "MySQL >= 9.6 is detected by itself)")
+    command.add_argument("--cascade-rows", type=int, default=2_000_000,
+                         help="child rows a batch's cascades may hold in memory at once (the bound)")
     command.add_argument("--placement", choices=("driver", "executors"), default="driver",
                          help="a source group: every source's pipeline in the driver (a thread each), or as a "
                               "long-running Spark task each on the cluster's executors")
@@ -102,6 +108,7 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         service=service, verify=args.verify, verify_period=args.verify_every or args.verify_period,
                         verify_budget=args.verify_budget, verify_after_ddl=not args.no_verify_after_ddl,
                         change_selection=args.change_selection, on_binlog_lost=args.on_binlog_lost,
+                        follow_cascades=not args.no_follow_cascades, cascade_rows=args.cascade_rows,
                         max_seconds=getattr(args, "max_seconds", None), batch_seconds=0.5 if service else 1.0,
                         ledger_database=args.ledger_database, hash_salt=salt_of(args))
 
@@ -133,6 +140,7 @@ def applied_line(r: dict) -> str:
                             f"source(s), {r['seconds']:.1f} s"])
     return (f"pipeline {r['pipeline']!r}: {r['events']:,} row changes applied, checkpoint "
             f"{r['checkpoint']['file']}:{r['checkpoint']['pos']}, {r['seconds']:.1f} s"
+            + (f"; {r['cascaded_rows']:,} child rows of foreign-key cascades" if r.get("cascaded_rows") else "")
             + (f"; {len(r['verified'])} table check(s), {r['repaired_shards']} shard(s) repaired" if r["verified"]
                else ""))
 

@@ -79,9 +79,11 @@ class CdcApplyOperator(SparkJobOperator):
                  verify_after_ddl: bool = True, change_selection: bool = False, on_binlog_lost: str = "recopy",
                  verify_every: float = 0.0, sources: list | None = None, merge_into: str = "",
                  placement: str = "driver", on_shard_removed: str = "keep",
+                 follow_cascades: bool = True, cascade_rows: int = 2_000_000,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.follow_cascades, self.cascade_rows = follow_cascades, cascade_rows
         self.sources = sources
         self.merge_into = merge_into
         self.placement = placement
@@ -134,7 +136,8 @@ class CdcApplyOperator(SparkJobOperator):
                             verify=self.verify,
                             verify_period=self.verify_period, verify_budget=self.verify_budget,
                             verify_after_ddl=self.verify_after_ddl, change_selection=self.change_selection,
-                            on_binlog_lost=self.on_binlog_lost, ledger_database=self.ledger_database)
+                            on_binlog_lost=self.on_binlog_lost, follow_cascades=self.follow_cascades,
+                            cascade_rows=self.cascade_rows, ledger_database=self.ledger_database)
 
     def summarize(self, result: dict) -> dict:
         if "sources" in result:  # a source group: every source's pipeline
@@ -151,5 +154,9 @@ class CdcApplyOperator(SparkJobOperator):
             self.log.info("Verified %s up to %s: %d slice(s), mismatched %s%s", look["table"], look["position"],
                           look["shards"], look["mismatched"] or "none",
                           f" ({look['note']})" if look.get("note") else "")
-        return {k: result[k] for k in ("pipeline", "tables", "joined", "start", "checkpoint", "stop", "events",
-                                       "rows_written", "ddl", "recopied", "verified", "repaired_shards", "seconds")}
+        if result.get("cascaded_rows"):
+            self.log.info("Foreign-key cascades: %d child rows written at their parents' positions",
+                          result["cascaded_rows"])
+        return {k: result.get(k) for k in ("pipeline", "tables", "joined", "start", "checkpoint", "stop", "events",
+                                           "rows_written", "cascaded_rows", "ddl", "recopied", "verified",
+                                           "repaired_shards", "seconds")}

@@ -295,8 +295,10 @@ class PipelineRun(RunStart):
     def _cascades(self, stream: Stream, batch: Decoded, per_table: dict) -> None:
         """Write the children's changes of the batch's cascading parent changes (spark/cdc_cascades.py),
         after the batch's own rows and before the checkpoint passes them."""
+        began = time.monotonic()
         written = self.cascading.follow(stream.routes, batch.cascades, per_table)
         self.totals.cascaded_rows += written
+        self.totals.cascade_seconds = round(self.totals.cascade_seconds + time.monotonic() - began, 3)
         crash_point("cdc.cascaded")
 
     def _piece(self, stream: Stream, batch: Decoded, per_table: dict, staged: int) -> None:

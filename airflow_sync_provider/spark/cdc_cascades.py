@@ -324,17 +324,19 @@ def _rows(route: TableRoute, changes: list[Change], weights: dict) -> list[tuple
     marked with its commit time."""
     weight_at = route.names.index(route.weight.name) if route.weight is not None else None
     final: dict = {}
+    place_of = route.place_getter  # a value (one column) or a tuple: compared, not unpacked
     for change in changes:
         before, after = change.before, change.after
+        old = place_of(before)
         if after is None:
-            final[route.place_of(before)] = (before, change.version, 0, change.at) if route.keep else \
-                (before, change.version, 1, 0)
+            final[old] = (before, change.version, 0, change.at) if route.keep else (before, change.version, 1, 0)
             continue
         if weight_at is not None and after[weight_at] != before[weight_at]:
             after = after[:-1] + (weights[after[weight_at]],)
-        if route.place_of(after) != route.place_of(before):
-            final[route.place_of(before)] = (before, change.version, 1, 0)
-        final[route.place_of(after)] = (after, change.version, 0, 0)
+        new = place_of(after)
+        if new != old:
+            final[old] = (before, change.version, 1, 0)
+        final[new] = (after, change.version, 0, 0)
     return list(final.values())
 
 

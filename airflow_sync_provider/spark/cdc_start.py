@@ -95,6 +95,7 @@ class Totals:
     pieces: int = 0  # pieces of large transactions written (core/cdc/binlog/batches.Batch)
     xa_staged: int = 0  # rows of large XA transactions written to staging (core/cdc/staging.py)
     cascaded_rows: int = 0  # child rows written for foreign-key cascades (spark/cdc_cascades.py)
+    cascade_seconds: float = 0.0  # the time spent deriving and writing them
 
 
 class RunStart:

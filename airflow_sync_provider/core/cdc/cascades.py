@@ -29,6 +29,7 @@ them from ClickHouse; a dict in the tests), bounded by ``max_rows`` rows held at
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Protocol
@@ -61,7 +62,7 @@ class Trigger:
         return self.new is None
 
 
-@dataclass
+@dataclass(slots=True)
 class Change:
     """A child row changed by a cascade: ``before`` as the copy held it, ``after`` (None: deleted),
     at ``version``; rows are tuples in :meth:`CopyRows.columns` order."""
@@ -112,13 +113,15 @@ class Cascades:
         self._found: dict = defaultdict(lambda: defaultdict(list))  # (table, columns) → value → keys
         self._fetched: dict = defaultdict(set)  # (table, columns) → values fetched
         self._state: dict = defaultdict(dict)  # table → key → row or None: rows changed so far (the overlay)
-        self._index: dict = defaultdict(lambda: defaultdict(set))  # (table, columns) → value → overlay keys
+        self._index: dict = defaultdict(lambda: defaultdict(dict))  # (table, columns) → value → overlay keys (in order)
         self._stale: dict = {}  # (table, key) → the overlay row is not written (see Change.written)
+        self._getters: dict = {}
+        self._keys: dict = {}
+        self._log: dict = defaultdict(list)  # table → its overlay's changes, in order (see _indexed)
+        self._seen: dict = {}  # (table, columns) → how many of them its index has taken in
         self._below = 0
         self.changes: list[Change] = []
         self.unresolved: set[str] = set()  # chains through a table another stream copies (CascadePlan.ahead)
-        for key in plan.keys:  # the overlay indexes every key's columns from the first change on
-            self._index[(key.child, key.columns)]  # noqa: B018
 
     # --- rows ----------------------------------------------------------------------------
 
@@ -134,20 +137,33 @@ class Cascades:
             found = self._at[(table, columns)] = [names.index(c) for c in columns]
         return found
 
-    def _key_of(self, table: str, row: tuple) -> tuple:
-        return project(row, self.places(table, tuple(self.copies.key(table))))
+    def getter(self, table: str, columns: tuple[str, ...]):
+        """A function of a row of ``table``: its ``columns``' values, as a tuple."""
+        found = self._getters.get((table, columns))
+        if found is None:
+            at = self.places(table, columns)
+            found = self._getters[(table, columns)] = (lambda row, i=at[0]: (row[i],)) if len(at) == 1 \
+                else operator.itemgetter(*at)
+        return found
+
+    def key_getter(self, table: str):
+        found = self._keys.get(table)
+        if found is None:
+            found = self._keys[table] = self.getter(table, tuple(self.copies.key(table)))
+        return found
 
     def _prefetch(self, table: str, columns: tuple[str, ...], values) -> None:
         """Fetch the copy rows of ``values`` not fetched yet (one query for them all)."""
         wanted = [v for v in dict.fromkeys(values) if v not in self._fetched[(table, columns)]]
         if not wanted:
             return
-        at = self.places(table, columns)
+        get, key_of, rows = self.getter(table, columns), self.key_getter(table), self._rows[table]
         found = self._found[(table, columns)]
         for row, version, stale in self.copies.fetch(table, columns, wanted, self._below):
-            key = self._key_of(table, row)
-            self._rows[table].setdefault(key, (row, version, stale))
-            found[project(row, at)].append(key)
+            key = key_of(row)
+            if key not in rows:
+                rows[key] = (row, version, stale)
+            found[get(row)].append(key)
         self._fetched[(table, columns)].update(wanted)
         held = sum(len(r) for r in self._rows.values())
         if held > self.max_rows:
@@ -168,27 +184,40 @@ class Cascades:
             row, version, stale = rows[k]
             if version < trigger.version or (trigger.inclusive and version == trigger.version):
                 out.append((row, stale))
-        at = self.places(key.child, key.columns)
-        for k in sorted(self._index[(key.child, key.columns)].get(value, ()), key=repr):
+        get = self.getter(key.child, key.columns)
+        for k in list(self._indexed(key.child, key.columns).get(value, ())):
             row = state.get(k)
-            if row is not None and project(row, at) == value:
+            if row is not None and get(row) == value:
                 out.append((row, self._stale.get((key.child, k), False)))
         return out
 
+    def _indexed(self, table: str, columns: tuple[str, ...]) -> dict:
+        """The overlay's rows of ``table`` by their ``columns``' values (value → keys, in the
+        order they were changed), brought up to date with the changes made since it was last
+        looked at: an index nobody looks at again (most cascades) costs nothing."""
+        index = self._index[(table, columns)]
+        log, done = self._log[table], self._seen.get((table, columns), 0)
+        if done < len(log):
+            get = self.getter(table, columns)
+            for old_key, before, new_key, after in log[done:]:
+                index[get(before)].pop(old_key, None)
+                if after is not None:
+                    index[get(after)][new_key] = None
+            self._seen[(table, columns)] = len(log)
+        return index
+
     def _record(self, table: str, before: tuple, after: tuple | None, trigger: Trigger, written: bool) -> None:
-        old_key = self._key_of(table, before)
+        key_of = self.key_getter(table)
+        old_key = key_of(before)
         state = self._state[table]
         state[old_key] = None
+        new_key = None
         if after is not None:
-            state[self._key_of(table, after)] = after
-            self._stale[(table, self._key_of(table, after))] = not written
-        for (name, columns), index in self._index.items():  # the overlay's indexes follow the row
-            if name != table:
-                continue
-            at = self.places(table, columns)
-            index[project(before, at)].discard(old_key)
-            if after is not None:
-                index[project(after, at)].add(self._key_of(table, after))
+            new_key = key_of(after)
+            state[new_key] = after
+            if not written:
+                self._stale[(table, new_key)] = True
+        self._log[table].append((old_key, before, new_key, after))
         self.changes.append(Change(table, before, after, trigger.version, trigger.at, written))
 
     # --- the walk ------------------------------------------------------------------------
