@@ -414,3 +414,42 @@ def test_a_child_recopied_beside_a_service_while_cascades_land_ends_exact(mysql_
     # the chain through txn was followed from its stale rows during the re-copy; memo is then
     # looked at (the net), and found right
     assert "verified against the source" in out and last["repaired_shards"] == 0, last
+
+
+def test_a_source_group_follows_each_servers_cascades_into_its_own_rows_of_the_merged_copy(
+        mysql_url, mysql_conn, ch, endpoints, spark, tmp_path):
+    """Two servers, each with acct ← txn (overlapping ids), txn merged into one copy, acct not
+    copied: a renumber on one server and a delete on the other reach only that server's rows."""
+    import pymysql
+
+    from airflow_sync_provider.core.endpoints import MySQLEndpoint
+    from airflow_sync_provider.core.source.group import Merge, Source
+    from airflow_sync_provider.spark.cdc_group import run_group_apply, run_group_bootstrap
+    from devenv.mariadb import MariaDB
+    from tests.helpers import assert_merged_rows
+
+    with MariaDB(tmp_path / "second", settings={"server_id": "31"}) as second:
+        conns = {"one": mysql_conn, "two": pymysql.connect(**MySQLEndpoint.from_url(second.url).connect_args(),
+                                                          autocommit=True)}
+        for conn in conns.values():
+            _fresh(conn, *HOSTILE[:2])
+            _sql(conn, f"INSERT INTO {DB}.acct SELECT seq, 'a' FROM {DB}.seq_1_to_20",
+                 f"INSERT INTO {DB}.txn SELECT seq, 1 + seq % 20, seq FROM {DB}.seq_1_to_400")
+        sources = [Source("one", endpoints[0]), Source("two", MySQLEndpoint.from_url(second.url))]
+        merge, select = Merge.of("fk_merged.txn"), TableSet(select={"databases": [DB], "tables": ["txn"]})
+        run_group_bootstrap(CdcBootstrapSpec(target=endpoints[1], pipeline="fk-group", sources=sources, merge=merge,
+                                             tableset=select), spark)
+
+        def apply_group():
+            return run_group_apply(CdcApplySpec(target=endpoints[1], pipeline="fk-group", sources=sources, merge=merge,
+                                                verify_period=0, verify_after_ddl=False), spark)
+
+        apply_group()
+        members = [("one", DB, "txn"), ("two", DB, "txn")]
+        assert_merged_rows(conns, ch, "fk_merged.txn", members)
+        _sql(conns["one"], f"UPDATE {DB}.acct SET id = 500 WHERE id = 5")
+        _sql(conns["two"], f"DELETE FROM {DB}.acct WHERE id = 6")
+        apply_group()
+        assert_merged_rows(conns, ch, "fk_merged.txn", members)
+        assert int(ch.command("SELECT count() FROM fk_merged.txn FINAL WHERE acct = 500 AND _deleted = 0")) == 20
+        conns["two"].close()
