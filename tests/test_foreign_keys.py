@@ -149,7 +149,8 @@ class Model:
         for k in KEYS:
             if k.child == table:
                 value = row[COLUMNS[table].index(k.columns[0])]
-                if value is not None and value not in self.rows[k.parent] and not (k.parent == table and value == row[0]):
+                itself = k.parent == table and value == row[0]
+                if value is not None and value not in self.rows[k.parent] and not itself:
                     return False
         return True
 
