@@ -64,11 +64,18 @@ def source_rows(conn, database: str, table: str) -> dict:
 
 def target_rows(ch, conn, database: str, table: str, target_database: str | None = None) -> dict:
     schema = read_table_schema(conn, database, table)
+    names = ", ".join(ch_ident(c.name) for c in schema.columns)
+    copy = ch_table(target_database or database, table)
+    formats = {c.name: "bytes" for c in schema.columns if c.data_type in BINARY_TYPES}
+    if not schema.primary_key and "_sign" in {r[0] for r in ch.query(f"DESCRIBE {copy}").result_rows}:
+        # a multiset copy (docs/keyless-tables.md): each distinct row as often as its signs add up to
+        counts = ch.query(f"SELECT {names}, sum(_sign) FROM {copy} FINAL GROUP BY {names} HAVING sum(_sign) != 0",
+                          column_formats=formats).result_rows
+        negative = [r for r in counts if r[-1] < 0]
+        assert not negative, f"{table}: occurrences counted below zero: {negative[:3]}"
+        return Counter(tuple(r[:-1]) for r in counts for _ in range(r[-1]))
     result = ch.query(
-        f"SELECT {', '.join(ch_ident(c.name) for c in schema.columns)} "
-        f"FROM {ch_table(target_database or database, table)}{' FINAL' if schema.primary_key else ''}",
-        column_formats={c.name: "bytes" for c in schema.columns if c.data_type in BINARY_TYPES},
-    )
+        f"SELECT {names} FROM {copy}{' FINAL' if schema.primary_key else ''}", column_formats=formats)
     assert VERSION_COLUMN not in result.column_names
     return _keyed(result.result_rows, schema)
 

@@ -13,6 +13,7 @@ docs/cdc-bootstrap.md argues why every row ends with its latest value.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -132,6 +133,9 @@ class BootstrapCopy(ShardCopy):
         if channel.conn is None:
             channel.conn = mysql_reader.stream_connect(self.spec.source, self.spec.salt)
             channel.kind = flavor(channel.conn)
+        if self.key.keyless:
+            self._read_whole(channel, shard, record, inserts)
+            return
         after, native_sql = self.key.decode(record.resume_key), self.copy.native_sql
         while True:
             holder = {}
@@ -178,9 +182,32 @@ class BootstrapCopy(ShardCopy):
                 break
 
 
+    def _read_whole(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
+        """A table without a key: the whole table in one snapshot (mysqlclient's streaming cursor:
+        memory stays bounded), each row +1 at the snapshot's version; the snapshot's position is
+        kept as the shard's resume point, where the table joins its pipeline (a multiset's rows
+        add up: not one change before it may be applied again, docs/keyless-tables.md). A read cut
+        short is read again whole; what it wrote ranks below the new read and is removed after it."""
+        epoch = BinlogPosition.from_dict(self.state.start_position).epoch
+        position = snapshot_position(channel.conn, channel.kind, self.fence, epoch)
+        version = RowVersion(position.snapshot_version(), {}, epoch=epoch)
+        holder: dict = {}
+        read = mysql_reader.ShardRead(self.plan, self.copy.mappings, self.copy.text_sql, self.spec.batch_rows, False)
+        batches = mysql_reader.read_chunk(channel.conn, read, shard, mysql_reader.Chunk(self.key, None, 0), holder)
+        record.records_read = record.records_written = record.bytes = record.chunks = 0
+        written, nbytes = self.write(channel, inserts, shard, batches, version)
+        cur = channel.conn.cursor()
+        cur.execute("COMMIT")
+        cur.close()
+        record.count_chunk(holder["rows"], written, nbytes)
+        record.version, record.resume_key = version.value, position.to_dict()
+        crash_point("bootstrap.chunk-written")
+        channel.ledger.write_shard(self.state.load_key, self.state.generation, record)
+
+
 def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkpoints: Checkpoints, conn, schema,
                      key: ChunkKey) -> tuple[FullLoadSpec, LoadState, Plan]:
-    load = spec.load_spec(table, key.names[0])
+    load = spec.load_spec(table, key.names[0] if key.names else None)
     state = ledger.state(load.load_key)
     if state is not None and state.status == LOAD_PUBLISHED and not spec.restart:
         if target.table_exists(checkpoints.ch, load.target_database, load.target_table):
@@ -194,8 +221,15 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
     if start is None:
         raise BinlogError(f"table {schema.qualified}: the source has no binlog (log_bin is OFF), so there are no "
                           "changes to catch up with after a bootstrap; copy it with FullLoadOperator instead")
-    plan = plan_table(conn, schema, Sharding(speed=load.speed(), split_column=key.names[0],
-                                             split_factor=spec.split_factor, strategy=spec.strategy))
+    if key.keyless and not flavor(conn).mariadb:
+        raise BootstrapFailed(f"table {schema.qualified} has no primary key: its copy is a multiset whose rows add "
+                              "up, so its snapshot and the binlog position it joins at must be exactly one moment, "
+                              "which MariaDB reports and MySQL does not; give it a primary key (or an invisible "
+                              "one: sql_generate_invisible_primary_key) to follow it from MySQL")
+    # a table without a key is one shard, one snapshot (its indexes would split it)
+    plan = plan_table(conn, dataclasses.replace(schema, indexes=()) if key.keyless else schema,
+                      Sharding(speed=load.speed(), split_column=key.names[0] if key.names else None,
+                               split_factor=spec.split_factor, strategy=spec.strategy))
     state = LoadState(load.load_key, (state.generation + 1) if state else 1, LOAD_RUNNING, schema.qualified,
                       f"{load.target_database}.{load.target_table}", plan.to_dict(), "", 0, public_dict(load),
                       start_position=start.to_dict())
@@ -203,15 +237,27 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
 
 
 def _prepare_target(ch, schema, load: FullLoadSpec, weight: bool) -> None:
+    multiset = not schema.primary_key  # docs/keyless-tables.md
+    if multiset and member_filter(schema)[0] != "1":
+        raise BootstrapFailed(f"table {schema.qualified} has no primary key: merging it into a source group's copy "
+                              "is not supported yet (its rows are a multiset per source); copy each source's table "
+                              "into a copy of its own")
+    if multiset and schema.content.keep_deletes:
+        raise BootstrapFailed(f"table {schema.qualified} has no primary key: a deleted row of its multiset copy "
+                              "leaves it (-1); keeping deletes (on_delete='keep') is for tables with a key")
     database, table = load.target_database, load.target_table
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     layout = target.resolve_layout(ch, database, table, load.layout)  # an existing copy's, or refused
     target.check_content(ch, schema, database, table)  # what it holds (core/content/), or refused
     if not target.table_exists(ch, database, table):
-        ch.command(target.create_table_sql(schema, database, table, layout, weight=weight))
+        ch.command(target.create_table_sql(schema, database, table, layout, weight=weight, multiset=multiset))
         return
     target.check_layout(ch, database, table)
     present = target.column_types(ch, database, table)
+    if multiset and target.SIGN_COLUMN not in present:
+        raise BootstrapFailed(f"table {schema.qualified} has no primary key, and its copy {database}.{table} is a "
+                              "plain MergeTree (a full load's): a followed copy of it must be a multiset of signed "
+                              "rows; drop the copy (the bootstrap makes it) or bootstrap into another target table")
     missing = [m for m in schema.mappings() if m.name not in present]
     if missing and member_filter(schema)[0] != "1":  # a merged copy: a member's new columns join it, Nullable
         for mapping in missing:
@@ -283,12 +329,17 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
             entry = PipelineTable.of(table)
             entry.split_column = plan.split_column
             # no-op once joined
-            checkpoints.register(spec.pipeline, entry, BinlogPosition.from_dict(state.start_position))
+            checkpoints.register(spec.pipeline, entry, _snapshot_of(state) if key.keyless
+                                 else BinlogPosition.from_dict(state.start_position))
         return _summary(state, load, plan, started) | {"skipped": True}
     mappings = schema.mappings()
-    split = schema.column(plan.split_column)
-    weight = split if needs_weight(split) else None  # a collated key: rows carry their weight, as full loads write them
-    native_sql, note = mysql_reader.native_reader("auto", spec.source, plan, mappings, schema.primary_key, weight)
+    split = schema.column(plan.split_column) if plan.split_column else None
+    weight = split if split is not None and needs_weight(split) else None  # a collated key's rows carry their weight
+    if key.keyless:  # one snapshot streamed by mysqlclient (connectorx may buffer a whole query)
+        native_sql, note = None, "mysqlclient (a table without a key: one snapshot, streamed)"
+    else:
+        native_sql, note = mysql_reader.native_reader("auto", spec.source, plan, mappings, schema.primary_key,
+                                                      weight)
     log.info(f"{schema.qualified}: reader {note}")
     _prepare_target(ch, schema, load, weight is not None)
     start = BinlogPosition.from_dict(state.start_position)
@@ -297,7 +348,7 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     entry = PipelineTable.of(table)
     entry.split_column = plan.split_column
     entry.remember_shape(schema)
-    if not spec.recopy:
+    if not spec.recopy and not key.keyless:  # a multiset joins where its one snapshot was taken (below)
         checkpoints.register(spec.pipeline, entry, start, again=spec.restart)
     ledger.write_load(state)
     todo = state.todo()
@@ -306,26 +357,40 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
           f"{len(plan.shards)} shards to read in chunks of {chunk:,} rows, {plan.channels} channel(s) "
           + ("in the driver" if in_driver else "as Spark tasks"))
     # the live copy has the final layout: rows carry no shard id
-    copy = Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, True, split)
+    copy = Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, True, split,
+                multiset=key.keyless)
     copier = BootstrapCopy(load, plan, copy, state, ledger, Chunking(key, chunk, fence))
     copier.stopping = lambda: lock.lost and (
         f"the bootstrap of {schema.qualified}: this job lost its lock on the source ({lock.lost}), so another run may "
         "own it now; it writes nothing more. Run it again: it resumes after each shard's last finished chunk")
     per_shard = copier.run(session, in_driver) if todo else []
     state = copier.settle(per_shard, in_driver and bool(todo))
-    dropped = _drop_older(ch, load, start, schema)
+    snapshot = _snapshot_of(state) if key.keyless else None
+    dropped = _drop_older(ch, load, snapshot or start, schema)
+    if snapshot is not None and not spec.recopy:
+        checkpoints.register(spec.pipeline, entry, snapshot, again=True)
     state.status = LOAD_PUBLISHED
     ledger.write_load(state)
     shards = [vars(s) | {"seconds": s.seconds} for s in state.shards.values()]
     log.info("%s", shard_table(shards))
     return _summary(state, load, plan, started) | _read_now(before, per_shard) | {
-        "older_rows_dropped": dropped, "shards_read": len(todo)}
+        "older_rows_dropped": dropped, "shards_read": len(todo)} | (
+        {"snapshot_position": snapshot.to_dict()} if snapshot is not None else {})
+
+
+def _snapshot_of(state: LoadState) -> BinlogPosition:
+    """A table without a key: the position of its one snapshot (the shard's resume point)."""
+    [shard] = [s for s in state.shards.values() if s.resume_key]
+    return BinlogPosition.from_dict(shard.resume_key)
 
 
 def copied_rows(ledger: Ledger, pipeline: str, table: dict) -> dict:
     """A finished bootstrap (or re-copy) of ``table`` as the ledger has it: {"rows": …}."""
     state = ledger.state(bootstrap_load_key(pipeline, table))
-    return {"rows": sum(s.records_written for s in state.shards.values()) if state else 0}
+    keyless = state is not None and not state.plan.get("split_column")
+    return {"rows": sum(s.records_written for s in state.shards.values()) if state else 0} | (
+        {"snapshot_position": _snapshot_of(state).to_dict()} if keyless and any(
+            s.resume_key for s in state.shards.values()) else {})
 
 
 def _summary(state: LoadState, load: FullLoadSpec, plan: Plan, started: float) -> dict:

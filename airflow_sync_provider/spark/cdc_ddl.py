@@ -67,7 +67,8 @@ def route_for(conn, ch, table: PipelineTable, salt: bytes, facts: dict | None = 
         table.remember_shape(schema)
     else:
         schema = schema.shaped(table.content, salt)
-    route = TableRoute(schema, database, name, table, skip_before=table.skip_before)
+    route = TableRoute(schema, database, name, table, skip_before=table.skip_before,
+                       multiset=target.SIGN_COLUMN in present)
     if route.row_filter is not None:  # what exact string comparison needs from the server (core/content/)
         route.row_filter = route.row_filter.prepare(conn)
     # the copy's key (a later key change is refused) and the columns its layout places rows by
@@ -100,15 +101,17 @@ def open_routes(conn, ch, tables: list[PipelineTable], salt: bytes) -> dict[str,
 
 def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> None:
     """A new copy ``name`` of ``table`` in the layout of ``schema``, split (chunked) on its key's first column."""
-    key = ChunkKey.of(schema).names[0]
+    names = ChunkKey.of(schema).names
+    key = names[0] if names else None  # a table without a key is one snapshot (a multiset)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
     # the layout its entry asks for (a reshape's); else a re-keyed copy keeps the copy's
     layout = (Layout.of(table.layout) if table.layout is not None or not target.table_exists(
         ch, table.target_database, table.target_table) else target.copy_layout(ch, table.target_database,
                                                                                 table.target_table))
     # marked as a working table: publish_working's swap of it is idempotent
-    target.create_working(ch, schema, table.target_database, name, weight=needs_weight(schema.column(key)),
-                          direct=True, layout=layout)
+    target.create_working(ch, schema, table.target_database, name,
+                          weight=key is not None and needs_weight(schema.column(key)), direct=True, layout=layout,
+                          multiset=not schema.primary_key)
     table.split_column = key
 
 
@@ -209,7 +212,8 @@ class Recopies:
                                   f"merged copy is keyed by {keyed}; a merged copy has one key. A retry stops here "
                                   "again: make the change on every shard, then load the group again and bootstrap "
                                   "its pipeline")
-            elif (rekeyed := _rekeyed(ch, before, table)) or _relaid(ch, table):
+            elif (rekeyed := _rekeyed(ch, before, table)) or _relaid(ch, table) or not before.primary_key:
+                # (a multiset is re-copied beside its copy too: in place its rows would add up meanwhile)
                 # ordered by another key or laid out otherwise: a new copy beside it, swapped in when done
                 table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
                 split, columns = table.split_column, target.column_types(ch, table.target_database, table.target_table)
@@ -319,6 +323,14 @@ class Recopies:
                                            f"{str(exc)[:500]}); run the pipeline again: it resumes the re-copy "
                                            "after its last finished chunk") from exc
             began = table.recopying
+            if result.get("snapshot_position"):  # a multiset (a table without a key): its rows add up, so
+                # the stream's changes before its one snapshot go (they are in it) and are not written again
+                snapshot = BinlogPosition.from_dict(result["snapshot_position"])
+                table.skip_before = max(table.skip_before, snapshot.version())
+                route = self.run.stream.routes.get(name) if self.run.stream else None
+                if route is not None:
+                    route.skip_before = table.skip_before
+                target.drop_multiset_before(self.run.ch, table.target_database, table.writes_to, snapshot)
             if began.get("into"):  # the copy under the new key replaces the old one, atomically
                 with self.run.writing:  # not under a verification's look
                     target.publish_working(self.run.ch, table.target_database, began["into"],
@@ -352,6 +364,8 @@ def truncate(ch, route: TableRoute, after: BinlogPosition, at: int = 0) -> int:
     before the TRUNCATE and after it; a copy that keeps deletes marks them deleted at ``at``, the
     TRUNCATE's commit time."""
     table = ch_table(route.target_database, route.target_table)
+    if route.multiset:
+        return target.empty_multiset(ch, route.target_database, route.target_table, route.names, after)
     mine, params = member_filter(route.schema)
     rows = int(ch.command(f"SELECT count() FROM {table} FINAL WHERE {ch_ident(target.DELETED_COLUMN)} = 0 AND {mine}",
                           parameters=params))

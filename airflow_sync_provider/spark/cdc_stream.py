@@ -111,6 +111,8 @@ def _latest(route: TableRoute, rows, versions, deleted):
     version as its new row; when the layout's expressions put both in one sorting key and
     partition after all (a date moved within its month), ReplacingMergeTree keeps the row
     inserted last of two equal versions: so the tombstones go first."""
+    if route.multiset:  # every occurrence counts: nothing is replaced
+        return rows, versions, deleted
     last = dict(zip(map(route.place_getter, rows), range(len(rows))))
     if len(last) == len(rows) and not (route.moves and any(deleted)):
         return rows, versions, deleted

@@ -62,6 +62,8 @@ REPORT_EVERY_SECONDS = 1.0  # live hook counters: a running shard's report to th
 SHARED_INSERT_SECONDS = 3.0
 
 
+ORDINAL_SHARD_SHIFT = 40  # a multiset copy's row ordinal: the shard's id above, the row's index below
+
 MAX_TRIES = 5  # a shard failed by a passing cause (core/failures.py) is read again up to this often in a run
 
 
@@ -93,10 +95,14 @@ class Copy:
     member: tuple = ("1", {})
     shard_base: int = 0
     layout: Layout = Layout()  # the copy's (core/target/layout.py): the working table's when direct
+    # a table without a key into a multiset copy (core/target/clickhouse.SIGN_COLUMN): each row +1,
+    # told apart by its ordinal within the read (the shard's id in its top bits)
+    multiset: bool = False
 
     def names(self) -> list[str]:
         return ([m.name for m in self.mappings] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
-                + [target.VERSION_COLUMN] + ([] if self.direct else [target.SHARD_COLUMN]))
+                + [target.VERSION_COLUMN] + ([] if self.direct else [target.SHARD_COLUMN])
+                + ([target.ORDINAL_COLUMN, target.SIGN_COLUMN] if self.multiset else []))
 
 
 class RowVersion:
@@ -352,6 +358,9 @@ class ShardCopy:
             tail = [pa.repeat(pa.scalar(version.get(), pa.uint64()), rows)]
             if not self.copy.direct:
                 tail.append(pa.repeat(pa.scalar(self.copy.shard_base + shard.id, pa.uint32()), rows))
+            if self.copy.multiset:
+                first = (shard.id << ORDINAL_SHARD_SHIFT) + rows_total
+                tail += [pa.array(range(first, first + rows), pa.uint64()), pa.repeat(pa.scalar(1, pa.int8()), rows)]
             if live is not None:
                 live.version = version.value
                 live.count_read(rows, batch.nbytes)

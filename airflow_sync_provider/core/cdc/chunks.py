@@ -69,10 +69,8 @@ class ChunkKey:
 
     @classmethod
     def of(cls, schema: TableSchema) -> "ChunkKey":
-        if not schema.primary_key:
-            raise UnchunkableTable(f"table {schema.qualified} has no primary key: the bootstrap pages through it by "
-                                   "key and CDC keys its rows by it. Add a primary key, or copy the table with "
-                                   "FullLoadOperator (whole-table reloads, no CDC)")
+        if not schema.primary_key:  # one chunk, one snapshot: its copy a multiset (docs/keyless-tables.md)
+            return cls(schema.qualified, ())
         columns = tuple(schema.column(name) for name in schema.primary_key)
         for col in columns:
             if col.data_type not in _INTEGER | _DECIMAL | _TEXT | _BYTES | _TEMPORAL:
@@ -85,6 +83,11 @@ class ChunkKey:
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    @property
+    def keyless(self) -> bool:
+        """A table without a primary key: read whole in one snapshot (no order, no resume point)."""
+        return not self.columns
 
     def order_by(self) -> str:
         return ", ".join(mysql_ident(c.name) for c in self.columns)

@@ -552,6 +552,22 @@ class Decoders:
         data, at, end = row_bytes(event)
         route, lane, nb, full = decoder.route, self.lane_of(decoder.route), decoder.null_bytes, decoder.full
         append = out.append
+        if isinstance(event, UpdateRowsEvent) and route.multiset:
+            # a row without a key: its old occurrence goes (-1), its new one comes (+1), each as the
+            # filter (if any) holds it; an update that changed nothing changes nothing
+            wanted = route.wanted if route.row_filter is not None else None
+            while at < end:
+                nulls = data[at] if nb == 1 else int.from_bytes(data[at:at + nb], "little")
+                before, _, after = full(nulls)(data, at + nb)
+                nulls_after = data[after] if nb == 1 else int.from_bytes(data[after:after + nb], "little")
+                row, key, end_at = full(nulls_after)(data, after + nb)
+                if before != row:
+                    if wanted is None or wanted(before):
+                        append((route, lane(key), before, version, True))
+                    if wanted is None or wanted(row):
+                        append((route, lane(key), row, version, False))
+                at, version = end_at, version + 1
+            return
         if isinstance(event, UpdateRowsEvent) and route.row_filter is not None:
             # both images decide (TableRoute.settle): the old one read as far as its place and the
             # filter's columns, and whole only for the tombstone of a row that leaves or moves

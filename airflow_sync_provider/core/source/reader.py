@@ -135,10 +135,14 @@ def read_chunk(conn, read: ShardRead, shard: Shard, chunk: Chunk, holder: dict |
     key, plan = chunk.key, read.plan
     where, params = key.after(chunk.after)
     cur = conn.cursor()
-    cur.execute(f"SELECT {read.columns_sql}, {key.raw_select()} FROM {mysql_table(plan.database, plan.table)}"
-                f" FORCE INDEX (PRIMARY) WHERE ({shard.where}) AND ({where})"
-                f" ORDER BY {key.order_by()} LIMIT {int(chunk.limit)}",
-                (*shard.params, *params))
+    if key.keyless:  # the whole table, one snapshot, streamed (core/cdc/chunks.ChunkKey.keyless)
+        cur.execute(f"SELECT {read.columns_sql} FROM {mysql_table(plan.database, plan.table)} WHERE ({shard.where})",
+                    shard.params)
+    else:
+        cur.execute(f"SELECT {read.columns_sql}, {key.raw_select()} FROM {mysql_table(plan.database, plan.table)}"
+                    f" FORCE INDEX (PRIMARY) WHERE ({shard.where}) AND ({where})"
+                    f" ORDER BY {key.order_by()} LIMIT {int(chunk.limit)}",
+                    (*shard.params, *params))
     width, rows_seen, last = len(selected(mappings)), 0, None
     while rows := cur.fetchmany(read.fetch_rows):
         rows_seen += len(rows)
@@ -146,7 +150,7 @@ def read_chunk(conn, read: ShardRead, shard: Shard, chunk: Chunk, holder: dict |
         yield to_batch(rows, mappings, schema, read.where(shard))  # the trailing key columns are not converted
     cur.close()
     if holder is not None:
-        holder["rows"], holder["last"] = rows_seen, key.from_raw(last) if last is not None else None
+        holder["rows"], holder["last"] = rows_seen, key.from_raw(last) if last and not key.keyless else None
 
 
 def _column(values, mapping: ColumnMapping, where: str) -> pa.Array:

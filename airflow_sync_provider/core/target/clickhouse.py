@@ -23,10 +23,15 @@ from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
 VERSION_COLUMN = "_version"
 SHARD_COLUMN = "_shard"
 DELETED_COLUMN = "_deleted"
+# A table without a primary key followed by CDC is a multiset: every row of its copy is a signed
+# occurrence (+1 a row that came, -1 one that went), told apart by (_version, _ordinal), so a
+# replayed change is the same row again and FINAL counts it once; the table is
+# SELECT cols, sum(_sign) … GROUP BY cols (docs/keyless-tables.md)
+SIGN_COLUMN, ORDINAL_COLUMN = "_sign", "_ordinal"
 # Columns the target tables use for themselves (and ClickHouse's _partition_id, which period
 # reconciliation reads): a source column of the same name would collide with them.
 INTERNAL_COLUMNS = (VERSION_COLUMN, DELETED_COLUMN, SPLIT_WEIGHT_COLUMN, SHARD_COLUMN, DELETED_AT_SOURCE,
-                    "_partition_id")
+                    SIGN_COLUMN, ORDINAL_COLUMN, "_partition_id")
 
 
 TABLE_COMMENT = f"airflow_sync version={SCHEME}"  # what a table's _version means (core/positions.py)
@@ -104,7 +109,8 @@ def _order_by(schema: TableSchema) -> str:
 
 
 def create_table_sql(schema: TableSchema, database: str, table: str, layout: Layout = MIRROR,
-                     weight: bool = False, if_not_exists: bool = False, marker: str = "") -> str:
+                     weight: bool = False, if_not_exists: bool = False, marker: str = "",
+                     multiset: bool = False) -> str:
     """ReplacingMergeTree keyed by the primary key, versioned in binlog order
     (core/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
     version and hides deleted keys; an older row arriving late never resurrects one. ``layout``
@@ -115,7 +121,8 @@ def create_table_sql(schema: TableSchema, database: str, table: str, layout: Lay
 
     A table without a primary key gets a plain MergeTree: ReplacingMergeTree with an empty
     sorting key would collapse every row into one. ``weight``: the table is loaded split on a
-    collated string and keeps each row's weight, hidden.
+    collated string and keeps each row's weight, hidden. ``multiset``: such a table followed by
+    CDC, a ReplacingMergeTree of signed occurrences (:data:`SIGN_COLUMN`).
     """
     names = [m.name for m in schema.mappings()]
     layout.check(f"{database}.{table}", schema.target_key, names)
@@ -123,8 +130,14 @@ def create_table_sql(schema: TableSchema, database: str, table: str, layout: Lay
     cols = (_columns(schema)
             + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
             + ([f"{ch_ident(DELETED_AT_SOURCE)} DateTime('UTC') DEFAULT 0"] if schema.content.keep_deletes else [])
-            + _weight(weight, hidden=True))
-    if schema.primary_key:
+            + _weight(weight, hidden=True)
+            + ([f"{ch_ident(ORDINAL_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(SIGN_COLUMN)} Int8 DEFAULT 1"]
+               if multiset and not schema.primary_key else []))
+    if multiset and not schema.primary_key:
+        engine = (f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)})"
+                  + (f" PARTITION BY {layout.partition_by}" if layout.partition_by else "")
+                  + f" ORDER BY ({ch_ident(VERSION_COLUMN)}, {ch_ident(ORDINAL_COLUMN)})")
+    elif schema.primary_key:
         nullable = tuple(m.name for m in schema.mappings() if m.ch_type.startswith("Nullable("))
         engine = layout.engine_sql(VERSION_COLUMN, DELETED_COLUMN) + layout.clauses(schema.target_key, names, nullable)
     else:
@@ -146,23 +159,23 @@ UNKNOWN_SETTING, ACCESS_DENIED = 115, 497  # ClickHouse error codes
 
 
 def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool,
-                       layout: Layout = MIRROR) -> str:
+                       layout: Layout = MIRROR, multiset: bool = False) -> str:
     """A load's working table. ``direct`` (a full reload): already the final table's layout, so
     publishing is a swap and no copy; a re-read shard first deletes what its earlier attempts
     wrote (by the shard's target predicate, core/target/shards.py). Otherwise (period loads,
     repairs, split columns ClickHouse cannot compare) the parts layout."""
     if direct:  # the comment names the load's working table: publish_working sees a swap that happened
         return create_table_sql(schema, database, table, layout.holding_ttl(), weight=weight, if_not_exists=True,
-                                marker=_marker(table))
+                                marker=_marker(table), multiset=multiset)
     return create_parts_sql(schema, database, table, weight)
 
 
 def create_working(ch, schema: TableSchema, database: str, table: str, weight: bool, direct: bool,
-                   layout: Layout = MIRROR) -> None:
+                   layout: Layout = MIRROR, multiset: bool = False) -> None:
     """:func:`create_working_sql`; a direct one's merges deferred (DEFER_MERGES) by the same
     privilege that resets them at publish (ALTER MODIFY SETTING): a server that does not know the
     setting (an older ClickHouse) or a user without the privilege gets the table as it is."""
-    ch.command(create_working_sql(schema, database, table, weight, direct, layout))
+    ch.command(create_working_sql(schema, database, table, weight, direct, layout, multiset))
     if not direct:
         return
     try:
@@ -273,6 +286,29 @@ def tombstone_older(ch, database: str, table: str, version: int, where: str = "1
                parameters=params or {}, settings=WEIGHT_SETTINGS)
 
 
+def drop_multiset_before(ch, database: str, table: str, position, where: str = "1", params: dict | None = None) -> None:
+    """A multiset copy's rows (:data:`SIGN_COLUMN`) ranked below a snapshot read at ``position``
+    (a BinlogPosition): older reads and the changes before it, which the snapshot holds already
+    (its own rows rank exactly at its version and stay). A multiset's rows add up, so they must go."""
+    ch.command(f"DELETE FROM {ch_table(database, table)} WHERE {ch_ident(VERSION_COLUMN)} < {{v:UInt64}} AND {where}",
+               parameters={**(params or {}), "v": position.snapshot_version()})
+
+
+def empty_multiset(ch, database: str, table: str, columns: list[str], position) -> int:
+    """A multiset copy emptied at ``position`` (a TRUNCATE): a -1 for every occurrence it holds
+    below it, ranked at the position, numbered in the rows' order (a replay writes the same rows).
+    Returns the occurrences removed."""
+    names = ", ".join(map(ch_ident, columns))
+    version, copy = position.snapshot_version(), ch_table(database, table)
+    held = (f"SELECT {names}, j FROM (SELECT {names}, sum({ch_ident(SIGN_COLUMN)}) AS n FROM {copy} FINAL "
+            f"WHERE {ch_ident(VERSION_COLUMN)} < {version} GROUP BY {names} HAVING n > 0) ARRAY JOIN range(n) AS j")
+    rows = int(ch.command(f"SELECT count() FROM ({held})"))
+    ch.command(f"INSERT INTO {copy} ({names}, {ch_ident(VERSION_COLUMN)}, {ch_ident(ORDINAL_COLUMN)}, "
+               f"{ch_ident(SIGN_COLUMN)}) SELECT {names}, {version}, row_number() OVER (ORDER BY {names}, j) - 1, -1 "
+               f"FROM ({held})")
+    return rows
+
+
 def sorting_key(ch, database: str, table: str) -> list[str]:
     """The ORDER BY columns (the copy's key: the MySQL primary key when it was loaded)."""
     key = ch.command("SELECT sorting_key FROM system.tables WHERE database = {d:String} AND name = {t:String}",
@@ -284,6 +320,8 @@ def _source_key(comment: str, sorting: list) -> list:
     """The source key a copy collapses rows by: recorded in its comment when it has a layout of its
     own (core/target/layout.py), else its sorting key (the key, as a mirror is ordered)."""
     key = stored(comment)[1]
+    if key is None and sorting[:1] == [VERSION_COLUMN]:  # a multiset's occurrences: no source key
+        return []
     return key if key is not None else sorting
 
 

@@ -255,6 +255,12 @@ class BinlogReader:
         """``reader``'s pending changes of the XA transaction that began at ``began`` into
         ``batch``'s staging (counted in ``reader._spilled``, claimed at the commit)."""
         reader = reader or self
+        keyless = sorted({item[0].source for item in reader._pending if item[0].multiset})
+        if keyless:
+            raise BinlogError(f"an XA transaction that began at {began} outgrew the batch bounds and changes "
+                              f"{keyless}, tables without a primary key: their rows cannot wait in staging (a "
+                              "multiset's rows are told apart by their order, which staging does not keep). Raise "
+                              "batch_events / batch_bytes above the transaction's size; a retry stops here again")
         batch.staging = Batch(began, began)
         reader._take_pending(batch.staging, cascading=False)
         for source, count in batch.staging.per_table.items():
@@ -344,8 +350,9 @@ class BinlogReader:
         elif parked is not None:
             if commit:
                 last = {}
-                for route, lane, row, _, deleted in parked.changes:
-                    last[(route.source, route.place_of(row))] = (route, lane, row, version, deleted)
+                for i, (route, lane, row, _, deleted) in enumerate(parked.changes):  # a multiset keeps them all
+                    last[(route.source, i if route.multiset else route.place_of(row))] = (route, lane, row, version,
+                                                                                         deleted)
                 self._pending.extend(item for item in last.values() if version >= item[0].skip_before)
                 self._pending_bytes += parked.bytes
         elif commit:  # prepared before this reader's start: not before a copy's snapshot, say so
@@ -446,6 +453,11 @@ class BinlogReader:
             if isinstance(event, UpdateRowsEvent):
                 before = route.row(change["before_values"], change.get("before_none_sources"))
                 after = route.row(change["after_values"], change.get("after_none_sources"))
+                if route.multiset:  # the old occurrence goes, the new one comes (rowimage: the same)
+                    if before != after:
+                        out += [self._item(route, image, version + index, flag, decoders)
+                                for image, flag in ((before, True), (after, False)) if route.wanted(image)]
+                    continue
                 if route.row_filter is not None:  # what the copy holds of it (core/content/)
                     out += [self._item(route, image, version + index, deleted, decoders)
                             for image, deleted in route.update(before, after)]

@@ -12,6 +12,7 @@ from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.positions import BinlogError, ValueRefused
 from airflow_sync_provider.core.source.schema import TableSchema
+from airflow_sync_provider.core.target.clickhouse import ORDINAL_COLUMN, SIGN_COLUMN
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 
 # A row change's deleted flag for the tombstone a moved row leaves at its old place (its layout's
@@ -37,15 +38,20 @@ class TableRoute:
     # a reshape's old copy (database, table), kept current with the same rows until the new copy is
     # swapped in (spark/cdc_ddl.py: its place columns are both layouts')
     also: tuple[str, str] | None = None
+    # a table without a primary key, copied as a multiset of signed occurrences
+    # (core/target/clickhouse.SIGN_COLUMN): an insert is +1 of its row, a delete -1, an update -1
+    # of the old row and +1 of the new; nothing collapses, so every change of a batch is written
+    multiset: bool = False
 
     def __post_init__(self):
         self._source = self.schema.qualified  # per row change on the reader's path
         self.mappings = self.schema.mappings()
         self.names = [m.name for m in self.mappings]
         self.key = list(self.schema.primary_key)
-        if not self.key:
-            raise BinlogError(f"table {self.schema.qualified} has no primary key: CDC needs one to know which "
-                              "target row a change replaces (give it a primary key, or keep it on full loads)")
+        if not self.key and not self.multiset:
+            raise BinlogError(f"table {self.schema.qualified} has no primary key and its copy is not a multiset "
+                              "(a full load's plain MergeTree): CDC follows a table without a key only in a copy "
+                              "its bootstrap made (docs/keyless-tables.md). Bootstrap it (restart=True)")
         # per row and value on the hot path: resolved once
         self._converters = [(m.name, m.rule.from_binlog, m.source) for m in self.mappings]
         # a merged copy's member (core/source/group.py): columns its table lacks (NULL) and its
@@ -78,7 +84,7 @@ class TableRoute:
         self.place_at = self.key_at + [self.names.index(c) for c in place if c not in self.key]
         self.moves = len(self.place_at) > len(self.key_at)  # can an update move a row?
         # a row's place (a value, not a tuple, for one column): the copy's key plus its layout's columns
-        self.place_getter = operator.itemgetter(*self.place_at)
+        self.place_getter = operator.itemgetter(*self.place_at) if self.place_at else (lambda row: ())
 
     def check_shape(self, names: tuple, where: str) -> None:
         """Compare a rows event's own column names (binlog_row_metadata=FULL) with the copy's."""
@@ -180,7 +186,16 @@ class TableRoute:
                                    "it then carries the fixed value) and re-bootstrap the table") from exc
             arrays.append(mapping.shaped(array))  # a content transform (core/content/) after the checks
         extra, names = [], []
-        if self.keep:  # a kept delete: live, marked with its commit time
+        if self.multiset:  # signed occurrences, told apart within a version by their ordinal
+            counts: dict = {}
+            ordinals = []
+            for v in versions:  # an update's two rows share its version; an XA commit's all rows
+                ordinals.append(counts.get(v, 0))
+                counts[v] = ordinals[-1] + 1
+            extra = [pa.array(ordinals, pa.uint64()), pa.array([-1 if d else 1 for d in deleted], pa.int8())]
+            names = [ORDINAL_COLUMN, SIGN_COLUMN]
+            deleted = [0] * len(deleted)
+        elif self.keep:  # a kept delete: live, marked with its commit time
             extra, names = [pa.array([int(d) if d >= KEPT_FROM else 0 for d in deleted], pa.uint32())], \
                 [DELETED_AT_SOURCE]
             deleted = [1 if 0 < d < KEPT_FROM else 0 for d in deleted]
