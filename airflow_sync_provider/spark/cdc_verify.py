@@ -98,6 +98,9 @@ class TableCheck:
     # the table's re-copies when planned: one since (a reshape) may have laid the copy out anew
     recopies: int = 0
     window: Window = Window()  # the rows a look compares: those no TTL merge can have expired at its snapshot
+    # a table without a key, its copy a multiset of signed occurrences: looked at whole, as of S
+    # (every row below S's version, signs added), and repaired by the difference
+    multiset: bool = False
 
     @property
     def slices(self) -> list[int]:
@@ -111,8 +114,10 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
     """Slices of about SHARD_ROWS on the split column the copy can compare (a collated one only
     when the copy carries its weights); one slice when there is none."""
     database, name = table.target_database, table.writes_to
-    weighted = SPLIT_WEIGHT_COLUMN in target.column_types(ch, database, name) and table.split_column
-    split = table.split_column if weighted else choose_split_column(schema)[0]
+    columns = target.column_types(ch, database, name)
+    multiset = target.SIGN_COLUMN in columns
+    weighted = SPLIT_WEIGHT_COLUMN in columns and table.split_column
+    split = None if multiset else table.split_column if weighted else choose_split_column(schema)[0]
     if split and needs_weight(schema.column(split)) and not weighted:
         split = None
     rows = table_rows(pconn, table.source_database, table.source_table)
@@ -132,7 +137,8 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
     layout = target.copy_layout(ch, database, name)
     place = layout.place_columns([c.name for c in schema.columns])
     return TableCheck(table.name, table, schema, plan, predicates, weight,
-                      tuple(c for c in place if c not in schema.primary_key), layout.ttl, table.recopies)
+                      tuple(c for c in place if c not in schema.primary_key), layout.ttl, table.recopies,
+                      multiset=multiset)
 
 
 class Snapshot:
@@ -203,6 +209,12 @@ def copy_at(ch, check: TableCheck, slice_id: int, position: BinlogPosition) -> t
     every version (``FINAL`` would hide a key deleted after ``position``: it was live there)."""
     where, params = check.predicate(slice_id)
     version, deleted = ch_ident(target.VERSION_COLUMN), ch_ident(target.DELETED_COLUMN)
+    if check.multiset:  # the multiset as of S: every occurrence below it, signs added (nothing set aside)
+        sign, at = ch_ident(target.SIGN_COLUMN), int(position.version())
+        row = ch.query(f"SELECT sum({sign}), sum(toInt128({sign}) * toInt128({ch_row_hash(check.schema.mappings())})) "
+                       f"FROM {ch_table(check.table.target_database, check.table.writes_to)} FINAL "
+                       f"WHERE {version} < {at} AND {where}", parameters=params).result_rows[0]
+        return (int(row[0] or 0), int(row[1] or 0)), []
     if check.schema.content.keep_deletes:  # a row kept after its delete (core/content/) is not the source's
         deleted = f"if({ch_ident(DELETED_AT_SOURCE)} > 0, toUInt8(1), {deleted})"
     if check.window:  # a key whose newest version is outside the TTL window is not compared
@@ -233,6 +245,8 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_
     database, table = check.table.target_database, check.table.writes_to
     version = snapshot.position.snapshot_version(repair=True)
     names = [m.name for m in check.schema.mappings()] + ([SPLIT_WEIGHT_COLUMN] if check.weight else [])
+    if check.multiset:
+        return _repair_multiset(spec, ch, snapshot, check, slice_id)
     written = 0
     writer = target.shared_client(spec.target)  # session-less: an insert may be acknowledged while the next streams
     inserts = ArrowInserts(writer, ch_table(database, table), settings=target.WEIGHT_SETTINGS if check.weight else None)
@@ -246,6 +260,45 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_
         inserts.close()
     where, params = check.predicate(slice_id)
     target.tombstone_older(ch, database, table, version, where, params)
+    return written
+
+
+def _repair_multiset(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_id: int) -> int:
+    """A multiset's repair: the source's rows at S go to a table beside the copy, and ClickHouse
+    writes the difference — +1 for each occurrence the copy lacks, -1 for each one too many, at
+    S's repair version (the changes after S are added on top) — so no Python holds the rows.
+    Returns the occurrences written."""
+    database, table = check.table.target_database, check.table.writes_to
+    version = snapshot.position.snapshot_version(repair=True)
+    names = [m.name for m in check.schema.mappings()]
+    columns = ", ".join(map(ch_ident, names))
+    beside = target.private_name(table, "verify", spec.pipeline)
+    copy, source = ch_table(database, table), ch_table(database, beside)
+    ch.command(f"DROP TABLE IF EXISTS {source}")
+    ch.command(f"CREATE TABLE {source} ENGINE = MergeTree ORDER BY tuple() AS SELECT {columns} FROM {copy} WHERE 0")
+    try:
+        inserts = ArrowInserts(target.shared_client(spec.target), source)
+        try:
+            for batch in snapshot.rows(check, slice_id):
+                inserts.write(batch)
+            inserts.finish()
+        finally:
+            inserts.close()
+        where, params = check.predicate(slice_id)
+        sign, at = ch_ident(target.SIGN_COLUMN), int(snapshot.position.version())
+        difference = (f"SELECT {columns}, sum(s) AS d FROM (SELECT {columns}, toInt64(1) AS s FROM {source} "
+                      f"UNION ALL SELECT {columns}, -toInt64({sign}) AS s FROM {copy} FINAL "
+                      f"WHERE {ch_ident(target.VERSION_COLUMN)} < {at} AND {where}) GROUP BY {columns} HAVING d != 0")
+        occurrences = f"SELECT {columns}, d, j FROM ({difference}) ARRAY JOIN range(toUInt64(abs(d))) AS j"
+        written = int(ch.command(f"SELECT count() FROM ({occurrences})", parameters=params) or 0)
+        # a repair is not replayed: its ordinals only need to differ from another repair's at S
+        base = time.time_ns() % (1 << 40) << 20
+        ch.command(f"INSERT INTO {copy} ({columns}, {ch_ident(target.VERSION_COLUMN)}, "
+                   f"{ch_ident(target.ORDINAL_COLUMN)}, {sign}) SELECT {columns}, {version}, "
+                   f"{base} + row_number() OVER (ORDER BY {columns}, j), if(d > 0, 1, -1) FROM ({occurrences})",
+                   parameters=params)
+    finally:
+        ch.command(f"DROP TABLE IF EXISTS {source}")
     return written
 
 

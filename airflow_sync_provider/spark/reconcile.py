@@ -70,7 +70,7 @@ def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, queries: di
             source, dest = source.result(), dest.result()
         else:
             source = pool.submit(count_source, conn, sub)
-            dest = pool.submit(count_target, ch, database, table, mine, queries["final"])
+            dest = pool.submit(count_target, ch, database, table, mine, queries["final"], queries["multiset"])
             source, dest = [(n, None) for n in source.result()], [(n, None) for n in dest.result()]
     ch.close()
     for shard, (s_rows, s_sum), (t_rows, t_sum) in zip(sub.shards, source, dest):
@@ -161,10 +161,10 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
     for note in shape.notes:
         log.info("reconcile %s → %s: %s", state.source_table, state.target_table, note)
     final = shape.final  # ReplacingMergeTree: newest version of each key only; a plain MergeTree has no FINAL
-    queries = {"final": final}
+    queries = {"final": final, "multiset": shape.multiset}
     if spec.checksum:
         queries |= {"mysql": mysql_checksum_sql(schema, plan),
-                    "clickhouse": clickhouse_checksum_sql(schema, database, table, final)}
+                    "clickhouse": clickhouse_checksum_sql(schema, database, table, final, shape.multiset)}
     ids = [s.id for s in plan.shards]
     channels = max(1, min(plan.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]

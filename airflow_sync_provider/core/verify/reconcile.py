@@ -7,7 +7,8 @@ databases compute the numbers themselves; only one row per shard travels.
 from __future__ import annotations
 
 from airflow_sync_provider.core.source.planning import Plan
-from airflow_sync_provider.core.sql import ch_table
+from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.core.target.clickhouse import SIGN_COLUMN
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash
 
 # A table's verdict: every shard matched; shards differ (a re-import of those shards repairs them);
@@ -53,11 +54,14 @@ def count_source(conn, plan: Plan) -> list[int]:
     return counts
 
 
-def count_target(ch, database: str, table: str, predicates: list[tuple[str, dict]], final: bool = True) -> list[int]:
+def count_target(ch, database: str, table: str, predicates: list[tuple[str, dict]], final: bool = True,
+                 multiset: bool = False) -> list[int]:
     """count() of every shard in ClickHouse; ``FINAL`` for ReplacingMergeTree targets, so
-    unmerged older versions of a row do not count (tables without a primary key have none)."""
+    unmerged older versions of a row do not count (tables without a primary key have none);
+    a ``multiset`` copy's rows are counted by their signs."""
     source = ch_table(database, table) + (" FINAL" if final else "")
-    return [int(ch.command(f"SELECT count() FROM {source} WHERE {where}", parameters=params))
+    counted = f"sum({ch_ident(SIGN_COLUMN)})" if multiset else "count()"
+    return [int(ch.command(f"SELECT {counted} FROM {source} WHERE {where}", parameters=params) or 0)
             for where, params in predicates]
 
 
@@ -70,8 +74,14 @@ def mysql_checksum_sql(schema, plan: Plan) -> str:
     return f"SELECT COUNT(*), COALESCE(SUM({mysql_row_hash(schema.mappings())}), 0) {plan.from_clause()} WHERE "
 
 
-def clickhouse_checksum_sql(schema, database: str, table: str, final: bool = True) -> str:
-    """The same count and checksum in ClickHouse (append the shard's predicate)."""
+def clickhouse_checksum_sql(schema, database: str, table: str, final: bool = True, multiset: bool = False) -> str:
+    """The same count and checksum in ClickHouse (append the shard's predicate); a ``multiset``
+    copy's by its signs: an occurrence that went cancels one that came, so the sums are the
+    source's whenever the multisets are equal."""
+    if multiset:
+        sign = ch_ident(SIGN_COLUMN)
+        return (f"SELECT sum({sign}), ifNull(sum(toInt128({sign}) * toInt128({ch_row_hash(schema.mappings())})), 0)"
+                f" FROM {ch_table(database, table)} FINAL WHERE ")
     return (f"SELECT count(), ifNull(sum(toUInt128({ch_row_hash(schema.mappings())})), 0)"
             f" FROM {ch_table(database, table)}{' FINAL' if final else ''} WHERE ")
 

@@ -59,6 +59,11 @@ class CopyShape:
     def merge_tree(self) -> bool:
         return self.engine.endswith("MergeTree")
 
+    @property
+    def multiset(self) -> bool:
+        """A copy of a table without a key followed by CDC: signed occurrences (core/target/clickhouse.py)."""
+        return target.SIGN_COLUMN in self.columns
+
     def user_columns(self) -> dict:
         return {c: t for c, t in self.columns.items() if c not in target.INTERNAL_COLUMNS}
 
@@ -73,6 +78,8 @@ def read_copy_shape(ch, database: str, table: str) -> CopyShape | None:
     columns = ch.query("SELECT name, type, is_in_sorting_key FROM system.columns WHERE database = {d:String} AND "
                        "table = {t:String} ORDER BY position", parameters={"d": database, "t": table}).result_rows
     key = stored(rows[0][1])[1]  # a copy with a layout of its own records its source key
+    if key is None and any(name == target.SIGN_COLUMN for name, _, _ in columns):
+        key = ()  # a multiset's sorting key tells its occurrences apart, not source rows
     return CopyShape(database, table, str(rows[0][0]),
                      tuple(key) if key is not None else tuple(name for name, _, in_key in columns if in_key),
                      {name: ch_type for name, ch_type, _ in columns}, rows[0][1] or "")
@@ -101,6 +108,11 @@ class ShapeCheck:
     def final(self) -> bool:
         """Read the copy with ``FINAL``: what its engine needs, not what the source's key says."""
         return self.copy.replacing
+
+    @property
+    def multiset(self) -> bool:
+        """Count the copy's rows by their signs (a multiset: core/target/clickhouse.SIGN_COLUMN)."""
+        return self.copy.multiset
 
     def to_dict(self) -> dict:
         return {"engine": self.copy.engine, "copy_key": list(self.copy.key), "source_key": list(self.source_key),
@@ -162,7 +174,13 @@ def check_copy(ch, schema: TableSchema, copy: CopyShape, split_column: str | Non
     names = {c.name for c in schema.columns}
     problems += [f"column {name!r} is in the copy but no longer in the source" for name in present if name not in names]
     key = tuple(schema.target_key)
-    if copy.replacing:
+    if copy.multiset and key:
+        problems.append(f"the source has PRIMARY KEY {_key_text(key)} now, but the copy is a multiset of a table "
+                        "without one (docs/keyless-tables.md); its pipeline re-copies it under the key when it "
+                        "follows that DDL, or bootstrap it again")
+    elif copy.multiset:
+        pass  # a table without a key, followed as a multiset: counted by its signs
+    elif copy.replacing:
         if not key:
             problems.append(f"the source has no primary key any more, but the copy is a ReplacingMergeTree keyed by "
                             f"{_key_text(copy.key)}: it keeps one row per {_key_text(copy.key)} and would merge source "
