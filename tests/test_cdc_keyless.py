@@ -86,3 +86,46 @@ def test_a_replay_after_a_sigkill_writes_no_occurrence_twice(mysql_conn, ch, end
     final = spark_submit(spec, timeout=300)
     assert final["status"] == "success", final
     assert_same_rows(mysql_conn, ch, DB, "pairs")
+
+
+def test_reconcile_the_diff_and_the_verification_catch_an_occurrence_written_behind_the_pipeline(
+        mysql_conn, ch, endpoints, spark):
+    """A duplicate inserted and a row deleted with sql_log_bin=0 (the binlog never carries them):
+    reconcile with checksums says mismatch, the diff names one new and one deleted occurrence and
+    its apply repairs them; then the same drift again is found and repaired by the pipeline's own
+    verification."""
+    from airflow_sync_provider.core.jobspec import ReconcileSpec, SnapshotDiffSpec, bootstrap_load_key
+    from airflow_sync_provider.spark.diff import run_snapshot_diff
+    from airflow_sync_provider.spark.reconcile import run_reconcile
+
+    _sql(mysql_conn, f"CREATE DATABASE IF NOT EXISTS {DB}", f"DROP TABLE IF EXISTS {DB}.tags",
+         f"CREATE TABLE {DB}.tags (item INT, tag VARCHAR(8)) ENGINE=InnoDB",
+         f"INSERT INTO {DB}.tags SELECT seq % 40, ELT(1 + seq % 3, 'red', 'green', 'blue') FROM {DB}.seq_1_to_400")
+    bootstrap(endpoints, spark, "tags", ["tags"])
+    apply(endpoints, spark, "tags")
+    key = bootstrap_load_key("tags", {"source_database": DB, "source_table": "tags"})
+
+    def reconcile():
+        return run_reconcile(ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=key,
+                                           checksum=True), spark)
+
+    def drift():
+        _sql(mysql_conn, "SET sql_log_bin = 0", f"INSERT INTO {DB}.tags VALUES (7, 'red')",
+             f"DELETE FROM {DB}.tags WHERE item = 9 AND tag = 'blue' LIMIT 1", "SET sql_log_bin = 1")
+
+    assert reconcile()["verdict"] == "ok"
+    drift()
+    assert reconcile()["verdict"] == "mismatch"
+    diff = SnapshotDiffSpec(sources=one_server(endpoints[0]), target=endpoints[1], diff_key="tags",
+                            source_database=DB, source_table="tags", old_table=f"{DB}.tags",
+                            changes_table=f"{DB}.tags_changes", on_change="apply")
+    found = run_snapshot_diff(diff, spark)
+    assert (found["counts"]["new"], found["counts"]["deleted"]) == (1, 1), found["counts"]
+    assert found["samples"]["new"][0]["new__tag"] == "'red'"
+    assert_same_rows(mysql_conn, ch, DB, "tags")
+    assert run_snapshot_diff(diff, spark)["verdict"] == "identical"
+    drift()
+    looked = apply(endpoints, spark, "tags", verify=True)
+    assert looked["repaired_shards"] == 1, looked
+    assert_same_rows(mysql_conn, ch, DB, "tags")
+    assert reconcile()["verdict"] == "ok"

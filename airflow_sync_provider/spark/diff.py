@@ -59,6 +59,7 @@ from airflow_sync_provider.core.verify.pruning import (
 )
 from airflow_sync_provider.core.verify.shape import CopyShape, column_problems, read_copy_shape
 from airflow_sync_provider.spark.channels import driver_copy_limit, run_channels
+from airflow_sync_provider.spark.diff_multiset import run_multiset_diff
 from airflow_sync_provider.spark.diff_shard import (
     INTEGER_TYPES,
     ChColumn,
@@ -303,8 +304,9 @@ def _changes_ddl(columns: DiffColumns, ch_types: dict) -> tuple[str, list[str]]:
     cols += [f"{ch_ident(k)} {ch_types[k]}" for k in columns.keys]
     for c in columns.compared:
         cols += [f"{ch_ident(old_name(c))} {nullable(ch_types[c])}", f"{ch_ident(new_name(c))} {nullable(ch_types[c])}"]
+    order = ", ".join(["diff_key", "flag", *(ch_ident(k) for k in columns.keys)])  # a multiset's has no keys
     sql = ("CREATE TABLE {table} (\n  " + ",\n  ".join(cols) + "\n) ENGINE = MergeTree PARTITION BY diff_key "
-           f"ORDER BY (diff_key, flag, {', '.join(ch_ident(k) for k in columns.keys)})")
+           f"ORDER BY ({order})")
     return sql, [c.split(" ", 1)[0].strip("`") for c in cols]
 
 
@@ -384,6 +386,12 @@ def _diff(spec: SnapshotDiffSpec, spark, merged: TableSchema | None = None) -> d
     if not old_types:
         raise DiffError(f"the old snapshot {spec.old_table} does not exist on ClickHouse")
     copy = read_copy_shape(ch, *split_name(spec.old_table))
+    if copy.multiset:  # a table without a key: occurrences compared by value (spark/diff_multiset.py)
+        try:
+            return run_multiset_diff(spec, ch, copy, lambda schema: _shaped(spec, schema, copy),
+                                     lambda columns, types: _prepare_changes(ch, spec, columns, types))
+        finally:
+            ch.close()
     found = (_resolve_clickhouse(spec, ch, old_types) if spec.new_table
              else _resolve_mysql(spec, ch, ledger, old_types, copy, merged))
     if spec.on_change == "apply":
