@@ -252,12 +252,14 @@ class Cascading:
             cascades = Cascades(plan, copies, self.run.spec.cascade_rows, skip)
             changes = cascades.resolve(triggers)
             written = self._write(copies, changes, per_table)
-        if cascades.unresolved:  # through a copy that is ahead of this replay: the net catches it
-            for route in routes.values():
-                if route.table is not None:
-                    route.table.mark_due()
+        if cascades.unresolved:  # through a copy ahead of this replay, or into a multiset: the net catches it
+            reached = set(cascades.unresolved).union(*(plan.below(t) for t in cascades.unresolved))
+            reached = reached & set(routes) or set(routes)  # a replay's own table, when the chain leaves it
+            for name in reached:
+                if routes[name].table is not None:
+                    routes[name].table.mark_due()
             self.run.log(f"cascades into or through {sorted(cascades.unresolved)} (a copy ahead of this replay, or a "
-                         f"table without a key) reach {sorted(routes)}: verified against the source instead")
+                         f"table without a key) reach {sorted(reached)}: verified against the source instead")
         self.triggers += len(triggers)
         self.rows += written
         return written
