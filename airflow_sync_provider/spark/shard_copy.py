@@ -93,6 +93,7 @@ class Copy:
     member: tuple = ("1", {})
     shard_base: int = 0
     layout: Layout = Layout()  # the copy's (core/target/layout.py): the working table's when direct
+    epoch: int = 0  # the source server's epoch (core/cdc/servers.py): the top byte of its reads' versions
 
     def names(self) -> list[str]:
         return ([m.name for m in self.mappings] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
