@@ -172,10 +172,13 @@ def test_reimport_repairs_a_copy_while_its_pipeline_runs_as_a_service(mysql_conn
 
 
 def test_a_repair_publishes_once_a_running_pipeline_has_applied_the_binlog_up_to_its_reads(mysql_conn, ch,
-                                                                                           endpoints, spark):
+                                                                                           endpoints, spark,
+                                                                                           monkeypatch):
     """The wait that makes a repair beside a running stream exact (core/cdc/followers.py): a copy
-    a (stand-in) running pipeline follows is repaired only once that pipeline's checkpoint has
-    passed the repair's reads; the reads are done before."""
+    that a (stand-in) running pipeline follows is repaired only once that pipeline's checkpoint
+    has passed the repair's reads. Not there in time: the job fails naming it, the reads kept;
+    once it is there, the next re-import publishes them without reading again."""
+    from airflow_sync_provider.core.cdc import followers
     from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_IDLE, PIPELINE_RUNNING, Checkpoints, PipelineState
     from airflow_sync_provider.core.cdc.servers import source_epoch
     from airflow_sync_provider.core.cdc.tables import PipelineTable
@@ -197,23 +200,25 @@ def test_a_repair_publishes_once_a_running_pipeline_has_applied_the_binlog_up_to
                                         [PipelineTable(db, "t", db, "t")]))
 
     follower(PIPELINE_RUNNING)
+    pending(mysql_conn, db, "t")  # changes it has not applied yet
     check = ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=key, checksum=True,
                           reimport=True)
-    job, result, errors = in_background(lambda: run_reconcile(check, spark))
+    monkeypatch.setattr(followers, "WAIT_SECONDS", 1.0)
     try:
-        deadline, read = time.monotonic() + 60, False
-        while time.monotonic() < deadline and job.is_alive() and not read:
-            state = Ledger(ch).state(key)
-            read = bool(state.repair) and all(state.shards[i].status == "success" for i in state.repair)
-            time.sleep(0.1)
-        assert read, errors  # the repair's shards are read, not published
-        assert job.is_alive() and ch.command(f"SELECT count() FROM {db}.t FINAL WHERE id = 5000") == 1
-    finally:
+        with pytest.raises(followers.FollowerBehind, match=r"pipeline 'rimp.follower' did not apply the binlog up to "
+                                                           r"the repair's reads .* within 1 s"):
+            run_reconcile(check, spark)
+        state = Ledger(ch).state(key)
+        assert state.repair and all(state.shards[i].status == "success" for i in state.repair)  # read ...
+        assert ch.command(f"SELECT count() FROM {db}.t FINAL WHERE id = 19") == 1  # ... not published
+        attempts = {i: state.shards[i].attempt for i in state.repair}
         follower(PIPELINE_RUNNING)  # it has applied the binlog up to now: past the repair's reads
-        job.join()
+        result = run_reconcile(check, spark)  # finishes the repair first, then compares
+    finally:
         follower(PIPELINE_IDLE)
-    assert not errors, errors
-    assert result["verdict"] == "ok" and result["before"]["verdict"] == "mismatch"
+    assert result["verdict"] == "ok"
+    state = Ledger(ch).state(key)
+    assert state.status == "published" and {i: state.shards[i].attempt for i in attempts} == attempts
     assert_same_rows(mysql_conn, ch, db, "t")
 
 

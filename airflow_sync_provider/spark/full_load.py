@@ -502,9 +502,9 @@ class TableLoad:
         is retried within the job's bound); a failure is recorded. ``written``: the rows the
         working table holds (a source group's: every member's)."""
         written = self.written if written is None else written
-        if self.state.repair:  # beside the pipelines following the copy (docs/design-reconciliation.md)
-            self.notes = await_followers(self.ch, self.spec.ledger_database, self.state)
         try:
+            if self.state.repair:  # beside the pipelines following the copy (docs/design-reconciliation.md)
+                self.notes = await_followers(self.ch, self.spec.ledger_database, self.state)
             landed = self.copier.outage.call(lambda: _publish(self.spec, self.ch, self.schema, self.plan, self.state,
                                                               self.copy), "publishing the copy")
         except Exception as exc:  # e.g. the target went away: recorded, and publishing again is safe

@@ -47,11 +47,12 @@ def following(checkpoints: Checkpoints, target_table: str) -> list[str]:
     return found
 
 
-def await_followers(ch, ledger_database: str, state: LoadState, wait_seconds: float = WAIT_SECONDS) -> list[str]:
+def await_followers(ch, ledger_database: str, state: LoadState, wait_seconds: float | None = None) -> list[str]:
     """Wait until every running pipeline following ``state``'s copy has applied the binlog up to
     the newest read of its repair (``state.repair``'s shards, each read's version); returns a note
     for each pipeline not running and not there yet. Raises :class:`FollowerBehind` after
-    ``wait_seconds``."""
+    ``wait_seconds`` (default WAIT_SECONDS)."""
+    wait_seconds = WAIT_SECONDS if wait_seconds is None else wait_seconds
     versions = [state.shards[i].version for i in state.repair if i in state.shards]
     if not state.start_position or not versions:  # no binlog: no pipeline follows the copy
         return []
