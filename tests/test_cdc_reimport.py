@@ -227,6 +227,7 @@ def test_the_operator_reimports_copies_started_from_full_loads(mysql_conn, mysql
     """ReconcileOperator(on_mismatch="reimport") by pattern, the pipeline started from full loads
     (start_from_loads)."""
     from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+    from airflow_sync_provider.core.ledger import Ledger
     from airflow_sync_provider.operators.reconcile import ReconcileOperator
 
     db, target, pipeline = "rimp_fl", "rimp_fl_ch", "rimp.loads"
@@ -256,6 +257,10 @@ def test_the_operator_reimports_copies_started_from_full_loads(mysql_conn, mysql
     for one in summary["tables"]:
         assert one["mismatched_before"] and one["reimported"]["repaired"] == one["mismatched_before"]
         assert 0 < one["reimported"]["rows"] < ROWS
+        # the stopped pipeline following the copy is named: it has changes to apply older than the repair
+        assert any(f"pipeline {pipeline!r} (idle" in w for w in one["reimported"]["warnings"]), one["reimported"]
+    for table in loaded["tables"]:  # a pipeline started from the load again replays from where the load began
+        assert Ledger(ch).state(table["load_key"]).start_position == table["start_position"]
     for table in ("a", "b"):
         assert_same_rows(mysql_conn, ch, db, table, target)
     apply(endpoints, spark, pipeline)
