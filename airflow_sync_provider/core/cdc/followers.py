@@ -42,7 +42,7 @@ def following(checkpoints: Checkpoints, target_table: str) -> list[str]:
     for pipeline in checkpoints.pipelines():
         state = checkpoints.state(pipeline)
         tables = [*(state.tables if state else []), *(r.table for r in checkpoints.registrations(pipeline))]
-        # its copy, or the copy a re-copy under a new layout fills beside it
+        # its copy (also while a re-copy under a new layout fills another table beside it)
         if any(t.streaming and wanted in {(t.target_database, t.target_table), (t.target_database, t.writes_to)}
                for t in tables):
             found.append(pipeline)
