@@ -74,6 +74,8 @@ def _print_verdicts(result: dict, tables: list[dict]) -> None:
         if one.get("before"):
             print(f"first pass: shards {one['before']['mismatched']} mismatched; re-imported "
                   f"{one['reimported']['rows']:,} rows into them")
+            for warning in one["reimported"].get("warnings") or []:
+                print(f"note: {warning}")
         if one["verdict"] == SHAPE_MISMATCH:
             print(f"verdict: {SHAPE_MISMATCH}: {'; '.join(one['shape']['problems'])}; {one['remedy']}; "
                   f"report {one['report']}")

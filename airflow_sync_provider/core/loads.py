@@ -96,7 +96,8 @@ class LoadState:
     version: int  # the rows' version when the source has no binlog (else each shard's read sets it)
     spec: dict  # the job spec without secrets (for `airflow-sync reimport`)
     error: str = ""
-    # the source's binlog position when the load (or its repair) began: catch-up can start there
+    # the source's binlog position when the load began: catch-up can start there (a repair of
+    # some of its shards keeps it: the others are as the load read them)
     start_position: dict | None = None
     # shards being re-imported into the published table (after a reconciliation found them
     # mismatched); empty for a load that publishes by swapping or replacing partitions

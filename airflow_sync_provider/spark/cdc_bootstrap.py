@@ -209,12 +209,18 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
                      key: ChunkKey) -> tuple[FullLoadSpec, LoadState, Plan]:
     load = spec.load_spec(table, key.names[0] if key.names else None)
     state = ledger.state(load.load_key)
-    if state is not None and state.status == LOAD_PUBLISHED and not spec.restart:
+    # bootstrapped already (a re-import of shards into its copy may be under way: spark/reconcile.py)
+    done = state is not None and (state.status == LOAD_PUBLISHED or bool(state.repair))
+    if done and not spec.restart:
         if target.table_exists(checkpoints.ch, load.target_database, load.target_table):
-            return load, state, Plan.from_dict(state.plan)  # bootstrapped already: the pipeline keeps it current
+            if state.status != LOAD_PUBLISHED:
+                log.warning(f"{schema.qualified}: a re-import of shards {state.repair} into its copy did not finish "
+                            f"({state.status}); finish it: airflow-sync reconcile --load {load.load_key!r} "
+                            "--checksum --reimport")
+            return load, state, Plan.from_dict(state.plan)  # the pipeline keeps it current
         log.info(f"{schema.qualified}: its copy {load.target_database}.{load.target_table} is gone; "
               "bootstrapping it again")
-    if state is not None and state.status != LOAD_PUBLISHED and not spec.restart:
+    elif state is not None and state.status != LOAD_PUBLISHED and not spec.restart:
         state.status, state.error = LOAD_RUNNING, ""
         return load, state, Plan.from_dict(state.plan)  # resume: same shards, chunks after their resume keys
     start = current_position(conn, epoch=source_epoch(conn, checkpoints.ch, spec.ledger_database))
@@ -236,6 +242,15 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
     return load, state, plan
 
 
+def _check_settings(ch, schema, load: FullLoadSpec):
+    """The layout the copy is written under: the one asked for, which an existing copy must have,
+    or none asked for, the copy's own; and the content asked for, which it must hold (else refused,
+    naming both: core/target/layout.check_same, core/content/shaping.check_same)."""
+    layout = target.resolve_layout(ch, load.target_database, load.target_table, load.layout)
+    target.check_content(ch, schema, load.target_database, load.target_table)
+    return layout
+
+
 def _prepare_target(ch, schema, load: FullLoadSpec, weight: bool) -> None:
     multiset = not schema.primary_key  # docs/keyless-tables.md
     if multiset and member_filter(schema)[0] != "1":
@@ -247,8 +262,7 @@ def _prepare_target(ch, schema, load: FullLoadSpec, weight: bool) -> None:
                               "leaves it (-1); keeping deletes (on_delete='keep') is for tables with a key")
     database, table = load.target_database, load.target_table
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
-    layout = target.resolve_layout(ch, database, table, load.layout)  # an existing copy's, or refused
-    target.check_content(ch, schema, database, table)  # what it holds (core/content/), or refused
+    layout = _check_settings(ch, schema, load)  # an existing copy's, or refused
     if not target.table_exists(ch, database, table):
         ch.command(target.create_table_sql(schema, database, table, layout, weight=weight, multiset=multiset))
         return
@@ -320,9 +334,11 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
         in_driver = (table_rows(conn, table["source_database"], table["source_table"])
                      <= driver_copy_limit(spec.driver_copy_rows, session))
         chunk = chunk_rows(spec.chunk_rows, average_row_bytes(conn, table["source_database"], table["source_table"]))
-    if not in_driver and state.status != LOAD_PUBLISHED:
+    if not in_driver and state.status != LOAD_PUBLISHED and not state.repair:
         session.start()  # the SparkContext comes up while the driver prepares
-    if state.status == LOAD_PUBLISHED:
+    if state.status == LOAD_PUBLISHED or state.repair:
+        if not spec.recopy:  # asked for another layout or content than the copy's: refused, as a full load is
+            _check_settings(ch, schema, load)
         log.info(f"{schema.qualified} was bootstrapped for pipeline {spec.pipeline!r} already "
               f"(generation {state.generation}); skipped (restart=True bootstraps it again)")
         if not spec.recopy:

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import time
 
+from airflow_sync_provider.core.cdc.followers import await_followers
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema
@@ -172,8 +173,8 @@ class FullLoadCopy(ShardCopy):
 
     @property
     def epoch(self) -> int:
-        """The source server's epoch (core/cdc/servers.py), taken with the load's start position."""
-        return BinlogPosition.from_dict(self.state.start_position).epoch if self.state.start_position else 0
+        """The source server's epoch (core/cdc/servers.py) its reads' versions carry (:func:`_plan_copy`)."""
+        return self.copy.epoch
 
     def clear(self, channel: Channel, shard: Shard) -> None:
         """Remove what earlier attempts of ``shard`` wrote to the working table."""
@@ -249,9 +250,14 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | 
             target.check_layout(ledger.ch, spec.target_database, spec.target_table)
             _check_repairable(spec, ledger.ch, schema, state)
             state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
-            state.start_position, state.version = start or binlog_start(spec, ledger.ch)
-            if working:
-                state.parts_table = working
+            position, state.version = start or binlog_start(spec, ledger.ch)
+            # the copy still began where its load began (a pipeline started from it replays from
+            # there: the shards not repaired are as the load read them); the repair's own reads
+            # rank by their snapshots' positions, of the server they read now (_plan_copy)
+            state.start_position = (state.start_position or position) if position else None
+            # a CDC bootstrap's copy was written in place and has no working table of its own
+            state.parts_table = working or state.parts_table or target.parts_table_name(spec.load_key,
+                                                                                       state.generation)
             return state, Plan.from_dict(state.plan)
     if state is not None and state.status not in (LOAD_PUBLISHED, LOAD_ABANDONED):
         state.status, state.error = LOAD_RUNNING, ""
@@ -288,12 +294,16 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, dir
             except NotComparable:
                 direct, weights = False, None
         mariadb = flavor(conn).mariadb
+        # the epoch its reads' versions carry: the load's start position's; a repair's, that of the
+        # server it reads now (after a failover, above every version the old server's stream wrote)
+        epoch = ((source_epoch(conn, ch, spec.ledger_database) if state.repair else
+                  BinlogPosition.from_dict(state.start_position).epoch) if state.start_position else 0)
     native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
     layout = spec.layout if spec.reshape else target.resolve_layout(ch, spec.target_database, spec.target_table,
                                                                       spec.layout)
     target.check_content(ch, schema, spec.target_database, spec.target_table)  # what it holds, or refused
     return Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
-                split, weights, member=member_filter(schema), layout=layout), note
+                split, weights, member=member_filter(schema), layout=layout, epoch=epoch), note
 
 
 def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy: Copy) -> int:
@@ -391,6 +401,7 @@ class TableLoad:
         self._lock: NamedLock | None = None
         self.phases: dict[str, float] = {}  # where the job's time went (bench/, the task log)
         self.todo: list[int] = []
+        self.notes: list[str] = []  # a repair's: the pipelines following its copy that have not caught up
 
     def lock(self) -> None:
         """One job per load key; a killed job's key is free at once (core/source/locks.py)."""
@@ -492,6 +503,8 @@ class TableLoad:
         working table holds (a source group's: every member's)."""
         written = self.written if written is None else written
         try:
+            if self.state.repair:  # beside the pipelines following the copy (docs/design-reconciliation.md)
+                self.notes = await_followers(self.ch, self.spec.ledger_database, self.state)
             landed = self.copier.outage.call(lambda: _publish(self.spec, self.ch, self.schema, self.plan, self.state,
                                                               self.copy), "publishing the copy")
         except Exception as exc:  # e.g. the target went away: recorded, and publishing again is safe
@@ -534,7 +547,7 @@ class TableLoad:
             "start_position": state.start_position,
             "strategy": plan.strategy,
             "reader": self.reader_note,
-            "warnings": list(plan.warnings),
+            "warnings": list(plan.warnings) + self.notes,
             "phases": {k: round(v, 3) for k, v in self.phases.items()},
             "seconds": round(time.time() - self.started, 3),
         }

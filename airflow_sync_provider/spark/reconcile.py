@@ -213,7 +213,7 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
         before = {k: result[k] for k in ("verdict", "mismatched", "shards")}
         result = _compare(spec, session, ledger)
         result.pop("stored_spec")
-        result |= {"before": before, "reimported": {k: repair[k] for k in ("repaired", "rows", "seconds")}}
+        result |= {"before": before, "reimported": {k: repair[k] for k in ("repaired", "rows", "seconds", "warnings")}}
     return result | {"spark_started": session.started, "seconds": round(time.time() - started, 3)}
 
 

@@ -98,6 +98,7 @@ class Copy:
     # a table without a key into a multiset copy (core/target/clickhouse.SIGN_COLUMN): each row +1,
     # told apart by its ordinal within the read (the shard's id in its top bits)
     multiset: bool = False
+    epoch: int = 0  # the source server's epoch (core/cdc/servers.py): the top byte of its reads' versions
 
     def names(self) -> list[str]:
         return ([m.name for m in self.mappings] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
