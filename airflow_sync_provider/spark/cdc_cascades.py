@@ -248,8 +248,10 @@ class Cascading:
             return 0
         copies = CopiesInClickHouse(self.run.ch, routes)
         skip = {name: route.skip_before for name, route in routes.items() if route.skip_before}
+        recopying = frozenset(name for name, route in routes.items()
+                              if route.table is not None and route.table.recopying)
         with self.run.writing:  # no verification looks at the copies in between
-            cascades = Cascades(plan, copies, self.run.spec.cascade_rows, skip)
+            cascades = Cascades(plan, copies, self.run.spec.cascade_rows, skip, recopying)
             changes = cascades.resolve(triggers)
             written = self._write(copies, changes, per_table)
         if cascades.unresolved:  # through a copy ahead of this replay, or into a multiset: the net catches it

@@ -104,10 +104,14 @@ class Cascades:
     table, in the order InnoDB made them."""
 
     def __init__(self, plan: CascadePlan, copies: CopyRows, max_rows: int = 2_000_000,
-                 skip_before: dict | None = None):
+                 skip_before: dict | None = None, recopying: frozenset = frozenset()):
         self.plan, self.copies, self.max_rows = plan, copies, max_rows
         # a copy being filled by a re-copy from a later position: that copy holds the cascades before it
         self.skip_before = skip_before or {}
+        # copies being re-copied: their rows are not written (a chunk read before a cascade may land
+        # after it and after a later one, which would then take it for the state before it); every
+        # cascade since the re-copy began is resolved again, in order, once it is whole
+        self.recopying = recopying
         self._at: dict = {}  # (table, columns) → their places in a row
         self._rows: dict = defaultdict(dict)  # table → key → (row, version, stale): copy rows fetched
         self._found: dict = defaultdict(lambda: defaultdict(list))  # (table, columns) → value → keys
@@ -297,7 +301,7 @@ class Cascades:
             new_values = new if new is not None and action == CASCADE else (None,) * len(at)
             child_columns = self.plan.parents.get(key.child)
             # a change the child's re-copy snapshot holds already is followed to its own children only
-            covered = trigger.version < self.skip_before.get(key.child, 0)
+            covered = trigger.version < self.skip_before.get(key.child, 0) or key.child in self.recopying
             for row, stale in self._candidates(key, value, trigger):
                 if trigger.new is None and action == CASCADE:
                     after = None
