@@ -218,14 +218,15 @@ def _hand_over(out, item, halt, process: bool) -> bool:
     return False
 
 
-def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool) -> None:
+def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool, waiting=None) -> None:
     """The reader process: decode complete transactions of ``part`` and turn them into lane
-    payloads (the CPU-heavy part, a core of its own), handing each batch over in order."""
+    payloads (the CPU-heavy part, a core of its own), handing each batch over in order.
+    ``waiting``: set while the applier waits for a batch (a service's: a batch goes at once then)."""
     try:
         reader = BinlogReader(spec.source, part.start, part.routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
                               blocking=spec.service,
                               watch=Watch(part.watched, TableSelection.of(part.selection), part.prepared,
-                                          part.parents))
+                                          part.parents, waiting.is_set if waiting is not None else None))
         # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
         # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
         seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
@@ -278,24 +279,30 @@ class _Reader:
 
     def __init__(self, spec: CdcApplySpec, part: ReadRange, ahead: int = 2, inline: bool = False):
         if inline:
-            self.out, self.halt = queue.Queue(maxsize=ahead), threading.Event()
-            self.process = threading.Thread(target=_read_batches, args=(spec, part, self.out, self.halt, False),
-                                            name="binlog-reader", daemon=True)
+            self.out, self.halt, self.waiting = queue.Queue(maxsize=ahead), threading.Event(), threading.Event()
+            self.process = threading.Thread(target=_read_batches, name="binlog-reader", daemon=True,
+                                            args=(spec, part, self.out, self.halt, False,
+                                                  self.waiting if spec.service else None))
         else:
             context = reader_processes()
-            self.out, self.halt = context.Queue(maxsize=ahead), context.Event()
-            self.process = context.Process(target=_read_batches, args=(spec, part, self.out, self.halt, True),
-                                           daemon=True)
+            self.out, self.halt, self.waiting = context.Queue(maxsize=ahead), context.Event(), context.Event()
+            self.process = context.Process(target=_read_batches, daemon=True,
+                                           args=(spec, part, self.out, self.halt, True,
+                                                 self.waiting if spec.service else None))
         self.process.start()
 
     def get(self):
-        while True:
-            try:
-                return self.out.get(timeout=5)
-            except queue.Empty:
-                if not self.process.is_alive():
-                    raise ApplyFailed("the binlog reader died (exit code "
-                                      f"{getattr(self.process, 'exitcode', None)})") from None
+        self.waiting.set()  # a service's reader hands its batch over at the next commit
+        try:
+            while True:
+                try:
+                    return self.out.get(timeout=5)
+                except queue.Empty:
+                    if not self.process.is_alive():
+                        raise ApplyFailed("the binlog reader died (exit code "
+                                          f"{getattr(self.process, 'exitcode', None)})") from None
+        finally:
+            self.waiting.clear()
 
     def close(self):
         self.halt.set()
