@@ -87,11 +87,15 @@ def layout_arguments(parser) -> None:
                        help="sorting key column or expression (repeat); the primary key is appended where missing")
     group.add_argument("--partition-by", metavar="EXPR", help="PARTITION BY expression, e.g. toYYYYMM(created_at)")
     group.add_argument("--primary-key", action="append", metavar="EXPR", help="a prefix of the sorting key (repeat)")
-    group.add_argument("--ttl", metavar="EXPR", help="TTL expression (the checks then report expired rows as missing)")
+    group.add_argument("--ttl", metavar="EXPR",
+                       help="TTL expression, e.g. 'day + INTERVAL 90 DAY' (the checks compare only the rows no merge "
+                            "can have expired: docs/layouts.md)")
     group.add_argument("--table-setting", action="append", metavar="NAME=VALUE", help="table setting (repeat)")
     group.add_argument("--engine", metavar="NAME",
                        help="ReplacingMergeTree (default) or ReplicatedReplacingMergeTree[('path', 'replica')]")
-    group.add_argument("--cluster", metavar="NAME", help="ON CLUSTER and a Distributed table (not yet written to)")
+    group.add_argument("--cluster", metavar="NAME",
+                       help="ON CLUSTER and a Distributed table: refused by every job for now (docs/layouts.md, "
+                            "Clusters)")
     group.add_argument("--json-as", choices=("json", "string"), help="MySQL JSON as ClickHouse String (default)")
 
 
