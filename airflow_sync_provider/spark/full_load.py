@@ -291,6 +291,7 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, dir
     native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
     layout = spec.layout if spec.reshape else target.resolve_layout(ch, spec.target_database, spec.target_table,
                                                                       spec.layout)
+    target.check_derived(schema, layout, spec.target_database, spec.target_table)  # its derived columns, or refused
     target.check_content(ch, schema, spec.target_database, spec.target_table)  # what it holds, or refused
     return Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
                 split, weights, member=member_filter(schema), layout=layout), note

@@ -326,6 +326,13 @@ def kept_rows(ch, database: str, table: str) -> int:
                           f"AND {ch_ident(DELETED_AT_SOURCE)} > 0"))
 
 
+def check_derived(schema: TableSchema, layout: Layout, database: str, table: str) -> None:
+    """Refuse, naming the copy ``database.table``, a layout's derived column (JSON, typed geo) that its
+    columns cannot have (core/target/derived.py), before a load reads a row: the working table a
+    load creates would otherwise be the one named."""
+    derived_columns(layout, schema.mappings(), f"{database}.{table}")
+
+
 def check_content(ch, schema: TableSchema, database: str, table: str, comment: str | None = None) -> None:
     """Refuse writing ``schema``'s rows into an existing copy that holds other content (other
     transforms, filter, delete rule or salt): rows of two shapes never compare equal."""

@@ -107,14 +107,16 @@ def derived_columns(layout: Layout, mappings: list[ColumnMapping], table: str) -
         if kind not in GEO_TYPES:
             raise LayoutError(
                 f"table {table}: layout geo names column {name!r}, a {mapping.source.column_type.upper()} column: "
-                + ("its values may be of any kind, GEOMETRYCOLLECTION included, " if kind == "geometry" else
-                   "a geometry collection ")
-                + "and no ClickHouse type holds every value it can hold (ClickHouse's geo types are one kind each, "
-                  "and none is a collection); leave it out of geo (its exact value stays in the copy) or copy a "
-                  "typed column (POINT, POLYGON, …) of it through a view")
+                + ("its values may be of any kind, GEOMETRYCOLLECTION included, and no ClickHouse type holds every "
+                   "one (ClickHouse's geo types hold one kind each, and no collection)" if kind == "geometry" else
+                   "ClickHouse has no type for a geometry collection")
+                + "; leave it out of geo (its exact value stays in the copy), or copy a typed column (POINT, "
+                  "POLYGON, …) of it through a view")
         ch_type = GEO_TYPES[kind][0]
         nullable = mapping.ch_type.startswith("Nullable(")
         out.append(Derived(name + GEO_SUFFIX, name, ch_type, geo_expression(name, ch_type, nullable)))
+    order = list(by_name)
+    out.sort(key=lambda d: order.index(d.source))  # in the table's order
     for derived in out:
         if derived.name in by_name:
             raise LayoutError(f"table {table}: the column derived from {derived.source!r} would be named "
