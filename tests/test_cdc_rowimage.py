@@ -1,17 +1,18 @@
 """The row-image decoder (core/cdc/rowimage.py) gives exactly what the reference gives.
 
 Hypothesis writes rows of every mapped type (each nullable and NOT NULL, in several character
-sets, with their edge values: DECIMAL extremes at several scales, DATETIME / TIMESTAMP / TIME
-of every precision, negative TIME fractions, zero and invalid dates under a lax sql_mode, YEAR
-0, BIT(1…64), ENUM and SET with error and empty values and wide label lists, float extremes and
--0, BINARY padding, CHAR trailing spaces, emoji, MariaDB's latin1 bytes that cp1252 leaves
-undefined, spatial values of every kind and both SRIDs) through the real MariaDB — inserts, updates, key changes, deletes — and the reader
-decodes the binlog range three ways: with the generated code of each null-bitmap pattern, with
-its general code (every pattern, ``rowimage.PATTERNS = 0``) and with the reference
-(python-mysql-replication and ``TableRoute.row``, with core/cdc/binlog/'s corrections). Every
-row change must come out the same: lane, version, tombstone flag, and each value of the same
-type and the same value (floats bit for bit, decimals digit for digit and exponent). A run has
-a database of its own; hypothesis is derandomized.
+sets, with their edge values: DECIMAL extremes at several scales, DATETIME / TIMESTAMP / TIME of
+every precision, negative TIME fractions, zero and invalid dates under a lax sql_mode, YEAR 0,
+BIT(1…64), ENUM and SET with error and empty values and wide label lists, float extremes and -0,
+BINARY padding, CHAR trailing spaces, emoji, MariaDB's latin1 bytes that cp1252 leaves
+undefined, spatial values of every kind and both SRIDs) through the real MariaDB — inserts,
+updates, key changes, deletes — and the reader decodes the binlog range three ways: with the
+generated code of each null-bitmap pattern, with its general code (every pattern,
+``rowimage.PATTERNS = 0``) and with the reference (python-mysql-replication and
+``TableRoute.row``, with core/cdc/binlog/'s corrections). Every row change must come out the
+same: lane, version, tombstone flag, and each value of the same type and the same value (floats
+bit for bit, decimals digit for digit and exponent). A run has a database of its own; hypothesis
+is derandomized.
 """
 
 from __future__ import annotations
