@@ -434,3 +434,55 @@ def test_a_derived_column_that_cannot_hold_the_values_is_refused_before_any_work
         with pytest.raises(LayoutError, match=f"table {TARGET}.{table}: layout geo names {message}"):
             _load(endpoints, spark, table, layout=layout)
         assert not ch.command(f"EXISTS TABLE {TARGET}.{table}")
+
+
+def test_a_schema_change_under_a_derived_column_drops_it_and_its_layout_entry():
+    from airflow_sync_provider.core.target.derived import after_change
+    from airflow_sync_provider.core.target.layout import relaid_comment
+
+    layout = Layout.of({"geo": ["p", "po", "l"], "json": ["doc"], "order_by": ["n"]})
+    after = [c for c in COLUMNS if c.name not in ("po", "doc")]  # dropped (or renamed)
+    after = [_col("p", "geometry") if c.name == "p" else c for c in after]  # POINT → GEOMETRY
+    relaid, dropped = after_change(layout, MAPPINGS, after)
+    assert [d.name for d in dropped] == ["p_geo", "po_geo", "doc_json"]
+    assert relaid == Layout.of({"geo": ["l"], "order_by": ["n"]})
+    assert after_change(relaid, MAPPINGS, after) == (relaid, [])  # followed again after a crash: nothing to do
+    assert after_change(Layout.of({"json": "json"}), MAPPINGS, after)[0].json == "json"  # names no column
+    comment = "airflow_sync version=binlog-v2" + layout_comment(layout, ("id",)) + " content={} load=w"
+    assert stored(relaid_comment(comment, relaid)) == (relaid, ["id"])
+    assert relaid_comment(comment, relaid).endswith(" content={} load=w")
+
+
+@pytest.mark.slow
+def test_cdc_follows_a_schema_change_under_a_derived_column(conn, ch, endpoints, spark):
+    """DROP, MODIFY (POINT → GEOMETRY) and RENAME of columns with derived columns: ClickHouse
+    refuses to drop or rename a column a MATERIALIZED one reads, and Point cannot hold a polygon;
+    the derived columns go first, the copy follows exactly, the others stay."""
+    from airflow_sync_provider.core.target.clickhouse import copy_layout
+    from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
+    from tests.helpers import assert_same_rows
+
+    table, pipeline = "altered", "geo_alter"
+    _create(conn, table, rows=120, seed=7)
+    run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline,
+                                       tableset=TableSet(tables=[{"source_database": DB, "source_table": table,
+                                                                  "target_database": TARGET}], layout=LAYOUT),
+                                       channels=1), spark)
+    with conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE {DB}.{table} DROP COLUMN po")
+        cur.execute(f"ALTER TABLE {DB}.{table} MODIFY p GEOMETRY NOT NULL")
+        cur.execute(f"ALTER TABLE {DB}.{table} RENAME COLUMN doc TO doc2")
+        cur.execute(f"UPDATE {DB}.{table} SET p = %s, l = %s WHERE id <= 10",
+                    (geometry("polygon", [[(0, 0), (1, 0), (1, 1), (0, 0)]], 4326),
+                     geometry("linestring", [(1, 2), (3, 4)])))
+    _apply(endpoints, spark, pipeline, verify_period=0)
+    assert assert_same_rows(conn, ch, DB, table, TARGET) == 120
+    derived = [r[0] for r in ch.query(f"SELECT name FROM system.columns WHERE database = '{TARGET}' AND "
+                                      f"table = '{table}' AND default_kind = 'MATERIALIZED'").result_rows]
+    assert sorted(derived) == ["l_geo", "ml_geo", "mp_geo", "mpo_geo", "pn_geo"]
+    assert copy_layout(ch, TARGET, table) == Layout.of({"geo": ["pn", "l", "mp", "ml", "mpo"]})
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT id, l FROM {DB}.{table} WHERE l IS NOT NULL")
+        lines = dict(cur.fetchall())
+    copied = dict(ch.query(f"SELECT id, l_geo FROM {TARGET}.{table} FINAL WHERE l IS NOT NULL").result_rows)
+    assert {i: plain(v) for i, v in copied.items()} == {i: plain(parse(v)[2]) for i, v in lines.items()}

@@ -503,6 +503,12 @@ def follow_alter(run, route: TableRoute, change: alter.Alter) -> alter.Decision:
                if k not in target.INTERNAL_COLUMNS}
     if not table.member:
         decided = alter.decide(change, alter.OwnCopy(table.copy_spec()))
+        # a derived column (JSON, typed geo) of a column the change drops, renames or retypes goes first
+        for name in target.drop_derived(ch, route.target_database, route.target_table, route.schema.mappings(),
+                                        decided.columns):
+            log.warning(f"table {table.name}: {change.where} drops, renames or retypes the column that the derived "
+                        f"column {name!r} reads: {name!r} is dropped and left out of the copy's layout (a reshape "
+                        "brings it back)")
         if decided.copy and present != {c.name: map_column(c, change.where).ch_type for c in decided.columns}:
             for clause in decided.copy:
                 ch.command(f"ALTER TABLE {copy} {clause}")

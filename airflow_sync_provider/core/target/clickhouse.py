@@ -17,8 +17,16 @@ from airflow_sync_provider.core.positions import SCHEME
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
 from airflow_sync_provider.core.target import ttl
-from airflow_sync_provider.core.target.derived import derived_columns
-from airflow_sync_provider.core.target.layout import MIRROR, Layout, LayoutError, check_same, layout_comment, stored
+from airflow_sync_provider.core.target.derived import after_change, derived_columns
+from airflow_sync_provider.core.target.layout import (
+    MIRROR,
+    Layout,
+    LayoutError,
+    check_same,
+    layout_comment,
+    relaid_comment,
+    stored,
+)
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
 
 VERSION_COLUMN = "_version"
@@ -324,6 +332,20 @@ def kept_rows(ch, database: str, table: str) -> int:
     """The rows a copy keeps after the source deleted them (core/content/, on_delete="keep")."""
     return int(ch.command(f"SELECT count() FROM {ch_table(database, table)} FINAL WHERE {ch_ident(DELETED_COLUMN)} = 0 "
                           f"AND {ch_ident(DELETED_AT_SOURCE)} > 0"))
+
+
+def drop_derived(ch, database: str, table: str, before: list, after: list) -> list[str]:
+    """Before a followed schema change (spark/cdc_ddl.py): drop the derived columns whose source
+    column the change drops, renames or retypes (core/target/derived.after_change), and record the
+    layout without them in the copy's comment. Idempotent; returns the columns dropped."""
+    layout = copy_layout(ch, database, table)
+    relaid, dropped = after_change(layout, before, after)
+    for derived in dropped:
+        ch.command(f"ALTER TABLE {ch_table(database, table)} DROP COLUMN IF EXISTS {ch_ident(derived.name)}")
+    if relaid != layout:
+        comment = relaid_comment(_comment(ch, database, table), relaid)
+        ch.command(f"ALTER TABLE {ch_table(database, table)} MODIFY COMMENT {ch_string(comment)}")
+    return [d.name for d in dropped]
 
 
 def check_derived(schema: TableSchema, layout: Layout, database: str, table: str) -> None:

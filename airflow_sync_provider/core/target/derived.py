@@ -24,7 +24,7 @@ the columns a writer writes (core/target/clickhouse.py: ``column_types``) leave 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from airflow_sync_provider.core.sql import ch_ident
 from airflow_sync_provider.core.target.layout import Layout, LayoutError
@@ -134,3 +134,20 @@ def _column(by_name: dict, name: str, option: str, table: str) -> ColumnMapping:
         raise LayoutError(f"table {table}: layout {option} names column {name!r}, whose copy is transformed "
                           f"({mapping.transform.spec()}): a derived column would read the transformed value")
     return mapping
+
+
+def after_change(layout: Layout, before: list[ColumnMapping], after: list) -> tuple[Layout, list[Derived]]:
+    """A schema change followed by CDC (core/cdc/alter.py) that drops, renames or retypes a column
+    with a derived column: ClickHouse would refuse to drop or rename the column under it, or the
+    derived column would read values it cannot hold (POINT → GEOMETRY). Returns the layout
+    without those columns (``json="json"`` stays: it names no column) and the derived columns
+    to drop first. ``before``: the copy's mappings before the change; ``after``: its columns
+    (MySQLColumn) after it. A derived column dropped this way comes back with a reshape."""
+    types = {c.name: c.data_type for c in after}
+    touched = [d for d in derived_columns(layout, before, "")
+               if types.get(d.source) != next(m.source.data_type for m in before if m.name == d.source)]
+    if not touched:
+        return layout, []
+    gone = {d.source for d in touched}
+    json = layout.json if isinstance(layout.json, str) else tuple(c for c in layout.json if c not in gone) or "string"
+    return replace(layout, json=json, geo=tuple(c for c in layout.geo if c not in gone)), touched

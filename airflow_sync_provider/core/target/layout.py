@@ -369,6 +369,15 @@ def stored(comment: str) -> tuple[Layout, list[str] | None]:
     return Layout.of(data), key
 
 
+def relaid_comment(comment: str, layout: Layout) -> str:
+    """``comment`` recording ``layout`` instead of the layout it records (its source key kept)."""
+    at = (comment or "").find(_MARK)
+    if at < 0:
+        return comment
+    data, end = json.JSONDecoder().raw_decode(comment, at + len(_MARK))
+    return comment[:at] + layout_comment(layout, tuple(data.get("key") or ())) + comment[end:]
+
+
 def check_same(table: str, requested: Layout, comment: str) -> None:
     """Refuse a job whose layout differs from the one the copy was created with. A copy made
     before layouts existed records none: only a period load's partitions were chosen then."""
