@@ -16,17 +16,10 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.positions import SCHEME
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
+from airflow_sync_provider.core.target import layout as layouts
 from airflow_sync_provider.core.target import ttl
-from airflow_sync_provider.core.target.derived import after_change, derived_columns
-from airflow_sync_provider.core.target.layout import (
-    MIRROR,
-    Layout,
-    LayoutError,
-    check_same,
-    layout_comment,
-    relaid_comment,
-    stored,
-)
+from airflow_sync_provider.core.target.derived import derived_columns
+from airflow_sync_provider.core.target.layout import MIRROR, Layout, LayoutError, check_same, layout_comment, stored
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
 
 VERSION_COLUMN = "_version"
@@ -334,25 +327,11 @@ def kept_rows(ch, database: str, table: str) -> int:
                           f"AND {ch_ident(DELETED_AT_SOURCE)} > 0"))
 
 
-def drop_derived(ch, database: str, table: str, before: list, after: list) -> list[str]:
-    """Before a followed schema change (spark/cdc_ddl.py): drop the derived columns whose source
-    column the change drops, renames or retypes (core/target/derived.after_change), and record the
-    layout without them in the copy's comment. Idempotent; returns the columns dropped."""
-    layout = copy_layout(ch, database, table)
-    relaid, dropped = after_change(layout, before, after)
-    for derived in dropped:
-        ch.command(f"ALTER TABLE {ch_table(database, table)} DROP COLUMN IF EXISTS {ch_ident(derived.name)}")
-    if relaid != layout:
-        comment = relaid_comment(_comment(ch, database, table), relaid)
-        ch.command(f"ALTER TABLE {ch_table(database, table)} MODIFY COMMENT {ch_string(comment)}")
-    return [d.name for d in dropped]
-
-
-def check_derived(schema: TableSchema, layout: Layout, database: str, table: str) -> None:
-    """Refuse, naming the copy ``database.table``, a layout's derived column (JSON, typed geo) that its
-    columns cannot have (core/target/derived.py), before a load reads a row: the working table a
-    load creates would otherwise be the one named."""
-    derived_columns(layout, schema.mappings(), f"{database}.{table}")
+def relay_comment(ch, database: str, table: str, layout: Layout) -> None:
+    """Record ``layout`` in the copy's comment instead of the one it records (a derived column
+    dropped under a schema change: spark/cdc_ddl.py)."""
+    comment = layouts.relaid_comment(_comment(ch, database, table), layout)
+    ch.command(f"ALTER TABLE {ch_table(database, table)} MODIFY COMMENT {ch_string(comment)}")
 
 
 def check_content(ch, schema: TableSchema, database: str, table: str, comment: str | None = None) -> None:
