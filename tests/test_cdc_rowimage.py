@@ -1,17 +1,18 @@
 """The row-image decoder (core/cdc/rowimage.py) gives exactly what the reference gives.
 
 Hypothesis writes rows of every mapped type (each nullable and NOT NULL, in several character
-sets, with their edge values: DECIMAL extremes at several scales, DATETIME / TIMESTAMP / TIME
-of every precision, negative TIME fractions, zero and invalid dates under a lax sql_mode, YEAR
-0, BIT(1…64), ENUM and SET with error and empty values and wide label lists, float extremes and
--0, BINARY padding, CHAR trailing spaces, emoji, MariaDB's latin1 bytes that cp1252 leaves
-undefined) through the real MariaDB — inserts, updates, key changes, deletes — and the reader
-decodes the binlog range three ways: with the generated code of each null-bitmap pattern, with
-its general code (every pattern, ``rowimage.PATTERNS = 0``) and with the reference
-(python-mysql-replication and ``TableRoute.row``, with core/cdc/binlog/'s corrections). Every
-row change must come out the same: lane, version, tombstone flag, and each value of the same
-type and the same value (floats bit for bit, decimals digit for digit and exponent). A run has
-a database of its own; hypothesis is derandomized.
+sets, with their edge values: DECIMAL extremes at several scales, DATETIME / TIMESTAMP / TIME of
+every precision, negative TIME fractions, zero and invalid dates under a lax sql_mode, YEAR 0,
+BIT(1…64), ENUM and SET with error and empty values and wide label lists, float extremes and -0,
+BINARY padding, CHAR trailing spaces, emoji, MariaDB's latin1 bytes that cp1252 leaves
+undefined, spatial values of every kind and both SRIDs) through the real MariaDB — inserts,
+updates, key changes, deletes — and the reader decodes the binlog range three ways: with the
+generated code of each null-bitmap pattern, with its general code (every pattern,
+``rowimage.PATTERNS = 0``) and with the reference (python-mysql-replication and
+``TableRoute.row``, with core/cdc/binlog/'s corrections). Every row change must come out the
+same: lane, version, tombstone flag, and each value of the same type and the same value (floats
+bit for bit, decimals digit for digit and exponent). A run has a database of its own; hypothesis
+is derandomized.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.positions import current_position
 from airflow_sync_provider.core.source.schema import read_table_schema
+from tests import spatial
 
 DB = f"rowimage_{uuid.uuid4().hex[:8]}"
 
@@ -167,12 +169,18 @@ FAMILIES = {
         ("mb", "MEDIUMBLOB", st.binary(max_size=40), [b"z" * 70000]),
         ("lb", "LONGBLOB", st.binary(max_size=40), [b"\x00"]),
     ],
+    # MySQL's own bytes (SRID + WKB): every kind, SRID 0 and 4326, empty collections (tests/spatial.py)
+    "spatial": [(name, kind.upper(), spatial.values(kind), spatial.edge_values(kind))
+                for name, kind in (("ge", "geometry"), ("pt", "point"), ("ls", "linestring"), ("pg", "polygon"),
+                                   ("mpt", "multipoint"), ("mls", "multilinestring"), ("mpg", "multipolygon"),
+                                   ("gc", "geometrycollection"))],
 }
 # a mapped type no family covers would escape the test
 assert {ddl.split("(")[0].split()[0].lower() for cols in FAMILIES.values() for _, ddl, _, _ in cols} >= {
     "tinyint", "smallint", "mediumint", "int", "bigint", "boolean", "decimal", "float", "double", "date",
     "datetime", "timestamp", "year", "time", "bit", "char", "varchar", "tinytext", "text", "mediumtext", "longtext",
-    "enum", "set", "json", "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+    "enum", "set", "json", "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
+    "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"}
 
 _KEY_TEXT = st.characters(codec="utf-8", exclude_categories=("Cs", "Zs"))  # a binary collation, no PAD SPACE ties
 

@@ -27,6 +27,7 @@ from airflow_sync_provider.core.source import reader
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import mysql_ident
 from airflow_sync_provider.core.typemap import MySQLColumn, StringRule, map_column
+from tests import spatial
 
 SALT = "sél't\"\\ 🙂".encode() + b"\xff\x00'"  # not UTF-8: the salt is bytes, not text
 
@@ -273,6 +274,8 @@ COLUMNS = [
     ("bn", "BINARY(6)", st.binary(max_size=6), [b"", b"a", b"\x00" * 6, b"\xff" * 6]),
     ("vb", "VARBINARY(20)", st.binary(max_size=20), [b"", b"\x00", b"\x80\xff", b"'\\"]),
     ("bl", "BLOB", st.binary(max_size=300), [b"", bytes(range(256))]),
+    ("ge", "GEOMETRY", spatial.values("geometry"), spatial.edge_values("geometry")),  # MySQL's SRID + WKB
+    ("pt", "POINT", spatial.values("point"), spatial.edge_values("point")),
     *[(name, ddl, *_int(bits, "UNSIGNED" in ddl)) for name, ddl, bits in [
         ("i8", "TINYINT", 8), ("u8", "TINYINT UNSIGNED", 8), ("i16", "SMALLINT", 16), ("u16", "SMALLINT UNSIGNED", 16),
         ("i24", "MEDIUMINT", 24), ("u24", "MEDIUMINT UNSIGNED", 24), ("i32", "INT", 32), ("u32", "INT UNSIGNED", 32),

@@ -53,8 +53,8 @@ def test_every_option_is_honoured_or_refused_by_name():
         Layout.of({"engine": "CollapsingMergeTree(sign)"})
     with pytest.raises(LayoutError, match="not a prefix"):
         Layout.of({"order_by": ["tenant"], "primary_key": ["status"]}).check("lay.t", ("id",), COLUMNS)
-    with pytest.raises(LayoutError, match="json='json' is not supported yet"):
-        Layout.of({"json": "json"}).check("lay.t", ("id",), COLUMNS)
+    with pytest.raises(LayoutError, match="layout json 'jsonb': give 'string', 'json' or the JSON columns"):
+        Layout.of({"json": "jsonb"})  # json and geo: tests/test_spatial_json.py
     with pytest.raises(LayoutError, match="cluster='c1': jobs do not write to a cluster yet"):
         Layout.of({"cluster": "c1"}).check("lay.t", ("id",), COLUMNS)
     with pytest.raises(LayoutError, match="without a primary key"):

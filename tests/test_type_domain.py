@@ -26,6 +26,7 @@ from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.target.clickhouse import ReservedColumn
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
+from tests import spatial
 from tests.helpers import assert_same_rows
 
 pytestmark = pytest.mark.slow
@@ -119,12 +120,18 @@ FAMILIES = {
         ("vb", "VARBINARY(20)", st.binary(max_size=20), [b"", b"\x00", b"a\x00", b"\x80\xff"]),
         ("bl", "BLOB", st.binary(max_size=300), [b"", bytes(range(256))]),
     ],
+    # MySQL's own bytes (SRID + WKB): every kind, SRID 0 and 4326, empty collections (tests/spatial.py)
+    "spatial": [(name, kind.upper(), spatial.values(kind), spatial.edge_values(kind))
+                for name, kind in (("ge", "geometry"), ("pt", "point"), ("ls", "linestring"), ("pg", "polygon"),
+                                   ("mpt", "multipoint"), ("mls", "multilinestring"), ("mpg", "multipolygon"),
+                                   ("gc", "geometrycollection"))],
 }
 # a mapped type no family covers would escape the test
 assert {ddl.split("(")[0].split()[0].lower() for cols in FAMILIES.values() for _, ddl, _, _ in cols} >= {
     "tinyint", "smallint", "mediumint", "int", "bigint", "boolean", "decimal", "float", "double", "date",
     "datetime", "timestamp", "year", "time", "bit", "char", "varchar", "text", "enum", "set", "json", "binary",
-    "varbinary", "blob"}
+    "varbinary", "blob", "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+    "geometrycollection"}
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +221,8 @@ def test_internal_column_names_are_refused_before_any_work_and_can_be_excluded(c
     with conn.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS {DB}.clash")
         cur.execute(f"CREATE TABLE {DB}.clash (id INT PRIMARY KEY, `_version` INT, `_deleted` TINYINT, "
-                    "g POINT NULL, v VARCHAR(10))")
-        cur.execute(f"INSERT INTO {DB}.clash VALUES (1, 7, 1, NULL, 'a'), (2, 8, 0, POINT(1, 2), 'b')")
+                    "g INET6 NULL, v VARCHAR(10))")
+        cur.execute(f"INSERT INTO {DB}.clash VALUES (1, 7, 1, NULL, 'a'), (2, 8, 0, '::1', 'b')")
     spec = dict(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB, source_table="clash",
                 target_database=TARGET, target_table="clash", load_key="domain.clash")
     ch = target

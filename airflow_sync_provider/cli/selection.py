@@ -96,14 +96,21 @@ def layout_arguments(parser) -> None:
     group.add_argument("--cluster", metavar="NAME",
                        help="ON CLUSTER and a Distributed table: refused by every job for now (docs/layouts.md, "
                             "Clusters)")
-    group.add_argument("--json-as", choices=("json", "string"), help="MySQL JSON as ClickHouse String (default)")
+    group.add_argument("--json-as", choices=("json", "string"),
+                       help="string (default): MySQL JSON as its exact text in a String; json: also a ClickHouse "
+                            "JSON column <col>_json derived from every JSON column, for queries by path (the String "
+                            "stays the exact copy the checks compare)")
+    group.add_argument("--json-column", action="append", metavar="COL",
+                       help="a derived JSON column <COL>_json for this JSON column only (repeat)")
+    group.add_argument("--geo-column", action="append", metavar="COL",
+                       help="a derived typed geo column <COL>_geo (Point, Polygon, …) for this spatial column (repeat)")
 
 
 def layout_of(args) -> dict | None:
     """The layout the arguments give (None: the copy's own, or the default for a new one)."""
     layout = {"order_by": args.order_by, "partition_by": args.partition_by, "primary_key": args.primary_key,
               "ttl": args.ttl, "settings": args.table_setting, "engine": args.engine, "cluster": args.cluster,
-              "json": args.json_as}
+              "json": getattr(args, "json_column", None) or args.json_as, "geo": getattr(args, "geo_column", None)}
     return {k: v for k, v in layout.items() if v} or None
 
 

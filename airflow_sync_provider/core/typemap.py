@@ -27,7 +27,8 @@ Choices that are not obvious:
 * DECIMAL keeps its precision and scale (ClickHouse allows 76 digits); Arrow decimal128 carries
   up to 38 digits, decimal256 the rest. Never Float64: sums must not drift.
 * ENUM/SET/JSON/TIME become String; BIT becomes UInt64; BINARY/VARBINARY/BLOB become String
-  holding the raw bytes (BINARY(n) with its zero padding, as MySQL returns it).
+  holding the raw bytes (BINARY(n) with its zero padding, as MySQL returns it); the spatial
+  types become String holding MySQL's internal value (SRID + WKB, :class:`SpatialRule`).
 """
 
 from __future__ import annotations
@@ -376,6 +377,41 @@ class BinaryRule(Rule):
         return f"hex({col_sql})"
 
 
+# MySQL's spatial types. MySQL stores a geometry as its SRID (4 bytes, little-endian) followed by
+# the WKB (little-endian), and that internal value is what ``SELECT col`` returns and what the
+# binlog carries: the copy holds exactly those bytes (ST_AsBinary would drop the SRID, ST_AsText
+# the exact doubles). connectorx cannot read a GEOMETRY field ("not implemented:
+# MYSQL_TYPE_GEOMETRY"), so the value is read as ``CAST(col AS BINARY)``: the same bytes, typed
+# as a binary string. A typed ClickHouse column (Point, Polygon, …) derived from these bytes is a
+# layout option (core/target/derived.py).
+SPATIAL_TYPES = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+                 "geometrycollection", "geomcollection")  # MySQL 8 names GEOMETRYCOLLECTION 'geomcollection'
+
+
+class SpatialRule(Rule):
+    mysql = ("GEOMETRY / POINT / LINESTRING / POLYGON / MULTIPOINT / MULTILINESTRING / MULTIPOLYGON / "
+             "GEOMETRYCOLLECTION")
+    plain_text = True
+    notes = ("String holding MySQL's own value: the SRID (4 bytes, little-endian) then the WKB, as `SELECT col` "
+             "and the binlog give it; compared as hex. A typed column derived from it (`Point`, `Polygon`, …) "
+             "is a layout option: see below")
+
+    def ch_type(self, col):
+        return "String"
+
+    def arrow_type(self, col):
+        return pa.binary()
+
+    def source_sql(self, col_sql, col):
+        return f"CAST({col_sql} AS BINARY)"
+
+    def mysql_text(self, expr, col):
+        return f"HEX({expr})"
+
+    def ch_text(self, col_sql, col):
+        return f"hex({col_sql})"
+
+
 _INT, _STRING, _BINARY = IntRule(), StringRule(), BinaryRule()
 RULES: dict[str, Rule] = {
     **dict.fromkeys(_INT_BITS, _INT),
@@ -385,6 +421,7 @@ RULES: dict[str, Rule] = {
     "date": DateRule(), **dict.fromkeys(("datetime", "timestamp"), DateTimeRule()), "time": TimeRule(),
     **dict.fromkeys(("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"), _STRING),
     **dict.fromkeys(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"), _BINARY),
+    **dict.fromkeys(SPATIAL_TYPES, SpatialRule()),
 }
 BINARY_TYPES = frozenset(t for t, rule in RULES.items() if rule is _BINARY)
 
@@ -511,6 +548,6 @@ def markdown_table() -> str:
         if rule not in seen:
             seen.append(rule)
             lines.append(f"| {rule.mysql} | {rule.notes} |")
-    lines.append("| other (GEOMETRY, …) | refused with an error naming table and column (leave it out with "
-                 "`exclude_columns`) |")
+    lines.append("| other (e.g. MariaDB's UUID / INET6, MySQL 9's VECTOR) | refused with an error naming table and "
+                 "column (leave it out with `exclude_columns`) |")
     return "\n".join(lines) + "\n"

@@ -33,6 +33,7 @@ from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema
 from airflow_sync_provider.core.source.selection import TableSet, table_config
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.derived import after_change
 from airflow_sync_provider.core.target.layout import Layout
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.typemap import map_column
@@ -502,6 +503,20 @@ def siblings(run, table: PipelineTable) -> list[Sibling]:
     return found
 
 
+def _drop_derived(ch, route: TableRoute, after: list) -> list[str]:
+    """Before a followed schema change: drop the derived columns (JSON, typed geo) whose source
+    column it drops, renames or retypes (core/target/derived.after_change), and record the layout
+    without them in the copy's comment. Idempotent; returns the columns dropped."""
+    database, table = route.target_database, route.target_table
+    layout = target.copy_layout(ch, database, table)
+    relaid, dropped = after_change(layout, route.schema.mappings(), after)
+    for derived in dropped:
+        ch.command(f"ALTER TABLE {ch_table(database, table)} DROP COLUMN IF EXISTS {ch_ident(derived.name)}")
+    if relaid != layout:
+        target.relay_comment(ch, database, table, relaid)
+    return [d.name for d in dropped]
+
+
 def follow_alter(run, route: TableRoute, change: alter.Alter) -> alter.Decision:
     """One ALTER TABLE on a followed table, decided by its copy's rule (core/cdc/alter.py: a table
     copied alone, or a shard of a merged copy) and carried out on the copy: its ALTER clauses,
@@ -517,6 +532,11 @@ def follow_alter(run, route: TableRoute, change: alter.Alter) -> alter.Decision:
                if k not in target.INTERNAL_COLUMNS}
     if not table.member:
         decided = alter.decide(change, alter.OwnCopy(table.copy_spec()))
+        # a derived column (JSON, typed geo) of a column the change drops, renames or retypes goes first
+        for name in _drop_derived(ch, route, decided.columns):
+            log.warning(f"table {table.name}: {change.where} drops, renames or retypes the column that the derived "
+                        f"column {name!r} reads: {name!r} is dropped and left out of the copy's layout (a reshape "
+                        "brings it back)")
         if decided.copy and present != {c.name: map_column(c, change.where).ch_type for c in decided.columns}:
             for clause in decided.copy:
                 ch.command(f"ALTER TABLE {copy} {clause}")

@@ -39,6 +39,7 @@ from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.specfile import public_dict, spec_to_dict
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target.derived import derived_columns
 from airflow_sync_provider.core.target.inserts import ArrowInserts, InsertLimits
 from airflow_sync_provider.core.target.shards import (
     NotComparable,
@@ -301,6 +302,8 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, dir
     native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
     layout = spec.layout if spec.reshape else target.resolve_layout(ch, spec.target_database, spec.target_table,
                                                                       spec.layout)
+    # its derived columns, or refused naming the copy (not the working table a load creates)
+    derived_columns(layout, mappings, f"{spec.target_database}.{spec.target_table}")
     target.check_content(ch, schema, spec.target_database, spec.target_table)  # what it holds, or refused
     return Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
                 split, weights, member=member_filter(schema), layout=layout, epoch=epoch), note

@@ -220,7 +220,7 @@ _STRINGS = (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.BLOB)
 _ORIGINAL = {cls: cls.from_binlog for cls in (typemap.Rule, typemap.IntRule, typemap.YearRule, typemap.BitRule,
                                                typemap.DecimalRule, typemap.FloatRule, typemap.DateRule,
                                                typemap.DateTimeRule, typemap.TimeRule, typemap.StringRule,
-                                               typemap.BinaryRule)}
+                                               typemap.BinaryRule, typemap.SpatialRule)}
 
 
 class Column:
@@ -315,7 +315,8 @@ class Column:
             if not 1 <= self.prefix <= 4:
                 raise Unsupported(f"column {column.name!r}: a length prefix of {self.prefix} bytes")
             if kind not in _STRINGS:
-                if mapping is not None:  # copied: the mapped types have no GEOMETRY, and MySQL's JSON is binary
+                # a copied GEOMETRY is its bytes (SRID + WKB), as the library reads them; MySQL's JSON is binary
+                if mapping is not None and not (kind == FIELD_TYPE.GEOMETRY and cls is typemap.SpatialRule):
                     raise Unsupported(f"column {column.name!r}: binlog type {_type_name(kind)}")
                 return "{0}", None
             return self._string(mapping, cls, codec)

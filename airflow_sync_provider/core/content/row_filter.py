@@ -147,6 +147,9 @@ class _Binder:
             return "string"
         if t in RULES and RULES[t] is RULES["blob"]:
             return "binary"
+        if t in RULES and RULES[t] is RULES["geometry"]:
+            self.fail(f"column {col.name!r} is {col.column_type}, a spatial value that the filter does not compare; "
+                      "leave it out of the filter")
         self.fail(f"column {col.name!r} is {col.column_type}, which MySQL compares as JSON values, not emulated; "
                   "leave it out of the filter")
 

@@ -54,6 +54,7 @@ from airflow_sync_provider.core.typemap import (
     DateTimeRule,
     DecimalRule,
     IntRule,
+    SpatialRule,
     StringRule,
     TimeRule,
     YearRule,
@@ -63,7 +64,8 @@ SALT_VARIABLE = "@airflow_sync_hash_salt"
 
 FORMS = "hash, null, mask(keep_first, keep_last), truncate(n), redact('text')"
 _MAX_CHARS = 2 ** 32 - 1  # LONGTEXT's length: a larger count changes nothing
-_HASHED = (StringRule, BinaryRule, IntRule, YearRule, BitRule, DecimalRule, DateRule, DateTimeRule, TimeRule)
+_HASHED = (StringRule, BinaryRule, SpatialRule, IntRule, YearRule, BitRule, DecimalRule, DateRule, DateTimeRule,
+           TimeRule)
 _SALT_HOW = ("put the salt in an environment variable and name it with hash_salt_env (CLI: --hash-salt-env), "
              "or keep it in an Airflow connection")
 

@@ -16,7 +16,9 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.positions import SCHEME
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
+from airflow_sync_provider.core.target import layout as layouts
 from airflow_sync_provider.core.target import ttl
+from airflow_sync_provider.core.target.derived import derived_columns
 from airflow_sync_provider.core.target.layout import MIRROR, Layout, LayoutError, check_same, layout_comment, stored
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
 
@@ -72,6 +74,9 @@ def check_columns(schema: TableSchema) -> None:
                              f"columns {list(INTERNAL_COLUMNS)}; {remedy}")
 # Writing the hidden weight column (MATERIALIZED: not in SELECT *, '' when a writer omits it).
 WEIGHT_SETTINGS = {"insert_allow_materialized_columns": 1}
+# The columns writers write, of system.columns: not those ClickHouse derives itself
+# (MATERIALIZED: core/target/derived.py), but the hidden weight column, which writers carry.
+WRITTEN = f"(default_kind != 'MATERIALIZED' OR name = {ch_string(SPLIT_WEIGHT_COLUMN)})"
 
 
 def client(endpoint: ClickHouseEndpoint, **kwargs):
@@ -122,12 +127,14 @@ def create_table_sql(schema: TableSchema, database: str, table: str, layout: Lay
     A table without a primary key gets a plain MergeTree: ReplacingMergeTree with an empty
     sorting key would collapse every row into one. ``weight``: the table is loaded split on a
     collated string and keeps each row's weight, hidden. ``multiset``: such a table followed by
-    CDC, a ReplacingMergeTree of signed occurrences (:data:`SIGN_COLUMN`).
+    CDC, a ReplacingMergeTree of signed occurrences (:data:`SIGN_COLUMN`). The layout's derived
+    columns (JSON, typed geo: core/target/derived.py) follow the copy's columns, computed by ClickHouse.
     """
     names = [m.name for m in schema.mappings()]
     layout.check(f"{database}.{table}", schema.target_key, names)
     ttl.check_columns(ttl.expiries(layout.ttl, table), schema.mappings(), f"{database}.{table}")
     cols = (_columns(schema)
+            + [d.ddl() for d in derived_columns(layout, schema.mappings(), f"{database}.{table}")]
             + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
             + ([f"{ch_ident(DELETED_AT_SOURCE)} DateTime('UTC') DEFAULT 0"] if schema.content.keep_deletes else [])
             + _weight(weight, hidden=True)
@@ -259,9 +266,10 @@ def table_exists(ch, database: str, table: str) -> bool:
 
 
 def column_types(ch, database: str, table: str) -> dict[str, str]:
-    """The table's columns and their ClickHouse types, in order."""
+    """The table's columns and their ClickHouse types, in order: those writers write (:data:`WRITTEN`),
+    not those ClickHouse derives from them."""
     return dict(ch.query("SELECT name, type FROM system.columns WHERE database = {d:String} AND table = {t:String}"
-                         " ORDER BY position", parameters={"d": database, "t": table}).result_rows)
+                         f" AND {WRITTEN} ORDER BY position", parameters={"d": database, "t": table}).result_rows)
 
 
 def tombstone_older(ch, database: str, table: str, version: int, where: str = "1", params: dict | None = None,
@@ -357,6 +365,13 @@ def kept_rows(ch, database: str, table: str) -> int:
                           f"AND {ch_ident(DELETED_AT_SOURCE)} > 0"))
 
 
+def relay_comment(ch, database: str, table: str, layout: Layout) -> None:
+    """Record ``layout`` in the copy's comment instead of the one it records (a derived column
+    dropped under a schema change: spark/cdc_ddl.py)."""
+    comment = layouts.relaid_comment(_comment(ch, database, table), layout)
+    ch.command(f"ALTER TABLE {ch_table(database, table)} MODIFY COMMENT {ch_string(comment)}")
+
+
 def check_content(ch, schema: TableSchema, database: str, table: str, comment: str | None = None) -> None:
     """Refuse writing ``schema``'s rows into an existing copy that holds other content (other
     transforms, filter, delete rule or salt): rows of two shapes never compare equal."""
@@ -404,7 +419,8 @@ def table_facts(ch, tables: list[tuple[str, str]]) -> dict[tuple[str, str], Tabl
     columns: dict = {}
     for d, t, name, kind in ch.query(
             "SELECT database, table, name, type FROM system.columns WHERE has({d:Array(String)}, database) "
-            "AND has({t:Array(String)}, table) ORDER BY database, table, position", parameters=params).result_rows:
+            f"AND has({{t:Array(String)}}, table) AND {WRITTEN} ORDER BY database, table, position",
+            parameters=params).result_rows:
         if (d, t) in found:
             columns.setdefault((d, t), {})[name] = kind
     return {pair: TableFacts(comment or "", _key_columns(key), columns.get(pair, {}))

@@ -1,5 +1,6 @@
 """How a copy is laid out in ClickHouse: its sorting key, partitions, primary key, TTL, table
-settings and engine (docs/layouts.md).
+settings, engine, and the columns ClickHouse derives for queries (JSON, typed geo: the options
+here, the columns in core/target/derived.py) (docs/layouts.md).
 
 A copy is a ReplacingMergeTree versioned in binlog order (core/positions.py) with ``_deleted``
 tombstones. ReplacingMergeTree collapses only rows with the same sorting key in the same
@@ -30,7 +31,7 @@ ENGINES = (DEFAULT_ENGINE, REPLICATED)
 # ClickHouse's own default for a replicated table's path and replica (its macros)
 REPLICATION_DEFAULT = ("/clickhouse/tables/{shard}/{database}/{table}", "{replica}")
 JSON_AS = ("string", "json")
-OPTIONS = ("order_by", "partition_by", "primary_key", "ttl", "settings", "engine", "cluster", "json")
+OPTIONS = ("order_by", "partition_by", "primary_key", "ttl", "settings", "engine", "cluster", "json", "geo")
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENGINE = re.compile(r"\s*([A-Za-z]+)\s*(?:\((.*)\))?\s*", re.S)
@@ -66,6 +67,33 @@ def _settings(value) -> tuple[tuple[str, str], ...]:
         if not _NAME.fullmatch(str(name)):
             raise LayoutError(f"layout settings: {name!r} is not a setting name")
     return tuple(sorted((str(k), str(v)) for k, v in value.items()))
+
+
+def _json(value) -> "str | tuple[str, ...]":
+    """The ``json`` option: "string" (no derived column), "json" (one for every JSON column), or
+    the columns that get one, as a list or as {column: "json" | "string"}."""
+    if value is None or isinstance(value, str):
+        value = value or "string"
+        if value not in JSON_AS:
+            raise LayoutError(f"layout json {value!r}: give 'string', 'json' or the JSON columns that get a derived "
+                              "JSON column (a list, or {column: 'json'})")
+        return value
+    if isinstance(value, dict):
+        wrong = {k: v for k, v in value.items() if v not in JSON_AS}
+        if wrong:
+            raise LayoutError(f"layout json {wrong}: a column's value is 'json' (a derived JSON column) or 'string'")
+        value = [k for k, v in value.items() if v == "json"]
+    return _columns(value, "json") or "string"
+
+
+def _columns(value, option: str) -> tuple[str, ...]:
+    """A per-column option's columns (a name, or a list of names), sorted: the layout compares equal
+    whatever order they were given in."""
+    items = (value,) if isinstance(value, str) else tuple(value or ())
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise LayoutError(f"layout {option}: {item!r} is not a column name")
+    return tuple(sorted(set(items)))
 
 
 def _setting_sql(value: str) -> str:
@@ -107,7 +135,11 @@ class Layout:
     engine: str = DEFAULT_ENGINE
     replication: tuple[str, ...] = ()  # a Replicated… engine's path and replica (default: the macros)
     cluster: str = ""  # DDL ON CLUSTER and a Distributed table over the local ones
-    json: str = "string"  # MySQL JSON as ClickHouse String or JSON
+    # columns ClickHouse derives from the exact ones for queries (core/target/derived.py): a JSON
+    # column next to MySQL JSON ("string": none, "json": every JSON column, or these columns) and a
+    # typed geo column (Point, Polygon, …) next to these spatial columns
+    json: "str | tuple[str, ...]" = "string"
+    geo: tuple[str, ...] = ()
     # a load's working table leaves its TTL out of the DDL (the comment keeps it) until it is counted
     # and swapped in: ClickHouse's merges would delete expired rows while the load counts them
     ttl_held: bool = field(default=False, compare=False)
@@ -122,18 +154,12 @@ class Layout:
         if unknown:
             raise LayoutError(f"layout: unknown option(s) {unknown}; the options are {list(OPTIONS)}")
         engine, replication = _engine(value.get("engine") or DEFAULT_ENGINE)
-        json_as = value.get("json") or "string"
-        if isinstance(json_as, dict):  # per column: every one the same way (see check)
-            kinds = set(json_as.values()) or {"string"}
-            json_as = kinds.pop() if len(kinds) == 1 else "mixed"
-        if json_as not in JSON_AS:
-            raise LayoutError(f"layout json {value.get('json')!r}: give 'string' or 'json'")
         layout = cls(order_by=_exprs(value.get("order_by"), "order_by"),
                      partition_by=(value.get("partition_by") or "").strip(),
                      primary_key=_exprs(value.get("primary_key"), "primary_key"),
                      ttl=(value.get("ttl") or "").strip(), settings=_settings(value.get("settings") or {}),
                      engine=engine, replication=replication, cluster=(value.get("cluster") or "").strip(),
-                     json=json_as)
+                     json=_json(value.get("json")), geo=_columns(value.get("geo"), "geo"))
         if layout.cluster and not _NAME.fullmatch(layout.cluster):
             raise LayoutError(f"layout cluster {layout.cluster!r} is not a cluster name")
         return layout
@@ -156,7 +182,9 @@ class Layout:
         if self.cluster:
             out["cluster"] = self.cluster
         if self.json != "string":
-            out["json"] = self.json
+            out["json"] = self.json if isinstance(self.json, str) else list(self.json)
+        if self.geo:
+            out["geo"] = list(self.geo)
         return out
 
     def __bool__(self) -> bool:
@@ -200,7 +228,9 @@ class Layout:
         if self.cluster:
             parts.append(f"ON CLUSTER {self.cluster}")
         if self.json != "string":
-            parts.append(f"JSON as {self.json}")
+            parts.append("JSON derived from " + ("every JSON column" if self.json == "json" else ", ".join(self.json)))
+        if self.geo:
+            parts.append("geo derived from " + ", ".join(self.geo))
         return " · ".join(parts)
 
     # --- the sorting key and what moves a row ----------------------------------------------------
@@ -243,10 +273,8 @@ class Layout:
                 raise LayoutError(f"table {table}: layout primary_key {list(self.primary_key)} is not a prefix of "
                                   f"the sorting key ({', '.join(sorting)})")
         expiries(self.ttl, table)  # a deleting TTL the checks can window (core/target/ttl.py), else refused
-        if self.json != "string":
-            raise LayoutError(f"table {table}: layout json={self.json!r} is not supported yet: MySQL JSON is "
-                              "copied as a String (ClickHouse's JSON type re-types numbers and reorders keys, and "
-                              "the checks cannot yet compare the two exactly); leave json at 'string'")
+        # json and geo are checked against the columns' types where the derived columns are made
+        # (core/target/derived.py)
         if self.cluster:
             raise LayoutError(f"table {table}: layout cluster={self.cluster!r}: jobs do not write to a cluster "
                               "yet (the DDL, the Distributed table and the key-to-shard routing are planned in "
@@ -339,6 +367,15 @@ def stored(comment: str) -> tuple[Layout, list[str] | None]:
     data, _ = json.JSONDecoder().raw_decode(comment, at + len(_MARK))
     key = data.pop("key", None)
     return Layout.of(data), key
+
+
+def relaid_comment(comment: str, layout: Layout) -> str:
+    """``comment`` recording ``layout`` instead of the layout it records (its source key kept)."""
+    at = (comment or "").find(_MARK)
+    if at < 0:
+        return comment
+    data, end = json.JSONDecoder().raw_decode(comment, at + len(_MARK))
+    return comment[:at] + layout_comment(layout, tuple(data.get("key") or ())) + comment[end:]
 
 
 def check_same(table: str, requested: Layout, comment: str) -> None:

@@ -75,8 +75,10 @@ def read_copy_shape(ch, database: str, table: str) -> CopyShape | None:
     if not rows:
         return None
     # the key's columns by system.columns (a name may hold a comma, which sorting_key's text would split)
+    # (those writers write: not the columns ClickHouse derives for queries, core/target/derived.py)
     columns = ch.query("SELECT name, type, is_in_sorting_key FROM system.columns WHERE database = {d:String} AND "
-                       "table = {t:String} ORDER BY position", parameters={"d": database, "t": table}).result_rows
+                       f"table = {{t:String}} AND {target.WRITTEN} ORDER BY position",
+                       parameters={"d": database, "t": table}).result_rows
     key = stored(rows[0][1])[1]  # a copy with a layout of its own records its source key
     if key is None and any(name == target.SIGN_COLUMN for name, _, _ in columns):
         key = ()  # a multiset's sorting key tells its occurrences apart, not source rows
