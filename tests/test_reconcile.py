@@ -18,6 +18,7 @@ from airflow_sync_provider.core.loads import SHARD_MISMATCH
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.source.schema import read_table_schema
+from airflow_sync_provider.core.target import repairs
 from airflow_sync_provider.core.target.shards import cut_points, read_weights, target_predicates, weight_width
 from airflow_sync_provider.core.verify.reconcile import count_target
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
@@ -336,7 +337,6 @@ def test_a_repair_that_crashes_after_publishing_resumes_without_duplicates(in_ra
                                                                            monkeypatch):
     """A crash between the repair's publish and its ledger update: the resumed run publishes
     again, and the table holds each row once (raw count, not only FINAL)."""
-    from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 
     key = load(endpoints, spark, "bigint_signed", target_database=FIX)
     table = f"`{FIX}`.bigint_signed"
@@ -346,13 +346,13 @@ def test_a_repair_that_crashes_after_publishing_resumes_without_duplicates(in_ra
                           source_table="bigint_signed", target_database=FIX, target_table="bigint_signed", load_key=key,
                           reimport="failed")
 
-    publish = clickhouse_target.publish_repair
+    publish = repairs.publish_repair
 
     def publish_then_crash(*args, **kwargs):
         publish(*args, **kwargs)
         raise RuntimeError("driver killed after publishing")
 
-    monkeypatch.setattr(clickhouse_target, "publish_repair", publish_then_crash)
+    monkeypatch.setattr(repairs, "publish_repair", publish_then_crash)
     with pytest.raises(RuntimeError, match="killed"):
         run_full_load(repair, spark)
     monkeypatch.undo()

@@ -46,6 +46,7 @@ from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, cu
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter, reshape_refused
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target import multisets
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
 from airflow_sync_provider.spark.cdc_cascades import Cascading
 from airflow_sync_provider.spark.cdc_start import JOIN_POLL_SECONDS, Applying, RunStart, Stream, Totals
@@ -419,7 +420,7 @@ class PipelineRun(RunStart):
             for route in routes.values():
                 route.skip_before = table.skip_before
                 if route.multiset:  # its rows add up: what an earlier stream wrote before its snapshot goes
-                    target.drop_multiset_before(self.ch, route.target_database, route.target_table,
+                    multisets.drop_before(self.ch, route.target_database, route.target_table,
                                                 registration.since, *member_filter(route.schema))
             earlier = state.table(table.name)
             if earlier is not None:  # bootstrapped again: its counts stay, the rest is the new copy's

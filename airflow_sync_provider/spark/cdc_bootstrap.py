@@ -49,6 +49,7 @@ from airflow_sync_provider.core.source.selection import TableSelection, table_co
 from airflow_sync_provider.core.specfile import public_dict
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target import repairs
 from airflow_sync_provider.core.target.inserts import ArrowInserts
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.verify.reports import shard_table
@@ -264,7 +265,8 @@ def _prepare_target(ch, schema, load: FullLoadSpec, weight: bool) -> None:
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     layout = _check_settings(ch, schema, load)  # an existing copy's, or refused
     if not target.table_exists(ch, database, table):
-        ch.command(target.create_table_sql(schema, database, table, layout, weight=weight, multiset=multiset))
+        ch.command(target.create_multiset_sql(schema, database, table, layout) if multiset else
+                   target.create_table_sql(schema, database, table, layout, weight=weight))
         return
     target.check_layout(ch, database, table)
     present = target.column_types(ch, database, table)
@@ -296,7 +298,7 @@ def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition, schema) -> int:
     params = {**params, "v": start.snapshot_version()}
     stale = int(ch.command(f"SELECT count() FROM {final} WHERE {where}", parameters=params))
     if stale and schema.content.keep_deletes:  # a copy that keeps deletes marks them (core/content/)
-        target.tombstone_older(ch, load.target_database, load.target_table, start.snapshot_version(), mine,
+        repairs.tombstone_older(ch, load.target_database, load.target_table, start.snapshot_version(), mine,
                                params)
     elif stale:
         ch.command(f"DELETE FROM {final} WHERE {where}", parameters=params)

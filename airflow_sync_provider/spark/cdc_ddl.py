@@ -33,6 +33,7 @@ from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema
 from airflow_sync_provider.core.source.selection import TableSet, table_config
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target import multisets, repairs
 from airflow_sync_provider.core.target.derived import after_change
 from airflow_sync_provider.core.target.layout import Layout
 from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
@@ -110,9 +111,11 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
         ch, table.target_database, table.target_table) else target.copy_layout(ch, table.target_database,
                                                                                 table.target_table))
     # marked as a working table: publish_working's swap of it is idempotent
-    target.create_working(ch, schema, table.target_database, name,
-                          weight=key is not None and needs_weight(schema.column(key)), direct=True, layout=layout,
-                          multiset=not schema.primary_key)
+    if key is None:  # a table without a key: a multiset (docs/keyless-tables.md), swapped in as a working table
+        ch.command(target.create_multiset_sql(schema, table.target_database, name, layout, target.working_marker(name)))
+    else:
+        target.create_working(ch, schema, table.target_database, name, weight=needs_weight(schema.column(key)),
+                              direct=True, layout=layout)
     table.split_column = key
 
 
@@ -331,7 +334,7 @@ class Recopies:
                 route = self.run.stream.routes.get(name) if self.run.stream else None
                 if route is not None:
                     route.skip_before = table.skip_before
-                target.drop_multiset_before(self.run.ch, table.target_database, table.writes_to, snapshot)
+                multisets.drop_before(self.run.ch, table.target_database, table.writes_to, snapshot)
             if began.get("into"):  # the copy under the new key replaces the old one, atomically
                 with self.run.writing:  # not under a verification's look
                     target.publish_working(self.run.ch, table.target_database, began["into"],
@@ -366,11 +369,11 @@ def truncate(ch, route: TableRoute, after: BinlogPosition, at: int = 0) -> int:
     TRUNCATE's commit time."""
     table = ch_table(route.target_database, route.target_table)
     if route.multiset:
-        return target.empty_multiset(ch, route.target_database, route.target_table, route.names, after)
+        return multisets.empty(ch, route.target_database, route.target_table, route.names, after)
     mine, params = member_filter(route.schema)
     rows = int(ch.command(f"SELECT count() FROM {table} FINAL WHERE {ch_ident(target.DELETED_COLUMN)} = 0 AND {mine}",
                           parameters=params))
-    target.tombstone_older(ch, route.target_database, route.target_table, after.snapshot_version(), mine, params,
+    repairs.tombstone_older(ch, route.target_database, route.target_table, after.snapshot_version(), mine, params,
                            at=at)
     return rows
 

@@ -26,7 +26,7 @@ from airflow_sync_provider.core.source.planning import Filter, Plan, Shard
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.inserts import ArrowInserts
+from airflow_sync_provider.core.target import multisets
 from airflow_sync_provider.core.verify.diff import (
     DELETED,
     NEW,
@@ -67,54 +67,34 @@ def run_multiset_diff(spec: SnapshotDiffSpec, ch, copy: CopyShape, shaped, prepa
     columns = DiffColumns((), tuple(names), tuple(names))
     prepare_changes(columns, ch_types)
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    listed = ", ".join(map(ch_ident, names))
-    beside = ch_table(database, target.private_name(table, "diff", spec.diff_key))
-    copy_sql, sign = ch_table(database, table), ch_ident(target.SIGN_COLUMN)
-    ch.command(f"DROP TABLE IF EXISTS {beside}")
-    ch.command(f"CREATE TABLE {beside} ENGINE = MergeTree ORDER BY tuple() AS SELECT {listed} FROM {copy_sql} WHERE 0")
-    try:
-        shard = Filter().also(schema.row_filter.sql()).apply(Shard(0, "1=1")) if schema.row_filter \
-            else Shard(0, "1=1")
-        plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (shard,))
-        read = mysql_reader.ShardRead(plan, mappings, mysql_reader.select_list(mappings), 65536, False)
+    shard = Filter().also(schema.row_filter.sql()).apply(Shard(0, "1=1")) if schema.row_filter else Shard(0, "1=1")
+    plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (shard,))
+    read = mysql_reader.ShardRead(plan, mappings, mysql_reader.select_list(mappings), 65536, False)
+    with multisets.Beside(ch, spec.target, database, table, names, spec.diff_key) as beside:
         conn = mysql_reader.stream_connect(spec.source, spec.salt)
-        inserts = ArrowInserts(target.shared_client(spec.target), beside)
         try:
-            for batch in mysql_reader.read_shard(conn, read, shard):
-                inserts.write(batch)
-            inserts.finish()
+            beside.fill(mysql_reader.read_shard(conn, read, shard))
         finally:
-            inserts.close()
             conn.close()
-        counts_sql = (f"SELECT {listed}, sum(s) AS n_new, sum(c) AS n_old FROM ("
-                      f"SELECT {listed}, toInt64(1) AS s, toInt64(0) AS c FROM {beside} UNION ALL "
-                      f"SELECT {listed}, toInt64(0) AS s, toInt64({sign}) AS c FROM {copy_sql} FINAL) "
-                      f"GROUP BY {listed}")
         old_rows, new_rows, identical = (int(v or 0) for v in ch.query(
-            f"SELECT sum(n_old), sum(n_new), sum(least(n_old, n_new)) FROM ({counts_sql})").result_rows[0])
-        occurrences = (f"SELECT {listed}, d, j FROM (SELECT {listed}, n_new - n_old AS d FROM ({counts_sql}) "
-                       "WHERE d != 0) ARRAY JOIN range(toUInt64(abs(d))) AS j")
-        changes = ch_table(*spec.changes_table.split(".", 1))
+            f"SELECT sum(n_old), sum(n_new), sum(least(n_old, n_new)) FROM ({beside.counts()})").result_rows[0])
+        differences = beside.differences()
         old_cols = ", ".join(ch_ident(old_name(n)) for n in names)
         new_cols = ", ".join(ch_ident(new_name(n)) for n in names)
-        ch.command(f"INSERT INTO {changes} (diff_key, run_id, flag, changed, {old_cols}, {new_cols}) "
-                   f"SELECT {{k:String}}, {{r:String}}, if(d > 0, '{NEW}', '{DELETED}'), [], "
+        ch.command(f"INSERT INTO {ch_table(*spec.changes_table.split('.', 1))} (diff_key, run_id, flag, changed, "
+                   f"{old_cols}, {new_cols}) SELECT {{k:String}}, {{r:String}}, if(d > 0, '{NEW}', '{DELETED}'), [], "
                    + ", ".join(f"if(d < 0, {ch_ident(n)}, NULL)" for n in names) + ", "
-                   + ", ".join(f"if(d > 0, {ch_ident(n)}, NULL)" for n in names) + f" FROM ({occurrences})",
+                   + ", ".join(f"if(d > 0, {ch_ident(n)}, NULL)" for n in names) + f" FROM ({differences})",
                    parameters={"k": spec.diff_key, "r": run_id})
-        found = dict(ch.query(f"SELECT flag, count() FROM {changes} WHERE diff_key = {{k:String}} AND run_id = "
-                              "{r:String} GROUP BY flag", parameters={"k": spec.diff_key, "r": run_id}).result_rows)
+        found = dict(ch.query(f"SELECT flag, count() FROM {ch_table(*spec.changes_table.split('.', 1))} WHERE "
+                              "diff_key = {k:String} AND run_id = {r:String} GROUP BY flag",
+                              parameters={"k": spec.diff_key, "r": run_id}).result_rows)
         version = None
         if spec.on_change == "apply" and found:
             # below every change after the read began (its position, as a repair's), or above all
-            version = position.snapshot_version(repair=True) if position is not None else int(
-                ch.command(f"SELECT max({ch_ident(target.VERSION_COLUMN)}) FROM {copy_sql}") or 0) + 1
-            base = time.time_ns() % (1 << 40) << 20  # an apply is not replayed: its ordinals differ from another's
-            ch.command(f"INSERT INTO {copy_sql} ({listed}, {ch_ident(target.VERSION_COLUMN)}, "
-                       f"{ch_ident(target.ORDINAL_COLUMN)}, {sign}) SELECT {listed}, {version}, "
-                       f"{base} + row_number() OVER (ORDER BY {listed}, j), if(d > 0, 1, -1) FROM ({occurrences})")
-    finally:
-        ch.command(f"DROP TABLE IF EXISTS {beside}")
+            version = position.snapshot_version(repair=True) if position is not None else int(ch.command(
+                f"SELECT max({ch_ident(target.VERSION_COLUMN)}) FROM {ch_table(database, table)}") or 0) + 1
+            beside.write_differences(differences, version)
     counts = {"identical": identical, "changed": 0, NEW: int(found.get(NEW, 0)), DELETED: int(found.get(DELETED, 0))}
     differ = counts[NEW] + counts[DELETED]
     verdict = "identical" if not differ else ("applied" if spec.on_change == "apply" else "changed")

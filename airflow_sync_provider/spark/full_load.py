@@ -39,6 +39,7 @@ from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.specfile import public_dict, spec_to_dict
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target import repairs
 from airflow_sync_provider.core.target.derived import derived_columns
 from airflow_sync_provider.core.target.inserts import ArrowInserts, InsertLimits
 from airflow_sync_provider.core.target.shards import (
@@ -318,7 +319,7 @@ def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy:
     loaded = target.Loaded(schema, spec.ledger_database, state.parts_table, spec.target_database, spec.target_table,
                            copy.weight is not None, copy.layout)
     if state.repair:
-        return target.publish_repair(ch, loaded, repaired_shards(spec, ch, schema, plan, state))
+        return repairs.publish_repair(ch, loaded, repaired_shards(spec, ch, schema, plan, state))
     if spec.partition_by:
         return target.publish_partitions(ch, loaded, spec.partition_by, list(spec.replace_partitions))
     return target.publish_full(ch, loaded)

@@ -37,6 +37,7 @@ from airflow_sync_provider.core.source.schema import table_rows
 from airflow_sync_provider.core.source.selection import table_config
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.target import clickhouse as target
+from airflow_sync_provider.core.target import repairs
 from airflow_sync_provider.spark.channels import driver_copy_limit
 from airflow_sync_provider.spark.full_load import (
     LoadFailed,
@@ -286,7 +287,7 @@ class GroupLoad:
             spec = first.spec
             loaded = target.Loaded(first.schema, spec.ledger_database, first.state.parts_table, spec.target_database,
                                    spec.target_table, any(load.copy.weight is not None for load in loads))
-            return first.copier.outage.call(lambda: target.publish_repair(first.ch, loaded, shards),
+            return first.copier.outage.call(lambda: repairs.publish_repair(first.ch, loaded, shards),
                                             "publishing the repair")
         return first.publish(sum(load.written for load in loads) + self._done_rows(done))
 

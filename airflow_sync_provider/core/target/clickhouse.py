@@ -114,8 +114,7 @@ def _order_by(schema: TableSchema) -> str:
 
 
 def create_table_sql(schema: TableSchema, database: str, table: str, layout: Layout = MIRROR,
-                     weight: bool = False, if_not_exists: bool = False, marker: str = "",
-                     multiset: bool = False) -> str:
+                     weight: bool = False, if_not_exists: bool = False, marker: str = "") -> str:
     """ReplacingMergeTree keyed by the primary key, versioned in binlog order
     (core/positions.py), with ``_deleted`` tombstones: ``FINAL`` shows each key's newest
     version and hides deleted keys; an older row arriving late never resurrects one. ``layout``
@@ -126,33 +125,50 @@ def create_table_sql(schema: TableSchema, database: str, table: str, layout: Lay
 
     A table without a primary key gets a plain MergeTree: ReplacingMergeTree with an empty
     sorting key would collapse every row into one. ``weight``: the table is loaded split on a
-    collated string and keeps each row's weight, hidden. ``multiset``: such a table followed by
-    CDC, a ReplacingMergeTree of signed occurrences (:data:`SIGN_COLUMN`). The layout's derived
-    columns (JSON, typed geo: core/target/derived.py) follow the copy's columns, computed by ClickHouse.
+    collated string and keeps each row's weight, hidden. The layout's derived columns (JSON, typed
+    geo: core/target/derived.py) follow the copy's columns, computed by ClickHouse.
     """
     names = [m.name for m in schema.mappings()]
-    layout.check(f"{database}.{table}", schema.target_key, names)
-    ttl.check_columns(ttl.expiries(layout.ttl, table), schema.mappings(), f"{database}.{table}")
-    cols = (_columns(schema)
-            + [d.ddl() for d in derived_columns(layout, schema.mappings(), f"{database}.{table}")]
-            + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
-            + ([f"{ch_ident(DELETED_AT_SOURCE)} DateTime('UTC') DEFAULT 0"] if schema.content.keep_deletes else [])
-            + _weight(weight, hidden=True)
-            + ([f"{ch_ident(ORDINAL_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(SIGN_COLUMN)} Int8 DEFAULT 1"]
-               if multiset and not schema.primary_key else []))
-    if multiset and not schema.primary_key:
-        engine = (f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)})"
-                  + (f" PARTITION BY {layout.partition_by}" if layout.partition_by else "")
-                  + f" ORDER BY ({ch_ident(VERSION_COLUMN)}, {ch_ident(ORDINAL_COLUMN)})")
-    elif schema.primary_key:
+    cols = _table_columns(schema, layout, f"{database}.{table}") + _weight(weight, hidden=True)
+    if schema.primary_key:
         nullable = tuple(m.name for m in schema.mappings() if m.ch_type.startswith("Nullable("))
         engine = layout.engine_sql(VERSION_COLUMN, DELETED_COLUMN) + layout.clauses(schema.target_key, names, nullable)
     else:
         engine = "MergeTree" + (f" PARTITION BY {layout.partition_by}" if layout.partition_by else "") + \
             " ORDER BY tuple()"
+    return _create(schema, ch_table(database, table), cols, engine, layout, marker, if_not_exists)
+
+
+def create_multiset_sql(schema: TableSchema, database: str, table: str, layout: Layout = MIRROR,
+                        marker: str = "") -> str:
+    """A table without a primary key followed by CDC: a ReplacingMergeTree of signed occurrences
+    (:data:`SIGN_COLUMN`), one row per change told apart by (_version, _ordinal), so a replayed
+    change is the same row again (docs/keyless-tables.md). ``marker``: a working table's."""
+    cols = _table_columns(schema, layout, f"{database}.{table}") + [
+        f"{ch_ident(ORDINAL_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(SIGN_COLUMN)} Int8 DEFAULT 1"]
+    engine = (f"ReplacingMergeTree({ch_ident(VERSION_COLUMN)})"
+              + (f" PARTITION BY {layout.partition_by}" if layout.partition_by else "")
+              + f" ORDER BY ({ch_ident(VERSION_COLUMN)}, {ch_ident(ORDINAL_COLUMN)})")
+    return _create(schema, ch_table(database, table), cols, engine, layout, marker, bool(marker))
+
+
+def _table_columns(schema: TableSchema, layout: Layout, where: str) -> list[str]:
+    """A copy's columns (the layout checked against them): the source's as copied, the derived
+    ones, the version and tombstone, and when the source's deletes are kept when each was."""
+    layout.check(where, schema.target_key, [m.name for m in schema.mappings()])
+    ttl.check_columns(ttl.expiries(layout.ttl, where.split(".", 1)[1]), schema.mappings(), where)
+    return (_columns(schema) + [d.ddl() for d in derived_columns(layout, schema.mappings(), where)]
+            + [f"{ch_ident(VERSION_COLUMN)} UInt64 DEFAULT 0", f"{ch_ident(DELETED_COLUMN)} UInt8 DEFAULT 0"]
+            + ([f"{ch_ident(DELETED_AT_SOURCE)} DateTime('UTC') DEFAULT 0"] if schema.content.keep_deletes else []))
+
+
+def _create(schema: TableSchema, name: str, cols: list[str], engine: str, layout: Layout, marker: str,
+            if_not_exists: bool) -> str:
+    """The CREATE TABLE of ``name`` (quoted); its comment records what the copy is (its version
+    scheme, layout, content settings) and, for a working table, ``marker``."""
     comment = (TABLE_COMMENT + layout_comment(layout, schema.target_key)
                + shaping.content_comment(schema.content, schema.salt) + marker)
-    return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{ch_table(database, table)} (\n  "
+    return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{name} (\n  "
             + ",\n  ".join(cols) + f"\n) ENGINE = {engine} COMMENT {ch_string(comment)}")
 
 
@@ -166,23 +182,23 @@ UNKNOWN_SETTING, ACCESS_DENIED = 115, 497  # ClickHouse error codes
 
 
 def create_working_sql(schema: TableSchema, database: str, table: str, weight: bool, direct: bool,
-                       layout: Layout = MIRROR, multiset: bool = False) -> str:
+                       layout: Layout = MIRROR) -> str:
     """A load's working table. ``direct`` (a full reload): already the final table's layout, so
     publishing is a swap and no copy; a re-read shard first deletes what its earlier attempts
     wrote (by the shard's target predicate, core/target/shards.py). Otherwise (period loads,
     repairs, split columns ClickHouse cannot compare) the parts layout."""
     if direct:  # the comment names the load's working table: publish_working sees a swap that happened
         return create_table_sql(schema, database, table, layout.holding_ttl(), weight=weight, if_not_exists=True,
-                                marker=_marker(table), multiset=multiset)
+                                marker=working_marker(table))
     return create_parts_sql(schema, database, table, weight)
 
 
 def create_working(ch, schema: TableSchema, database: str, table: str, weight: bool, direct: bool,
-                   layout: Layout = MIRROR, multiset: bool = False) -> None:
+                   layout: Layout = MIRROR) -> None:
     """:func:`create_working_sql`; a direct one's merges deferred (DEFER_MERGES) by the same
     privilege that resets them at publish (ALTER MODIFY SETTING): a server that does not know the
     setting (an older ClickHouse) or a user without the privilege gets the table as it is."""
-    ch.command(create_working_sql(schema, database, table, weight, direct, layout, multiset))
+    ch.command(create_working_sql(schema, database, table, weight, direct, layout))
     if not direct:
         return
     try:
@@ -270,51 +286,6 @@ def column_types(ch, database: str, table: str) -> dict[str, str]:
     not those ClickHouse derives from them."""
     return dict(ch.query("SELECT name, type FROM system.columns WHERE database = {d:String} AND table = {t:String}"
                          f" AND {WRITTEN} ORDER BY position", parameters={"d": database, "t": table}).result_rows)
-
-
-def tombstone_older(ch, database: str, table: str, version: int, where: str = "1", params: dict | None = None,
-                    at: int = 0) -> None:
-    """A tombstone of ``version`` for every live row of the copy (``where``: those of one shard)
-    whose version is below it: rows the source no longer had at the position ``version`` stands
-    for (a TRUNCATE, a verification's repair, a bootstrap's leftovers). Rows written since rank
-    above it and stay. A copy that keeps deletes (core/content/) keeps them: marked deleted at the
-    source at ``at`` (the TRUNCATE's commit time; 0: now) instead."""
-    name = ch_table(database, table)
-    names = [c for c in column_types(ch, database, table) if c not in (VERSION_COLUMN, DELETED_COLUMN)]
-    columns = ", ".join(ch_ident(c) for c in names)
-    values, deleted = columns, 1
-    if DELETED_AT_SOURCE in names:
-        mark = f"toDateTime({int(at)}, 'UTC')" if at else "now()"
-        values = ", ".join(ch_ident(c) if c != DELETED_AT_SOURCE else
-                           f"if({ch_ident(c)} = 0, {mark}, {ch_ident(c)})" for c in names)
-        deleted = 0
-    ch.command(f"INSERT INTO {name} ({columns}, {ch_ident(VERSION_COLUMN)}, {ch_ident(DELETED_COLUMN)}) "
-               f"SELECT {values}, {int(version)}, {deleted} FROM {name} FINAL WHERE ({where}) "
-               f"AND {ch_ident(DELETED_COLUMN)} = 0 AND {ch_ident(VERSION_COLUMN)} < {int(version)}",
-               parameters=params or {}, settings=WEIGHT_SETTINGS)
-
-
-def drop_multiset_before(ch, database: str, table: str, position, where: str = "1", params: dict | None = None) -> None:
-    """A multiset copy's rows (:data:`SIGN_COLUMN`) ranked below a snapshot read at ``position``
-    (a BinlogPosition): older reads and the changes before it, which the snapshot holds already
-    (its own rows rank exactly at its version and stay). A multiset's rows add up, so they must go."""
-    ch.command(f"DELETE FROM {ch_table(database, table)} WHERE {ch_ident(VERSION_COLUMN)} < {{v:UInt64}} AND {where}",
-               parameters={**(params or {}), "v": position.snapshot_version()})
-
-
-def empty_multiset(ch, database: str, table: str, columns: list[str], position) -> int:
-    """A multiset copy emptied at ``position`` (a TRUNCATE): a -1 for every occurrence it holds
-    below it, ranked at the position, numbered in the rows' order (a replay writes the same rows).
-    Returns the occurrences removed."""
-    names = ", ".join(map(ch_ident, columns))
-    version, copy = position.snapshot_version(), ch_table(database, table)
-    held = (f"SELECT {names}, j FROM (SELECT {names}, sum({ch_ident(SIGN_COLUMN)}) AS n FROM {copy} FINAL "
-            f"WHERE {ch_ident(VERSION_COLUMN)} < {version} GROUP BY {names} HAVING n > 0) ARRAY JOIN range(n) AS j")
-    rows = int(ch.command(f"SELECT count() FROM ({held})"))
-    ch.command(f"INSERT INTO {copy} ({names}, {ch_ident(VERSION_COLUMN)}, {ch_ident(ORDINAL_COLUMN)}, "
-               f"{ch_ident(SIGN_COLUMN)}) SELECT {names}, {version}, row_number() OVER (ORDER BY {names}, j) - 1, -1 "
-               f"FROM ({held})")
-    return rows
 
 
 def sorting_key(ch, database: str, table: str) -> list[str]:
@@ -491,7 +462,7 @@ def _swap_in(ch, source_db: str, source: str, database: str, table: str) -> int:
     return rows
 
 
-def _marker(working: str) -> str:
+def working_marker(working: str) -> str:
     return f" load={working}"
 
 
@@ -503,7 +474,7 @@ def _comment(ch, database: str, table: str) -> str:
 
 def swapped_in(ch, working_db: str, working: str, database: str, table: str) -> bool:
     """Has :func:`publish_working` swapped ``working`` in as ``table`` already?"""
-    return _comment(ch, database, table).endswith(_marker(working))
+    return _comment(ch, database, table).endswith(working_marker(working))
 
 
 def publish_working(ch, working_db: str, working: str, database: str, table: str) -> int:
@@ -563,45 +534,7 @@ def publish_partitions(ch, loaded: Loaded, partition_by: str, partitions: list[s
     return sum(present.values())
 
 
-def publish_repair(ch, loaded: Loaded, shards: list[tuple[str, dict, int]]) -> int:
-    """Replace some shards of a published table in place (re-import after a reconciliation).
-
-    ``shards``: each re-read shard's target predicate (core/target/shards.py; parameters agree
-    where their names do) and the version of its read. Its rows are inserted first:
-    ReplacingMergeTree keeps the newest version of a key, so a ``FINAL`` reader sees the
-    source's values at once and never misses a row. Then the shard's rows older than its read
-    are deleted (lightweight ``DELETE``): superseded versions and rows the source no longer had.
-    Rows newer than the read (changes CDC applied meanwhile) stay.
-
-    Idempotent, so a repair resumed after a crash duplicates nothing: the versions are this
-    repair's own (a repair's read outranks a snapshot at the same binlog position), so rows
-    carrying them were copied by an earlier attempt. All of them: skip the copy; some (an
-    ``INSERT … SELECT`` is not atomic): drop them first — the older versions are still there
-    then, because the deletes only run after a complete copy.
-    """
-    database, table = loaded.database, loaded.table
-    check_layout(ch, database, table)
-    final, version_column = ch_table(database, table), ch_ident(VERSION_COLUMN)
-    rows = int(ch.command(f"SELECT count() FROM {ch_table(loaded.parts_db, loaded.parts)}"))
-    mine = {"repair_versions": sorted({v for *_, v in shards})}
-    copied = int(ch.command(f"SELECT count() FROM {final} WHERE {version_column} IN {{repair_versions:Array(UInt64)}}",
-                            parameters=mine))
-    if copied and copied != rows:
-        ch.command(f"DELETE FROM {final} WHERE {version_column} IN {{repair_versions:Array(UInt64)}}", parameters=mine)
-    if copied != rows:
-        loaded.copy_into(ch, table)
-    params = {k: v for _, p, _ in shards for k, v in p.items()} | {f"rv{i}": v for i, (*_, v) in enumerate(shards)}
-    older = " OR ".join(f"(({where}) AND {version_column} < {{rv{i}:UInt64}})"
-                        for i, (where, _, _) in enumerate(shards))
-    names = list(column_types(ch, database, table))
-    if DELETED_AT_SOURCE in names:  # a copy that keeps deletes (core/content/): nothing it kept disappears
-        _mark_kept(ch, database, table, names, f"({older})", params)
-        return rows  # superseded versions stay until merged: FINAL shows the repaired ones
-    ch.command(f"DELETE FROM {final} WHERE {older}", parameters=params)
-    return rows
-
-
-def _mark_kept(ch, database: str, table: str, names: list[str], where: str, params: dict,
+def mark_kept(ch, database: str, table: str, names: list[str], where: str, params: dict,
                source: tuple[str, str] | None = None) -> None:
     """Mark the live rows of ``source`` (default: the table itself; ``FINAL``) that ``where``
     selects as deleted at the source now, into ``table``: at their own version, inserted after
@@ -629,5 +562,5 @@ def _carry_kept(ch, names: list[str], new_db: str, new: str, database: str, tabl
     if DELETED_AT_SOURCE not in old or not set(names) <= old | {SPLIT_WEIGHT_COLUMN}:
         return  # not a copy that kept deletes (it had none to keep), or of another shape: reloaded afresh
     keys = "(" + ", ".join(ch_ident(k) for k in key) + ")"
-    _mark_kept(ch, new_db, new, [n for n in names if n != SPLIT_WEIGHT_COLUMN],
+    mark_kept(ch, new_db, new, [n for n in names if n != SPLIT_WEIGHT_COLUMN],
                f"{keys} NOT IN (SELECT {keys} FROM {ch_table(new_db, new)})", {}, source=(database, table))
