@@ -50,7 +50,10 @@ DDL = {
           sku VARCHAR(32) NOT NULL,
           price DECIMAL(10, 2) NOT NULL,
           qty INT NOT NULL,
-          PRIMARY KEY (order_id, line_no)
+          PRIMARY KEY (order_id, line_no),
+          -- InnoDB renumbers and deletes an order's items itself, without binlog events: CDC
+          -- follows them (docs/foreign-keys.md)
+          CONSTRAINT items_order FOREIGN KEY (order_id) REFERENCES orders (id) ON UPDATE CASCADE ON DELETE CASCADE
         ) DEFAULT CHARSET = utf8mb4""",
 }
 
@@ -79,8 +82,9 @@ def generate(mysql_url: str, database: str = "demo", orders: int = 1_000_000, cu
     with conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS {mysql_ident(database)} DEFAULT CHARSET utf8mb4")
         cur.execute(f"USE {mysql_ident(database)}")
-        for table, ddl in DDL.items():
+        for table in reversed(DDL):  # children first: a foreign key holds its parent
             cur.execute(f"DROP TABLE IF EXISTS {mysql_ident(table)}")
+        for ddl in DDL.values():
             cur.execute(ddl)
         seq = _numbers(cur, max(orders, customers, item_orders, items_per_order))
         prefixes = ", ".join(conn.escape(p) for p in CUSTOMER_PREFIXES)
