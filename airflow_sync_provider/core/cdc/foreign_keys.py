@@ -24,6 +24,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from airflow_sync_provider.core.cdc import ddl
+from airflow_sync_provider.core.sql import mysql_table
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,27 @@ class ForeignKey:
 
 def read_foreign_keys(conn, tables: set[str] | None = None) -> list[ForeignKey]:
     """The foreign keys that act (a rule CASCADE or SET NULL) as the server defines them now;
-    ``tables``: only those whose child is one of them. Needs no privilege beyond SELECT on the
-    child tables (information_schema shows a user the constraints of the tables it can read)."""
+    ``tables``: only those whose child is one of them. A least-privileged user (SELECT only) sees
+    every key's columns in KEY_COLUMN_USAGE, but MariaDB shows it no rules in
+    REFERENTIAL_CONSTRAINTS: those tables' keys are read from SHOW CREATE TABLE instead."""
+    found = _with_rules(conn, tables)
+    seen = {(k.child, k.name.lower()) for k in found}
+    with conn.cursor() as cur:
+        cur.execute("SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME FROM information_schema.KEY_COLUMN_USAGE"
+                    " WHERE REFERENCED_TABLE_NAME IS NOT NULL")
+        hidden = sorted({(schema, table) for schema, table, name in cur.fetchall()
+                         if (f"{schema}.{table}", name.lower()) not in seen
+                         and (tables is None or f"{schema}.{table}" in tables)})
+        for schema, table in hidden:  # their rules are not shown: the definition says them
+            cur.execute(f"SHOW CREATE TABLE {mysql_table(schema, table)}")
+            text = cur.fetchone()[1]
+            keys, _ = ForeignKeys().after(text, schema, ddl.Statement("create", (f"{schema}.{table}",)))
+            found += [k for k in keys.keys if (k.child, k.name.lower()) not in seen]
+    return found
+
+
+def _with_rules(conn, tables: set[str] | None) -> list[ForeignKey]:
+    """The acting keys whose rules information_schema shows this user."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT rc.CONSTRAINT_SCHEMA, rc.CONSTRAINT_NAME, rc.TABLE_NAME, rc.UPDATE_RULE, rc.DELETE_RULE,"
