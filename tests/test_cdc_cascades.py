@@ -4,6 +4,10 @@ rolling verification off, so it cannot mask a miss."""
 
 from __future__ import annotations
 
+import random
+import time
+
+import pymysql
 import pytest
 
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
@@ -12,15 +16,10 @@ from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.helpers import assert_same_rows
+from tests.helpers import run_sql as _sql
 
 pytestmark = pytest.mark.slow
 DB = "fk"
-
-
-def _sql(conn, *statements):
-    with conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
 
 
 def _fresh(conn, *ddls):
@@ -77,7 +76,7 @@ def test_a_chain_of_three_follows_update_cascade_delete_cascade_and_set_null(mys
     assert result["cascaded_rows"] > 20 + 20 + 80
     # an XA transaction: its rows and its cascades take its commit's version; children it wrote
     # before the cascade are ranked there too and are cascaded all the same
-    xa = __import__("pymysql").connect(**endpoints[0].connect_args(), autocommit=True)
+    xa = pymysql.connect(**endpoints[0].connect_args(), autocommit=True)
     _sql(xa, "XA START 'fk1'", f"INSERT INTO {DB}.b VALUES (900, 11, 'xa')",
          f"UPDATE {DB}.a SET id = 1011 WHERE id = 11", f"UPDATE {DB}.b SET note = 'after' WHERE id = 31",
          "XA END 'fk1'", "XA PREPARE 'fk1'")
@@ -241,7 +240,7 @@ class CascadingWriter:
         from airflow_sync_provider.core.endpoints import MySQLEndpoint
 
         self.args = MySQLEndpoint.from_url(url).connect_args()
-        self.rng, self.stop, self.changes, self.error = __import__("random").Random(seed), threading.Event(), 0, None
+        self.rng, self.stop, self.changes, self.error = random.Random(seed), threading.Event(), 0, None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
@@ -317,7 +316,7 @@ def test_cascades_during_a_bootstrap_and_under_a_hostile_writer_end_exact(mysql_
     same(mysql_conn, ch, "acct", "txn", "memo")
     with CascadingWriter(mysql_url, seed=8) as writer:
         while writer.changes < 300 and writer.error is None:
-            __import__("time").sleep(0.05)
+            time.sleep(0.05)
     apply(endpoints, spark, "hostile", batch_events=50)
     same(mysql_conn, ch, "acct", "txn", "memo")
     assert result["cascaded_rows"] >= 0
@@ -394,14 +393,14 @@ def test_a_child_recopied_beside_a_service_while_cascades_land_ends_exact(mysql_
     service, result, errors = in_background(lambda: run_cdc_apply(spec, spark))
     try:
         with CascadingWriter(mysql_url, seed=11) as writer:
-            __import__("time").sleep(2)
+            time.sleep(2)
             _sql(mysql_conn, f"ALTER TABLE {DB}.txn ADD COLUMN at DATETIME DEFAULT NOW()")  # a re-copy
-            deadline = __import__("time").monotonic() + 12
-            while __import__("time").monotonic() < deadline:
+            deadline = time.monotonic() + 12
+            while time.monotonic() < deadline:
                 state = Checkpoints(ch).state("recopied")
                 if state and any(t.recopies for t in state.tables):
                     break
-                __import__("time").sleep(0.3)
+                time.sleep(0.3)
         assert writer.error is None, writer.error
     finally:
         service.join()

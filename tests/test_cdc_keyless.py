@@ -13,15 +13,10 @@ from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.helpers import assert_same_rows
+from tests.helpers import run_sql as _sql
 
 pytestmark = pytest.mark.slow
 DB = "keyless"
-
-
-def _sql(conn, *statements):
-    with conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
 
 
 def bootstrap(endpoints, spark, pipeline, tables, **kwargs):

@@ -14,6 +14,7 @@ from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from tests.helpers import assert_same_rows
+from tests.helpers import run_sql as _sql
 
 pytestmark = pytest.mark.slow
 DB, TARGET = "shopreal", "shopreal_ch"
@@ -32,12 +33,6 @@ SCHEMA = (
     " ON DELETE CASCADE) ENGINE=InnoDB",
     f"CREATE TABLE {DB}.visits (store INT, day DATE, path LINESTRING NULL, note JSON NULL) ENGINE=InnoDB",
 )
-
-
-def _sql(conn, *statements):
-    with conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
 
 
 def _same(conn, ch):
@@ -73,8 +68,8 @@ def test_a_whole_database_with_spatial_json_keyless_and_cascading_tables_ends_ex
          f"UPDATE {DB}.store SET id = 400 WHERE id = 7",  # staff follow, their rentals do not change
          f"DELETE FROM {DB}.store WHERE id = 8",  # its staff go, and their rentals (a chain)
          f"UPDATE {DB}.staff SET id = id + 1000 WHERE id <= 10",  # rentals follow
-         f"UPDATE {DB}.store SET at = ST_GeomFromText('POINT(1 1)', 4326), settings = JSON_SET(settings, '$.open', true)"
-         " WHERE id % 6 = 0",
+         f"UPDATE {DB}.store SET at = ST_GeomFromText('POINT(1 1)', 4326),"
+         " settings = JSON_SET(settings, '$.open', true) WHERE id % 6 = 0",
          f"UPDATE {DB}.region SET area = ST_GeomFromText('POLYGON((0 0, 9 0, 9 9, 0 0))', 4326) WHERE id = 1",
          f"INSERT INTO {DB}.visits SELECT 1, '2026-02-01', NULL, NULL FROM {DB}.seq_1_to_3",  # three equal rows
          f"DELETE FROM {DB}.visits WHERE store = 1 AND day = '2026-02-01' LIMIT 1",  # one of them
