@@ -53,10 +53,14 @@ CHAIN = (
 )
 
 
-def test_a_chain_of_three_follows_update_cascade_delete_cascade_and_set_null(mysql_conn, ch, endpoints, spark):
+def test_a_chain_of_three_follows_update_cascade_delete_cascade_and_set_null(mysql_conn, ch, endpoints, spark,
+                                                                            monkeypatch):
     """a ← b (ON UPDATE CASCADE, ON DELETE CASCADE) ← c (ON UPDATE CASCADE, ON DELETE SET NULL):
     a renumbered key rewrites b's references; a renumbered b key rewrites c's; a deleted a row
     deletes its b rows, which set their c rows' references to NULL."""
+    from airflow_sync_provider.spark import cdc_stream
+
+    monkeypatch.setattr(cdc_stream, "INLINE_MAX_BYTES", 0)  # a reader process (routes, parents pickled)
     _fresh(mysql_conn, *CHAIN)
     _sql(mysql_conn,
          f"INSERT INTO {DB}.a SELECT seq, CONCAT('a', seq) FROM {DB}.seq_1_to_50",

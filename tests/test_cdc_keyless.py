@@ -31,7 +31,11 @@ def apply(endpoints, spark, pipeline, **kwargs):
                                       lanes=2, **kwargs), spark)
 
 
-def test_a_multiset_follows_duplicates_deletes_updates_nulls_and_a_truncate(mysql_conn, ch, endpoints, spark):
+def test_a_multiset_follows_duplicates_deletes_updates_nulls_and_a_truncate(mysql_conn, ch, endpoints, spark,
+                                                                            monkeypatch):
+    from airflow_sync_provider.spark import cdc_stream
+
+    monkeypatch.setattr(cdc_stream, "INLINE_MAX_BYTES", 0)  # a reader process (its routes pickled), as a big range
     _sql(mysql_conn, f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}",
          f"CREATE TABLE {DB}.log (a INT, b VARCHAR(10), c DECIMAL(6, 2), KEY (a)) ENGINE=InnoDB",
          f"INSERT INTO {DB}.log SELECT seq % 7, IF(seq % 3 = 0, NULL, CONCAT('v', seq % 5)), "

@@ -24,6 +24,11 @@ KEPT_FROM = MOVED + 1
 FILTER_DECISIONS = 65536  # a route remembers at most this many of its filter's decisions
 
 
+def _no_place(row: tuple) -> tuple:
+    """A multiset's rows have no place (a module function: routes go to reader processes pickled)."""
+    return ()
+
+
 @dataclass
 class TableRoute:
     """One replicated table: its source schema (as copied) and its ClickHouse target."""
@@ -84,7 +89,7 @@ class TableRoute:
         self.place_at = self.key_at + [self.names.index(c) for c in place if c not in self.key]
         self.moves = len(self.place_at) > len(self.key_at)  # can an update move a row?
         # a row's place (a value, not a tuple, for one column): the copy's key plus its layout's columns
-        self.place_getter = operator.itemgetter(*self.place_at) if self.place_at else (lambda row: ())
+        self.place_getter = operator.itemgetter(*self.place_at) if self.place_at else _no_place
 
     def check_shape(self, names: tuple, where: str) -> None:
         """Compare a rows event's own column names (binlog_row_metadata=FULL) with the copy's."""
