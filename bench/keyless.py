@@ -64,11 +64,11 @@ def _workload(mysql_url, changes: int, start: int) -> int:
 
 def _check(ch, mysql_url, table: str) -> str:
     with mysql(mysql_url) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT count(*), sum(CRC32(CONCAT(id, '/', amount))) FROM {DB}.{table}")
+        cur.execute(f"SELECT count(*), sum(CRC32(CONCAT(id, '/', CAST(amount * 100 AS SIGNED)))) FROM {DB}.{table}")
         want = tuple(int(v or 0) for v in cur.fetchone())
     weight = "_sign" if table == "keyless" else "1"
     got = tuple(int(v or 0) for v in ch.query(
-        f"SELECT sum({weight}), sum({weight} * CRC32(concat(toString(id), '/', toString(amount)))) "
+        f"SELECT sum({weight}), sum({weight} * CRC32(concat(toString(id), '/', toString(toInt64(amount * 100))))) "
         f"FROM {TARGET_DB}.{table} FINAL WHERE _deleted = 0").result_rows[0])
     return "exact" if got == want else f"DIFFERS {got} != {want}"
 

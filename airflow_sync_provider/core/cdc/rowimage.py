@@ -407,8 +407,8 @@ class Decoders:
                 nulls_after = data[after] if nb == 1 else int.from_bytes(data[after:after + nb], "little")
                 row, key, end_at = full(nulls_after)(data, after + nb)
                 if before != row:
-                    if wanted is None or wanted(before):
-                        append((route, lane(key), before, version, True))
+                    if wanted is None or wanted(before):  # MOVED: part of the update, not a change of its own
+                        append((route, lane(key), before, version, MOVED if wanted is None or wanted(row) else True))
                     if wanted is None or wanted(row):
                         append((route, lane(key), row, version, False))
                 at, version = end_at, version + 1

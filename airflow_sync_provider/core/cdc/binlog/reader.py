@@ -476,8 +476,9 @@ class BinlogReader:
                 after = route.row(change["after_values"], change.get("after_none_sources"))
                 if route.multiset:  # the old occurrence goes, the new one comes (rowimage: the same)
                     if before != after:
+                        gone = MOVED if route.wanted(after) else True  # MOVED: counted with the new one
                         out += [self._item(route, image, version + index, flag, decoders)
-                                for image, flag in ((before, True), (after, False)) if route.wanted(image)]
+                                for image, flag in ((before, gone), (after, False)) if route.wanted(image)]
                     continue
                 if route.row_filter is not None:  # what the copy holds of it (core/content/)
                     out += [self._item(route, image, version + index, deleted, decoders)
