@@ -17,6 +17,14 @@ HEAVY_FIRST = ("test_airflow_real.py", "test_cdc_large_txn.py", "test_spark_clus
                "test_full_load_recovery.py", "test_type_domain.py")
 
 
+def pytest_configure(config):
+    """xdist (3.x) hands files out by their number of tests by default (``--loadscope-reorder``):
+    the long files, which have few tests, came last, and the run's end waited on whichever of them
+    started last. Keep the collection order (HEAVY_FIRST's) instead."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items):
     def rank(item):
         name = item.path.name
