@@ -81,8 +81,8 @@ def _template(user_args: list[str], attempts: int = 3) -> Path:
     side wait for the first) and never started: each new server copies it. Removed at exit."""
     with _templates_lock:
         key = tuple(user_args)
-        if key in _templates:
-            return _templates[key]
+        if key in _templates and (_templates[key] / "mysql" / "global_priv.MAI").is_file():
+            return _templates[key]  # (made again if something cleaning the temporary directory took it)
         work = Path(tempfile.mkdtemp(prefix="airflow-sync-mariadb-template-"))
         atexit.register(_remove_if_ours, work, os.getpid())
         installed, log = work / "installed", work / "install.log"
