@@ -10,11 +10,34 @@ from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.services import clickhouse_service, mysql_service
 
-# The longest files first: `--dist loadfile` hands files to the two workers in this order, so
-# the short ones fill in at the end instead of one long file running alone.
-HEAVY_FIRST = ("test_airflow_real.py", "test_cdc_large_txn.py", "test_spark_cluster.py", "test_example_dag.py",
-               "test_cdc_apply.py", "test_cdc_bootstrap.py", "test_reconcile.py", "test_snapshot_diff.py",
-               "test_full_load_recovery.py", "test_type_domain.py")
+# The longest files first (seconds each takes in a whole run on an idle 2-core machine): `--dist
+# loadfile` hands files to the two workers in this order, so the short ones fill in at the end
+# instead of one long file running alone. Files that keep a core busy all along (Airflow's and
+# Spark's processes: marked C) alternate with files that mostly wait (bounds, services, writers:
+# W), so that two of the first kind rarely run side by side and slow each other down.
+HEAVY_FIRST = ("test_spark_cluster.py",  # C 200
+               "test_cdc_apply.py",  # W 150
+               "test_example_dag.py",  # C 190
+               "test_faults.py",  # W 120
+               "test_airflow_real.py",  # C 225 (its Airflow daemons and tasks: about 0.6 of a core)
+               "test_cdc_divergence.py",  # W 110
+               "test_cdc_bootstrap.py",  # W 75
+               "test_cdc_large_txn.py",  # C 55
+               "test_cdc_verify.py",  # W 65
+               "test_full_load_recovery.py",  # 50
+               "test_cdc_recopy.py",  # W 45
+               "test_layouts.py", "test_cli.py", "test_snapshot_diff.py", "test_source_groups.py",  # ~45 each
+               "test_cdc_lease.py", "test_reconcile.py", "test_full_load_job.py", "test_cdc_failover.py",  # ~30
+               "test_type_domain.py", "test_cdc_schema_changes.py", "test_cdc_patterns.py",
+               "test_source_groups_cdc.py", "test_content_row_filter.py")  # ~20; then the rest, under 15 s each
+
+
+def pytest_configure(config):
+    """xdist (3.x) hands files out by their number of tests by default (``--loadscope-reorder``):
+    the long files, which have few tests, came last, and the run's end waited on whichever of them
+    started last. Keep the collection order (HEAVY_FIRST's) instead."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):

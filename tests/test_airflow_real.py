@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -34,7 +35,7 @@ from devenv import demo_data
 from devenv.airflow_env import REPO
 from devenv.mariadb import group_servers
 from devenv.services import clickhouse_service, mysql_service
-from tests.airflow_real import ApiError, RealAirflow, StatsdListener
+from tests.airflow_real import POLL, ApiError, RealAirflow, StatsdListener
 from tests.helpers import assert_merged_rows, assert_same_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow_real]
@@ -66,11 +67,18 @@ def tier(tmp_path_factory):
     statsd = StatsdListener()
     started = time.monotonic()
     with mysql_service(base) as mysql_url, clickhouse_service(base) as clickhouse_url, \
-            group_servers(base / "shards", SHARDS) as shards:
-        counts = demo_data.generate(mysql_url, "demo", orders=20_000, customers=2_000, item_orders=5_000)
-        _shop(shards)
+            group_servers(base / "shards", SHARDS) as shards, ThreadPoolExecutor(1) as background:
+        # the data is made while Airflow starts (no DAG reads a database when it is parsed, and
+        # every DAG is paused until a test unpauses it): ready before the first test
+        def data() -> dict:
+            counts = demo_data.generate(mysql_url, "demo", orders=20_000, customers=2_000, item_orders=5_000)
+            _shop(shards)
+            return counts
+
+        made = background.submit(data)
         with RealAirflow(base / "home", mysql_url, clickhouse_url, dags, statsd_port=statsd.port,
                          hold_dir=holds, shards=shards) as airflow:
+            counts = made.result()
             airflow.timings["services"] = time.monotonic() - started
             conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
             ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
@@ -174,7 +182,7 @@ def _backfill(tier: Tier, reprocess: str, held: bool = False) -> list[dict]:
             assert not ended and time.monotonic() < deadline, (
                 f"only {sum(a.exists() for a in arrived)} of {len(DAYS)} days' loads were under way together "
                 f"(runs ended: {ended})\n" + "\n".join(_log_tail(airflow, "sync_demo_daily_orders", r) for r in ids))
-            time.sleep(1)
+            time.sleep(POLL)
     finally:
         for hold in holds:
             hold.unlink(missing_ok=True)
@@ -182,7 +190,7 @@ def _backfill(tier: Tier, reprocess: str, held: bool = False) -> list[dict]:
     deadline = time.monotonic() + 120  # the scheduler marks the backfill complete after its runs
     while not airflow.api("GET", f"/api/v2/backfills/{backfill['id']}")["completed_at"]:
         assert time.monotonic() < deadline, "the backfill was never marked complete"
-        time.sleep(2)
+        time.sleep(POLL)
     return [r for r in airflow.runs("sync_demo_daily_orders") if r["dag_run_id"] in ids]
 
 
@@ -223,7 +231,7 @@ def _wait_for_state(airflow: RealAirflow, dag_id: str, run_id: str, task_id: str
         if time.monotonic() > deadline or (ti and ti["state"] in ("success", "failed", "upstream_failed")):
             raise AssertionError(f"{dag_id}.{task_id} is {ti and ti['state']}, not {state}:\n"
                                  + _log_tail(airflow, dag_id, run_id))
-        time.sleep(1)
+        time.sleep(POLL)
 
 
 def _pause(airflow: RealAirflow, dag_id: str, paused: bool) -> None:
@@ -236,7 +244,7 @@ def _applier_idle(airflow: RealAirflow, dag_id: str, task_id: str, timeout: floa
     while airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/~/taskInstances?task_id={task_id}"
                              "&state=queued&state=running")["total_entries"]:
         assert time.monotonic() < deadline, f"{dag_id}.{task_id} still queued or running after {timeout:.0f} s"
-        time.sleep(2)
+        time.sleep(POLL)
 
 
 def test_cdc_dag_succeeds_and_a_binlog_sensor_defers_into_the_real_triggerer(tier):
@@ -250,7 +258,7 @@ def test_cdc_dag_succeeds_and_a_binlog_sensor_defers_into_the_real_triggerer(tie
         deadline = time.monotonic() + 120
         while not airflow.runs("sync_demo_cdc"):
             assert time.monotonic() < deadline, "the scheduler started no run of sync_demo_cdc"
-            time.sleep(2)
+            time.sleep(POLL)
         first = airflow.runs("sync_demo_cdc")[0]["dag_run_id"]
         _succeeded(airflow, "sync_demo_cdc", [first])
         assert [t["rows"] for t in airflow.xcom("sync_demo_cdc", first, "bootstrap")["tables"]] == \
@@ -434,7 +442,7 @@ def test_the_sync_view_is_loaded_by_default_and_shows_what_its_tasks_made(tier):
     deadline = time.monotonic() + 180
     while not any(r["run_type"] == "scheduled" for r in airflow.runs("sync_demo_snapshot_diff")):
         assert time.monotonic() < deadline, "the scheduler never ran sync_demo_snapshot_diff"
-        time.sleep(2)
+        time.sleep(POLL)
     airflow.wait_for_runs("sync_demo_snapshot_diff", [r["dag_run_id"] for r in airflow.runs("sync_demo_snapshot_diff")])
     with conn.cursor() as cur:  # something for this run to find
         cur.execute("UPDATE demo.orders SET note = CONCAT('view test ', id) WHERE id <= 3")
