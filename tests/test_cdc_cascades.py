@@ -4,12 +4,15 @@ rolling verification off, so it cannot mask a miss."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 
 import pymysql
 import pytest
 
+from airflow_sync_provider.core.cdc.foreign_keys import read_foreign_keys
+from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.selection import TableSet
@@ -202,6 +205,45 @@ def test_a_child_whose_parent_is_not_copied_and_a_child_in_another_database(mysq
     same(mysql_conn, ch, "invoices")
     assert result["cascaded_rows"] == 3 * 20 + 1 + 20
     assert not int(ch.command(f"EXISTS TABLE {PARENT_DB}.customers"))  # read for its events, not copied
+
+
+def test_the_keys_read_are_the_copied_tables_and_their_chains_only_whatever_the_users_privileges(mysql_url,
+                                                                                                  mysql_conn):
+    """read_foreign_keys follows a chain into other databases (child → mid → top) and reads no
+    other database's keys; a SELECT-only user (MariaDB hides it the rules) reads the same."""
+    schemas = {"fk_top": ["CREATE TABLE fk_top.grand (id INT PRIMARY KEY) ENGINE=InnoDB"],
+               "fk_mid": ["CREATE TABLE fk_mid.mid (id INT PRIMARY KEY, g INT, KEY (g), CONSTRAINT mid_g FOREIGN KEY"
+                          " (g) REFERENCES fk_top.grand (id) ON UPDATE CASCADE) ENGINE=InnoDB",
+                          "CREATE TABLE fk_mid.beside (id INT PRIMARY KEY, g INT, KEY (g), CONSTRAINT beside_g"
+                          " FOREIGN KEY (g) REFERENCES fk_top.grand (id) ON DELETE CASCADE) ENGINE=InnoDB"],
+               "fk_other": ["CREATE TABLE fk_other.p (id INT PRIMARY KEY) ENGINE=InnoDB",
+                            "CREATE TABLE fk_other.c (id INT PRIMARY KEY, p INT, KEY (p), CONSTRAINT c_p FOREIGN KEY"
+                            " (p) REFERENCES fk_other.p (id) ON DELETE CASCADE) ENGINE=InnoDB"]}
+    drops = [f"DROP TABLE IF EXISTS {DB}.child", *[f"DROP DATABASE IF EXISTS {s}" for s in reversed(schemas)]]
+    _sql(mysql_conn, *drops)
+    for schema, ddls in schemas.items():
+        _sql(mysql_conn, f"CREATE DATABASE {schema}", *ddls)
+    _fresh(mysql_conn, f"CREATE TABLE {DB}.child (id INT PRIMARY KEY, m INT, KEY (m), CONSTRAINT child_m FOREIGN KEY"
+                       f" (m) REFERENCES fk_mid.mid (id) ON DELETE SET NULL, CONSTRAINT child_r FOREIGN KEY (m)"
+                       f" REFERENCES fk_mid.mid (id)) ENGINE=InnoDB")
+    user = "fk_reader"
+    _sql(mysql_conn, f"DROP USER IF EXISTS '{user}'@'127.0.0.1'",
+         f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'pw'",
+         *[f"GRANT SELECT ON {s}.* TO '{user}'@'127.0.0.1'" for s in [DB, *schemas]])
+    endpoint = dataclasses.replace(MySQLEndpoint.from_url(mysql_url), user=user, password="pw")
+    reader = pymysql.connect(**endpoint.connect_args())
+    try:
+        for conn in (mysql_conn, reader):
+            keys = {k.name: (k.child, k.parent, k.on_update, k.on_delete)
+                    for k in read_foreign_keys(conn, {f"{DB}.child"}) if k.acts}
+            assert keys == {"child_m": (f"{DB}.child", "fk_mid.mid", "RESTRICT", "SET NULL"),
+                            "mid_g": ("fk_mid.mid", "fk_top.grand", "CASCADE", "RESTRICT")}, conn
+            assert not read_foreign_keys(conn, {f"{DB}.child"}, known={f"{DB}.child"})
+            assert {k.name for k in read_foreign_keys(conn, {f"{DB}.child"}, known={"fk_mid.mid"}) if k.acts} == {
+                "child_m"}
+    finally:
+        reader.close()
+        _sql(mysql_conn, f"DROP USER '{user}'@'127.0.0.1'", *drops)
 
 
 def test_foreign_keys_added_dropped_renamed_far_behind_are_followed_as_of_each_position(mysql_conn, ch, endpoints,

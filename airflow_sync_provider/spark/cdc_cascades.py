@@ -167,7 +167,7 @@ class Cascading:
         spec = self.run.spec
         self.logged = not spec.follow_cascades or logs_cascades(conn)
         if self.run.state.foreign_keys is None:
-            self.run.state.foreign_keys = ForeignKeys(read_foreign_keys(conn)).to_list()
+            self.run.state.foreign_keys = ForeignKeys(read_foreign_keys(conn, set(routes))).to_list()
         plan = self.plan(routes)
         if plan:
             self.run.log(f"foreign keys followed: {len(plan.keys)} acting key(s) into the copies"
@@ -180,7 +180,7 @@ class Cascading:
 
     def joined(self, conn, names: list[str]) -> None:
         """Tables joining: their foreign keys as the server defines them now."""
-        more = read_foreign_keys(conn, set(names))
+        more = read_foreign_keys(conn, set(names), self.keys.known() - set(names))
         self.run.state.foreign_keys = self.keys.merged(more).to_list()
         self._plans.clear()
 
@@ -228,11 +228,21 @@ class Cascading:
                                      or "REFERENCES" in text.upper()):
             return
         keys, understood = self.keys.after(text, schema, statement)
+        streamed = set(self.run.stream.routes) if self.run.stream is not None else set()
         if not understood:
             with mysql_reader.connect(self.run.spec.source) as conn:
-                keys = ForeignKeys(read_foreign_keys(conn))
+                keys = ForeignKeys(read_foreign_keys(conn, streamed | self.keys.known() | set(statement.tables)))
             self.run.log(f"the foreign keys after the DDL at {after} are read from the server as they are now "
                          f"(the statement could not be parsed): {text[:200]!r}")
+        else:
+            # a parent this DDL brings into a chain: its own keys were never followed
+            followed = {k.child for k in keys.keys} | self.keys.known() | streamed
+            reached = keys.known() - followed
+            if reached:
+                with mysql_reader.connect(self.run.spec.source) as conn:
+                    keys = keys.merged(read_foreign_keys(conn, reached, followed))
+                self.run.log(f"the foreign keys of {sorted(reached)} (reached by the DDL at {after}) are read from "
+                             "the server as they are now")
         if keys.keys != self.keys.keys:
             self.run.log(f"foreign keys changed at {after}: {len(keys.keys)} acting key(s)")
         self.run.state.foreign_keys = keys.to_list()

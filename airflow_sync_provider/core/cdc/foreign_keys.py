@@ -69,19 +69,34 @@ class ForeignKey:
                    data.get("on_update", "RESTRICT"), data.get("on_delete", "RESTRICT"))
 
 
-def read_foreign_keys(conn, tables: set[str] | None = None) -> list[ForeignKey]:
-    """The foreign keys that act (a rule CASCADE or SET NULL) as the server defines them now;
-    ``tables``: only those whose child is one of them. A least-privileged user (SELECT only) sees
-    every key's columns in KEY_COLUMN_USAGE, but MariaDB shows it no rules in
-    REFERENTIAL_CONSTRAINTS: those tables' keys are read from SHOW CREATE TABLE instead."""
-    found = _with_rules(conn, tables)
+def read_foreign_keys(conn, tables: set[str], known: set[str] = frozenset()) -> list[ForeignKey]:
+    """The foreign keys of ``tables`` that act (a rule CASCADE or SET NULL) as the server defines
+    them now, and those of the parents they reach, theirs, … (a chain through tables not copied);
+    ``known``: tables whose keys the caller follows already (not read again). Only the schemas
+    of the tables asked about are looked at: information_schema over a server's every schema
+    opens every table there is (thousands, on a shared server)."""
+    found, seen, asking = [], set(known), set(tables) - set(known)
+    while asking:
+        seen |= asking
+        keys = _of_tables(conn, asking)
+        found += keys
+        asking = {k.parent for k in keys if k.acts} - seen
+    return found
+
+
+def _of_tables(conn, tables: set[str]) -> list[ForeignKey]:
+    """``tables``' own keys. A least-privileged user (SELECT only) sees every key's columns in
+    KEY_COLUMN_USAGE, but MariaDB shows it no rules in REFERENTIAL_CONSTRAINTS: those tables'
+    keys are read from SHOW CREATE TABLE instead."""
+    schemas = sorted({t.split(".", 1)[0] for t in tables})
+    marks = ", ".join(["%s"] * len(schemas))
+    found = [k for k in _with_rules(conn, schemas, marks) if k.child in tables]
     seen = {(k.child, k.name.lower()) for k in found}
     with conn.cursor() as cur:
         cur.execute("SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME FROM information_schema.KEY_COLUMN_USAGE"
-                    " WHERE REFERENCED_TABLE_NAME IS NOT NULL")
+                    f" WHERE REFERENCED_TABLE_NAME IS NOT NULL AND TABLE_SCHEMA IN ({marks})", schemas)
         hidden = sorted({(schema, table) for schema, table, name in cur.fetchall()
-                         if (f"{schema}.{table}", name.lower()) not in seen
-                         and (tables is None or f"{schema}.{table}" in tables)})
+                         if (f"{schema}.{table}", name.lower()) not in seen and f"{schema}.{table}" in tables})
         for schema, table in hidden:  # their rules are not shown: the definition says them
             cur.execute(f"SHOW CREATE TABLE {mysql_table(schema, table)}")
             text = cur.fetchone()[1]
@@ -90,8 +105,8 @@ def read_foreign_keys(conn, tables: set[str] | None = None) -> list[ForeignKey]:
     return found
 
 
-def _with_rules(conn, tables: set[str] | None) -> list[ForeignKey]:
-    """The acting keys whose rules information_schema shows this user."""
+def _with_rules(conn, schemas: list[str], marks: str) -> list[ForeignKey]:
+    """The acting keys of ``schemas``' tables whose rules information_schema shows this user."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT rc.CONSTRAINT_SCHEMA, rc.CONSTRAINT_NAME, rc.TABLE_NAME, rc.UPDATE_RULE, rc.DELETE_RULE,"
@@ -100,17 +115,15 @@ def _with_rules(conn, tables: set[str] | None) -> list[ForeignKey]:
             " JOIN information_schema.KEY_COLUMN_USAGE k ON k.CONSTRAINT_SCHEMA = rc.CONSTRAINT_SCHEMA"
             "  AND k.CONSTRAINT_NAME = rc.CONSTRAINT_NAME AND k.TABLE_NAME = rc.TABLE_NAME"
             "  AND k.REFERENCED_TABLE_NAME IS NOT NULL"
-            " WHERE rc.UPDATE_RULE IN ('CASCADE', 'SET NULL') OR rc.DELETE_RULE IN ('CASCADE', 'SET NULL')"
-            " ORDER BY rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME, k.ORDINAL_POSITION")
+            f" WHERE rc.CONSTRAINT_SCHEMA IN ({marks}) AND k.TABLE_SCHEMA IN ({marks})"
+            "  AND (rc.UPDATE_RULE IN ('CASCADE', 'SET NULL') OR rc.DELETE_RULE IN ('CASCADE', 'SET NULL'))"
+            " ORDER BY rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME, k.ORDINAL_POSITION", schemas + schemas)
         rows = cur.fetchall()
     found: dict[tuple, dict] = {}
     for schema, name, table, on_update, on_delete, column, ref_schema, ref_table, ref_column in rows:
-        child = f"{schema}.{table}"
-        if tables is not None and child not in tables:
-            continue
-        entry = found.setdefault((child, name), {"name": name, "child": child, "columns": [],
-                                                 "parent": f"{ref_schema}.{ref_table}", "referenced": [],
-                                                 "on_update": on_update, "on_delete": on_delete})
+        entry = found.setdefault((f"{schema}.{table}", name), {
+            "name": name, "child": f"{schema}.{table}", "columns": [], "parent": f"{ref_schema}.{ref_table}",
+            "referenced": [], "on_update": on_update, "on_delete": on_delete})
         entry["columns"].append(column)
         entry["referenced"].append(ref_column)
     return [ForeignKey.from_dict(e) for e in found.values()]
@@ -155,6 +168,11 @@ class ForeignKeys:
         """With ``more`` (a table joining: its foreign keys as read now), replacing same-named ones."""
         names = {(k.child, k.name.lower()) for k in more}
         return ForeignKeys([k for k in self.keys if (k.child, k.name.lower()) not in names] + list(more))
+
+    def known(self) -> set[str]:
+        """The tables whose own keys are followed: each key's child, and the parents an acting key
+        chains through (read_foreign_keys reads those)."""
+        return {k.child for k in self.keys} | {k.parent for k in self.keys if k.acts}
 
     def touches(self, statement: ddl.Statement) -> bool:
         """Might ``statement`` change these keys (it names a table they involve)?"""
