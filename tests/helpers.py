@@ -182,3 +182,21 @@ def in_background(run) -> tuple:
     thread = threading.Thread(target=serve)
     thread.start()
     return thread, result, errors
+
+
+def stop_service(ch, pipeline: str, thread, past=None, timeout: float = 120) -> None:
+    """Ask a service under test to stop (what `airflow-sync cdc stop` does) once every table of its
+    pipeline is durable ``past`` a BinlogPosition, and wait for it: a test whose work is done does
+    not sit out the service's ``max_seconds`` (which stays the bound, should this never happen)."""
+    import time
+
+    from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+
+    checkpoints, deadline = Checkpoints(ch), time.monotonic() + timeout
+    while thread.is_alive() and time.monotonic() < deadline:
+        position = checkpoints.position(pipeline)
+        if (past is None or (position is not None and position.key() >= past.key())) \
+                and checkpoints.request_stop(pipeline, "the test is done") is not None:
+            break
+        time.sleep(0.2)
+    thread.join()

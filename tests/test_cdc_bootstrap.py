@@ -22,7 +22,7 @@ from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
-from tests.helpers import assert_same_rows, recreate_tables
+from tests.helpers import assert_same_rows, recreate_tables, stop_service
 
 pytestmark = pytest.mark.slow
 DB = "boot"
@@ -207,7 +207,7 @@ def test_a_table_added_to_a_running_pipeline_joins_it_and_both_stay_exact(mysql_
     churn.join()
     assert churn.error is None, churn.error
     end = current_position(mysql_conn)
-    service.join(90)
+    stop_service(ch, "grow", service, past=end)
     assert "service" in results, "the catch-up service did not finish"
     checkpoints = Checkpoints(ch)
     assert {t.name: t.joined for t in checkpoints.registrations("grow")} == {f"{DB}.grow_a": True, f"{DB}.grow_b": True}

@@ -426,7 +426,7 @@ def test_a_child_recopied_beside_a_service_while_cascades_land_ends_exact(mysql_
     the stale rows, and once the re-copy is whole its cascades since it began are resolved again;
     the copies end exact."""
     from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-    from tests.helpers import in_background
+    from tests.helpers import in_background, stop_service
 
     _fresh(mysql_conn, *HOSTILE)
     _sql(mysql_conn, f"INSERT INTO {DB}.acct SELECT seq, 'a' FROM {DB}.seq_1_to_300",
@@ -449,7 +449,7 @@ def test_a_child_recopied_beside_a_service_while_cascades_land_ends_exact(mysql_
                 time.sleep(0.3)
         assert writer.error is None, writer.error
     finally:
-        service.join()
+        stop_service(ch, "recopied", service)
     assert not errors, errors
     assert result["recopied"] == [f"{DB}.txn"], result
     last = apply(endpoints, spark, "recopied")

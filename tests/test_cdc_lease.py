@@ -231,13 +231,25 @@ def test_a_killed_service_is_taken_over_within_seconds_a_second_applier_is_refus
             with pytest.raises(LeaseHeld, match=rf"held by another applier: .* \(generation {generation + 1}\)"):
                 run_cdc_apply(spec, spark)
             time.sleep(3)  # the writer keeps going under the new holder
+            # `cdc stop`: the service ends at its next batch boundary, its state idle, exit 0
+            capsys.readouterr()
+            assert cli.main(["cdc", "stop", "--pipeline", pipeline, "--clickhouse-url", clickhouse_url,
+                             "--reason", "maintenance", "--wait", "60"]) == 0
+            assert f"{pipeline}: stopped as asked" in capsys.readouterr().out
+            assert second.wait(timeout=30) == 0
+            assert checkpoints.state(pipeline).status == "idle"
+            assert "stopping at the next batch boundary, as asked (maintenance)" in (
+                tmp_path / "second" / "job.log").read_text(errors="replace")
+            assert cli.main(["cdc", "stop", "--pipeline", pipeline, "--clickhouse-url", clickhouse_url]) == 0
+            assert f"{pipeline}: no applier running" in capsys.readouterr().out
         finally:
             writer.stop.set()
-            _kill(second)
+            if second.poll() is None:
+                _kill(second)
     assert writer.error is None, writer.error
     assert takeover <= 10, f"takeover took {takeover:.1f} s"
-    final = run_cdc_apply(spec, spark)
-    assert final["generation"] == generation + 2 and writer.changes > 1000
+    final = run_cdc_apply(spec, spark)  # a later run is not stopped by a request to an earlier one
+    assert final["generation"] == generation + 2 and writer.changes > 1000 and not final["stopped_as_asked"]
     assert assert_same_rows(mysql_conn, ch, DB, "mixed", TARGET) > 100
     assert assert_same_rows(mysql_conn, ch, DB, "lines", TARGET) > 10
     with pymysql.connect(**endpoints[0].connect_args()) as conn:  # every lease was given back

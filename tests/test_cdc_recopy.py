@@ -11,11 +11,12 @@ import pytest
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, bootstrap_load_key
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.positions import current_position
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.selection import TableSet, table_config
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
-from tests.helpers import assert_same_rows, in_background
+from tests.helpers import assert_same_rows, in_background, stop_service
 from tests.helpers import run_sql as sql
 
 pytestmark = pytest.mark.slow
@@ -78,7 +79,7 @@ def test_other_tables_keep_flowing_while_one_is_recopied(mysql_conn, ch, endpoin
                 break
             time.sleep(0.2)
     finally:
-        service.join()
+        stop_service(ch, "flow", service, past=current_position(mysql_conn))  # the last 'during' row applied
     assert not errors, errors
     assert len(counts) >= 3 and counts[-1] > counts[0], counts  # applied while the big table was being re-copied
     assert f"{DB}.big: re-copy under way for " in status and "(other tables keep flowing)" in status, status

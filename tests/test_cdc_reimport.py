@@ -26,7 +26,7 @@ from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.full_load import run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from airflow_sync_provider.spark.tables import each_table
-from tests.helpers import assert_same_rows, in_background, source_rows, target_rows
+from tests.helpers import assert_same_rows, in_background, source_rows, stop_service, target_rows
 from tests.helpers import run_sql as sql
 
 pytestmark = pytest.mark.slow
@@ -166,7 +166,7 @@ def test_reimport_repairs_a_copy_while_its_pipeline_runs_as_a_service(mysql_conn
         changes(mysql_conn, db, "t")
         assert caught_up(time.monotonic() + 15)
     finally:
-        service.join()
+        stop_service(ch, pipeline, service)
     assert not errors, errors
     assert_same_rows(mysql_conn, ch, db, "t")
 

@@ -17,7 +17,7 @@ from airflow_sync_provider.spark import cdc_ddl, cdc_verify
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.cdc_writer import Writer, lines_ddl, mixed_ddl
-from tests.helpers import assert_same_rows, recreate_tables
+from tests.helpers import assert_same_rows, in_background, recreate_tables, stop_service
 from tests.helpers import run_sql as sql
 
 pytestmark = pytest.mark.slow
@@ -150,20 +150,28 @@ def test_verifying_under_a_busy_writer_never_repairs_a_right_copy(mysql_url, mys
     writer.prefill(30_000)
     bootstrap(endpoints, spark, "busy", "mixed", "lines")
     writer.thread.start()
-    verified, repaired = [], 0
+    checkpoints = Checkpoints(ch)
+
+    def passes() -> dict:
+        state = checkpoints.state("busy")
+        return {t: (entry.verifications if state and (entry := state.table(f"{DB}.{t}")) else 0)
+                for t in ("mixed", "lines")}
+
+    before = passes()
+    # a pass a second, without the budget's pauses: as many looks as the machine allows (each
+    # look waits for the stream), until each table had three
+    service, result, errors = in_background(lambda: apply(endpoints, spark, "busy", service=True, max_seconds=75,
+                                                          verify_period=1.0, verify_budget=1.0, batch_seconds=0.3))
     try:
-        # a pass a second, without the budget's pauses: as many looks as the machine allows; a
-        # machine busy with other work gets another service run (each look waits for the stream)
-        for _ in range(3):
-            result = apply(endpoints, spark, "busy", service=True, max_seconds=25, verify_period=1.0,
-                           verify_budget=1.0, batch_seconds=0.3)
-            verified, repaired = verified + result["verified"], repaired + result["repaired_shards"]
-            if all(len(looks({"verified": verified}, t)) >= 3 for t in ("mixed", "lines")):
-                break
+        while service.is_alive() and min(n - before[t] for t, n in passes().items()) < 3:
+            time.sleep(0.5)
     finally:
+        stop_service(ch, "busy", service)
         writer.stop.set()
         writer.thread.join()
+    assert not errors, errors
     assert writer.error is None, writer.error
+    verified, repaired = result["verified"], result["repaired_shards"]
     assert len(looks({"verified": verified}, "mixed")) >= 3 and len(looks({"verified": verified}, "lines")) >= 3
     assert repaired == 0, [v for v in verified if v["mismatched"]]
     time.sleep(0.5)
@@ -205,7 +213,9 @@ def test_rolling_verification_repairs_any_divergence_within_one_period(mysql_url
             if time.monotonic() - damaged > period + 4:
                 break
             time.sleep(0.05)
-    service.join(6 * period)
+    from airflow_sync_provider.core.positions import current_position
+
+    stop_service(ch, "rolling", service, past=current_position(mysql_conn))  # the writer's last change applied
     assert results, "the service did not end"
     by_table = {v["table"]: v for v in results["verified"]}
     assert results["repaired_shards"] >= 2 and f"{DB}.rolling" in by_table

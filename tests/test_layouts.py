@@ -395,7 +395,7 @@ def test_a_reshape_keeps_the_old_copy_current_until_the_swap(mysql_conn, ch, end
 
     from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
     from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
-    from tests.helpers import in_background
+    from tests.helpers import in_background, stop_service
 
     table = "kept_current"
     _source(mysql_conn, table, rows=6000)
@@ -426,7 +426,7 @@ def test_a_reshape_keeps_the_old_copy_current_until_the_swap(mysql_conn, ch, end
                     shown.append(newest)
             time.sleep(0.3)
     finally:
-        service.join()
+        stop_service(ch, table, service)
     assert not errors, errors
     assert result["recopied"] == [f"{DB}.{table}"] and first is not None
     assert any(newest > first for newest in shown), (first, shown)  # the old copy took rows after the reshape began

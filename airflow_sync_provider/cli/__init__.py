@@ -11,6 +11,7 @@
   airflow-sync cdc apply  --pipeline P [--start-from-load KEY …]   (catch up to the source's position now)
   airflow-sync cdc run    --pipeline P [--max-seconds S]          (a long-running service)
   airflow-sync cdc status --pipeline P [--json]
+  airflow-sync cdc stop   --pipeline P [--wait S]                 (a running service ends at its next batch)
   airflow-sync reshape --pipeline P --table DB.NAME --order-by EXPR …  (lay a followed copy out anew)
 
 Passwords may come from the environment instead: ``MYSQL_URL`` and ``CLICKHOUSE_URL`` are used

@@ -42,6 +42,7 @@ def add_parser(sub) -> None:
         _add_apply_parser(cdc_sub, name, text)
     _add_bootstrap_parser(cdc_sub)
     _add_status_parser(cdc_sub)
+    _add_stop_parser(cdc_sub)
 
 
 def _add_apply_parser(cdc_sub, name: str, text: str) -> None:
@@ -201,6 +202,46 @@ def _add_status_parser(cdc_sub) -> None:
     status.add_argument("--pipeline", required=True)
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_cdc_status)
+
+
+def _add_stop_parser(cdc_sub) -> None:
+    stop = cdc_sub.add_parser("stop", help="ask a running service to stop at its next batch boundary (checkpoint "
+                                           "written, re-copies finished; exits once it has)")
+    stop.add_argument("--clickhouse-url", default=os.environ.get("CLICKHOUSE_URL"))
+    stop.add_argument("--ledger-database", default=DEFAULT_LEDGER_DATABASE)
+    stop.add_argument("--pipeline", required=True)
+    stop.add_argument("--reason", default="", help="recorded with the request and logged by the service")
+    stop.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                      help="how long to wait for the service to stop (0: ask and return; default 60)")
+    stop.set_defaults(func=cmd_cdc_stop)
+
+
+def cmd_cdc_stop(args) -> int:
+    """Ask the pipeline's running applier (every source's, for a source group) to stop; 0 once each
+    has stopped (or none was running), 1 if one still runs after ``--wait``."""
+    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
+    try:
+        checkpoints = Checkpoints(ch, args.ledger_database)
+        checkpoints.ensure()
+        group = checkpoints.group(args.pipeline)
+        names = [part_pipeline(args.pipeline, s) for s in group["sources"]] if group else [args.pipeline]
+        asked = {name: checkpoints.request_stop(name, args.reason) for name in names}
+        deadline = time.monotonic() + args.wait
+        waiting = {name: g for name, g in asked.items() if g is not None}
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.5)
+            waiting = {name: g for name, g in waiting.items() if _still_running(checkpoints.state(name), g)}
+    finally:
+        ch.close()
+    for name, generation in asked.items():
+        print(f"{name}: " + ("no applier running" if generation is None else
+                             "still running (asked to stop; it stops at its next batch boundary)" if name in waiting
+                             else "stopped as asked" if args.wait else "asked to stop"))
+    return 1 if waiting and args.wait else 0
+
+
+def _still_running(state, generation: int) -> bool:
+    return state is not None and state.generation == generation and state.status == PIPELINE_RUNNING
 
 
 def cmd_cdc_status(args) -> int:

@@ -97,6 +97,7 @@ class PipelineRun(RunStart):
         self.stream_ended = False
         self._polled = time.monotonic()
         self._registrations: list | None = None
+        self.stop_asked: str | None = None  # `cdc stop`: the reason given, once seen
 
     def log(self, text: str) -> None:
         cdc_ddl.note(self.spec.pipeline, text)
@@ -116,8 +117,9 @@ class PipelineRun(RunStart):
         try:
             self.checkpoints.write(state)  # from now on older generations' writes are ignored
             self._await_tables()
-            self._begin()
-            self._loop()
+            if self.stop_asked is None:  # else asked to stop before any table joined
+                self._begin()
+                self._loop()
             state.status, state.error = PIPELINE_IDLE, ""
             self.checkpoints.write(state)
         except BaseException as exc:
@@ -140,10 +142,12 @@ class PipelineRun(RunStart):
             self.recopies.close()
         totals = dataclasses.asdict(self.totals)
         return {"pipeline": self.spec.pipeline, "tables": sorted(self.stream.routes) if self.stream else [],
-                "start": self.start.to_dict(), "checkpoint": state.checkpoint.to_dict(),
+                "start": self.start.to_dict() if self.start else None,
+                "checkpoint": state.checkpoint.to_dict() if state.checkpoint else None,
                 "stop": self.stop.to_dict() if self.stop else None, **totals, "lanes": self.spec.lanes,
                 "generation": self.lease.generation, "selection": self.selection.to_dict() if self.selection else None,
-                "prepared_xa": len(state.prepared), "seconds": round(time.time() - self.started, 3)}
+                "prepared_xa": len(state.prepared), "seconds": round(time.time() - self.started, 3),
+                "stopped_as_asked": self.stop_asked is not None}
 
     def _loop(self) -> None:
         """Follow the binlog from the checkpoint until the stop; tables registered meanwhile join,
@@ -156,7 +160,7 @@ class PipelineRun(RunStart):
             self.recopies.collect()
             self.totals.joined += self.join()
             self.verifier.collect()
-            if self.follow(self.stream, self.stop, self.deadline, self._waiting):
+            if self.follow(self.stream, self.stop, self.deadline, self._waiting) or self.stop_asked is not None:
                 break
         for name in list(self.recopies.running):  # a run ends with its re-copies done and recorded
             self.recopies.wait(name)
@@ -196,6 +200,11 @@ class PipelineRun(RunStart):
         if time.monotonic() - self._polled < JOIN_POLL_SECONDS:
             return False
         self._polled = time.monotonic()
+        if self.spec.service:
+            self.stop_asked = self.checkpoints.stop_requested(self.spec.pipeline, self.lease.generation)
+            if self.stop_asked is not None:
+                self.log(f"stopping at the next batch boundary, as asked ({self.stop_asked or 'cdc stop'})")
+                return True
         return any(not r.joined for r in self.checkpoints.registrations(self.spec.pipeline))
 
     # --- following the binlog --------------------------------------------------------------

@@ -299,6 +299,9 @@ class RunStart:
         while not self.checkpoints.registrations(spec.pipeline):
             if spec.max_seconds and time.time() - self.started > spec.max_seconds:
                 raise ApplyFailed(f"pipeline {spec.pipeline!r}: no table joined within {spec.max_seconds:.0f} s")
+            if spec.service and self.checkpoints.stop_requested(spec.pipeline, self.lease.generation) is not None:
+                self.stop_asked = "cdc stop"
+                return
             if not announced:
                 self.log("waiting for a table to join (a bootstrap or a full load given to start_from_loads)")
                 announced = True

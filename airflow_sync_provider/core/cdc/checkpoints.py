@@ -171,6 +171,9 @@ _TABLES = (
 _SELECTIONS = (("pipeline", "String"), ("selection", "String"), ("updated_at", _TIME))
 # a source group's pipeline: its sources (each a pipeline <pipeline>@<source>) and its merged copy
 _GROUPS = (("pipeline", "String"), ("sources", "Array(String)"), ("merge_into", "String"), ("updated_at", _TIME))
+# a request that the applier of one lease generation stop at its next batch boundary (``cdc stop``):
+# by generation, so a request never stops a later run
+_STOPS = (("pipeline", "String"), ("generation", "UInt64"), ("reason", "String"), ("updated_at", _TIME))
 
 
 class Checkpoints(LedgerTables):
@@ -183,6 +186,7 @@ class Checkpoints(LedgerTables):
             ("cdc_tables", _TABLES, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, source_table)"),
             ("cdc_selections", _SELECTIONS, "ReplacingMergeTree(updated_at) ORDER BY pipeline"),
             ("cdc_groups", _GROUPS, "ReplacingMergeTree(updated_at) ORDER BY pipeline"),
+            ("cdc_stops", _STOPS, "ReplacingMergeTree(updated_at) ORDER BY (pipeline, generation)"),
         ])
         # earlier releases kept one row per pipeline in cdc_pipelines (no generations): carry
         # their states over as generation 0 (two processes doing this at once insert equal rows)
@@ -309,6 +313,22 @@ class Checkpoints(LedgerTables):
         rows = self.ch.query(f"SELECT sources, merge_into FROM {self.table('cdc_groups')} FINAL"
                              " WHERE pipeline = {p:String}", parameters={"p": pipeline}).result_rows
         return {"sources": list(rows[0][0]), "merge_into": rows[0][1]} if rows else None
+
+    def request_stop(self, pipeline: str, reason: str = "") -> int | None:
+        """Ask the pipeline's running applier to stop at its next batch boundary, as if its
+        ``max_seconds`` had run out: checkpoint written, re-copies finished, state ``idle``.
+        Returns the generation asked, or None when no applier is running."""
+        state = self.state(pipeline)
+        if state is None or state.status != PIPELINE_RUNNING:
+            return None
+        self._insert("cdc_stops", [[pipeline, state.generation, reason, _ts(self._stamp())]], _STOPS)
+        return state.generation
+
+    def stop_requested(self, pipeline: str, generation: int) -> str | None:
+        """The reason a stop of this generation's applier was asked for (None: not asked)."""
+        rows = self.ch.query(f"SELECT reason FROM {self.table('cdc_stops')} FINAL WHERE pipeline = {{p:String}}"
+                             " AND generation = {g:UInt64}", parameters={"p": pipeline, "g": generation}).result_rows
+        return rows[0][0] if rows else None
 
     def position(self, pipeline: str) -> BinlogPosition | None:
         """Up to where every table of the pipeline is durable: its checkpoint, or a table still
