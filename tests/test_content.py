@@ -310,6 +310,24 @@ def test_a_bootstrap_under_writes_holds_the_shaped_rows(mysql_url, mysql_conn, c
 
 
 @pytest.mark.slow
+def test_a_bootstrap_read_by_mysqlclient_hashes_with_the_salt(mysql_conn, ch, endpoints, spark, monkeypatch):
+    """The reader a TLS source always gets (and a table whose probe differs): its session hashes
+    with the job's salt. Its bootstrap once read with no salt set, and MySQL's SHA2(CONCAT(NULL,
+    …)) made every hashed value of the copy NULL."""
+    from airflow_sync_provider.core.source import reader
+    from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
+
+    monkeypatch.setattr(reader, "choose_reader", lambda *args, **kwargs: (reader.MYSQLCLIENT, "mysqlclient (test)"))
+    table = "people_text"
+    _source(mysql_conn, table, rows=3000)
+    run_cdc_bootstrap(CdcBootstrapSpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=table,
+                                       tableset=_tableset(table), channels=2, chunk_rows=400, hash_salt=SALT), spark)
+    live, kept = _copy(ch, table)
+    assert live == _expected(mysql_conn, table) and not kept
+    assert sum(1 for row in live.values() if row[4] is not None) > 1000  # hashed, not NULL
+
+
+@pytest.mark.slow
 def test_a_truncate_marks_every_kept_row_and_a_reload_carries_them_over(mysql_conn, ch, endpoints, spark):
     table = "people_truncate"
     _source(mysql_conn, table, rows=300)

@@ -423,7 +423,7 @@ class CdcBootstrapSpec(JobSpec):
             split_column=split_column, split_factor=self.split_factor, strategy=self.strategy,
             channel_byte_speed=self.channel_byte_speed, channel_record_speed=self.channel_record_speed,
             ledger_database=self.ledger_database, failure_wait_seconds=self.failure_wait_seconds,
-            tableset=self.tableset.one(table))
+            tableset=self.tableset.one(table), hash_salt=self.hash_salt)
 
 
 @dataclass(kw_only=True)

@@ -120,7 +120,7 @@ def read_shard(conn, read: ShardRead, shard: Shard) -> Iterator[pa.RecordBatch]:
     at a time from an unbuffered cursor (``conn``: :func:`stream_connect`), so memory stays
     bounded whatever the shard's size."""
     mappings, schema = read.arrow()
-    cur = conn.cursor()
+    cur = _salted_cursor(conn, mappings)
     cur.execute(f"SELECT {read.columns_sql} {read.plan.from_clause()} WHERE {shard.where}", shard.params)
     while rows := cur.fetchmany(read.fetch_rows):
         yield to_batch(rows, mappings, schema, read.where(shard))
@@ -134,7 +134,7 @@ def read_chunk(conn, read: ShardRead, shard: Shard, chunk: Chunk, holder: dict |
     mappings, schema = read.arrow()
     key, plan = chunk.key, read.plan
     where, params = key.after(chunk.after)
-    cur = conn.cursor()
+    cur = _salted_cursor(conn, mappings)
     if key.keyless:  # the whole table, one snapshot, streamed (core/cdc/chunks.ChunkKey.keyless)
         cur.execute(f"SELECT {read.columns_sql} FROM {mysql_table(plan.database, plan.table)} WHERE ({shard.where})",
                     shard.params)
@@ -151,6 +151,18 @@ def read_chunk(conn, read: ShardRead, shard: Shard, chunk: Chunk, holder: dict |
     cur.close()
     if holder is not None:
         holder["rows"], holder["last"] = rows_seen, key.from_raw(last) if last and not key.keyless else None
+
+
+def _salted_cursor(conn, mappings: list[ColumnMapping]):
+    """A cursor of ``conn`` whose session hashes as the mappings' hash transforms do: their salt
+    set on it (as the native reader sets it on its own connection), whatever salt the connection
+    was opened with. Without it MySQL's SHA2(CONCAT(NULL, …)) is NULL: every hashed value of the
+    copy would silently be NULL."""
+    cur = conn.cursor()
+    salt = _salt(mappings)
+    if salt:
+        set_salt(cur, salt)
+    return cur
 
 
 def _column(values, mapping: ColumnMapping, where: str) -> pa.Array:
@@ -350,6 +362,7 @@ def native_batch(batch: pa.RecordBatch, mappings: list[ColumnMapping], schema: p
 
 NATIVE, MYSQLCLIENT = "native", "mysqlclient"
 PROBE_ROWS = 1000
+PROBE_TRIES = 3
 
 
 def choose_reader(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], key: list[str],
@@ -365,25 +378,28 @@ def choose_reader(endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapp
     where = f"table {plan.database}.{plan.table} (reader probe)"
     full = [*mappings, WEIGHT_MAPPING] if weight is not None else mappings
     schema = arrow_schema(full)
-    try:
-        native = [native_batch(b, full, schema, where) for b in
-                  _native_stream(endpoint, plan.database, f"SELECT {native_select_list(mappings, weight)}{tail}",
-                                 PROBE_ROWS, _salt(mappings))]
-    except (NativeReadError, ValueError) as exc:
-        return MYSQLCLIENT, f"the native reader failed on the first rows ({exc})"
-    conn = stream_connect(endpoint, _salt(mappings))
-    try:
-        cur = conn.cursor()
-        cur.execute(f"SELECT {select_list(mappings, weight)}{tail}")
-        rows = cur.fetchall()
-        cur.close()
-    finally:
-        conn.close()
-    text = pa.Table.from_batches([to_batch(rows, full, schema, where)] if rows else [], schema=schema)
-    mine = pa.Table.from_batches([b for b in native if b.num_rows], schema=schema)
-    if not mine.equals(text):
-        return MYSQLCLIENT, "the native reader read the first rows differently from mysqlclient"
-    return NATIVE, f"Arrow-native (connectorx, binary protocol); {len(mine)} probe rows equal mysqlclient's"
+    # the two reads are not one snapshot: a row a writer changes between them differs without
+    # any fault of the reader's, so a difference is looked at again before it counts
+    for _ in range(PROBE_TRIES):
+        try:
+            native = [native_batch(b, full, schema, where) for b in
+                      _native_stream(endpoint, plan.database, f"SELECT {native_select_list(mappings, weight)}{tail}",
+                                     PROBE_ROWS, _salt(mappings))]
+        except (NativeReadError, ValueError) as exc:
+            return MYSQLCLIENT, f"the native reader failed on the first rows ({exc})"
+        conn = stream_connect(endpoint)
+        try:
+            cur = _salted_cursor(conn, mappings)
+            cur.execute(f"SELECT {select_list(mappings, weight)}{tail}")
+            rows = cur.fetchall()
+            cur.close()
+        finally:
+            conn.close()
+        text = pa.Table.from_batches([to_batch(rows, full, schema, where)] if rows else [], schema=schema)
+        mine = pa.Table.from_batches([b for b in native if b.num_rows], schema=schema)
+        if mine.equals(text):
+            return NATIVE, f"Arrow-native (connectorx, binary protocol); {len(mine)} probe rows equal mysqlclient's"
+    return MYSQLCLIENT, f"the native reader read the first rows differently from mysqlclient ({PROBE_TRIES} tries)"
 
 
 def native_reader(choice: str, endpoint: MySQLEndpoint, plan: Plan, mappings: list[ColumnMapping], key: list[str],
