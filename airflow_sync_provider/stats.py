@@ -30,7 +30,7 @@ def emit(metrics: list[Metric]) -> None:
 def pipeline_state(target, pipeline: str, database: str):
     """The pipeline's ``PipelineState`` in the ledger, or None (none yet, or unreadable: logged)."""
     from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
-    from airflow_sync_provider.core.target.clickhouse import client
+    from airflow_sync_provider.core.clickhouse.client import client
 
     try:
         ch = client(target)

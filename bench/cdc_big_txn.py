@@ -39,8 +39,8 @@ import uuid
 from pymysql.constants import CLIENT
 
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, mysql, source, target, target_databases
 from bench.harness.env import REPO, machine, services, write_json, write_result

@@ -33,8 +33,8 @@ import time
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
 from airflow_sync_provider.core.positions import BinlogPosition, current_position
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import prepare, spark_submit
 from bench.full_load import run_ours, run_replicator
 from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target, target_databases

@@ -23,8 +23,8 @@ import argparse
 import time
 
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target
 from bench.harness.env import machine, services, write_result
 from bench.harness.measure import fmt_rate, fmt_ratio, interleaved, median, rate, timer

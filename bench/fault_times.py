@@ -39,8 +39,8 @@ from airflow_sync_provider.core.jobspec import (
     ReconcileSpec,
     SnapshotDiffSpec,
 )
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.specfile import spec_to_dict
 from bench.harness.clients import mysql
 from bench.harness.env import machine, state_dir, write_result

@@ -1,5 +1,5 @@
 """Layout bench: full-load rows/s and CDC changes/s of a copy laid out with ``order_by`` +
-``partition_by`` (core/target/layout.py) against the default mirror, side by side in one run.
+``partition_by`` (core/clickhouse/layout.py) against the default mirror, side by side in one run.
 
     .venv/bin/python -m bench.layouts [--rows 1000000] [--changes 200000] [--rounds 2]
 
@@ -24,8 +24,8 @@ import argparse
 import time
 
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target
 from bench.harness.env import machine, services, write_result
 from bench.harness.measure import fmt_rate, fmt_ratio, interleaved, median, rate, timer

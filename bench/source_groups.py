@@ -34,8 +34,8 @@ from pathlib import Path
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import Merge, Source, one_server, part_pipeline
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, mysql
 from bench.harness.env import machine, state_dir, write_result
@@ -89,7 +89,7 @@ def source_totals(urls: dict, tables: int) -> tuple[int, str]:
 
 def run(spec, what: str, target_pid: int | None = None, ch=None) -> dict:
     """The job via ``spark_submit``; with ``ch``, then the target's merges settled (a full reload's
-    working table defers them until it is published: core/target/clickhouse.DEFER_MERGES), so
+    working table defers them until it is published: core/clickhouse/clickhouse.DEFER_MERGES), so
     the next load does not pay for them and the merge CPU after the load is its own."""
     merges = merge_cpu(target_pid)
     with timer() as wall:

@@ -1,5 +1,5 @@
 """Spatial bench: full-load rows/s of a table with spatial columns against the same table without
-them, and with typed geo columns derived by ClickHouse (core/target/derived.py), side by side in
+them, and with typed geo columns derived by ClickHouse (core/clickhouse/derived.py), side by side in
 one run.
 
     .venv/bin/python -m bench.spatial [--rows 1000000] [--rounds 3] [--reader auto]
@@ -23,8 +23,8 @@ import argparse
 import time
 
 from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target
 from bench.harness.env import machine, services, write_result
 from bench.harness.measure import fmt_rate, fmt_ratio, interleaved, median, rate, timer

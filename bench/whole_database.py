@@ -30,8 +30,8 @@ import os
 import time
 
 from airflow_sync_provider.core.jobspec import ReconcileSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.sql import ch_table
 from airflow_sync_provider.core.submission import spark_submit
 from bench.harness.clients import ch_client, drop_bench_data, mysql, source, target, target_databases

@@ -24,7 +24,7 @@ with DAG(
 
     @task
     def count_the_copy(**context) -> dict:
-        from airflow_sync_provider.core.target.clickhouse import client
+        from airflow_sync_provider.core.clickhouse.client import client
         from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 
         loads = [event.extra for events in context["triggering_asset_events"].values() for event in events]

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pymysql
 
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.sql import ch_table, mysql_table
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.airflow_env import REPO, airflow_env
 from devenv.demo_writer import DemoWriter
@@ -155,7 +155,7 @@ CDC_COPIES = [(table, "demo_cdc", f"cdc:demo_cdc:demo.{table}%") for table in ("
 
 def counts(mysql_url: str, clickhouse_url: str, copies) -> list[tuple[str, str, int, int, str]]:
     """Per copy: source rows now, target rows (FINAL), and its last reconciliation verdict."""
-    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
+    ch = client(ClickHouseEndpoint.from_url(clickhouse_url))
     conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(database="demo"))
     out = []
     with conn, conn.cursor() as cur:
@@ -207,7 +207,7 @@ def main(argv=None) -> int:
         writer.start()
         print(f"[demo] writer: ~{args.writer_rate:.0f} row changes/s on demo.orders and demo.order_items "
               "(inserts, updates, deletes, key changes, transactions held open)", flush=True)
-        ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
+        ch = client(ClickHouseEndpoint.from_url(clickhouse_url))
 
         def stop_writer(seen: dict) -> None:
             if not writer.is_alive():
@@ -239,7 +239,7 @@ def main(argv=None) -> int:
 
 def _reset_cdc(clickhouse_url: str) -> None:
     """A fresh demo: the CDC pipeline and its copies start over (the demo data was regenerated)."""
-    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
+    ch = client(ClickHouseEndpoint.from_url(clickhouse_url))
     try:
         ch.command("DROP DATABASE IF EXISTS demo_cdc")
         for table, column in (("cdc_state", "pipeline"), ("cdc_tables", "pipeline"), ("loads", "load_key"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pymysql
 import pytest
 
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.services import clickhouse_service, mysql_service
 
@@ -126,9 +126,9 @@ def mysql_conn(mysql_url):
 
 @pytest.fixture
 def ch(clickhouse_url):
-    client = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
-    yield client
-    client.close()
+    ch = client(ClickHouseEndpoint.from_url(clickhouse_url))
+    yield ch
+    ch.close()
 
 
 @pytest.fixture(scope="session")

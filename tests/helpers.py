@@ -10,11 +10,11 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
+from airflow_sync_provider.core.clickhouse.columns import VERSION_COLUMN
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident, mysql_table
-from airflow_sync_provider.core.target.clickhouse import VERSION_COLUMN
 
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
                 # spatial values: MySQL's own bytes (SRID + WKB), which the copy holds

@@ -26,11 +26,11 @@ import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, PIPELINE_RUNNING, Checkpoints, PipelineState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.crash_points import hold_file
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import BinlogPosition, current_position
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv import demo_data
 from devenv.airflow_env import REPO
 from devenv.mariadb import group_servers
@@ -81,7 +81,7 @@ def tier(tmp_path_factory):
             counts = made.result()
             airflow.timings["services"] = time.monotonic() - started
             conn = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
-            ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
+            ch = client(ClickHouseEndpoint.from_url(clickhouse_url))
             yield Tier(airflow, conn, ch, counts, statsd, holds, shards)
             print(f"\n[airflow-real] start-up: {airflow.timings}")
             ch.close()

@@ -16,8 +16,8 @@ from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
 from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.reconcile import run_reconcile

@@ -9,8 +9,8 @@ import pytest
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import spark_submit
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap

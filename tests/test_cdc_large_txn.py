@@ -19,9 +19,9 @@ from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.staging import stage_prefix
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import BinlogPosition, current_position
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import spark_submit
 from devenv.rss import PeakRss
 from tests.helpers import assert_same_rows, recreate_tables

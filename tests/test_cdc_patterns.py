@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.clickhouse.described import table_exists
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
-from airflow_sync_provider.core.target.clickhouse import table_exists
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.helpers import assert_same_rows
@@ -181,7 +181,7 @@ def test_the_tables_cdc_cannot_stream_take_the_full_load_path_by_pattern(databas
     assert verdict == "success" and message.startswith(f"all {len(nopk) + 1} table loads"), message
 
     # a job of many tables starts its largest first (it would otherwise end with one running alone)
-    from airflow_sync_provider.core.source.selection import largest_first, selected_tables
+    from airflow_sync_provider.core.selection import largest_first, selected_tables
 
     ordered = largest_first(mysql_conn, selected_tables(mysql_conn, {"databases": [DB], "tables": ["t*"]}, []))
     first, last = (_rows(mysql_conn, f"SELECT COUNT(*) FROM {DB}.{c['source_table']}")[0][0] for c in (ordered[0],

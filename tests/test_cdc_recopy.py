@@ -12,8 +12,8 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, bootstrap_load_key
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.selection import TableSet, table_config
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet, table_config
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.helpers import assert_same_rows, in_background, stop_service

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from airflow_sync_provider.core.clickhouse.layout import LayoutError
 from airflow_sync_provider.core.content import ContentError
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
-from airflow_sync_provider.core.target.layout import LayoutError
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from airflow_sync_provider.spark.full_load import run_full_load

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.clickhouse.columns import INTERNAL_COLUMNS
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
-from airflow_sync_provider.core.target.clickhouse import INTERNAL_COLUMNS
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
 from tests.helpers import assert_same_rows

@@ -11,11 +11,12 @@ import threading
 
 import pytest
 
+from airflow_sync_provider.core.clickhouse.ddl import file_bytes, parts_table_name, private_name
+from airflow_sync_provider.core.clickhouse.publishing import publish_partitions
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.failures import ServerUnreachable
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark import full_load
 
 pytestmark = pytest.mark.slow
@@ -24,10 +25,10 @@ DAYS = ("2025-05-01", "2025-05-02", "2025-05-03", "2025-05-04")
 
 
 def test_private_names_are_per_owner_short_and_start_with_the_table():
-    a, b = target.private_name("orders", "stage", "parts_1"), target.private_name("orders", "stage", "parts_2")
-    assert a != b and a.startswith("orders__stage_") and a == target.private_name("orders", "stage", "parts_1")
-    long = target.private_name("ü" * 200, "shadow", "parts_1")
-    assert long.startswith("ü" * 10 + "__shadow_") and target._file_bytes(long) <= 100
+    a, b = private_name("orders", "stage", "parts_1"), private_name("orders", "stage", "parts_2")
+    assert a != b and a.startswith("orders__stage_") and a == private_name("orders", "stage", "parts_1")
+    long = private_name("ü" * 200, "shadow", "parts_1")
+    assert long.startswith("ü" * 10 + "__shadow_") and file_bytes(long) <= 100
 
 
 def _make_source(conn) -> None:
@@ -123,14 +124,14 @@ def test_overlapping_period_loads_of_one_table_each_replace_exactly_their_day(my
     # job's bound), and is retried while the
     # other days load again: the retry drops its own leftover, nobody else's
     victim = DAYS[1]
-    publish = target.publish_partitions
+    publish = publish_partitions
 
     def dying(ch_, loaded, *args, **kwargs):
-        if loaded.parts == target.parts_table_name(f"overlap.{victim}", 4):
+        if loaded.parts == parts_table_name(f"overlap.{victim}", 4):
             ch_ = _FailingReplace(ch_)
         return publish(ch_, loaded, *args, **kwargs)
 
-    monkeypatch.setattr(target, "publish_partitions", dying)
+    monkeypatch.setattr(full_load, "publish_partitions", dying)
     with mysql_conn.cursor() as cur:
         cur.execute(f"UPDATE {DB}.orders SET note = 'changed' WHERE id % 4 = 0")
     # (a passing failure is retried inside the job's bound, here 1 s: core/failures.py)
@@ -142,7 +143,7 @@ def test_overlapping_period_loads_of_one_table_each_replace_exactly_their_day(my
     assert not [r for r in results.values() if isinstance(r, Exception)], results
     left = _leftovers(ch)
     assert len(left) == 1 and left[0].startswith("orders_daily__stage_"), left
-    monkeypatch.setattr(target, "publish_partitions", publish)
+    monkeypatch.setattr(full_load, "publish_partitions", publish)
 
     others = [d for d in DAYS if d != victim]
     results = _run_all({"retry": lambda: full_load.run_full_load(_spec(mysql_url, clickhouse_url, victim), spark)}

@@ -27,8 +27,8 @@ from airflow_sync_provider.core.jobspec import (
     ReconcileSpec,
     SnapshotDiffSpec,
 )
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.specfile import public_dict
 
 DB, TARGET = "shape", "shape_ch"

@@ -11,8 +11,8 @@ from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoi
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import SHARD_SUCCESS
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.verify.diff import DiffError
 from airflow_sync_provider.core.verify.reconcile import overall_verdict
 from airflow_sync_provider.core.verify.shape import reload_remedy

@@ -16,8 +16,8 @@ from airflow.providers.apache.spark.hooks import spark_submit as spark_submit_mo
 
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import ReconcileSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import Merge, one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.specfile import read_spec
 from airflow_sync_provider.core.submission import SECRET_ENV, job_script, stage
 from airflow_sync_provider.operators.reconcile import ReconcileOperator
@@ -184,10 +184,10 @@ def test_a_cluster_mode_driver_gets_its_passwords_from_the_environment(tmp_path,
                                                                       spark):
     """What a YARN/Kubernetes driver does, run here: the staged spec (no passwords) in another
     working directory, the passwords from the environment, the result through the ledger."""
+    from airflow_sync_provider.core.clickhouse.client import client
     from airflow_sync_provider.core.jobspec import FullLoadSpec
     from airflow_sync_provider.core.ledger import Ledger
     from airflow_sync_provider.core.submission import spark_env
-    from airflow_sync_provider.core.target.clickhouse import client
     from airflow_sync_provider.spark.full_load import run_full_load
 
     source, target = MySQLEndpoint.from_url(mysql_url), ClickHouseEndpoint.from_url(clickhouse_url)

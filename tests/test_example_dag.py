@@ -11,9 +11,9 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.source.planning import auto_split_factor
-from airflow_sync_provider.core.target.clickhouse import client
 from devenv.airflow_env import REPO, airflow_env
 from tests.airflow_run import ArgvWatcher, run_dag
 from tests.helpers import assert_same_rows, recreate_tables

@@ -18,6 +18,8 @@ import psutil
 import pymysql
 import pytest
 
+from airflow_sync_provider.core.clickhouse.client import client
+from airflow_sync_provider.core.clickhouse.described import table_exists
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.failures import GRACE_SECONDS
 from airflow_sync_provider.core.jobspec import (
@@ -28,10 +30,9 @@ from airflow_sync_provider.core.jobspec import (
     SnapshotDiffSpec,
 )
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.submission import prepare, read_result
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv.clickhouse_http import ChdbEndpoint
 from devenv.mariadb import MariaDB
 from tests.helpers import assert_same_rows
@@ -53,7 +54,7 @@ class Servers:
         self.stopped = False
 
     def ch(self):
-        return clickhouse_target.client(self.target)
+        return client(self.target)
 
     def mysql(self):
         return pymysql.connect(**self.source.connect_args(), autocommit=True)
@@ -214,7 +215,7 @@ def shards_done(servers, key: str, at_least: int = 1):
     """The load's shards once ``at_least`` succeeded (its ledger, read on a fresh client)."""
     ch = servers.ch()
     try:
-        state = Ledger(ch, "airflow_sync").state(key) if clickhouse_target.table_exists(ch, "airflow_sync", "loads") \
+        state = Ledger(ch, "airflow_sync").state(key) if table_exists(ch, "airflow_sync", "loads") \
             else None
     finally:
         ch.close()

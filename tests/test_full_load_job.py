@@ -6,6 +6,10 @@ import time
 
 import pytest
 
+from airflow_sync_provider.core.clickhouse import ddl, publishing
+from airflow_sync_provider.core.clickhouse.ddl import create_table_sql, create_working, create_working_sql
+from airflow_sync_provider.core.clickhouse.described import table_exists
+from airflow_sync_provider.core.clickhouse.publishing import publish_working
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.source.group import one_server
@@ -207,26 +211,23 @@ def _working_and_live(mysql_conn, ch, source_table: str, database: str):
 def test_publishing_again_after_a_crash_between_swap_and_drop_keeps_the_new_copy(mysql_conn, ch):
     """The working table holds the old copy after the swap: a resumed publish drops it instead
     of swapping the old copy back in."""
-    from airflow_sync_provider.core.target import clickhouse as target
-
+    from airflow_sync_provider.core.clickhouse.publishing import publish_working
     schema = _working_and_live(mysql_conn, ch, "swapped", "job_swap")
-    ch.command(target.create_working_sql(schema, "job_swap", "work", False, True))
+    ch.command(create_working_sql(schema, "job_swap", "work", False, True))
     ch.command("INSERT INTO job_swap.work (id, v) SELECT number, 1 FROM numbers(5)")  # the new copy
-    ch.command(target.create_table_sql(schema, "job_swap", "live"))
+    ch.command(create_table_sql(schema, "job_swap", "live"))
     ch.command("INSERT INTO job_swap.live (id, v) SELECT number, 0 FROM numbers(3)")  # the old copy
     ch.command("EXCHANGE TABLES job_swap.work AND job_swap.live")  # ... and the job died here
-    assert target.publish_working(ch, "job_swap", "work", "job_swap", "live") == 5
+    assert publish_working(ch, "job_swap", "work", "job_swap", "live") == 5
     assert ch.query("SELECT count(), min(v) FROM job_swap.live").result_rows == [(5, 1)]
-    assert not target.table_exists(ch, "job_swap", "work")
+    assert not table_exists(ch, "job_swap", "work")
 
 
 def test_a_working_table_defers_its_merges_until_it_is_published(mysql_conn, ch):
     """Filled in many inserts, it keeps its parts (no merge rewrites rows that are still
     arriving); once swapped in, the copy has the server's default and merges them."""
-    from airflow_sync_provider.core.target import clickhouse as target
-
     schema = _working_and_live(mysql_conn, ch, "deferred", "job_defer")
-    target.create_working(ch, schema, "job_defer", "work", False, True)
+    create_working(ch, schema, "job_defer", "work", False, True)
     for i in range(8):
         ch.command(f"INSERT INTO job_defer.work (id, v) SELECT number + {i * 1000}, 1 FROM numbers(1000)")
 
@@ -236,7 +237,7 @@ def test_a_working_table_defers_its_merges_until_it_is_published(mysql_conn, ch)
 
     time.sleep(3)  # the merge selector looks every few seconds: it has had its chance
     assert parts("work") == 8
-    assert target.publish_working(ch, "job_defer", "work", "job_defer", "live") == 8000
+    assert publish_working(ch, "job_defer", "work", "job_defer", "live") == 8000
     assert "min_parts_to_merge_at_once" not in ch.command("SHOW CREATE TABLE job_defer.live")
     deadline = time.monotonic() + 60
     while parts("live") > 1 and time.monotonic() < deadline:
@@ -248,11 +249,10 @@ def test_a_working_table_defers_its_merges_until_it_is_published(mysql_conn, ch)
 def test_a_server_that_does_not_know_the_deferral_setting_gets_the_working_table_as_it_is(mysql_conn, ch,
                                                                                          monkeypatch):
     """(An older ClickHouse; a user without ALTER MODIFY SETTING takes the same branch.)"""
-    from airflow_sync_provider.core.target import clickhouse as target
-
     schema = _working_and_live(mysql_conn, ch, "undeferred", "job_nodefer")
-    monkeypatch.setattr(target, "DEFER_MERGES", {"a_setting_this_server_lacks": 64})
-    target.create_working(ch, schema, "job_nodefer", "work", False, True)
+    for module in (ddl, publishing):  # where the working table is made, and where it is published
+        monkeypatch.setattr(module, "DEFER_MERGES", {"a_setting_this_server_lacks": 64})
+    create_working(ch, schema, "job_nodefer", "work", False, True)
     ch.command("INSERT INTO job_nodefer.work (id, v) SELECT number, 1 FROM numbers(10)")
-    assert target.publish_working(ch, "job_nodefer", "work", "job_nodefer", "live") == 10
+    assert publish_working(ch, "job_nodefer", "work", "job_nodefer", "live") == 10
     assert ch.query("SELECT count(), uniqExact(id) FROM job_nodefer.live").result_rows == [(10, 10)]

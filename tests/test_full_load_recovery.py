@@ -10,12 +10,13 @@ import time
 
 import pytest
 
+from airflow_sync_provider.core.clickhouse.client import client
+from airflow_sync_provider.core.clickhouse.described import table_exists
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.submission import prepare, spark_submit
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv.clickhouse_http import ChdbEndpoint
 from tests.helpers import assert_same_rows
 
@@ -60,7 +61,7 @@ def wait_for(predicate, timeout=120, interval=0.2):
 
 
 def ledger_state(ch, key):
-    return (Ledger(ch, "airflow_sync").state(key) if clickhouse_target.table_exists(ch, "airflow_sync", "loads")
+    return (Ledger(ch, "airflow_sync").state(key) if table_exists(ch, "airflow_sync", "loads")
             else None)
 
 
@@ -117,7 +118,7 @@ def test_failed_inserts_mark_their_shards_failed_and_reimport_completes(mysql_co
     endpoint = ChdbEndpoint(tmp_path / "outage-ch").start()
     url = endpoint.url
     key = "test.outage"
-    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(url))
+    ch = client(ClickHouseEndpoint.from_url(url))
     try:
         endpoint.inject(r"INSERT INTO `airflow_sync`\.`parts_", 497, times=1,
                         message="default: Not enough privileges")
@@ -164,7 +165,7 @@ def test_readers_only_ever_see_complete_tables_during_a_reload(mysql_conn, mysql
     with mysql_conn.cursor() as cur:
         cur.execute(f"DELETE FROM {DB}.swapped WHERE id > 15000")  # the new copy has fewer rows
     seen, stop = [], threading.Event()
-    reader = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
+    reader = client(ClickHouseEndpoint.from_url(clickhouse_url))
 
     def watch():
         while not stop.is_set():

@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from airflow_sync_provider.core.clickhouse.ddl import create_table_sql
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import (
     SOURCE_COLUMNS,
     IncompatibleShards,
@@ -22,9 +24,7 @@ from airflow_sync_provider.core.source.group import (
     merged_schema,
 )
 from airflow_sync_provider.core.source.schema import TableSchema
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.specfile import public_dict, spec_from_dict, spec_to_dict
-from airflow_sync_provider.core.target.clickhouse import create_table_sql
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 

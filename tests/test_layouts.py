@@ -1,4 +1,4 @@
-"""Copies laid out by the user (core/target/layout.py): the options, the DDL, and — on the real
+"""Copies laid out by the user (core/clickhouse/layout.py): the options, the DDL, and — on the real
 services — exactness when source updates move rows across sorting keys and partitions."""
 
 from __future__ import annotations
@@ -9,16 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_sync_provider.core.jobspec import (
-    CdcApplySpec,
-    CdcBootstrapSpec,
-    FullLoadSpec,
-    ReconcileSpec,
-    SnapshotDiffSpec,
-)
-from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
-from airflow_sync_provider.core.target.layout import (
+from airflow_sync_provider.core.clickhouse.layout import (
     Layout,
     LayoutError,
     check_same,
@@ -27,6 +18,15 @@ from airflow_sync_provider.core.target.layout import (
     shard_of,
     stored,
 )
+from airflow_sync_provider.core.jobspec import (
+    CdcApplySpec,
+    CdcBootstrapSpec,
+    FullLoadSpec,
+    ReconcileSpec,
+    SnapshotDiffSpec,
+)
+from airflow_sync_provider.core.selection import TableSet
+from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.verify.diff import DuplicateKey
 
 DB, TARGET = "lay", "lay_ch"
@@ -351,7 +351,7 @@ def test_a_reshape_under_a_writer_swaps_without_a_gap_or_a_duplicate(mysql_url, 
     stop, counts, seen = threading.Event(), [0], []
 
     def reader():
-        from airflow_sync_provider.core.target.clickhouse import client
+        from airflow_sync_provider.core.clickhouse.client import client
 
         reading = client(endpoints[1])
         while not stop.is_set():
@@ -453,7 +453,7 @@ def test_the_example_dag_lays_out_a_copy_with_valid_options():
 def test_a_period_load_into_a_copy_made_before_layouts_keeps_its_structure(mysql_conn, ch, endpoints, spark):
     """A partitioned copy from before layouts (sorting key = the key alone, no layout in its
     comment) still takes a period load: its stage is made like it, so REPLACE PARTITION matches."""
-    from airflow_sync_provider.core.target.clickhouse import TABLE_COMMENT
+    from airflow_sync_provider.core.clickhouse.columns import TABLE_COMMENT
     from airflow_sync_provider.spark.full_load import run_full_load
 
     table = "legacy_period"

@@ -1,4 +1,4 @@
-"""A TTL'd copy (core/target/ttl.py): the TTLs the checks can window, the window's arithmetic,
+"""A TTL'd copy (core/clickhouse/ttl.py): the TTLs the checks can window, the window's arithmetic,
 and — on the real services — reconcile, the snapshot diff and the rolling verification that pass
 while ClickHouse has deleted the expired rows, and still find a difference among the others."""
 
@@ -8,12 +8,12 @@ import datetime as dt
 
 import pytest
 
+from airflow_sync_provider.core.clickhouse.ddl import create_table_sql
+from airflow_sync_provider.core.clickhouse.layout import Layout
+from airflow_sync_provider.core.clickhouse.ttl import CLAMPING, MARGIN, Expiry, TtlError, Window, expiries
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.schema import TableSchema
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.layout import Layout
-from airflow_sync_provider.core.target.ttl import CLAMPING, MARGIN, Expiry, TtlError, Window, expiries
 from airflow_sync_provider.core.typemap import MySQLColumn
 from tests.test_layouts import DB, TARGET, _apply, _load, _reconcile
 
@@ -50,8 +50,8 @@ def test_the_deleting_ttls_the_checks_can_window_are_read_and_the_others_refused
     for ttl, why in (("note + INTERVAL 1 DAY", "TTL column 'note' is varchar"),
                      ("gone + INTERVAL 1 DAY", "TTL column 'gone' is not a column of the copy")):
         with pytest.raises(TtlError, match=f"table lay_ch.t: {why}"):
-            target.create_table_sql(_schema(), TARGET, "t", Layout.of({"ttl": ttl}))
-    sql = target.create_table_sql(_schema(), TARGET, "t", Layout.of({"ttl": "day + INTERVAL 30 DAY"}))
+            create_table_sql(_schema(), TARGET, "t", Layout.of({"ttl": ttl}))
+    sql = create_table_sql(_schema(), TARGET, "t", Layout.of({"ttl": "day + INTERVAL 30 DAY"}))
     assert "TTL day + INTERVAL 30 DAY" in sql
 
 

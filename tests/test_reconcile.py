@@ -11,6 +11,8 @@ import dataclasses
 
 import pytest
 
+from airflow_sync_provider.core.clickhouse import repairs
+from airflow_sync_provider.core.clickhouse.shards import cut_points, target_predicates, weight_width
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.ledger import Ledger
@@ -18,8 +20,7 @@ from airflow_sync_provider.core.loads import SHARD_MISMATCH
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.core.target import repairs
-from airflow_sync_provider.core.target.shards import cut_points, read_weights, target_predicates, weight_width
+from airflow_sync_provider.core.source.weights import read_weights
 from airflow_sync_provider.core.verify.reconcile import count_target
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
@@ -22,7 +23,6 @@ from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.core.source.planning import Plan, Shard
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, mysql_ident
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash, row_text
 from airflow_sync_provider.spark.diff import run_snapshot_diff
 from airflow_sync_provider.spark.full_load import run_full_load
@@ -164,7 +164,7 @@ def sides(mysql_url, clickhouse_url):
     recreate_tables(conn, DB, f"CREATE TABLE {DB}.pairs (id INT PRIMARY KEY, {columns}) "
                               "CHARSET utf8mb4 COLLATE utf8mb4_bin")
     mappings = read_table_schema(conn, DB, "pairs").mappings()
-    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
+    ch = client(ClickHouseEndpoint.from_url(clickhouse_url))
     ch.command(f"CREATE DATABASE IF NOT EXISTS {TARGET}")
     ch.command(f"DROP TABLE IF EXISTS {TARGET}.pairs")
     ch.command(f"CREATE TABLE {TARGET}.pairs ({', '.join(f'{ch_ident(m.name)} {m.ch_type}' for m in mappings)})"

@@ -1,4 +1,4 @@
-"""Tables by pattern (core/source/selection.py): pure logic."""
+"""Tables by pattern (core/selection.py): pure logic."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_sync_provider.core.source.selection import TableSelection, TableSet
+from airflow_sync_provider.core.selection import TableSelection, TableSet
 
 
 def test_wildcards_qualified_patterns_regexes_and_exclusions():

@@ -10,9 +10,9 @@ import uuid
 import pytest
 
 from airflow_sync_provider.core.cdc.servers import Server, ServerEpochs
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.ledger import LedgerTables
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 
 A, B, C = (Server(True, n, domain=0) for n in (1, 2, 3))
 
@@ -29,7 +29,7 @@ def _at_once(clickhouse_url, database: str, calls: list) -> list[int]:
     start = threading.Barrier(len(calls))
 
     def claim(i, method, server):
-        ch = clickhouse_target.client(ClickHouseEndpoint.from_url(clickhouse_url))
+        ch = client(ClickHouseEndpoint.from_url(clickhouse_url))
         try:
             epochs = _epochs(ch, database)
             start.wait()

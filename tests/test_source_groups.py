@@ -17,12 +17,12 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from airflow_sync_provider.core.clickhouse.described import sorting_key
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec, SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import check_counters
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import IncompatibleShards, Merge, Source
-from airflow_sync_provider.core.source.selection import TableSet
-from airflow_sync_provider.core.target import clickhouse as target
 from airflow_sync_provider.spark.diff import run_group_diff, run_snapshot_diff
 from airflow_sync_provider.spark.full_load import run_full_load
 from airflow_sync_provider.spark.group_load import run_group_load
@@ -117,7 +117,7 @@ def test_merged_load_reconciles_exactly_and_keys_by_source(trio, endpoints, ch, 
         assert rows == result["rows"] and rows > len(members()) * 150
         # ids overlap from shard to shard: only the source columns keep them apart
         assert ch.command(f"SELECT count() FROM {MERGED} FINAL WHERE id = 1") == len(members())
-        assert target.sorting_key(ch, *MERGED.split(".")) == ["id", "_source", "_source_database", "_source_table"]
+        assert sorting_key(ch, *MERGED.split(".")) == ["id", "_source", "_source_database", "_source_table"]
         # the shard without `note` reads NULL there
         assert ch.command(f"SELECT countIf(isNotNull(note)) FROM {MERGED} FINAL WHERE _source = 's2' AND "
                           "_source_table = 'orders_3'") == 0

@@ -20,8 +20,8 @@ from airflow_sync_provider.cli import main
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_STOPPED, Checkpoints
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import Merge, Source
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.spark.cdc_group import GroupFailed, run_group_apply, run_group_bootstrap
 from devenv.mariadb import MariaDB, ReplicatedPair
 from tests.helpers import assert_merged_rows, run_sql

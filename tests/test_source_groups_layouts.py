@@ -1,4 +1,4 @@
-"""A merged copy laid out by the user (core/target/layout.py, core/source/group.py): two MariaDB
+"""A merged copy laid out by the user (core/clickhouse/layout.py, core/source/group.py): two MariaDB
 servers whose ``glay.orders`` tables overlap in ids, merged into one ClickHouse table ordered by
 status and partitioned by month, its sorting key ending in the merged key (the primary key, then
 the source columns). Loaded, followed by CDC while rows move across statuses and months and back,
@@ -15,6 +15,7 @@ import dataclasses
 import pymysql
 import pytest
 
+from airflow_sync_provider.core.clickhouse.layout import Layout, LayoutError
 from airflow_sync_provider.core.content import ContentError
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import (
@@ -24,9 +25,8 @@ from airflow_sync_provider.core.jobspec import (
     ReconcileSpec,
     SnapshotDiffSpec,
 )
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import Member, Merge, Source, one_server
-from airflow_sync_provider.core.source.selection import TableSet
-from airflow_sync_provider.core.target.layout import Layout, LayoutError
 from tests.helpers import run_sql
 
 SOURCES = ("s0", "s1")

@@ -21,8 +21,8 @@ from airflow_sync_provider.core.jobspec import (
     SnapshotDiffSpec,
 )
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import Merge, one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.specfile import reimport_spec
 from airflow_sync_provider.core.submission import prepare, read_result, spark_submit
 from devenv.spark_cluster import NamespaceUnavailable, SparkCluster
@@ -171,7 +171,7 @@ def test_a_load_over_tls_on_the_executors_uses_the_certificates_the_job_shipped(
     import stat
     from urllib.parse import quote, urlencode
 
-    from airflow_sync_provider.core.target.clickhouse import client
+    from airflow_sync_provider.core.clickhouse.client import client
     from tests.tls_source import PASSWORD
 
     root = tls.root()

@@ -2,7 +2,7 @@
 
 The copy of a spatial value is MySQL's own bytes (SRID + WKB) in a String (core/typemap.py:
 ``SpatialRule``); a layout's ``geo`` / ``json`` add MATERIALIZED columns computed by ClickHouse
-from the exact ones (core/target/derived.py), which no check compares. Fast tests: the mapping,
+from the exact ones (core/clickhouse/derived.py), which no check compares. Fast tests: the mapping,
 the options, the derived columns' types and expressions, their refusals, and the expressions run
 by ClickHouse on every kind's edge values (tests/spatial.py builds and reads the bytes
 independently). On the real services (slow): full load with both readers, reconcile --checksum,
@@ -20,12 +20,12 @@ import random
 import pyarrow as pa
 import pytest
 
+from airflow_sync_provider.core.clickhouse.derived import GEO_TYPES, derived_columns, geo_expression, json_expression
+from airflow_sync_provider.core.clickhouse.layout import Layout, LayoutError, layout_comment, stored
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec, FullLoadSpec, ReconcileSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.sql import ch_ident
-from airflow_sync_provider.core.target.derived import GEO_TYPES, derived_columns, geo_expression, json_expression
-from airflow_sync_provider.core.target.layout import Layout, LayoutError, layout_comment, stored
 from airflow_sync_provider.core.typemap import MySQLColumn, SpatialRule, map_column
 from tests.spatial import edge_values, geometry, parse, parse_wkt, plain, random_value
 
@@ -439,8 +439,8 @@ def test_a_derived_column_that_cannot_hold_the_values_is_refused_before_any_work
 
 
 def test_a_schema_change_under_a_derived_column_drops_it_and_its_layout_entry():
-    from airflow_sync_provider.core.target.derived import after_change
-    from airflow_sync_provider.core.target.layout import relaid_comment
+    from airflow_sync_provider.core.clickhouse.derived import after_change
+    from airflow_sync_provider.core.clickhouse.layout import relaid_comment
 
     layout = Layout.of({"geo": ["p", "po", "l"], "json": ["doc"], "order_by": ["n"]})
     after = [c for c in COLUMNS if c.name not in ("po", "doc")]  # dropped (or renamed)
@@ -460,7 +460,7 @@ def test_cdc_follows_a_schema_change_under_a_derived_column(conn, ch, endpoints,
     """DROP, MODIFY (POINT → GEOMETRY) and RENAME of columns with derived columns: ClickHouse
     refuses to drop or rename a column a MATERIALIZED one reads, and Point cannot hold a polygon;
     the derived columns go first, the copy follows exactly, the others stay."""
-    from airflow_sync_provider.core.target.clickhouse import copy_layout
+    from airflow_sync_provider.core.clickhouse.described import copy_layout
     from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
     from tests.helpers import assert_same_rows
 

@@ -165,6 +165,24 @@ def _circles() -> list[list[str]]:
     return groups
 
 
+def _folder_imports() -> dict[str, dict[str, set[str]]]:
+    """core's folders (``core.<folder>``) → the other core folders their modules import → which
+    of their modules do."""
+    def folder(name: str) -> str | None:
+        parts = name.split(".")
+        inside = parts[:2] == [PACKAGE, "core"] and len(parts) >= 3 and (ROOT / "core" / parts[2]).is_dir()
+        return ".".join(parts[:3]) if inside else None
+
+    out: dict[str, dict[str, set[str]]] = {}
+    for name in MODULES:
+        mine = folder(name)
+        for module in _imports(name):
+            theirs = folder(module)
+            if mine and theirs and theirs != mine:
+                out.setdefault(mine, {}).setdefault(theirs, set()).add(f"{name} -> {module}")
+    return out
+
+
 def _private_imports() -> set[str]:
     """``importer -> module._name`` for every private name one package module takes from another
     (``from module import _name``, or ``module._name`` on a module imported whole)."""
@@ -217,6 +235,27 @@ def test_the_package_modules_import_each_other_in_no_circle():
         for c in circles)
 
 
+def test_the_core_folders_import_each_other_in_no_circle():
+    """core/source (MySQL), core/clickhouse, core/cdc, core/content, core/verify: a folder's
+    modules may use another folder's, never both ways round (core/source never imports the
+    ClickHouse side; the ClickHouse side writes what the source describes)."""
+    folders = _folder_imports()
+    both = sorted(f"{a} <-> {b}" for a in folders for b in folders[a] if a < b and a in folders.get(b, {}))
+    assert not both, "core folders that import each other: " + "; ".join(
+        f"{pair}: " + ", ".join(sorted(folders[pair.split(' <-> ')[0]][pair.split(' <-> ')[1]]
+                                       | folders[pair.split(' <-> ')[1]][pair.split(' <-> ')[0]])) for pair in both)
+
+
+def test_the_clickhouse_client_is_its_own_module():
+    """A module that needs a connection (the ledger, the guard, the checkpoints, …) imports the
+    client alone: the client's module takes nothing of the package but the endpoint."""
+    client = f"{PACKAGE}.core.clickhouse.client"
+    assert set(_imports(client)) <= {f"{PACKAGE}.core.endpoints"}, _imports(client)
+    for name in (f"{PACKAGE}.core.ledger", f"{PACKAGE}.core.guard"):
+        taken = {m for m in _imports(name) if m.startswith(f"{PACKAGE}.core.clickhouse")}
+        assert taken <= {client}, f"{name} imports {sorted(taken)}"
+
+
 def test_no_module_takes_a_private_name_from_another():
     found = _private_imports()
     assert not found, "private names used across modules (make them public or move them): " + ", ".join(
@@ -235,8 +274,15 @@ def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
     (fake / "spark" / "b.py").write_text("def _hidden():\n"
                                          "    import importlib\n"
                                          "    importlib.import_module('airflow_sync_provider.spark.a')\n")
+    for folder, other in (("x", "y"), ("y", "x")):  # two core folders, each importing the other (no module circle)
+        (fake / "core" / folder).mkdir(parents=True)
+        (fake / "core" / folder / "__init__.py").write_text("")
+        (fake / "core" / folder / "uses.py").write_text(f"from airflow_sync_provider.core.{other} import used\n")
+        (fake / "core" / folder / "used.py").write_text("")
+    (fake / "core" / "__init__.py").write_text("")
     monkeypatch.setitem(globals(), "ROOT", fake)
     monkeypatch.setitem(globals(), "MODULES", _modules())
+    assert set(_folder_imports()) == {f"{PACKAGE}.core.x", f"{PACKAGE}.core.y"}
     assert _long_signatures() == {"spark/a.py:wide": 8}
     assert _circles() == [["airflow_sync_provider.spark.a", "airflow_sync_provider.spark.b"]]
     assert _private_imports() == {"airflow_sync_provider.spark.a -> airflow_sync_provider.spark.b._hidden"}

@@ -175,9 +175,9 @@ def test_a_pipeline_page_shows_each_copys_layout_and_a_load_page_the_one_it_aske
     """A pipeline's page names each copy's layout as its table comment records it (where
     ``cdc status`` reads it), a copy without one laid out by its source key; a load's page the
     layout its spec asks for. Every part escaped."""
+    from airflow_sync_provider.core.clickhouse.layout import Layout, layout_comment
     from airflow_sync_provider.core.loads import LoadState
     from airflow_sync_provider.core.sql import ch_string, ch_table
-    from airflow_sync_provider.core.target.layout import Layout, layout_comment
 
     db = book.database
     ttl = "day + INTERVAL 1 YEAR DELETE WHERE status = '<old>'"

@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 import pytest
 
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.ledger import Ledger
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from devenv.mariadb import free_port
 from tests.chromium import Chromium
 from tests.ledger_fill import whole_database
@@ -42,11 +42,11 @@ def served(clickhouse_url, ch):
     endpoint = ClickHouseEndpoint.from_url(clickhouse_url)
 
     def ledger():
-        client = clickhouse_target.client(endpoint)
+        conn = client(endpoint)
         try:
-            yield Ledger(client, database)
+            yield Ledger(conn, database)
         finally:
-            client.close()
+            conn.close()
 
     sync_view.app.dependency_overrides = {sync_view.ledger: ledger, api_user(): lambda: None}
     server = uvicorn.Server(uvicorn.Config(sync_view.app, host="127.0.0.1", port=free_port(), log_level="warning"))

@@ -1,4 +1,4 @@
-"""Streamed Arrow inserts (core/target/inserts.py) against the ClickHouse endpoint: rows land once,
+"""Streamed Arrow inserts (core/clickhouse/inserts.py) against the ClickHouse endpoint: rows land once,
 in few inserts, counted exactly; a failed insert fails the writer instead of hanging it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from airflow_sync_provider.core.clickhouse import inserts as inserts_module
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts, InsertLimits
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
-from airflow_sync_provider.core.target import inserts as inserts_module
-from airflow_sync_provider.core.target.inserts import ArrowInserts, InsertLimits
 
 SCHEMA = pa.schema([("id", pa.uint64()), ("s", pa.string())])
 
@@ -37,7 +37,7 @@ class Counting:
 @pytest.fixture
 def writer(clickhouse_url):
     """Session-less, as the copy paths' shared client: an insert may be acknowledged while the next streams."""
-    return clickhouse_target.shared_client(ClickHouseEndpoint.from_url(clickhouse_url))
+    return shared_client(ClickHouseEndpoint.from_url(clickhouse_url))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Pure logic of core/target/shards.py: the planner's shards as ClickHouse predicates."""
+"""Pure logic of core/clickhouse/shards.py: the planner's shards as ClickHouse predicates."""
 
 from __future__ import annotations
 
@@ -8,16 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from airflow_sync_provider.core.clickhouse.shards import Period, cut_points, target_predicates, time_micros
 from airflow_sync_provider.core.source.planning import Plan, shards_from_cuts, to_param
-from airflow_sync_provider.core.target.shards import (
-    NotComparable,
-    Period,
-    Weights,
-    cut_points,
-    needs_weight,
-    target_predicates,
-    time_micros,
-)
+from airflow_sync_provider.core.source.weights import NotComparable, Weights, needs_weight
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 TIME = MySQLColumn("k", "time", "time(6)", True, fsp=6)

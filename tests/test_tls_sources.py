@@ -16,12 +16,12 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 
 from airflow_sync_provider.core.cdc.binlog.preflight import preflight
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.positions import BinlogError, ensure_fence
 from airflow_sync_provider.core.source import reader
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.target.clickhouse import client
 from airflow_sync_provider.core.tls import SourceRefused
 from tests.helpers import assert_same_rows, recreate_tables
 from tests.tls_source import OTHER_HOST, PASSWORD

@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_sync_provider.core import typemap
+from airflow_sync_provider.core.clickhouse.columns import ReservedColumn
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec, ReconcileSpec
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.target.clickhouse import ReservedColumn
 from airflow_sync_provider.spark.full_load import LoadFailed, run_full_load
 from airflow_sync_provider.spark.reconcile import run_reconcile
 from tests import spatial
@@ -155,7 +155,7 @@ def _edge_rows(columns) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def target(endpoints):
-    from airflow_sync_provider.core.target.clickhouse import client
+    from airflow_sync_provider.core.clickhouse.client import client
 
     ch = client(endpoints[1])
     yield ch

@@ -148,9 +148,9 @@ def test_a_full_load_ranks_each_shard_by_its_reads_binlog_position(small_table, 
 @pytest.mark.slow
 def test_a_table_of_the_old_wall_clock_scheme_is_refused_and_a_full_reload_migrates_it(
         small_table, mysql_url, clickhouse_url, ch, spark):
+    from airflow_sync_provider.core.clickhouse.described import OldLayout
     from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
     from airflow_sync_provider.core.jobspec import ReconcileSpec
-    from airflow_sync_provider.core.target.clickhouse import OldLayout
     from airflow_sync_provider.spark.full_load import run_full_load
     from airflow_sync_provider.spark.reconcile import run_reconcile
 

@@ -22,16 +22,16 @@ from airflow_sync_provider.cli.selection import (
 )
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_RUNNING, PIPELINE_STOPPED, Checkpoints
 from airflow_sync_provider.core.cdc.servers import Server, reached, server_of, source_epoch
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.content.shaping import describe_content
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import DEFAULT_CHUNK_ROWS, CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import Merge, env_name, one_server, part_pipeline
 from airflow_sync_provider.core.source.locks import lock_holder, lock_name
 from airflow_sync_provider.core.source.reader import connect
-from airflow_sync_provider.core.source.selection import TableSet
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 
 
 def add_parser(sub) -> None:
@@ -219,7 +219,7 @@ def _add_stop_parser(cdc_sub) -> None:
 def cmd_cdc_stop(args) -> int:
     """Ask the pipeline's running applier (every source's, for a source group) to stop; 0 once each
     has stopped (or none was running), 1 if one still runs after ``--wait``."""
-    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
+    ch = client(ClickHouseEndpoint.from_url(args.clickhouse_url))
     try:
         checkpoints = Checkpoints(ch, args.ledger_database)
         checkpoints.ensure()
@@ -247,7 +247,7 @@ def _still_running(state, generation: int) -> bool:
 def cmd_cdc_status(args) -> int:
     """A pipeline's status; a source group's: one line for the group, then every source's pipeline
     (its lag against the source when ``$MYSQL_URL_<NAME>`` is set)."""
-    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
+    ch = client(ClickHouseEndpoint.from_url(args.clickhouse_url))
     try:
         checkpoints = Checkpoints(ch, args.ledger_database)
         checkpoints.ensure()
@@ -279,7 +279,7 @@ def cmd_cdc_status(args) -> int:
 
 
 def _pipeline_status(args) -> int:
-    ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
+    ch = client(ClickHouseEndpoint.from_url(args.clickhouse_url))
     try:
         ledger = Checkpoints(ch, args.ledger_database)
         ledger.ensure()
@@ -288,7 +288,7 @@ def _pipeline_status(args) -> int:
             raise LookupError(f"no pipeline {args.pipeline!r} in {args.ledger_database}")
         counters = ledger.counters(args.pipeline)
         selection = ledger.selection(args.pipeline)
-        # each copy's layout (core/target/layout.py) as its table comment records it, and what each
+        # each copy's layout (core/clickhouse/layout.py) as its table comment records it, and what each
         # holds (core/content/): transforms by column, filter, delete rule; never the salt
         copies = ledger.copies(state)
         layouts = {name: copy.layout.to_dict() for name, copy in copies.items()}
@@ -298,7 +298,7 @@ def _pipeline_status(args) -> int:
     status = state.to_dict() | {"counters": counters, "selection": selection, "layouts": layouts,
                                 "contents": contents}
     if args.mysql_url:  # lag against the source now, and whether the lease is held
-        ch = clickhouse_target.client(ClickHouseEndpoint.from_url(args.clickhouse_url))
+        ch = client(ClickHouseEndpoint.from_url(args.clickhouse_url))
         try:
             with connect(MySQLEndpoint.from_url(args.mysql_url)) as conn:
                 here = server_of(conn)

@@ -18,8 +18,8 @@ from airflow_sync_provider.cli.selection import (
 )
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import READERS, SnapshotDiffSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import Merge, one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.verify.reports import diff_summary
 from airflow_sync_provider.plugins.reports import write_diff_report
 

@@ -24,9 +24,9 @@ from airflow_sync_provider.cli.selection import (
 )
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import READERS, FullLoadSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import Merge, Source, one_server
 from airflow_sync_provider.core.source.planning import STRATEGIES
-from airflow_sync_provider.core.source.selection import TableSet
 
 
 def add_parser(sub) -> None:

@@ -14,8 +14,8 @@ from airflow_sync_provider.cli.selection import (
 )
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import ReconcileSpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import Merge, one_server
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.verify.reconcile import OK, SHAPE_MISMATCH
 from airflow_sync_provider.core.verify.reports import reconcile_table
 from airflow_sync_provider.plugins.reports import write_report

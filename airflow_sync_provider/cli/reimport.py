@@ -6,10 +6,10 @@ from __future__ import annotations
 from airflow_sync_provider.cli.common import job_arguments, url_arguments
 from airflow_sync_provider.cli.load import run_load
 from airflow_sync_provider.cli.selection import group_sources, salt_argument, salt_of
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.specfile import reimport_group_spec, reimport_spec
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 
 
 def add_parser(sub) -> None:
@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
 
 def cmd_reimport(args) -> int:
     target = ClickHouseEndpoint.from_url(args.clickhouse_url)
-    ch = clickhouse_target.client(target)
+    ch = client(target)
     try:
         ledger = Ledger(ch, args.ledger_database)
         state = ledger.state(args.load)

@@ -12,8 +12,8 @@ from airflow_sync_provider.cli.common import job_arguments, submit, url_argument
 from airflow_sync_provider.cli.selection import layout_arguments, layout_of
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import CdcApplySpec
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
-from airflow_sync_provider.core.source.selection import TableSet
 
 
 def add_parser(sub) -> None:

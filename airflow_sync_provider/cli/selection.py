@@ -1,6 +1,6 @@
 """Which tables a command works on: many by pattern (``--database`` / ``--select-table`` /
 ``--exclude-table``), source groups (``--source NAME``, ``--merge-into``), and how the copies it
-creates are laid out (``--order-by`` …: core/target/layout.py)."""
+creates are laid out (``--order-by`` …: core/clickhouse/layout.py)."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from airflow_sync_provider.cli.common import url_arguments
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint
 from airflow_sync_provider.core.ledger import Ledger, check_counters
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.verify.reports import shard_table
 
 
@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 def cmd_status(args) -> int:
     target = ClickHouseEndpoint.from_url(args.clickhouse_url)
     verdict, message, summary = check_counters(target, args.load, args.ledger_database)
-    ch = clickhouse_target.client(target)
+    ch = client(target)
     try:
         ledger = Ledger(ch, args.ledger_database)
         state = ledger.state(args.load)

@@ -29,8 +29,8 @@ from typing import Callable
 
 import psutil
 
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.failures import GRACE_SECONDS
-from airflow_sync_provider.core.target.clickhouse import client
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,16 @@ import zlib
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from airflow_sync_provider.core.clickhouse.inserts import MAX_BYTES as INSERT_BYTES
+from airflow_sync_provider.core.clickhouse.inserts import MAX_ROWS as INSERT_ROWS
+from airflow_sync_provider.core.clickhouse.layout import Layout, reshape_refused
 from airflow_sync_provider.core.content import ContentError
 from airflow_sync_provider.core.content.shaping import Content
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.failures import WAIT_SECONDS
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.loads import ABANDONED_AFTER_SECONDS
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import (
     Member,
     Merge,
@@ -27,15 +31,10 @@ from airflow_sync_provider.core.source.group import (
     only_endpoint,
     part_pipeline,
     refresh_view,
-    reshape_refused,
     tags_view,
 )
 from airflow_sync_provider.core.source.planning import STRATEGIES, Filter, SpeedLimits
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
-from airflow_sync_provider.core.source.selection import TableSet
-from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
-from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
-from airflow_sync_provider.core.target.layout import Layout
 from airflow_sync_provider.core.typemap import MySQLColumn
 
 READERS = ("auto", "native", "mysqlclient")
@@ -101,7 +100,7 @@ class FullLoadSpec(JobSpec):
     ``load_key`` names the load in the ledger: running the same key again resumes it (only
     unfinished shards are read); once published, the same key starts a fresh copy.
 
-    Many tables in one job: a ``tableset`` (patterns and/or named tables, core/source/selection.py)
+    Many tables in one job: a ``tableset`` (patterns and/or named tables, core/selection.py)
     instead of the four names; each table is a load of its own (:meth:`for_table`, key
     :func:`table_key`), ``tableset.parallel`` at a time (spark/tables.py).
 
@@ -119,7 +118,7 @@ class FullLoadSpec(JobSpec):
     reimport: str | None = None  # "failed": only an unpublished load's failed/unfinished shards
     channels: int | None = 2
     batch_rows: int = 65536  # rows per read batch, the unit a channel streams to ClickHouse
-    # one INSERT per this many rows / Arrow bytes at most (core/target/inserts.py: few large
+    # one INSERT per this many rows / Arrow bytes at most (core/clickhouse/inserts.py: few large
     # inserts are few parts for ClickHouse to merge; streamed, they cost the channel no memory)
     insert_rows: int = INSERT_ROWS
     insert_bytes: int = INSERT_BYTES
@@ -191,7 +190,7 @@ class FullLoadSpec(JobSpec):
 
     @property
     def layout(self) -> Layout:
-        """The copy's layout (one table's load: the job's, core/target/layout.py)."""
+        """The copy's layout (one table's load: the job's, core/clickhouse/layout.py)."""
         return self.tableset.layout_of()
 
     @property
@@ -304,7 +303,7 @@ class CdcApplySpec(JobSpec):
     verify: bool = False
     verify_every: float = 0.0  # earlier name of verify_period (used when set)
     reset: bool = False  # forget the checkpoint and start again from start_from_loads / start_position
-    # rebuild the named tables' copies under their layout (the tableset's, core/target/layout.py):
+    # rebuild the named tables' copies under their layout (the tableset's, core/clickhouse/layout.py):
     # each re-copied beside the stream into a new table, swapped in when done (spark/cdc_ddl.py)
     reshape: bool = False
     # the binlog a checkpoint needs is gone (purged; a new server without that history): "recopy"

@@ -478,7 +478,7 @@ class Ledger(LedgerTables):
 
 def check_counters(endpoint, load_key: str, database: str = DEFAULT_LEDGER_DATABASE) -> tuple[str, str, dict]:
     """Read ``load_key`` from the ledger and judge it: (verdict, message, summary for XCom)."""
-    from airflow_sync_provider.core.target.clickhouse import client
+    from airflow_sync_provider.core.clickhouse.client import client
 
     ch = client(endpoint)
     try:

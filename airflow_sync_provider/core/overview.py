@@ -124,7 +124,7 @@ class PipelineRow:
     age: float | None  # since its last report (checkpoint)
     task: TaskRef | None = None
     counters: list[dict] = field(default_factory=list)  # per table and minute, a pipeline's own page only
-    # its copies by table name, a pipeline's own page only: their TableFacts (core/target/clickhouse.py),
+    # its copies by table name, a pipeline's own page only: their TableFacts (core/clickhouse/described.py),
     # each copy's layout and source key as its table comment records them (Checkpoints.copies)
     copies: dict = field(default_factory=dict)
     selection: dict | None = None  # the patterns it keeps (core/cdc/checkpoints.Checkpoints.selection)

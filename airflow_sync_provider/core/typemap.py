@@ -383,7 +383,7 @@ class BinaryRule(Rule):
 # the exact doubles). connectorx cannot read a GEOMETRY field ("not implemented:
 # MYSQL_TYPE_GEOMETRY"), so the value is read as ``CAST(col AS BINARY)``: the same bytes, typed
 # as a binary string. A typed ClickHouse column (Point, Polygon, …) derived from these bytes is a
-# layout option (core/target/derived.py).
+# layout option (core/clickhouse/derived.py).
 SPATIAL_TYPES = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
                  "geometrycollection", "geomcollection")  # MySQL 8 names GEOMETRYCOLLECTION 'geomcollection'
 

@@ -83,9 +83,9 @@ class SyncEndpointsHook(BaseHook):
     def source_position(self, ledger_database: str = DEFAULT_LEDGER_DATABASE) -> dict:
         """The source's binlog position now, with its GTID state and its server's epoch."""
         from airflow_sync_provider.core.cdc.servers import source_epoch
+        from airflow_sync_provider.core.clickhouse.client import client
         from airflow_sync_provider.core.positions import current_position
         from airflow_sync_provider.core.source.reader import connect
-        from airflow_sync_provider.core.target.clickhouse import client
 
         ch = client(self.target())
         try:

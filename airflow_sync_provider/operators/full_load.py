@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 from airflow_sync_provider.assets import clickhouse_table, is_static, mysql_table, namespace, source_of
+from airflow_sync_provider.core.clickhouse.inserts import MAX_BYTES as INSERT_BYTES
+from airflow_sync_provider.core.clickhouse.inserts import MAX_ROWS as INSERT_ROWS
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_LOAD
 from airflow_sync_provider.core.metrics import attempts, load_metrics
 from airflow_sync_provider.core.source.group import Merge, one_server
-from airflow_sync_provider.core.target.inserts import MAX_BYTES as INSERT_BYTES
-from airflow_sync_provider.core.target.inserts import MAX_ROWS as INSERT_ROWS
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link

@@ -4,8 +4,8 @@ instance per table in the Airflow UI (docs/whole-databases.md says when to prefe
 from __future__ import annotations
 
 from airflow_sync_provider.compat import BaseOperator
+from airflow_sync_provider.core.selection import TableSelection, selected_tables
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.selection import TableSelection, selected_tables
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 
 

@@ -11,9 +11,10 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_sync_provider.assets import openlineage
 from airflow_sync_provider.compat import AirflowException, AirflowFailException, Asset, BaseHook, BaseOperator
+from airflow_sync_provider.core.clickhouse.client import client as clickhouse_client
 from airflow_sync_provider.core.guard import descendants, end_processes, end_tree
 from airflow_sync_provider.core.ledger import Ledger, TaskRef
-from airflow_sync_provider.core.source.selection import TableSet
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.specfile import public_dict
 from airflow_sync_provider.core.submission import (
     Submission,
@@ -24,7 +25,6 @@ from airflow_sync_provider.core.submission import (
     run_driver,
     stage,
 )
-from airflow_sync_provider.core.target.clickhouse import client as clickhouse_client
 from airflow_sync_provider.hooks.endpoints import spark_deployment
 from airflow_sync_provider.links import SyncViewLink
 from airflow_sync_provider.stats import emit

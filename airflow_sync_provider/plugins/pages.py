@@ -25,6 +25,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from airflow_sync_provider.core.cdc.servers import Server
+from airflow_sync_provider.core.clickhouse.layout import Layout
 from airflow_sync_provider.core.content.shaping import describe_content
 from airflow_sync_provider.core.ledger import TaskRef
 from airflow_sync_provider.core.loads import SHARD_SUCCESS, LoadState
@@ -39,8 +40,7 @@ from airflow_sync_provider.core.overview import (
     Overview,
     PipelineRow,
 )
-from airflow_sync_provider.core.source.selection import TableSet
-from airflow_sync_provider.core.target.layout import Layout
+from airflow_sync_provider.core.selection import TableSet
 
 REFRESH_SECONDS = 15
 TEMPLATES = Path(__file__).with_name("templates")
@@ -153,7 +153,7 @@ def _number(value) -> str:
 
 
 def _layout(layout, key: list | None = None) -> str:
-    """A copy's layout in a line (core/target/layout.py); ``key``: its source key, when known."""
+    """A copy's layout in a line (core/clickhouse/layout.py); ``key``: its source key, when known."""
     return Layout.of(layout).summary(key)
 
 

@@ -30,8 +30,8 @@ from fastapi.responses import HTMLResponse
 
 from airflow_sync_provider.compat import AirflowException, AirflowPlugin, api_user, conf
 from airflow_sync_provider.core import overview as ov
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger
-from airflow_sync_provider.core.target import clickhouse as clickhouse_target
 from airflow_sync_provider.core.verify.diff import change_samples
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.plugins import pages
@@ -58,7 +58,7 @@ def ledger() -> Iterator[Ledger]:
         endpoint = SyncEndpointsHook(clickhouse_conn_id=conn_id).target()
     except (AirflowException, ValueError) as exc:  # no such connection; extras that cannot be honoured
         raise NoLedger(conn_id, str(exc) or type(exc).__name__) from None
-    ch = clickhouse_target.client(endpoint)
+    ch = client(endpoint)
     try:
         yield Ledger(ch, conf.get("sync", "ledger_database", fallback=DEFAULT_LEDGER_DATABASE))
     finally:

@@ -39,14 +39,16 @@ from airflow_sync_provider.core.cdc.servers import (
     ServerEpochs,
 )
 from airflow_sync_provider.core.cdc.staging import XaStaging
+from airflow_sync_provider.core.clickhouse import multisets
+from airflow_sync_provider.core.clickhouse.client import client
+from airflow_sync_provider.core.clickhouse.described import copy_layout
+from airflow_sync_provider.core.clickhouse.layout import reshape_refused
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.group import member_filter, reshape_refused
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target import multisets
+from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
 from airflow_sync_provider.spark.cdc_cascades import Cascading
 from airflow_sync_provider.spark.cdc_start import JOIN_POLL_SECONDS, Applying, RunStart, Stream, Totals
@@ -184,7 +186,7 @@ class PipelineRun(RunStart):
                 raise ValueError(f"pipeline {self.spec.pipeline!r}: cannot reshape {name}: it is not a table the "
                                  f"pipeline streams ({sorted(n for n, t in tables.items() if not t.left)})")
             wanted = self.spec.tableset.layout_of(config)
-            if table.recopying or wanted == target.copy_layout(self.ch, table.target_database, table.target_table):
+            if table.recopying or wanted == copy_layout(self.ch, table.target_database, table.target_table):
                 continue  # under way already, or laid out so
             table.layout = wanted.to_dict()
             if self.recopies.start(self.stream.routes, table, f"reshape to {wanted.describe()}"):
@@ -511,7 +513,7 @@ class PipelineRun(RunStart):
 
 def _refuse_merged_reshape(spec: CdcApplySpec, checkpoints: Checkpoints) -> None:
     """A reshape named by a group's pipeline (or one source's part of it) whose tables make a
-    merged copy: refused before the run begins (core/source/group.reshape_refused)."""
+    merged copy: refused before the run begins (core/clickhouse/layout.reshape_refused)."""
     if not spec.reshape:
         return
     into = (checkpoints.group(spec.pipeline) or {}).get("merge_into")
@@ -529,7 +531,7 @@ def run_cdc_apply(spec: CdcApplySpec, spark) -> dict:
     when a batch is too large for the driver to write (``driver_write_rows``)."""
     if spec.service:  # its reader is a process: have the fork server warm by the time it is needed
         reader_processes()
-    ch = target.client(spec.target)
+    ch = client(spec.target)
     try:
         checkpoints = Checkpoints(ch, spec.ledger_database)
         checkpoints.ensure()

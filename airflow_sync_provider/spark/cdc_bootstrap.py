@@ -23,6 +23,18 @@ from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, chunk_rows, streaming_problem
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.clickhouse import repairs
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.columns import SIGN_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS, check_columns
+from airflow_sync_provider.core.clickhouse.ddl import create_multiset_sql, create_table_sql
+from airflow_sync_provider.core.clickhouse.described import (
+    check_content,
+    check_layout,
+    column_types,
+    resolve_layout,
+    table_exists,
+)
+from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import (
     CdcBootstrapSpec,
@@ -40,18 +52,15 @@ from airflow_sync_provider.core.positions import (
     flavor,
     snapshot_position,
 )
+from airflow_sync_provider.core.selection import TableSelection, table_config
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
 from airflow_sync_provider.core.source.planning import Plan, Shard, Sharding, plan_table
 from airflow_sync_provider.core.source.schema import average_row_bytes, table_rows
-from airflow_sync_provider.core.source.selection import TableSelection, table_config
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.specfile import public_dict
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_table
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target import repairs
-from airflow_sync_provider.core.target.inserts import ArrowInserts
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.channels import driver_copy_limit, running_record
 from airflow_sync_provider.spark.session import lazy
@@ -127,7 +136,7 @@ class BootstrapCopy(ShardCopy):
             record.count_failed(rows)
 
         return ArrowInserts(channel.ch, ch_table(self.spec.target_database, self.spec.target_table),
-                            settings=target.WEIGHT_SETTINGS if self.copy.weight else None, on_failed=failed)
+                            settings=WEIGHT_SETTINGS if self.copy.weight else None, on_failed=failed)
 
     def read(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
         """The shard in chunks, resuming after its last finished chunk."""
@@ -213,7 +222,7 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
     # bootstrapped already (a re-import of shards into its copy may be under way: spark/reconcile.py)
     done = state is not None and (state.status == LOAD_PUBLISHED or bool(state.repair))
     if done and not spec.restart:
-        if target.table_exists(checkpoints.ch, load.target_database, load.target_table):
+        if table_exists(checkpoints.ch, load.target_database, load.target_table):
             if state.status != LOAD_PUBLISHED:
                 log.warning(f"{schema.qualified}: a re-import of shards {state.repair} into its copy did not finish "
                             f"({state.status}); finish it: airflow-sync reconcile --load {load.load_key!r} "
@@ -246,9 +255,9 @@ def _start_or_resume(spec: CdcBootstrapSpec, table: dict, ledger: Ledger, checkp
 def _check_settings(ch, schema, load: FullLoadSpec):
     """The layout the copy is written under: the one asked for, which an existing copy must have,
     or none asked for, the copy's own; and the content asked for, which it must hold (else refused,
-    naming both: core/target/layout.check_same, core/content/shaping.check_same)."""
-    layout = target.resolve_layout(ch, load.target_database, load.target_table, load.layout)
-    target.check_content(ch, schema, load.target_database, load.target_table)
+    naming both: core/clickhouse/layout.check_same, core/content/shaping.check_same)."""
+    layout = resolve_layout(ch, load.target_database, load.target_table, load.layout)
+    check_content(ch, schema, load.target_database, load.target_table)
     return layout
 
 
@@ -264,13 +273,13 @@ def _prepare_target(ch, schema, load: FullLoadSpec, weight: bool) -> None:
     database, table = load.target_database, load.target_table
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
     layout = _check_settings(ch, schema, load)  # an existing copy's, or refused
-    if not target.table_exists(ch, database, table):
-        ch.command(target.create_multiset_sql(schema, database, table, layout) if multiset else
-                   target.create_table_sql(schema, database, table, layout, weight=weight))
+    if not table_exists(ch, database, table):
+        ch.command(create_multiset_sql(schema, database, table, layout) if multiset else
+                   create_table_sql(schema, database, table, layout, weight=weight))
         return
-    target.check_layout(ch, database, table)
-    present = target.column_types(ch, database, table)
-    if multiset and target.SIGN_COLUMN not in present:
+    check_layout(ch, database, table)
+    present = column_types(ch, database, table)
+    if multiset and SIGN_COLUMN not in present:
         raise BootstrapFailed(f"table {schema.qualified} has no primary key, and its copy {database}.{table} is a "
                               "plain MergeTree (a full load's): a followed copy of it must be a multiset of signed "
                               "rows; drop the copy (the bootstrap makes it) or bootstrap into another target table")
@@ -294,7 +303,7 @@ def _drop_older(ch, load: FullLoadSpec, start: BinlogPosition, schema) -> int:
     merged copy only the member's rows (its versions are its own server's)."""
     final = ch_table(load.target_database, load.target_table)
     mine, params = member_filter(schema)
-    where = f"{ch_ident(target.VERSION_COLUMN)} < {{v:UInt64}} AND {mine}"
+    where = f"{ch_ident(VERSION_COLUMN)} < {{v:UInt64}} AND {mine}"
     params = {**params, "v": start.snapshot_version()}
     stale = int(ch.command(f"SELECT count() FROM {final} WHERE {where}", parameters=params))
     if stale and schema.content.keep_deletes:  # a copy that keeps deletes marks them (core/content/)
@@ -328,7 +337,7 @@ def _bootstrap_locked(spec: CdcBootstrapSpec, session, ch, ledger: Ledger, check
     started = time.time()
     with mysql_reader.connect(spec.source) as conn:
         schema = copied_schema(conn, table, spec.salt)
-        target.check_columns(schema)
+        check_columns(schema)
         key = ChunkKey.of(schema)
         mariadb = flavor(conn).mariadb
         fence = ensure_fence(conn, _fence(spec)) if spec.watermark_table and not mariadb else None
@@ -431,7 +440,7 @@ def run_cdc_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     channels run as Spark tasks (spark/channels.py)."""
     started = time.time()
     session = lazy(spark)
-    ch = target.shared_client(spec.target)
+    ch = shared_client(spec.target)
     ledger, checkpoints = Ledger(ch, spec.ledger_database), Checkpoints(ch, spec.ledger_database)
     ledger.ensure()
     checkpoints.ensure()

@@ -34,14 +34,15 @@ from airflow_sync_provider.core.cdc.foreign_keys import (
     logs_cascades,
     read_foreign_keys,
 )
+from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
+from airflow_sync_provider.core.clickhouse.described import column_types
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, read_table_schema
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, weights_of
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +84,12 @@ class CopiesInClickHouse:
         found = self._types.get(table)
         if found is None:
             database, name = self.reads_from(table)
-            columns = self.columns(table) + [target.VERSION_COLUMN, target.DELETED_COLUMN] + (
+            columns = self.columns(table) + [VERSION_COLUMN, DELETED_COLUMN] + (
                 [DELETED_AT_SOURCE] if self.route(table).keep else [])
             empty = self.ch.query_arrow(f"SELECT {', '.join(map(ch_ident, columns))} FROM {ch_table(database, name)} "
                                         "WHERE 0", use_strings=False)
             found = self._types[table] = {f.name: f.type for f in empty.schema}
-            self._ch_types[table] = target.column_types(self.ch, database, name)
+            self._ch_types[table] = column_types(self.ch, database, name)
         return found
 
     def normalize(self, table: str, columns: tuple[str, ...], values: tuple) -> tuple:
@@ -103,7 +104,7 @@ class CopiesInClickHouse:
         names = self.columns(table)
         database, name = self.reads_from(table)
         mine, params = member_filter(route.schema)
-        where = [f"{ch_ident(target.DELETED_COLUMN)} = 0", f"{ch_ident(target.VERSION_COLUMN)} < {int(below)}", mine]
+        where = [f"{ch_ident(DELETED_COLUMN)} = 0", f"{ch_ident(VERSION_COLUMN)} < {int(below)}", mine]
         if route.keep:
             where.append(f"{ch_ident(DELETED_AT_SOURCE)} = 0")
         # rows older than a re-copy in place are stale (out-ranked or removed when it ends)
@@ -116,12 +117,12 @@ class CopiesInClickHouse:
             items = [", ".join(ch_literal(v, ch_types[c]) for c, v in zip(columns, value))
                      for value in values[start:start + IN_LIST]]
             listed = ", ".join(f"({i})" if len(columns) > 1 else i for i in items)
-            sql = (f"SELECT {', '.join(map(ch_ident, names))}, {ch_ident(target.VERSION_COLUMN)} "
+            sql = (f"SELECT {', '.join(map(ch_ident, names))}, {ch_ident(VERSION_COLUMN)} "
                    f"FROM {ch_table(database, name)} FINAL WHERE {' AND '.join(where)} AND {probe} IN [{listed}]")
             found = self.ch.query_arrow(sql, parameters=params, use_strings=False)
             if not found.num_rows:
                 continue
-            found = found.cast(pa.schema([pa.field(n, types[n]) for n in names + [target.VERSION_COLUMN]]))
+            found = found.cast(pa.schema([pa.field(n, types[n]) for n in names + [VERSION_COLUMN]]))
             data = [found.column(i).to_pylist() for i in range(found.num_columns)]
             out += [(row[:-1], row[-1], row[-1] < floor) for row in zip(*data)]
         return out
@@ -133,9 +134,9 @@ class CopiesInClickHouse:
         names = self.columns(table)
         columns = list(zip(*rows)) if rows else [[] for _ in names]
         arrays = [pa.array(values, type=types[n]) for n, values in zip(names, columns)]
-        arrays += [pa.array(versions, type=types[target.VERSION_COLUMN]),
-                   pa.array(deleted, type=types[target.DELETED_COLUMN])]
-        names = names + [target.VERSION_COLUMN, target.DELETED_COLUMN]
+        arrays += [pa.array(versions, type=types[VERSION_COLUMN]),
+                   pa.array(deleted, type=types[DELETED_COLUMN])]
+        names = names + [VERSION_COLUMN, DELETED_COLUMN]
         if route.keep:
             kind = types[DELETED_AT_SOURCE]  # a DateTime: Unix seconds, as an integer or a timestamp
             arrays.append(pa.array(at, kind) if pa.types.is_integer(kind) else
@@ -288,7 +289,7 @@ class Cascading:
             if not rows:
                 continue
             arrow = copies.arrow(table, *map(list, zip(*rows)))
-            settings = target.WEIGHT_SETTINGS if route.weight is not None else None
+            settings = WEIGHT_SETTINGS if route.weight is not None else None
             self.run.checkpoints.fence()  # the copies are written only under the lease
             for database, name in dict.fromkeys([(route.target_database, route.target_table),
                                                  *([route.also] if route.also else [])]):

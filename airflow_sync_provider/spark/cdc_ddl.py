@@ -23,20 +23,34 @@ from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.chunks import ChunkKey, streaming_problem
 from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.clickhouse import multisets, repairs
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, INTERNAL_COLUMNS, SIGN_COLUMN
+from airflow_sync_provider.core.clickhouse.ddl import create_multiset_sql, create_working, private_name
+from airflow_sync_provider.core.clickhouse.derived import after_change
+from airflow_sync_provider.core.clickhouse.described import (
+    check_layout,
+    column_types,
+    copy_key,
+    copy_layout,
+    relay_comment,
+    swapped_in,
+    table_exists,
+    table_facts,
+    working_marker,
+)
+from airflow_sync_provider.core.clickhouse.layout import Layout
+from airflow_sync_provider.core.clickhouse.publishing import publish_working
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, TransientBinlogError, current_position
+from airflow_sync_provider.core.selection import TableSet, table_config
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_config, member_filter, part_pipeline
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema
-from airflow_sync_provider.core.source.selection import TableSet, table_config
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target import multisets, repairs
-from airflow_sync_provider.core.target.derived import after_change
-from airflow_sync_provider.core.target.layout import Layout
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.typemap import map_column
 from airflow_sync_provider.spark import cdc_bootstrap
 
@@ -51,14 +65,14 @@ def note(pipeline: str, text: str) -> None:
 def route_for(conn, ch, table: PipelineTable, salt: bytes, facts: dict | None = None) -> TableRoute:
     """The route of a pipeline table: the shape it had at the checkpoint (the source's current
     definition the first time), the copy's key, and the weight column of a collated split key.
-    ``facts``: the copies' (core/target/clickhouse.table_facts), when read for many tables at once;
+    ``facts``: the copies' (core/clickhouse/clickhouse.table_facts), when read for many tables at once;
     ``salt``: the job's, for the table's hash transforms (core/content/)."""
     database, name = table.target_database, table.writes_to
-    facts = (target.table_facts(ch, [(database, name)]) if facts is None else facts).get((database, name))
+    facts = (table_facts(ch, [(database, name)]) if facts is None else facts).get((database, name))
     if facts is None:
         raise BinlogError(f"table {table.name}: its target {database}.{name} does not exist; a full load "
                           "creates it (start the pipeline from one, or bootstrap the table again)")
-    target.check_layout(ch, database, name, facts.comment)
+    check_layout(ch, database, name, facts.comment)
     present = set(facts.columns)
     # what the copy holds (core/content/) is what its comment says, whoever made it (a load, a bootstrap)
     table.content = facts.content.to_dict() or None
@@ -70,13 +84,13 @@ def route_for(conn, ch, table: PipelineTable, salt: bytes, facts: dict | None = 
     else:
         schema = schema.shaped(table.content, salt)
     route = TableRoute(schema, database, name, table, skip_before=table.skip_before,
-                       multiset=target.SIGN_COLUMN in present)
+                       multiset=SIGN_COLUMN in present)
     if route.row_filter is not None:  # what exact string comparison needs from the server (core/content/)
         route.row_filter = route.row_filter.prepare(conn)
     # the copy's key (a later key change is refused) and the columns its layout places rows by
     place, route.partitioned = facts.layout.place_columns(route.names), bool(facts.layout.partition_by)
     if (table.recopying or {}).get("also"):  # a reshape: the old copy takes the same rows until the swap
-        old = target.table_facts(ch, [(database, table.target_table)]).get((database, table.target_table))
+        old = table_facts(ch, [(database, table.target_table)]).get((database, table.target_table))
         if old is not None:  # rows placed by both layouts' columns: a tombstone too many is harmless in either
             route.also = (database, table.target_table)
             place += [c for c in old.layout.place_columns(route.names) if c not in place]
@@ -91,7 +105,7 @@ def open_routes(conn, ch, tables: list[PipelineTable], salt: bytes) -> dict[str,
     """The routes of the tables still streaming (those that left stay in ``tables``); their
     copies looked at together (a run's fixed cost does not grow by queries per table)."""
     streaming = [t for t in tables if not t.left]
-    facts = target.table_facts(ch, [(t.target_database, t.writes_to) for t in streaming])
+    facts = table_facts(ch, [(t.target_database, t.writes_to) for t in streaming])
     routes = {}
     for table in streaming:
         try:
@@ -107,14 +121,14 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
     key = names[0] if names else None  # a table without a key is one snapshot (a multiset)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
     # the layout its entry asks for (a reshape's); else a re-keyed copy keeps the copy's
-    layout = (Layout.of(table.layout) if table.layout is not None or not target.table_exists(
-        ch, table.target_database, table.target_table) else target.copy_layout(ch, table.target_database,
+    layout = (Layout.of(table.layout) if table.layout is not None or not table_exists(
+        ch, table.target_database, table.target_table) else copy_layout(ch, table.target_database,
                                                                                 table.target_table))
     # marked as a working table: publish_working's swap of it is idempotent
     if key is None:  # a table without a key: a multiset (docs/keyless-tables.md), swapped in as a working table
-        ch.command(target.create_multiset_sql(schema, table.target_database, name, layout, target.working_marker(name)))
+        ch.command(create_multiset_sql(schema, table.target_database, name, layout, working_marker(name)))
     else:
-        target.create_working(ch, schema, table.target_database, name, weight=needs_weight(schema.column(key)),
+        create_working(ch, schema, table.target_database, name, weight=needs_weight(schema.column(key)),
                               direct=True, layout=layout)
     table.split_column = key
 
@@ -123,17 +137,17 @@ def _rekeyed(ch, schema: TableSchema, table: PipelineTable) -> bool:
     """Is the copy ordered by another key than ``schema``'s primary key (other columns, or a key
     column of another type)?"""
     database, name = table.target_database, table.target_table
-    if target.copy_key(ch, database, name) != list(schema.target_key):
+    if copy_key(ch, database, name) != list(schema.target_key):
         return True
-    present, wanted = target.column_types(ch, database, name), {m.name: m.ch_type for m in schema.mappings()}
+    present, wanted = column_types(ch, database, name), {m.name: m.ch_type for m in schema.mappings()}
     return any(present.get(k) != wanted[k] for k in schema.primary_key)
 
 
 def _relaid(ch, table: PipelineTable) -> bool:
     """Is the table asked for another layout than its copy has (a reshape: CdcApplySpec.reshape)?
     Never a merged copy's member: the copy holds every source's tables, and is laid out anew by a
-    group load (core/source/group.reshape_refused); a member writes under the copy's layout."""
-    return not table.member and table.layout is not None and Layout.of(table.layout) != target.copy_layout(
+    group load (core/clickhouse/layout.reshape_refused); a member writes under the copy's layout."""
+    return not table.member and table.layout is not None and Layout.of(table.layout) != copy_layout(
         ch, table.target_database, table.target_table)
 
 
@@ -141,7 +155,7 @@ def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
     """Give the copy exactly the columns of ``schema`` (before a re-copy fills them); a merged
     copy (``schema`` a member's view) only gains the member's new columns: the other members'
     stay (core/cdc/alter.py decides when a column leaves it)."""
-    present = {k: v for k, v in target.column_types(ch, database, table).items() if k not in target.INTERNAL_COLUMNS}
+    present = {k: v for k, v in column_types(ch, database, table).items() if k not in INTERNAL_COLUMNS}
     name = ch_table(database, table)
     if member_filter(schema)[0] != "1":
         for mapping in schema.mappings():
@@ -207,10 +221,10 @@ class Recopies:
                      f"{name} cannot be streamed and is left out (a copy it had is kept): {problem}")
                 return False
             table.recopying = {"reason": reason[:500], "position": position.to_dict(), "started": time.time()}
-            if not target.table_exists(ch, table.target_database, table.target_table):  # a new table
+            if not table_exists(ch, table.target_database, table.target_table):  # a new table
                 _create_copy(ch, before, table, table.target_table)
             elif table.member and _rekeyed(ch, before, table):
-                keyed = target.copy_key(ch, table.target_database, table.target_table)
+                keyed = copy_key(ch, table.target_database, table.target_table)
                 raise BinlogError(f"table {name} (a shard of the merged copy {table.target_database}."
                                   f"{table.target_table}): its primary key is now {list(before.primary_key)}, but the "
                                   f"merged copy is keyed by {keyed}; a merged copy has one key. A retry stops here "
@@ -219,14 +233,14 @@ class Recopies:
             elif (rekeyed := _rekeyed(ch, before, table)) or _relaid(ch, table) or not before.primary_key:
                 # (a multiset is re-copied beside its copy too: in place its rows would add up meanwhile)
                 # ordered by another key or laid out otherwise: a new copy beside it, swapped in when done
-                table.recopying["into"] = target.private_name(table.target_table, "rekey", self.spec.pipeline)
-                split, columns = table.split_column, target.column_types(ch, table.target_database, table.target_table)
+                table.recopying["into"] = private_name(table.target_table, "rekey", self.spec.pipeline)
+                split, columns = table.split_column, column_types(ch, table.target_database, table.target_table)
                 ch.command(f"DROP TABLE IF EXISTS {ch_table(table.target_database, table.writes_to)}")
                 _create_copy(ch, before, table, table.writes_to)
                 # a reshape keeps the old copy current until the swap when the stream's rows fit both:
                 # the same columns (a change the binlog has not reached yet may differ) and key, and
                 # weights, if any, of the same column
-                table.recopying["also"] = not rekeyed and columns == target.column_types(
+                table.recopying["also"] = not rekeyed and columns == column_types(
                     ch, table.target_database, table.writes_to) and (
                     SPLIT_WEIGHT_COLUMN not in columns or split == table.split_column)
                 note(self.spec.pipeline, f"{name}: " + (f"its primary key is now {list(before.primary_key)}"
@@ -273,7 +287,7 @@ class Recopies:
         recording it: recorded now (before any route would look for the copy swapped away)."""
         for table in tables:
             into = (table.recopying or {}).get("into")
-            if into and target.swapped_in(self.run.ch, table.target_database, into, table.target_database,
+            if into and swapped_in(self.run.ch, table.target_database, into, table.target_database,
                                           table.target_table):
                 done = Future()
                 done.set_result(cdc_bootstrap.copied_rows(self.run.loads, self.spec.pipeline, table.copy_spec()))
@@ -286,7 +300,7 @@ class Recopies:
 
     def _copy(self, table: dict, position: BinlogPosition, restart: bool) -> dict:
         spec = self.spec
-        ch = target.shared_client(spec.target)  # a client of the thread's own
+        ch = shared_client(spec.target)  # a client of the thread's own
         ledger = Ledger(ch, spec.ledger_database)
         if not restart:  # the re-copy's load in the ledger: resume it, unless it is an older copy's
             state = ledger.state(bootstrap_load_key(spec.pipeline, table))
@@ -337,7 +351,7 @@ class Recopies:
                 multisets.drop_before(self.run.ch, table.target_database, table.writes_to, snapshot)
             if began.get("into"):  # the copy under the new key replaces the old one, atomically
                 with self.run.writing:  # not under a verification's look
-                    target.publish_working(self.run.ch, table.target_database, began["into"],
+                    publish_working(self.run.ch, table.target_database, began["into"],
                                            table.target_database, table.target_table)
                 crash_point("cdc.rekey-swapped")
                 route = self.run.stream.routes.get(name) if self.run.stream else None
@@ -371,7 +385,7 @@ def truncate(ch, route: TableRoute, after: BinlogPosition, at: int = 0) -> int:
     if route.multiset:
         return multisets.empty(ch, route.target_database, route.target_table, route.names, after)
     mine, params = member_filter(route.schema)
-    rows = int(ch.command(f"SELECT count() FROM {table} FINAL WHERE {ch_ident(target.DELETED_COLUMN)} = 0 AND {mine}",
+    rows = int(ch.command(f"SELECT count() FROM {table} FINAL WHERE {ch_ident(DELETED_COLUMN)} = 0 AND {mine}",
                           parameters=params))
     repairs.tombstone_older(ch, route.target_database, route.target_table, after.snapshot_version(), mine, params,
                            at=at)
@@ -508,15 +522,15 @@ def siblings(run, table: PipelineTable) -> list[Sibling]:
 
 def _drop_derived(ch, route: TableRoute, after: list) -> list[str]:
     """Before a followed schema change: drop the derived columns (JSON, typed geo) whose source
-    column it drops, renames or retypes (core/target/derived.after_change), and record the layout
+    column it drops, renames or retypes (core/clickhouse/derived.after_change), and record the layout
     without them in the copy's comment. Idempotent; returns the columns dropped."""
     database, table = route.target_database, route.target_table
-    layout = target.copy_layout(ch, database, table)
+    layout = copy_layout(ch, database, table)
     relaid, dropped = after_change(layout, route.schema.mappings(), after)
     for derived in dropped:
         ch.command(f"ALTER TABLE {ch_table(database, table)} DROP COLUMN IF EXISTS {ch_ident(derived.name)}")
     if relaid != layout:
-        target.relay_comment(ch, database, table, relaid)
+        relay_comment(ch, database, table, relaid)
     return [d.name for d in dropped]
 
 
@@ -531,8 +545,8 @@ def follow_alter(run, route: TableRoute, change: alter.Alter) -> alter.Decision:
     (a merged copy's clauses are idempotent)."""
     table, ch = route.table, run.ch
     copy = ch_table(route.target_database, route.target_table)
-    present = {k: v for k, v in target.column_types(ch, route.target_database, route.target_table).items()
-               if k not in target.INTERNAL_COLUMNS}
+    present = {k: v for k, v in column_types(ch, route.target_database, route.target_table).items()
+               if k not in INTERNAL_COLUMNS}
     if not table.member:
         decided = alter.decide(change, alter.OwnCopy(table.copy_spec()))
         # a derived column (JSON, typed geo) of a column the change drops, renames or retypes goes first

@@ -31,8 +31,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.cdc.alter import base_type, nullable_type
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.ddl import create_table_sql
+from airflow_sync_provider.core.clickhouse.described import check_layout, column_types, resolve_layout, table_exists
+from airflow_sync_provider.core.clickhouse.layout import MIRROR, Layout
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.loads import executor_address
+from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import (
     SOURCE_COLUMNS,
     IncompatibleShards,
@@ -41,10 +46,7 @@ from airflow_sync_provider.core.source.group import (
     merged_schema,
     part_pipeline,
 )
-from airflow_sync_provider.core.source.selection import TableSet
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.layout import MIRROR, Layout
 from airflow_sync_provider.core.typemap import map_column
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
 from airflow_sync_provider.spark.cdc_bootstrap import run_cdc_bootstrap
@@ -101,12 +103,12 @@ def prepare_merged(ch, merged, view, layout: Layout = MIRROR) -> list[str]:
     than the copy's (naming both). Returns the clauses run."""
     database, table = merged.database, merged.table
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
-    layout = target.resolve_layout(ch, database, table, layout)  # an existing copy's own, or refused
-    if not target.table_exists(ch, database, table):
-        ch.command(target.create_table_sql(view, database, table, layout))
+    layout = resolve_layout(ch, database, table, layout)  # an existing copy's own, or refused
+    if not table_exists(ch, database, table):
+        ch.command(create_table_sql(view, database, table, layout))
         return ["CREATE TABLE"]
-    target.check_layout(ch, database, table)
-    present, done = target.column_types(ch, database, table), []
+    check_layout(ch, database, table)
+    present, done = column_types(ch, database, table), []
     for column in merged.columns:
         ch_type = map_column(column, merged.qualified).ch_type
         if column.name not in present:
@@ -125,7 +127,7 @@ def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
     pipeline; without a ``merge`` each source's tables side by side in their own targets."""
     started = time.time()
     session = lazy(spark)
-    ch = target.shared_client(spec.target)
+    ch = shared_client(spec.target)
     checkpoints, _ = _record(spec, ch)
     members = group_members(spec)
     by_source: dict[str, list[dict]] = {}
@@ -179,7 +181,7 @@ def run_group_apply(spec: CdcApplySpec, spark) -> dict:
     """Every source's pipeline of the group run at once (bounded, or as services)."""
     started = time.time()
     session = lazy(spark)
-    ch = target.shared_client(spec.target)
+    ch = shared_client(spec.target)
     _, removed = _record(spec, ch)
     _sources_removed(spec, ch, removed)
     parts = [spec.for_source(source) for source in spec.sources]

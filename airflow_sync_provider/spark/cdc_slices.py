@@ -2,7 +2,7 @@
 the looks): the slices planned on the table (:func:`plan_check`), a consistent snapshot of the
 source at S reused from look to look (:class:`Snapshot`), the copy's count and checksum of a
 slice at S with the keys changed since set aside (:func:`copy_at`), and a slice's repair from the
-snapshot (:func:`repair`; a multiset's by its difference, core/target/multisets.py).
+snapshot (:func:`repair`; a multiset's by its difference, core/clickhouse/multisets.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.clickhouse import multisets, repairs
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, SIGN_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
+from airflow_sync_provider.core.clickhouse.described import column_types, copy_layout
+from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts
+from airflow_sync_provider.core.clickhouse.shards import shard_predicates
+from airflow_sync_provider.core.clickhouse.ttl import Window
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
 from airflow_sync_provider.core.positions import BinlogPosition, TransientBinlogError, snapshot_position
@@ -30,12 +37,8 @@ from airflow_sync_provider.core.source.planning import (
     plan_table,
 )
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, table_rows
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, NotComparable, needs_weight
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target import multisets, repairs
-from airflow_sync_provider.core.target.inserts import ArrowInserts
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, NotComparable, needs_weight, shard_predicates
-from airflow_sync_provider.core.target.ttl import Window
 from airflow_sync_provider.core.verify.reconcile import mysql_checksum_sql
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash
 
@@ -59,8 +62,8 @@ class TableCheck:
     plan: Plan
     predicates: list
     weight: object  # the copy's collated split column (rows carry its weight), or None
-    place: tuple = ()  # the columns beyond the key the copy's layout places rows by (core/target/layout.py)
-    ttl: str = ""  # the copy's TTL (core/target/ttl.py)
+    place: tuple = ()  # the columns beyond the key the copy's layout places rows by (core/clickhouse/layout.py)
+    ttl: str = ""  # the copy's TTL (core/clickhouse/ttl.py)
     # the table's re-copies when planned: one since (a reshape) may have laid the copy out anew
     recopies: int = 0
     window: Window = Window()  # the rows a look compares: those no TTL merge can have expired at its snapshot
@@ -80,8 +83,8 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
     """Slices of about SHARD_ROWS on the split column the copy can compare (a collated one only
     when the copy carries its weights); one slice when there is none."""
     database, name = table.target_database, table.writes_to
-    columns = target.column_types(ch, database, name)
-    multiset = target.SIGN_COLUMN in columns
+    columns = column_types(ch, database, name)
+    multiset = SIGN_COLUMN in columns
     weighted = SPLIT_WEIGHT_COLUMN in columns and table.split_column
     split = None if multiset else table.split_column if weighted else choose_split_column(schema)[0]
     if split and needs_weight(schema.column(split)) and not weighted:
@@ -100,7 +103,7 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
         plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (shard,))
         predicates = [member_filter(schema)]
     weight = schema.column(table.split_column) if weighted else None
-    layout = target.copy_layout(ch, database, name)
+    layout = copy_layout(ch, database, name)
     place = layout.place_columns([c.name for c in schema.columns])
     return TableCheck(table.name, table, schema, plan, predicates, weight,
                       tuple(c for c in place if c not in schema.primary_key), layout.ttl, table.recopies,
@@ -174,9 +177,9 @@ def copy_at(ch, check: TableCheck, slice_id: int, position: BinlogPosition) -> t
     everything before it), and the keys set aside: those changed at or after it. One read, of
     every version (``FINAL`` would hide a key deleted after ``position``: it was live there)."""
     where, params = check.predicate(slice_id)
-    version, deleted = ch_ident(target.VERSION_COLUMN), ch_ident(target.DELETED_COLUMN)
+    version, deleted = ch_ident(VERSION_COLUMN), ch_ident(DELETED_COLUMN)
     if check.multiset:  # the multiset as of S: every occurrence below it, signs added (nothing set aside)
-        sign, at = ch_ident(target.SIGN_COLUMN), int(position.version())
+        sign, at = ch_ident(SIGN_COLUMN), int(position.version())
         row = ch.query(f"SELECT sum({sign}), sum(toInt128({sign}) * toInt128({ch_row_hash(check.schema.mappings())})) "
                        f"FROM {ch_table(check.table.target_database, check.table.writes_to)} FINAL "
                        f"WHERE {version} < {at} AND {where}", parameters=params).result_rows[0]
@@ -214,12 +217,12 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_
     if check.multiset:
         return _repair_multiset(spec, ch, snapshot, check, slice_id)
     written = 0
-    writer = target.shared_client(spec.target)  # session-less: an insert may be acknowledged while the next streams
-    inserts = ArrowInserts(writer, ch_table(database, table), settings=target.WEIGHT_SETTINGS if check.weight else None)
+    writer = shared_client(spec.target)  # session-less: an insert may be acknowledged while the next streams
+    inserts = ArrowInserts(writer, ch_table(database, table), settings=WEIGHT_SETTINGS if check.weight else None)
     try:
         for batch in snapshot.rows(check, slice_id):
             stamp = pa.repeat(pa.scalar(version, pa.uint64()), batch.num_rows)
-            inserts.write(pa.RecordBatch.from_arrays([*batch.columns, stamp], names=[*names, target.VERSION_COLUMN]))
+            inserts.write(pa.RecordBatch.from_arrays([*batch.columns, stamp], names=[*names, VERSION_COLUMN]))
             written += batch.num_rows
         inserts.finish()
     finally:
@@ -232,7 +235,7 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_
 def _repair_multiset(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_id: int) -> int:
     """A multiset's repair: the source's rows at S go beside the copy, and ClickHouse writes the
     difference with the copy as of S (+1 per occurrence it lacks, -1 per one too many) at S's
-    repair version, so the changes after S add up on top (core/target/multisets.py)."""
+    repair version, so the changes after S add up on top (core/clickhouse/multisets.py)."""
     where, params = check.predicate(slice_id)
     with multisets.Beside(ch, spec.target, check.table.target_database, check.table.writes_to,
                           [m.name for m in check.schema.mappings()], spec.pipeline) as beside:

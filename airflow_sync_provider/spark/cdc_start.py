@@ -36,8 +36,8 @@ from airflow_sync_provider.core.cdc.servers import (
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
 from airflow_sync_provider.core.loads import LOAD_PUBLISHED
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, current_position
+from airflow_sync_provider.core.selection import TableSelection
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.selection import TableSelection
 from airflow_sync_provider.spark import cdc_ddl
 from airflow_sync_provider.spark.cdc_stream import (
     ApplyFailed,

@@ -34,13 +34,14 @@ from airflow_sync_provider.core.cdc.binlog.reader import BinlogReader, Watch, ba
 from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.staging import stage_table
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.columns import WEIGHT_SETTINGS
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
+from airflow_sync_provider.core.selection import TableSelection
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.selection import TableSelection
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, weights_of
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, weights_of
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def _latest(route: TableRoute, rows, versions, deleted):
     """Per place (the key, and the layout's columns: TableRoute.keyed) only its last change in the
     batch (the highest version: the one FINAL keeps).
 
-    A row that moves (core/target/layout.py) leaves a tombstone of its old values at the same
+    A row that moves (core/clickhouse/layout.py) leaves a tombstone of its old values at the same
     version as its new row; when the layout's expressions put both in one sorting key and
     partition after all (a date moved within its month), ReplacingMergeTree keeps the row
     inserted last of two equal versions: so the tombstones go first."""
@@ -150,7 +151,7 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
                 values = table.column(route.weight.name).to_pylist()
                 table = table.append_column(SPLIT_WEIGHT_COLUMN, pa.array(weights_of(conn, route.weight, values),
                                                                           pa.binary()))
-            # a partitioned copy (core/target/layout.py) takes a part per partition per insert: its
+            # a partitioned copy (core/clickhouse/layout.py) takes a part per partition per insert: its
             # rows of a batch go in one insert, not one per lane (lanes x partitions parts)
             into = tables[0 if one_lane or (combine and route.partitioned) else lane]
             _add(into, (route.target_database, route.target_table), table, combine)[source] += table.num_rows
@@ -181,12 +182,12 @@ def _ipc(table: pa.Table) -> bytes:
 
 def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
     """On an executor or a driver thread: one lane's tables, in order. Returns (source table, rows) per source table."""
-    ch = target.shared_client(endpoint)
+    ch = shared_client(endpoint)
     out = []
     for database, table, counts, data in items:
         rows = pa.ipc.open_stream(data).read_all()
         ch.insert_arrow(table, rows, database=database,
-                        settings=target.WEIGHT_SETTINGS if SPLIT_WEIGHT_COLUMN in rows.column_names else None)
+                        settings=WEIGHT_SETTINGS if SPLIT_WEIGHT_COLUMN in rows.column_names else None)
         out.extend(counts)
         crash_point("cdc.lane-write")
     return out

@@ -37,12 +37,13 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.clickhouse.client import client
+from airflow_sync_provider.core.clickhouse.described import column_types
+from airflow_sync_provider.core.clickhouse.ttl import Window
 from airflow_sync_provider.core.positions import (
     BinlogError,
     BinlogPosition,
 )
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.ttl import Window
 from airflow_sync_provider.spark.cdc_slices import (
     MAX_SET_ASIDE,
     Snapshot,
@@ -119,7 +120,7 @@ class Verifier:
         """Its own client (the looks run beside the stream's writes), opened at the first look:
         a run with nothing to verify does not pay for it."""
         if self._ch is None:
-            self._ch = target.client(self.run.spec.target)
+            self._ch = client(self.run.spec.target)
         return self._ch
 
     @property
@@ -216,7 +217,7 @@ class Verifier:
         if route is None or self.run.recopies.busy(name) or copy_columns(route.schema) != copy_columns(check.schema):
             return None  # it left, is being re-copied, or a DDL changed it since S: later
         wanted = copy_columns(check.schema)
-        present = target.column_types(self.ch, check.table.target_database, check.table.writes_to)
+        present = column_types(self.ch, check.table.target_database, check.table.writes_to)
         wrong = sorted((c, t, present.get(c)) for c, t in wanted.items() if present.get(c) != t)
         if wrong:  # the copy is not of the source's shape: it is copied again (recorded by the stream's thread)
             return Look(name, slice_id, snapshot.position, (), (), 0, began=snapshot.began,

@@ -17,10 +17,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
+from airflow_sync_provider.core.clickhouse.client import shared_client
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import SHARD_RUNNING, LoadState, ShardState, executor_address
-from airflow_sync_provider.core.target import clickhouse as target
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Progress(threading.Thread):
         self.stop = threading.Event()
 
     def run(self):
-        ledger = Ledger(target.shared_client(self.spec.target), self.spec.ledger_database)
+        ledger = Ledger(shared_client(self.spec.target), self.spec.ledger_database)
         seen, turn = set(), 0
         named = len(self.loads) > 1  # a group's shards are named with their table
         while not self.stop.wait(2.0):

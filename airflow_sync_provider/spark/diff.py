@@ -19,6 +19,25 @@ import time
 import uuid
 
 from airflow_sync_provider.core.cdc.servers import source_epoch
+from airflow_sync_provider.core.clickhouse.client import client
+from airflow_sync_provider.core.clickhouse.columns import (
+    DELETED_COLUMN,
+    INTERNAL_COLUMNS,
+    VERSION_COLUMN,
+    check_columns,
+)
+from airflow_sync_provider.core.clickhouse.ddl import create_table_sql
+from airflow_sync_provider.core.clickhouse.described import (
+    check_layout,
+    column_types,
+    copy_key,
+    copy_layout,
+    resolve_layout,
+    table_exists,
+)
+from airflow_sync_provider.core.clickhouse.layout import stored
+from airflow_sync_provider.core.clickhouse.shards import cut_points, target_predicates, weight_width
+from airflow_sync_provider.core.clickhouse.ttl import Window
 from airflow_sync_provider.core.content import shaping
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
@@ -28,19 +47,8 @@ from airflow_sync_provider.core.source.group import SOURCE_COLUMNS, Member, memb
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, lock_name
 from airflow_sync_provider.core.source.planning import Filter, Plan, Shard, Sharding, SpeedLimits, explain, plan_table
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, mysql_weight_sql, needs_weight, read_weights
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.layout import stored
-from airflow_sync_provider.core.target.shards import (
-    SPLIT_WEIGHT_COLUMN,
-    cut_points,
-    mysql_weight_sql,
-    needs_weight,
-    read_weights,
-    target_predicates,
-    weight_width,
-)
-from airflow_sync_provider.core.target.ttl import Window
 from airflow_sync_provider.core.verify.diff import (
     CHANGED,
     DELETED,
@@ -78,7 +86,7 @@ log = logging.getLogger(__name__)
 # --- the driver --------------------------------------------------------------------------------
 
 def _user_columns(types: dict) -> list[str]:
-    return [c for c in types if c not in target.INTERNAL_COLUMNS]
+    return [c for c in types if c not in INTERNAL_COLUMNS]
 
 
 def _copy_split_column(ledger: Ledger, old_table: str) -> str | None:
@@ -94,12 +102,12 @@ def _create_copy(spec: SnapshotDiffSpec, ch) -> dict:
     with mysql_reader.connect(spec.source) as conn:
         schema = read_table_schema(conn, spec.source_database, spec.source_table)
     schema = schema.shaped(spec.tableset.content_of(), spec.salt)  # what the copy is to hold (core/content/)
-    target.check_columns(schema)
+    check_columns(schema)
     database, table = split_name(spec.old_table)
     log.info(f"diff {spec.diff_key}: creating {spec.old_table} (it did not exist)")
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
-    ch.command(target.create_table_sql(schema, database, table, spec.tableset.layout_of()))
-    return target.column_types(ch, database, table)
+    ch.command(create_table_sql(schema, database, table, spec.tableset.layout_of()))
+    return column_types(ch, database, table)
 
 
 def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, copy: CopyShape,
@@ -128,7 +136,7 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
         columns = DiffColumns.resolve(table, list(mappings), keys, spec.compare_columns, spec.ignore_columns,
                                       spec.tolerances, floats)
         weight_col = _copy_split_column(ledger, spec.old_table) if SPLIT_WEIGHT_COLUMN in old_types else None
-        # a TTL'd copy (core/target/ttl.py): only the rows no merge can have expired are compared
+        # a TTL'd copy (core/clickhouse/ttl.py): only the rows no merge can have expired are compared
         window = Window.of(stored(copy.comment)[0].ttl if copy else "", schema.mappings(), spec.old_table)
         if window:
             log.info(f"diff {spec.diff_key}: TTL: compared the rows with {window.describe()} (those nearer their "
@@ -176,12 +184,12 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
 
 def _moves(ch, spec: SnapshotDiffSpec) -> bool:
     """Can an upsert move a key out of its place in the copy (its layout sorts or partitions by
-    columns beyond the key: core/target/layout.py)? Then the apply tombstones the old place."""
+    columns beyond the key: core/clickhouse/layout.py)? Then the apply tombstones the old place."""
     if spec.on_change != "apply":
         return False
     database, table = split_name(spec.old_table)
-    layout = target.copy_layout(ch, database, table)
-    return bool(layout.place_columns(list(target.column_types(ch, database, table))))
+    layout = copy_layout(ch, database, table)
+    return bool(layout.place_columns(list(column_types(ch, database, table))))
 
 
 def _reload_remedy(spec: SnapshotDiffSpec) -> str:
@@ -234,7 +242,7 @@ def _shape_notes(spec: SnapshotDiffSpec, copy: CopyShape, keys: tuple[str, ...])
                  "describe the copy as its readers see it (FINAL keeps one row per copy key)"],
                 {"old": f"{spec.old_table} is keyed by ({', '.join(copy.key)}), not by the diff's key {key}"})
     layout = stored(copy.comment)[0]
-    if layout.place_columns(list(copy.columns)):  # core/target/layout.py: FINAL keeps a row per place
+    if layout.place_columns(list(copy.columns)):  # core/clickhouse/layout.py: FINAL keeps a row per place
         return [], {"old": f"{spec.old_table} is laid out as {layout.describe()}, so FINAL keeps a row per sorting "
                            "key and partition: this key's row was left live under an old place, where nothing "
                            "replaced it. reconcile with reimport (or the pipeline's verification) repairs it"}
@@ -276,11 +284,11 @@ def _one_shard(plan: Plan, conn, where: Filter) -> Plan:
 
 def _resolve_clickhouse(spec: SnapshotDiffSpec, ch, old_types: dict) -> dict:
     """The same when the new snapshot is another ClickHouse table: one shard, pruned by buckets."""
-    new_types = target.column_types(ch, *split_name(spec.new_table))
+    new_types = column_types(ch, *split_name(spec.new_table))
     if not new_types:
         raise DiffError(f"the new snapshot {spec.new_table} does not exist on ClickHouse")
     names = [c for c in _user_columns(old_types) if c in new_types]
-    keys = spec.key_columns or target.copy_key(ch, *split_name(spec.old_table))
+    keys = spec.key_columns or copy_key(ch, *split_name(spec.old_table))
     floats = [c for c in names if "Float" in old_types[c]]
     columns = DiffColumns.resolve(spec.old_table, names, keys, spec.compare_columns, spec.ignore_columns,
                                   spec.tolerances, floats)
@@ -317,7 +325,7 @@ def _prepare_changes(ch, spec: SnapshotDiffSpec, columns: DiffColumns, ch_types:
     name = ch_table(database, table)
     sql, names = _changes_ddl(columns, ch_types)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
-    existing = target.column_types(ch, database, table)
+    existing = column_types(ch, database, table)
     if existing and list(existing) != names:
         ch.command(f"DROP TABLE {name}")
         existing = {}
@@ -342,14 +350,14 @@ def _prepare_changes(ch, spec: SnapshotDiffSpec, columns: DiffColumns, ch_types:
 def _apply_version(spec: SnapshotDiffSpec, ch, old_types: dict, position) -> int:
     """Rows an apply writes rank below every change after the diff started reading (the binlog
     position then, as a repair's read) or, without a binlog, above everything the table holds."""
-    missing = [c for c in (target.VERSION_COLUMN, target.DELETED_COLUMN) if c not in old_types]
+    missing = [c for c in (VERSION_COLUMN, DELETED_COLUMN) if c not in old_types]
     if missing:
         raise DiffError(f"cannot apply to {spec.old_table}: it has no {missing} column(s); apply writes versioned "
                         "rows and tombstones into a copy made by a full load, a bootstrap or CDC")
-    target.check_layout(ch, *split_name(spec.old_table))
+    check_layout(ch, *split_name(spec.old_table))
     if position is not None:
         return position.snapshot_version(repair=True)
-    top = ch.command(f"SELECT max({ch_ident(target.VERSION_COLUMN)}) FROM {ch_table(*split_name(spec.old_table))}")
+    top = ch.command(f"SELECT max({ch_ident(VERSION_COLUMN)}) FROM {ch_table(*split_name(spec.old_table))}")
     return int(top or 0) + 1
 
 
@@ -377,10 +385,10 @@ def run_snapshot_diff(spec: SnapshotDiffSpec, spark, merged: TableSchema | None 
 
 def _diff(spec: SnapshotDiffSpec, spark, merged: TableSchema | None = None) -> dict:
     started = time.time()
-    ch = target.client(spec.target)
+    ch = client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
-    old_types = target.column_types(ch, *split_name(spec.old_table))
+    old_types = column_types(ch, *split_name(spec.old_table))
     if not old_types and spec.on_change == "apply" and spec.source_table:
         old_types = _create_copy(spec, ch)  # a first run seeds the copy: every row is new
     if not old_types:
@@ -451,16 +459,16 @@ def run_group_diff(spec: SnapshotDiffSpec, spark) -> dict:
     session = lazy(spark)
     members = group_members(spec)
     merged = merged_schema([(m, schema) for m, _, _, schema in members], spec.merge.into)
-    ch = target.client(spec.target)
+    ch = client(spec.target)
     try:
         database, table = spec.merge.database, spec.merge.table
         # one layout, keyed by the merged key: an existing copy's own, or refused naming both
-        layout = target.resolve_layout(ch, database, table, spec.tableset.merged_layout(spec.merge.into))
-        if not target.table_exists(ch, database, table):
+        layout = resolve_layout(ch, database, table, spec.tableset.merged_layout(spec.merge.into))
+        if not table_exists(ch, database, table):
             if spec.on_change != "apply":
                 raise DiffError(f"the merged copy {spec.merge.into} does not exist on ClickHouse")
             ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(database)}")
-            ch.command(target.create_table_sql(member_view(merged, members[0][0], members[0][3]), database, table,
+            ch.command(create_table_sql(member_view(merged, members[0][0], members[0][3]), database, table,
                                                layout))
         tags = ", ".join(ch_ident(c) for c in SOURCE_COLUMNS)
         present = {tuple(r) for r in ch.query(f"SELECT DISTINCT {tags} FROM {ch_table(database, table)} FINAL"

@@ -18,6 +18,8 @@ import time
 import uuid
 
 from airflow_sync_provider.core.cdc.servers import source_epoch
+from airflow_sync_provider.core.clickhouse import multisets
+from airflow_sync_provider.core.clickhouse.columns import VERSION_COLUMN
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import position_if_readable
@@ -25,8 +27,6 @@ from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Filter, Plan, Shard
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target import multisets
 from airflow_sync_provider.core.verify.diff import (
     DELETED,
     NEW,
@@ -93,7 +93,7 @@ def run_multiset_diff(spec: SnapshotDiffSpec, ch, copy: CopyShape, shaped, prepa
         if spec.on_change == "apply" and found:
             # below every change after the read began (its position, as a repair's), or above all
             version = position.snapshot_version(repair=True) if position is not None else int(ch.command(
-                f"SELECT max({ch_ident(target.VERSION_COLUMN)}) FROM {ch_table(database, table)}") or 0) + 1
+                f"SELECT max({ch_ident(VERSION_COLUMN)}) FROM {ch_table(database, table)}") or 0) + 1
             beside.write_differences(differences, version)
     counts = {"identical": identical, "changed": 0, NEW: int(found.get(NEW, 0)), DELETED: int(found.get(DELETED, 0))}
     differ = counts[NEW] + counts[DELETED]

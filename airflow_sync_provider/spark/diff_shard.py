@@ -19,15 +19,15 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from airflow_sync_provider.core.clickhouse.client import client
+from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
+from airflow_sync_provider.core.clickhouse.described import column_types
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import Plan, Shard
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.shards import (
-    SPLIT_WEIGHT_COLUMN,
-)
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 from airflow_sync_provider.core.verify.diff import (
     CHANGED,
@@ -86,8 +86,8 @@ class ChTable:
         database, table = split_name(name)
         engine = str(ch.command("SELECT engine FROM system.tables WHERE database = {d:String} AND name = {t:String}",
                                 parameters={"d": database, "t": table}))
-        columns = target.column_types(ch, database, table)
-        return cls(name, "Replacing" in engine, target.DELETED_COLUMN in columns, engine.endswith("MergeTree"),
+        columns = column_types(ch, database, table)
+        return cls(name, "Replacing" in engine, DELETED_COLUMN in columns, engine.endswith("MergeTree"),
                    DELETED_AT_SOURCE in columns)
 
     @property
@@ -100,7 +100,7 @@ class ChTable:
         before FINAL's merge (PREWHERE), which then merges only the rows near a change (a
         scattered read of 3 % of a shard: 0.57 -> 0.27 s per 5M rows). ``where`` (the shard's
         predicate, possibly on a non-key column that differs between versions) runs after it."""
-        tombstones = f" AND {ch_ident(target.DELETED_COLUMN)} = 0" if self.deleted_filter else ""
+        tombstones = f" AND {ch_ident(DELETED_COLUMN)} = 0" if self.deleted_filter else ""
         if self.keeps:
             tombstones += f" AND {ch_ident(DELETED_AT_SOURCE)} = 0"
         if self.prewhere:
@@ -344,7 +344,7 @@ def _write(ch, ctx: DiffContext, result) -> None:
     if spec.on_change != "apply":
         return
     database, table = spec.old_table.split(".", 1)
-    # a copy laid out by more than the key (core/target/layout.py): a changed row may move to
+    # a copy laid out by more than the key (core/clickhouse/layout.py): a changed row may move to
     # another sorting key or partition, where it would not replace its old row; its old row gets a
     # tombstone of the apply's version, inserted first (of two rows of one version in one place,
     # the one inserted last is kept: the upsert, where old and new place turn out the same)
@@ -355,12 +355,12 @@ def _write(ch, ctx: DiffContext, result) -> None:
         if rows is None:
             continue
         n = rows.num_rows
-        rows = rows.append_column(target.VERSION_COLUMN, pa.array([ctx.version] * n, pa.uint64()))
-        rows = rows.append_column(target.DELETED_COLUMN, pa.array([0 if deleted == KEEP else deleted] * n, pa.uint8()))
+        rows = rows.append_column(VERSION_COLUMN, pa.array([ctx.version] * n, pa.uint64()))
+        rows = rows.append_column(DELETED_COLUMN, pa.array([0 if deleted == KEEP else deleted] * n, pa.uint8()))
         if ctx.old.keeps:
             rows = rows.append_column(DELETED_AT_SOURCE, pa.array([int(time.time()) if deleted == KEEP else 0] * n,
                                                                   pa.uint32()))
-        ch.insert_arrow(table, rows, database=database, settings=target.WEIGHT_SETTINGS if ctx.weight else None)
+        ch.insert_arrow(table, rows, database=database, settings=WEIGHT_SETTINGS if ctx.weight else None)
 
 
 def _descend(ctx: DiffContext, clients: DiffClients, shard: Shard) -> Pruning:
@@ -474,14 +474,14 @@ class DiffClients:
 
     @classmethod
     def open(cls, spec: SnapshotDiffSpec) -> "DiffClients":
-        return cls(target.client(spec.target), target.client(spec.target),
-                   target.client(spec.target) if spec.new_table else None,
+        return cls(client(spec.target), client(spec.target),
+                   client(spec.target) if spec.new_table else None,
                    _aggregation_connect(spec) if spec.source_table else None)
 
     def close(self) -> None:
-        for client in (self.old, self.writer, self.new, self.mysql):
-            if client is not None:
-                client.close()
+        for conn in (self.old, self.writer, self.new, self.mysql):
+            if conn is not None:
+                conn.close()
 
 
 def _aggregation_connect(spec: SnapshotDiffSpec):

@@ -23,8 +23,8 @@ def _report(spec, result_key: str, result: dict) -> None:
     if spec.result_path:
         write_private_json(spec.result_path, result)
     if result_key:
+        from airflow_sync_provider.core.clickhouse.client import client
         from airflow_sync_provider.core.ledger import Ledger
-        from airflow_sync_provider.core.target.clickhouse import client
 
         ch = client(spec.target)
         try:

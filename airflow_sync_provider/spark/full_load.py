@@ -5,7 +5,7 @@ hand each channel its queue of unfinished shards, report progress, publish when 
 has succeeded. Channels run as Spark tasks on a cluster's executors, or as threads of the
 driver for a small table or on a local master (``driver_copy_rows``): one channel = one source
 connection draining its queue; per shard, drop what earlier attempts wrote, stream the rows
-into a few large INSERTs (core/target/inserts.py), report counters. The shard loop is the one
+into a few large INSERTs (core/clickhouse/inserts.py), report counters. The shard loop is the one
 the CDC bootstrap runs too (spark/shard_copy.py); :class:`FullLoadCopy` is what a full load
 does differently.
 """
@@ -18,6 +18,21 @@ import time
 
 from airflow_sync_provider.core.cdc.followers import await_followers
 from airflow_sync_provider.core.cdc.servers import source_epoch
+from airflow_sync_provider.core.clickhouse import repairs
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.columns import VERSION_COLUMN, WEIGHT_SETTINGS, check_columns
+from airflow_sync_provider.core.clickhouse.ddl import create_working, drop_shard, drop_working_tables, parts_table_name
+from airflow_sync_provider.core.clickhouse.derived import derived_columns
+from airflow_sync_provider.core.clickhouse.described import (
+    check_content,
+    check_layout,
+    is_parts_layout,
+    resolve_layout,
+    table_exists,
+)
+from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts, InsertLimits
+from airflow_sync_provider.core.clickhouse.publishing import Loaded, publish_full, publish_partitions, publish_working
+from airflow_sync_provider.core.clickhouse.shards import cut_points, shard_predicates, target_predicates, weight_width
 from airflow_sync_provider.core.crash_points import hold_point
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
@@ -36,21 +51,9 @@ from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, load_lock, lock_holder, lock_name
 from airflow_sync_provider.core.source.planning import Plan, Shard, Sharding, plan_table
 from airflow_sync_provider.core.source.schema import table_rows
+from airflow_sync_provider.core.source.weights import NotComparable, needs_weight, read_weights
 from airflow_sync_provider.core.specfile import public_dict, spec_to_dict
 from airflow_sync_provider.core.sql import ch_table
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target import repairs
-from airflow_sync_provider.core.target.derived import derived_columns
-from airflow_sync_provider.core.target.inserts import ArrowInserts, InsertLimits
-from airflow_sync_provider.core.target.shards import (
-    NotComparable,
-    cut_points,
-    needs_weight,
-    read_weights,
-    shard_predicates,
-    target_predicates,
-    weight_width,
-)
 from airflow_sync_provider.core.verify import shape as copy_shape
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.channels import driver_copy_limit, running_record
@@ -112,7 +115,7 @@ class FullLoadCopy(ShardCopy):
     def inserts(self, channel: Channel, record: ShardState) -> ArrowInserts:
         """The channel's stream into the working table (a source group's members share it)."""
         table = ch_table(self.spec.ledger_database, self.state.parts_table)
-        settings = target.WEIGHT_SETTINGS if self.copy.direct and self.copy.weight else None
+        settings = WEIGHT_SETTINGS if self.copy.direct and self.copy.weight else None
         return channel.output.stream((table, self.copy.direct, bool(settings)), lambda: ArrowInserts(
             channel.ch, table, settings=settings, on_written=_written, on_failed=_failed,
             # a parts table has a partition per shard: ClickHouse takes at most 100 in one insert
@@ -182,7 +185,7 @@ class FullLoadCopy(ShardCopy):
         """Remove what earlier attempts of ``shard`` wrote to the working table."""
         database, working = self.spec.ledger_database, self.state.parts_table
         if not self.copy.direct:
-            target.drop_shard(channel.ch, database, working, self.copy.shard_base + shard.id)
+            drop_shard(channel.ch, database, working, self.copy.shard_base + shard.id)
             return
         width = weight_width(channel.ch, database, working) if self.copy.weights is not None else 0
         index = [s.id for s in self.plan.shards].index(shard.id)
@@ -210,8 +213,8 @@ def binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
     if position is not None:
         return position.to_dict(), 0
     top = 0
-    if target.table_exists(ch, spec.target_database, spec.target_table):
-        top = int(ch.command(f"SELECT max({target.VERSION_COLUMN})"
+    if table_exists(ch, spec.target_database, spec.target_table):
+        top = int(ch.command(f"SELECT max({VERSION_COLUMN})"
                              f" FROM {ch_table(spec.target_database, spec.target_table)}")
                   or 0)
     return None, top + 1
@@ -249,7 +252,7 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | 
             if not state.failed():
                 raise LoadFailed(f"load {spec.load_key!r} is published and no shard is marked failed or mismatched "
                                  "(a reconciliation marks mismatched shards); run it again for a fresh copy")
-            target.check_layout(ledger.ch, spec.target_database, spec.target_table)
+            check_layout(ledger.ch, spec.target_database, spec.target_table)
             _check_repairable(spec, ledger.ch, schema, state)
             state.status, state.error, state.repair = LOAD_RUNNING, "", state.failed()
             position, state.version = start or binlog_start(spec, ledger.ch)
@@ -258,7 +261,7 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | 
             # rank by their snapshots' positions, of the server they read now (_plan_copy)
             state.start_position = (state.start_position or position) if position else None
             # a CDC bootstrap's copy was written in place and has no working table of its own
-            state.parts_table = working or state.parts_table or target.parts_table_name(spec.load_key,
+            state.parts_table = working or state.parts_table or parts_table_name(spec.load_key,
                                                                                        state.generation)
             return state, Plan.from_dict(state.plan)
     if state is not None and state.status not in (LOAD_PUBLISHED, LOAD_ABANDONED):
@@ -271,7 +274,7 @@ def _start_or_resume(spec: FullLoadSpec, ledger: Ledger, schema, working: str | 
     position, version = start or binlog_start(spec, ledger.ch)
     state = LoadState(spec.load_key, generation, LOAD_RUNNING, schema.qualified,
                       f"{spec.target_database}.{spec.target_table}", plan.to_dict(),
-                      working or target.parts_table_name(spec.load_key, generation), version,
+                      working or parts_table_name(spec.load_key, generation), version,
                       public_dict(spec) | {"source_shape": schema.shape()}, start_position=position)
     return state, plan
 
@@ -286,8 +289,8 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, dir
     # tell a shard's rows apart (then a re-read shard could not be cleared); a resumed load
     # keeps the layout it started with
     direct, weights = direct and not state.repair and not spec.partition_by, None
-    if direct and target.table_exists(ch, spec.ledger_database, state.parts_table):
-        direct = not target.is_parts_layout(ch, spec.ledger_database, state.parts_table)
+    if direct and table_exists(ch, spec.ledger_database, state.parts_table):
+        direct = not is_parts_layout(ch, spec.ledger_database, state.parts_table)
     with mysql_reader.connect(spec.source) as conn:
         if direct:
             try:
@@ -301,11 +304,11 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, dir
         epoch = ((source_epoch(conn, ch, spec.ledger_database) if state.repair else
                   BinlogPosition.from_dict(state.start_position).epoch) if state.start_position else 0)
     native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
-    layout = spec.layout if spec.reshape else target.resolve_layout(ch, spec.target_database, spec.target_table,
+    layout = spec.layout if spec.reshape else resolve_layout(ch, spec.target_database, spec.target_table,
                                                                       spec.layout)
     # its derived columns, or refused naming the copy (not the working table a load creates)
     derived_columns(layout, mappings, f"{spec.target_database}.{spec.target_table}")
-    target.check_content(ch, schema, spec.target_database, spec.target_table)  # what it holds, or refused
+    check_content(ch, schema, spec.target_database, spec.target_table)  # what it holds, or refused
     return Copy(mappings, weight, mysql_reader.select_list(mappings, weight), native_sql, mariadb, direct,
                 split, weights, member=member_filter(schema), layout=layout, epoch=epoch), note
 
@@ -314,15 +317,15 @@ def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy:
     """Make the loaded rows visible: swap in a full copy, replace a period's partitions, or
     repair the re-imported shards of a published table in place. Returns the rows published."""
     if copy.direct:
-        return target.publish_working(ch, spec.ledger_database, state.parts_table, spec.target_database,
+        return publish_working(ch, spec.ledger_database, state.parts_table, spec.target_database,
                                       spec.target_table)
-    loaded = target.Loaded(schema, spec.ledger_database, state.parts_table, spec.target_database, spec.target_table,
+    loaded = Loaded(schema, spec.ledger_database, state.parts_table, spec.target_database, spec.target_table,
                            copy.weight is not None, copy.layout)
     if state.repair:
         return repairs.publish_repair(ch, loaded, repaired_shards(spec, ch, schema, plan, state))
     if spec.partition_by:
-        return target.publish_partitions(ch, loaded, spec.partition_by, list(spec.replace_partitions))
-    return target.publish_full(ch, loaded)
+        return publish_partitions(ch, loaded, spec.partition_by, list(spec.replace_partitions))
+    return publish_full(ch, loaded)
 
 
 def repaired_shards(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> list[tuple[str, dict, int]]:
@@ -348,7 +351,7 @@ def run_full_load(spec: FullLoadSpec, spark) -> dict:
     started while the driver plans, and not at all when the driver copies the table alone."""
     started = time.time()
     session = lazy(spark)
-    ch = target.shared_client(spec.target)
+    ch = shared_client(spec.target)
     ledger = Ledger(ch, spec.ledger_database)
     ledger.ensure()
     if spec.skip_published and (done := ledger.state(spec.load_key)) is not None and done.status == LOAD_PUBLISHED:
@@ -382,7 +385,7 @@ def collect_left_behind(spec: FullLoadSpec, ledger: Ledger) -> None:
     for w in found:
         if w["load_key"] in running:
             continue
-        target.drop_working_tables(ledger.ch, spec.ledger_database, w["parts_table"], w["target_table"])
+        drop_working_tables(ledger.ch, spec.ledger_database, w["parts_table"], w["target_table"])
         if w["abandon"]:
             state = ledger.state(w["load_key"])
             state.status = LOAD_ABANDONED
@@ -451,7 +454,7 @@ class TableLoad:
                 if table_rows(conn, spec.source_database, spec.source_table) > driver_copy_limit(
                         spec.driver_copy_rows, self.session):
                     self.session.start()  # the SparkContext comes up while the driver plans
-        target.check_columns(self.schema)
+        check_columns(self.schema)
         self.state, self.plan = _start_or_resume(spec, self.ledger, self.schema, working, start, known)
         self.copy, self.reader_note = _plan_copy(spec, self.ch, self.schema, self.plan, self.state)
         self.todo = self.state.todo()
@@ -464,7 +467,7 @@ class TableLoad:
         self.copy = dataclasses.replace(self.copy, shard_base=shard_base)
 
     def create_working(self) -> None:
-        target.create_working(self.ch, self.schema, self.spec.ledger_database, self.state.parts_table,
+        create_working(self.ch, self.schema, self.spec.ledger_database, self.state.parts_table,
                               self.copy.weight is not None, self.copy.direct, self.copy.layout)
 
     def begin(self, grouped: bool = False) -> None:

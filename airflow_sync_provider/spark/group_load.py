@@ -26,18 +26,20 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from airflow_sync_provider.core.clickhouse import repairs
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.ddl import parts_table_name
+from airflow_sync_provider.core.clickhouse.publishing import Loaded
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema, member_key
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import LOAD_ABANDONED, LOAD_PUBLISHED
+from airflow_sync_provider.core.selection import table_config
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, member_view, merged_schema, one_server
 from airflow_sync_provider.core.source.locks import LockHeld, load_lock
 from airflow_sync_provider.core.source.planning import auto_split_factor
 from airflow_sync_provider.core.source.schema import table_rows
-from airflow_sync_provider.core.source.selection import table_config
 from airflow_sync_provider.core.sql import ch_table
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target import repairs
 from airflow_sync_provider.spark.channels import driver_copy_limit
 from airflow_sync_provider.spark.full_load import (
     LoadFailed,
@@ -67,7 +69,7 @@ class GroupLoad:
     def __init__(self, spec: FullLoadSpec, session):
         self.spec, self.session = spec, session
         self.started = time.time()
-        self.ledger = Ledger(target.shared_client(spec.target), spec.ledger_database)
+        self.ledger = Ledger(shared_client(spec.target), spec.ledger_database)
         self.ledger.ensure()
         self.locks = []
 
@@ -237,8 +239,8 @@ class GroupLoad:
             return running.pop()
         generation = max((s.generation for s in states.values() if s), default=0)
         if self.spec.reimport:
-            return target.parts_table_name(f"{self.spec.load_key}:repair", generation)
-        return target.parts_table_name(self.spec.load_key, generation + 1)
+            return parts_table_name(f"{self.spec.load_key}:repair", generation)
+        return parts_table_name(self.spec.load_key, generation + 1)
 
     @staticmethod
     def _shard_bases(todo, states: dict) -> dict[str, int]:
@@ -285,7 +287,7 @@ class GroupLoad:
                            for where, params, version in repaired_shards(load.spec, load.ch, load.schema, load.plan,
                                                                          load.state)]
             spec = first.spec
-            loaded = target.Loaded(first.schema, spec.ledger_database, first.state.parts_table, spec.target_database,
+            loaded = Loaded(first.schema, spec.ledger_database, first.state.parts_table, spec.target_database,
                                    spec.target_table, any(load.copy.weight is not None for load in loads))
             return first.copier.outage.call(lambda: repairs.publish_repair(first.ch, loaded, shards),
                                             "publishing the repair")

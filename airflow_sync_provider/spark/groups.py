@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from airflow_sync_provider.core.jobspec import copied_schema
+from airflow_sync_provider.core.selection import selected_tables
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import Member, Source, one_server
-from airflow_sync_provider.core.source.selection import selected_tables
 from airflow_sync_provider.core.specfile import spec_to_dict
 from airflow_sync_provider.spark.tables import TablesFailed, each_table, run_tables
 

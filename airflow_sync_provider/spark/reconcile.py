@@ -15,6 +15,11 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from airflow_sync_provider.core.clickhouse.client import client, shared_client
+from airflow_sync_provider.core.clickhouse.described import kept_rows
+from airflow_sync_provider.core.clickhouse.layout import stored
+from airflow_sync_provider.core.clickhouse.shards import shard_predicates
+from airflow_sync_provider.core.clickhouse.ttl import Window
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
@@ -25,10 +30,6 @@ from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.specfile import reimport_group_spec, reimport_spec
 from airflow_sync_provider.core.sql import ch_ident
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.layout import stored
-from airflow_sync_provider.core.target.shards import shard_predicates
-from airflow_sync_provider.core.target.ttl import Window
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reconcile import (
     MISMATCH,
@@ -61,7 +62,7 @@ def _check_shards(spec: ReconcileSpec, state: LoadState, plan: Plan, queries: di
     wanted = set(shard_ids)
     sub = dataclasses.replace(plan, shards=tuple(s for s in plan.shards if s.id in wanted))
     mine = [predicates[s.id] for s in sub.shards]
-    ch = target.client(spec.target)
+    ch = client(spec.target)
     # the two databases work at the same time (each query runs inside its database)
     with mysql_reader.connect(spec.source, spec.salt) as conn, ThreadPoolExecutor(2) as pool:
         if spec.checksum:
@@ -148,12 +149,12 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
     if schema.content.keep_deletes:  # rows the copy keeps after the source deleted them: counted apart
         live = f"{ch_ident(DELETED_AT_SOURCE)} = 0"
         predicates = {i: (f"({where}) AND {live}", params) for i, (where, params) in predicates.items()}
-        kept = target.kept_rows(ledger.ch, database, table)
+        kept = kept_rows(ledger.ch, database, table)
         log.info("reconcile %s → %s: kept: %s rows deleted at the source (not compared)", state.source_table,
                  state.target_table, f"{kept:,}")
     # its layout as the comment read with its shape records it
     window = Window.of(stored(shape.copy.comment)[0].ttl, schema.mappings(), state.target_table)
-    if window:  # a TTL'd copy (core/target/ttl.py): only the rows no merge can have expired are compared
+    if window:  # a TTL'd copy (core/clickhouse/ttl.py): only the rows no merge can have expired are compared
         plan = window.narrowed(plan, schema.mappings())
         predicates = {i: (f"({where}) AND {window.ch_sql()}", params) for i, (where, params) in predicates.items()}
         log.info("reconcile %s → %s: TTL: compared the rows with %s (those nearer their expiry are not)",
@@ -199,7 +200,7 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
     if the shards go to executors (or a re-import needs them)."""
     started = time.time()
     session = lazy(spark)
-    ch = target.shared_client(spec.target)  # one for every table of a job of many
+    ch = shared_client(spec.target)  # one for every table of a job of many
     ledger = Ledger(ch, spec.ledger_database)
     if spec.reimport and _unfinished_repair(ledger.state(spec.load_key)):
         log.info(f"reconcile: load {spec.load_key!r} has a repair its job left unfinished; finishing it first")
@@ -224,7 +225,7 @@ def run_group_reconcile(spec: ReconcileSpec, spark) -> dict:
     group re-import (spark/group_load.py), then compares again."""
     started = time.time()
     session = lazy(spark)
-    ledger = Ledger(target.shared_client(spec.target), spec.ledger_database)
+    ledger = Ledger(shared_client(spec.target), spec.ledger_database)
     found = ledger.load_set(spec.load_key)
     if found is None:
         raise ValueError(f"no group load {spec.load_key!r} in the ledger: reconcile the key a group load ran under")

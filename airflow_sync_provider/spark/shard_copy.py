@@ -31,6 +31,10 @@ from typing import Callable
 
 import pyarrow as pa
 
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.columns import ORDINAL_COLUMN, SHARD_COLUMN, SIGN_COLUMN, VERSION_COLUMN
+from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts, Sent
+from airflow_sync_provider.core.clickhouse.layout import Layout
 from airflow_sync_provider.core.failures import SOURCE, TARGET, Outage, ServerUnreachable, common
 from airflow_sync_provider.core.flow_control import Throttle
 from airflow_sync_provider.core.guard import SourcePing, target_answers
@@ -46,10 +50,7 @@ from airflow_sync_provider.core.loads import (
 )
 from airflow_sync_provider.core.positions import EPOCH_SHIFT, snapshot_version
 from airflow_sync_provider.core.source.planning import Plan, Shard
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.inserts import ArrowInserts, Sent
-from airflow_sync_provider.core.target.layout import Layout
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, Weights
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, Weights
 from airflow_sync_provider.core.typemap import MySQLColumn
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.spark.channels import Progress, run_channels
@@ -94,16 +95,16 @@ class Copy:
     # where its shards' ids start in the group's shared parts table
     member: tuple = ("1", {})
     shard_base: int = 0
-    layout: Layout = Layout()  # the copy's (core/target/layout.py): the working table's when direct
-    # a table without a key into a multiset copy (core/target/clickhouse.SIGN_COLUMN): each row +1,
+    layout: Layout = Layout()  # the copy's (core/clickhouse/layout.py): the working table's when direct
+    # a table without a key into a multiset copy (core/clickhouse/clickhouse.SIGN_COLUMN): each row +1,
     # told apart by its ordinal within the read (the shard's id in its top bits)
     multiset: bool = False
     epoch: int = 0  # the source server's epoch (core/cdc/servers.py): the top byte of its reads' versions
 
     def names(self) -> list[str]:
         return ([m.name for m in self.mappings] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
-                + [target.VERSION_COLUMN] + ([] if self.direct else [target.SHARD_COLUMN])
-                + ([target.ORDINAL_COLUMN, target.SIGN_COLUMN] if self.multiset else []))
+                + [VERSION_COLUMN] + ([] if self.direct else [SHARD_COLUMN])
+                + ([ORDINAL_COLUMN, SIGN_COLUMN] if self.multiset else []))
 
 
 class RowVersion:
@@ -126,7 +127,7 @@ class Channel:
     and the output it shares with the channel's other copies (:class:`ChannelOutput`)."""
 
     def __init__(self, spec: FullLoadSpec):
-        self.ch = target.shared_client(spec.target)
+        self.ch = shared_client(spec.target)
         self.ledger = Ledger(self.ch, spec.ledger_database)
         self.throttle = Throttle(spec.channel_record_speed, spec.channel_byte_speed)
         self.conn = None  # a source connection of the channel's own, if the copy keeps one
@@ -142,7 +143,7 @@ class Channel:
 class ChannelOutput:
     """One channel's inserts across its shards (of one copy, or of a source group's members):
     a stream per target table, shared by the shards one after another, so small shards make a
-    few large parts (core/target/inserts.py), and the shards read but not yet acknowledged. A
+    few large parts (core/clickhouse/inserts.py), and the shards read but not yet acknowledged. A
     held shard is reported (success, or failed naming its insert's error) as soon as every insert
     carrying its rows is answered, a batch of them in one ledger write; the channel reads on
     meanwhile. Never ahead of the data: a shard is success only once its rows are durable;
@@ -527,7 +528,7 @@ def _probes(copiers: list[ShardCopy]) -> dict:
     """How a waiting channel asks whether its servers answer again (core/failures.Outage)."""
     sources = {c.spec.source for c in copiers if c.spec.source is not None}
     pings = [SourcePing(s) for s in sources]
-    ch = target.shared_client(copiers[0].spec.target)
+    ch = shared_client(copiers[0].spec.target)
 
     def source() -> None:
         try:

@@ -14,10 +14,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from airflow_sync_provider.core.clickhouse.client import shared_client
 from airflow_sync_provider.core.ledger import Ledger
+from airflow_sync_provider.core.selection import largest_first, selected_tables
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.selection import largest_first, selected_tables
-from airflow_sync_provider.core.target.clickhouse import shared_client
 from airflow_sync_provider.core.verify.reconcile import FAILED, overall_verdict
 from airflow_sync_provider.spark.session import lazy
 

@@ -3,7 +3,7 @@
 * env.py — services (a private MariaDB and the chDB endpoint under $BENCH_STATE, or MYSQL_URL /
   CLICKHOUSE_URL; the TLS pair), the machine's description, result files;
 * clients.py — clients opened through the endpoints only (``mysql``: ``MySQLEndpoint.connect``;
-  ``ch_client``: core/target/clickhouse.client), the bench's databases on both sides;
+  ``ch_client``: core/clickhouse/clickhouse.client), the bench's databases on both sides;
 * measure.py — timing, load averages, rates, percentiles, medians and ranges of rounds, and the
   result files' way of writing numbers;
 * processes.py — ``ProcessSampler``: the CPU of every process a job starts (its binlog readers,

@@ -1,6 +1,6 @@
 """Clients of both sides, opened through the endpoints only (core/endpoints.py), which apply TLS
 and a connection's extras: :func:`mysql` is ``MySQLEndpoint.connect``, :func:`ch_client` is
-core/target/clickhouse.client. A bench opens no connection of its own. And the bench's databases.
+core/clickhouse/client. A bench opens no connection of its own. And the bench's databases.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ def mysql(url_or_endpoint, database: str | None = None, **overrides):
 
 
 def ch_client(url_or_endpoint, **kwargs):
-    """A clickhouse-connect client: core/target/clickhouse.client (statements may take 2 h)."""
-    from airflow_sync_provider.core.target import clickhouse
-
-    return clickhouse.client(target(url_or_endpoint), **{"send_receive_timeout": 7200, **kwargs})
+    """A clickhouse-connect client: core/clickhouse/client (statements may take 2 h)."""
+    from airflow_sync_provider.core.clickhouse.client import client
+    return client(target(url_or_endpoint), **{"send_receive_timeout": 7200, **kwargs})
 
 
 # --- the bench's databases ------------------------------------------------------------------------

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
+from airflow_sync_provider.core.clickhouse.client import client
+from airflow_sync_provider.core.clickhouse.described import table_facts
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, LedgerTables
 from airflow_sync_provider.core.ledger import TIME_TYPE as _TIME
 from airflow_sync_provider.core.ledger import utc_datetime as _ts
@@ -166,7 +168,7 @@ _TABLES = (
     ("pipeline", "String"), ("source_table", "String"), ("config", "String"), ("since", "String"),
     ("joined", "UInt8"), ("updated_at", _TIME),
 )
-# the tables a pipeline selects by pattern (core/source/selection.py), kept by the bootstrap or
+# the tables a pipeline selects by pattern (core/selection.py), kept by the bootstrap or
 # the apply that first gave them: every later run applies them
 _SELECTIONS = (("pipeline", "String"), ("selection", "String"), ("updated_at", _TIME))
 # a source group's pipeline: its sources (each a pipeline <pipeline>@<source>) and its merged copy
@@ -285,7 +287,7 @@ class Checkpoints(LedgerTables):
         ones; the run's when the pipeline has none yet or ``change`` says to replace them. Other
         patterns are refused (nothing is changed): a pipeline's selection changes only explicitly.
         ``kept``: the pipeline's own (a TableSelection), when the caller has read them."""
-        from airflow_sync_provider.core.source.selection import TableSelection
+        from airflow_sync_provider.core.selection import TableSelection
 
         kept = TableSelection.of(self.selection(pipeline)) if kept is _UNREAD else kept
         asked = TableSelection.of(given)
@@ -361,12 +363,10 @@ class Checkpoints(LedgerTables):
 
     def copies(self, state: PipelineState) -> dict:
         """The pipeline's tables whose copy exists (in this ClickHouse), in its order, by name:
-        the copy's ``TableFacts`` (core/target/clickhouse.py), its layout, source key and content
+        the copy's ``TableFacts`` (core/clickhouse/described.py), its layout, source key and content
         as its table comment records them (``airflow-sync cdc status``, the Sync view's pipeline page)."""
-        from airflow_sync_provider.core.target import clickhouse as clickhouse_target
-
         wanted = {t.name: (t.target_database, t.target_table) for t in state.tables}
-        facts = clickhouse_target.table_facts(self.ch, list(wanted.values()))
+        facts = table_facts(self.ch, list(wanted.values()))
         return {name: facts[pair] for name, pair in wanted.items() if pair in facts}
 
 
@@ -385,9 +385,7 @@ def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | d
     from airflow_sync_provider.core.cdc.servers import reached as has_reached
     from airflow_sync_provider.core.positions import current_position
     from airflow_sync_provider.core.source import reader as mysql_reader
-    from airflow_sync_provider.core.target import clickhouse as clickhouse_target
-
-    ch = clickhouse_target.client(target_endpoint)
+    ch = client(target_endpoint)
     try:
         ledger = Checkpoints(ch, database)
         ledger.ensure()
@@ -414,7 +412,7 @@ def check_position(target_endpoint, pipeline: str, position: "BinlogPosition | d
             return "success", (f"pipeline {pipeline!r} reached {position} (checkpoint {reached}); "
                                f"{state.verification_line()}"), summary
         return "wait", f"pipeline {pipeline!r} at {reached}, waiting for {position}", summary
-    ch = clickhouse_target.client(target_endpoint)
+    ch = client(target_endpoint)
     try:
         with mysql_reader.connect(source_endpoint) as conn:
             here = server_of(conn)

@@ -20,9 +20,9 @@ import base64
 from dataclasses import dataclass
 from decimal import Decimal
 
+from airflow_sync_provider.core.clickhouse.columns import ReservedColumn, check_columns
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import mysql_ident
-from airflow_sync_provider.core.target.clickhouse import ReservedColumn, check_columns
 from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType
 
 _INTEGER = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"}

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import hashlib
 
+from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.positions import BinlogPosition
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.target.clickhouse import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN
 
 
 def _tag(text: str) -> str:

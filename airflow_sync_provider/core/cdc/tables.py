@@ -34,7 +34,7 @@ class PipelineTable:
     columns: list[str] | None = None
     exclude_columns: list[str] = field(default_factory=list)
     split_column: str | None = None
-    layout: dict | None = None  # the layout a copy made for it is given (core/target/layout.py)
+    layout: dict | None = None  # the layout a copy made for it is given (core/clickhouse/layout.py)
     content: dict | None = None  # what its copy holds (core/content/shaping.py)
     by_selection: bool = False  # joined because the pipeline's patterns select it
     # a member of a merged copy (core/source/group.py: source, database, table): its shape is the

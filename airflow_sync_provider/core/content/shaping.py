@@ -1,5 +1,5 @@
 """A copy's content settings, :class:`Content`: column transforms, a standing row filter and the
-delete rule — one more type a :class:`~airflow_sync_provider.core.source.selection.TableSet`
+delete rule — one more type a :class:`~airflow_sync_provider.core.selection.TableSet`
 carries (a job's default, a table's entry, a selection), as it carries a layout.
 
 The settings take effect through the table as copied (core/source/schema.TableSchema.shaped):

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.sql import ch_ident
-from airflow_sync_provider.core.target.layout import LayoutError
 from airflow_sync_provider.core.typemap import MySQLColumn, UnsupportedType, map_column
 
 SOURCE_COLUMNS = ("_source", "_source_database", "_source_table")
@@ -176,23 +175,13 @@ class Member:
         return cls(source, database, table)
 
 
-def reshape_refused(pipeline: str, merge_into: str) -> LayoutError:
-    """Why a pipeline does not reshape a merged copy (docs/source-groups.md), and what does."""
-    return LayoutError(
-        f"pipeline {pipeline!r}: the merged copy {merge_into} cannot be reshaped by its pipeline: a pipeline re-copies "
-        "one source table at a time into a new table, and a merged copy holds every source's tables. Lay it out anew "
-        f"by loading the group again under the new layout — airflow-sync load --source … --merge-into {merge_into} "
-        "--reshape --order-by … (FullLoadOperator(sources=…, merge_into=…, reshape=True, layout={…})) — then "
-        "bootstrap the group's pipeline again (CdcBootstrapOperator(…, restart=True)); a retry here is refused again")
-
-
 def part_pipeline(pipeline: str, source: str) -> str:
     """A source group's CDC pipeline is a pipeline per source: ``<pipeline>@<source>``."""
     return f"{pipeline}@{source}"
 
 
 def member_config(merge_into: str, member: Member, config: dict) -> dict:
-    """A member's table entry (core/source/selection.table_config's keys): its target is the merged
+    """A member's table entry (core/selection.table_config's keys): its target is the merged
     copy, and it knows which member it is."""
     database, _, table = merge_into.partition(".")
     return {**config, "target_database": database, "target_table": table, "member": dataclasses.asdict(member)}

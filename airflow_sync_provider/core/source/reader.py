@@ -25,8 +25,8 @@ import pyarrow as pa
 from airflow_sync_provider.core.content.transforms import salt_sql, set_salt
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.source.planning import Plan, Shard
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, mysql_weight_sql
 from airflow_sync_provider.core.sql import mysql_ident, mysql_inline, mysql_table
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, mysql_weight_sql
 from airflow_sync_provider.core.tls import open_mysqlclient
 from airflow_sync_provider.core.typemap import ColumnMapping, MySQLColumn, check_array, map_column
 

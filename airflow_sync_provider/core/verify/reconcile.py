@@ -1,14 +1,14 @@
 """Reconciliation: per-shard counts and content checksums on both sides, and what differs.
 
-The shards are the load's own (core/target/shards.py evaluates them on the target). Both
+The shards are the load's own (core/clickhouse/shards.py evaluates them on the target). Both
 databases compute the numbers themselves; only one row per shard travels.
 """
 
 from __future__ import annotations
 
+from airflow_sync_provider.core.clickhouse.columns import SIGN_COLUMN
 from airflow_sync_provider.core.source.planning import Plan
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.target.clickhouse import SIGN_COLUMN
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash, mysql_row_hash
 
 # A table's verdict: every shard matched; shards differ (a re-import of those shards repairs them);

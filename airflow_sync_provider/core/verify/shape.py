@@ -2,7 +2,7 @@
 
 A reconciliation and a snapshot diff compare a ClickHouse copy with the MySQL table *as it is
 now*: its columns, their types, its primary key. A copy is made in the shape the source had
-when it was loaded (core/target/clickhouse.py: ``create_table_sql``) and a source can change
+when it was loaded (core/clickhouse/ddl.py: ``create_table_sql``) and a source can change
 after that (``ALTER TABLE … ADD PRIMARY KEY``, a column added, dropped or retyped). This module
 says, before any row is counted, whether the two shapes still agree and, if not, what follows:
 
@@ -26,10 +26,10 @@ import logging
 import shlex
 from dataclasses import dataclass, field
 
+from airflow_sync_provider.core.clickhouse.columns import INTERNAL_COLUMNS, SIGN_COLUMN, WRITTEN
+from airflow_sync_provider.core.clickhouse.layout import stored
 from airflow_sync_provider.core.source.schema import TableSchema
-from airflow_sync_provider.core.target import clickhouse as target
-from airflow_sync_provider.core.target.layout import stored
-from airflow_sync_provider.core.target.shards import SPLIT_WEIGHT_COLUMN, needs_weight
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, needs_weight
 from airflow_sync_provider.core.typemap import MySQLColumn, map_column
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class CopyShape:
     engine: str
     key: tuple[str, ...]
     columns: dict = field(default_factory=dict)  # every column → its ClickHouse type, in order
-    comment: str = ""  # its table comment (the layout it was created with: core/target/layout.py)
+    comment: str = ""  # its table comment (the layout it was created with: core/clickhouse/layout.py)
 
     @property
     def qualified(self) -> str:
@@ -61,11 +61,11 @@ class CopyShape:
 
     @property
     def multiset(self) -> bool:
-        """A copy of a table without a key followed by CDC: signed occurrences (core/target/clickhouse.py)."""
-        return target.SIGN_COLUMN in self.columns
+        """A copy of a table without a key followed by CDC: signed occurrences (core/clickhouse/multisets.py)."""
+        return SIGN_COLUMN in self.columns
 
     def user_columns(self) -> dict:
-        return {c: t for c, t in self.columns.items() if c not in target.INTERNAL_COLUMNS}
+        return {c: t for c, t in self.columns.items() if c not in INTERNAL_COLUMNS}
 
 
 def read_copy_shape(ch, database: str, table: str) -> CopyShape | None:
@@ -75,12 +75,12 @@ def read_copy_shape(ch, database: str, table: str) -> CopyShape | None:
     if not rows:
         return None
     # the key's columns by system.columns (a name may hold a comma, which sorting_key's text would split)
-    # (those writers write: not the columns ClickHouse derives for queries, core/target/derived.py)
+    # (those writers write: not the columns ClickHouse derives for queries, core/clickhouse/derived.py)
     columns = ch.query("SELECT name, type, is_in_sorting_key FROM system.columns WHERE database = {d:String} AND "
-                       f"table = {{t:String}} AND {target.WRITTEN} ORDER BY position",
+                       f"table = {{t:String}} AND {WRITTEN} ORDER BY position",
                        parameters={"d": database, "t": table}).result_rows
     key = stored(rows[0][1])[1]  # a copy with a layout of its own records its source key
-    if key is None and any(name == target.SIGN_COLUMN for name, _, _ in columns):
+    if key is None and any(name == SIGN_COLUMN for name, _, _ in columns):
         key = ()  # a multiset's sorting key tells its occurrences apart, not source rows
     return CopyShape(database, table, str(rows[0][0]),
                      tuple(key) if key is not None else tuple(name for name, _, in_key in columns if in_key),
@@ -113,7 +113,7 @@ class ShapeCheck:
 
     @property
     def multiset(self) -> bool:
-        """Count the copy's rows by their signs (a multiset: core/target/clickhouse.SIGN_COLUMN)."""
+        """Count the copy's rows by their signs (a multiset: core/clickhouse/clickhouse.SIGN_COLUMN)."""
         return self.copy.multiset
 
     def to_dict(self) -> dict:

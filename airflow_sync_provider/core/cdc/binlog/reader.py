@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Watch:
     """What a reader looks out for besides its routes' changes: a DDL on one of ``names`` (tables
-    that left the pipeline too) or on a name ``selection`` (core/source/selection.TableSelection)
+    that left the pipeline too) or on a name ``selection`` (core/selection.TableSelection)
     matches ends a batch; ``prepared``: XA transactions prepared before its start (xid → where
     each began, the checkpoint's), read again first."""
 

@@ -9,10 +9,10 @@ import pyarrow as pa
 from pymysqlreplication.constants import NONE_SOURCE
 
 from airflow_sync_provider.core.cdc.tables import PipelineTable
+from airflow_sync_provider.core.clickhouse.columns import ORDINAL_COLUMN, SIGN_COLUMN
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.positions import BinlogError, ValueRefused
 from airflow_sync_provider.core.source.schema import TableSchema
-from airflow_sync_provider.core.target.clickhouse import ORDINAL_COLUMN, SIGN_COLUMN
 from airflow_sync_provider.core.typemap import MySQLColumn, check_array
 
 # A row change's deleted flag for the tombstone a moved row leaves at its old place (its layout's
@@ -44,7 +44,7 @@ class TableRoute:
     # swapped in (spark/cdc_ddl.py: its place columns are both layouts')
     also: tuple[str, str] | None = None
     # a table without a primary key, copied as a multiset of signed occurrences
-    # (core/target/clickhouse.SIGN_COLUMN): an insert is +1 of its row, a delete -1, an update -1
+    # (core/clickhouse/clickhouse.SIGN_COLUMN): an insert is +1 of its row, a delete -1, an update -1
     # of the old row and +1 of the new; nothing collapses, so every change of a batch is written
     multiset: bool = False
 
@@ -80,7 +80,7 @@ class TableRoute:
 
     def keyed(self, key: list[str], place: list[str]) -> None:
         """The copy's key, and the columns beyond it that place a row in the copy (its layout's
-        sorting key and partition: core/target/layout.py). A change to any of them moves the row,
+        sorting key and partition: core/clickhouse/layout.py). A change to any of them moves the row,
         so the old place gets a tombstone; each place keeps only its last change of a batch."""
         self.key = list(key)
         # where the key's values are in a row: a merged copy's source columns (constants of every

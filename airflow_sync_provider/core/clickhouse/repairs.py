@@ -1,21 +1,15 @@
 """Repairs of a published copy in place, and the rows a change without row events removes:
 a re-import's shards replaced (:func:`publish_repair`), tombstones of every live row below a
 version (:func:`tombstone_older`: a TRUNCATE, a verification's repair, a bootstrap's leftovers),
-(a multiset's counterparts: core/target/multisets.py)."""
+(a multiset's counterparts: core/clickhouse/multisets.py)."""
 
 from __future__ import annotations
 
+from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
+from airflow_sync_provider.core.clickhouse.described import check_layout, column_types
+from airflow_sync_provider.core.clickhouse.publishing import Loaded, mark_kept
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.target.clickhouse import (
-    DELETED_COLUMN,
-    VERSION_COLUMN,
-    WEIGHT_SETTINGS,
-    Loaded,
-    check_layout,
-    column_types,
-    mark_kept,
-)
 
 
 def tombstone_older(ch, database: str, table: str, version: int, where: str = "1", params: dict | None = None,
@@ -43,7 +37,7 @@ def tombstone_older(ch, database: str, table: str, version: int, where: str = "1
 def publish_repair(ch, loaded: Loaded, shards: list[tuple[str, dict, int]]) -> int:
     """Replace some shards of a published table in place (re-import after a reconciliation).
 
-    ``shards``: each re-read shard's target predicate (core/target/shards.py; parameters agree
+    ``shards``: each re-read shard's target predicate (core/clickhouse/shards.py; parameters agree
     where their names do) and the version of its read. Its rows are inserted first:
     ReplacingMergeTree keeps the newest version of a key, so a ``FINAL`` reader sees the
     source's values at once and never misses a row. Then the shard's rows older than its read

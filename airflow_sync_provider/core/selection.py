@@ -14,9 +14,9 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from airflow_sync_provider.core.clickhouse.layout import Layout, LayoutError
 from airflow_sync_provider.core.content.shaping import OPTIONS as CONTENT_OPTIONS
 from airflow_sync_provider.core.content.shaping import Content
-from airflow_sync_provider.core.target.layout import Layout, LayoutError
 
 
 def _matches(pattern: str, database: str, table: str) -> bool:
@@ -39,7 +39,7 @@ class TableSelection:
     exclude_tables: tuple[str, ...] = ()
     # where the copies go: a database name, ``{database}`` standing for the source's
     target_database: str = "{database}"
-    layout: dict | None = None  # the selected tables' layout (core/target/layout.py)
+    layout: dict | None = None  # the selected tables' layout (core/clickhouse/layout.py)
     content: dict | None = None  # what their copies hold (core/content/shaping.py)
 
     def __post_init__(self):
@@ -103,7 +103,7 @@ class TableSet:
     """The tables a job works on: named (``tables``: ``"db.table"`` or entries with their target
     and column choices, :func:`table_config`) and by pattern (``select``: :class:`TableSelection`'s
     form), ``parallel`` of them at once (a job of many tables); ``layout``: how their copies are
-    laid out (core/target/layout.py) and ``content``: what they hold (core/content/shaping.py),
+    laid out (core/clickhouse/layout.py) and ``content``: what they hold (core/content/shaping.py),
     unless a table's entry or the selection says otherwise."""
 
     select: dict | None = None
@@ -210,7 +210,7 @@ def table_config(table) -> dict:
            "columns": table.get("columns"), "exclude_columns": list(table.get("exclude_columns") or []),
            # a full load split on a collated string keeps each row's collation weight: so must CDC
            "split_column": table.get("split_column")}
-    if table.get("layout"):  # the table's own layout (core/target/layout.py), over the job's
+    if table.get("layout"):  # the table's own layout (core/clickhouse/layout.py), over the job's
         out["layout"] = _layout(table["layout"])
     if _content(table):  # what the table's copy holds (core/content/shaping.py), over the job's
         out["content"] = _content(table)

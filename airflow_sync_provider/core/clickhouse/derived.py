@@ -19,15 +19,15 @@ layout may ask for a typed column that ClickHouse computes from it, ``MATERIALIZ
 
 ClickHouse fills a MATERIALIZED column on every insert, so every writer (load, bootstrap, CDC,
 repair, diff apply, tombstone) fills it without code of its own; ``SELECT *`` leaves it out, and
-the columns a writer writes (core/target/clickhouse.py: ``column_types``) leave it out too.
+the columns a writer writes (core/clickhouse/described.py: ``column_types``) leave it out too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from airflow_sync_provider.core.clickhouse.layout import Layout, LayoutError
 from airflow_sync_provider.core.sql import ch_ident
-from airflow_sync_provider.core.target.layout import Layout, LayoutError
 from airflow_sync_provider.core.typemap import ColumnMapping, SpatialRule, StringRule
 
 JSON_SUFFIX, GEO_SUFFIX = "_json", "_geo"

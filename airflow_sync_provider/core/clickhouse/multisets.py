@@ -1,6 +1,6 @@
 """A multiset copy: a table without a primary key followed by CDC (docs/keyless-tables.md).
 
-Every row of the copy is a signed occurrence (``_sign`` +1 or -1, core/target/clickhouse.py),
+Every row of the copy is a signed occurrence (``_sign`` +1 or -1, core/clickhouse/columns.py),
 told apart by ``(_version, _ordinal)``; the table is each distinct row as often as its signs add
 up to (``FINAL`` only removes a change written twice). Here: what removes rows from one
 (:func:`drop_before` a snapshot that holds them, :func:`empty` for a TRUNCATE), and its
@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import time
 
+from airflow_sync_provider.core.clickhouse.client import shared_client
+from airflow_sync_provider.core.clickhouse.columns import ORDINAL_COLUMN, SIGN_COLUMN, VERSION_COLUMN
+from airflow_sync_provider.core.clickhouse.ddl import private_name
+from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts
 from airflow_sync_provider.core.sql import ch_ident, ch_table
-from airflow_sync_provider.core.target.clickhouse import (
-    ORDINAL_COLUMN,
-    SIGN_COLUMN,
-    VERSION_COLUMN,
-    private_name,
-    shared_client,
-)
-from airflow_sync_provider.core.target.inserts import ArrowInserts
 
 _SIGN, _VERSION, _ORDINAL = ch_ident(SIGN_COLUMN), ch_ident(VERSION_COLUMN), ch_ident(ORDINAL_COLUMN)
 

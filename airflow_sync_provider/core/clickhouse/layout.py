@@ -1,6 +1,6 @@
 """How a copy is laid out in ClickHouse: its sorting key, partitions, primary key, TTL, table
 settings, engine, and the columns ClickHouse derives for queries (JSON, typed geo: the options
-here, the columns in core/target/derived.py) (docs/layouts.md).
+here, the columns in core/clickhouse/derived.py) (docs/layouts.md).
 
 A copy is a ReplacingMergeTree versioned in binlog order (core/positions.py) with ``_deleted``
 tombstones. ReplacingMergeTree collapses only rows with the same sorting key in the same
@@ -22,8 +22,8 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
+from airflow_sync_provider.core.clickhouse.ttl import expiries
 from airflow_sync_provider.core.sql import ch_ident, ch_string
-from airflow_sync_provider.core.target.ttl import expiries
 
 DEFAULT_ENGINE = "ReplacingMergeTree"
 REPLICATED = "ReplicatedReplacingMergeTree"
@@ -135,7 +135,7 @@ class Layout:
     engine: str = DEFAULT_ENGINE
     replication: tuple[str, ...] = ()  # a Replicated… engine's path and replica (default: the macros)
     cluster: str = ""  # DDL ON CLUSTER and a Distributed table over the local ones
-    # columns ClickHouse derives from the exact ones for queries (core/target/derived.py): a JSON
+    # columns ClickHouse derives from the exact ones for queries (core/clickhouse/derived.py): a JSON
     # column next to MySQL JSON ("string": none, "json": every JSON column, or these columns) and a
     # typed geo column (Point, Polygon, …) next to these spatial columns
     json: "str | tuple[str, ...]" = "string"
@@ -272,13 +272,13 @@ class Layout:
             if sorting[:len(given)] != given:
                 raise LayoutError(f"table {table}: layout primary_key {list(self.primary_key)} is not a prefix of "
                                   f"the sorting key ({', '.join(sorting)})")
-        expiries(self.ttl, table)  # a deleting TTL the checks can window (core/target/ttl.py), else refused
+        expiries(self.ttl, table)  # a deleting TTL the checks can window (core/clickhouse/ttl.py), else refused
         # json and geo are checked against the columns' types where the derived columns are made
-        # (core/target/derived.py)
+        # (core/clickhouse/derived.py)
         if self.cluster:
             raise LayoutError(f"table {table}: layout cluster={self.cluster!r}: jobs do not write to a cluster "
                               "yet (the DDL, the Distributed table and the key-to-shard routing are planned in "
-                              "core/target/layout.py, docs/layouts.md); copy into one server's tables")
+                              "core/clickhouse/layout.py, docs/layouts.md); copy into one server's tables")
 
     # --- DDL -------------------------------------------------------------------------------------
 
@@ -315,6 +315,16 @@ class Layout:
 
 
 MIRROR = Layout()  # every copy's before layouts: ORDER BY the source key, no partitions
+
+
+def reshape_refused(pipeline: str, merge_into: str) -> LayoutError:
+    """Why a pipeline does not reshape a merged copy (docs/source-groups.md), and what does."""
+    return LayoutError(
+        f"pipeline {pipeline!r}: the merged copy {merge_into} cannot be reshaped by its pipeline: a pipeline re-copies "
+        "one source table at a time into a new table, and a merged copy holds every source's tables. Lay it out anew "
+        f"by loading the group again under the new layout — airflow-sync load --source … --merge-into {merge_into} "
+        "--reshape --order-by … (FullLoadOperator(sources=…, merge_into=…, reshape=True, layout={…})) — then "
+        "bootstrap the group's pipeline again (CdcBootstrapOperator(…, restart=True)); a retry here is refused again")
 
 
 # --- a cluster's tables (planned: generated and tested as logic, not yet written to) -------------
