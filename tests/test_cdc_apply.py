@@ -111,12 +111,13 @@ def test_live_writes_caught_up_by_bounded_runs_match_the_source_row_for_row(mysq
     _same_as_a_fresh_full_load(endpoints, spark, ch, "lines", "fresh")
 
 
-# every phase of the first and the second batch of a run: decoded, a lane mid-write, written
-# but not checkpointed, checkpointed; the first five with the lanes as threads of the driver,
-# the rest as Spark tasks (a lane's Python worker killed mid-write)
+# every phase of the first and the second batch of a run — decoded, a lane mid-write, written
+# but not checkpointed, checkpointed — with the lanes as threads of the driver; then with the
+# lanes as Spark tasks (each such run starts a JVM: ~10 s): a lane's Python worker killed
+# mid-write in either batch, and the driver killed beside its JVM between a write and its checkpoint
 KILLS = [("cdc.batch-read", 1), ("cdc.lane-write", 1), ("cdc.written", 1), ("cdc.checkpointed", 1),
-         ("cdc.batch-read", 2), ("cdc.lane-write", 2), ("cdc.written", 2), ("cdc.checkpointed", 2),
-         ("cdc.lane-write", 1), ("cdc.written", 1)]
+         ("cdc.batch-read", 2), ("cdc.written", 2), ("cdc.checkpointed", 2)]
+SPARK_LANE_KILLS = [("cdc.lane-write", 2), ("cdc.lane-write", 1), ("cdc.written", 1)]
 
 
 def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact(mysql_url, mysql_conn, ch,
@@ -155,8 +156,8 @@ def test_killed_at_ten_points_the_checkpoint_is_never_ahead_and_a_rerun_is_exact
     spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="kills", start_from_loads=[key],
                         lanes=2, batch_events=60)  # about a transaction per batch
     orphans_before = set(_orphan_readers())  # e.g. of other runs on this machine
-    for i, (point, count) in enumerate(KILLS):
-        spec.driver_write_rows = CdcApplySpec.driver_write_rows if i < 5 else 0
+    for i, (point, count) in enumerate(KILLS + SPARK_LANE_KILLS):
+        spec.driver_write_rows = CdcApplySpec.driver_write_rows if i < len(KILLS) else 0
         write(6)
         monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", f"{point}:{count}")
         began = time.monotonic()
