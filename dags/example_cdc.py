@@ -5,7 +5,8 @@ first run; later runs skip tables already bootstrapped) →
 catch_up: apply the binlog from the pipeline's checkpoint (a new pipeline: from the
 bootstrap's start) to the source's position now →
 caught_up: BinlogPositionSensor, deferrable, until the checkpoint has passed the bootstrap's end →
-reconcile_<table>: per-shard counts and content checksums of source vs copy →
+reconcile_<table>: per-shard counts and content checksums of source vs copy; shards that
+differ are re-imported (on_mismatch="reimport") →
 report, downstream of every gate.
 Connections as in example_full_load.py (``python -m devenv.demo`` sets them).
 """
@@ -42,8 +43,10 @@ with DAG(
     caught_up = BinlogPositionSensor(task_id="caught_up", pipeline=PIPELINE,
                                      position="{{ ti.xcom_pull(task_ids='bootstrap')['end_position'] }}",
                                      deferrable=True, poke_interval=5, timeout=600, **CONNECTIONS)
+    # a copy found to differ (written behind the pipeline's back) has those shards read again,
+    # versioned so that the stream's next change of a row still wins
     checks = [ReconcileOperator(task_id=f"reconcile_{t['source_table']}", load_key=bootstrap_load_key(PIPELINE, t),
-                                checksum=True, **CONNECTIONS) for t in TABLES]
+                                checksum=True, on_mismatch="reimport", **CONNECTIONS) for t in TABLES]
 
     @task
     def report(copied: dict, applied: dict, position: dict) -> dict:

@@ -177,7 +177,8 @@ def test_daily_period_dag_backfills_one_day_idempotently(airflow_home, demo_db, 
 def test_cdc_example_dag_keeps_the_copy_current_across_runs(airflow_home, demo_db, mysql_conn, ch):
     """Run 1 bootstraps orders and order_items, catches up, waits for the bootstrap's end and
     reconciles with checksums; the source changes; run 2 skips the bootstrap and applies the
-    changes (the sensor deferred on the checkpoint); both copies equal the source."""
+    changes (the sensor deferred on the checkpoint); both copies equal the source. The copy then
+    damaged behind the pipeline's back: run 3's reconcile task re-imports the shards that differ."""
     home, env = airflow_home
 
     def run():
@@ -211,6 +212,16 @@ def test_cdc_example_dag_keeps_the_copy_current_across_runs(airflow_home, demo_d
         # InnoDB deleted ten orders' items and renumbered one's without binlog events: the copy followed
         assert assert_same_rows(mysql_conn, ch, "demo", "order_items", "demo_cdc") == demo_db["order_items"] + 40
         assert second["catch_up"]["cascaded_rows"] == 10 + 2  # the renumbered item: a tombstone and its new key
+        # the copy damaged behind the pipeline's back: the reconcile task re-imports what differs
+        ch.command("DELETE FROM demo_cdc.orders WHERE id = 7")
+        ch.command("INSERT INTO demo_cdc.orders (id, customer_id, amount, status, quantity, _version) "
+                   "VALUES (1999999999, 'phantom', 1, 'new', 1, 1)")
+        third = run()
+        repaired = third["reconcile_orders"]
+        assert repaired["verdict"] == "ok" and repaired["mismatched_before"], repaired
+        assert repaired["reimported"]["repaired"] == repaired["mismatched_before"], repaired  # those shards alone
+        assert third["reconcile_order_items"]["verdict"] == "ok"
+        assert assert_same_rows(mysql_conn, ch, "demo", "orders", "demo_cdc") == demo_db["orders"] + 40
     finally:
         with mysql_conn.cursor() as cur:
             cur.execute("DELETE FROM demo.orders WHERE id > 1000000000")
