@@ -209,6 +209,34 @@ class DictCopies:
         return {k: r for k, (r, _, d) in self.tables[table].items() if not d}
 
 
+def _seeded():
+    """The model and the copies with every table full, consistent, copied at version 1; the plan."""
+    model, copies = Model(), DictCopies()
+    for i in range(1, 9):
+        for table, row in (("s.a", (i,)), ("s.b", (i, 1 + i % 4)), ("s.c", (i, 1 + i % 6, 1 + i % 3)),
+                           ("s.t", (i, None if i == 1 else i // 2))):
+            model.rows[table][i] = row
+            copies.write(table, row, 1, False)
+    return model, copies, ForeignKeys(KEYS).plan(set(COLUMNS))
+
+
+def _apply_batch(plan, copies, events) -> None:
+    """As the applier does: the batch's own rows (as the binlog has them) written, then its
+    triggers resolved against the copies and their changes written."""
+    triggers = []
+    for table, (old, new), v in events:
+        if new is not None and new[0] != old[0]:
+            copies.write(table, old, v, True)
+        copies.write(table, new or old, v, new is None)
+        if table in plan.parents and (new is None or new[0] != old[0]):
+            triggers.append(Trigger(table, v, (old[0],), None if new is None else (new[0],)))
+    for change in Cascades(plan, copies).resolve(triggers):
+        if change.after is None or change.after[0] != change.before[0]:
+            copies.write(change.table, change.before, change.version, True)
+        if change.after is not None:
+            copies.write(change.table, change.after, change.version, False)
+
+
 def _operation():
     table = st.sampled_from(["s.a", "s.b", "s.c", "s.t"])
     return st.tuples(table, st.integers(1, 12), st.one_of(st.none(), st.integers(1, 14)), st.integers(0, 12))
@@ -220,15 +248,7 @@ def test_cascades_derived_from_the_copies_match_innodb_batch_by_batch(operations
     """Random statements on a ← b ← c (with c → a too) and a self-referencing tree t: the binlog
     holds each statement's own rows; the applier writes each batch's rows, then resolves its
     triggers against the copies. After every batch the copies equal the model."""
-    from airflow_sync_provider.core.cdc.foreign_keys import ForeignKeys
-
-    model, copies = Model(), DictCopies()
-    for i in range(1, 9):  # every table starts full, consistent, copied at version 1
-        for table, row in (("s.a", (i,)), ("s.b", (i, 1 + i % 4)), ("s.c", (i, 1 + i % 6, 1 + i % 3)),
-                           ("s.t", (i, None if i == 1 else i // 2))):
-            model.rows[table][i] = row
-            copies.write(table, row, 1, False)
-    plan = ForeignKeys(KEYS).plan(set(COLUMNS))
+    model, copies, plan = _seeded()
     version, batch, events = 100, [], []
     cut_at = iter(cuts)
     size = next(cut_at, 3)
@@ -257,18 +277,7 @@ def test_cascades_derived_from_the_copies_match_innodb_batch_by_batch(operations
             events, size, gone = [], next(cut_at, 3), set()
     batch.append(events)
     for events in batch:
-        triggers = []
-        for table, (old, new), v in events:  # the batch's own rows, as the binlog has them
-            if new is not None and new[0] != old[0]:
-                copies.write(table, old, v, True)
-            copies.write(table, new or old, v, new is None)
-            if table in plan.parents and (new is None or new[0] != old[0]):
-                triggers.append(Trigger(table, v, (old[0],), None if new is None else (new[0],)))
-        for change in Cascades(plan, copies).resolve(triggers):
-            if change.after is None or change.after[0] != change.before[0]:
-                copies.write(change.table, change.before, change.version, True)
-            if change.after is not None:
-                copies.write(change.table, change.after, change.version, False)
+        _apply_batch(plan, copies, events)
     for table in COLUMNS:
         assert copies.live(table) == model.rows[table], table
 
@@ -283,28 +292,9 @@ def test_a_key_a_cascade_removed_and_the_same_batch_uses_again():
     fix: resolve each trigger against the batch's own state at its position (the batch's events
     in the overlay, the copy read before they are written), or end a batch after a transaction
     whose events cascade."""
-    from airflow_sync_provider.core.cdc.foreign_keys import ForeignKeys
-
-    model, copies = Model(), DictCopies()
-    for i in range(1, 9):
-        for table, row in (("s.a", (i,)), ("s.b", (i, 1 + i % 4)), ("s.c", (i, 1 + i % 6, 1 + i % 3)),
-                           ("s.t", (i, None if i == 1 else i // 2))):
-            model.rows[table][i] = row
-            copies.write(table, row, 1, False)
-    plan = ForeignKeys(KEYS).plan(set(COLUMNS))
-    events = [("s.a", model.change("s.a", 2, None), 200), ("s.b", model.change("s.b", 2, (1, 3)), 300)]
-    triggers = []
-    for table, (old, new), v in events:
-        if new is not None and new[0] != old[0]:
-            copies.write(table, old, v, True)
-        copies.write(table, new or old, v, new is None)
-        if table in plan.parents and (new is None or new[0] != old[0]):
-            triggers.append(Trigger(table, v, (old[0],), None if new is None else (new[0],)))
-    for change in Cascades(plan, copies).resolve(triggers):
-        if change.after is None or change.after[0] != change.before[0]:
-            copies.write(change.table, change.before, change.version, True)
-        if change.after is not None:
-            copies.write(change.table, change.after, change.version, False)
+    model, copies, plan = _seeded()
+    _apply_batch(plan, copies, [("s.a", model.change("s.a", 2, None), 200),
+                                ("s.b", model.change("s.b", 2, (1, 3)), 300)])
     assert model.rows["s.c"][6] == (6, None, 1)
     assert copies.live("s.c") == model.rows["s.c"]
 
