@@ -193,6 +193,7 @@ def stop_service(ch, pipeline: str, thread, past=None, timeout: float = 120) -> 
     from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 
     checkpoints, deadline = Checkpoints(ch), time.monotonic() + timeout
+    checkpoints.ensure()  # the service may not have made the ledger yet
     while thread.is_alive() and time.monotonic() < deadline:
         position = checkpoints.position(pipeline)
         if (past is None or (position is not None and position.key() >= past.key())) \

@@ -256,3 +256,22 @@ def test_a_killed_service_is_taken_over_within_seconds_a_second_applier_is_refus
         with conn.cursor() as cur:
             cur.execute("SELECT IS_USED_LOCK(%s)", (f"airflow_sync:{pipeline}",))
             assert cur.fetchone()[0] is None
+
+
+def test_a_service_waiting_for_its_first_table_stops_when_asked(ch, endpoints, spark):
+    """`cdc stop` reaches a service that no table has joined yet (it waits, heartbeat on): it ends
+    within a poll, its state idle and its lease given back; a later request finds no applier."""
+    from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
+    from tests.helpers import in_background, stop_service
+
+    pipeline = "lease.early_stop"
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, service=True,
+                        max_seconds=120, reset=True)
+    service, result, errors = in_background(lambda: run_cdc_apply(spec, spark))
+    began = time.monotonic()
+    stop_service(ch, pipeline, service)
+    assert not errors, errors
+    assert result["stopped_as_asked"] and result["tables"] == [] and time.monotonic() - began < 60, result
+    checkpoints = Checkpoints(ch)
+    assert checkpoints.state(pipeline).status == "idle"
+    assert checkpoints.request_stop(pipeline) is None  # nothing runs: nothing to ask

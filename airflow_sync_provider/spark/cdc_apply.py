@@ -202,11 +202,8 @@ class PipelineRun(RunStart):
         if time.monotonic() - self._polled < JOIN_POLL_SECONDS:
             return False
         self._polled = time.monotonic()
-        if self.spec.service:
-            self.stop_asked = self.checkpoints.stop_requested(self.spec.pipeline, self.lease.generation)
-            if self.stop_asked is not None:
-                self.log(f"stopping at the next batch boundary, as asked ({self.stop_asked or 'cdc stop'})")
-                return True
+        if self._asked_to_stop():
+            return True
         return any(not r.joined for r in self.checkpoints.registrations(self.spec.pipeline))
 
     # --- following the binlog --------------------------------------------------------------

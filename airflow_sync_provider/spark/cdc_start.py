@@ -288,6 +288,17 @@ class RunStart:
                 self.checkpoints.write_registration(spec.pipeline, registration)
         return start, [r.table for r in registrations]
 
+    def _asked_to_stop(self) -> bool:
+        """Has `cdc stop` asked this service (its lease generation) to stop? Sets ``stop_asked``
+        to the reason given."""
+        if not self.spec.service:
+            return False
+        self.stop_asked = self.checkpoints.stop_requested(self.spec.pipeline, self.lease.generation)
+        if self.stop_asked is None:
+            return False
+        self.log(f"stopping at the next batch boundary, as asked ({self.stop_asked or 'cdc stop'})")
+        return True
+
     def _await_tables(self) -> None:
         """A service started for a new pipeline before any table joined it (e.g. ahead of the
         bootstrap) waits for the first table instead of failing; bounded runs do not wait."""
@@ -299,8 +310,7 @@ class RunStart:
         while not self.checkpoints.registrations(spec.pipeline):
             if spec.max_seconds and time.time() - self.started > spec.max_seconds:
                 raise ApplyFailed(f"pipeline {spec.pipeline!r}: no table joined within {spec.max_seconds:.0f} s")
-            if spec.service and self.checkpoints.stop_requested(spec.pipeline, self.lease.generation) is not None:
-                self.stop_asked = "cdc stop"
+            if self._asked_to_stop():
                 return
             if not announced:
                 self.log("waiting for a table to join (a bootstrap or a full load given to start_from_loads)")

@@ -90,7 +90,7 @@ def _of_tables(conn, tables: set[str]) -> list[ForeignKey]:
     keys are read from SHOW CREATE TABLE instead."""
     schemas = sorted({t.split(".", 1)[0] for t in tables})
     marks = ", ".join(["%s"] * len(schemas))
-    found = [k for k in _with_rules(conn, schemas, marks) if k.child in tables]
+    found = [k for k in _with_rules(conn, schemas) if k.child in tables]
     seen = {(k.child, k.name.lower()) for k in found}
     with conn.cursor() as cur:
         cur.execute("SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME FROM information_schema.KEY_COLUMN_USAGE"
@@ -105,8 +105,9 @@ def _of_tables(conn, tables: set[str]) -> list[ForeignKey]:
     return found
 
 
-def _with_rules(conn, schemas: list[str], marks: str) -> list[ForeignKey]:
+def _with_rules(conn, schemas: list[str]) -> list[ForeignKey]:
     """The acting keys of ``schemas``' tables whose rules information_schema shows this user."""
+    marks = ", ".join(["%s"] * len(schemas))
     with conn.cursor() as cur:
         cur.execute(
             "SELECT rc.CONSTRAINT_SCHEMA, rc.CONSTRAINT_NAME, rc.TABLE_NAME, rc.UPDATE_RULE, rc.DELETE_RULE,"
