@@ -42,6 +42,12 @@ def apply(endpoints, spark, pipeline, **kwargs):
                                       lanes=2, **kwargs), spark)
 
 
+def _rows(conn, sql):
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetchall()
+
+
 def same(conn, ch, *tables):
     for table in tables:
         assert_same_rows(conn, ch, DB, table)
@@ -92,6 +98,63 @@ def test_a_chain_of_three_follows_update_cascade_delete_cascade_and_set_null(mys
     apply(endpoints, spark, "chain")
     _sql(mysql_conn, "XA COMMIT 'fk1'")
     apply(endpoints, spark, "chain")
+    same(mysql_conn, ch, "a", "b", "c")
+
+
+def test_keys_a_cascade_removed_and_the_same_batch_uses_again(mysql_conn, ch, endpoints, spark):
+    """One batch: a deleted a row deletes its b rows (ON DELETE CASCADE), whose c rows get NULL
+    (SET NULL); then the same batch gives the removed b keys to other rows (a renumbered b row, a
+    new one) and points c rows at them. Resolved after the batch's rows were written, the removed
+    rows' c children were never reached (the copy's b row under that key was already the new
+    one); resolved before, with the batch's own changes in order, each sees what InnoDB saw."""
+    _fresh(mysql_conn, *CHAIN)
+    _sql(mysql_conn,
+         f"INSERT INTO {DB}.a SELECT seq, CONCAT('a', seq) FROM {DB}.seq_1_to_10",
+         f"INSERT INTO {DB}.b SELECT seq, 1 + seq % 10, 'b' FROM {DB}.seq_1_to_100",
+         f"INSERT INTO {DB}.c SELECT seq, 1 + seq % 100 FROM {DB}.seq_1_to_400")
+    bootstrap(endpoints, spark, "reuse", ["a", "b", "c"])
+    apply(endpoints, spark, "reuse")
+    removed = [r[0] for r in _rows(mysql_conn, f"SELECT id FROM {DB}.b WHERE a_id = 4 ORDER BY id")]
+    _sql(mysql_conn, f"DELETE FROM {DB}.a WHERE id = 4",  # b rows of a 4 go; their c rows' b_id NULL
+         f"UPDATE {DB}.b SET id = {removed[0]} WHERE id = {removed[0] + 1}",  # a removed key, renumbered to
+         f"INSERT INTO {DB}.b VALUES ({removed[1]}, 5, 'new')",  # and one inserted again
+         f"UPDATE {DB}.c SET b_id = {removed[1]} WHERE id <= 3",
+         f"DELETE FROM {DB}.a WHERE id = 5",  # the new row goes again, with its new c children
+         f"INSERT INTO {DB}.b VALUES ({removed[1]}, 6, 'again')")
+    assert _rows(mysql_conn, f"SELECT COUNT(*) FROM {DB}.c WHERE b_id IS NULL")[0][0] > 30
+    result = apply(endpoints, spark, "reuse")
+    same(mysql_conn, ch, "a", "b", "c")
+    assert result["cascaded_rows"] > 30
+
+
+def test_killed_between_a_batchs_cascade_writes_and_its_rows_a_rerun_ends_exact(mysql_conn, ch, endpoints, spark,
+                                                                                monkeypatch):
+    """SIGKILL after the deepest table's cascade rows went in (before the table above it), and
+    after all of a batch's cascades went in (before its own rows); each run replays what the kill
+    left, with more changes behind it. The rows the crash left out are written, nothing twice."""
+    from airflow_sync_provider.core.submission import spark_submit
+
+    _fresh(mysql_conn, *CHAIN)
+    _sql(mysql_conn,
+         f"INSERT INTO {DB}.a SELECT seq, CONCAT('a', seq) FROM {DB}.seq_1_to_10",
+         f"INSERT INTO {DB}.b SELECT seq, 1 + seq % 10, 'b' FROM {DB}.seq_1_to_100",
+         f"INSERT INTO {DB}.c SELECT seq, 1 + seq % 100 FROM {DB}.seq_1_to_400")
+    bootstrap(endpoints, spark, "killed", ["a", "b", "c"])
+    spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="killed", lanes=2,
+                        verify_period=0, verify_after_ddl=False)
+    assert spark_submit(spec, timeout=300)["status"] == "success"
+    for a, point in ((3, "cdc.cascade-table"), (6, "cdc.cascaded")):
+        removed = [r[0] for r in _rows(mysql_conn, f"SELECT id FROM {DB}.b WHERE a_id = {a} ORDER BY id")]
+        _sql(mysql_conn, f"UPDATE {DB}.b SET id = id + 1000 WHERE a_id = {a + 1}",  # c's references follow
+             f"DELETE FROM {DB}.a WHERE id = {a}",  # b rows go, their c rows get NULL
+             f"INSERT INTO {DB}.b VALUES ({removed[0]}, {a + 2}, 'reused')")
+        monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", f"{point}:1")
+        assert spark_submit(spec, timeout=300)["status"] == "failed"
+    monkeypatch.delenv("AIRFLOW_SYNC_CRASH_AT")
+    result = spark_submit(spec, timeout=300)
+    assert result["status"] == "success", result
+    # the takeover after a kill has the tables verified: the net must find nothing to repair
+    assert result["repaired_shards"] == 0, result["verified"]
     same(mysql_conn, ch, "a", "b", "c")
 
 

@@ -238,7 +238,8 @@ class PipelineRun(RunStart):
             part = ReadRange({} if stream.cascades_only else stream.routes, frozenset(t.name for t in stream.tables),
                              stream.position, stop, deadline,
                              self.selection.to_dict() if self.selection and main else None,
-                             self.state.prepared if main else None, self.cascading.watch(stream.routes))
+                             self.state.prepared if main else None, self.cascading.watch(stream.routes),
+                             frozenset() if stream.cascades_only else self.cascading.children(stream.routes))
             reader = Readers(self.spec, part)
             try:
                 batch = self._apply_batches(stream, reader, poll)
@@ -263,6 +264,12 @@ class PipelineRun(RunStart):
             staged = self._stage(stream, batch) if batch.stage is not None else 0
             payloads = [lane for lane in batch.payloads if lane]
             per_table = {source: [count, 0, 0] for source, count in batch.per_table.items()}
+            if batch.through is None:
+                for end in batch.staged_ends:  # XA transactions in staging committed here: into the copies
+                    self._staged_end(stream, end, per_table)
+            # what the batch's parent changes do to their children, resolved against the copies as
+            # they are before the batch's rows go in (core/cdc/cascades.py) and written first
+            after = self._cascades(stream, batch, per_table) if batch.cascades else []
             if payloads:
                 try:
                     results = write_lanes(self.spec, self.session, payloads, batch.events)
@@ -275,18 +282,14 @@ class PipelineRun(RunStart):
                     for source, rows in lane:
                         per_table[source][1] += rows
                         self.totals.rows_written += rows
-            if batch.cascades and batch.through is not None:  # a piece's cascades, once its rows are written
-                self._cascades(stream, batch, per_table)
+            if after:  # an XA transaction's cascades, at the version its rows have too: after them
+                self._cascades_after(stream, after, per_table)
             if batch.through is not None:
                 self._piece(stream, batch, per_table, staged)
                 if batch.done:  # the binlog ended inside it (not at a commit): claimed by a later run
                     return batch
                 continue
             crash_point("cdc.written")
-            for end in batch.staged_ends:  # XA transactions in staging committed here: into the copies
-                self._staged_end(stream, end, per_table)
-            if batch.cascades:  # what the batch's parent changes did to their children, at their versions
-                self._cascades(stream, batch, per_table)
             batch = self._claim(stream, batch, per_table, staged)
             self.totals.events += batch.events
             if batch.xa_commits_unseen:
@@ -301,14 +304,24 @@ class PipelineRun(RunStart):
             if poll():
                 return None
 
-    def _cascades(self, stream: Stream, batch: Decoded, per_table: dict) -> None:
-        """Write the children's changes of the batch's cascading parent changes (spark/cdc_cascades.py),
-        after the batch's own rows and before the checkpoint passes them."""
-        began = time.monotonic()
-        written = self.cascading.follow(stream.routes, batch.cascades, per_table)
-        self.totals.cascaded_rows += written
-        self.totals.cascade_seconds = round(self.totals.cascade_seconds + time.monotonic() - began, 3)
+    def _cascades(self, stream: Stream, batch: Decoded, per_table: dict) -> list:
+        """Resolve and write the children's changes of the batch's cascading parent changes
+        (spark/cdc_cascades.py) before the batch's own rows are written; returns those of XA
+        transactions, which go after them."""
+        began, rows = time.monotonic(), self.cascading.rows
+        after = self.cascading.follow(stream.routes, batch.cascades, batch.changed, per_table)
+        self._cascaded(began, rows)
         crash_point("cdc.cascaded")
+        return after
+
+    def _cascades_after(self, stream: Stream, changes: list, per_table: dict) -> None:
+        began, rows = time.monotonic(), self.cascading.rows
+        self.cascading.write_after(stream.routes, changes, per_table)
+        self._cascaded(began, rows)
+
+    def _cascaded(self, began: float, rows: int) -> None:
+        self.totals.cascaded_rows += self.cascading.rows - rows
+        self.totals.cascade_seconds = round(self.totals.cascade_seconds + time.monotonic() - began, 3)
 
     def _piece(self, stream: Stream, batch: Decoded, per_table: dict, staged: int) -> None:
         """A piece of a transaction still open (core/cdc/binlog/batches.Batch) has been written at its

@@ -2,15 +2,16 @@
 
 A :class:`Cascading` is held by the pipeline run. It knows the pipeline's acting foreign keys as
 of the checkpoint (core/cdc/foreign_keys.py; kept with the checkpoint, followed through DDL), says
-which parent tables a stream's reader must watch (core/cdc/binlog/parents.py), and once a batch's
-row changes are written, resolves the batch's triggers against the copies
-(core/cdc/cascades.py: why the copy is the exact place to read them from) and writes the
-children's new rows at their parents' versions — before the checkpoint passes the batch, under
-the run's ``writing`` lock, so a verification's look never sees half of it.
+which parent tables a stream's reader must watch (core/cdc/binlog/parents.py) and whose changes go
+with the triggers (:meth:`Cascading.children`), and before a batch's rows are written, resolves its
+triggers against the copies and its own changes of the children (core/cdc/cascades.py: why that is
+exact, also after a crash) and writes the children's new rows at their parents' versions, deepest
+tables first, under the run's ``writing`` lock, so a verification's look never sees half of a
+resolution.
 
 Copies being filled while a cascade lands (a re-copy's chunks, a reshape's new copy) are brought
 level afterwards: when a re-copy of a child ends, its cascades from the re-copy's position on are
-resolved again against the now whole copy (:meth:`Cascading.replay_after_recopy`) — resolving is
+resolved again against the now whole copy (spark/cdc_apply.PipelineRun.replay_cascades) — resolving is
 idempotent, so rows already right are left alone. A server that logs cascaded rows itself
 (MySQL ≥ 9.6, core/cdc/foreign_keys.logs_cascades) gets none of this.
 """
@@ -37,6 +38,7 @@ from airflow_sync_provider.core.cdc.foreign_keys import (
 from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
 from airflow_sync_provider.core.clickhouse.described import column_types
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
+from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
@@ -96,6 +98,12 @@ class CopiesInClickHouse:
         """Values as the copy's rows hold them (a trigger's come from a row event's image)."""
         types = self.types(table)
         return tuple(pa.array([v], type=types[c]).to_pylist()[0] for c, v in zip(columns, values))
+
+    def rows_of(self, table: str, data: pa.Table) -> list[tuple]:
+        """A batch's changed rows of ``table`` as the reader shaped them, as the copy's rows are."""
+        types, names = self.types(table), self.columns(table)
+        data = data.select(names).cast(pa.schema([pa.field(n, types[n]) for n in names]))
+        return list(zip(*(data.column(i).to_pylist() for i in range(len(names)))))
 
     def fetch(self, table: str, columns: tuple[str, ...], values: list[tuple],
               below: int) -> list[tuple[tuple, int, bool]]:
@@ -251,20 +259,31 @@ class Cascading:
 
     # --- resolving ------------------------------------------------------------------------
 
-    def follow(self, routes: dict[str, TableRoute], triggers: list[Trigger], per_table: dict | None = None) -> int:
-        """Resolve ``triggers`` (a written batch's, in binlog order) against ``routes``' copies and
-        write the children's new rows at their parents' versions; returns the rows written."""
+    def children(self, routes: dict[str, TableRoute]) -> frozenset:
+        """The copies whose rows a cascade of ``routes``' stream can change: a batch's own changes
+        of them travel with its triggers (core/cdc/cascades.Rows)."""
         plan = self.plan(routes)
+        return frozenset(k.child for k in plan.keys if k.child in routes and k.child not in plan.ahead)
+
+    def follow(self, routes: dict[str, TableRoute], items: list, changed: dict[str, pa.Table],
+               per_table: dict | None = None) -> list[Change]:
+        """Resolve a batch's cascade items (its triggers and its own changes of the children, in
+        binlog order; ``changed``: those rows per table) against ``routes``' copies — before the
+        batch's rows are written — and write the children's new rows at their parents' versions,
+        deepest tables first. Returns the changes an XA transaction's triggers made, which are
+        written after the batch's rows (:meth:`write_after`)."""
+        plan = self.plan(routes)
+        triggers = [item for item in items if isinstance(item, Trigger)]
         if not plan or not triggers:
-            return 0
+            return []
         copies = CopiesInClickHouse(self.run.ch, routes)
         skip = {name: route.skip_before for name, route in routes.items() if route.skip_before}
         recopying = frozenset(name for name, route in routes.items()
                               if route.table is not None and route.table.recopying)
         with self.run.writing:  # no verification looks at the copies in between
             cascades = Cascades(plan, copies, self.run.spec.cascade_rows, skip, recopying)
-            changes = cascades.resolve(triggers)
-            written = self._write(copies, changes, per_table)
+            changes = cascades.resolve(items, {table: copies.rows_of(table, data) for table, data in changed.items()})
+            self.rows += self._write(copies, [c for c in changes if not c.inclusive], per_table)
         if cascades.unresolved:  # through a copy ahead of this replay, or into a multiset: the net catches it
             reached = set(cascades.unresolved).union(*(plan.below(t) for t in cascades.unresolved))
             reached = reached & set(routes) or set(routes)  # a replay's own table, when the chain leaves it
@@ -274,16 +293,26 @@ class Cascading:
             self.run.log(f"cascades into or through {sorted(cascades.unresolved)} (a copy ahead of this replay, or a "
                          f"table without a key) reach {sorted(reached)}: verified against the source instead")
         self.triggers += len(triggers)
-        self.rows += written
-        return written
+        return [c for c in changes if c.inclusive]
+
+    def write_after(self, routes: dict[str, TableRoute], changes: list[Change], per_table: dict | None = None) -> None:
+        """The changes of XA transactions' triggers (Change.inclusive), once the batch's rows are written."""
+        if changes:
+            with self.run.writing:
+                self.rows += self._write(CopiesInClickHouse(self.run.ch, routes), changes, per_table)
 
     def _write(self, copies: CopiesInClickHouse, changes: list[Change], per_table: dict | None) -> int:
+        """One insert per copy, the deepest tables first: a replay after a crash in between finds
+        a table's rows written only when the rows below them are too (core/cdc/cascades.py)."""
         by_table: dict[str, list[Change]] = defaultdict(list)
+        depth: dict[str, int] = defaultdict(int)
         for change in changes:
             if change.written:
                 by_table[change.table].append(change)
+                depth[change.table] = max(depth[change.table], change.depth)
         written = 0
-        for table, items in by_table.items():
+        for table in sorted(by_table, key=lambda t: -depth[t]):
+            items = by_table[table]
             route = copies.route(table)
             rows = _rows(route, items, self._weights(route, items))
             if not rows:
@@ -291,12 +320,14 @@ class Cascading:
             arrow = copies.arrow(table, *map(list, zip(*rows)))
             settings = WEIGHT_SETTINGS if route.weight is not None else None
             self.run.checkpoints.fence()  # the copies are written only under the lease
+            # a reshape's old copy last: it is the one read (CopiesInClickHouse.reads_from)
             for database, name in dict.fromkeys([(route.target_database, route.target_table),
                                                  *([route.also] if route.also else [])]):
                 self.run.ch.insert_arrow(name, arrow, database=database, settings=settings)
             written += len(rows)
             if per_table is not None:
                 per_table.setdefault(table, [0, 0, 0])[1] += len(rows)
+            crash_point("cdc.cascade-table")
         return written
 
     def _weights(self, route: TableRoute, items: list[Change]) -> dict:

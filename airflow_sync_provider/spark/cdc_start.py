@@ -122,7 +122,7 @@ class RunStart:
             self.epochs.ensure()
             epoch = self.epochs.epoch(here)  # registered when first seen
             start, state.tables = self._start_and_tables(epoch)
-            self.start = state.checkpoint = self._on_server(conn, here, start, epoch)
+            self._start_at(self._on_server(conn, here, start, epoch))
         # a look at every table: asked for, or after a takeover (the last applier died running)
         if spec.verify or (self.previous is not None and self.previous.status == PIPELINE_RUNNING):
             for table in state.tables:
@@ -135,7 +135,7 @@ class RunStart:
             try:
                 preflight(conn, self.start, spec.source, spec.server_id + 70)  # the dump probe's own replica id
             except BinlogLost as lost:  # the binlog the checkpoint needs is gone
-                self.start = state.checkpoint = self._lost(conn, str(lost))
+                self._start_at(self._lost(conn, str(lost)))
             self.stop = BinlogPosition.from_dict(spec.stop_position) or (
                 None if spec.service else current_position(conn, epoch=self.epoch))
         if state.prepared or (self.previous is not None and self.previous.status != PIPELINE_IDLE):
@@ -153,6 +153,13 @@ class RunStart:
         self.log(f"{len(routes)} table(s) from {self.start} to {self.stop or 'until stopped'}, {spec.lanes} lane(s), "
                  f"lease generation {self.lease.generation}"
                  + (f", tables selected by {self.selection.to_dict()}" if self.selection else ""))
+
+    def _start_at(self, position: BinlogPosition) -> None:
+        """Where the run reads from: the checkpoint as this server names it (a failover's
+        translation), or the source's now when the binlog it needs is gone (every table re-copied
+        beside the stream). The run's other move of the checkpoint is PipelineRun.advance, after a
+        batch's writes."""
+        self.start = self.state.checkpoint = position
 
     def _register(self, fresh: bool) -> None:
         """Tables named by the run (full loads, or tables with a start position) join the pipeline

@@ -32,6 +32,7 @@ from airflow_sync_provider.core.cdc.binlog.backlog import backlog_events, split_
 from airflow_sync_provider.core.cdc.binlog.batches import MidTransaction
 from airflow_sync_provider.core.cdc.binlog.reader import BinlogReader, Watch, batches
 from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
+from airflow_sync_provider.core.cdc.cascades import Rows, gathered
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.staging import stage_table
 from airflow_sync_provider.core.clickhouse.client import shared_client
@@ -64,6 +65,7 @@ class ReadRange:
     selection: dict | None = None
     prepared: dict | None = None  # XA transactions prepared before ``start`` (BinlogReader): xid → position
     parents: dict | None = None  # tables whose row events cascade into ``routes``' (core/cdc/binlog/parents.py)
+    children: frozenset = frozenset()  # ``routes``' tables a cascade can change (Watch.children)
 
     def part(self, start, stop) -> "ReadRange":
         return dataclasses.replace(self, start=start, stop=stop)
@@ -87,7 +89,10 @@ class Decoded:
     staging: list = dataclasses.field(default_factory=list)  # lane payloads into staging tables (Batch.staging)
     stage: BinlogPosition | None = None  # where the XA transaction they belong to began
     staged_ends: list = dataclasses.field(default_factory=list)  # Batch.staged_ends
-    cascades: list = dataclasses.field(default_factory=list)  # Batch.cascades: resolved once the batch is written
+    # Batch.cascades, its changes of the children numbered (core/cdc/cascades.gathered): resolved
+    # before the batch is written; ``changed``: those rows per table, shaped as the copy holds them
+    cascades: list = dataclasses.field(default_factory=list)
+    changed: dict = dataclasses.field(default_factory=dict)
 
     @property
     def alone(self) -> bool:
@@ -101,7 +106,14 @@ class Decoded:
         return Decoded(self.start, more.end, self.events + more.events, per_table, more.ddl, more.done,
                        more.last_event_at or self.last_event_at, [a + b for a, b in zip(self.payloads, more.payloads)],
                        more.prepared, self.xa_commits_unseen + more.xa_commits_unseen,
-                       staged_ends=self.staged_ends + more.staged_ends, cascades=self.cascades + more.cascades)
+                       staged_ends=self.staged_ends + more.staged_ends, cascades=self.cascades or more.cascades,
+                       changed=self.changed or more.changed)
+
+    def joins(self, more: "Decoded", children: frozenset) -> bool:
+        """Can ``more`` be written with this batch? Not alone, and not with cascades to resolve
+        against copies this batch changes first (its changes of the children are not in ``more``'s
+        items): one batch's cascades at most."""
+        return not more.alone and (not more.cascades or not (self.cascades or children.intersection(self.per_table)))
 
 
 def _latest(route: TableRoute, rows, versions, deleted):
@@ -161,6 +173,35 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
         conn.close()
     return [[(database, name, tuple(counts.items()), _ipc(pa.concat_tables(parts)))
              for database, name, counts, parts in lane] for lane in tables]
+
+
+def _cascade_items(batch, routes: dict[str, TableRoute], source_endpoint) -> tuple[list, dict]:
+    """A batch's cascade items (core/cdc/cascades.gathered) and its changed rows of the children
+    per table as Arrow, shaped and checked as its lanes' rows are (with a collated split key's
+    weight): the copy's rows as they will be."""
+    items, rows = gathered(batch.cascades)
+    if not rows:
+        return items, {}
+    gone: dict = defaultdict(list)
+    for item in items:
+        if isinstance(item, Rows):
+            gone[item.table] += item.gone
+    changed, conn = {}, None
+    try:
+        for table, raw in rows.items():
+            route = routes[table]
+            data = route.arrow(raw, [0] * len(raw), [int(g) for g in gone[table]],
+                               f"table {table}, binlog {batch.start}…{batch.end}").select(route.names)
+            if route.weight is not None:
+                conn = conn or mysql_reader.connect(source_endpoint)
+                values = data.column(route.weight.name).to_pylist()
+                data = data.append_column(SPLIT_WEIGHT_COLUMN, pa.array(weights_of(conn, route.weight, values),
+                                                                        pa.binary()))
+            changed[table] = data
+    finally:
+        if conn is not None:
+            conn.close()
+    return items, changed
 
 
 def _add(into: list, target: tuple[str, str], table: pa.Table, combine: bool) -> dict:
@@ -227,7 +268,8 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool,
         reader = BinlogReader(spec.source, part.start, part.routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
                               blocking=spec.service,
                               watch=Watch(part.watched, TableSelection.of(part.selection), part.prepared,
-                                          part.parents, waiting.is_set if waiting is not None else None))
+                                          part.parents, children=part.children,
+                                          ready=waiting.is_set if waiting is not None else None))
         # a service checkpoints every batch_seconds; a bounded run cuts batches by size (each
         # batch costs a Spark job and a checkpoint), with a time cap so progress is recorded
         seconds = spec.batch_seconds if spec.service else max(spec.batch_seconds, 30.0)
@@ -242,7 +284,7 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool,
                                   _lane_payloads(batch, part.routes, spec.lanes, spec.source), batch.prepared,
                                   batch.xa_commits_unseen, batch.through, _staging_payloads(spec, batch, part.routes),
                                   batch.staging.start if batch.staging else None, batch.staged_ends,
-                                  batch.cascades)
+                                  *_cascade_items(batch, part.routes, spec.source))
                 if not _hand_over(out, decoded, halt, process) or batch.done or batch.ddl:
                     break
         finally:
@@ -389,7 +431,8 @@ class Readers:
             self.close()
             raise
         self.index = 0
-        self._held = None  # a batch taken while merging that must go alone (Decoded.alone)
+        self.children = part.children
+        self._held = None  # a batch taken while merging that must go on its own (Decoded.joins)
 
     def _handed_on(self, item):
         """A share's last batch ends at its cut (a piece: read through it): the next share
@@ -421,7 +464,7 @@ class Readers:
                 return batch
             if isinstance(more, BaseException):
                 raise more
-            if more.alone:
+            if not batch.joins(more, self.children):
                 self._held = more
                 return batch
             batch = batch.merged(more)

@@ -9,19 +9,23 @@ parent's new values (CASCADE), NULL (SET NULL) or is deleted (ON DELETE CASCADE)
 changed so is the parent of its own children in turn (chains, self-referencing trees), depth
 first, key by key in name order, as InnoDB walks them.
 
-**Why the copy is the right place to read children from.** The applier writes a batch's row
-changes first, then resolves its triggers in binlog order (spark/cdc_cascades.py), before the
-checkpoint passes the batch. Every copy row is a state of its source row at its ``_version``, and
-every copy row ranked below a trigger's version ``v`` is the source row as it was just before
-``v`` (the changes before ``v`` are all applied, in order; a cascade of an earlier trigger was
-written at that trigger's version). A copy row ranked at or above ``v`` was written from a later
-image (a binlog row image, which is a real row after the cascade, or a snapshot read after it):
-it is already right and is left alone. So a trigger takes the copy rows ranked below ``v`` with
-matching values — **those and only those are the rows InnoDB changed** — and writes their new
-state at ``v``: above everything before the parent's event, below everything after it. A replay
-after a crash finds the changed rows already ranked at ``v`` (not below it) and writes nothing
-twice. Within one resolution the rows already changed are kept in an overlay, so a later trigger
-of the same batch (or a deeper level of the same one) sees them as they are then.
+**Where the children are read from.** The applier resolves a batch's triggers *before* it writes
+the batch's rows (spark/cdc_cascades.py, spark/cdc_apply.py), so each copy holds its rows as they
+were at the batch's start: every copy row is a state of its source row at its ``_version``, and the
+batch is the rest. The batch's own changes of the children are handed over with the triggers, in
+binlog order (:class:`Rows`), and go into an overlay as the walk passes them; a trigger's
+candidates are the overlay's rows where the batch changed them and the copy's rows ranked below
+its version where it did not. So each trigger sees the children exactly as InnoDB saw them at
+its position — also when a later event of the same batch gives a removed row's key to another
+row — and writes their new state at its version: above everything before the parent's event,
+below everything after it. A deeper level and a later trigger see the rows changed so far.
+
+**A replay after a crash.** The cascades are written before the batch's rows, deepest tables first
+(:attr:`Change.depth`), and the checkpoint passes the batch only after both. A replay reads copies
+that may hold some of that: a child already written is ranked at its trigger's version (not
+below it), so it is not taken again and the walk does not pass through it, and everything below it
+was written before it. What the replay does take are the rows still as they were, so it writes
+what the crash left out and nothing twice.
 
 :class:`Cascades` is plain Python over a :class:`CopyRows` (the copies as the Spark layer reads
 them from ClickHouse; a dict in the tests), bounded by ``max_rows`` rows held at once.
@@ -75,6 +79,42 @@ class Change:
     # False: the change only leads on to the row's own children; the row itself is being re-copied
     # (a stale row, or a change its re-copy's snapshot already holds) and is not written
     written: bool = True
+    depth: int = 1  # how far below the trigger's parent (the deepest tables are written first)
+    # an XA transaction's (Trigger.inclusive): ranked at the version its rows have too, so written
+    # after them (of two rows of one version, ReplacingMergeTree keeps the one written last)
+    inclusive: bool = False
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The batch's own changes of a child table's rows in one rows event, in binlog order, handed
+    to :meth:`Cascades.resolve` between the triggers: rows ``start`` … ``start + len(gone)`` of the
+    batch's changed rows of ``table`` (as its copy holds them, :meth:`CopyRows.columns` order);
+    ``gone[i]``: that row leaves the copy (a delete, the old key of a re-keyed row, a row leaving a
+    filter). ``rows``: the rows themselves, on the reader's side until :func:`gathered` numbers them."""
+
+    table: str
+    gone: tuple
+    start: int = 0
+    rows: list | None = None
+
+
+def gathered(items: list) -> tuple[list, dict[str, list]]:
+    """A batch's cascade items as the reader made them, with its child changes numbered per table
+    (:class:`Rows` ``start``), and those rows per table; no trigger: nothing (its children's
+    changes matter to no cascade)."""
+    if not any(isinstance(item, Trigger) for item in items):
+        return [], {}
+    rows: dict[str, list] = defaultdict(list)
+    out = []
+    for item in items:
+        if isinstance(item, Rows):
+            into = rows[item.table]
+            start = len(into)
+            into += item.rows
+            item = Rows(item.table, item.gone, start)
+        out.append(item)
+    return out, dict(rows)
 
 
 class CopyRows(Protocol):
@@ -204,13 +244,15 @@ class Cascades:
         if done < len(log):
             get = self.getter(table, columns)
             for old_key, before, new_key, after in log[done:]:
-                index[get(before)].pop(old_key, None)
+                if before is not None:
+                    index[get(before)].pop(old_key, None)
                 if after is not None:
                     index[get(after)][new_key] = None
             self._seen[(table, columns)] = len(log)
         return index
 
-    def _record(self, table: str, before: tuple, after: tuple | None, trigger: Trigger, written: bool) -> None:
+    def _record(self, table: str, before: tuple, after: tuple | None, trigger: Trigger, written: bool,
+                depth: int) -> None:
         key_of = self.key_getter(table)
         old_key = key_of(before)
         state = self._state[table]
@@ -222,20 +264,38 @@ class Cascades:
             if not written:
                 self._stale[(table, new_key)] = True
         self._log[table].append((old_key, before, new_key, after))
-        self.changes.append(Change(table, before, after, trigger.version, trigger.at, written))
+        self.changes.append(Change(table, before, after, trigger.version, trigger.at, written, depth,
+                                   trigger.inclusive))
+
+    def _overlay(self, item: Rows, rows: list[tuple]) -> None:
+        """The batch's own changes of a child's rows, at their place among the triggers: the
+        overlay holds them from here on (a row written by the batch is never stale)."""
+        key_of, state, log = self.key_getter(item.table), self._state[item.table], self._log[item.table]
+        for row, gone in zip(rows[item.start:item.start + len(item.gone)], item.gone):
+            key = key_of(row)
+            after = None if gone else row
+            log.append((key, state.get(key), key, after))
+            state[key] = after
+            self._stale.pop((item.table, key), None)
 
     # --- the walk ------------------------------------------------------------------------
 
-    def resolve(self, triggers: list[Trigger]) -> list[Change]:
-        """Every trigger's cascade, in order (each one's whole depth before the next)."""
+    def resolve(self, items: list, changed: dict[str, list[tuple]] | None = None) -> list[Change]:
+        """Every trigger's cascade, in order (each one's whole depth before the next), against the
+        copies as they were at the batch's start and the batch's own changes of the children
+        (:class:`Rows` among the triggers: ``changed`` holds their rows per table)."""
+        triggers = [item for item in items if isinstance(item, Trigger)]
         if not triggers:
             return []
         self._below = max(t.version for t in triggers) + 1
         # one query per key for the first level of every trigger (and, speculatively, for the
         # levels below, from the rows found): most cascades then need no query of their own
         self._speculate(triggers)
-        for trigger in triggers:
-            self._walk(trigger, 0)
+        for item in items:
+            if isinstance(item, Trigger):
+                self._walk(item, 0)
+            else:
+                self._overlay(item, changed[item.table])
         return self.changes
 
     def _speculate(self, triggers: list[Trigger]) -> None:
@@ -310,7 +370,7 @@ class Cascades:
                     for i, v in zip(at, new_values):
                         changed[i] = v
                     after = tuple(changed)
-                self._record(key.child, row, after, trigger, not (stale or covered))
+                self._record(key.child, row, after, trigger, not (stale or covered), depth + 1)
                 if child_columns is not None:  # the child is a parent too: its own children follow
                     child_at = self.places(key.child, child_columns)
                     old = project(row, child_at)

@@ -66,8 +66,9 @@ class Batch:
     # "version": the commit's (None: XA COMMIT … ONE PHASE, rows keep theirs), "sources": {table:
     # lowest version kept}}
     staged_ends: list = field(default_factory=list)
-    # parent row changes whose foreign keys act on followed children (core/cdc/cascades.Trigger),
-    # in binlog order: the applier derives the children's changes once the batch is written
+    # parent row changes whose foreign keys act on followed children (core/cdc/cascades.Trigger)
+    # between its changes of those children (cascades.Rows), in binlog order: the applier derives
+    # the children's changes from them and the copies before it writes the batch
     cascades: list = field(default_factory=list)
 
     def add(self, route: TableRoute, lane: int, row: tuple, version: int, deleted: bool):

@@ -28,6 +28,7 @@ from airflow_sync_provider.core.cdc.binlog.batches import BATCH_BYTES, Batch, Mi
 from airflow_sync_provider.core.cdc.binlog.gate import CheckedBinLogStream
 from airflow_sync_provider.core.cdc.binlog.parents import ParentWatch, triggers_of
 from airflow_sync_provider.core.cdc.binlog.routes import MOVED, TableRoute
+from airflow_sync_provider.core.cdc.cascades import Rows, Trigger
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.rowimage import Decoders
 from airflow_sync_provider.core.cdc.servers import GtidState
@@ -49,6 +50,8 @@ class Watch:
     prepared: dict | None = None
     # tables whose row events cascade into the routes' tables (core/cdc/binlog/parents.py): name → watch
     parents: dict | None = None
+    # routes' tables a cascade can change: their changes go with the triggers, in order (cascades.Rows)
+    children: frozenset = frozenset()
     # a service's: is the applier waiting for a batch? Then a batch goes at the next commit (or
     # the next heartbeat, when the stream went quiet) instead of waiting for its time to run out
     ready: object = None
@@ -91,6 +94,7 @@ class BinlogReader:
         prepared = watch.prepared
         self.routes, self.ring = routes, ring
         self.parents: dict[str, ParentWatch] = watch.parents or {}
+        self.children = watch.children
         # DDL on these names ends a batch (tables that left too, and the parents of cascades)
         self.watched = set(routes) | set(watch.names) | set(self.parents)
         self.selection = watch.selection  # and on names the pipeline's patterns select (a table joining)
@@ -110,7 +114,9 @@ class BinlogReader:
         self._file = at.file  # the binlog file being read (its table ids are valid while it is)
         self.gtids = GtidState(at.gtid)  # the server's GTID state as the stream passes transactions
         self._pending: list = []  # the open transaction's row changes
-        self._cascading: list = []  # and its parent changes that cascade (core/cdc/cascades.Trigger)
+        # and its parent changes that cascade (core/cdc/cascades.Trigger), between its changes of the
+        # children (cascades.Rows), in binlog order
+        self._cascading: list = []
         self._pending_bytes = 0  # and their row events' bytes
         # a share starting inside a transaction: rows events ending by here are the share before's
         self._skip_to = (at.seq, at.pos) if inside else None
@@ -284,6 +290,9 @@ class BinlogReader:
                               "batch_events / batch_bytes above the transaction's size; a retry stops here again")
         batch.staging = Batch(began, began)
         reader._take_pending(batch.staging, cascading=False)
+        # its triggers wait for the commit in memory; its rows do not, so neither do their changes
+        # of the children (its staged rows are in the copies before its triggers are resolved)
+        reader._cascading = [item for item in reader._cascading if isinstance(item, Trigger)]
         for source, count in batch.staging.per_table.items():
             reader._spilled[source] += count
 
@@ -361,7 +370,10 @@ class BinlogReader:
         parked = self._prepared.pop(xid, None)
         version = event_version(self.stream.log_file, self.stream.log_pos - event.event_size, 0, self.epoch)
         if parked is not None and commit:  # its cascades at the commit's version too, in their order
-            self._cascading += [dataclasses.replace(t, version=version, inclusive=True) for t in parked.cascades]
+            self._cascading += [dataclasses.replace(t, version=version, inclusive=True) if isinstance(t, Trigger)
+                                else t for t in parked.cascades
+                                if isinstance(t, Trigger) or version >= getattr(self.routes.get(t.table),
+                                                                               "skip_before", version + 1)]
         if parked is not None and parked.staged is not None:
             kept = {s: version for s in parked.staged if s in self.routes and version >= self.routes[s].skip_before}
             batch.staged_ends.append({"began": parked.began.to_dict(), "commit": commit, "version": version,
@@ -390,7 +402,7 @@ class BinlogReader:
             xid, began = self._reread[0]
             if self._again is None:
                 self._again = BinlogReader(self._endpoint, began, self.routes, self.ring, self._server_id + 90,
-                                           watch=Watch(parents=self.parents))
+                                           watch=Watch(parents=self.parents, children=self.children))
                 self._again._xa_open = True
             try:
                 piece = self._read_again(xid, began, self._again, max_events, max_bytes)
@@ -443,6 +455,8 @@ class BinlogReader:
         if route is not None:
             self._changes(event, route)
             self._pending_bytes += event.event_size
+            if name in self.children and len(self._pending) > first:  # before its own triggers (a tree's)
+                self._cascading.append(child_rows(name, self._pending[first:]))
         if parent is None or isinstance(event, WriteRowsEvent):  # an insert references nothing yet
             return
         version = event_version(self.stream.log_file, self.stream.log_pos - event.event_size, 0, self.epoch)
@@ -496,6 +510,13 @@ class BinlogReader:
     @staticmethod
     def _item(route: TableRoute, row: tuple, version: int, deleted: bool, decoders: Decoders):
         return route, decoders.lane_of(route)(route.place_of(row)), row, version, deleted
+
+
+def child_rows(table: str, items: list) -> Rows:
+    """A rows event's changes of a child table as the cascades see them (core/cdc/cascades.Rows):
+    a moved row's old place is no change of its own; a tombstone or a kept delete leaves the copy's live rows."""
+    kept = [item for item in items if item[4] != MOVED]
+    return Rows(table, tuple(bool(item[4]) for item in kept), rows=[item[2] for item in kept])
 
 
 MARIADB_FL_PREPARED_XA = 0x40  # a GTID event's flag: its group is an XA transaction's prepare (log_event.h)
