@@ -9,6 +9,7 @@ from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from devenv import demo_data
 from devenv.services import clickhouse_service, mysql_service
+from tests.airflow_run import close_runners
 
 # The longest files first (seconds each takes in a whole run on an idle 2-core machine): `--dist
 # loadfile` hands files to the two workers in this order, so the short ones fill in at the end
@@ -46,6 +47,13 @@ def pytest_collection_modifyitems(items):
         return HEAVY_FIRST.index(name) if name in HEAVY_FIRST else len(HEAVY_FIRST)
 
     items.sort(key=rank)  # stable: the order inside a file, and of the other files, is kept
+
+
+@pytest.fixture(scope="module", autouse=True)
+def airflow_runners():
+    """A module's Airflow runner processes (tests/airflow_run.py) end with it."""
+    yield
+    close_runners()
 
 
 @pytest.fixture(scope="session", autouse=True)

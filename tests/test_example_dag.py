@@ -14,8 +14,8 @@ import pytest
 from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.source.planning import auto_split_factor
-from devenv.airflow_env import REPO, airflow_env
-from tests.airflow_run import ArgvWatcher, run_dag
+from devenv.airflow_env import airflow_env
+from tests.airflow_run import ArgvWatcher, airflow_cli, run_dag
 from tests.helpers import assert_same_rows, recreate_tables
 
 MYSQL_SECRET = "Pw-7f3c9d-s3cret"
@@ -45,8 +45,8 @@ def airflow_home(tmp_path_factory, secret_urls):
                    stdout=subprocess.DEVNULL, timeout=300)
     # the asset-scheduled consumer must be known and unpaused for a load to queue a run of it
     for command in (["dags", "reserialize"], ["dags", "unpause", "sync_demo_orders_consumer"]):
-        subprocess.run([sys.executable, "-m", "airflow", *command], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+        done = airflow_cli(env, *command, timeout=300)  # the runner the DAG runs use: Airflow started once
+        assert done.returncode == 0, done.stdout[-3000:]
     return home, env
 
 
@@ -162,8 +162,7 @@ def test_daily_period_dag_backfills_one_day_idempotently(airflow_home, demo_db, 
     # A manual run at D covers the interval ending at D: these load 2025-01-03 and 2025-01-04,
     # and the third run is a backfill of a day already loaded.
     for date in ("2025-01-04", "2025-01-05", "2025-01-04"):
-        run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "sync_demo_daily_orders", date],
-                             env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+        run = run_dag(env, "sync_demo_daily_orders", None, date)
         assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     for day in ("2025-01-03", "2025-01-04"):
         source, target = day_counts("orders_daily", day)
@@ -301,8 +300,7 @@ def test_tls_example_dag_reads_a_tls_only_source_through_connection_extras(airfl
         with root.cursor() as cur:
             cur.execute("UPDATE tls_dag.events SET v = 'changed' WHERE id % 50 = 0")
             cur.execute("DELETE FROM tls_dag.events WHERE id % 77 = 0")
-        again = subprocess.run([sys.executable, "-m", "airflow", "tasks", "test", "sync_tls_source", "catch_up"],
-                               env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+        again = airflow_cli(env, "tasks", "test", "sync_tls_source", "catch_up", timeout=600)
         log += again.stdout + again.stderr
         assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
         assert assert_same_rows(root, target, "tls_dag", "events", "tls_dag_copy") == 3000 - 3000 // 77
