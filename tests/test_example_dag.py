@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pymysql
@@ -41,10 +39,8 @@ def secret_urls(mysql_url, clickhouse_url):
 def airflow_home(tmp_path_factory, secret_urls):
     home = tmp_path_factory.mktemp("airflow")
     env = airflow_env(home, *secret_urls)
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True,
-                   stdout=subprocess.DEVNULL, timeout=300)
     # the asset-scheduled consumer must be known and unpaused for a load to queue a run of it
-    for command in (["dags", "reserialize"], ["dags", "unpause", "sync_demo_orders_consumer"]):
+    for command in (["db", "migrate"], ["dags", "reserialize"], ["dags", "unpause", "sync_demo_orders_consumer"]):
         done = airflow_cli(env, *command, timeout=300)  # the runner the DAG runs use: Airflow started once
         assert done.returncode == 0, done.stdout[-3000:]
     return home, env

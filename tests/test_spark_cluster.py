@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 
 import pymysql
@@ -232,7 +231,7 @@ def test_an_airflow_task_on_the_cluster_puts_no_secret_on_any_command_line(clust
     every process on this machine, in every namespace (spark-submit, the driver, the master,
     both workers, their executors and Python workers), is watched for the passwords."""
     from devenv.airflow_env import airflow_env, connection_env
-    from tests.airflow_run import ArgvWatcher, run_dag
+    from tests.airflow_run import ArgvWatcher, airflow_cli, run_dag
 
     with big_table.cursor() as cur:
         cur.execute("CREATE USER IF NOT EXISTS 'clu_reader'@'127.0.0.1' IDENTIFIED BY %s", (MYSQL_SECRET,))
@@ -244,14 +243,15 @@ def test_an_airflow_task_on_the_cluster_puts_no_secret_on_any_command_line(clust
                           f"http://default:{CLICKHOUSE_SECRET}@{clickhouse.host}:{clickhouse.port}/", database=DB,
                           master=cluster.url)
     env.pop("SPARK_LOCAL_IP")
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL,
-                   timeout=300)
+    env["AIRFLOW__CORE__DAGS_FOLDER"] = str(tmp_path / "dags")
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / "cluster.py").write_text(CLUSTER_DAG % {"host": cluster.host_ip})
+    migrated = airflow_cli(env, "db", "migrate", timeout=300)  # in the runner the DAG's run then uses
+    assert migrated.returncode == 0, migrated.stdout[-3000:]
     watcher = ArgvWatcher([MYSQL_SECRET, CLICKHOUSE_SECRET])
     watcher.start()
     try:
-        run = run_dag(env, "sync_on_the_cluster", dags_folder=tmp_path / "dags")
+        run = run_dag(env, "sync_on_the_cluster")
     finally:
         watcher.stop.set()
         watcher.join()
