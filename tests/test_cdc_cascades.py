@@ -62,6 +62,15 @@ CHAIN = (
 )
 
 
+def _chain(conn, a: int, b: int, c: int) -> None:
+    """CHAIN afresh with ``a`` parents, ``b`` children spread over them and ``c`` grandchildren over those."""
+    _fresh(conn, *CHAIN)
+    _sql(conn,
+         f"INSERT INTO {DB}.a SELECT seq, CONCAT('a', seq) FROM {DB}.seq_1_to_{a}",
+         f"INSERT INTO {DB}.b SELECT seq, 1 + seq % {a}, 'b' FROM {DB}.seq_1_to_{b}",
+         f"INSERT INTO {DB}.c SELECT seq, 1 + seq % {b} FROM {DB}.seq_1_to_{c}")
+
+
 def test_a_chain_of_three_follows_update_cascade_delete_cascade_and_set_null(mysql_conn, ch, endpoints, spark,
                                                                             monkeypatch):
     """a ← b (ON UPDATE CASCADE, ON DELETE CASCADE) ← c (ON UPDATE CASCADE, ON DELETE SET NULL):
@@ -70,11 +79,7 @@ def test_a_chain_of_three_follows_update_cascade_delete_cascade_and_set_null(mys
     from airflow_sync_provider.spark import cdc_stream
 
     monkeypatch.setattr(cdc_stream, "INLINE_MAX_BYTES", 0)  # a reader process (routes, parents pickled)
-    _fresh(mysql_conn, *CHAIN)
-    _sql(mysql_conn,
-         f"INSERT INTO {DB}.a SELECT seq, CONCAT('a', seq) FROM {DB}.seq_1_to_50",
-         f"INSERT INTO {DB}.b SELECT seq, 1 + seq % 50, 'b' FROM {DB}.seq_1_to_500",
-         f"INSERT INTO {DB}.c SELECT seq, 1 + seq % 500 FROM {DB}.seq_1_to_2000")
+    _chain(mysql_conn, 50, 500, 2000)
     bootstrap(endpoints, spark, "chain", ["a", "b", "c"])
     apply(endpoints, spark, "chain")
     same(mysql_conn, ch, "a", "b", "c")
@@ -107,11 +112,7 @@ def test_keys_a_cascade_removed_and_the_same_batch_uses_again(mysql_conn, ch, en
     new one) and points c rows at them. Resolved after the batch's rows were written, the removed
     rows' c children were never reached (the copy's b row under that key was already the new
     one); resolved before, with the batch's own changes in order, each sees what InnoDB saw."""
-    _fresh(mysql_conn, *CHAIN)
-    _sql(mysql_conn,
-         f"INSERT INTO {DB}.a SELECT seq, CONCAT('a', seq) FROM {DB}.seq_1_to_10",
-         f"INSERT INTO {DB}.b SELECT seq, 1 + seq % 10, 'b' FROM {DB}.seq_1_to_100",
-         f"INSERT INTO {DB}.c SELECT seq, 1 + seq % 100 FROM {DB}.seq_1_to_400")
+    _chain(mysql_conn, 10, 100, 400)
     bootstrap(endpoints, spark, "reuse", ["a", "b", "c"])
     apply(endpoints, spark, "reuse")
     removed = [r[0] for r in _rows(mysql_conn, f"SELECT id FROM {DB}.b WHERE a_id = 4 ORDER BY id")]
@@ -134,11 +135,7 @@ def test_killed_between_a_batchs_cascade_writes_and_its_rows_a_rerun_ends_exact(
     left, with more changes behind it. The rows the crash left out are written, nothing twice."""
     from airflow_sync_provider.core.submission import spark_submit
 
-    _fresh(mysql_conn, *CHAIN)
-    _sql(mysql_conn,
-         f"INSERT INTO {DB}.a SELECT seq, CONCAT('a', seq) FROM {DB}.seq_1_to_10",
-         f"INSERT INTO {DB}.b SELECT seq, 1 + seq % 10, 'b' FROM {DB}.seq_1_to_100",
-         f"INSERT INTO {DB}.c SELECT seq, 1 + seq % 100 FROM {DB}.seq_1_to_400")
+    _chain(mysql_conn, 10, 100, 400)
     bootstrap(endpoints, spark, "killed", ["a", "b", "c"])
     spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="killed", lanes=2,
                         verify_period=0, verify_after_ddl=False)
@@ -161,11 +158,7 @@ def test_killed_between_a_batchs_cascade_writes_and_its_rows_a_rerun_ends_exact(
 def test_with_cascade_following_off_the_copy_goes_wrong(mysql_conn, ch, endpoints, spark):
     """The control: the same renumbering with follow_cascades=False leaves b's copy behind, so the
     tests above can fail."""
-    _fresh(mysql_conn, *CHAIN)
-    _sql(mysql_conn,
-         f"INSERT INTO {DB}.a SELECT seq, CONCAT('a', seq) FROM {DB}.seq_1_to_50",
-         f"INSERT INTO {DB}.b SELECT seq, 1 + seq % 50, 'b' FROM {DB}.seq_1_to_500",
-         f"INSERT INTO {DB}.c SELECT seq, 1 + seq % 500 FROM {DB}.seq_1_to_2000")
+    _chain(mysql_conn, 50, 500, 2000)
     bootstrap(endpoints, spark, "chain-off", ["a", "b", "c"])
     apply(endpoints, spark, "chain-off", follow_cascades=False)
     _sql(mysql_conn, f"UPDATE {DB}.a SET id = 1000 WHERE id = 7")

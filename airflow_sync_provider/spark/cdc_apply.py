@@ -188,7 +188,7 @@ class PipelineRun(RunStart):
             wanted = self.spec.tableset.layout_of(config)
             if table.recopying or wanted == copy_layout(self.ch, table.target_database, table.target_table):
                 continue  # under way already, or laid out so
-            table.layout = wanted.to_dict()
+            table.layout = wanted
             if self.recopies.start(self.stream.routes, table, f"reshape to {wanted.describe()}"):
                 began.append(name)
         return began

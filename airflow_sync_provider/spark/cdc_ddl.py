@@ -39,7 +39,6 @@ from airflow_sync_provider.core.clickhouse.described import (
     table_facts,
     working_marker,
 )
-from airflow_sync_provider.core.clickhouse.layout import Layout
 from airflow_sync_provider.core.clickhouse.publishing import publish_working
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
@@ -75,7 +74,7 @@ def route_for(conn, ch, table: PipelineTable, salt: bytes, facts: dict | None = 
     check_layout(ch, database, name, facts.comment)
     present = set(facts.columns)
     # what the copy holds (core/content/) is what its comment says, whoever made it (a load, a bootstrap)
-    table.content = facts.content.to_dict() or None
+    table.content = facts.content or None
     schema = table.schema()
     if schema is None:
         schema = copied_schema(conn, table.copy_spec(), salt)
@@ -121,7 +120,7 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
     key = names[0] if names else None  # a table without a key is one snapshot (a multiset)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
     # the layout its entry asks for (a reshape's); else a re-keyed copy keeps the copy's
-    layout = (Layout.of(table.layout) if table.layout is not None or not table_exists(
+    layout = (table.layout if table.layout is not None or not table_exists(
         ch, table.target_database, table.target_table) else copy_layout(ch, table.target_database,
                                                                                 table.target_table))
     # marked as a working table: publish_working's swap of it is idempotent
@@ -147,7 +146,7 @@ def _relaid(ch, table: PipelineTable) -> bool:
     """Is the table asked for another layout than its copy has (a reshape: CdcApplySpec.reshape)?
     Never a merged copy's member: the copy holds every source's tables, and is laid out anew by a
     group load (core/clickhouse/layout.reshape_refused); a member writes under the copy's layout."""
-    return not table.member and table.layout is not None and Layout.of(table.layout) != copy_layout(
+    return not table.member and table.layout is not None and table.layout != copy_layout(
         ch, table.target_database, table.target_table)
 
 
@@ -245,7 +244,7 @@ class Recopies:
                     SPLIT_WEIGHT_COLUMN not in columns or split == table.split_column)
                 note(self.spec.pipeline, f"{name}: " + (f"its primary key is now {list(before.primary_key)}"
                                                         if rekeyed else
-                                                        f"laid out as {Layout.of(table.layout).describe()}")
+                                                        f"laid out as {table.layout.describe()}")
                      + f"; copied into {table.target_database}.{table.writes_to}, swapped in when done (readers see "
                      + ("the old copy, kept current, until then)" if table.recopying["also"] else
                         "the copy as it was until then)"))

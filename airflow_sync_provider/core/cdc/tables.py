@@ -18,6 +18,8 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
+from airflow_sync_provider.core.clickhouse.layout import Layout
+from airflow_sync_provider.core.content.shaping import Content
 from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.typemap import MySQLColumn
@@ -34,8 +36,8 @@ class PipelineTable:
     columns: list[str] | None = None
     exclude_columns: list[str] = field(default_factory=list)
     split_column: str | None = None
-    layout: dict | None = None  # the layout a copy made for it is given (core/clickhouse/layout.py)
-    content: dict | None = None  # what its copy holds (core/content/shaping.py)
+    layout: Layout | None = None  # the layout a copy made for it is given (a reshape's: core/clickhouse/layout.py)
+    content: Content | None = None  # what its copy holds (core/content/shaping.py: its comment says)
     by_selection: bool = False  # joined because the pipeline's patterns select it
     # a member of a merged copy (core/source/group.py: source, database, table): its shape is the
     # member's view (columns it lacks absent, the source columns its tags); a change the merged
@@ -86,7 +88,7 @@ class PipelineTable:
         return {"source_database": self.source_database, "source_table": self.source_table,
                 "target_database": self.target_database, "target_table": self.writes_to,
                 "columns": self.columns, "exclude_columns": list(self.exclude_columns),
-                "split_column": self.split_column, "layout": self.layout, "content": self.content,
+                "split_column": self.split_column, "layout": _dict(self.layout), "content": _dict(self.content),
                 # a member of a merged copy is seen through its view (none yet: its source columns)
                 **({"member": self.member, "view": {"shape": self.shape, "key": self.key} if self.shape else None}
                    if self.member else {})}
@@ -118,7 +120,7 @@ class PipelineTable:
         self.left = self.unstreamable = ""
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "layout": _dict(self.layout), "content": _dict(self.content)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "PipelineTable":
@@ -126,6 +128,8 @@ class PipelineTable:
         are never None take their defaults)."""
         known = {f.name: f for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
+        values["layout"] = Layout.of(values["layout"]) if values.get("layout") else None
+        values["content"] = Content.of(values["content"]) if values.get("content") else None
         for name in ("left", "unstreamable"):
             values[name] = values.get(name) or ""
         for name in ("skip_before", "recopies", "verifications", "repaired"):
@@ -160,3 +164,8 @@ class Registration:
     @property
     def name(self) -> str:
         return self.table.name
+
+
+def _dict(value: Layout | Content | None) -> dict | None:
+    """A layout or content setting as the ledger and a job spec hold it."""
+    return value.to_dict() or None if value is not None else None
