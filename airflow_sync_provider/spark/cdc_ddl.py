@@ -39,6 +39,7 @@ from airflow_sync_provider.core.clickhouse.described import (
     table_facts,
     working_marker,
 )
+from airflow_sync_provider.core.clickhouse.layout import Layout
 from airflow_sync_provider.core.clickhouse.publishing import publish_working
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
@@ -120,7 +121,7 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
     key = names[0] if names else None  # a table without a key is one snapshot (a multiset)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
     # the layout its entry asks for (a reshape's); else a re-keyed copy keeps the copy's
-    layout = (table.layout if table.layout is not None or not table_exists(
+    layout = (Layout.of(table.layout) if table.layout is not None or not table_exists(
         ch, table.target_database, table.target_table) else copy_layout(ch, table.target_database,
                                                                                 table.target_table))
     # marked as a working table: publish_working's swap of it is idempotent
