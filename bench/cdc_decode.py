@@ -27,7 +27,7 @@ from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.positions import current_position
 from airflow_sync_provider.core.source.schema import read_table_schema
-from airflow_sync_provider.spark.cdc_stream import _lane_payloads
+from airflow_sync_provider.spark.cdc_stream import Weigher, _lane_payloads
 from bench.cdc_apply import INITIAL_ROWS, SOURCE_DB, TABLE, create_source, generate_changes
 from bench.harness.clients import mysql, source
 from bench.harness.env import machine, state_dir, write_result
@@ -58,7 +58,8 @@ def one_pass(endpoint, start, stop, routes, reference: bool, payloads: bool) -> 
         try:
             for batch in batches(reader, stop, BATCH, 30.0):
                 if payloads:
-                    _lane_payloads(batch, routes, LANES, endpoint)
+                    with Weigher(endpoint) as weigh:
+                        _lane_payloads(batch, routes, LANES, weigh)
                 changes += batch.events
         finally:
             reader.close()

@@ -144,7 +144,7 @@ ONE_LANE_EVENTS = 10_000
 PARTITIONED_BATCHES = 4
 
 
-def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endpoint,
+def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, weigh: Weigher,
                    combine: bool = True) -> list[list[tuple]]:
     """Per lane (index = lane): [(target database, target table, ((source table, rows), …), Arrow
     IPC bytes)]. ``combine``: the source tables of one target table (a merged copy's members) in
@@ -152,56 +152,61 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, source_endp
     in one insert: a key is in one lane only, so nothing is lost by joining them."""
     one_lane = combine and batch.events <= ONE_LANE_EVENTS
     tables: list[list[list]] = [[] for _ in range(lanes)]  # per lane: [target db, target table, counts, Arrow]
-    conn = None
     for source, per_lane in batch.lanes.items():
         route = routes[source]
         for lane, changes in per_lane.items():
             rows, versions, deleted = _latest(route, *changes)
             table = route.arrow(rows, versions, deleted, f"table {source}, binlog {batch.start}…{batch.end}")
-            if route.weight is not None:  # rows of a table split on a collated key carry their weight
-                conn = conn or mysql_reader.connect(source_endpoint)
-                values = table.column(route.weight.name).to_pylist()
-                table = table.append_column(SPLIT_WEIGHT_COLUMN, pa.array(weights_of(conn, route.weight, values),
-                                                                          pa.binary()))
+            table = weigh(route, table)  # a table split on a collated key: its rows carry their weight
             # a partitioned copy (core/clickhouse/layout.py) takes a part per partition per insert: its
             # rows of a batch go in one insert, not one per lane (lanes x partitions parts)
             into = tables[0 if one_lane or (combine and route.partitioned) else lane]
             _add(into, (route.target_database, route.target_table), table, combine)[source] += table.num_rows
             if route.also is not None and combine:  # a reshape's old copy: the same rows, not counted twice
                 _add(into, route.also, table, combine)  # (a staged transaction's reach it at its commit: staging.py)
-    if conn is not None:
-        conn.close()
     return [[(database, name, tuple(counts.items()), _ipc(pa.concat_tables(parts)))
              for database, name, counts, parts in lane] for lane in tables]
 
 
-def _cascade_items(batch, routes: dict[str, TableRoute], source_endpoint) -> tuple[list, dict]:
+def _cascade_items(batch, routes: dict[str, TableRoute], weigh: Weigher) -> tuple[list, dict]:
     """A batch's cascade items (core/cdc/cascades.gathered) and its changed rows of the children
     per table as Arrow, shaped and checked as its lanes' rows are (with a collated split key's
     weight): the copy's rows as they will be."""
     items, rows = gathered(batch.cascades)
-    if not rows:
-        return items, {}
     gone: dict = defaultdict(list)
     for item in items:
         if isinstance(item, Rows):
             gone[item.table] += item.gone
-    changed, conn = {}, None
-    try:
-        for table, raw in rows.items():
-            route = routes[table]
-            data = route.arrow(raw, [0] * len(raw), [int(g) for g in gone[table]],
-                               f"table {table}, binlog {batch.start}…{batch.end}").select(route.names)
-            if route.weight is not None:
-                conn = conn or mysql_reader.connect(source_endpoint)
-                values = data.column(route.weight.name).to_pylist()
-                data = data.append_column(SPLIT_WEIGHT_COLUMN, pa.array(weights_of(conn, route.weight, values),
-                                                                        pa.binary()))
-            changed[table] = data
-    finally:
-        if conn is not None:
-            conn.close()
+    changed = {}
+    for table, raw in rows.items():
+        route = routes[table]
+        data = route.arrow(raw, [0] * len(raw), [int(g) for g in gone[table]],
+                           f"table {table}, binlog {batch.start}…{batch.end}")
+        changed[table] = weigh(route, data.select(route.names))
     return items, changed
+
+
+class Weigher:
+    """The collation weights a batch's rows of a table split on a collated key carry
+    (core/source/weights.py), from one source connection, opened when first needed."""
+
+    def __init__(self, endpoint):
+        self.endpoint, self.conn = endpoint, None
+
+    def __call__(self, route: TableRoute, table: pa.Table) -> pa.Table:
+        if route.weight is None:
+            return table
+        self.conn = self.conn or mysql_reader.connect(self.endpoint)
+        values = table.column(route.weight.name).to_pylist()
+        return table.append_column(SPLIT_WEIGHT_COLUMN, pa.array(weights_of(self.conn, route.weight, values),
+                                                                 pa.binary()))
+
+    def __enter__(self) -> "Weigher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.conn is not None:
+            self.conn.close()
 
 
 def _add(into: list, target: tuple[str, str], table: pa.Table, combine: bool) -> dict:
@@ -279,12 +284,14 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool,
                 # a service's time is up at a commit: a transaction it is inside is finished first
                 if part.deadline is not None and time.time() >= part.deadline and batch.through is None:
                     batch.done = True
-                decoded = Decoded(batch.start, batch.end, batch.events, dict(batch.per_table), batch.ddl,
-                                  batch.done, batch.last_event_at,
-                                  _lane_payloads(batch, part.routes, spec.lanes, spec.source), batch.prepared,
-                                  batch.xa_commits_unseen, batch.through, _staging_payloads(spec, batch, part.routes),
-                                  batch.staging.start if batch.staging else None, batch.staged_ends,
-                                  *_cascade_items(batch, part.routes, spec.source))
+                with Weigher(spec.source) as weigh:  # one connection for the batch's weights, if any
+                    decoded = Decoded(batch.start, batch.end, batch.events, dict(batch.per_table), batch.ddl,
+                                      batch.done, batch.last_event_at,
+                                      _lane_payloads(batch, part.routes, spec.lanes, weigh), batch.prepared,
+                                      batch.xa_commits_unseen, batch.through,
+                                      _staging_payloads(spec, batch, part.routes, weigh),
+                                      batch.staging.start if batch.staging else None, batch.staged_ends,
+                                      *_cascade_items(batch, part.routes, weigh))
                 if not _hand_over(out, decoded, halt, process) or batch.done or batch.ddl:
                     break
         finally:
@@ -294,13 +301,13 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool,
                    else ApplyFailed(f"binlog reader: {type(exc).__name__}: {exc}"), halt, process)
 
 
-def _staging_payloads(spec: CdcApplySpec, batch, routes: dict[str, TableRoute]) -> list[list[tuple]]:
+def _staging_payloads(spec: CdcApplySpec, batch, routes: dict[str, TableRoute], weigh: Weigher) -> list[list[tuple]]:
     """The lane payloads of ``batch.staging``, addressed to the XA transaction's staging tables."""
     if batch.staging is None:
         return []
     return [[(spec.ledger_database, stage_table(spec.pipeline, batch.staging.start, counts[0][0]), counts, data)
              for _, _, counts, data in lane]
-            for lane in _lane_payloads(batch.staging, routes, spec.lanes, spec.source, combine=False)]
+            for lane in _lane_payloads(batch.staging, routes, spec.lanes, weigh, combine=False)]
 
 
 def reader_processes():

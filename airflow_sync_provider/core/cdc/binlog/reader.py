@@ -370,10 +370,11 @@ class BinlogReader:
         parked = self._prepared.pop(xid, None)
         version = event_version(self.stream.log_file, self.stream.log_pos - event.event_size, 0, self.epoch)
         if parked is not None and commit:  # its cascades at the commit's version too, in their order
-            self._cascading += [dataclasses.replace(t, version=version, inclusive=True) if isinstance(t, Trigger)
-                                else t for t in parked.cascades
-                                if isinstance(t, Trigger) or version >= getattr(self.routes.get(t.table),
-                                                                               "skip_before", version + 1)]
+            for item in parked.cascades:
+                if isinstance(item, Trigger):
+                    self._cascading.append(dataclasses.replace(item, version=version, inclusive=True))
+                elif item.table in self.routes and version >= self.routes[item.table].skip_before:
+                    self._cascading.append(item)  # its rows are written too (as below)
         if parked is not None and parked.staged is not None:
             kept = {s: version for s in parked.staged if s in self.routes and version >= self.routes[s].skip_before}
             batch.staged_ends.append({"began": parked.began.to_dict(), "commit": commit, "version": version,
