@@ -174,6 +174,28 @@ def test_kubernetes_cluster_mode_takes_the_passwords_from_a_secret(monkeypatch, 
     assert not any(k.startswith("spark.kubernetes.driverEnv") for k in conf)
 
 
+@pytest.mark.parametrize("conn, master, deploy_mode", [
+    (None, "yarn", None),  # no such connection: YARN, as the hook defaults
+    ({"conn_type": "spark", "host": "local[2]"}, "local[2]", None),
+    ({"conn_type": "spark", "host": "spark://10.1.2.3", "port": 7077}, "spark://10.1.2.3:7077", None),
+    ("spark://10.1.2.3:7077?deploy-mode=client", "spark://10.1.2.3:7077", "client"),  # a URI: host and port apart
+    ({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}, "yarn", "cluster"),
+    ({"conn_type": "spark", "host": "k8s://https://k8s.example:443", "extra": {"deploy-mode": "cluster"}},
+     "k8s://https://k8s.example:443", "cluster"),
+])
+def test_the_deployment_is_what_the_spark_hook_resolved(monkeypatch, conn, master, deploy_mode):
+    """``spark_deployment`` (what the operator stages for) is the Spark provider's own resolution,
+    the master that hook puts on spark-submit's command line, for each form of connection."""
+    from airflow_sync_provider.hooks.endpoints import spark_deployment
+
+    monkeypatch.setattr(spark_submit_module, "kube_client", object(), raising=False)
+    if conn is not None:
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_FORM", conn if isinstance(conn, str) else json.dumps(conn))
+    assert spark_deployment("spark_form") == {"master": master, "deploy_mode": deploy_mode}
+    command = spark_submit_module.SparkSubmitHook(conn_id="spark_form")._build_spark_submit_command("app.py")
+    assert command[command.index("--master") + 1] == master
+
+
 def test_standalone_cluster_mode_is_refused_for_python(tmp_path):
     with pytest.raises(ValueError, match="standalone cluster in client mode only"):
         stage(_spec(), str(tmp_path), "spark://h:7077", "cluster")

@@ -9,7 +9,7 @@ by name, the rest is logged as not applied (docs/connections.md).
 
 from __future__ import annotations
 
-from airflow_sync_provider.compat import AirflowException, BaseHook
+from airflow_sync_provider.compat import BaseHook
 from airflow_sync_provider.core.cdc.checkpoints import check_group_position, check_position
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, check_counters
@@ -101,21 +101,14 @@ class SyncEndpointsHook(BaseHook):
 
 
 def spark_deployment(spark_conn_id: str) -> dict:
-    """``{"master", "deploy_mode"}`` of a ``spark`` connection, read as the Spark provider's
-    ``SparkSubmitHook`` reads them (its master: the host when it is a whole master URL, else
-    ``<conn_type>://host[:port]``; ``yarn`` when the connection does not exist; the deploy mode
-    from the extra ``deploy-mode``), through Airflow's public connection API rather than that
-    hook's private state. The job itself is still submitted by ``SparkSubmitHook``."""
-    where = {"master": "yarn", "deploy_mode": None}
-    try:
-        conn = BaseHook.get_connection(spark_conn_id)
-    except AirflowException:  # as SparkSubmitHook: no such connection means YARN
-        return where
-    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
-        where["master"] = conn.host
-    else:
-        where["master"] = f"{conn.conn_type}://{conn.host or ''}"
-    if conn.port:
-        where["master"] = f"{where['master']}:{conn.port}"
-    where["deploy_mode"] = conn.extra_dejson.get("deploy-mode")
-    return where
+    """``{"master", "deploy_mode"}`` of a ``spark`` connection as the Spark provider's
+    ``SparkSubmitHook`` resolves them (``yarn`` when the connection does not exist, the deploy mode
+    from the extra ``deploy-mode``): the hook that submits the job decides, nothing here re-reads
+    the connection."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    # The hook keeps its resolution only in ``_connection`` (no public accessor): read just its
+    # ``master`` / ``deploy_mode`` keys, which every version of the hook has used; the provider's
+    # version is pinned in pyproject.toml and tests/test_deployments.py checks each form against it.
+    resolved = SparkSubmitHook(conn_id=spark_conn_id)._connection
+    return {"master": resolved["master"], "deploy_mode": resolved["deploy_mode"]}
