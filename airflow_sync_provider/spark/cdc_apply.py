@@ -41,7 +41,7 @@ from airflow_sync_provider.core.cdc.servers import (
 from airflow_sync_provider.core.cdc.staging import XaStaging
 from airflow_sync_provider.core.clickhouse import multisets
 from airflow_sync_provider.core.clickhouse.client import client
-from airflow_sync_provider.core.clickhouse.described import copy_layout
+from airflow_sync_provider.core.clickhouse.described import relaid
 from airflow_sync_provider.core.clickhouse.layout import reshape_refused
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcApplySpec
@@ -186,7 +186,7 @@ class PipelineRun(RunStart):
                 raise ValueError(f"pipeline {self.spec.pipeline!r}: cannot reshape {name}: it is not a table the "
                                  f"pipeline streams ({sorted(n for n, t in tables.items() if not t.left)})")
             wanted = self.spec.tableset.layout_of(config)
-            if table.recopying or wanted == copy_layout(self.ch, table.target_database, table.target_table):
+            if table.recopying or not relaid(self.ch, table.target_database, table.target_table, wanted):
                 continue  # under way already, or laid out so
             table.layout = wanted
             if self.recopies.start(self.stream.routes, table, f"reshape to {wanted.describe()}"):
@@ -526,7 +526,8 @@ def _refuse_merged_reshape(spec: CdcApplySpec, checkpoints: Checkpoints) -> None
     merged copy: refused before the run begins (core/clickhouse/layout.reshape_refused)."""
     if not spec.reshape:
         return
-    into = (checkpoints.group(spec.pipeline) or {}).get("merge_into")
+    group = checkpoints.group(spec.pipeline)
+    into = group.merge_into if group else ""
     if not into:
         state = checkpoints.state(spec.pipeline)
         named = {f"{t['source_database']}.{t['source_table']}" for t in spec.tableset.tables}

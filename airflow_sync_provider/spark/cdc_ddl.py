@@ -33,13 +33,14 @@ from airflow_sync_provider.core.clickhouse.described import (
     column_types,
     copy_key,
     copy_layout,
+    relaid,
     relay_comment,
+    resolve_layout,
     swapped_in,
     table_exists,
     table_facts,
     working_marker,
 )
-from airflow_sync_provider.core.clickhouse.layout import Layout
 from airflow_sync_provider.core.clickhouse.publishing import publish_working
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
@@ -121,9 +122,7 @@ def _create_copy(ch, schema: TableSchema, table: PipelineTable, name: str) -> No
     key = names[0] if names else None  # a table without a key is one snapshot (a multiset)
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(table.target_database)}")
     # the layout its entry asks for (a reshape's); else a re-keyed copy keeps the copy's
-    layout = (Layout.of(table.layout) if table.layout is not None or not table_exists(
-        ch, table.target_database, table.target_table) else copy_layout(ch, table.target_database,
-                                                                                table.target_table))
+    layout = resolve_layout(ch, table.target_database, table.target_table, table.layout, reshape=True)
     # marked as a working table: publish_working's swap of it is idempotent
     if key is None:  # a table without a key: a multiset (docs/keyless-tables.md), swapped in as a working table
         ch.command(create_multiset_sql(schema, table.target_database, name, layout, working_marker(name)))
@@ -147,8 +146,7 @@ def _relaid(ch, table: PipelineTable) -> bool:
     """Is the table asked for another layout than its copy has (a reshape: CdcApplySpec.reshape)?
     Never a merged copy's member: the copy holds every source's tables, and is laid out anew by a
     group load (core/clickhouse/layout.reshape_refused); a member writes under the copy's layout."""
-    return not table.member and table.layout is not None and table.layout != copy_layout(
-        ch, table.target_database, table.target_table)
+    return not table.member and relaid(ch, table.target_database, table.target_table, table.layout)
 
 
 def align_target(ch, schema: TableSchema, database: str, table: str) -> None:
@@ -494,10 +492,10 @@ def selected_config(spec, selection, name: str) -> dict:
     """The entry of a table the pipeline's patterns select: its target by the selection, or, in a
     source group's pipeline with a merged copy, the merged copy as the table's member."""
     config = table_config(selection.config(name))
-    group = spec.group or {}
-    if group.get("merge_into"):
+    group = spec.group
+    if group and group.merged:
         database, _, table = name.partition(".")
-        return member_config(group["merge_into"], Member(group["source"], database, table), config)
+        return member_config(group.merge_into, Member(group.source, database, table), config)
     return config
 
 
@@ -506,10 +504,10 @@ def siblings(run, table: PipelineTable) -> list[Sibling]:
     pipeline's other tables, and the tables of the group's other sources' pipelines."""
     copy = (table.target_database, table.target_table)
     entries = [t for t in run.state.tables if t is not table]
-    group = run.spec.group or {}
-    for source in group.get("sources", []):
-        if source != group["source"]:
-            state = run.checkpoints.state(part_pipeline(group["pipeline"], source))
+    group = run.spec.group
+    for source in group.sources if group else ():
+        if source != group.source:
+            state = run.checkpoints.state(part_pipeline(group.pipeline, source))
             entries += state.tables if state is not None else []
     found = []
     for entry in entries:
@@ -575,7 +573,7 @@ def follow_alter(run, route: TableRoute, change: alter.Alter) -> alter.Decision:
 
 def shard_rows_deleted(spec) -> bool:
     """Are the rows of a shard that leaves this group's merged copy deleted (else kept)?"""
-    return (spec.group or {}).get("on_shard_removed") == "delete"
+    return spec.group is not None and spec.group.on_shard_removed == "delete"
 
 
 def shard_removed(run, route: TableRoute, after: BinlogPosition) -> None:

@@ -26,15 +26,13 @@ from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
 from airflow_sync_provider.core.positions import BinlogPosition, TransientBinlogError, snapshot_position
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.planning import (
-    Filter,
     Plan,
-    Shard,
     Sharding,
     SpeedLimits,
     choose_split_column,
     plan_table,
+    whole_table,
 )
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, table_rows
 from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, NotComparable, needs_weight
@@ -99,9 +97,8 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
         except NotComparable:
             plan = None
     if plan is None:  # one slice (a merged copy's member: its rows alone; a filtered copy's: the filter's)
-        shard = Filter().also(schema.row_filter.sql()).apply(Shard(0, "1=1")) if schema.row_filter else Shard(0, "1=1")
-        plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (shard,))
-        predicates = [member_filter(schema)]
+        plan = whole_table(pconn, schema)
+        predicates = shard_predicates(pconn, ch, plan, schema, {}, database, name)
     weight = schema.column(table.split_column) if weighted else None
     layout = copy_layout(ch, database, name)
     place = layout.place_columns([c.name for c in schema.columns])

@@ -34,20 +34,29 @@ from airflow_sync_provider.core.clickhouse.described import (
     copy_layout,
     resolve_layout,
     table_exists,
+    version_above,
 )
 from airflow_sync_provider.core.clickhouse.layout import stored
-from airflow_sync_provider.core.clickhouse.shards import cut_points, target_predicates, weight_width
+from airflow_sync_provider.core.clickhouse.shards import shard_predicates
 from airflow_sync_provider.core.clickhouse.ttl import Window
 from airflow_sync_provider.core.content import shaping
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import position_if_readable
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.group import SOURCE_COLUMNS, Member, member_filter, member_view, merged_schema
+from airflow_sync_provider.core.source.group import SOURCE_COLUMNS, Member, member_view, merged_schema
 from airflow_sync_provider.core.source.locks import LockHeld, NamedLock, lock_name
-from airflow_sync_provider.core.source.planning import Filter, Plan, Shard, Sharding, SpeedLimits, explain, plan_table
+from airflow_sync_provider.core.source.planning import (
+    Filter,
+    Plan,
+    Shard,
+    Sharding,
+    SpeedLimits,
+    plan_table,
+    whole_table,
+)
 from airflow_sync_provider.core.source.schema import TableSchema, read_table_schema
-from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, mysql_weight_sql, needs_weight, read_weights
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, mysql_weight_sql, needs_weight
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table, mysql_ident, mysql_table
 from airflow_sync_provider.core.verify.diff import (
     CHANGED,
@@ -150,17 +159,10 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
         if needs_weight(column) and column.name != weight_col:
             log.info(f"diff {spec.diff_key}: {spec.old_table} holds no collation weights of "
                   f"{column.name!r}; one shard, pruned by buckets only")
-            plan = _one_shard(plan, conn, where if schema.row_filter is None else where.also(schema.row_filter.sql()))
-            column = None
-        weights = width = None
-        if needs_weight(column):
-            weights = read_weights(conn, column, cut_points(plan))
-            width = weight_width(ch, database, name) if weights.space is not None else 0
-        member, member_params = member_filter(schema)
-        if window:
-            member = f"({member}) AND {window.ch_sql()}"
-        predicates = dict(zip((s.id for s in plan.shards), target_predicates(plan, column, weights, None, width or 0,
-                                                                             (member, member_params))))
+            # (its estimate sets the first bucket width)
+            plan = whole_table(conn, schema, where, estimate=True, strategy=plan.strategy, warnings=plan.warnings)
+        predicates = dict(zip((s.id for s in plan.shards), shard_predicates(
+            conn, ch, plan, schema, {}, database, name, window.ch_sql() if window else "")))
         position = position_if_readable(conn, table, source_epoch(conn, ch, spec.ledger_database))
         first = mappings[keys[0]].source
         key_position = first.data_type in INTEGER_TYPES and not first.nullable
@@ -274,14 +276,6 @@ def _ch_key_range(ch, name: str, column: str) -> tuple:
     return (int(low), int(high)) if count else (None, None)
 
 
-def _one_shard(plan: Plan, conn, where: Filter) -> Plan:
-    """The table as one shard of the rows ``where`` picks (the copy's row filter, a TTL window)."""
-    shard = where.apply(Shard(0, "1=1"))
-    one = Plan(plan.database, plan.table, None, None, plan.strategy, 1, 1, (shard,), plan.warnings)
-    rows = explain(conn, one, shard).get("rows")  # sets the first bucket width (an estimate is enough)
-    return dataclasses.replace(one, shards=(dataclasses.replace(shard, estimated_rows=int(rows or 0)),))
-
-
 def _resolve_clickhouse(spec: SnapshotDiffSpec, ch, old_types: dict) -> dict:
     """The same when the new snapshot is another ClickHouse table: one shard, pruned by buckets."""
     new_types = column_types(ch, *split_name(spec.new_table))
@@ -357,8 +351,7 @@ def _apply_version(spec: SnapshotDiffSpec, ch, old_types: dict, position) -> int
     check_layout(ch, *split_name(spec.old_table))
     if position is not None:
         return position.snapshot_version(repair=True)
-    top = ch.command(f"SELECT max({ch_ident(VERSION_COLUMN)}) FROM {ch_table(*split_name(spec.old_table))}")
-    return int(top or 0) + 1
+    return version_above(ch, *split_name(spec.old_table))
 
 
 CHANGES_WAIT_SECONDS = 3600  # a diff waits this long for another one writing its change set

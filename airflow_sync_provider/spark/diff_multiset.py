@@ -19,12 +19,12 @@ import uuid
 
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.clickhouse import multisets
-from airflow_sync_provider.core.clickhouse.columns import VERSION_COLUMN
+from airflow_sync_provider.core.clickhouse.described import version_above
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import position_if_readable
 from airflow_sync_provider.core.source import reader as mysql_reader
-from airflow_sync_provider.core.source.planning import Filter, Plan, Shard
+from airflow_sync_provider.core.source.planning import whole_table
 from airflow_sync_provider.core.source.schema import read_table_schema
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.verify.diff import (
@@ -67,8 +67,8 @@ def run_multiset_diff(spec: SnapshotDiffSpec, ch, copy: CopyShape, shaped, prepa
     columns = DiffColumns((), tuple(names), tuple(names))
     prepare_changes(columns, ch_types)
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    shard = Filter().also(schema.row_filter.sql()).apply(Shard(0, "1=1")) if schema.row_filter else Shard(0, "1=1")
-    plan = Plan(schema.database, schema.table, None, None, "balanced", 1, 1, (shard,))
+    plan = whole_table(None, schema)
+    shard = plan.shards[0]
     read = mysql_reader.ShardRead(plan, mappings, mysql_reader.select_list(mappings), 65536, False)
     with multisets.Beside(ch, spec.target, database, table, names, spec.diff_key) as beside:
         conn = mysql_reader.stream_connect(spec.source, spec.salt)
@@ -92,8 +92,8 @@ def run_multiset_diff(spec: SnapshotDiffSpec, ch, copy: CopyShape, shaped, prepa
         version = None
         if spec.on_change == "apply" and found:
             # below every change after the read began (its position, as a repair's), or above all
-            version = position.snapshot_version(repair=True) if position is not None else int(ch.command(
-                f"SELECT max({ch_ident(VERSION_COLUMN)}) FROM {ch_table(database, table)}") or 0) + 1
+            version = (position.snapshot_version(repair=True) if position is not None
+                       else version_above(ch, database, table))
             beside.write_differences(differences, version)
     counts = {"identical": identical, "changed": 0, NEW: int(found.get(NEW, 0)), DELETED: int(found.get(DELETED, 0))}
     differ = counts[NEW] + counts[DELETED]

@@ -20,7 +20,7 @@ from airflow_sync_provider.core.cdc.followers import await_followers
 from airflow_sync_provider.core.cdc.servers import source_epoch
 from airflow_sync_provider.core.clickhouse import repairs
 from airflow_sync_provider.core.clickhouse.client import shared_client
-from airflow_sync_provider.core.clickhouse.columns import VERSION_COLUMN, WEIGHT_SETTINGS, check_columns
+from airflow_sync_provider.core.clickhouse.columns import WEIGHT_SETTINGS, check_columns
 from airflow_sync_provider.core.clickhouse.ddl import create_working, drop_shard, drop_working_tables, parts_table_name
 from airflow_sync_provider.core.clickhouse.derived import derived_columns
 from airflow_sync_provider.core.clickhouse.described import (
@@ -29,6 +29,7 @@ from airflow_sync_provider.core.clickhouse.described import (
     is_parts_layout,
     resolve_layout,
     table_exists,
+    version_above,
 )
 from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts, InsertLimits
 from airflow_sync_provider.core.clickhouse.publishing import Loaded, publish_full, publish_partitions, publish_working
@@ -212,12 +213,7 @@ def binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
                                         source_epoch(conn, ch, spec.ledger_database))
     if position is not None:
         return position.to_dict(), 0
-    top = 0
-    if table_exists(ch, spec.target_database, spec.target_table):
-        top = int(ch.command(f"SELECT max({VERSION_COLUMN})"
-                             f" FROM {ch_table(spec.target_database, spec.target_table)}")
-                  or 0)
-    return None, top + 1
+    return None, version_above(ch, spec.target_database, spec.target_table)
 
 
 def _check_repairable(spec: FullLoadSpec, ch, schema, state: LoadState) -> None:
@@ -304,8 +300,7 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, dir
         epoch = ((source_epoch(conn, ch, spec.ledger_database) if state.repair else
                   BinlogPosition.from_dict(state.start_position).epoch) if state.start_position else 0)
     native_sql, note = mysql_reader.native_reader(spec.reader, spec.source, plan, mappings, schema.primary_key, weight)
-    layout = spec.layout if spec.reshape else resolve_layout(ch, spec.target_database, spec.target_table,
-                                                                      spec.layout)
+    layout = resolve_layout(ch, spec.target_database, spec.target_table, spec.layout, reshape=spec.reshape)
     # its derived columns, or refused naming the copy (not the working table a load creates)
     derived_columns(layout, mappings, f"{spec.target_database}.{spec.target_table}")
     check_content(ch, schema, spec.target_database, spec.target_table)  # what it holds, or refused

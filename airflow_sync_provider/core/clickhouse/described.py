@@ -79,16 +79,36 @@ def copy_layout(ch, database: str, table: str) -> Layout:
     return stored(comment_of(ch, database, table))[0]
 
 
-def resolve_layout(ch, database: str, table: str, requested: Layout) -> Layout:
-    """The layout a job writes ``table`` under: the one it asks for, which an existing copy must
-    have (else refused, naming both); none asked for: the copy's own."""
-    if not table_exists(ch, database, table):
+def resolve_layout(ch, database: str, table: str, requested: Layout | None, reshape: bool = False) -> Layout:
+    """The one rule for the layout a job writes ``table`` under (every job asks here):
+
+    * ``requested`` None (a re-copy of a table without a layout of its own): the copy's own, or the default;
+    * ``reshape`` (a load or a re-copy asked to lay the copy out anew): ``requested``;
+    * else the one asked for, which an existing copy must have (refused naming both); none asked
+      for (the default): the copy's own."""
+    exists = table_exists(ch, database, table)
+    if requested is None:
+        return copy_layout(ch, database, table) if exists else Layout()
+    if reshape or not exists:
         return requested
     comment = comment_of(ch, database, table)
     if not requested:
         return stored(comment)[0]
     check_same(f"{database}.{table}", requested, comment)
     return requested
+
+
+def relaid(ch, database: str, table: str, requested: Layout | None) -> bool:
+    """Does ``requested`` ask for another layout than the copy has (a reshape)? None asks for none."""
+    return requested is not None and requested != copy_layout(ch, database, table)
+
+
+def version_above(ch, database: str, table: str) -> int:
+    """The version a write without a binlog takes (core/positions.py): one above every version the
+    copy holds (1 when there is no copy, or an empty one), so it still out-ranks the older rows."""
+    if not table_exists(ch, database, table):
+        return 1
+    return int(ch.command(f"SELECT max({ch_ident(VERSION_COLUMN)}) FROM {ch_table(database, table)}") or 0) + 1
 
 
 def copy_content(ch, database: str, table: str) -> Content:

@@ -150,12 +150,18 @@ def weight_width(ch, database: str, table: str) -> int:
     return int(ch.command(f"SELECT max(length({ch_ident(SPLIT_WEIGHT_COLUMN)})) FROM {ch_table(database, table)}") or 0)
 
 
-def shard_predicates(conn, ch, plan: Plan, schema, spec: dict, database: str, table: str) -> list[tuple[str, dict]]:
-    """Everything :func:`target_predicates` needs, read from MySQL (``conn``) and the target."""
+def shard_predicates(conn, ch, plan: Plan, schema, spec: dict, database: str, table: str,
+                     also: str = "") -> list[tuple[str, dict]]:
+    """The copy ``database.table``'s side of each of ``plan``'s shards (the planner's, core/source/planning.py):
+    everything :func:`target_predicates` needs, read from MySQL (``conn``) and the target; ``also``: a
+    ClickHouse condition every shard carries besides (a TTL window)."""
     column = schema.column(plan.split_column) if plan.split_column else None
     weights, width = None, 0
     if needs_weight(column):
         weights = read_weights(conn, column, cut_points(plan))
         if weights.space is not None:
             width = weight_width(ch, database, table)
-    return target_predicates(plan, column, weights, Period.of_spec(spec), width, member_filter(schema))
+    member, params = member_filter(schema)
+    if also:
+        member = f"({member}) AND {also}"
+    return target_predicates(plan, column, weights, Period.of_spec(spec), width, (member, params))

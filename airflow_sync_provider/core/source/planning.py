@@ -451,58 +451,74 @@ class Sharding:
     estimate: bool = True
 
 
+def rows_filter(schema: TableSchema, where: Filter | None = None) -> Filter:
+    """The rows a job reads of ``schema``'s table: ``where`` (a period, a TTL window) and the
+    copy's row filter (core/content/: the copy holds only those rows). Every plan carries it."""
+    where = where or Filter()
+    return where if schema.row_filter is None else where.also(schema.row_filter.sql())
+
+
+def whole_table(conn, schema: TableSchema, where: Filter | None = None, estimate: bool = False,
+                strategy: str = "balanced", split_factor: int = 1, warnings: tuple = ()) -> Plan:
+    """``schema``'s table as one shard of the rows :func:`rows_filter` picks (no split column, or
+    one a check cannot compare); ``estimate``: with EXPLAIN's row estimate (``conn`` may be None
+    without it)."""
+    shard = rows_filter(schema, where).apply(Shard(0, "1=1"))
+    plan = Plan(schema.database, schema.table, None, None, strategy, 1, split_factor, (shard,), tuple(warnings))
+    if estimate:
+        return dataclasses.replace(plan, shards=(dataclasses.replace(shard, estimated_rows=_explain_rows(
+            conn, plan, shard)),))
+    return plan
+
+
 def plan_table(conn, schema: TableSchema, sharding: Sharding = Sharding()) -> Plan:
     """Plan the shards of ``schema``'s table over an open pymysql connection (session time
     zone UTC, as the readers use, so TIMESTAMP cuts mean the same instants), as ``sharding`` says."""
     speed, split_column, split_factor = sharding.speed, sharding.split_column, sharding.split_factor
-    strategy, where, estimate = sharding.strategy, sharding.where or Filter(), sharding.estimate
-    if schema.row_filter is not None:  # the copy holds only these rows (core/content/): every shard reads them
-        where = where.also(schema.row_filter.sql())
+    strategy, where, estimate = sharding.strategy, rows_filter(schema, sharding.where), sharding.estimate
     if strategy not in STRATEGIES:
         raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if split_factor is not None and split_factor < 1:
         raise PlanError(f"split_factor must be at least 1, got {split_factor}")
     channels = (speed or SpeedLimits(channels=1)).channel_count()
     column_name, index, warnings = choose_split_column(schema, split_column)
-    whole = Plan(schema.database, schema.table, None, None, strategy, 1, 1, ())
-    rows = 0 if column_name is None else _explain_rows(conn, whole, where.apply(Shard(0, "1=1")))
-    if split_factor is None:
-        split_factor = 1 if column_name is None else auto_split_factor(rows, channels)
     if column_name is None:
-        shards = [where.apply(Shard(0, "1=1"))]
-        plan = Plan(schema.database, schema.table, None, None, strategy, 1, split_factor, (), tuple(warnings))
-    else:
-        column = schema.column(column_name)
-        wanted = channels * split_factor
-        k = pieces_per_shard(rows, wanted, average_row_bytes(conn, schema.database, schema.table))
-        keys = MySQLKeyIndex(conn, schema, column, index, where)
-        plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
-                    tuple(warnings))
-        cuts = equal_width_cuts(column, *keys.min_max(), wanted * k)
-        estimates = None
-        if strategy == "equal" and cuts is None:
-            warnings.append(f"equal-width ranges are not defined for {column.data_type} column "
-                            f"{column.name!r}; used index-ordered bounds")
-        elif strategy == "balanced" and cuts:
-            # Walking the index costs one pass over it (≈5 s per 10M rows); when the optimizer's
-            # range estimates already show equal widths holding even shards, skip the walk.
-            estimates = [_explain_rows(conn, plan, where.apply(s)) for s in shards_from_cuts(column, cuts, wanted)]
-            ranges = estimates[:-1]
-            if not (min(ranges) > 0 and max(ranges) <= EVEN_ENOUGH * sum(ranges) / len(ranges)):
-                cuts, estimates = None, None
-        walked = cuts is None
-        if walked:
-            cuts = index_ordered_cuts(keys, wanted * k)
-        shards = shards_from_cuts(column, cuts, wanted)
-        if walked and estimate:  # the walk itself measured the shards: ``step`` keys per piece, the rest last
-            step = max(1, math.ceil(keys.count() / (wanted * k)))
-            ranges = [len(s.queries()) * step for s in shards[:-2]]
-            estimates = [*ranges, keys.count() - sum(ranges), keys.null_count()]
-        shards = [where.apply(s) for s in shards]
-        if estimates:
-            shards = [dataclasses.replace(s, estimated_rows=max(0, e)) for s, e in zip(shards, estimates)]
-        plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
-                    tuple(warnings))
+        return whole_table(conn, schema, sharding.where, estimate, strategy, split_factor or 1, tuple(warnings))
+    whole = Plan(schema.database, schema.table, None, None, strategy, 1, 1, ())
+    rows = _explain_rows(conn, whole, where.apply(Shard(0, "1=1")))
+    if split_factor is None:
+        split_factor = auto_split_factor(rows, channels)
+    column = schema.column(column_name)
+    wanted = channels * split_factor
+    k = pieces_per_shard(rows, wanted, average_row_bytes(conn, schema.database, schema.table))
+    keys = MySQLKeyIndex(conn, schema, column, index, where)
+    plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
+                tuple(warnings))
+    cuts = equal_width_cuts(column, *keys.min_max(), wanted * k)
+    estimates = None
+    if strategy == "equal" and cuts is None:
+        warnings.append(f"equal-width ranges are not defined for {column.data_type} column "
+                        f"{column.name!r}; used index-ordered bounds")
+    elif strategy == "balanced" and cuts:
+        # Walking the index costs one pass over it (≈5 s per 10M rows); when the optimizer's
+        # range estimates already show equal widths holding even shards, skip the walk.
+        estimates = [_explain_rows(conn, plan, where.apply(s)) for s in shards_from_cuts(column, cuts, wanted)]
+        ranges = estimates[:-1]
+        if not (min(ranges) > 0 and max(ranges) <= EVEN_ENOUGH * sum(ranges) / len(ranges)):
+            cuts, estimates = None, None
+    walked = cuts is None
+    if walked:
+        cuts = index_ordered_cuts(keys, wanted * k)
+    shards = shards_from_cuts(column, cuts, wanted)
+    if walked and estimate:  # the walk itself measured the shards: ``step`` keys per piece, the rest last
+        step = max(1, math.ceil(keys.count() / (wanted * k)))
+        ranges = [len(s.queries()) * step for s in shards[:-2]]
+        estimates = [*ranges, keys.count() - sum(ranges), keys.null_count()]
+    shards = [where.apply(s) for s in shards]
+    if estimates:
+        shards = [dataclasses.replace(s, estimated_rows=max(0, e)) for s, e in zip(shards, estimates)]
+    plan = Plan(schema.database, schema.table, column.name, index, strategy, channels, split_factor, (),
+                tuple(warnings))
     if estimate:
         shards = [s if s.estimated_rows is not None
                   else dataclasses.replace(s, estimated_rows=_explain_rows(conn, plan, s)) for s in shards]
