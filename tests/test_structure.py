@@ -9,7 +9,9 @@
   core/positions.py): only the Sync view's data (core/overview.py) looks at pipelines;
 * the package's modules do not import each other in a circle (imports inside functions and
   ``importlib.import_module("…")`` count too);
-* no module takes a private name (``_name``) from another module of the package.
+* no module takes a private name (``_name``) from another module of the package;
+* the parts of a pipeline run that are handed the run (DDL, verification, cascades) use only their
+  view of it (spark/cdc_run.py).
 
 Each test names every offender at once. None is allowed: the last known ones were fixed by
 issue 49, so a new one is fixed where it appears rather than listed.
@@ -28,6 +30,8 @@ MAX_LINES = 600
 WIDE_ALLOWED = ("operators/", "sensors/", "triggers/")
 # outside core/cdc/, the modules that may look at pipelines
 CDC_READERS = {"airflow_sync_provider.core.overview"}
+# the modules handed a pipeline run, and the view of it each may use (spark/cdc_run.py)
+RUN_VIEWS = {"spark/cdc_ddl.py": "DdlRun", "spark/cdc_verify.py": "VerifiedRun", "spark/cdc_cascades.py": "CascadingRun"}
 
 
 def _modules() -> dict[str, Path]:
@@ -210,6 +214,48 @@ def _private_imports() -> set[str]:
     return found
 
 
+def _view_members(tree: ast.Module, name: str) -> set[str]:
+    """The names a Protocol class of spark/cdc_run.py declares, its bases' included."""
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    node, out = classes[name], set()
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            out.add(item.target.id)
+        elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.add(item.name)
+    for base in node.bases:
+        if isinstance(base, ast.Name) and base.id in classes:
+            out |= _view_members(tree, base.id)
+    return out
+
+
+def _run_uses_outside_views() -> set[str]:
+    """``module: run.<name>`` for each name a run's part uses that its view does not declare
+    (``run`` a variable or ``self.run``)."""
+    views = _tree(ROOT / "spark" / "cdc_run.py")
+    found = set()
+    for module, view in RUN_VIEWS.items():
+        allowed = _view_members(views, view)
+        for node in ast.walk(_tree(ROOT / module)):
+            if not isinstance(node, ast.Attribute):
+                continue
+            holder = node.value
+            is_run = (isinstance(holder, ast.Name) and holder.id == "run") or (
+                isinstance(holder, ast.Attribute) and holder.attr == "run" and isinstance(holder.value, ast.Name)
+                and holder.value.id == "self")
+            if is_run and node.attr not in allowed:
+                found.add(f"{module}: run.{node.attr} (not in {view})")
+    return found
+
+
+def test_the_parts_of_a_pipeline_run_use_only_their_view_of_it():
+    """The DDL follower, the verifier and the cascades are handed the whole run but typed by a
+    narrow view (spark/cdc_run.py): what they reach for outside it is named here."""
+    found = _run_uses_outside_views()
+    assert not found, "uses outside the run's views (add them to spark/cdc_run.py, or pass what is needed): " + \
+        ", ".join(sorted(found))
+
+
 def test_no_module_is_longer_than_six_hundred_lines():
     found = _long_modules()
     assert not found, ("modules over 600 lines (split them by concern): "
@@ -280,9 +326,16 @@ def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
         (fake / "core" / folder / "uses.py").write_text(f"from airflow_sync_provider.core.{other} import used\n")
         (fake / "core" / folder / "used.py").write_text("")
     (fake / "core" / "__init__.py").write_text("")
+    (fake / "spark" / "cdc_run.py").write_text("class _Common:\n    spec: object\n"
+                                                "class V(_Common):\n    def log(self, text): ...\n")
+    (fake / "spark" / "v.py").write_text("class U:\n    def go(self):\n        self.run.log(self.run.spec)\n"
+                                         "        return self.run.ch\n"
+                                         "def f(run):\n    return run.state\n")
+    monkeypatch.setitem(globals(), "RUN_VIEWS", {"spark/v.py": "V"})
     monkeypatch.setitem(globals(), "ROOT", fake)
     monkeypatch.setitem(globals(), "MODULES", _modules())
     assert set(_folder_imports()) == {f"{PACKAGE}.core.x", f"{PACKAGE}.core.y"}
     assert _long_signatures() == {"spark/a.py:wide": 8}
     assert _circles() == [["airflow_sync_provider.spark.a", "airflow_sync_provider.spark.b"]]
     assert _private_imports() == {"airflow_sync_provider.spark.a -> airflow_sync_provider.spark.b._hidden"}
+    assert _run_uses_outside_views() == {"spark/v.py: run.ch (not in V)", "spark/v.py: run.state (not in V)"}

@@ -51,7 +51,8 @@ from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
 from airflow_sync_provider.spark.cdc_cascades import Cascading
-from airflow_sync_provider.spark.cdc_start import JOIN_POLL_SECONDS, Applying, RunStart, Stream, Totals
+from airflow_sync_provider.spark.cdc_run import Applying, Stream, Totals
+from airflow_sync_provider.spark.cdc_start import JOIN_POLL_SECONDS, RunStart
 from airflow_sync_provider.spark.cdc_stream import (
     ApplyFailed,
     Decoded,

@@ -45,6 +45,7 @@ from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, read_table_schema
 from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, weights_of
 from airflow_sync_provider.core.sql import ch_ident, ch_table
+from airflow_sync_provider.spark.cdc_run import CascadingRun
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class Cascading:
     """A run's foreign keys and the cascades they cause (see the module's text). ``run``: the
     :class:`~airflow_sync_provider.spark.cdc_apply.PipelineRun` (spec, state, ClickHouse client)."""
 
-    def __init__(self, run):
+    def __init__(self, run: CascadingRun):
         self.run = run
         self.logged = False  # the server logs cascaded rows itself: nothing to derive
         self._plans: dict = {}

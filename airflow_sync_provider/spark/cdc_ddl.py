@@ -54,6 +54,7 @@ from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, needs
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 from airflow_sync_provider.core.typemap import map_column
 from airflow_sync_provider.spark import cdc_bootstrap
+from airflow_sync_provider.spark.cdc_run import DdlRun
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ class Recopies:
     ``run``: the :class:`~airflow_sync_provider.spark.cdc_apply.PipelineRun` (spec, session,
     ClickHouse client, checkpoints)."""
 
-    def __init__(self, run):
+    def __init__(self, run: DdlRun):
         self.run, self.spec = run, run.spec
         self.pool = ThreadPoolExecutor(max(1, self.spec.recopy_tables), thread_name_prefix="recopy")
         self.running: dict[str, tuple] = {}  # name → (table, future)
@@ -402,7 +403,7 @@ def _collation(conn, table: PipelineTable) -> str | None:
     return table.collation
 
 
-def follow(run, routes: dict, tables: list[PipelineTable], statement: ddl.Statement, after: BinlogPosition,
+def follow(run: DdlRun, routes: dict, tables: list[PipelineTable], statement: ddl.Statement, after: BinlogPosition,
            text: str, committed: int = 0) -> tuple[list[str], list[str]]:
     """Follow one DDL statement (``text``, parsed: ``statement``; ``committed``: its timestamp) at
     ``after`` (the position right after it) for the pipeline's tables: ``routes`` (name → route, updated in place) and
@@ -499,7 +500,7 @@ def selected_config(spec, selection, name: str) -> dict:
     return config
 
 
-def siblings(run, table: PipelineTable) -> list[Sibling]:
+def siblings(run: DdlRun, table: PipelineTable) -> list[Sibling]:
     """The other members of ``table``'s merged copy as their pipelines last recorded them: this
     pipeline's other tables, and the tables of the group's other sources' pipelines."""
     copy = (table.target_database, table.target_table)
@@ -532,7 +533,7 @@ def _drop_derived(ch, route: TableRoute, after: list) -> list[str]:
     return [d.name for d in dropped]
 
 
-def follow_alter(run, route: TableRoute, change: alter.Alter) -> alter.Decision:
+def follow_alter(run: DdlRun, route: TableRoute, change: alter.Alter) -> alter.Decision:
     """One ALTER TABLE on a followed table, decided by its copy's rule (core/cdc/alter.py: a table
     copied alone, or a shard of a merged copy) and carried out on the copy: its ALTER clauses,
     and a merged copy's one mutation of the shard's rows. A shard that must wait for the others
@@ -576,7 +577,7 @@ def shard_rows_deleted(spec) -> bool:
     return spec.group is not None and spec.group.on_shard_removed == "delete"
 
 
-def shard_removed(run, route: TableRoute, after: BinlogPosition) -> None:
+def shard_removed(run: DdlRun, route: TableRoute, after: BinlogPosition) -> None:
     """A merged copy's member that leaves (its table dropped or renamed away): its rows are kept,
     or with ``on_shard_removed="delete"`` get tombstones ranked at the statement."""
     if route.table.member and shard_rows_deleted(run.spec):

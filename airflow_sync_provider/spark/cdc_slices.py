@@ -93,12 +93,12 @@ def plan_check(pconn, ch, table: PipelineTable, schema: TableSchema) -> TableChe
         try:
             plan = plan_table(pconn, schema, Sharding(speed=SpeedLimits(channels=1), split_column=split,
                               split_factor=max(1, min(MAX_SHARDS, math.ceil(rows / SHARD_ROWS))), estimate=False))
-            predicates = shard_predicates(pconn, ch, plan, schema, {}, database, name)
+            predicates = shard_predicates(pconn, ch, plan, schema, (database, name))
         except NotComparable:
             plan = None
     if plan is None:  # one slice (a merged copy's member: its rows alone; a filtered copy's: the filter's)
         plan = whole_table(pconn, schema)
-        predicates = shard_predicates(pconn, ch, plan, schema, {}, database, name)
+        predicates = shard_predicates(pconn, ch, plan, schema, (database, name))
     weight = schema.column(table.split_column) if weighted else None
     layout = copy_layout(ch, database, name)
     place = layout.place_columns([c.name for c in schema.columns])

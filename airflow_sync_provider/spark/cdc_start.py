@@ -5,19 +5,16 @@ checkpoint (a new pipeline starts where its tables' copies began: their registra
 server it reads now — the one its checkpoint is a position of, another one after a failover
 (resumed by the checkpoint's GTID state, core/cdc/servers.py), or one that no longer has the
 binlog the checkpoint needs (then the stream restarts at the source's position now and every
-table is copied again beside it) — and where a bounded run stops. Also the run's records: what
-one follow of the binlog applies (:class:`Stream`), a large transaction being applied in pieces
-(:class:`Applying`), the totals.
+table is copied again beside it) — and where a bounded run stops. The records a run holds (its
+stream, a transaction applied in pieces, the totals) are in spark/cdc_run.py with its views.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.binlog.preflight import BinlogLost, preflight
-from airflow_sync_provider.core.cdc.binlog.routes import TableRoute
 from airflow_sync_provider.core.cdc.checkpoints import (
     PIPELINE_IDLE,
     PIPELINE_RUNNING,
@@ -33,69 +30,18 @@ from airflow_sync_provider.core.cdc.servers import (
     shared_history,
     with_their_domains,
 )
-from airflow_sync_provider.core.cdc.tables import PipelineTable, Registration
+from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.loads import LOAD_PUBLISHED
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, current_position
 from airflow_sync_provider.core.selection import TableSelection
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.spark import cdc_ddl
+from airflow_sync_provider.spark.cdc_run import Stream
 from airflow_sync_provider.spark.cdc_stream import (
     ApplyFailed,
 )
 
 JOIN_POLL_SECONDS = 2.0  # how often a running pipeline looks for tables waiting to join
-
-
-@dataclass
-class Applying:
-    """A transaction being applied in pieces: written past the stream's position, not claimed."""
-
-    began: BinlogPosition
-    since: float
-    through: BinlogPosition | None = None
-    pieces: int = 0
-    changes: int = 0  # row changes written to the copy
-    staged: int = 0  # rows of an XA transaction written to staging (core/cdc/staging.py)
-    per_table: dict = field(default_factory=dict)  # source table → [row changes, rows written]
-
-    def to_dict(self, joining: str = "") -> dict:
-        return {"began": self.began.to_dict(), "through": (self.through or self.began).to_dict(), "since": self.since,
-                "pieces": self.pieces, "changes": self.changes, "staged": self.staged} | (
-                    {"joining": joining} if joining else {})
-
-
-@dataclass
-class Stream:
-    """What one follow of the binlog applies: ``routes`` (name → route) of ``tables``, from
-    ``position``. The pipeline's stream moves its checkpoint; a table joining replays its own
-    changes up to the checkpoint first, moving its registration's ``since`` (``joining``)."""
-
-    routes: dict[str, TableRoute]
-    tables: list[PipelineTable]
-    position: BinlogPosition
-    joining: Registration | None = None
-    applying: Applying | None = None  # the open transaction's pieces written so far
-    # only the cascades into ``routes``' tables (after a re-copy: PipelineRun.replay_cascades);
-    # their own row changes and DDL are the pipeline stream's, already applied
-    cascades_only: bool = False
-
-
-@dataclass
-class Totals:
-    events: int = 0
-    rows_written: int = 0
-    joined: list = field(default_factory=list)
-    ddl: int = 0
-    recopied: list = field(default_factory=list)
-    verified: list = field(default_factory=list)
-    repaired_shards: int = 0
-    failover: dict = field(default_factory=dict)  # the source became another server: from, to, where
-    binlog_lost: dict = field(default_factory=dict)  # the binlog the checkpoint needed was gone: what it cost
-    xa_commits_unseen: int = 0  # commits of XA transactions prepared before the copy (BinlogReader)
-    pieces: int = 0  # pieces of large transactions written (core/cdc/binlog/batches.Batch)
-    xa_staged: int = 0  # rows of large XA transactions written to staging (core/cdc/staging.py)
-    cascaded_rows: int = 0  # child rows written for foreign-key cascades (spark/cdc_cascades.py)
-    cascade_seconds: float = 0.0  # the time spent deriving and writing them
 
 
 class RunStart:

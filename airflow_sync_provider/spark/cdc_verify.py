@@ -44,6 +44,7 @@ from airflow_sync_provider.core.positions import (
     BinlogError,
     BinlogPosition,
 )
+from airflow_sync_provider.spark.cdc_run import VerifiedRun
 from airflow_sync_provider.spark.cdc_slices import (
     MAX_SET_ASIDE,
     Snapshot,
@@ -104,7 +105,7 @@ class Verifier:
     outcomes over (:meth:`collect`), or in the stream's thread at the end of a bounded run
     (:meth:`catch_up`). ``run``: the :class:`~airflow_sync_provider.spark.cdc_apply.PipelineRun`."""
 
-    def __init__(self, run):
+    def __init__(self, run: VerifiedRun):
         self.run, self.spec = run, run.spec
         self.period, self.budget = run.spec.verify_period, run.spec.verify_budget
         self.outcomes: queue.Queue = queue.Queue()

@@ -162,7 +162,7 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
             # (its estimate sets the first bucket width)
             plan = whole_table(conn, schema, where, estimate=True, strategy=plan.strategy, warnings=plan.warnings)
         predicates = dict(zip((s.id for s in plan.shards), shard_predicates(
-            conn, ch, plan, schema, {}, database, name, window.ch_sql() if window else "")))
+            conn, ch, plan, schema, (database, name), also=window.ch_sql() if window else "")))
         position = position_if_readable(conn, table, source_epoch(conn, ch, spec.ledger_database))
         first = mappings[keys[0]].source
         key_position = first.data_type in INTEGER_TYPES and not first.nullable

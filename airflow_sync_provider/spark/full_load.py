@@ -326,7 +326,7 @@ def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy:
 def repaired_shards(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> list[tuple[str, dict, int]]:
     """The re-read shards of a repair: each one's target predicate and its read's version."""
     with mysql_reader.connect(spec.source) as conn:
-        predicates = shard_predicates(conn, ch, plan, schema, state.spec, spec.target_database, spec.target_table)
+        predicates = shard_predicates(conn, ch, plan, schema, (spec.target_database, spec.target_table), state.spec)
     return [(where, params, state.shards[shard.id].version)
             for shard, (where, params) in zip(plan.shards, predicates) if shard.id in state.repair]
 

@@ -144,7 +144,7 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
         if not shape.comparable:
             return _shape_result(state, spec, shape, ledger)
         predicates = dict(zip((s.id for s in plan.shards),
-                              shard_predicates(conn, ledger.ch, plan, schema, state.spec, database, table)))
+                              shard_predicates(conn, ledger.ch, plan, schema, (database, table), state.spec)))
     kept = 0
     if schema.content.keep_deletes:  # rows the copy keeps after the source deleted them: counted apart
         live = f"{ch_ident(DELETED_AT_SOURCE)} = 0"

@@ -150,11 +150,13 @@ def weight_width(ch, database: str, table: str) -> int:
     return int(ch.command(f"SELECT max(length({ch_ident(SPLIT_WEIGHT_COLUMN)})) FROM {ch_table(database, table)}") or 0)
 
 
-def shard_predicates(conn, ch, plan: Plan, schema, spec: dict, database: str, table: str,
+def shard_predicates(conn, ch, plan: Plan, schema, copy: tuple[str, str], load_spec: dict | None = None,
                      also: str = "") -> list[tuple[str, dict]]:
-    """The copy ``database.table``'s side of each of ``plan``'s shards (the planner's, core/source/planning.py):
-    everything :func:`target_predicates` needs, read from MySQL (``conn``) and the target; ``also``: a
-    ClickHouse condition every shard carries besides (a TTL window)."""
+    """The copy's (``(database, table)``) side of each of ``plan``'s shards (the planner's,
+    core/source/planning.py): everything :func:`target_predicates` needs, read from MySQL (``conn``)
+    and the target; ``load_spec``: a period load's (its partitions); ``also``: a ClickHouse condition
+    every shard carries besides (a TTL window)."""
+    database, table = copy
     column = schema.column(plan.split_column) if plan.split_column else None
     weights, width = None, 0
     if needs_weight(column):
@@ -164,4 +166,4 @@ def shard_predicates(conn, ch, plan: Plan, schema, spec: dict, database: str, ta
     member, params = member_filter(schema)
     if also:
         member = f"({member}) AND {also}"
-    return target_predicates(plan, column, weights, Period.of_spec(spec), width, (member, params))
+    return target_predicates(plan, column, weights, Period.of_spec(load_spec or {}), width, (member, params))
