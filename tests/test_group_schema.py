@@ -14,6 +14,7 @@ from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import (
     SOURCE_COLUMNS,
+    GroupPart,
     IncompatibleShards,
     Member,
     Merge,
@@ -119,3 +120,33 @@ def test_sources_travel_in_specs_without_their_passwords():
     assert env_name("eu-west.shard_3") == "MYSQL_URL_EU_WEST_SHARD_3"
     with pytest.raises(ValueError, match="source name"):
         Source("a b", MySQLEndpoint())
+
+
+def test_a_group_parts_record_is_typed_and_travels_as_the_dict_it_always_was():
+    """A CDC part's ``group`` is a :class:`GroupPart`, built by the group's spec and parsed back
+    from a spec's JSON; its JSON is byte for byte the dict earlier releases wrote, so stored specs
+    still read. The ledger's record of a group (``cdc_groups``) is a :class:`GroupRecord`."""
+    import json
+
+    from airflow_sync_provider.core.cdc.checkpoints import GroupRecord
+    from airflow_sync_provider.core.jobspec import CdcApplySpec
+
+    group = CdcApplySpec(target=ClickHouseEndpoint(), pipeline="orders",
+                         sources=[Source("s0", MySQLEndpoint()), Source("s1", MySQLEndpoint())],
+                         merge=Merge("an.orders", on_shard_removed="delete"),
+                         tableset=TableSet(select={"databases": ["shop_*"]}))
+    part = group.for_source(group.sources[1])
+    assert part.group == GroupPart("orders", "s1", ("s0", "s1"), "an.orders", "delete") and part.group.merged
+    old = {"pipeline": "orders", "source": "s1", "sources": ["s0", "s1"], "merge_into": "an.orders",
+           "on_shard_removed": "delete"}  # the dict a part carried before it was typed
+    assert json.dumps(spec_to_dict(part)["group"]) == json.dumps(old) and part.group.to_dict() == old
+    again = spec_from_dict(json.loads(json.dumps(spec_to_dict(part))))
+    assert again.group == part.group and GroupPart.of(old) == part.group
+    one = Source("s0", MySQLEndpoint())
+    side_by_side = CdcApplySpec(target=ClickHouseEndpoint(), pipeline="p", sources=[one],
+                                tableset=TableSet(select={"databases": ["x"]})).for_source(one)
+    assert not side_by_side.group.merged and side_by_side.group.on_shard_removed == "keep"
+    assert GroupPart.of(None) is None and CdcApplySpec(target=ClickHouseEndpoint(), pipeline="p").group is None
+    record = GroupRecord.of({"sources": ["s0", "s1"], "merge_into": "an.orders"})
+    assert record == GroupRecord(("s0", "s1"), "an.orders") and record.merged
+    assert record.to_dict() == {"sources": ["s0", "s1"], "merge_into": "an.orders"}

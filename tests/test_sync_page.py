@@ -246,13 +246,13 @@ def test_without_its_ledger_connection_the_view_names_the_connection_and_the_set
 def test_a_source_group_is_one_copy_with_a_row_per_source(book, ch):
     """A group's pipelines (one per source) sit together under a row of the group — its merged
     copy, its sources, its worst lag — and the group's own page lists them."""
-    from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+    from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, GroupRecord
 
     add_pipeline(ch, book.database, "shops@s0", "idle", ["shop_x.orders_0"])
     add_pipeline(ch, book.database, "shops@s1", "running", ["shop_x.orders_0"], behind_seconds=120)
     add_pipeline(ch, book.database, "shops@s2", "stopped", ["shop_x.orders_0"], error="BinlogError: retyped on s2")
     add_pipeline(ch, book.database, "lonely", "idle", ["crm.users"])
-    Checkpoints(ch, book.database).write_group("shops", ["s0", "s1", "s2"], "analytics.orders")
+    Checkpoints(ch, book.database).write_group("shops", GroupRecord(("s0", "s1", "s2"), "analytics.orders"))
     page = pages.overview_html(ov.overview(book, ov.Filters()))
     table = _section(page, "pipelines")
     group_row = table.index("source group")

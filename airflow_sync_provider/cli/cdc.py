@@ -224,7 +224,7 @@ def cmd_cdc_stop(args) -> int:
         checkpoints = Checkpoints(ch, args.ledger_database)
         checkpoints.ensure()
         group = checkpoints.group(args.pipeline)
-        names = [part_pipeline(args.pipeline, s) for s in group["sources"]] if group else [args.pipeline]
+        names = [part_pipeline(args.pipeline, s) for s in group.sources] if group else [args.pipeline]
         asked = {name: checkpoints.request_stop(name, args.reason) for name in names}
         deadline = time.monotonic() + args.wait
         waiting = {name: g for name, g in asked.items() if g is not None}
@@ -252,15 +252,15 @@ def cmd_cdc_status(args) -> int:
         checkpoints = Checkpoints(ch, args.ledger_database)
         checkpoints.ensure()
         group = checkpoints.group(args.pipeline)
-        parts = {name: checkpoints.state(part_pipeline(args.pipeline, name)) for name in (group or {}).get("sources",
-                                                                                                           [])}
+        parts = {name: checkpoints.state(part_pipeline(args.pipeline, name)) for name in (group.sources if group
+                                                                                          else ())}
     finally:
         ch.close()
     if group is None:
         return _pipeline_status(args)
     if not args.json:
         print(f"source group {args.pipeline!r}: {len(parts)} source(s)"
-              + (f" merged into {group['merge_into']}" if group["merge_into"] else "") + "; "
+              + (f" merged into {group.merge_into}" if group.merged else "") + "; "
               + ", ".join(f"{name}: {state.status if state else 'no state yet'}" for name, state in parts.items()))
     out = {}
     for name in parts:
@@ -273,7 +273,7 @@ def cmd_cdc_status(args) -> int:
             _pipeline_status(one)
     if args.json:
         lags = [o.get("lag_seconds") for o in out.values()]
-        print(json.dumps({"pipeline": args.pipeline, "group": group, "sources": out,
+        print(json.dumps({"pipeline": args.pipeline, "group": group.to_dict(), "sources": out,
                           "lag_seconds": max(lags) if lags and None not in lags else None}, indent=2, default=str))
     return 0
 

@@ -22,6 +22,7 @@ from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE
 from airflow_sync_provider.core.loads import ABANDONED_AFTER_SECONDS
 from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import (
+    GroupPart,
     Member,
     Merge,
     Source,
@@ -323,8 +324,8 @@ class CdcApplySpec(JobSpec):
     # tables merged as ``merge`` says (the group's runs in the driver or as long-running tasks on
     # the cluster's executors; a shard that leaves the group: its rows in the merged copy kept or
     # deleted)
-    # one source's pipeline of a group: {pipeline, source, sources, merge_into, on_shard_removed}
-    group: dict | None = None
+    # one source's pipeline of a group (set by the group's run; in JSON its dict)
+    group: GroupPart | None = None
     job: str = field(default="cdc_apply", init=False)
 
     def __post_init__(self):
@@ -340,15 +341,15 @@ class CdcApplySpec(JobSpec):
         if self.reshape and not self.tableset.tables:
             raise ValueError(f"pipeline {self.pipeline}: reshape names the tables to rebuild (tables=[…]) and their "
                              "layout (layout=…)")
-        if self.reshape and (self.merge or (self.group or {}).get("merge_into")):
-            raise reshape_refused(self.pipeline, self.merge.into if self.merge else self.group["merge_into"])
+        _cdc_group(self)
+        if self.reshape and (self.merge or (self.group and self.group.merged)):
+            raise reshape_refused(self.pipeline, self.merge.into if self.merge else self.group.merge_into)
         if self.on_binlog_lost not in ("recopy", "stop"):
             raise ValueError(f"pipeline {self.pipeline}: on_binlog_lost must be 'recopy' or 'stop', "
                              f"not {self.on_binlog_lost!r}")
         if self.verify_period < 0 or not 0 < self.verify_budget <= 1:
             raise ValueError(f"pipeline {self.pipeline}: verify_period must be >= 0 seconds (0: only when due) and "
                              "verify_budget a fraction of one source core in (0, 1]")
-        _cdc_group(self)
         if not self.server_id:  # stable per pipeline, clear of the usual small server ids
             self.server_id = 100_000 + zlib.crc32(self.pipeline.encode()) % 2 ** 30
 
@@ -391,7 +392,7 @@ class CdcBootstrapSpec(JobSpec):
     recopy: bool = False
     driver_copy_rows: int | None = None  # as for a full load: tables copied by the driver's own channels
     # a source group, as CdcApplySpec's: every source's selected tables, merged as ``merge`` says
-    group: dict | None = None
+    group: GroupPart | None = None
     job: str = field(default="cdc_bootstrap", init=False)
 
     def __post_init__(self):
@@ -530,7 +531,9 @@ def _group(spec) -> bool:
 
 
 def _cdc_group(spec) -> None:
-    """A CDC spec of a source group: its pipeline's name checked (the part of one source needs none)."""
+    """A CDC spec of a source group: its pipeline's name checked (the part of one source needs none);
+    a part's group record typed (a spec read from JSON carries its dict)."""
+    spec.group = GroupPart.of(spec.group)
     if not spec.grouped:
         return
     if "@" in spec.pipeline:
@@ -541,9 +544,8 @@ def _cdc_group(spec) -> None:
 def _part(spec, source: Source):
     """A group CDC spec's part for ``source``: the source's pipeline ``<pipeline>@<source>``, its
     tables the group's (merged ones point at the merged copy)."""
-    group = {"pipeline": spec.pipeline, "source": source.name, "sources": [s.name for s in spec.sources],
-             "merge_into": spec.merge.into if spec.merge else "",
-             "on_shard_removed": spec.merge.on_shard_removed if spec.merge else "keep"}
+    group = GroupPart(spec.pipeline, source.name, tuple(s.name for s in spec.sources),
+                      spec.merge.into if spec.merge else "", spec.merge.on_shard_removed if spec.merge else "keep")
     extra = {"server_id": 0} if hasattr(spec, "server_id") else {}
     return dataclasses.replace(spec, sources=one_server(source.endpoint), merge=None,
                                pipeline=part_pipeline(spec.pipeline, source.name), group=group, **extra)

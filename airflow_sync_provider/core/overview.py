@@ -256,7 +256,7 @@ def pipeline_rows(ledger: Ledger, filters: Filters, name: str = "", now: float |
         found = groups.get(group)
         out.append(PipelineRow(state, lag_seconds(state, now), checkpoint_age(state, now),
                                selection=checkpoints.selection(pipeline), group=group if found else "",
-                               merge_into=(found or {}).get("merge_into", "")))
+                               merge_into=found.merge_into if found else ""))
     return sorted(out, key=lambda p: (not p.failing, not p.behind, -(p.lag or 0), p.state.pipeline))
 
 

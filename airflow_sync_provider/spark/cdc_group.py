@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.cdc.alter import base_type, nullable_type
-from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, GroupRecord
 from airflow_sync_provider.core.clickhouse.client import shared_client
 from airflow_sync_provider.core.clickhouse.ddl import create_table_sql
 from airflow_sync_provider.core.clickhouse.described import check_layout, column_types, resolve_layout, table_exists
@@ -75,8 +75,9 @@ def _record(spec, ch) -> tuple[Checkpoints, list[str]]:
     checkpoints = Checkpoints(ch, spec.ledger_database)
     checkpoints.ensure()
     before = checkpoints.group(spec.pipeline)
-    checkpoints.write_group(spec.pipeline, [s.name for s in spec.sources], spec.merge.into if spec.merge else "")
-    return checkpoints, [name for name in (before or {}).get("sources", []) if name not in
+    checkpoints.write_group(spec.pipeline, GroupRecord(tuple(s.name for s in spec.sources),
+                                                       spec.merge.into if spec.merge else ""))
+    return checkpoints, [name for name in (before.sources if before else ()) if name not in
                          {s.name for s in spec.sources}]
 
 

@@ -173,6 +173,27 @@ _TABLES = (
 _SELECTIONS = (("pipeline", "String"), ("selection", "String"), ("updated_at", _TIME))
 # a source group's pipeline: its sources (each a pipeline <pipeline>@<source>) and its merged copy
 _GROUPS = (("pipeline", "String"), ("sources", "Array(String)"), ("merge_into", "String"), ("updated_at", _TIME))
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """A source group's pipeline as the ledger keeps it (``cdc_groups``): its sources (each a
+    pipeline ``<pipeline>@<source>``) and its merged copy (``""``: the sources side by side)."""
+
+    sources: tuple[str, ...]
+    merge_into: str = ""
+
+    @classmethod
+    def of(cls, value: dict) -> "GroupRecord":
+        return cls(tuple(value["sources"]), value.get("merge_into", ""))
+
+    def to_dict(self) -> dict:
+        return {"sources": list(self.sources), "merge_into": self.merge_into}
+
+    @property
+    def merged(self) -> bool:
+        return bool(self.merge_into)
+
 # a request that the applier of one lease generation stop at its next batch boundary (``cdc stop``):
 # by generation, so a request never stops a later run
 _STOPS = (("pipeline", "String"), ("generation", "UInt64"), ("reason", "String"), ("updated_at", _TIME))
@@ -305,16 +326,16 @@ class Checkpoints(LedgerTables):
         self._insert("cdc_selections", [[pipeline, json.dumps(selection) if selection else "", _ts(self._stamp())]],
                      _SELECTIONS)
 
-    def write_group(self, pipeline: str, sources: list[str], merge_into: str) -> None:
+    def write_group(self, pipeline: str, group: GroupRecord) -> None:
         """A source group's pipeline: its sources and merged copy (the status, sensor and Sync view
         show it as one copy with a row per source)."""
-        self._insert("cdc_groups", [[pipeline, list(sources), merge_into, _ts(self._stamp())]], _GROUPS)
+        self._insert("cdc_groups", [[pipeline, list(group.sources), group.merge_into, _ts(self._stamp())]], _GROUPS)
 
-    def group(self, pipeline: str) -> dict | None:
-        """``{"sources": [...], "merge_into": ...}`` of a source group's pipeline, or None."""
+    def group(self, pipeline: str) -> GroupRecord | None:
+        """The record of a source group's pipeline, or None (not a group's)."""
         rows = self.ch.query(f"SELECT sources, merge_into FROM {self.table('cdc_groups')} FINAL"
                              " WHERE pipeline = {p:String}", parameters={"p": pipeline}).result_rows
-        return {"sources": list(rows[0][0]), "merge_into": rows[0][1]} if rows else None
+        return GroupRecord(tuple(rows[0][0]), rows[0][1]) if rows else None
 
     def request_stop(self, pipeline: str, reason: str = "") -> int | None:
         """Ask the pipeline's running applier to stop at its next batch boundary, as if its

@@ -180,6 +180,35 @@ def part_pipeline(pipeline: str, source: str) -> str:
     return f"{pipeline}@{source}"
 
 
+@dataclass(frozen=True)
+class GroupPart:
+    """One source's pipeline of a source group's CDC (``CdcApplySpec.group``, set by the group's
+    run on each part): the group's pipeline, this part's source, every source of the group, the
+    merged copy (``""``: the sources' tables side by side) and what happens to the rows of a shard
+    that leaves it. In a spec's JSON: the dict of these fields, in this order."""
+
+    pipeline: str
+    source: str
+    sources: tuple[str, ...]
+    merge_into: str = ""
+    on_shard_removed: str = "keep"
+
+    @classmethod
+    def of(cls, value: "GroupPart | dict | None") -> "GroupPart | None":
+        """From a spec's dict (nothing: not a group's part)."""
+        if isinstance(value, GroupPart) or not value:
+            return value or None
+        return cls(value["pipeline"], value["source"], tuple(value["sources"]), value.get("merge_into", ""),
+                   value.get("on_shard_removed", "keep"))
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "sources": list(self.sources)}
+
+    @property
+    def merged(self) -> bool:
+        return bool(self.merge_into)
+
+
 def member_config(merge_into: str, member: Member, config: dict) -> dict:
     """A member's table entry (core/selection.table_config's keys): its target is the merged
     copy, and it knows which member it is."""
