@@ -144,7 +144,7 @@ def test_the_clickhousedb_providers_extras_and_the_https_url(monkeypatch, certs,
     args = target.client_args()
     assert args["ca_cert"] != certs.ca and open(args["ca_cert"]).read() == open(certs.ca).read()
     assert (args["connect_timeout"], args["send_receive_timeout"], args["verify"]) == (5.0, 600.0, True)
-    assert "compress=True not applied" in caplog.text and "PRIVATE KEY" not in repr(target)
+    assert target.insert_compression == "lz4" and "PRIVATE KEY" not in repr(target)  # compress=True: LZ4
     for extra, message in (({"session_settings": {"max_threads": 2}}, "session_settings cannot be honoured"),
                            ({"client_kwargs": {"http_proxy": "http://p:1"}}, "client_kwargs.http_proxy cannot be"),
                            ({"client_kwargs": {"ca_cert": certs.ca}}, "ca_cert need HTTPS")):
@@ -158,6 +158,17 @@ def test_the_clickhousedb_providers_extras_and_the_https_url(monkeypatch, certs,
         ClickHouseEndpoint.from_url("http://ch.example/?compression=lz4")
     with pytest.raises(ValueError, match="ca_cert need HTTPS"):
         ClickHouseEndpoint.from_url(f"http://ch.example/?ca_cert={quote(certs.ca)}")
+
+
+def test_inserts_are_compressed_for_a_remote_server_and_not_on_this_machine():
+    """Unset, a remote server's inserts are LZ4 and a loopback one's plain; set, as given."""
+    cases = {"http://ch.example/": "lz4", "http://10.0.0.7:8123/": "lz4", "http://127.0.0.1:8123/": None,
+             "http://localhost/": None, "http://[::1]:8123/": None, "http://127.0.0.1/?compress=zstd": "zstd",
+             "http://127.0.0.1/?compress=true": "lz4", "http://ch.example/?compress=false": None,
+             "http://ch.example/?compress=none": None}
+    assert {url: ClickHouseEndpoint.from_url(url).insert_compression for url in cases} == cases
+    with pytest.raises(ValueError, match="compress='gzip'"):
+        ClickHouseEndpoint.from_url("http://ch.example/?compress=gzip")
 
 
 def test_certificates_are_written_0600_in_a_private_directory_once_per_content(monkeypatch, tmp_path, certs):

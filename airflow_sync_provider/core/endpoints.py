@@ -14,6 +14,7 @@ so that a logged endpoint never leaks one.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import logging
 from dataclasses import dataclass, field
@@ -44,6 +45,13 @@ _MYSQL_REFUSED = {
     "iam": "AWS IAM authentication is not supported: give the user's password",
 }
 _CHARSETS_READ_AS_UTF8MB4 = ("utf8mb4", "utf8", "utf8mb3")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
 
 
 def _flag(value, name: str, where: str) -> bool:
@@ -320,15 +328,18 @@ def _mariadb_client() -> bool:
 _CH_TLS = ("ca_cert", "client_cert", "client_cert_key", "server_host_name", "tls_mode")
 _CH_EXTRAS = ("secure", "verify", "connect_timeout", "send_receive_timeout", "compress", "client_name",
               "session_settings", "client_kwargs")
-_CH_NOTED = {"compress": "the jobs compress their inserts themselves (LZ4)",
-             "client_name": "the jobs name themselves in the User-Agent"}
+_CH_NOTED = {"client_name": "the jobs name themselves in the User-Agent"}
+# the jobs' Arrow inserts: compressed for a remote server (the network is the cost), not on this
+# machine (compressing and decompressing 100 bytes a row costs both sides CPU, no time)
+_COMPRESSIONS = {"true": "lz4", "1": "lz4", "lz4": "lz4", "zstd": "zstd", "false": "none", "0": "none", "none": "none"}
 _TLS_MODES = ("mutual", "strict", "proxy")
 
 
 def _clickhouse_settings(options: dict, where: str, secure: bool, extra: bool) -> dict:
     """The endpoint fields ``options`` set: TLS (``ca_cert``, ``verify``, ``client_cert``,
     ``client_cert_key``, ``server_host_name``, ``tls_mode``) and the timeouts (docs/connections.md)."""
-    names = {n: n for n in (*(_CH_EXTRAS if extra else ("verify", "connect_timeout", "send_receive_timeout")),
+    names = {n: n for n in (*(_CH_EXTRAS if extra else ("verify", "connect_timeout", "send_receive_timeout",
+                                                          "compress")),
                             *(() if extra else _CH_TLS))}
     given = _named(options, names, where)
     kwargs = _json_dict(given.pop("client_kwargs", None), "client_kwargs", where) or {}
@@ -353,6 +364,12 @@ def _clickhouse_settings(options: dict, where: str, secure: bool, extra: bool) -
     if "secure" in given:
         secure = _flag(given.pop("secure"), "secure", where)
     settings = {"secure": secure}
+    if "compress" in given:
+        value = str(given.pop("compress")).strip().lower()
+        if value not in _COMPRESSIONS:
+            raise ValueError(f"{where}: compress={value!r}: give true / lz4, zstd, or false / none (unset: "
+                             "LZ4 for a remote server, none on this machine)")
+        settings["compress"] = _COMPRESSIONS[value]
     if "verify" in given:
         settings["verify"] = _flag(given.pop("verify"), "verify", where)
     for name in ("connect_timeout", "send_receive_timeout"):
@@ -402,6 +419,15 @@ class ClickHouseEndpoint:
     tls_mode: str = ""
     connect_timeout: float | None = None
     send_receive_timeout: float | None = None
+    compress: str = ""  # the jobs' inserts: "lz4", "zstd", "none"; "": see insert_compression
+
+    @property
+    def insert_compression(self) -> str | None:
+        """The Arrow IPC compression of the jobs' inserts: as set, else LZ4 for a remote server
+        and none for one on this machine (a loopback address)."""
+        if self.compress:
+            return None if self.compress == "none" else self.compress
+        return None if _loopback(self.host) else "lz4"
 
     @classmethod
     def from_url(cls, url: str) -> "ClickHouseEndpoint":

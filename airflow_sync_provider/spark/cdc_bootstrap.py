@@ -136,7 +136,8 @@ class BootstrapCopy(ShardCopy):
             record.count_failed(rows)
 
         return ArrowInserts(channel.ch, ch_table(self.spec.target_database, self.spec.target_table),
-                            settings=WEIGHT_SETTINGS if self.copy.weight else None, on_failed=failed)
+                            settings=WEIGHT_SETTINGS if self.copy.weight else None,
+                            compression=self.spec.target.insert_compression, on_failed=failed)
 
     def read(self, channel: Channel, shard: Shard, record: ShardState, inserts: ArrowInserts) -> None:
         """The shard in chunks, resuming after its last finished chunk."""

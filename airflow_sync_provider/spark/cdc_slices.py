@@ -215,7 +215,8 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_
         return _repair_multiset(spec, ch, snapshot, check, slice_id)
     written = 0
     writer = shared_client(spec.target)  # session-less: an insert may be acknowledged while the next streams
-    inserts = ArrowInserts(writer, ch_table(database, table), settings=WEIGHT_SETTINGS if check.weight else None)
+    inserts = ArrowInserts(writer, ch_table(database, table), settings=WEIGHT_SETTINGS if check.weight else None,
+                           compression=spec.target.insert_compression)
     try:
         for batch in snapshot.rows(check, slice_id):
             stamp = pa.repeat(pa.scalar(version, pa.uint64()), batch.num_rows)

@@ -118,7 +118,8 @@ class FullLoadCopy(ShardCopy):
         table = ch_table(self.spec.ledger_database, self.state.parts_table)
         settings = WEIGHT_SETTINGS if self.copy.direct and self.copy.weight else None
         return channel.output.stream((table, self.copy.direct, bool(settings)), lambda: ArrowInserts(
-            channel.ch, table, settings=settings, on_written=_written, on_failed=_failed,
+            channel.ch, table, settings=settings, compression=self.spec.target.insert_compression,
+            on_written=_written, on_failed=_failed,
             # a parts table has a partition per shard: ClickHouse takes at most 100 in one insert
             limits=InsertLimits(self.spec.insert_rows, self.spec.insert_bytes,
                                 owners=None if self.copy.direct else 50)))

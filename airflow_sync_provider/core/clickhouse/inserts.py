@@ -115,9 +115,10 @@ class ArrowInserts:
     acknowledged, ``on_failed(rows, owner)`` (on the caller's) when one failed, once per owner of
     its rows. At most one insert is open and one more may be awaiting its acknowledgement.
     ``limits``: where an insert ends (:class:`InsertLimits`; a parts table's partitions: at most
-    100 owners in one insert, ClickHouse refuses more)."""
+    100 owners in one insert, ClickHouse refuses more). ``compression``: the Arrow IPC body's
+    (the endpoint's ``insert_compression``: core/endpoints.py)."""
 
-    def __init__(self, ch, table_sql: str, *, settings: dict | None = None, compression: str | None = "lz4",
+    def __init__(self, ch, table_sql: str, *, settings: dict | None = None, compression: str | None = None,
                  limits: InsertLimits = InsertLimits(), on_written: Callable[[int, object], None] | None = None,
                  on_failed: Callable[[int, object], None] | None = None):
         self.ch, self.table_sql = ch, table_sql

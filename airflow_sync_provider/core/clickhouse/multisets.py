@@ -59,7 +59,7 @@ class Beside:
         return self
 
     def fill(self, batches) -> None:
-        inserts = ArrowInserts(shared_client(self.endpoint), self.name)
+        inserts = ArrowInserts(shared_client(self.endpoint), self.name, compression=self.endpoint.insert_compression)
         try:
             for batch in batches:
                 inserts.write(batch)
