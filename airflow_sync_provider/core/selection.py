@@ -98,6 +98,67 @@ class TableSelection:
                 **({"content": self.content} if self.content else {})}
 
 
+SELECTION_FIELDS = ("table", "select", "tables", "columns", "exclude_columns", "source_database", "target_database",
+                    "target_table")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The tables a job operator works on, as one object (``selection=Selection(…)``); each field
+    is also the operator's plain argument of the same name, which it stands for.
+
+    One table (the full load):
+
+    * ``table``: the source table's name;
+    * ``source_database``: default the MySQL connection's schema;
+    * ``target_database``: default the ClickHouse connection's schema (unless ``default``), then the
+      source database;
+    * ``target_table``: default ``table``;
+    * ``columns``: copy only these columns (default all; key columns always stay);
+      ``exclude_columns``: leave these out (e.g. a type without a ClickHouse mapping).
+
+    Many tables (every job operator), instead of ``table``:
+
+    * ``select``: tables by pattern, resolved when the task runs: ``{"databases": [...],
+      "tables": [...], "exclude_tables": [...], "target_database": "{database}"}`` (shell
+      wildcards or ``re:`` regular expressions, :class:`TableSelection`; docs/whole-databases.md),
+      with the selection's own ``layout`` / ``transform`` / ``row_filter`` / ``on_delete`` over the
+      job's;
+    * ``tables``: tables by name, alone or beside ``select``: ``"db.table"`` or entries with
+      :func:`table_config`'s keys (``source_database``, ``source_table``, ``target_database``,
+      ``target_table``, ``columns``, ``exclude_columns``, ``split_column``, and their own
+      ``layout`` / ``transform`` / ``row_filter`` / ``on_delete``).
+
+    The values are kept as given (a pattern or a name may be a Jinja template the operator renders);
+    they are checked where the plain arguments are, when the job's spec is built."""
+
+    table: str | None = None
+    select: "dict | TableSelection | None" = None
+    tables: "tuple | list" = ()
+    columns: "tuple[str, ...] | list | None" = None
+    exclude_columns: "tuple[str, ...] | list" = ()
+    source_database: str | None = None
+    target_database: str | None = None
+    target_table: str | None = None
+
+    def __post_init__(self):
+        if self.table and (self.select or self.tables):
+            raise ValueError("selection: give table= (one table) or select= / tables= (many), not both")
+        for name in ("tables", "columns", "exclude_columns"):
+            if isinstance(getattr(self, name), str) and "{{" not in getattr(self, name):
+                raise ValueError(f"selection {name}: give a list, not the name {getattr(self, name)!r}")
+
+    def arguments(self) -> dict:
+        """The plain operator arguments it stands for (None: not given)."""
+        def plain(value):  # a list (an empty one: not given); a template or an XComArg as it is
+            return (list(value) or None) if isinstance(value, (list, tuple)) else value
+
+        select = self.select.to_dict() if isinstance(self.select, TableSelection) else self.select
+        return {"table": self.table, "select": select, "tables": plain(self.tables), "columns": plain(self.columns),
+                "exclude_columns": plain(self.exclude_columns), "source_database": self.source_database,
+                "target_database": self.target_database, "target_table": self.target_table}
+
+
 @dataclass
 class TableSet:
     """The tables a job works on: named (``tables``: ``"db.table"`` or entries with their target

@@ -7,6 +7,7 @@ from airflow_sync_provider.core.metrics import pipeline_gauges, pipeline_run_cou
 from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
+from airflow_sync_provider.operators.configs import Layout, Selection, layout_argument, unpack
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 from airflow_sync_provider.stats import pipeline_state
 
@@ -23,9 +24,10 @@ class CdcApplyOperator(SparkJobOperator):
     :param start_from_loads: full-load keys whose tables join the pipeline from the binlog
         position those loads began at (tables bootstrapped by ``CdcBootstrapOperator`` join by
         themselves; a running pipeline replays a new table up to its checkpoint first).
-    :param tables: ``["db.table", …]`` or dicts with target names, with ``start_position``.
-    :param select: tables by pattern (as ``CdcBootstrapOperator``'s): those selected now and those
-        later created or renamed onto a selected name are copied beside the stream and join it.
+    :param selection: ``Selection(tables=…, select=…)``, or the plain ``tables`` (entries may
+        carry a ``start_position``) / ``select`` (:mod:`airflow_sync_provider.operators.configs`):
+        the tables selected now and those later created or renamed onto a selected name are copied
+        beside the stream and join it.
     :param start_position: ``{"file": …, "pos": …}`` for a new pipeline without full loads.
     :param stop_position: stop here instead of at the source's position at start.
     :param lanes: apply lanes (concurrent writers); keys are routed on a consistent-hash ring
@@ -61,20 +63,22 @@ class CdcApplyOperator(SparkJobOperator):
     :param reshape: lay the named ``tables``' copies out anew under ``layout`` (their entries' own over
         it): each is re-copied beside the stream into a new table and swapped in when done, the
         changes going on into it; the task ends once every swap is recorded (docs/layouts.md).
-    :param layout: the layout a reshape lays the copies out in.
+    :param layout: ``Layout(…)`` or its dict form (:mod:`airflow_sync_provider.operators.configs`):
+        the layout a reshape lays the copies out in.
     """
 
     job = "cdc_apply"
     template_fields = ("pipeline", "start_from_loads", "tables", "select", "start_position", "stop_position",
                        "merge_into")
 
-    def __init__(self, *, pipeline: str, mysql_conn_id: str = "mysql_default",
-                 clickhouse_conn_id: str = "clickhouse_default", start_from_loads: list | None = None,
+    def __init__(self, *, pipeline: str, selection: Selection | dict | None = None,
+                 mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
+                 start_from_loads: list | None = None,
                  tables: list | None = None, select: dict | None = None, start_position: dict | None = None,
                  stop_position: dict | None = None,
                  lanes: int = 4, vnodes: int = 256, batch_events: int = 50_000, batch_bytes: int = 16 << 20,
                  driver_write_rows: int = 500_000,
-                 reset: bool = False, reshape: bool = False, layout: dict | None = None,
+                 reset: bool = False, reshape: bool = False, layout: Layout | dict | None = None,
                  verify: bool = False, verify_period: float = 900.0, verify_budget: float = 0.1,
                  verify_after_ddl: bool = True, change_selection: bool = False, on_binlog_lost: str = "recopy",
                  verify_every: float = 0.0, sources: list | None = None, merge_into: str = "",
@@ -91,8 +95,8 @@ class CdcApplyOperator(SparkJobOperator):
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id
         self.start_from_loads = start_from_loads
-        self.tables = tables
-        self.select = select
+        given = unpack(self, {"selection": selection}, dict(tables=tables, select=select))
+        self.tables, self.select = given["tables"], given["select"]  # the Selection unpacked into them
         self.start_position = start_position
         self.stop_position = stop_position
         self.lanes = lanes
@@ -102,12 +106,12 @@ class CdcApplyOperator(SparkJobOperator):
         self.driver_write_rows = driver_write_rows
         self.reset = reset
         self.reshape = reshape
-        self.layout = layout
+        self.layout = layout_argument(self, layout)
         self.verify, self.verify_period, self.verify_budget = verify, verify_every or verify_period, verify_budget
         self.verify_after_ddl, self.change_selection = verify_after_ddl, change_selection
         self.on_binlog_lost = on_binlog_lost
         self.ledger_database = ledger_database
-        named = tables if isinstance(tables, (list, tuple)) else []
+        named = self.tables if isinstance(self.tables, (list, tuple)) else []
         self.declare_assets([mysql_table(mysql_conn_id, *q) for t in named if (q := qualified(t))],
                             [clickhouse_table(clickhouse_conn_id, *q) for t in named if (q := target_of(t))])
 

@@ -6,6 +6,7 @@ from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, TASK_LOAD
 from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
+from airflow_sync_provider.operators.configs import Content, Layout, Selection, SpeedLimits, layout_argument, unpack
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 
@@ -19,13 +20,18 @@ class CdcBootstrapOperator(SparkJobOperator):
     catch-up picks it up by itself. XCom: ``start_position`` / ``end_position`` (give the end
     to ``BinlogPositionSensor``), rows and chunks per table.
 
+    The tables, their layout, their content and the read speed are settings documented once, in
+    :mod:`airflow_sync_provider.operators.configs` (docs/operators/configs.md): each given as a
+    config object or as its plain arguments.
+
     :param pipeline: the pipeline the tables join.
-    :param tables: ``["db.table", …]`` or dicts with target names, ``columns``, ``exclude_columns``.
-    :param select: tables by pattern, resolved when the task runs: ``{"databases": [...],
-        "tables": [...], "exclude_tables": [...], "target_database": "{database}"}`` (shell
-        wildcards, or ``re:`` regular expressions; docs/cdc.md, "A database by pattern"). Tables
-        CDC cannot stream are left out and listed in XCom ``unstreamable`` with the reason.
-    :param channels: shards read at once (Spark tasks, source connections).
+    :param selection: ``Selection(tables=…, select=…)``, or the plain ``tables`` / ``select``
+        (docs/cdc.md, "A database by pattern"). Tables CDC cannot stream are left out and listed
+        in XCom ``unstreamable`` with the reason.
+    :param layout: ``Layout(…)`` or its dict form: how the copies are laid out in ClickHouse.
+    :param content: ``Content(…)``, or the plain ``transform``, ``row_filter``, ``on_delete``.
+    :param speed: ``SpeedLimits(channels=…, channel_byte=…, channel_record=…)``, or the plain
+        ``channels`` (default 2), ``channel_byte_speed``, ``channel_record_speed``.
     :param chunk_rows: rows per chunk: each chunk is one short consistent read.
     :param watermark_table: MySQL sources only: a ``db.table`` the job may create and write,
         which makes each chunk's binlog position exact (MariaDB reports it without one).
@@ -38,25 +44,15 @@ class CdcBootstrapOperator(SparkJobOperator):
         ``<pipeline>@<source>``; with ``merge_into`` (``"db.table"``) all of them bootstrapped into one
         merged copy (its columns the union of the shards', created or extended before anything is
         copied). XCom: ``sources`` (each one's summary), ``tables`` (with their ``source``).
-    :param layout: how the copies are laid out in ClickHouse (docs/layouts.md): ``order_by``,
-        ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
-        ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
-        reshaped (``airflow-sync reshape``); one that differs is refused, naming both.
-    :param transform: column transforms of the copies (docs/content.md): ``{"email": "hash",
-        "phone": "mask(0,4)", "note": "null", "bio": "truncate(100)", "name": "redact('***')"}``; a
-        ``tables`` / ``select`` entry's own ``transform`` goes over it (by column). ``hash`` needs
-        ``hash_salt_conn_id`` or ``hash_salt_env``.
-    :param row_filter: the rows the copies hold, a MySQL condition (``"tenant_id = 7"``); loads read
-        only those, CDC decides on each row image as MySQL would (docs/content.md).
-    :param on_delete: ``"keep"``: a row deleted at the source stays in the copy, marked in
-        ``_deleted_at_source`` (default ``"delete"``).
     """
 
     job = "cdc_bootstrap"
     template_fields = ("layout", "transform", "row_filter", "pipeline", "tables", "select", "merge_into")
 
-    def __init__(self, *, pipeline: str, tables: list | None = None, select: dict | None = None,
-                 layout: dict | None = None, transform: dict | None = None,
+    def __init__(self, *, pipeline: str, selection: Selection | dict | None = None,
+                 layout: Layout | dict | None = None, content: Content | dict | None = None,
+                 speed: SpeedLimits | dict | None = None, tables: list | None = None, select: dict | None = None,
+                 transform: dict | None = None,
                  row_filter: str | None = None, on_delete: str | None = None,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  channels: int = 2, chunk_rows: int = DEFAULT_CHUNK_ROWS, split_factor: int | None = None,
@@ -68,19 +64,19 @@ class CdcBootstrapOperator(SparkJobOperator):
         self.pipeline = pipeline
         self.sources = sources
         self.merge_into = merge_into
-        self.tables = tables or []
-        self.layout = layout
-        self.transform, self.row_filter, self.on_delete = transform, row_filter, on_delete
-        self.select = select
+        self.layout = layout_argument(self, layout)
+        for name, value in unpack(self, {"selection": selection, "content": content, "speed": speed}, dict(
+                tables=tables, select=select, transform=transform, row_filter=row_filter, on_delete=on_delete,
+                channels=channels, channel_byte_speed=channel_byte_speed,
+                channel_record_speed=channel_record_speed)).items():
+            setattr(self, name, value)  # the plain arguments, with the config objects unpacked into them
+        self.tables = self.tables or []
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id
-        self.channels = channels
         self.chunk_rows = chunk_rows
         self.split_factor = split_factor
         self.watermark_table = watermark_table
         self.restart = restart
-        self.channel_record_speed = channel_record_speed
-        self.channel_byte_speed = channel_byte_speed
         self.ledger_database = ledger_database
         self.driver_copy_rows = driver_copy_rows
         tables = self.tables if isinstance(self.tables, (list, tuple)) else []

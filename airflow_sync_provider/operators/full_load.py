@@ -10,6 +10,7 @@ from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.core.verify.reports import shard_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
+from airflow_sync_provider.operators.configs import Content, Layout, Selection, SpeedLimits, layout_argument, unpack
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 
 
@@ -29,15 +30,20 @@ class FullLoadOperator(SparkJobOperator):
     ``partition_by`` + ``replace_partitions``) replaces exactly its partitions, so a backfill of
     the same period is idempotent. Progress and hook counters go to the ledger as they happen.
 
-    :param table: source table name.
-    :param select: many tables in one task instead of ``table``: patterns resolved against the
-        source when the task runs, ``{"databases": [...], "tables": [...], "exclude_tables": [...],
-        "target_database": "{database}"}`` (shell wildcards or ``re:`` regexes; docs/whole-databases.md).
-        Each table is a load of its own, keyed ``<load_key>:<db>.<table>``; the other parameters
-        apply to every table. XCom: ``tables`` (one summary each), ``selected``, ``rows``.
-    :param tables: many tables by name (``"db.table"`` or dicts with ``source_database``,
-        ``source_table``, ``target_database``, ``target_table``, ``columns``, ``exclude_columns``,
-        ``split_column``), alone or besides ``select``.
+    The tables, their layout, their content and the read speed are settings documented once, in
+    :mod:`airflow_sync_provider.operators.configs`: each given as a config object or as its plain
+    arguments (docs/operators/configs.md).
+
+    :param selection: ``Selection(…)``, or the plain ``table`` (one table), ``select`` / ``tables``
+        (many: each table is a load of its own, keyed ``<load_key>:<db>.<table>``, the other
+        parameters applying to every table; XCom ``tables``, one summary each, ``selected``,
+        ``rows``), ``source_database``, ``target_database``, ``target_table``, ``columns``,
+        ``exclude_columns``.
+    :param layout: ``Layout(…)`` or its dict form: how the copies are laid out in ClickHouse.
+    :param content: ``Content(…)``, or the plain ``transform``, ``row_filter``, ``on_delete``: what
+        the copies hold.
+    :param speed: ``SpeedLimits(…)``, or the plain ``channels`` (default 2), ``byte_speed``,
+        ``record_speed``, ``channel_byte_speed``, ``channel_record_speed``.
     :param parallel_tables: tables copied at once in a task of many (each with its ``channels``).
     :param sources: a source group instead of ``mysql_conn_id``: ``[{"name": "s0", "mysql_conn_id":
         "shard0"}, …]``, ``select`` / ``tables`` applied to every source (docs/source-groups.md).
@@ -52,22 +58,13 @@ class FullLoadOperator(SparkJobOperator):
     :param reimport: ``"failed"`` re-reads only the failed (or never finished) shards of an
         unpublished load, then publishes; for a published load, the shards a reconciliation
         marked ``mismatch`` are re-read and replaced in place in the published table.
-    :param source_database: defaults to the MySQL connection's schema.
-    :param target_database: defaults to the ClickHouse connection's schema, then the source database.
-    :param target_table: defaults to ``table``.
-    :param channels: concurrent source connections (= concurrent Spark tasks); derived from the
-        speed limits instead when a global limit is set (DataX: global ÷ per-channel).
     :param batch_rows: rows per read batch (the unit a channel streams to ClickHouse).
     :param insert_rows, insert_bytes: a channel's INSERT ends at this many rows or Arrow bytes
         (few large inserts: few parts for ClickHouse to merge; streamed, they cost no memory).
-    :param columns: copy only these columns (default: all); key columns always stay.
-    :param exclude_columns: leave these columns out (e.g. a type without a ClickHouse mapping).
     :param split_column: column to shard on (default: primary key → unique → plain index).
     :param split_factor: shards per channel; default: DataX's 5, fewer for a table whose shards would
         hold under 50,000 rows (``planning.auto_split_factor``). A NULL shard is added.
     :param strategy: ``balanced`` (index-ordered bounds, even shards) or ``equal`` (equal widths).
-    :param byte_speed, record_speed: global limits (bytes/s, records/s).
-    :param channel_byte_speed, channel_record_speed: per-channel limits.
     :param where, where_params: MySQL filter with ``%s`` placeholders and their (templated) values,
         e.g. ``"created_at >= %s AND created_at < %s"``, ``["{{ data_interval_start | ds }}", …]``.
     :param partition_by: ClickHouse PARTITION BY expression of the target, e.g. ``toYYYYMMDD(created_at)``.
@@ -86,18 +83,6 @@ class FullLoadOperator(SparkJobOperator):
         master; 0: always on executors).
     :param reshape: the copy exists laid out otherwise: this load replaces it under ``layout`` (a copy
         a CDC pipeline follows is laid out anew by ``CdcApplyOperator(reshape=True)``).
-    :param layout: how the copies are laid out in ClickHouse (docs/layouts.md): ``order_by``,
-        ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
-        ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
-        reshaped (``airflow-sync reshape``); one that differs is refused, naming both.
-    :param transform: column transforms of the copies (docs/content.md): ``{"email": "hash",
-        "phone": "mask(0,4)", "note": "null", "bio": "truncate(100)", "name": "redact('***')"}``; a
-        ``tables`` / ``select`` entry's own ``transform`` goes over it (by column). ``hash`` needs
-        ``hash_salt_conn_id`` or ``hash_salt_env``.
-    :param row_filter: the rows the copies hold, a MySQL condition (``"tenant_id = 7"``); loads read
-        only those, CDC decides on each row image as MySQL would (docs/content.md).
-    :param on_delete: ``"keep"``: a row deleted at the source stays in the copy, marked in
-        ``_deleted_at_source`` (default ``"delete"``).
     """
 
     job = "full_load"
@@ -105,8 +90,10 @@ class FullLoadOperator(SparkJobOperator):
                        "source_database", "target_database", "target_table",
                        "columns", "exclude_columns", "split_column", "where", "where_params", "replace_partitions")
 
-    def __init__(self, *, table: str | None = None, select: dict | None = None, tables: list | None = None,
-                 layout: dict | None = None, transform: dict | None = None,
+    def __init__(self, *, selection: Selection | dict | None = None, layout: Layout | dict | None = None,
+                 content: Content | dict | None = None, speed: SpeedLimits | dict | None = None,
+                 table: str | None = None, select: dict | None = None, tables: list | None = None,
+                 transform: dict | None = None,
                  row_filter: str | None = None, on_delete: str | None = None,
                  parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", sources: list | None = None,
@@ -124,38 +111,31 @@ class FullLoadOperator(SparkJobOperator):
                  skip_if_published: bool = False, reshape: bool = False,
                  reader: str = "auto", driver_copy_rows: int | None = None, **kwargs):
         super().__init__(**kwargs)
-        if bool(table) == bool(select or tables):
-            raise ValueError(f"task {kwargs.get('task_id')}: give table= (one table) or select= / tables= (many)")
-        if (sources or merge_into) and not (select or tables):
-            raise ValueError(f"task {kwargs.get('task_id')}: a source group applies select= / tables= to every source")
+        self.layout = layout_argument(self, layout)
+        for name, value in unpack(self, {"selection": selection, "content": content, "speed": speed}, dict(
+                table=table, select=select, tables=tables, columns=columns, exclude_columns=exclude_columns,
+                source_database=source_database, target_database=target_database, target_table=target_table,
+                transform=transform, row_filter=row_filter, on_delete=on_delete, channels=channels,
+                byte_speed=byte_speed, record_speed=record_speed, channel_byte_speed=channel_byte_speed,
+                channel_record_speed=channel_record_speed)).items():
+            setattr(self, name, value)  # the plain arguments, with the config objects unpacked into them
+        if bool(self.table) == bool(self.select or self.tables):
+            raise ValueError(f"task {self.task_id}: give table= (one table) or select= / tables= (many)")
+        if (sources or merge_into) and not (self.select or self.tables):
+            raise ValueError(f"task {self.task_id}: a source group applies select= / tables= to every source")
         self.sources = sources
         self.merge_into = merge_into
-        self.table = table
-        self.select = select
-        self.tables = tables
-        self.layout = layout
-        self.transform, self.row_filter, self.on_delete = transform, row_filter, on_delete
         self.parallel_tables = parallel_tables
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id
         self.load_key = load_key
         self.reimport = reimport
-        self.source_database = source_database
-        self.target_database = target_database
-        self.target_table = target_table
-        self.columns = columns
-        self.exclude_columns = exclude_columns
-        self.channels = channels
         self.batch_rows = batch_rows
         self.insert_rows = insert_rows
         self.insert_bytes = insert_bytes
         self.split_column = split_column
         self.split_factor = split_factor
         self.strategy = strategy
-        self.byte_speed = byte_speed
-        self.record_speed = record_speed
-        self.channel_byte_speed = channel_byte_speed
-        self.channel_record_speed = channel_record_speed
         self.where = where
         self.where_params = where_params
         self.partition_by = partition_by
@@ -165,13 +145,14 @@ class FullLoadOperator(SparkJobOperator):
         self.reshape = reshape
         self.reader = reader
         self.driver_copy_rows = driver_copy_rows
-        target_table = target_table or table
-        if not table:  # the tables are known when the task runs
+        if not self.table:  # the tables are known when the task runs
             return
+        source_database, target_table = self.source_database, self.target_table or self.table
         self.declare_assets(
-            [mysql_table(mysql_conn_id, source_database, table) if is_static(source_database, table) else None],
-            [clickhouse_table(clickhouse_conn_id, target_database, target_table)
-             if is_static(target_database, target_table) else None])
+            [mysql_table(mysql_conn_id, source_database, self.table)
+             if is_static(source_database, self.table) else None],
+            [clickhouse_table(clickhouse_conn_id, self.target_database, target_table)
+             if is_static(self.target_database, target_table) else None])
 
     def sync_page(self, spec) -> str:
         return sync_link(load=spec.load_key)

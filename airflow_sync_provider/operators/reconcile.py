@@ -10,6 +10,7 @@ from airflow_sync_provider.core.verify.reconcile import OK, SHAPE_MISMATCH, over
 from airflow_sync_provider.core.verify.reports import reconcile_table
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
+from airflow_sync_provider.operators.configs import Selection, unpack
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 from airflow_sync_provider.plugins.reports import write_report
 
@@ -31,8 +32,9 @@ class ReconcileOperator(SparkJobOperator):
 
     :param load_key: the load to check (e.g. ``{{ ti.xcom_pull('load_orders')['load_key'] }}``); with
         ``select`` / ``tables``, the key the full load of many tables was given (their prefix).
-    :param select, tables: check the loads of many tables in one task (as ``FullLoadOperator``
-        takes them); a selected table without a published load under the key fails the task, named. XCom:
+    :param selection: ``Selection(select=…, tables=…)``, or the plain ``select`` / ``tables``
+        (:mod:`airflow_sync_provider.operators.configs`): check the loads of many tables in one
+        task; a selected table without a published load under the key fails the task, named. XCom:
         ``verdict`` (``ok`` only if every table is; else ``shape_mismatch`` before ``mismatch``),
         ``tables`` (one summary and report each).
     :param parallel_tables: tables checked at once.
@@ -53,7 +55,8 @@ class ReconcileOperator(SparkJobOperator):
     job = "reconcile"
     template_fields = ("load_key", "select", "tables", "merge_into", "report_dir")
 
-    def __init__(self, *, load_key: str = "", select: dict | None = None, tables: list | None = None,
+    def __init__(self, *, load_key: str = "", selection: Selection | dict | None = None,
+                 select: dict | None = None, tables: list | None = None,
                  parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", sources: list | None = None, merge_into: str = "",
                  checksum: bool = False, on_mismatch: str = "fail",
@@ -64,8 +67,8 @@ class ReconcileOperator(SparkJobOperator):
         self.load_key = load_key
         self.sources = sources
         self.merge_into = merge_into
-        self.select = select
-        self.tables = tables
+        given = unpack(self, {"selection": selection}, dict(select=select, tables=tables))
+        self.select, self.tables = given["select"], given["tables"]  # the Selection unpacked into them
         self.parallel_tables = parallel_tables
         self.mysql_conn_id = mysql_conn_id
         self.clickhouse_conn_id = clickhouse_conn_id

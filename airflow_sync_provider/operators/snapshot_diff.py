@@ -9,6 +9,7 @@ from airflow_sync_provider.core.source.group import Merge, one_server
 from airflow_sync_provider.core.verify.reports import diff_summary
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.links import sync_link
+from airflow_sync_provider.operators.configs import Content, Layout, Selection, SpeedLimits, layout_argument, unpack
 from airflow_sync_provider.operators.spark_job import SparkJobOperator
 from airflow_sync_provider.plugins.reports import write_diff_report
 
@@ -39,8 +40,9 @@ class SnapshotDiffOperator(SparkJobOperator):
         the same copy is never out-ranked); running it again changes nothing.
     :param diff_key: the diff's name in the ledger and the change set (default: from the tables).
     :param changes_table: default ``<old_table>__changes``.
-    :param select, tables: diff many MySQL tables with their copies in one task, instead of
-        ``old_table`` / ``source_table`` (as ``FullLoadOperator`` takes them: a selection's
+    :param selection: ``Selection(select=…, tables=…)``, or the plain ``select`` / ``tables``
+        (:mod:`airflow_sync_provider.operators.configs`): diff many MySQL tables with their copies
+        in one task, instead of ``old_table`` / ``source_table`` (a selection's
         ``target_database`` says where the copies are); ``diff_key`` becomes each one's prefix.
         XCom: ``verdict`` (``changed`` — ``applied`` with ``on_change="apply"`` — if any table
         differed), ``tables`` (one summary and report each).
@@ -54,25 +56,21 @@ class SnapshotDiffOperator(SparkJobOperator):
     :param reader: how large reads of MySQL rows go, as ``FullLoadOperator``'s: ``auto``
         (Arrow-native unless a probe of the first rows disagrees with mysqlclient), ``native`` or
         ``mysqlclient``. Reads of a few rows (a scattered change's) always use mysqlclient.
-    :param layout: how the copies are laid out in ClickHouse (docs/layouts.md): ``order_by``,
-        ``partition_by``, ``primary_key``, ``ttl``, ``settings``, ``engine`` (a dict); a ``tables`` or
-        ``select`` entry's own ``layout`` goes over it. An existing copy keeps its layout unless
-        reshaped (``airflow-sync reshape``); one that differs is refused, naming both.
-    :param transform: column transforms of the copies (docs/content.md): ``{"email": "hash",
-        "phone": "mask(0,4)", "note": "null", "bio": "truncate(100)", "name": "redact('***')"}``; a
-        ``tables`` / ``select`` entry's own ``transform`` goes over it (by column). ``hash`` needs
-        ``hash_salt_conn_id`` or ``hash_salt_env``.
-    :param row_filter: the rows the copies hold, a MySQL condition (``"tenant_id = 7"``); loads read
-        only those, CDC decides on each row image as MySQL would (docs/content.md).
-    :param on_delete: ``"keep"``: a row deleted at the source stays in the copy, marked in
-        ``_deleted_at_source`` (default ``"delete"``).
+    :param layout: ``Layout(…)`` or its dict form: how the copies are laid out
+        (:mod:`airflow_sync_provider.operators.configs`, as every setting below).
+    :param content: ``Content(…)``, or the plain ``transform``, ``row_filter``, ``on_delete``: what
+        the copies hold.
+    :param speed: ``SpeedLimits(channels=…)`` or the plain ``channels`` (default 2): shards
+        compared at once.
     """
 
     job = "snapshot_diff"
     template_fields = ("layout", "transform", "row_filter", "old_table", "select", "tables", "merge_into",
                        "source_table", "new_table", "diff_key", "changes_table", "report_dir")
 
-    def __init__(self, *, layout: dict | None = None, transform: dict | None = None,
+    def __init__(self, *, selection: Selection | dict | None = None, layout: Layout | dict | None = None,
+                 content: Content | dict | None = None, speed: SpeedLimits | dict | None = None,
+                 transform: dict | None = None,
                  row_filter: str | None = None, on_delete: str | None = None, old_table: str = "",
                  source_table: str = "", new_table: str = "",
                  select: dict | None = None, tables: list | None = None, parallel_tables: int = 2,
@@ -86,15 +84,16 @@ class SnapshotDiffOperator(SparkJobOperator):
         super().__init__(**kwargs)
         if on_change not in ("fail", "warn", "apply"):
             raise ValueError(f"on_change must be 'fail', 'warn' or 'apply', got {on_change!r}")
-        if bool(old_table) == bool(select or tables):
-            raise ValueError(f"task {kwargs.get('task_id')}: give old_table= (one table) or select= / tables= (many)")
+        self.layout = layout_argument(self, layout)
+        for name, value in unpack(self, {"selection": selection, "content": content, "speed": speed}, dict(
+                select=select, tables=tables, transform=transform, row_filter=row_filter, on_delete=on_delete,
+                channels=channels)).items():
+            setattr(self, name, value)  # the plain arguments, with the config objects unpacked into them
+        if bool(old_table) == bool(self.select or self.tables):
+            raise ValueError(f"task {self.task_id}: give old_table= (one table) or select= / tables= (many)")
         self.sources = sources
         self.merge_into = merge_into
         self.old_table = old_table
-        self.select = select
-        self.tables = tables
-        self.layout = layout
-        self.transform, self.row_filter, self.on_delete = transform, row_filter, on_delete
         self.parallel_tables = parallel_tables
         self.source_table = source_table
         self.new_table = new_table
@@ -107,7 +106,6 @@ class SnapshotDiffOperator(SparkJobOperator):
         self.on_change = on_change
         self.diff_key = diff_key
         self.changes_table = changes_table
-        self.channels = channels
         self.split_factor = split_factor
         self.bucket_rows = bucket_rows
         self.ledger_database = ledger_database
