@@ -22,6 +22,7 @@ from airflow_sync_provider.core.ledger import Ledger
 from devenv.mariadb import free_port
 from tests.chromium import Chromium
 from tests.ledger_fill import whole_database
+from tests.sync_view_checks import assert_drawn_where_written, chart_points, page_checks, write_lag_series
 
 pytestmark = pytest.mark.slow
 RENDER_BUDGET_MS = 2_000  # the bound: the page loaded in Chromium in under 2 s
@@ -39,6 +40,7 @@ def served(clickhouse_url, ch):
     started = time.monotonic()
     names = whole_database(ch, database)
     names["fill_seconds"] = time.monotonic() - started
+    names["database"] = database
     endpoint = ClickHouseEndpoint.from_url(clickhouse_url)
 
     def ledger():
@@ -68,14 +70,18 @@ def _rows(browser) -> list[str]:
     return browser.evaluate("[...document.querySelectorAll('#tables tr[data-key]')].map(r => r.dataset.key)")
 
 
-def test_200_tables_first_screen_names_failures_above_the_fold_loads_under_2s_and_filters_narrow(served, tmp_path):
+def test_200_tables_first_screen_names_failures_above_the_fold_loads_under_2s_and_filters_narrow(served, tmp_path, ch):
     base, names = served
-    timings = {}
+    timings, paints = {}, {}
+    wrote = write_lag_series(ch, names["database"], "lagging_cdc")  # drawn on its page and the first page
     with Chromium(tmp_path / "chromium", width=1280, height=900) as browser:
         timing = browser.open(f"{base}/")  # the first load of the page, as a person opening it
         assert timing["status"] == 200
         timings["first screen"] = timing
         first = browser.screenshot(tmp_path / "sync-200-first-screen.png")
+        paints["first screen"] = page_checks(browser, tmp_path / "sync-200-overview.png")
+        spark = browser.evaluate("[...document.querySelectorAll('#pipelines svg.spark')].length")
+        assert spark >= 1  # the lagging pipeline's lag over the last hour
         full = browser.screenshot(tmp_path / "sync-200-full-page.png", full_page=True)
         # above the fold: every failed table and the lagging pipeline, in the attention list
         fold = browser.evaluate("innerHeight")
@@ -128,10 +134,20 @@ def test_200_tables_first_screen_names_failures_above_the_fold_loads_under_2s_an
         timings["shards of one load"] = browser.open(f"{base}/load?key={quote(names['keys'][17], safe='')}")
         assert browser.evaluate("document.querySelectorAll('#shards tr.failed').length") == 2
         shards = browser.screenshot(tmp_path / "sync-200-load-shards.png")
+        paints["load"] = page_checks(browser, tmp_path / "sync-200-load.png")
+        timings["pipeline"] = browser.open(f"{base}/?pipeline=lagging_cdc")
+        paints["pipeline"] = page_checks(browser, tmp_path / "sync-200-pipeline.png")
+        assert_drawn_where_written(chart_points(browser, "lag-chart", "lag"), wrote)
+        for label, query in (("filtered", "?state=failed"), ("page 4", "?page=4"),
+                             ("day", "?pipeline=lagging_cdc&window=day"), ("week", "?pipeline=lagging_cdc&window=week"),
+                             ("running load", f"load?key={quote(names['keys'][42], safe='')}")):
+            timings[label] = browser.open(f"{base}/{query}")
+            paints[label] = page_checks(browser, tmp_path / f"sync-200-{label.replace(' ', '-')}.png", dark=False)
 
     print(f"\n[sync-view 200 tables] ledger filled in {names['fill_seconds']:.1f} s; Chromium navigation timing (ms):")
     for label, t in timings.items():
         print(f"  {label:<20} response {t['responseStart']:7.1f}  DOM {t['domContentLoaded']:7.1f}  "
               f"load {t['load']:7.1f}  ({t['bytes']:,} bytes)")
-    print(f"  screenshots: {first} {full} {shards}")
+    print(f"  screenshots: {first} {full} {shards} (and light/dark in {tmp_path})")
+    print("  first paint (ms): " + ", ".join(f"{k} {v['first_paint']:.0f}" for k, v in paints.items()))
     assert timings["first screen"]["load"] < RENDER_BUDGET_MS, timings["first screen"]

@@ -29,6 +29,7 @@ from airflow_sync_provider.core.loads import (
     failing_shards,
 )
 from airflow_sync_provider.core.metrics import checkpoint_age, lag_seconds, recopies_running
+from airflow_sync_provider.core.series import LOAD, PIPELINE, WINDOWS, Point, Series, finish_estimate
 
 PAGE_ROWS = 50  # table loads per page
 ATTENTION_ROWS = 25  # failures listed on the first screen (the rest: filter state=failed)
@@ -73,6 +74,7 @@ class LoadRow:
     updated: float
     task: TaskRef | None = None
     check: dict | None = None  # the load's newest reconciliation: verdict, mismatched, generation
+    series: list[Point] = field(default_factory=list)  # a running load's progress (core/series.py)
 
     @property
     def kind(self) -> str:
@@ -104,6 +106,10 @@ class LoadRow:
         return next((self.state.shards[i].error for i in self.failed_shards
                      if i in self.state.shards and self.state.shards[i].error), "")
 
+    def finish(self, now: float | None = None) -> float | None:
+        """When it should be done, at its pace of the last 15 minutes (None: no pace yet)."""
+        return finish_estimate(self.series, self.estimated_rows, self.planned, now)
+
     def remedy(self) -> tuple[str, str]:
         """(what to do in Airflow, the command line that does the same) for a failed load."""
         shards = ", ".join(map(str, self.failed_shards)) or "none"
@@ -131,6 +137,9 @@ class PipelineRow:
     # a source group's pipeline of one source (spark/cdc_group.py): the group, its merged copy
     group: str = ""
     merge_into: str = ""
+    # its lag and totals over time (core/series.py): the last hour on the first page, its page's window
+    series: list[Point] = field(default_factory=list)
+    window: str = "hour"
 
     @property
     def failing(self) -> bool:
@@ -311,6 +320,7 @@ def overview(ledger: Ledger, filters: Filters, now: float | None = None) -> Over
     for row in shown:
         row.task, row.check = tasks.get(row.state.load_key), checks.get(row.state.load_key)
     _pipeline_tasks(ledger, pipelines)
+    _series(ledger, pipelines, running[:RUNNING_ROWS], now)
     reconciliations = ledger.reconciliations(limit=10, prefix=filters.load)
     rtasks = ledger.tasks(TASK_RECONCILIATION, [r["load_key"] for r in reconciliations])
     for r in reconciliations:
@@ -328,9 +338,24 @@ def _pipeline_tasks(ledger: Ledger, pipelines: list[PipelineRow]) -> None:
         p.task = tasks.get(p.state.pipeline)
 
 
-def pipeline_page(ledger: Ledger, name: str, now: float | None = None) -> PipelineRow | list[PipelineRow] | None:
-    """One pipeline with its changes per minute and its copies' layouts (the page its CDC tasks
-    link to), a source group's pipelines (one per source), or None."""
+def _series(ledger: Ledger, pipelines: list[PipelineRow], running: list[LoadRow], now: float | None) -> None:
+    """The first page's time: each pipeline's lag over the last hour, each running load's progress."""
+    series = Series(ledger.ch, ledger.database)
+    lags = series.window(PIPELINE, [p.state.pipeline for p in pipelines], "hour", now, buckets=40)
+    for p in pipelines:
+        p.series = lags.get(p.state.pipeline, [])
+    progress = series.window(LOAD, [r.state.load_key for r in running], "hour", now)
+    for r in running:
+        r.series = progress.get(r.state.load_key, [])
+
+
+def pipeline_page(ledger: Ledger, name: str, now: float | None = None,
+                  window: str = "hour") -> PipelineRow | list[PipelineRow] | None:
+    """One pipeline with its changes per minute, its copies' layouts and its series over
+    ``window`` (hour, day, week; the page its CDC tasks link to), a source group's pipelines (one
+    per source), or None."""
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
     found = pipeline_rows(ledger, Filters(), name, now)
     if not found:
         return None
@@ -340,6 +365,8 @@ def pipeline_page(ledger: Ledger, name: str, now: float | None = None) -> Pipeli
     checkpoints = Checkpoints(ledger.ch, ledger.database)
     found[0].counters = checkpoints.counters(name)
     found[0].copies = checkpoints.copies(found[0].state)
+    found[0].window = window
+    found[0].series = Series(ledger.ch, ledger.database).window(PIPELINE, [name], window, now).get(name, [])
     return found[0]
 
 
@@ -364,10 +391,19 @@ def diff_runs(ledger: Ledger, prefix: str = "", limit: int = 10) -> list[dict]:
     return runs
 
 
-def load_page(ledger: Ledger, load_key: str) -> tuple[LoadState, tuple[str, str], TaskRef | None, dict | None] | None:
-    """One load in full (the page a row's "shards" link opens), or None."""
+def load_page(ledger: Ledger, load_key: str
+              ) -> tuple[LoadState, tuple[str, str], TaskRef | None, dict | None, list[Point]] | None:
+    """One load in full (the page a row's "shards" link opens) with its progress series, or None."""
     state = ledger.state(load_key)
     if state is None:
         return None
     return (state, counters_verdict(state), ledger.tasks(TASK_LOAD, [load_key]).get(load_key),
-            _newest_checks(ledger, [load_key]).get(load_key))
+            _newest_checks(ledger, [load_key]).get(load_key), _load_series(ledger, state))
+
+
+def _load_series(ledger: Ledger, state: LoadState) -> list[Point]:
+    """A load's progress from its first shard's start to its last report (or now, running)."""
+    now = time.time()
+    began = min((s.started_at for s in state.shards.values() if s.started_at), default=0.0) or now - 86400
+    until = now if state.status == RUNNING else max(state.heartbeat, began) + 60
+    return Series(ledger.ch, ledger.database).read(LOAD, [state.load_key], began - 60, until).get(state.load_key, [])

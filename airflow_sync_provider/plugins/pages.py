@@ -41,6 +41,8 @@ from airflow_sync_provider.core.overview import (
     PipelineRow,
 )
 from airflow_sync_provider.core.selection import TableSet
+from airflow_sync_provider.core.series import WINDOWS, Point
+from airflow_sync_provider.plugins import charts
 
 REFRESH_SECONDS = 15
 TEMPLATES = Path(__file__).with_name("templates")
@@ -63,6 +65,20 @@ def ago(seconds: float | None) -> str:
 
 def since(at: float | None, now: float) -> str:
     return ago(now - at) if at else "–"
+
+
+def clock(at: float) -> str:
+    """A moment as the charts' axes give it: ``HH:MM UTC``."""
+    return time.strftime("%H:%M UTC", time.gmtime(at))
+
+
+def duration(seconds: float) -> str:
+    return ago(max(0.0, seconds)).removesuffix(" ago")
+
+
+def spark(points: list[Point], now: float) -> charts.Chart:
+    """A pipeline's lag over the hour before ``now`` as a sparkline."""
+    return charts.sparkline(points, now - WINDOWS["hour"], now)
 
 
 def query(filters: Filters, **change) -> str:
@@ -161,10 +177,11 @@ ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined
                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 ENV.filters.update(urlquote=lambda value: quote(str(value), safe=""), fmt=format, ago=ago, since=since,
                    server=_server, json=json.dumps, cell=_cell, number=_number, content=describe_content,
-                   layout=_layout)
+                   layout=_layout, clock=clock, duration=duration)
 ENV.globals.update(ti_path=ti_path, query=query, grouped=grouped, FAILED=FAILED, STATES=STATES,
                    RECENT_DAYS=RECENT_DAYS, PAGE_ROWS=PAGE_ROWS, ATTENTION_ROWS=ATTENTION_ROWS,
-                   LAG_WARNING_SECONDS=LAG_WARNING_SECONDS, REFRESH_SECONDS=REFRESH_SECONDS)
+                   LAG_WARNING_SECONDS=LAG_WARNING_SECONDS, REFRESH_SECONDS=REFRESH_SECONDS, spark=spark,
+                   WINDOWS=WINDOWS)
 
 
 def render(template: str, **context) -> str:
@@ -187,15 +204,20 @@ def pipeline_html(p: PipelineRow, now: float | None = None) -> str:
     """One pipeline: state, lag, checkpoint, its tables' verification, what its copies hold and how
     they are laid out, schema changes, a chart of the changes applied per minute."""
     info = p.state.to_dict()
+    now = time.time() if now is None else now
     changes = [(c["table"], {k: v for k, v in c.items() if k != "table"}) for c in info["schema_changes"]]
+    lag, rate = charts.pipeline_charts(p.series, now - WINDOWS[p.window], now)
     return render("pipeline.html", p=p, s=p.state, info=info, changes=changes, chart=minute_chart(p.counters),
-                  now=time.time() if now is None else now)
+                  lag=lag, rate=rate, now=now)
 
 
 def load_html(state: LoadState, verdict: tuple[str, str], task: TaskRef | None, check: dict | None,
-              now: float | None = None) -> str:
+              series: list[Point] | None = None, now: float | None = None) -> str:
     """One load in full: verdict, the task instance behind it, what the copy holds and how it is
-    laid out, every shard's newest attempt."""
+    laid out, its rows per second over time (``series``, core/series.py), every shard's newest attempt."""
+    now = time.time() if now is None else now
+    series = series or []
+    chart = charts.load_chart(series, series[0].at, series[-1].at) if len(series) > 1 else None
     shards = [(s, s.status != SHARD_SUCCESS or s.counters_disagree())
               for s in sorted(state.shards.values(), key=lambda s: s.shard_id)]
     spec = state.spec or {}
@@ -205,9 +227,8 @@ def load_html(state: LoadState, verdict: tuple[str, str], task: TaskRef | None, 
     if spec.get("partition_by") and not layout.partition_by:
         layout = dataclasses.replace(layout, partition_by=spec["partition_by"])
     return render("load.html", state=state, verdict=verdict, task=task, check=check, shards=shards, content=content,
-                  layout=layout,
-                  done=sum(1 for s in state.shards.values() if s.status == SHARD_SUCCESS),
-                  now=time.time() if now is None else now)
+                  layout=layout, chart=chart, series=series,
+                  done=sum(1 for s in state.shards.values() if s.status == SHARD_SUCCESS), now=now)
 
 
 def diffs_html(runs: list[dict], prefix: str) -> str:

@@ -11,7 +11,12 @@ Jinja2 templates in plugins/templates/):
   ``?days=N`` (published loads older than that leave the page; default 7).
   Reloads itself every 15 s.
 * ``/sync/load?key=<load key>`` — one load and its shards' hook counters.
-* ``/sync/?pipeline=<name>`` — one CDC pipeline: lag, checkpoint, verification, changes per minute.
+* ``/sync/?pipeline=<name>[&window=hour|day|week]`` — one CDC pipeline: lag and changes/s over the
+  window as charts, checkpoint, verification, changes per minute.
+* ``/sync/table?name=<db.table>`` — a copy's shape in one place: source, key, layout, content, kept
+  deletes, its loads and pipelines, foreign keys.
+* ``/sync/api/pipelines/<name>/series?window=…``, ``/sync/api/loads/series?key=…`` — the series the
+  charts draw, as JSON (core/series.py).
 * ``/sync/?diff=<key prefix>`` — snapshot-diff runs; ``/sync/diff?key=<diff key>[&run=<run id>]`` one run.
 * ``/sync/reconciliation?load=<key>`` — a load's newest reconciliation, shard by shard.
 
@@ -26,12 +31,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow_sync_provider.compat import AirflowException, AirflowPlugin, api_user, conf
 from airflow_sync_provider.core import overview as ov
 from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger
+from airflow_sync_provider.core.series import LOAD, PIPELINE, WINDOWS, Series, rates
 from airflow_sync_provider.core.verify.diff import change_samples
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.plugins import pages
@@ -90,9 +96,12 @@ FILTERS = Depends(overview_filters)
 
 
 @app.get("/", response_class=HTMLResponse)
-def sync_page(filters: ov.Filters = FILTERS, pipeline: str = "", diff: str = "", book: Ledger = LEDGER) -> str:
+def sync_page(filters: ov.Filters = FILTERS, pipeline: str = "", diff: str = "", window: str = "hour",
+              book: Ledger = LEDGER) -> str:
     if pipeline:
-        found = ov.pipeline_page(book, pipeline)
+        if window not in WINDOWS:
+            raise HTTPException(400, f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
+        found = ov.pipeline_page(book, pipeline, window=window)
         if found is None:
             raise HTTPException(404, f"no pipeline {pipeline!r} in the ledger")
         return pages.group_html(pipeline, found) if isinstance(found, list) else pages.pipeline_html(found)
@@ -107,6 +116,31 @@ def load_page(key: str, book: Ledger = LEDGER) -> str:
     if found is None:
         raise HTTPException(404, f"no load {key!r} in the ledger")
     return pages.load_html(*found)
+
+
+def _series_json(kind: str, subject: str, points: list, window: str) -> dict:
+    return {"kind": kind, "subject": subject, "window": window, "points": [p.to_dict() for p in points],
+            "rates": {total: rates(points, total) for total in (("changes", "repairs") if kind == PIPELINE
+                                                                 else ("rows", "shards_done"))}}
+
+
+@app.get("/api/pipelines/{name}/series", response_class=JSONResponse)
+def pipeline_series(name: str, window: str = "hour", book: Ledger = LEDGER) -> dict:
+    """A pipeline's series over the window (hour, day, week): at most 120 points, each with its
+    time (epoch seconds), worst lag, totals; the rates per second between them."""
+    if window not in WINDOWS:
+        raise HTTPException(400, f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
+    points = Series(book.ch, book.database).window(PIPELINE, [name], window).get(name, [])
+    return _series_json(PIPELINE, name, points, window)
+
+
+@app.get("/api/loads/series", response_class=JSONResponse)
+def load_series(key: str, window: str = "week", book: Ledger = LEDGER) -> dict:
+    """A load's progress over the window: rows written and shards done, and their rates."""
+    if window not in WINDOWS:
+        raise HTTPException(400, f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
+    points = Series(book.ch, book.database).window(LOAD, [key], window).get(key, [])
+    return _series_json(LOAD, key, points, window)
 
 
 @app.get("/reconciliation", response_class=HTMLResponse)

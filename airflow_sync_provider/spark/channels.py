@@ -21,6 +21,7 @@ from airflow_sync_provider.core.clickhouse.client import shared_client
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import SHARD_RUNNING, LoadState, ShardState, executor_address
+from airflow_sync_provider.core.series import SeriesWriter
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class Progress(threading.Thread):
 
     def run(self):
         ledger = Ledger(shared_client(self.spec.target), self.spec.ledger_database)
+        series = SeriesWriter(ledger.ch, ledger.database)  # the Sync view's progress chart (core/series.py)
         seen, turn = set(), 0
         named = len(self.loads) > 1  # a group's shards are named with their table
         while not self.stop.wait(2.0):
@@ -79,6 +81,7 @@ class Progress(threading.Thread):
             except Exception as exc:  # the target may be briefly unreachable; the shards record it
                 log.info(f"progress: ledger unreachable ({type(exc).__name__})")
                 continue
+            series.loads([(state, shards) for state, _, shards in found])
             for state, todo, shards in found:
                 for shard in sorted(shards.values(), key=lambda s: s.shard_id):
                     key = (state.load_key, shard.shard_id, shard.attempt)  # a shard read again is logged again

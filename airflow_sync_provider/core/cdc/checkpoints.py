@@ -33,6 +33,7 @@ from airflow_sync_provider.core.ledger import TIME_TYPE as _TIME
 from airflow_sync_provider.core.ledger import utc_datetime as _ts
 from airflow_sync_provider.core.loads import STALE_AFTER_SECONDS
 from airflow_sync_provider.core.positions import BinlogPosition
+from airflow_sync_provider.core.series import SeriesWriter
 
 # failed: a retry may help (it replays from the checkpoint); stopped: it cannot until the remedy
 # in the error is applied (the checkpoint stays before the cause, so every retry stops there again)
@@ -201,6 +202,7 @@ _STOPS = (("pipeline", "String"), ("generation", "UInt64"), ("reason", "String")
 
 class Checkpoints(LedgerTables):
     lease = None  # the applier's Lease while it holds one: every write checks it first
+    _series = None  # its SeriesWriter (core/series.py), made at the first state written
 
     def ensure(self) -> None:
         created = self._ensure_tables([
@@ -236,6 +238,9 @@ class Checkpoints(LedgerTables):
             json.dumps(state.prepared) if state.prepared else "", json.dumps(state.applying) if state.applying else "",
             json.dumps(state.foreign_keys) if state.foreign_keys is not None else "",
         ]], _STATE)
+        # the Sync view's lag and throughput over time: a point every 10 s at most, never failing the write
+        self._series = self._series or SeriesWriter(self.ch, self.database)
+        self._series.pipeline(state, state.heartbeat)
 
     def state(self, pipeline: str) -> PipelineState | None:
         """The newest row of the highest generation (an older generation's applier has lost its lease)."""
