@@ -31,8 +31,9 @@ def page_checks(browser, png: Path, dark: bool = True) -> dict:
     own background in each mode."""
     width = browser.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
     assert width[0] <= width[1], f"{png.name}: {width[0]} px wide in a {width[1]} px window"
-    paint = browser.evaluate("(performance.getEntriesByType('paint').find(p => p.name == 'first-contentful-paint')"
-                             " || performance.getEntriesByType('paint')[0] || {startTime: -1}).startTime")
+    paint = browser.send("Runtime.evaluate", returnByValue=True, awaitPromise=True, expression=(
+        "new Promise(done => { new PerformanceObserver(list => done(list.getEntries()[0].startTime))"
+        ".observe({type: 'paint', buffered: true}); setTimeout(() => done(-1), 5000); })"))["result"]["value"]
     background = "getComputedStyle(document.body).backgroundColor"
     out = {"first_paint": paint, "light": browser.evaluate(background)}
     browser.screenshot(png)

@@ -489,11 +489,32 @@ def test_the_sync_view_is_loaded_by_default_and_shows_what_its_tasks_made(tier):
     with pytest.raises(ApiError, match="HTTP 404"):
         airflow.api("GET", "/sync/reconciliation?load=no-such-load", raw=True)
 
-    for name, path in (("sync-view", "/sync/"), ("reconciliation", links["Sync view"]), ("diff", diff_link)):
-        png = Path(airflow.home) / f"{name}.png"
-        timing = airflow.browse(path, png)
-        assert timing["status"] == 200 and png.stat().st_size > 10_000, name
-        print(f"\n[airflow-real] {name}: loaded in Chromium in {timing['load']:.0f} ms; screenshot {png}")
+    # each page in Chromium at 1,280 px, light and dark: no horizontal scrolling; a lag series written
+    # here drawn where it was written; the colour mode stored by Airflow's UI followed
+    from tests.chromium import Chromium
+    from tests.sync_view_checks import assert_drawn_where_written, chart_points, page_checks, write_lag_series
+
+    wrote = write_lag_series(ch, ledger.database, "real_tier_view_failing")
+    pages_seen = (("sync-view", "/sync/"), ("reconciliation", links["Sync view"]), ("diff", diff_link),
+                  ("load", f"/sync/load?key={quote(key, safe='')}"),
+                  ("pipeline", "/sync/?pipeline=real_tier_view_failing"))
+    with Chromium(Path(airflow.home) / "chromium", 1280, 900) as browser:
+        auth = {"Authorization": f"Bearer {airflow.token()}"}
+        for name, path in pages_seen:
+            png = Path(airflow.home) / f"sync-{name}.png"
+            timing = browser.open(airflow.base + path, auth)
+            seen = page_checks(browser, png)
+            assert timing["status"] == 200 and png.stat().st_size > 10_000, name
+            print(f"\n[airflow-real] {name}: loaded in Chromium in {timing['load']:.0f} ms, first paint "
+                  f"{seen['first_paint']:.0f} ms; screenshots {png} (and -dark)")
+            if name == "pipeline":
+                assert_drawn_where_written(chart_points(browser, "lag-chart", "lag"), wrote)
+        light = browser.evaluate("getComputedStyle(document.body).backgroundColor")
+        browser.evaluate("localStorage.setItem('theme', 'dark')")  # as Airflow's UI stores its dark mode
+        browser.open(airflow.base + "/sync/", auth)
+        assert browser.evaluate("document.documentElement.className") == "dark"
+        assert browser.evaluate("getComputedStyle(document.body).backgroundColor") != light
+        browser.screenshot(Path(airflow.home) / "sync-sync-view-airflow-dark.png")
 
 
 def test_a_source_group_dag_loads_gates_reconciles_and_streams_every_shard_into_one_table(tier):

@@ -28,8 +28,8 @@ MAX_PARAMETERS = 7
 MAX_LINES = 600
 # Airflow's convention: an operator's, sensor's or trigger's constructor takes every parameter by keyword
 WIDE_ALLOWED = ("operators/", "sensors/", "triggers/")
-# outside core/cdc/, the modules that may look at pipelines
-CDC_READERS = {"airflow_sync_provider.core.overview"}
+# outside core/cdc/, the modules that may look at pipelines: the Sync view's data (its pages; a copy's shape)
+CDC_READERS = {"airflow_sync_provider.core.overview", "airflow_sync_provider.core.shape"}
 # the modules handed a pipeline run, and the view of it each may use (spark/cdc_run.py)
 RUN_VIEWS = {"spark/cdc_ddl.py": "DdlRun", "spark/cdc_verify.py": "VerifiedRun", "spark/cdc_cascades.py": "CascadingRun"}
 

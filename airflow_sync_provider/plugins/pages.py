@@ -7,7 +7,8 @@ read back from the ledger).
 Imports jinja2, not Airflow: the operators and the command line write the report pages too
 (plugins/reports.py), without the API server.
 
-Server-rendered, no script, every row linked to the Airflow task instance that produced it.
+Server-rendered in Airflow's look (templates/theme.css; templates/mode.html, the one script, follows the UI's
+colour mode), readable without script, every row linked to the Airflow task instance that produced it.
 Links are relative to ``/sync/``: a task instance is ``../dags/<dag>/runs/<run>/tasks/<task>``
 (``/mapped/<index>`` for a mapped one), the Airflow UI's own route, so they hold under any
 ``[api] base_url`` path.
@@ -229,6 +230,12 @@ def load_html(state: LoadState, verdict: tuple[str, str], task: TaskRef | None, 
     return render("load.html", state=state, verdict=verdict, task=task, check=check, shards=shards, content=content,
                   layout=layout, chart=chart, series=series,
                   done=sum(1 for s in state.shards.values() if s.status == SHARD_SUCCESS), now=now)
+
+
+def table_html(shape, now: float | None = None) -> str:
+    """A copy's shape in one place (core/shape.CopyShape): source, key, layout, content, kept
+    deletes, its loads, the pipelines and foreign keys that follow it."""
+    return render("table.html", shape=shape, now=time.time() if now is None else now)
 
 
 def diffs_html(runs: list[dict], prefix: str) -> str:

@@ -38,6 +38,7 @@ from airflow_sync_provider.core import overview as ov
 from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.ledger import DEFAULT_LEDGER_DATABASE, Ledger
 from airflow_sync_provider.core.series import LOAD, PIPELINE, WINDOWS, Series, rates
+from airflow_sync_provider.core.shape import copy_shape
 from airflow_sync_provider.core.verify.diff import change_samples
 from airflow_sync_provider.hooks.endpoints import SyncEndpointsHook
 from airflow_sync_provider.plugins import pages
@@ -141,6 +142,14 @@ def load_series(key: str, window: str = "week", book: Ledger = LEDGER) -> dict:
         raise HTTPException(400, f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
     points = Series(book.ch, book.database).window(LOAD, [key], window).get(key, [])
     return _series_json(LOAD, key, points, window)
+
+
+@app.get("/table", response_class=HTMLResponse)
+def table_page(name: str, book: Ledger = LEDGER) -> str:
+    shape = copy_shape(book, name)
+    if not shape.found:
+        raise HTTPException(404, f"no copy {name!r} in the ledger or its ClickHouse")
+    return pages.table_html(shape)
 
 
 @app.get("/reconciliation", response_class=HTMLResponse)
