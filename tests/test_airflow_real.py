@@ -497,7 +497,7 @@ def test_the_sync_view_is_loaded_by_default_and_shows_what_its_tasks_made(tier):
     wrote = write_lag_series(ch, ledger.database, "real_tier_view_failing")
     pages_seen = (("sync-view", "/sync/"), ("reconciliation", links["Sync view"]), ("diff", diff_link),
                   ("load", f"/sync/load?key={quote(key, safe='')}"),
-                  ("pipeline", "/sync/?pipeline=real_tier_view_failing"))
+                  ("pipeline", "/sync/?pipeline=real_tier_view_failing"), ("table", "/sync/table?name=demo.orders"))
     with Chromium(Path(airflow.home) / "chromium", 1280, 900) as browser:
         auth = {"Authorization": f"Bearer {airflow.token()}"}
         for name, path in pages_seen:
