@@ -31,7 +31,8 @@ WIDE_ALLOWED = ("operators/", "sensors/", "triggers/")
 # outside core/cdc/, the modules that may look at pipelines: the Sync view's data (its pages; a copy's shape)
 CDC_READERS = {"airflow_sync_provider.core.overview", "airflow_sync_provider.core.shape"}
 # the modules handed a pipeline run, and the view of it each may use (spark/cdc_run.py)
-RUN_VIEWS = {"spark/cdc_ddl.py": "DdlRun", "spark/cdc_verify.py": "VerifiedRun", "spark/cdc_cascades.py": "CascadingRun"}
+RUN_VIEWS = {"spark/cdc_ddl.py": "DdlRun", "spark/cdc_verify.py": "VerifiedRun",
+             "spark/cdc_cascades.py": "CascadingRun"}
 
 
 def _modules() -> dict[str, Path]:

@@ -51,22 +51,37 @@ _END = object()
 
 
 class _Chunks:
-    """A write-only file for Arrow's IPC writer: what it wrote since the last :meth:`take`."""
+    """A write-only file for Arrow's IPC writer: what it wrote since the last :meth:`take`. The
+    writer hands a batch's body buffers over as Arrow buffers (its own or the batch's, immutable:
+    kept by reference, not copied) and the framing between them as small bytes."""
 
     closed = False
 
     def __init__(self):
-        self.parts: list[bytes] = []
+        self.parts: list = []
 
     def write(self, data) -> int:
-        self.parts.append(bytes(data))
+        self.parts.append(data if isinstance(data, (bytes, pa.Buffer)) else bytes(data))
         return len(data)
 
     def flush(self) -> None:
         pass
 
-    def take(self) -> bytes:
-        out, self.parts = b"".join(self.parts), []
+    def take(self) -> list:
+        """The parts written since the last take, consecutive small ones joined: each goes out as
+        one HTTP chunk (the body's bytes are copied once, into the chunk's framing)."""
+        out, small = [], []
+        for part in self.parts:
+            if isinstance(part, bytes):
+                small.append(part)
+                continue
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(part)
+        if small:
+            out.append(b"".join(small))
+        self.parts = []
         return out
 
 
@@ -237,7 +252,7 @@ class ArrowInserts:
     def _body(self, insert: _Insert, schema: pa.Schema):
         sink = _Chunks()
         writer = pa.ipc.new_stream(sink, schema, options=self.options)
-        yield sink.take()
+        yield from sink.take()
         while True:
             try:
                 item = insert.queue.get(timeout=KEEPALIVE_SECONDS)
@@ -246,6 +261,6 @@ class ArrowInserts:
             if item is _END:
                 break
             writer.write_batch(item)
-            yield sink.take()
+            yield from sink.take()
         writer.close()
-        yield sink.take()
+        yield from sink.take()
