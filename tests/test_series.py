@@ -4,6 +4,7 @@ read back as at most the asked number of points, and drawn where their values pu
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import uuid
@@ -11,6 +12,8 @@ import uuid
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
+from airflow_sync_provider.core.loads import LoadState, ShardState
+from airflow_sync_provider.core.overview import LoadRow
 from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.core.series import (
     COARSE_SECONDS,
@@ -47,13 +50,27 @@ def test_points_are_kept_every_10_s_at_most_merged_after_a_day_and_dropped_after
     assert [p.at - now for p in kept] == pytest.approx([0, 10, 20, 30.5], abs=1e-3)
     assert [p.changes for p in kept] == [15, 65, 115, 160] and [p.errors for p in kept] == [0, 0, 0, 1]
     assert kept[0].lag == pytest.approx(30, abs=0.01)
+    # errors count failures: the failed state written again is none; a retry running then failing again is one
+    writer.pipeline(state, now + 45)
+    state.status = "running"
+    writer.pipeline(state, now + 46)
+    state.status = "stopped"
+    writer.pipeline(state, now + 47)
+    kept = series.read(PIPELINE, ["p"], now - 1, now + 60, buckets=1000)["p"]
+    assert [(round(p.at - now, 1), p.errors) for p in kept[3:]] == [(30.5, 1), (45, 0), (46, 0), (47, 1)]
+    assert series.read(PIPELINE, ["p"], now - 1, now + 60, buckets=1)["p"][0].errors == 2  # a bucket sums them
 
     # a week and a half of points every 10 s (as a busy pipeline writes them), then ClickHouse's merge
     span = int((KEPT_DAYS + 2) * 86400 / 10)
     ch.command(f"INSERT INTO {series.table('series')} (kind, subject, at, lag, changes)"
                f" SELECT 'pipeline', 'busy', now64(6) - toIntervalSecond(number * 10), number % 100, {span} - number"
                f" FROM numbers({span})")
+    ch.command(f"INSERT INTO {series.table('series')} (kind, subject, at, errors) SELECT 'pipeline', 'flaky',"
+               f" toStartOfInterval(now64(6) - INTERVAL 3 DAY, INTERVAL {COARSE_SECONDS} SECOND)"
+               f" + toIntervalSecond(number * 10 + 5), number % 2 = 0 FROM numbers(3)")  # failures 1, 0, 1
     ch.command(f"OPTIMIZE TABLE {series.table('series')} FINAL")
+    assert ch.query(f"SELECT count(), sum(errors) FROM {series.table('series')} WHERE subject = 'flaky'"
+                    ).result_rows == [(1, 2)]  # merged into one point that keeps both failures
     rows, oldest = ch.query(f"SELECT count(), toFloat64(min(at)) FROM {series.table('series')}"
                             " WHERE subject = 'busy'").result_rows[0]
     bound = 86400 // 10 + (KEPT_DAYS - 1) * 86400 // COARSE_SECONDS + 2
@@ -101,3 +118,20 @@ def test_a_chart_puts_each_point_where_its_time_and_value_say():
     assert all(abs(x - d.x) < 0.06 and abs(y - d.y) < 0.06 for (_, _, x, y), d in zip(drawn, line.dots))
     assert "<rect" not in svg  # lines and dots only: themable, and the bar charts' counts stay theirs
     assert charts.nice_top(0) == 1 and charts.nice_top(101) == 200 and charts.nice_top(5) == 5
+
+
+def test_a_running_loads_page_shows_the_estimated_finish_of_the_first_pages_running_table():
+    now = time.time()
+    shards = {i: ShardState(i, 1, "success" if i < 3 else "running", "", [], records_written=100) for i in range(5)}
+    plan = {"shards": [{"id": i, "estimated_rows": 200} for i in range(5)]}
+    state = LoadState("db.t<1>", 1, "running", "db.t", "db.t", plan, "", 0, {}, heartbeat=now, shards=shards)
+    series = [Point(now - 600, rows=200, shards_done=1, shards=5), Point(now, rows=500, shards_done=3, shards=5)]
+    finish = finish_estimate(series, 1000, 5, now)  # 300 rows in 600 s, 500 to go: 1,000 s
+    assert finish == pytest.approx(now + 1000)
+    row = LoadRow.of(state, "wait", series=series)
+    assert (row.estimated_rows, row.planned, row.done) == (1000, 5, 3) and row.finish(now) == finish
+    page = pages.load_html(state, ("wait", "shards running"), None, None, series, now)
+    line = re.search(r"<p id='progress-line'>(.*?)</p>", page, re.S).group(1)
+    assert f"data-finish='{finish:.0f}'" in line and "3/5 shards, 500 of ~1,000 rows (50%)" in line
+    assert "progress-line" not in pages.load_html(dataclasses.replace(state, status="published"),
+                                                  ("success", ""), None, None, series, now)

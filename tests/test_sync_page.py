@@ -16,6 +16,7 @@ from airflow_sync_provider.core.cdc.checkpoints import PipelineState
 from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE, TASK_RECONCILIATION, TaskRef
 from airflow_sync_provider.core.metrics import lag_seconds
 from airflow_sync_provider.core.positions import BinlogPosition
+from airflow_sync_provider.core.series import PIPELINE, Point, Series
 from airflow_sync_provider.plugins import pages
 from tests.ledger_fill import FillLedger, add_load, add_pipeline, add_task
 
@@ -248,6 +249,13 @@ def test_a_source_group_is_one_copy_with_a_row_per_source(book, ch):
     copy, its sources, its worst lag — and the group's own page lists them."""
     from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, GroupRecord
 
+    # the group's lag line, like a pipeline's: the worst of its sources' lags in each 90 s of the hour (written
+    # first: the lags below are read as the page is made)
+    series, start = Series(ch, book.database), (time.time() // 90 - 20) * 90
+    series.ensure()
+    series.write(PIPELINE, {"shops@s0": Point(start + 10, 10.0)})
+    series.write(PIPELINE, {"shops@s1": Point(start + 20, 120.0)})
+    series.write(PIPELINE, {"shops@s0": Point(start + 400, 30.0)})
     add_pipeline(ch, book.database, "shops@s0", "idle", ["shop_x.orders_0"])
     add_pipeline(ch, book.database, "shops@s1", "running", ["shop_x.orders_0"], behind_seconds=120)
     add_pipeline(ch, book.database, "shops@s2", "stopped", ["shop_x.orders_0"], error="BinlogError: retyped on s2")
@@ -257,6 +265,10 @@ def test_a_source_group_is_one_copy_with_a_row_per_source(book, ch):
     table = _section(page, "pipelines")
     group_row = table.index("source group")
     assert "→ analytics.orders: 3 source(s), worst lag 120 s" in table
+    row = re.search(r"<tr class='\w+ group'>.*?</tr>", table, re.S).group(0)
+    assert re.search(r"<td title='the worst lag of its sources'>12\d s</td>", row), row
+    drawn = [(float(t) - start, float(v)) for t, v in re.findall(r"data-t='([\d.]+)' data-v='([\d.]+)'", row)]
+    assert drawn[:2] == [(20.0, 120.0), (400.0, 30.0)] and 120 <= drawn[2][1] < 125, drawn  # then: written now
     assert group_row < table.index(">shops@s0<") and group_row < table.index(">shops@s1<") < table.index(">lonely<")
     parts = ov.pipeline_page(book, "shops")
     assert [p.state.pipeline for p in parts] == ["shops@s2", "shops@s1", "shops@s0"]  # worst first

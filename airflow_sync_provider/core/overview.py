@@ -36,6 +36,7 @@ ATTENTION_ROWS = 25  # failures listed on the first screen (the rest: filter sta
 RUNNING_ROWS = 20
 RECENT_DAYS = 7  # published loads older than this leave the page (running and failed ones stay)
 LAG_WARNING_SECONDS = 300.0  # a pipeline further behind is listed under "needs attention"
+SPARK_BUCKETS = 40  # points of a pipeline's lag line on the first page (its last hour)
 
 # what a row of the page is, from the counters verdict and the load's status
 FAILED, RUNNING, PUBLISHED, ABANDONED = "failed", "running", "published", "abandoned"
@@ -75,6 +76,13 @@ class LoadRow:
     task: TaskRef | None = None
     check: dict | None = None  # the load's newest reconciliation: verdict, mismatched, generation
     series: list[Point] = field(default_factory=list)  # a running load's progress (core/series.py)
+
+    @classmethod
+    def of(cls, state: LoadState, verdict: str, task: TaskRef | None = None, check: dict | None = None,
+           series: list[Point] | None = None) -> LoadRow:
+        """A load read in full (its page) as the first page's row of it: the plan's estimate summed."""
+        estimated = sum(s.get("estimated_rows") or 0 for s in (state.plan or {}).get("shards", []))
+        return cls(state, verdict, estimated, state.heartbeat, task, check, list(series or []))
 
     @property
     def kind(self) -> str:
@@ -341,7 +349,7 @@ def _pipeline_tasks(ledger: Ledger, pipelines: list[PipelineRow]) -> None:
 def _series(ledger: Ledger, pipelines: list[PipelineRow], running: list[LoadRow], now: float | None) -> None:
     """The first page's time: each pipeline's lag over the last hour, each running load's progress."""
     series = Series(ledger.ch, ledger.database)
-    lags = series.window(PIPELINE, [p.state.pipeline for p in pipelines], "hour", now, buckets=40)
+    lags = series.window(PIPELINE, [p.state.pipeline for p in pipelines], "hour", now, buckets=SPARK_BUCKETS)
     for p in pipelines:
         p.series = lags.get(p.state.pipeline, [])
     progress = series.window(LOAD, [r.state.load_key for r in running], "hour", now)

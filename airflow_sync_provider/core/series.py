@@ -1,5 +1,5 @@
 """Time series the Sync view draws: per CDC pipeline its lag, row changes applied (so changes/s),
-verification repairs and errors; per running load its rows written (so rows/s) and shards done.
+verification repairs and failures (a count); per running load its rows written (so rows/s) and shards done.
 Plain Python over the ledger (no Airflow, no pyspark, no HTML: plugins/charts.py draws them).
 
 **Where the points come from.** No job makes a write of its own for them: a pipeline's point is
@@ -49,7 +49,9 @@ _SERIES = (
     ("lag", "Float64"),  # a pipeline's lag behind its source, seconds (the worst of a merged point)
     ("changes", "UInt64"),  # a pipeline's row changes applied, in total
     ("repairs", "UInt64"),  # a pipeline's shards repaired by its verification, in total
-    ("errors", "UInt64"),  # 1: the pipeline had failed or stopped (a merged point: at some time in it)
+    # failures recorded: 1 at the state a pipeline's failure or stop wrote (once per failure: its applier
+    # writes that state once, as it ends), else 0; a merged or bucketed point: how many in it
+    ("errors", "UInt64"),
     ("rows", "UInt64"),  # a load's rows written, in total
     ("shards_done", "UInt32"), ("shards", "UInt32"),  # a load's shards done, of planned
 )
@@ -58,13 +60,14 @@ _COARSE = f"toStartOfInterval(at, INTERVAL {COARSE_SECONDS} SECOND)"
 _ENGINE = (f"MergeTree ORDER BY (kind, subject, {_COARSE}, at)"
            f" TTL toDateTime(at) + INTERVAL {RAW_DAYS} DAY GROUP BY kind, subject, {_COARSE}"
            f" SET at = max(at), lag = max(lag), changes = max(changes), repairs = max(repairs),"
-           f" errors = max(errors), rows = max(rows), shards_done = max(shards_done), shards = max(shards),"
+           f" errors = sum(errors), rows = max(rows), shards_done = max(shards_done), shards = max(shards),"
            f" toDateTime(at) + INTERVAL {KEPT_DAYS} DAY DELETE")
 
 
 @dataclass(frozen=True)
 class Point:
-    """One point of a subject's series (a merged or bucketed one: the worst lag, the newest totals)."""
+    """One point of a subject's series (a merged or bucketed one: the worst lag, the newest totals,
+    the failures in it)."""
 
     at: float
     lag: float = 0.0
@@ -82,15 +85,15 @@ class Point:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def pipeline_point(state, now: float | None = None) -> Point | None:
-    """A pipeline's point from its state (core/cdc/checkpoints.PipelineState); None before it has a
-    checkpoint (no lag to tell)."""
+def pipeline_point(state, now: float | None = None, failures: int = 0) -> Point | None:
+    """A pipeline's point from its state (core/cdc/checkpoints.PipelineState) and the failures it
+    records (see :meth:`SeriesWriter.pipeline`); None before it has a checkpoint (no lag to tell)
+    unless it ended badly."""
     now = time.time() if now is None else now
     lag = lag_seconds(state, now)
     if lag is None and not state.ended_badly:
         return None
-    return Point(now, round(lag or 0.0, 3), state.events, state.verification()["repaired_shards"],
-                 int(state.ended_badly))
+    return Point(now, round(lag or 0.0, 3), state.events, state.verification()["repaired_shards"], failures)
 
 
 def load_point(state, shards: dict, now: float | None = None) -> Point:
@@ -116,13 +119,13 @@ class Series(LedgerTables):
              buckets: int = WINDOW_BUCKETS) -> dict[str, list[Point]]:
         """Each subject's points in ``[since, until]``, at most ``buckets`` of them: a bucket is the
         window's equal part, its point at its newest point's time with the worst lag, the newest
-        totals and any error. Subjects without points are left out."""
+        totals and the failures recorded in it. Subjects without points are left out."""
         if not subjects or not self.exists("series"):
             return {}
         until = time.time() if until is None else until
         width = max(1e-3, (until - since) / max(1, buckets))
         result = self.ch.query(
-            f"SELECT subject, toFloat64(max(at)), max(lag), max(changes), max(repairs), max(errors), max(rows),"
+            f"SELECT subject, toFloat64(max(at)), max(lag), max(changes), max(repairs), sum(errors), max(rows),"
             f" max(shards_done), max(shards) FROM {self.table('series')}"
             " WHERE kind = {k:String} AND subject IN {s:Array(String)}"
             " AND at >= fromUnixTimestamp64Micro({a:Int64}) AND at <= fromUnixTimestamp64Micro({b:Int64})"
@@ -139,6 +142,18 @@ class Series(LedgerTables):
         """:meth:`read` over one of :data:`WINDOWS` ending now."""
         now = time.time() if now is None else now
         return self.read(kind, subjects, now - WINDOWS[window], now, buckets)
+
+
+def worst_lag(series: list[list[Point]], width: float) -> list[Point]:
+    """Several subjects' points (a source group's pipelines) as one line: the worst lag of each
+    ``width`` seconds, at its newest point's time, with the failures recorded in it."""
+    out: dict[int, Point] = {}
+    for points in series:
+        for p in points:
+            had = out.get(int(p.at // width))
+            out[int(p.at // width)] = p if had is None else Point(
+                max(p.at, had.at), max(p.lag, had.lag), errors=p.errors + had.errors)
+    return [Point(p.at, p.lag, errors=p.errors) for _, p in sorted(out.items())]
 
 
 def rates(points: list[Point], total: str) -> list[tuple[float, float]]:
@@ -202,8 +217,12 @@ class SeriesWriter:
             self._last[(kind, subject)] = (p.at, marks.get(subject))
 
     def pipeline(self, state, now: float | None = None) -> None:
-        """Note a pipeline's state as it is written (``Checkpoints.write``)."""
-        point = pipeline_point(state, now)
+        """Note a pipeline's state as it is written (``Checkpoints.write``). A failed or stopped
+        state this writer has not just written (its applier writes it once, as it ends: a retry's
+        applier writes ``running`` first) is a failure recorded: its point counts 1 in ``errors``."""
+        last = self._last.get((PIPELINE, state.pipeline))
+        failures = int(state.ended_badly and (last is None or last[1] != state.status))
+        point = pipeline_point(state, now, failures)
         if point is not None and self._due(PIPELINE, state.pipeline, point.at, state.status):
             self._write(PIPELINE, {state.pipeline: point}, {state.pipeline: state.status})
 

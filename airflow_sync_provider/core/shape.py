@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.clickhouse.columns import SIGN_COLUMN
 from airflow_sync_provider.core.clickhouse.described import TableFacts, table_facts
 from airflow_sync_provider.core.ledger import Ledger
 
@@ -29,6 +30,13 @@ class CopyShape:
     @property
     def found(self) -> bool:
         return self.facts is not None or bool(self.loads or self.pipelines)
+
+    @property
+    def multiset(self) -> bool:
+        """A copy of a table without a primary key that CDC follows (docs/keyless-tables.md): no
+        key, its rows signed occurrences (``_sign``), the table the sum of the signs per distinct
+        row. (A full load's copy of such a table is a plain MergeTree: keyless, not signed.)"""
+        return self.facts is not None and not self.facts.key and SIGN_COLUMN in self.facts.columns
 
 
 def _split(name: str) -> tuple[str, str]:

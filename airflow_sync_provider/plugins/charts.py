@@ -107,12 +107,12 @@ def time_chart(lines: dict[str, tuple[str, list[tuple[float, float]]]], start: f
 
 
 def pipeline_charts(points: list[Point], start: float, end: float) -> tuple[Chart, Chart]:
-    """A pipeline's window: its lag (the worst of each point, errors marked) and the row changes
+    """A pipeline's window: its lag (the worst of each point, the points with a failure marked) and the row changes
     it applied per second, with the shards its verification repaired per minute beside them."""
     lag = time_chart({"lag": ("s behind", [(p.at, p.lag) for p in points])}, start, end, " s")
     lag.title = "lag behind the source"
-    lag.marks = [Dot(lag.x(p.at), lag.top + lag.plot_height, p.at, 1, f"{_clock(p.at, 0)} UTC: failed or stopped")
-                 for p in points if p.errors]
+    lag.marks = [Dot(lag.x(p.at), lag.top + lag.plot_height, p.at, p.errors,
+                     f"{_clock(p.at, 0)} UTC: {p.errors} failure(s) or stop(s)") for p in points if p.errors]
     repairs = [(t, v * 60) for t, v in rates(points, "repairs")]
     rate = time_chart({"rate": ("changes/s", rates(points, "changes")),
                        "repairs": ("shards repaired/min", [r for r in repairs if r[1] > 0])}, start, end)

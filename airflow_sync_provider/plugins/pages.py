@@ -36,13 +36,15 @@ from airflow_sync_provider.core.overview import (
     LAG_WARNING_SECONDS,
     PAGE_ROWS,
     RECENT_DAYS,
+    SPARK_BUCKETS,
     STATES,
     Filters,
+    LoadRow,
     Overview,
     PipelineRow,
 )
 from airflow_sync_provider.core.selection import TableSet
-from airflow_sync_provider.core.series import WINDOWS, Point
+from airflow_sync_provider.core.series import WINDOWS, Point, worst_lag
 from airflow_sync_provider.plugins import charts
 
 REFRESH_SECONDS = 15
@@ -97,6 +99,7 @@ class SourceGroup(NamedTuple):
     parts: list[PipelineRow]
     kind: str  # its worst pipeline's: failed, behind, else idle
     worst: str  # its worst lag, as shown
+    series: list[Point]  # its worst lag over the last hour (a line like a pipeline's)
 
 
 def grouped(pipelines: list[PipelineRow]) -> list[tuple[SourceGroup | None, PipelineRow | None]]:
@@ -109,7 +112,8 @@ def grouped(pipelines: list[PipelineRow]) -> list[tuple[SourceGroup | None, Pipe
             parts = [q for q in pipelines if q.group == p.group]
             lags = [q.lag for q in parts]
             kind = FAILED if any(q.failing for q in parts) else "behind" if any(q.behind for q in parts) else "idle"
-            out.append((SourceGroup(p.group, parts, kind, "–" if None in lags else f"{max(lags):,.0f} s"), None))
+            line = worst_lag([q.series for q in parts], WINDOWS["hour"] / SPARK_BUCKETS)
+            out.append((SourceGroup(p.group, parts, kind, "–" if None in lags else f"{max(lags):,.0f} s", line), None))
             out += [(None, q) for q in parts]
         elif not p.group:
             out.append((None, p))
@@ -227,8 +231,10 @@ def load_html(state: LoadState, verdict: tuple[str, str], task: TaskRef | None, 
     layout = tables.layout_of()  # the layout it asked for, a period load's partitions with it
     if spec.get("partition_by") and not layout.partition_by:
         layout = dataclasses.replace(layout, partition_by=spec["partition_by"])
+    # a running load's progress and estimated finish as the first page's Running table shows them (one macro)
+    row = LoadRow.of(state, verdict[0], task, check, series)
     return render("load.html", state=state, verdict=verdict, task=task, check=check, shards=shards, content=content,
-                  layout=layout, chart=chart, series=series,
+                  layout=layout, chart=chart, series=series, row=row,
                   done=sum(1 for s in state.shards.values() if s.status == SHARD_SUCCESS), now=now)
 
 
