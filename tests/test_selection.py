@@ -84,3 +84,31 @@ def test_a_spec_an_earlier_release_stored_is_read_back_with_its_tables_and_merge
     assert spec.tableset.select["databases"] == ["shop"] and spec.tableset.parallel == 3
     assert [t["source_table"] for t in spec.tableset.tables] == ["a"]
     assert spec.source.host == "db" and not spec.grouped and spec.merge is None
+
+
+def test_a_tableset_holds_its_layout_and_content_as_types_and_a_spec_json_their_dict_forms():
+    """Parsed once when the tableset is made (a dict, as a stored spec or the command line gives
+    them, or the types); the spec's JSON holds the dict forms, None for the mirror's, as before."""
+    from airflow_sync_provider.core.clickhouse.layout import Layout
+    from airflow_sync_provider.core.content.shaping import Content
+    from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
+    from airflow_sync_provider.core.jobspec import FullLoadSpec
+    from airflow_sync_provider.core.source.group import one_server
+    from airflow_sync_provider.core.specfile import spec_from_dict, spec_to_dict
+
+    given = TableSet(select={"databases": ["shop"]}, layout={"order_by": ["status"]},
+                     content={"row_filter": "tenant = 7"})
+    assert given.layout == Layout(order_by=("status",)) and given.content == Content(row_filter="tenant = 7")
+    assert TableSet(select={"databases": ["shop"]}, layout=Layout(order_by=("status",)),
+                    content=Content(row_filter="tenant = 7")) == given
+    assert TableSet().layout == Layout() and not TableSet().layout and not TableSet().content
+    common = dict(source_database="", source_table="", target_database="", target_table="")
+    spec = FullLoadSpec(sources=one_server(MySQLEndpoint()), target=ClickHouseEndpoint(), load_key="k",
+                        tableset=given, **common)
+    data = spec_to_dict(spec)
+    assert data["tableset"]["layout"] == {"order_by": ["status"]}
+    assert data["tableset"]["content"] == {"row_filter": "tenant = 7"}
+    assert spec_to_dict(spec_from_dict(data)) == data
+    plain = FullLoadSpec(sources=one_server(MySQLEndpoint()), target=ClickHouseEndpoint(), load_key="k",
+                         tableset=TableSet(select={"databases": ["shop"]}), **common)
+    assert spec_to_dict(plain)["tableset"]["layout"] is None and spec_to_dict(plain)["tableset"]["content"] is None

@@ -170,13 +170,15 @@ class TableSet:
     select: dict | None = None
     tables: list = field(default_factory=list)
     parallel: int = 2
-    layout: dict | None = None
-    content: dict | None = None
+    # given as their dict forms too (a spec read back, the command line): parsed here, once; a
+    # spec's JSON holds the dict forms again (core/specfile.spec_to_dict)
+    layout: Layout = field(default_factory=Layout)
+    content: Content = field(default_factory=Content)
 
     def __post_init__(self):
         TableSelection.of(self.select)  # a bad pattern fails here, before any work
-        self.layout = _layout(self.layout)  # an unknown option fails here too
-        self.content = _content({"content": self.content})
+        self.layout = Layout.of(self.layout)  # an unknown option fails here too
+        self.content = Content.of(self.content)
         for table in self.tables:
             if isinstance(table, dict):
                 _layout(table.get("layout"))
@@ -186,11 +188,11 @@ class TableSet:
 
     def layout_of(self, table: dict | None = None) -> Layout:
         """A table's layout: its entry's options over the job's (``table``: a table_config)."""
-        return Layout.of({**(self.layout or {}), **((table or {}).get("layout") or {})})
+        return Layout.of({**self.layout.to_dict(), **((table or {}).get("layout") or {})})
 
     def content_of(self, table: dict | None = None) -> Content:
         """What a table's copy holds: its entry's settings over the job's (``table``: a table_config)."""
-        return Content.of(self.content).merged((table or {}).get("content"))
+        return self.content.merged((table or {}).get("content"))
 
     @property
     def has_content(self) -> bool:
@@ -214,11 +216,11 @@ class TableSet:
 
     def merged_member(self) -> "TableSet":
         """What a merged copy's member spec carries: the merged copy's layout and the job's content."""
-        return TableSet(layout=self.merged_layout().to_dict() or None, content=self.content)
+        return TableSet(layout=self.merged_layout(), content=self.content)
 
     def one(self, table: dict) -> "TableSet":
         """What a one-table spec of ``table`` (a table_config) carries: its layout and content."""
-        return TableSet(layout=self.layout_of(table).to_dict(), content=self.content_of(table).to_dict())
+        return TableSet(layout=self.layout_of(table), content=self.content_of(table))
 
     @classmethod
     def of(cls, value: "TableSet | dict | None") -> "TableSet":

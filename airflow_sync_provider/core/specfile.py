@@ -5,12 +5,15 @@ private 0600 file a job reads it from, and the re-import built from a stored spe
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
 import os
 import tempfile
 
+from airflow_sync_provider.core.clickhouse.layout import Layout
+from airflow_sync_provider.core.content.shaping import Content
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import (
     CdcApplySpec,
@@ -30,7 +33,21 @@ SPEC_TYPES = {cls.__dataclass_fields__["job"].default: cls
 
 
 def spec_to_dict(spec) -> dict:
-    return dataclasses.asdict(spec)
+    """``dataclasses.asdict``, with a layout and content settings in the dict form they are given
+    and read in (None for the mirror's): the spec's JSON, stored and sent to the job."""
+    return _plain(spec)
+
+
+def _plain(value):
+    if isinstance(value, (Layout, Content)):
+        return value.to_dict() or None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return copy.deepcopy(value)
 
 
 # fields of specs an earlier release wrote (the ledger keeps specs): dropped when read back

@@ -156,7 +156,7 @@ def run_group_bootstrap(spec: CdcBootstrapSpec, spark) -> dict:
             results[source.name] = {"pipeline": part.pipeline, "tables": [], "rows": 0}
             continue
         # a merged copy's members under its one layout
-        tableset = TableSet(tables=tables, layout=layout.to_dict() if layout else None)
+        tableset = TableSet(tables=tables, layout=layout)
         results[source.name] = run_cdc_bootstrap(dataclasses.replace(part, tableset=tableset), session)
     return {"pipeline": spec.pipeline, "merge_into": spec.merge.into if spec.merge else "", "sources": results,
             "tables": [t | {"source": name} for name, r in results.items() for t in r["tables"]],
