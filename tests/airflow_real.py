@@ -226,6 +226,11 @@ class RealAirflow:
                                    auth=False)["access_token"]
         return self._token
 
+    def sign_in(self, browser) -> None:
+        """Sign ``browser`` (tests/chromium.py) in to Airflow's UI as its login form leaves it: the
+        JWT in the ``_token`` cookie (auth managers' COOKIE_NAME_JWT_TOKEN; HttpOnly, SameSite=Lax)."""
+        browser.set_cookie(self.base + "/", "_token", self.token())
+
     def api(self, method: str, path: str, body: dict | None = None, auth: bool = True, raw: bool = False):
         headers = {"Accept": "application/json"}
         data = None

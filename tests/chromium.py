@@ -104,6 +104,30 @@ class Chromium:
             " return {responseStart: n.responseStart, domContentLoaded: n.domContentLoadedEventEnd,"
             " load: n.loadEventEnd || performance.now(), status: n.responseStatus, bytes: n.transferSize}; })()")
 
+    def wait_for(self, expression: str, timeout: float = 60):
+        """``expression``'s value once it is truthy (a page a script renders after its load event)."""
+        deadline = time.monotonic() + timeout
+        while not (value := self.evaluate(expression)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{expression} still {value!r} after {timeout:.0f} s")
+            time.sleep(0.2)
+        return value
+
+    def set_cookie(self, url: str, name: str, value: str) -> None:
+        """A cookie for ``url``'s site as a server sets a session's (HttpOnly, SameSite=Lax)."""
+        self.send("Network.setCookie", url=url, name=name, value=value, httpOnly=True, sameSite="Lax")
+
+    def side_by_side(self, pngs: list[Path], out: Path) -> Path:
+        """Screenshots next to each other in one PNG (drawn by the browser itself: no image library)."""
+        images = "".join(f"<img src='data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}'"
+                         " style='display:block;margin-right:8px'>" for p in pngs)
+        self.send("Page.navigate", url="about:blank")
+        self.evaluate(f"document.body.style.cssText = 'margin:0;display:flex;background:#888;width:max-content';"
+                      f"document.body.innerHTML = {json.dumps(images)};"
+                      "Promise.all([...document.images].map(i => i.decode()))")
+        self.wait_for("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+        return self.screenshot(out, full_page=True)
+
     def evaluate(self, expression: str):
         result = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
         if "exceptionDetails" in result:

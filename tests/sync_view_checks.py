@@ -71,3 +71,47 @@ def assert_drawn_where_written(drawn: list[dict], wrote: list[tuple[float, float
         assert dot["v"] == v
         assert abs(dot["x"] - geometry.x(t) * scale) <= 1.0, (dot, geometry.x(t) * scale)
         assert abs(dot["y"] - geometry.y(v) * scale) <= 1.0, (dot, geometry.y(v) * scale)
+
+
+# what is compared between a page of Airflow's UI and the Sync view: (Airflow's element, ours)
+_STYLE = ("(e => { const s = getComputedStyle(e);"
+          " return [s.fontFamily, s.fontSize, s.fontWeight, s.color, s.backgroundColor]; })")
+_LINK = "(e => getComputedStyle(e).color)"
+_MATCHED = {"page title": ("h2", "h2"), "table header": ("th", "th"), "table cell": ("td", "td")}
+
+
+def in_airflow_ui(browser, base: str, out: Path) -> dict:
+    """Airflow's own UI beside the Sync view, in its light and dark mode (as the UI stores it:
+    ``localStorage['theme']``), signed in by the UI's cookie: its DAG list and its audit log
+    (``airflow-dags[-dark].png``, ``airflow-events[-dark].png``), the Sync view as the UI shows it
+    — its nav entry's route ``/plugin/sync``, the page in the UI's frame — (``sync-in-airflow[-dark].png``)
+    and the DAG list and the framed view side by side (``side-by-side[-dark].png``). Asserted in
+    each mode: the framed page takes the UI's mode and background, and its headings, table headers
+    and cells have the font, size, weight, colour and background of the audit log's (its
+    striped first row), its links the colour of the DAG list's. Returns the styles seen."""
+    seen = {}
+    frame = "document.querySelector('iframe')?.contentDocument"
+    for mode, suffix in (("light", ""), ("dark", "-dark")):
+        browser.open(base + "/")
+        browser.evaluate(f"localStorage.setItem('theme', '{mode}')")
+        browser.open(base + "/dags")
+        browser.wait_for("document.querySelectorAll('a[href*=\"/dags/\"]').length > 0")
+        dags = browser.screenshot(out / f"airflow-dags{suffix}.png")
+        link = browser.evaluate(f"{_LINK}(document.querySelector('a[href*=\"/dags/\"]'))")
+        browser.open(base + "/events")
+        browser.wait_for("document.querySelectorAll('tbody td').length > 0")
+        browser.screenshot(out / f"airflow-events{suffix}.png")
+        theirs = {what: browser.evaluate(f"{_STYLE}(document.querySelector('{a}'))")
+                  for what, (a, _) in _MATCHED.items()}
+        background = browser.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+        browser.open(base + "/plugin/sync")
+        browser.wait_for(f"{frame}?.readyState == 'complete' && {frame}.querySelector('#attention, h1') != null")
+        framed = browser.screenshot(out / f"sync-in-airflow{suffix}.png")
+        ours = {what: browser.evaluate(f"{_STYLE}({frame}.querySelector('{b}'))") for what, (_, b) in _MATCHED.items()}
+        assert browser.evaluate(f"{frame}.documentElement.className") == mode
+        assert browser.evaluate(f"getComputedStyle({frame}.body).backgroundColor") == background, mode
+        ours["link"], theirs["link"] = browser.evaluate(f"{_LINK}({frame}.querySelector('td a'))"), link
+        assert ours == theirs, (mode, ours, theirs)
+        seen[mode] = {"airflow": theirs, "sync": ours, "background": background}
+        browser.side_by_side([dags, framed], out / f"side-by-side{suffix}.png")
+    return seen

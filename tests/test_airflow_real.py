@@ -492,7 +492,13 @@ def test_the_sync_view_is_loaded_by_default_and_shows_what_its_tasks_made(tier):
     # each page in Chromium at 1,280 px, light and dark: no horizontal scrolling; a lag series written
     # here drawn where it was written; the colour mode stored by Airflow's UI followed
     from tests.chromium import Chromium
-    from tests.sync_view_checks import assert_drawn_where_written, chart_points, page_checks, write_lag_series
+    from tests.sync_view_checks import (
+        assert_drawn_where_written,
+        chart_points,
+        in_airflow_ui,
+        page_checks,
+        write_lag_series,
+    )
 
     wrote = write_lag_series(ch, ledger.database, "real_tier_view_failing")
     pages_seen = (("sync-view", "/sync/"), ("reconciliation", links["Sync view"]), ("diff", diff_link),
@@ -515,6 +521,12 @@ def test_the_sync_view_is_loaded_by_default_and_shows_what_its_tasks_made(tier):
         assert browser.evaluate("document.documentElement.className") == "dark"
         assert browser.evaluate("getComputedStyle(document.body).backgroundColor") != light
         browser.screenshot(Path(airflow.home) / "sync-sync-view-airflow-dark.png")
+        # Airflow's own pages beside it, light and dark, and the view inside Airflow's UI (its nav entry):
+        # the same font, sizes, weights, colours and backgrounds (asserted), screenshots side by side
+        airflow.sign_in(browser)
+        styles = in_airflow_ui(browser, airflow.base, Path(airflow.home))
+        print(f"\n[airflow-real] the Sync view in Airflow's UI matches its audit log's styles: {styles}; screenshots "
+              f"{airflow.home}/side-by-side.png (and -dark), sync-in-airflow.png, airflow-dags.png, airflow-events.png")
 
 
 def test_a_source_group_dag_loads_gates_reconciles_and_streams_every_shard_into_one_table(tier):
