@@ -6,6 +6,7 @@ database of bench/whole_database.py leaves it."""
 from __future__ import annotations
 
 import time
+import uuid
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, PipelineState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
@@ -28,6 +29,15 @@ class Clocked:
 
 class FillLedger(Clocked, Ledger):
     pass
+
+
+def fresh(ch, kind, prefix: str):
+    """A fixture's body: a ``kind`` (a ledger or a series book) in a database of its own, made
+    and dropped afterwards."""
+    book = kind(ch, f"{prefix}_{uuid.uuid4().hex[:8]}")
+    book.ensure()
+    yield book
+    ch.command(f"DROP DATABASE IF EXISTS {book.database}")
 
 
 class FillCheckpoints(Clocked, Checkpoints):

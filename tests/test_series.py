@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-import uuid
 
 import pytest
 
@@ -26,14 +25,12 @@ from airflow_sync_provider.core.series import (
     rates,
 )
 from airflow_sync_provider.plugins import charts, pages
+from tests.ledger_fill import fresh
 
 
 @pytest.fixture
 def series(ch):
-    book = Series(ch, f"series_{uuid.uuid4().hex[:8]}")
-    book.ensure()
-    yield book
-    ch.command(f"DROP DATABASE IF EXISTS {book.database}")
+    yield from fresh(ch, Series, "series")
 
 
 def test_points_are_kept_every_10_s_at_most_merged_after_a_day_and_dropped_after_8(series, ch):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 
 import pytest
 
@@ -18,17 +17,14 @@ from airflow_sync_provider.core.metrics import lag_seconds
 from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.core.series import PIPELINE, Point, Series
 from airflow_sync_provider.plugins import pages
-from tests.ledger_fill import FillLedger, add_load, add_pipeline, add_task
+from tests.ledger_fill import FillLedger, add_load, add_pipeline, add_task, fresh
 
 OK = ("success", 100, 100, 0, "")
 
 
 @pytest.fixture
 def book(ch):
-    ledger = FillLedger(ch, f"sync_page_{uuid.uuid4().hex[:8]}")
-    ledger.ensure()
-    yield ledger
-    ch.command(f"DROP DATABASE IF EXISTS {ledger.database}")
+    yield from fresh(ch, FillLedger, "sync_page")
 
 
 def _section(page: str, element_id: str) -> str:

@@ -5,7 +5,6 @@ over a real ledger and ClickHouse."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 
@@ -14,17 +13,14 @@ from airflow_sync_provider.core.content.shaping import Content, content_comment
 from airflow_sync_provider.core.shape import copy_shape
 from airflow_sync_provider.core.sql import ch_string, ch_table
 from airflow_sync_provider.plugins import pages
-from tests.ledger_fill import FillLedger, add_load, add_pipeline
+from tests.ledger_fill import FillLedger, add_load, add_pipeline, fresh
 
 OK = ("success", 100, 100, 0, "")
 
 
 @pytest.fixture
 def book(ch):
-    ledger = FillLedger(ch, f"sync_table_{uuid.uuid4().hex[:8]}")
-    ledger.ensure()
-    yield ledger
-    ch.command(f"DROP DATABASE IF EXISTS {ledger.database}")
+    yield from fresh(ch, FillLedger, "sync_table")
 
 
 def test_a_copys_page_shows_its_whole_shape_its_loads_and_pipelines(book, ch):
