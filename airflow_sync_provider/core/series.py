@@ -220,10 +220,17 @@ class SeriesWriter:
         """Note a pipeline's state as it is written (``Checkpoints.write``). A failed or stopped
         state this writer has not just written (its applier writes it once, as it ends: a retry's
         applier writes ``running`` first) is a failure recorded: its point counts 1 in ``errors``."""
-        last = self._last.get((PIPELINE, state.pipeline))
-        failures = int(state.ended_badly and (last is None or last[1] != state.status))
-        point = pipeline_point(state, now, failures)
-        if point is not None and self._due(PIPELINE, state.pipeline, point.at, state.status):
+        now = time.time() if now is None else now
+        if not self._due(PIPELINE, state.pipeline, now, state.status):
+            return  # (checked first: this runs at every checkpoint, the point reads every table's state)
+        try:
+            last = self._last.get((PIPELINE, state.pipeline))
+            failures = int(state.ended_badly and (last is None or last[1] != state.status))
+            point = pipeline_point(state, now, failures)
+        except Exception as exc:  # as _write: never fail the checkpoint's write for a chart's point
+            log.info(f"series: pipeline {state.pipeline}'s point not taken ({type(exc).__name__}: {exc})"[:500])
+            return
+        if point is not None:
             self._write(PIPELINE, {state.pipeline: point}, {state.pipeline: state.status})
 
     def loads(self, found: list[tuple], now: float | None = None) -> None:
