@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import inspect
 
-from airflow_sync_provider.core.clickhouse.layout import OPTIONS as LAYOUT_OPTIONS
 from airflow_sync_provider.core.clickhouse.layout import Layout
 from airflow_sync_provider.core.content.shaping import Content
 from airflow_sync_provider.core.selection import Selection, TableSelection
@@ -90,12 +89,7 @@ def layout_argument(task, layout):
         return layout
     if not isinstance(layout, Layout):
         raise ValueError(f"task {task.task_id}: layout= takes a Layout(…) or its dict form, not {layout!r}")
-    mirror, out = Layout(), {}
-    for option in LAYOUT_OPTIONS:
-        value = layout.engine_text() if option == "engine" else getattr(layout, option)
-        if value != (mirror.engine_text() if option == "engine" else getattr(mirror, option)) and value:
-            out[option] = _plain(value)
-    return out or None
+    return layout.to_dict() or None
 
 
 def _content_arguments(content: Content) -> dict:
