@@ -73,6 +73,10 @@ class Writer:
         self.hold_every, self.hold_seconds, self.held = hold_every, hold_seconds, 0
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.error = None
+        # a test whose point is writes *during* something else sets this: while it says the
+        # reader is too far behind, the writer waits (at most once a second it asks), so a
+        # loaded machine slows the workload instead of drowning the reader
+        self.behind = None
 
     def insert(self, cur, n):
         rows = []
@@ -127,9 +131,15 @@ class Writer:
     def run(self):
         import time
 
-        started = time.monotonic()
+        started = asked = time.monotonic()
         try:
             while not self.stop.is_set():
+                if self.behind is not None and time.monotonic() - asked >= 1.0:
+                    paused = time.monotonic()
+                    while not self.stop.is_set() and self.behind():
+                        time.sleep(0.2)
+                    asked = time.monotonic()
+                    started += asked - paused  # the pause is not made up with a burst
                 with self.conn.cursor() as cur:
                     self.changes += self.transaction(cur)
                     if self.hold_every and self.rng.randrange(self.hold_every) == 0:

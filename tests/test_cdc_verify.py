@@ -9,6 +9,7 @@ import time
 import pytest
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints, check_position
+from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.jobspec import CdcApplySpec, CdcBootstrapSpec
 from airflow_sync_provider.core.positions import BinlogPosition
 from airflow_sync_provider.core.selection import TableSet
@@ -149,8 +150,15 @@ def test_verifying_under_a_busy_writer_never_repairs_a_right_copy(mysql_url, mys
     writer = Writer(mysql_url, rate=500, seed=11, database=DB)
     writer.prefill(30_000)
     bootstrap(endpoints, spark, "busy", "mixed", "lines")
-    writer.thread.start()
     checkpoints = Checkpoints(ch)
+    own = Checkpoints(client(endpoints[1]))  # the writer's thread asks on a client of its own
+    applied = lambda: (state := own.state("busy")) and state.events or 0  # noqa: E731
+    before_writes = applied()
+    # never more than ~1 s of changes ahead of the service: on a machine too loaded to apply 500
+    # changes/s, each look would wait longer for the stream and find more keys changed since its
+    # snapshot than a look sets aside (cdc_slices.MAX_SET_ASIDE): it would be put off again and again
+    writer.behind = lambda: writer.changes - (applied() - before_writes) > 500
+    writer.thread.start()
 
     def passes() -> dict:
         state = checkpoints.state("busy")
@@ -159,8 +167,9 @@ def test_verifying_under_a_busy_writer_never_repairs_a_right_copy(mysql_url, mys
 
     before = passes()
     # a pass a second, without the budget's pauses: as many looks as the machine allows (each
-    # look waits for the stream), until each table had three
-    service, result, errors = in_background(lambda: apply(endpoints, spark, "busy", service=True, max_seconds=75,
+    # look waits for the stream), until each table had three. A look at `mixed` takes 3-6 s on a
+    # quiet machine and a minute on one running two suites at once: max_seconds is only the bound
+    service, result, errors = in_background(lambda: apply(endpoints, spark, "busy", service=True, max_seconds=400,
                                                           verify_period=1.0, verify_budget=1.0, batch_seconds=0.3))
     try:
         while service.is_alive() and min(n - before[t] for t, n in passes().items()) < 3:

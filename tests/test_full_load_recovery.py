@@ -274,14 +274,19 @@ def test_working_tables_left_behind_are_dropped_and_a_running_load_is_left_alone
                               channel_record_speed=4000), tmp_path / "busy")
     try:
         wait_for(lambda: (s := ledger_state(ch, "test.busy")) and s.shards)
+        # held mid-load (its lock on the source held, its heartbeat stopped) until the other load
+        # has cleaned up: left running, it could finish first and drop its own table on a slow day
+        os.killpg(busy.pid, signal.SIGSTOP)
         busy_parts = ledger_state(ch, "test.busy").parts_table
         other = spark_submit(spec_for(mysql_url, clickhouse_url, "other", load_key="test.other",
                                       abandon_after_seconds=0), timeout=600)
         assert other["status"] == "success", other
         assert not ch.command(f"EXISTS TABLE airflow_sync.{parts}")  # the killed load's table is gone …
         assert ledger_state(ch, "test.left").status == "abandoned"
-        assert ch.command(f"EXISTS TABLE airflow_sync.{busy_parts}")  # … the running one's is not
+        assert ch.command(f"EXISTS TABLE airflow_sync.{busy_parts}")  # … the held one's is not
+        assert ledger_state(ch, "test.busy").status == "running"
     finally:
+        os.killpg(busy.pid, signal.SIGCONT)
         assert busy.wait(300) == 0
     assert assert_same_rows(mysql_conn, ch, DB, "busy", target_database=f"{DB}_ch") == 20_000
     again = spark_submit(spec_for(mysql_url, clickhouse_url, "leftover", load_key="test.left"), timeout=600)
