@@ -163,6 +163,7 @@ class PipelineRun(RunStart):
             self.recopies.collect()
             self.totals.joined += self.join()
             self.verifier.collect()
+            self.verifier.replay()
             if self.follow(self.stream, self.stop, self.deadline, self._waiting) or self.stop_asked is not None:
                 break
         for name in list(self.recopies.running):  # a run ends with its re-copies done and recorded
@@ -170,6 +171,7 @@ class PipelineRun(RunStart):
         self.stream_ended = True
         self.verifier.close()
         self.verifier.collect()
+        self.verifier.replay()
         if not self.spec.service:  # a bounded run checks what is due before it ends
             self.verifier.catch_up()
 
@@ -195,10 +197,11 @@ class PipelineRun(RunStart):
         return began
 
     def _waiting(self) -> bool:
-        """Should the stream pause (a re-copy finished, a table waits to join)? The verifier's looks
+        """Should the stream pause (a re-copy finished, a repair's cascades to resolve again, a
+        table waits to join)? The verifier's looks
         are recorded meanwhile (between batches: the entries travel with the next checkpoint)."""
         self.verifier.collect()
-        if self.recopies.finished():
+        if self.recopies.finished() or self.verifier.replays:
             return True
         if time.monotonic() - self._polled < JOIN_POLL_SECONDS:
             return False
@@ -494,10 +497,13 @@ class PipelineRun(RunStart):
 
     # --- verification ---------------------------------------------------------------------
 
-    def replay_cascades(self, table, since: BinlogPosition) -> None:
-        """After a re-copy of ``table`` from ``since``: its cascades since then resolved again
-        against the copy now that every chunk is in (a chunk read before a cascade may have landed
-        after it was resolved). Resolving is idempotent: rows already right are not written again."""
+    def replay_cascades(self, table, since: BinlogPosition, cause: str = "re-copy") -> None:
+        """After ``table``'s rows were rewritten as the source held them at ``since`` — a re-copy
+        from there (a chunk read before a cascade may have landed after it was resolved) or a
+        verification's repair at that snapshot (the stream went on past it before the repair, and
+        resolved the cascades meanwhile against the rows the repair then replaced) — its cascades
+        since then are resolved again against the copy as it is now. Resolving is idempotent: rows
+        already right (ranked at or above their trigger) are not written again."""
         route = self.stream.routes.get(table.name) if self.stream else None
         if route is None or since.key() >= self.stream.position.key():
             return
@@ -506,14 +512,15 @@ class PipelineRun(RunStart):
         if below:  # a chain through it was followed from its stale rows meanwhile: the net looks
             for name in sorted(below):
                 self.stream.routes[name].table.mark_due()
-            self.log(f"{table.name} was re-copied while cascades passed through it: {sorted(below)} verified "
+            done = {"re-copy": "re-copied", "repair": "repaired"}[cause]
+            self.log(f"{table.name} was {done} while cascades passed through it: {sorted(below)} verified "
                      "against the source")
         if not plan.into(table.name):
             return
         replay = Stream({table.name: route}, [table], since, cascades_only=True)
         before = self.totals.cascaded_rows
         self.follow(replay, self.stream.position)
-        self.log(f"{table.name}: its cascades {since} … {self.stream.position} resolved again after its re-copy "
+        self.log(f"{table.name}: its cascades {since} … {self.stream.position} resolved again after its {cause} "
                  f"({self.totals.cascaded_rows - before:,} rows written)")
 
     def follow_to(self, position: BinlogPosition) -> bool:

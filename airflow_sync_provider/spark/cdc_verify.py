@@ -15,6 +15,8 @@ slice is repaired from the same snapshot — its rows written with S's repair ve
 every change before S, below every change after it, so the keys set aside keep their newer
 values) and tombstones of that version for the copy's rows the source does not have — and
 looked at again with a new snapshot. Still different on the third look: the pipeline stops.
+A repaired table that foreign-key cascades reach has its cascades since S resolved again (the
+stream went on past S before the look, and a cascade meanwhile missed the rows that were wrong).
 
 **When.** Each table's pass goes through its slices evenly over ``verify_period`` (a table
 joins the schedule when it is first seen), at most ``verify_budget`` of one source core
@@ -113,6 +115,8 @@ class Verifier:
         self.checks: dict[str, TableCheck] = {}
         self.strikes: dict[tuple, int] = {}  # (table, slice) → looks that found it different in a row
         self.again: dict[str, set] = {}  # slices repaired, to be looked at again first
+        # repaired tables whose cascades since the look's S are to be resolved again (:meth:`replay`)
+        self.replays: list[tuple[PipelineTable, BinlogPosition]] = []
         self.mysql_seconds, self.began = 0.0, time.monotonic()
         self._ch = None
 
@@ -355,6 +359,9 @@ class Verifier:
             self.run.totals.repaired_shards += 1
             self.run.log(f"{look.table} differed from the source at {look.position} in slice {look.slice_id} "
                          f"(source {look.source}, copy {look.copy}); repaired ({look.repaired_rows:,} rows rewritten)")
+            # the stream went on past S before the look began: a cascade into the slice's wrong
+            # rows meanwhile missed them, and the repair wrote them back as at S
+            self.replays.append((table, look.position))
         elif look.table in self.again and look.slice_id in self.again[look.table]:
             self.again[look.table].discard(look.slice_id)  # right after its repair
             if not self.again[look.table]:
@@ -365,6 +372,13 @@ class Verifier:
             self._passed(table, current, look.position)
         else:
             table.verify_pass = current.to_dict()
+
+    def replay(self) -> None:
+        """The repaired tables' cascades since their looks resolved again, oldest look first. In the
+        stream's thread while it does not read (the replay reads the binlog as the same replica)."""
+        while self.replays:
+            table, since = self.replays.pop(0)
+            self.run.replay_cascades(table, since, cause="repair")
 
     def _passed(self, table: PipelineTable, current: Pass, position: BinlogPosition) -> None:
         now = time.time()
@@ -394,3 +408,4 @@ class Verifier:
                     self.record(look)
             finally:
                 snapshot.close()
+            self.replay()
