@@ -4,6 +4,7 @@ wrong silently is found and repaired shard by shard, and a copy that is right is
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -139,6 +140,29 @@ def test_a_difference_that_survives_repairs_stops_the_pipeline(mysql_conn, ch, e
         verdict, message, _ = check_position(endpoints[1], "stubborn", state.checkpoint)
         assert verdict == "failed" and "is stopped" in message
     assert ch.command(f"SELECT n FROM {TARGET}.stubborn FINAL WHERE id = 3") == -1
+
+
+def test_a_look_put_off_again_and_again_is_said_in_the_log(mysql_conn, ch, endpoints, spark, monkeypatch, capsys):
+    """A slice with more keys changed since its snapshot than a look sets aside is put off, not
+    looked at: when that lasts (here every look: the bound lowered below zero) the log says so
+    instead of the verification going quiet, and nothing is recorded or repaired meanwhile."""
+    seeded(mysql_conn, "hot", rows=1_000)
+    bootstrap(endpoints, spark, "hot", "hot")
+    apply(endpoints, spark, "hot")
+    monkeypatch.setattr(cdc_verify, "MAX_SET_ASIDE", -1)
+    service, result, errors = in_background(lambda: apply(endpoints, spark, "hot", service=True, max_seconds=60,
+                                                          verify_period=1.0, batch_seconds=0.3))
+    said, out = re.compile(r"vfy\.hot: the look at slice \d+ was put off 10 times in a row: more than"), ""
+    try:
+        deadline = time.monotonic() + 50
+        while service.is_alive() and not said.search(out) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            out += capsys.readouterr().out
+    finally:
+        stop_service(ch, "hot", service)
+    assert not errors, errors
+    assert said.search(out + capsys.readouterr().out), out
+    assert result["verified"] == [] and result["repaired_shards"] == 0, result["verified"]
 
 
 def test_verifying_under_a_busy_writer_never_repairs_a_right_copy(mysql_url, mysql_conn, ch, endpoints, spark):

@@ -12,6 +12,7 @@ import pytest
 
 from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.clickhouse.described import table_exists
+from airflow_sync_provider.core.crash_points import hold_file
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
@@ -252,7 +253,8 @@ def test_source_password_stays_out_of_the_ledger(mysql_conn, mysql_url, clickhou
 
 
 def test_working_tables_left_behind_are_dropped_and_a_running_load_is_left_alone(mysql_conn, mysql_url,
-                                                                                   clickhouse_url, ch, tmp_path):
+                                                                                   clickhouse_url, ch, tmp_path,
+                                                                                   monkeypatch):
     """A load killed and never run again leaves its parts table: a later load of another key
     (here with abandon_after_seconds=0) drops it and marks the load abandoned, so the next run
     of that key starts a fresh generation and ends exact. A load running at the same time
@@ -270,13 +272,17 @@ def test_working_tables_left_behind_are_dropped_and_a_running_load_is_left_alone
         job.wait()
     parts = ledger_state(ch, "test.left").parts_table
     assert ch.command(f"EXISTS TABLE airflow_sync.{parts}")
-    busy = start_job(spec_for(mysql_url, clickhouse_url, "busy", load_key="test.busy", channels=1, split_factor=4,
-                              channel_record_speed=4000), tmp_path / "busy")
+    # held once it is running (its lock on the source held, its table made) until the other load
+    # has cleaned up: left to run, it could finish first and drop its own table on a slow day
+    holds = tmp_path / "holds"
+    holds.mkdir()
+    hold = hold_file(str(holds), "full_load.started", "test.busy")
+    open(hold, "w").close()
+    monkeypatch.setenv("AIRFLOW_SYNC_HOLD_DIR", str(holds))
+    busy = start_job(spec_for(mysql_url, clickhouse_url, "busy", load_key="test.busy", channels=1, split_factor=4),
+                     tmp_path / "busy")
     try:
-        wait_for(lambda: (s := ledger_state(ch, "test.busy")) and s.shards)
-        # held mid-load (its lock on the source held, its heartbeat stopped) until the other load
-        # has cleaned up: left running, it could finish first and drop its own table on a slow day
-        os.killpg(busy.pid, signal.SIGSTOP)
+        wait_for(lambda: os.path.exists(hold[:-len(".hold")] + ".arrived"))
         busy_parts = ledger_state(ch, "test.busy").parts_table
         other = spark_submit(spec_for(mysql_url, clickhouse_url, "other", load_key="test.other",
                                       abandon_after_seconds=0), timeout=600)
@@ -286,7 +292,7 @@ def test_working_tables_left_behind_are_dropped_and_a_running_load_is_left_alone
         assert ch.command(f"EXISTS TABLE airflow_sync.{busy_parts}")  # … the held one's is not
         assert ledger_state(ch, "test.busy").status == "running"
     finally:
-        os.killpg(busy.pid, signal.SIGCONT)
+        os.unlink(hold)
         assert busy.wait(300) == 0
     assert assert_same_rows(mysql_conn, ch, DB, "busy", target_database=f"{DB}_ch") == 20_000
     again = spark_submit(spec_for(mysql_url, clickhouse_url, "leftover", load_key="test.left"), timeout=600)

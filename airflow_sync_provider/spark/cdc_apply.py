@@ -517,7 +517,10 @@ class PipelineRun(RunStart):
                      "against the source")
         if not plan.into(table.name):
             return
-        replay = Stream({table.name: route}, [table], since, cascades_only=True)
+        # a re-copied table's own cascades; after a repair every copy's (a chain into the table
+        # passes through its parents' copies; resolving again writes only what is missing)
+        replay = Stream({table.name: route}, [table], since, cascades_only=True) if cause == "re-copy" else \
+            Stream(dict(self.stream.routes), list(self.stream.tables), since, cascades_only=True)
         before = self.totals.cascaded_rows
         self.follow(replay, self.stream.position)
         self.log(f"{table.name}: its cascades {since} … {self.stream.position} resolved again after its {cause} "
