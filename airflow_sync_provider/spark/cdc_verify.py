@@ -117,8 +117,9 @@ class Verifier:
         self.strikes: dict[tuple, int] = {}  # (table, slice) → looks that found it different in a row
         self.put_off: dict[tuple, int] = {}  # (table, slice) → looks put off in a row (too many keys set aside)
         self.again: dict[str, set] = {}  # slices repaired, to be looked at again first
-        # repaired tables whose cascades since the look's S are to be resolved again (:meth:`replay`)
-        self.replays: list[tuple[PipelineTable, BinlogPosition]] = []
+        # repaired tables whose cascades since the earliest look's S are to be resolved again
+        # (:meth:`replay`): one replay per table however many of its slices were repaired
+        self.replays: dict[str, tuple[PipelineTable, BinlogPosition]] = {}
         self.mysql_seconds, self.began = 0.0, time.monotonic()
         self._ch = None
 
@@ -372,7 +373,9 @@ class Verifier:
                          f"(source {look.source}, copy {look.copy}); repaired ({look.repaired_rows:,} rows rewritten)")
             # the stream went on past S before the look began: a cascade into the slice's wrong
             # rows meanwhile missed them, and the repair wrote them back as at S
-            self.replays.append((table, look.position))
+            pending = self.replays.get(table.name)
+            if pending is None or look.position.key() < pending[1].key():
+                self.replays[table.name] = (table, look.position)
         elif look.table in self.again and look.slice_id in self.again[look.table]:
             self.again[look.table].discard(look.slice_id)  # right after its repair
             if not self.again[look.table]:
@@ -385,10 +388,10 @@ class Verifier:
             table.verify_pass = current.to_dict()
 
     def replay(self) -> None:
-        """The repaired tables' cascades since their looks resolved again, oldest look first. In the
-        stream's thread while it does not read (the replay reads the binlog as the same replica)."""
+        """The repaired tables' cascades since their looks resolved again. In the stream's thread
+        while it does not read (the replay reads the binlog as the same replica)."""
         while self.replays:
-            table, since = self.replays.pop(0)
+            table, since = self.replays.pop(next(iter(self.replays)))
             self.run.replay_cascades(table, since, cause="repair")
 
     def _passed(self, table: PipelineTable, current: Pass, position: BinlogPosition) -> None:
