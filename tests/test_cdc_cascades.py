@@ -521,9 +521,14 @@ def test_a_child_recopied_beside_a_service_while_cascades_land_ends_exact(mysql_
     assert repaired <= {f"{DB}.memo"}, repaired
 
 
+@pytest.mark.parametrize("change, memo_5_6", [
+    (f"UPDATE {DB}.txn SET id = 1006 WHERE id = 6", [(1006,), (1006,)]),
+    # a chain: acct 7's txn rows (6 among them) are deleted with it, so their memo rows get NULL;
+    # resolved again, the walk passes through the txn rows the copy no longer holds
+    (f"DELETE FROM {DB}.acct WHERE id = 7", [(None,), (None,)])], ids=["renumber", "chain"])
 def test_a_repair_at_a_snapshot_the_stream_went_past_resolves_the_cascades_since_again(
-        mysql_url, mysql_conn, ch, endpoints, spark, monkeypatch, capsys):
-    """A look at memo's slice opens its snapshot S; the stream goes on past S, where a renumber of
+        mysql_url, mysql_conn, ch, endpoints, spark, monkeypatch, capsys, change, memo_5_6):
+    """A look at memo's slice opens its snapshot S; the stream goes on past S, where a change of
     txn 6 cascades at the source into memo 5 and 6. memo 5 was wrong in the copy (changed at the
     source without the binlog), so the cascade, resolved against the copy, misses it; the look's
     repair then writes memo 5 as it was at S. The cascades since S resolved again after the repair
@@ -533,13 +538,13 @@ def test_a_repair_at_a_snapshot_the_stream_went_past_resolves_the_cascades_since
     from airflow_sync_provider.spark import cdc_verify
     from tests.helpers import in_background, stop_service
 
-    memo = f"{DB}.memo"
+    memo, pipeline = f"{DB}.memo", f"repaired-{change.split()[0].lower()}"  # a pipeline per case: one bootstraps once
     _fresh(mysql_conn, *HOSTILE)
     _sql(mysql_conn, f"INSERT INTO {DB}.acct SELECT seq, 'a' FROM {DB}.seq_1_to_10",
          f"INSERT INTO {DB}.txn SELECT seq, 1 + seq % 10, seq FROM {DB}.seq_1_to_100",
          f"INSERT INTO {DB}.memo SELECT seq, seq FROM {DB}.seq_1_to_100")
-    bootstrap(endpoints, spark, "repaired", ["acct", "txn", "memo"])
-    apply(endpoints, spark, "repaired")
+    bootstrap(endpoints, spark, pipeline, ["acct", "txn", "memo"])
+    apply(endpoints, spark, pipeline)
     _sql(mysql_conn, "SET SESSION sql_log_bin = 0", f"UPDATE {memo} SET txn = 6 WHERE id = 5",
          "SET SESSION sql_log_bin = 1")  # the copy holds (5, 5), the source (5, 6)
     writer = pymysql.connect(**MySQLEndpoint.from_url(mysql_url).connect_args(), autocommit=True)
@@ -552,32 +557,32 @@ def test_a_repair_at_a_snapshot_the_stream_went_past_resolves_the_cascades_since
             time.sleep(0.2)
             return []
 
-        def past_s(position):  # the stream reaches S, then applies the renumber after it
+        def past_s(position):  # the stream reaches S, then applies the change after it
             if not wait(position):
                 return False
-            _sql(writer, f"UPDATE {DB}.txn SET id = 1006 WHERE id = 6")
+            _sql(writer, change)
             renumbered.append(current_position(writer))
             return wait(renumbered[0])
 
         return real_look(self, snapshot, work, past_s)
 
     monkeypatch.setattr(cdc_verify.Verifier, "look", look)
-    service, result, errors = in_background(lambda: apply(endpoints, spark, "repaired", service=True, max_seconds=90,
+    service, result, errors = in_background(lambda: apply(endpoints, spark, pipeline, service=True, max_seconds=90,
                                                           batch_seconds=0.2, verify_period=60))
     checkpoints = Checkpoints(ch)
     try:
         deadline = time.monotonic() + 80
         while service.is_alive() and time.monotonic() < deadline:
-            state = checkpoints.state("repaired")
+            state = checkpoints.state(pipeline)
             if state and (entry := state.table(memo)) and entry.repaired:
                 break
             time.sleep(0.3)
     finally:
-        stop_service(ch, "repaired", service)
+        stop_service(ch, pipeline, service)
     assert not errors, errors
     assert renumbered and result["repaired_shards"] == 1, result["verified"]
     assert ch.query(f"SELECT txn FROM {memo} FINAL WHERE id IN (5, 6) AND NOT _deleted ORDER BY id").result_rows \
-        == [(1006,), (1006,)]
+        == memo_5_6
     same(mysql_conn, ch, "acct", "txn", "memo")
     assert "resolved again after its repair" in capsys.readouterr().out
 

@@ -107,15 +107,22 @@ class CopiesInClickHouse:
         return list(zip(*(data.column(i).to_pylist() for i in range(len(names)))))
 
     def fetch(self, table: str, columns: tuple[str, ...], values: list[tuple],
-              below: int) -> list[tuple[tuple, int, bool]]:
-        route, types = self.route(table), self.types(table)
+              below: int, since: int | None) -> list[tuple[tuple, int, bool, bool]]:
+        route = self.route(table)
+        self.types(table)  # read once: the ClickHouse types too
         ch_types = self._ch_types[table]
-        names = self.columns(table)
         database, name = self.reads_from(table)
         mine, params = member_filter(route.schema)
-        where = [f"{ch_ident(DELETED_COLUMN)} = 0", f"{ch_ident(VERSION_COLUMN)} < {int(below)}", mine]
-        if route.keep:
-            where.append(f"{ch_ident(DELETED_AT_SOURCE)} = 0")
+        version = ch_ident(VERSION_COLUMN)
+        live = [f"{ch_ident(DELETED_COLUMN)} = 0", f"{version} < {int(below)}", mine]
+        kept = f"{ch_ident(DELETED_AT_SOURCE)} != 0" if route.keep else "0"
+        if since is None:
+            live.append(f"NOT ({kept})")
+        else:
+            live.append(f"(NOT ({kept}) OR {version} >= {int(since)})")
+            # FINAL leaves tombstones out (the engine's is_deleted): removals are read without it
+            removed = [f"{ch_ident(DELETED_COLUMN)} = 1", f"{version} >= {int(since)}", f"{version} < {int(below)}",
+                       mine]
         # rows older than a re-copy in place are stale (out-ranked or removed when it ends)
         recopying = (route.table.recopying or {}) if route.table is not None else {}
         floor = BinlogPosition.from_dict(recopying["position"]).snapshot_version() \
@@ -126,15 +133,25 @@ class CopiesInClickHouse:
             items = [", ".join(ch_literal(v, ch_types[c]) for c, v in zip(columns, value))
                      for value in values[start:start + IN_LIST]]
             listed = ", ".join(f"({i})" if len(columns) > 1 else i for i in items)
-            sql = (f"SELECT {', '.join(map(ch_ident, names))}, {ch_ident(VERSION_COLUMN)} "
-                   f"FROM {ch_table(database, name)} FINAL WHERE {' AND '.join(where)} AND {probe} IN [{listed}]")
-            found = self.ch.query_arrow(sql, parameters=params, use_strings=False)
-            if not found.num_rows:
-                continue
-            found = found.cast(pa.schema([pa.field(n, types[n]) for n in names + [VERSION_COLUMN]]))
-            data = [found.column(i).to_pylist() for i in range(found.num_columns)]
-            out += [(row[:-1], row[-1], row[-1] < floor) for row in zip(*data)]
+            out += self._query(table, f"FINAL WHERE {' AND '.join(live)} AND {probe} IN [{listed}]", kept, params,
+                               floor)
+            if since is not None:
+                out += self._query(table, f"WHERE {' AND '.join(removed)} AND {probe} IN [{listed}]", "1", params,
+                                   floor)
         return out
+
+    def _query(self, table: str, clauses: str, gone: str, params: dict, floor: int) -> list[tuple]:
+        types, names = self.types(table), self.columns(table)
+        database, name = self.reads_from(table)
+        found = self.ch.query_arrow(f"SELECT {', '.join(map(ch_ident, names))}, {ch_ident(VERSION_COLUMN)}, "
+                                    f"toUInt8({gone}) FROM {ch_table(database, name)} {clauses}",
+                                    parameters=params, use_strings=False)
+        if not found.num_rows:
+            return []
+        found = found.rename_columns(names + [VERSION_COLUMN, "gone"]).cast(
+            pa.schema([pa.field(n, types[n]) for n in names + [VERSION_COLUMN]] + [pa.field("gone", pa.uint8())]))
+        data = [found.column(i).to_pylist() for i in range(found.num_columns)]
+        return [(row[:-2], row[-2], row[-2] < floor, bool(row[-1])) for row in zip(*data)]
 
     def arrow(self, table: str, rows: list[tuple], versions: list[int], deleted: list[int], at: list[int]) -> pa.Table:
         """Rows (in :meth:`columns` order) as the copy takes them, with their versions, tombstone

@@ -23,9 +23,17 @@ below everything after it. A deeper level and a later trigger see the rows chang
 **A replay after a crash.** The cascades are written before the batch's rows, deepest tables first
 (:attr:`Change.depth`), and the checkpoint passes the batch only after both. A replay reads copies
 that may hold some of that: a child already written is ranked at its trigger's version (not
-below it), so it is not taken again and the walk does not pass through it, and everything below it
-was written before it. What the replay does take are the rows still as they were, so it writes
-what the crash left out and nothing twice.
+below it), so it is not taken again. What the replay does take are the rows still as they were,
+so it writes what the crash left out and nothing twice.
+
+**Through rows already written.** The walk also passes *through* a child its trigger already
+changed (ranked at exactly the trigger's version: removed, re-keyed, or its foreign key moved to
+the parent's new values) on to that child's own children, without writing it again: below it
+may be rows put back to an older state since — a verification's repair at a snapshot the stream
+had gone past (spark/cdc_verify.py), after which the cascades since are resolved again. So
+``acct`` deleted → its ``txn`` rows deleted → their ``memo`` rows set to NULL reaches a repaired
+``memo`` row although the ``txn`` rows are already gone from the copy. After a crash the rows
+below are at the trigger's version too, so passing through writes nothing twice.
 
 :class:`Cascades` is plain Python over a :class:`CopyRows` (the copies as the Spark layer reads
 them from ClickHouse; a dict in the tests), bounded by ``max_rows`` rows held at once.
@@ -125,10 +133,13 @@ class CopyRows(Protocol):
         """The columns that tell the copy's rows apart (its key)."""
 
     def fetch(self, table: str, columns: tuple[str, ...], values: list[tuple],
-              below: int) -> list[tuple[tuple, int, bool]]:
-        """The copy's live rows whose ``columns`` hold one of ``values``, ranked below ``below``:
-        (row, version, stale) — stale: a row a re-copy in place has not replaced yet, good to
-        follow a chain through, never to be written back."""
+              below: int, since: int | None) -> list[tuple[tuple, int, bool, bool]]:
+        """The copy's rows whose ``columns`` hold one of ``values``, ranked below ``below``: live
+        ones, and (``since`` not None) removals ranked at or above ``since`` — tombstones, also
+        ones a newer version of their key out-ranks, and rows kept as deleted at the source:
+        (row, version, stale, gone) — stale: a row a re-copy in place has not replaced yet, good
+        to follow a chain through, never to be written back; gone: a removal (the row's values
+        before it left)."""
 
     def normalize(self, table: str, columns: tuple[str, ...], values: tuple) -> tuple:
         """``values`` (a parent row's, as the binlog reader makes them) as ``table``'s copy holds
@@ -154,6 +165,7 @@ class Cascades:
         self.recopying = recopying
         self._at: dict = {}  # (table, columns) → their places in a row
         self._rows: dict = defaultdict(dict)  # table → key → (row, version, stale): copy rows fetched
+        self._removed: dict = defaultdict(lambda: defaultdict(list))  # (table, columns) → value → (row, version)
         self._found: dict = defaultdict(lambda: defaultdict(list))  # (table, columns) → value → keys
         self._fetched: dict = defaultdict(set)  # (table, columns) → values fetched
         self._state: dict = defaultdict(dict)  # table → key → row or None: rows changed so far (the overlay)
@@ -163,7 +175,7 @@ class Cascades:
         self._keys: dict = {}
         self._log: dict = defaultdict(list)  # table → its overlay's changes, in order (see _indexed)
         self._seen: dict = {}  # (table, columns) → how many of them its index has taken in
-        self._below = 0
+        self._below = self._since = 0
         self.changes: list[Change] = []
         self.unresolved: set[str] = set()  # chains through a table another stream copies (CascadePlan.ahead)
 
@@ -202,8 +214,13 @@ class Cascades:
         if not wanted:
             return
         get, key_of, rows = self.getter(table, columns), self.key_getter(table), self._rows[table]
-        found = self._found[(table, columns)]
-        for row, version, stale in self.copies.fetch(table, columns, wanted, self._below):
+        found, removed = self._found[(table, columns)], self._removed[(table, columns)]
+        # removals matter only to walk through to a table's own children (see _written)
+        since = self._since if table in self.plan.parents else None
+        for row, version, stale, gone in self.copies.fetch(table, columns, wanted, self._below, since):
+            if gone:
+                removed[get(row)].append((row, version))
+                continue
             key = key_of(row)
             if key not in rows:
                 rows[key] = (row, version, stale)
@@ -233,6 +250,33 @@ class Cascades:
             row = state.get(k)
             if row is not None and get(row) == value:
                 out.append((row, self._stale.get((key.child, k), False)))
+        return out
+
+    def _written(self, key: ForeignKey, value: tuple, new: tuple | None, trigger: Trigger) -> list[tuple]:
+        """The child rows of ``key`` that ``trigger``'s ``CASCADE`` already changed in the copy (see
+        the module's text, "Through rows already written"), as they were before it: removed or
+        re-keyed ones (their old rows, gone at its version, ``columns`` still ``value``) and ones
+        updated in place (live at its version, ``columns`` now ``new``: fetched only when that
+        changes what their own children reference)."""
+        if trigger.inclusive:  # an XA transaction's rows share its version: taken as candidates already
+            return []
+        state, rows, key_of = self._state[key.child], self._rows[key.child], self.key_getter(key.child)
+        out = list({key_of(row): row for row, version in self._removed[(key.child, key.columns)].get(value, ())
+                    if version == trigger.version and key_of(row) not in state}.values())  # written twice: once
+        below = self.plan.parents.get(key.child)
+        if new is None or not below or not set(below) & set(key.columns):
+            return out
+        self._prefetch(key.child, key.columns, [new])
+        at = self.places(key.child, key.columns)
+        for k in self._found[(key.child, key.columns)].get(new, ()):
+            row, version, _ = rows[k]
+            if version != trigger.version or k in state:
+                continue
+            before = list(row)
+            for i, v in zip(at, value):
+                before[i] = v
+            if key_of(tuple(before)) == k:  # a re-keyed row is reached by its old key's tombstone
+                out.append(tuple(before))
         return out
 
     def _indexed(self, table: str, columns: tuple[str, ...]) -> dict:
@@ -288,6 +332,7 @@ class Cascades:
         if not triggers:
             return []
         self._below = max(t.version for t in triggers) + 1
+        self._since = min(t.version for t in triggers)
         # one query per key for the first level of every trigger (and, speculatively, for the
         # levels below, from the rows found): most cascades then need no query of their own
         self._speculate(triggers)
@@ -362,7 +407,9 @@ class Cascades:
             child_columns = self.plan.parents.get(key.child)
             # a change the child's re-copy snapshot holds already is followed to its own children only
             covered = trigger.version < self.skip_before.get(key.child, 0) or key.child in self.recopying
-            for row, stale in self._candidates(key, value, trigger):
+            candidates = self._candidates(key, value, trigger)
+            passed = self._written(key, value, new, trigger) if action == CASCADE and child_columns else []
+            for row, write, stale in [(r, True, s) for r, s in candidates] + [(r, False, False) for r in passed]:
                 if trigger.new is None and action == CASCADE:
                     after = None
                 else:
@@ -370,11 +417,12 @@ class Cascades:
                     for i, v in zip(at, new_values):
                         changed[i] = v
                     after = tuple(changed)
-                self._record(key.child, row, after, trigger, not (stale or covered), depth + 1)
+                if write:
+                    self._record(key.child, row, after, trigger, not (stale or covered), depth + 1)
                 if child_columns is not None:  # the child is a parent too: its own children follow
                     child_at = self.places(key.child, child_columns)
-                    old = project(row, child_at)
-                    new = None if after is None else project(after, child_at)
-                    if new != old:
-                        self._walk(Trigger(key.child, trigger.version, old, new, trigger.at, trigger.inclusive),
+                    was = project(row, child_at)
+                    now = None if after is None else project(after, child_at)
+                    if now != was:
+                        self._walk(Trigger(key.child, trigger.version, was, now, trigger.at, trigger.inclusive),
                                    depth + 1)
