@@ -490,14 +490,14 @@ def test_a_child_recopied_beside_a_service_while_cascades_land_ends_exact(mysql_
          f"INSERT INTO {DB}.memo SELECT seq, 1 + seq % 3000 FROM {DB}.seq_1_to_3000")
     bootstrap(endpoints, spark, "recopied", ["acct", "txn", "memo"])
     spec = CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline="recopied", lanes=2,
-                        service=True, max_seconds=16, batch_seconds=0.2, recopy_channels=1,
+                        service=True, max_seconds=90, batch_seconds=0.2, recopy_channels=1,
                         recopy_record_speed=600, verify_period=0, verify_after_ddl=False)  # about 5 s of re-copy
     service, result, errors = in_background(lambda: run_cdc_apply(spec, spark))
     try:
         with CascadingWriter(mysql_url, seed=11) as writer:
             time.sleep(2)
             _sql(mysql_conn, f"ALTER TABLE {DB}.txn ADD COLUMN at DATETIME DEFAULT NOW()")  # a re-copy
-            deadline = time.monotonic() + 12
+            deadline = time.monotonic() + 80  # about 7 s on a quiet machine
             while time.monotonic() < deadline:
                 state = Checkpoints(ch).state("recopied")
                 if state and any(t.recopies for t in state.tables):
@@ -511,7 +511,8 @@ def test_a_child_recopied_beside_a_service_while_cascades_land_ends_exact(mysql_
     last = apply(endpoints, spark, "recopied")
     same(mysql_conn, ch, "acct", "txn", "memo")
     out = capsys.readouterr().out
-    assert "resolved again after its re-copy" in out
+    # resolved again; or the re-copy read the source ahead of the stream, which resolves them as it reaches them
+    assert "resolved again after its re-copy" in out or "as the stream reaches them" in out, out
     # the chain through txn was followed from its stale rows during the re-copy, which miss the
     # changes between the DDL and the re-copy's position: memo is then looked at (the net: a
     # cascade walked through a stale row may have written a memo row wrongly, docs/foreign-keys.md,

@@ -505,17 +505,22 @@ class PipelineRun(RunStart):
         since then are resolved again against the copy as it is now. Resolving is idempotent: rows
         already right (ranked at or above their trigger) are not written again."""
         route = self.stream.routes.get(table.name) if self.stream else None
-        if route is None or since.key() >= self.stream.position.key():
+        if route is None:
             return
         plan = self.cascading.plan(self.stream.routes)
         below = plan.below(table.name) & set(self.stream.routes)
+        done = {"re-copy": "re-copied", "repair": "repaired"}[cause]
         if below:  # a chain through it was followed from its stale rows meanwhile: the net looks
+            # (also when the stream is still short of ``since``: it walked through rows the re-copy replaced)
             for name in sorted(below):
                 self.stream.routes[name].table.mark_due()
-            done = {"re-copy": "re-copied", "repair": "repaired"}[cause]
             self.log(f"{table.name} was {done} while cascades passed through it: {sorted(below)} verified "
                      "against the source")
         if not plan.into(table.name):
+            return
+        if since.key() >= self.stream.position.key():
+            self.log(f"{table.name} was {done} as of {since}, which the stream has not reached "
+                     f"({self.stream.position}): its cascades from there on are resolved as the stream reaches them")
             return
         # a re-copied table's own cascades; after a repair every copy's (a chain into the table
         # passes through its parents' copies; resolving again writes only what is missing)
