@@ -38,3 +38,6 @@ fi
 # imports them, and where PYTHONDONTWRITEBYTECODE is set (this machine's environment) each process
 # compiled them again (~0.1 CPU-s each, a few hundred processes a test run). Quick when up to date.
 .venv/bin/python -m compileall -q airflow_sync_provider spark_jobs devenv tests dags >/dev/null
+# The JVM class archive a local Spark driver starts from (core/jvm_archive.py: ~5 s to a driver's
+# first task instead of ~9 here); made once per Java and Spark installation, ~25 s the first time.
+.venv/bin/python -m airflow_sync_provider.core.jvm_archive | sed 's/^/[setup] /'

@@ -168,7 +168,10 @@ def spark():
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     logging.getLogger("py4j").setLevel(logging.WARNING)  # no "closing down" lines after pytest closed its streams
+    from airflow_sync_provider.core.jvm_archive import java_options
+
     session = (SparkSession.builder.master("local[2]").appName("airflow-sync tests")
-               .config("spark.ui.enabled", "false").getOrCreate())
+               .config("spark.ui.enabled", "false").config("spark.driver.extraJavaOptions", java_options())
+               .getOrCreate())
     yield session
     session.stop()

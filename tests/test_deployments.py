@@ -103,6 +103,7 @@ def test_jobs_that_compute_in_python_start_a_lean_driver_jvm(monkeypatch, tmp_pa
     from airflow_sync_provider.core.jobspec import FullLoadSpec
     from airflow_sync_provider.core.submission import LIGHT_DRIVER_JAVA_OPTIONS, prepare
 
+    monkeypatch.setenv("AIRFLOW_SYNC_JVM_ARCHIVE_DIR", "")  # no class archive (the next test)
     load = FullLoadSpec(sources=one_server(_spec().source), target=_spec().target, source_database="d",
                         source_table="t", target_database="d", target_table="t")
     for name in ("load", "own", "reconcile"):
@@ -114,6 +115,34 @@ def test_jobs_that_compute_in_python_start_a_lean_driver_jvm(monkeypatch, tmp_pa
     assert _conf(command)["spark.driver.extraJavaOptions"] == "-Xmx2g"
     command, _, _ = _command(monkeypatch, tmp_path / "reconcile", "local")
     assert "spark.driver.extraJavaOptions" not in _conf(command)
+
+
+def test_a_local_driver_jvm_starts_from_the_hosts_class_archive_where_there_is_one(monkeypatch, tmp_path):
+    """Every client-mode driver (a light one or not) reads this host's archive once it exists, named
+    for its Java and Spark; none before, and none when the setting is empty."""
+    from airflow_sync_provider.core import jvm_archive
+    from airflow_sync_provider.core.jobspec import FullLoadSpec
+    from airflow_sync_provider.core.submission import LIGHT_DRIVER_JAVA_OPTIONS, prepare
+
+    monkeypatch.setenv(jvm_archive.DIR_ENV, str(tmp_path / "cache"))
+    load = FullLoadSpec(sources=one_server(_spec().source), target=_spec().target, source_database="d",
+                        source_table="t", target_database="d", target_table="t")
+    (tmp_path / "before").mkdir()
+    command, _ = prepare(load, str(tmp_path / "before"), use_spark_submit=True)
+    assert _conf(command)["spark.driver.extraJavaOptions"] == LIGHT_DRIVER_JAVA_OPTIONS
+    path = jvm_archive.archive_path()
+    assert path.startswith(str(tmp_path / "cache")) and path.endswith(".jsa")
+    os.makedirs(os.path.dirname(path))
+    open(path, "wb").close()
+    for name in ("load", "reconcile"):
+        (tmp_path / name).mkdir()
+    command, _ = prepare(load, str(tmp_path / "load"), use_spark_submit=True)
+    options = _conf(command)["spark.driver.extraJavaOptions"]
+    assert options == f"{LIGHT_DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={path}"
+    command, _, _ = _command(monkeypatch, tmp_path / "reconcile", "local")
+    assert _conf(command)["spark.driver.extraJavaOptions"] == f"-XX:SharedArchiveFile={path}"
+    monkeypatch.setenv(jvm_archive.DIR_ENV, "")
+    assert jvm_archive.archive_path() is None and jvm_archive.java_options() == ""
 
 
 def test_the_package_zip_is_built_once_per_version_in_a_private_cache(monkeypatch, tmp_path):

@@ -198,7 +198,8 @@ class DictCopies:
         at = [COLUMNS[table].index(c) for c in columns]
         wanted = set(values)
         return [(row, version, False, deleted) for row, version, deleted in self.tables[table].values()
-                if (not deleted or since is not None and version >= since) and version < below and tuple(row[i] for i in at) in wanted]
+                if (not deleted or since is not None and version >= since) and version < below
+                and tuple(row[i] for i in at) in wanted]
 
     def write(self, table, row, version, deleted):
         current = self.tables[table].get(row[0])
@@ -413,7 +414,8 @@ def test_a_replay_reaches_a_repaired_row_through_a_parent_its_trigger_already_mo
         def fetch(self, table, names, values, below, since):
             at = [columns[table].index(c) for c in names]
             return [(row, version, False, deleted) for row, version, deleted in self.tables[table].values()
-                    if (not deleted or since is not None and version >= since) and version < below and tuple(row[i] for i in at) in values]
+                    if (not deleted or since is not None and version >= since) and version < below
+                    and tuple(row[i] for i in at) in values]
 
     plan = ForeignKeys(keys).plan(set(columns))
     trigger = Trigger("s.a", 300, (1,), (5,))

@@ -47,6 +47,7 @@ from importlib import resources
 from pathlib import Path
 
 import airflow_sync_provider
+from airflow_sync_provider.core import jvm_archive
 from airflow_sync_provider.core.guard import submitter_env
 from airflow_sync_provider.core.specfile import spec_to_dict, write_private_json, write_spec
 from airflow_sync_provider.core.tls import private_dir
@@ -165,8 +166,11 @@ LIGHT_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def driver_conf(job: str) -> dict:
-    """``--conf`` for a client-mode driver of ``job`` (a caller's own conf overrides it)."""
-    return {"spark.driver.extraJavaOptions": LIGHT_DRIVER_JAVA_OPTIONS} if job in LIGHT_DRIVER_JOBS else {}
+    """``--conf`` for a client-mode driver of ``job`` (a caller's own conf overrides it): the light
+    JVM for the jobs above, and this host's class archive wherever there is one (core/jvm_archive.py)."""
+    options = " ".join(o for o in (LIGHT_DRIVER_JAVA_OPTIONS if job in LIGHT_DRIVER_JOBS else "",
+                                   jvm_archive.java_options()) if o)
+    return {"spark.driver.extraJavaOptions": options} if options else {}
 
 
 def is_cluster(deploy_mode: str | None) -> bool:
