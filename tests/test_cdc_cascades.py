@@ -522,6 +522,41 @@ def test_a_child_recopied_beside_a_service_while_cascades_land_ends_exact(mysql_
     assert repaired <= {f"{DB}.memo"}, repaired
 
 
+def test_a_child_recopied_ahead_of_the_stream_has_the_tables_below_it_verified(mysql_conn, ch, endpoints, spark,
+                                                                               monkeypatch, capsys):
+    """The stream is behind the source when txn's DDL comes (the backlog of acct deletes after it
+    is not read yet), so txn's re-copy reads the source ahead of the stream; its chunks land
+    before the stream reads on (held here, as a slow stream would be). The deletes' cascades then
+    find txn's rows already gone from the re-copy and cannot walk through them to memo: memo is
+    verified against the source all the same, and ends exact (it was not, when the stream was
+    short of the re-copy's position: 20 memo rows stayed wrong under load; here 30 without the fix)."""
+    from airflow_sync_provider.spark.cdc_ddl import Recopies
+
+    _fresh(mysql_conn, *HOSTILE)
+    _sql(mysql_conn, f"INSERT INTO {DB}.acct SELECT seq, 'a' FROM {DB}.seq_1_to_30",
+         f"INSERT INTO {DB}.txn SELECT seq, 1 + seq % 30, seq FROM {DB}.seq_1_to_300",
+         f"INSERT INTO {DB}.memo SELECT seq, 1 + seq % 300 FROM {DB}.seq_1_to_300")
+    bootstrap(endpoints, spark, "ahead", ["acct", "txn", "memo"])
+    apply(endpoints, spark, "ahead")
+    _sql(mysql_conn, f"ALTER TABLE {DB}.txn ADD COLUMN at DATETIME DEFAULT NOW()",
+         *(f"DELETE FROM {DB}.acct WHERE id = {a}" for a in (3, 7, 11)))
+    real_start = Recopies.start
+
+    def start(self, routes, table, reason):  # the chunks land before the stream reads on
+        began = real_start(self, routes, table, reason)
+        if table.name in self.running:
+            self.running[table.name][1].exception()
+        return began
+
+    monkeypatch.setattr(Recopies, "start", start)
+    result = apply(endpoints, spark, "ahead", recopy_channels=1)
+    out = capsys.readouterr().out
+    assert "which the stream has not reached" in out and "['fk.memo'] verified against the source" in out, out
+    assert result["recopied"] == [f"{DB}.txn"] and any(v["repaired_shards"] for v in result["verified"]), result
+    assert int(ch.command(f"SELECT count() FROM {DB}.memo FINAL WHERE txn IS NULL AND NOT _deleted")) == 30
+    same(mysql_conn, ch, "acct", "txn", "memo")
+
+
 @pytest.mark.parametrize("change, memo_5_6", [
     (f"UPDATE {DB}.txn SET id = 1006 WHERE id = 6", [(1006,), (1006,)]),
     # a chain: acct 7's txn rows (6 among them) are deleted with it, so their memo rows get NULL;
