@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import importlib.metadata
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -36,11 +38,14 @@ def archive_path() -> str | None:
         if os.environ.get("JAVA_HOME") else shutil.which("java")
     if not directory or not java:
         return None
-    import pyspark
-
-    jars = sorted(glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "*.jar")))
+    # found, not imported: a submitting Airflow task asks this for every job it stages
+    found = importlib.util.find_spec("pyspark")
+    if found is None or not found.submodule_search_locations:
+        return None
+    jars = sorted(glob.glob(os.path.join(found.submodule_search_locations[0], "jars", "*.jar")))
     java = os.path.realpath(java)
-    text = "\n".join([java, str(os.stat(java).st_mtime_ns), pyspark.__version__, *map(os.path.basename, jars)])
+    text = "\n".join([java, str(os.stat(java).st_mtime_ns), importlib.metadata.version("pyspark"),
+                      *map(os.path.basename, jars)])
     return os.path.join(directory, f"spark-driver-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jsa")
 
 

@@ -108,9 +108,9 @@ class CopiesInClickHouse:
 
     def fetch(self, table: str, columns: tuple[str, ...], values: list[tuple],
               below: int, since: int | None) -> list[tuple[tuple, int, bool, bool]]:
-        route = self.route(table)
-        self.types(table)  # read once: the ClickHouse types too
-        ch_types = self._ch_types[table]
+        route, types = self.route(table), self.types(table)
+        ch_types = self._ch_types[table]  # read with the types
+        names = self.columns(table)
         database, name = self.reads_from(table)
         mine, params = member_filter(route.schema)
         version = ch_ident(VERSION_COLUMN)
@@ -128,30 +128,27 @@ class CopiesInClickHouse:
         floor = BinlogPosition.from_dict(recopying["position"]).snapshot_version() \
             if recopying.get("position") and not route.also else 0
         probe = f"({', '.join(map(ch_ident, columns))})" if len(columns) > 1 else ch_ident(columns[0])
+
+        def select(gone: str) -> str:  # the row, its version, and whether it is a removal
+            return (f"SELECT {', '.join(map(ch_ident, names))}, {version}, toUInt8({gone}) "
+                    f"FROM {ch_table(database, name)}")
+
         out = []
         for start in range(0, len(values), IN_LIST):
             items = [", ".join(ch_literal(v, ch_types[c]) for c, v in zip(columns, value))
                      for value in values[start:start + IN_LIST]]
             listed = ", ".join(f"({i})" if len(columns) > 1 else i for i in items)
-            out += self._query(table, f"FINAL WHERE {' AND '.join(live)} AND {probe} IN [{listed}]", kept, params,
-                               floor)
-            if since is not None:
-                out += self._query(table, f"WHERE {' AND '.join(removed)} AND {probe} IN [{listed}]", "1", params,
-                                   floor)
+            sql = f"{select(kept)} FINAL WHERE {' AND '.join(live)} AND {probe} IN [{listed}]"
+            if since is not None:  # one statement for both
+                sql += f" UNION ALL {select('1')} WHERE {' AND '.join(removed)} AND {probe} IN [{listed}]"
+            found = self.ch.query_arrow(sql, parameters=params, use_strings=False)
+            if not found.num_rows:
+                continue
+            found = found.rename_columns(names + [VERSION_COLUMN, "gone"]).cast(
+                pa.schema([pa.field(n, types[n]) for n in names + [VERSION_COLUMN]] + [pa.field("gone", pa.uint8())]))
+            data = [found.column(i).to_pylist() for i in range(found.num_columns)]
+            out += [(row[:-2], row[-2], row[-2] < floor, bool(row[-1])) for row in zip(*data)]
         return out
-
-    def _query(self, table: str, clauses: str, gone: str, params: dict, floor: int) -> list[tuple]:
-        types, names = self.types(table), self.columns(table)
-        database, name = self.reads_from(table)
-        found = self.ch.query_arrow(f"SELECT {', '.join(map(ch_ident, names))}, {ch_ident(VERSION_COLUMN)}, "
-                                    f"toUInt8({gone}) FROM {ch_table(database, name)} {clauses}",
-                                    parameters=params, use_strings=False)
-        if not found.num_rows:
-            return []
-        found = found.rename_columns(names + [VERSION_COLUMN, "gone"]).cast(
-            pa.schema([pa.field(n, types[n]) for n in names + [VERSION_COLUMN]] + [pa.field("gone", pa.uint8())]))
-        data = [found.column(i).to_pylist() for i in range(found.num_columns)]
-        return [(row[:-2], row[-2], row[-2] < floor, bool(row[-1])) for row in zip(*data)]
 
     def arrow(self, table: str, rows: list[tuple], versions: list[int], deleted: list[int], at: list[int]) -> pa.Table:
         """Rows (in :meth:`columns` order) as the copy takes them, with their versions, tombstone
