@@ -27,7 +27,7 @@ import pytest
 from airflow_sync_provider.core.cdc.checkpoints import PIPELINE_FAILED, PIPELINE_RUNNING, Checkpoints, PipelineState
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.clickhouse.client import client
-from airflow_sync_provider.core.crash_points import hold_file
+from airflow_sync_provider.core.crash_points import arrived_file, hold_file
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.positions import BinlogPosition, current_position
@@ -174,7 +174,7 @@ def _backfill(tier: Tier, reprocess: str, held: bool = False) -> list[dict]:
         runs = [r for r in airflow.runs("sync_demo_daily_orders") if r["run_type"] == "backfill"]
         assert sorted(r["data_interval_start"][:10] for r in runs) == list(DAYS), runs
         ids = [r["dag_run_id"] for r in runs]
-        arrived = [Path(str(hold)[:-len(".hold")] + ".arrived") for hold in holds]
+        arrived = [Path(arrived_file(str(hold))) for hold in holds]
         deadline = time.monotonic() + 600
         while not all(a.exists() for a in arrived):
             ended = {r["dag_run_id"]: r["state"] for r in airflow.runs("sync_demo_daily_orders")

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.clickhouse.described import table_exists
-from airflow_sync_provider.core.crash_points import hold_file
+from airflow_sync_provider.core.crash_points import arrived_file, hold_file
 from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
 from airflow_sync_provider.core.jobspec import FullLoadSpec
 from airflow_sync_provider.core.ledger import Ledger, check_counters
@@ -282,7 +282,7 @@ def test_working_tables_left_behind_are_dropped_and_a_running_load_is_left_alone
     busy = start_job(spec_for(mysql_url, clickhouse_url, "busy", load_key="test.busy", channels=1, split_factor=4),
                      tmp_path / "busy")
     try:
-        wait_for(lambda: os.path.exists(hold[:-len(".hold")] + ".arrived"))
+        wait_for(lambda: os.path.exists(arrived_file(hold)))
         busy_parts = ledger_state(ch, "test.busy").parts_table
         other = spark_submit(spec_for(mysql_url, clickhouse_url, "other", load_key="test.other",
                                       abandon_after_seconds=0), timeout=600)

@@ -37,6 +37,11 @@ def hold_file(folder: str, name: str, key: str) -> str:
     return os.path.join(folder, re.sub(r"[^A-Za-z0-9._-]", "_", f"{name}.{key}") + ".hold")
 
 
+def arrived_file(hold: str) -> str:
+    """The file a job makes beside ``hold`` once it waits there (its process id inside)."""
+    return hold[:-len(".hold")] + ".arrived"
+
+
 def hold_point(name: str, key: str) -> None:
     folder = os.environ.get("AIRFLOW_SYNC_HOLD_DIR")
     if not folder:
@@ -44,7 +49,7 @@ def hold_point(name: str, key: str) -> None:
     hold = hold_file(folder, name, key)
     if not os.path.exists(hold):
         return
-    with open(hold[:-len(".hold")] + ".arrived", "w") as fh:
+    with open(arrived_file(hold), "w") as fh:
         fh.write(str(os.getpid()))
     deadline = time.monotonic() + HOLD_AT_MOST_SECONDS
     while os.path.exists(hold) and time.monotonic() < deadline:
