@@ -70,9 +70,10 @@ def add_load(ledger: FillLedger, key: str, source: str, target: str, status: str
 
 def add_pipeline(ch, database: str, name: str, status: str, tables: list[str], behind_seconds: float = 0.0,
                  at: float | None = None, error: str = "", events: int = 0, verified: dict | None = None,
-                 recopying: str = "") -> PipelineState:
+                 recopying: str = "", seen: bool = True) -> PipelineState:
     """A pipeline whose last report was ``at`` (default now): caught up, or behind the source by
-    ``behind_seconds`` (its last applied change that old)."""
+    ``behind_seconds`` (its last applied change that old); ``seen=False``: the source's position
+    never read (a run that failed before its first look)."""
     book = FillCheckpoints(ch, database)
     book.ensure()
     configs = [PipelineTable.of(t) for t in tables]
@@ -82,7 +83,7 @@ def add_pipeline(ch, database: str, name: str, status: str, tables: list[str], b
         configs[-1].recopying = {"reason": recopying, "position": {"file": "mysql-bin.000001", "pos": 4},
                                  "started": time.time() - 60}
     checkpoint = BinlogPosition("mysql-bin.000003", 1_000)
-    source = BinlogPosition("mysql-bin.000003", 9_000 if behind_seconds else 1_000)
+    source = BinlogPosition("mysql-bin.000003", 9_000 if behind_seconds else 1_000) if seen else None
     state = PipelineState(name, status, checkpoint, configs, error, source,
                           time.time() - behind_seconds if behind_seconds else time.time(), events)
     book.at = at

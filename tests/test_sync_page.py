@@ -165,6 +165,9 @@ def test_a_load_page_shows_every_shard_and_a_pipeline_page_its_chart(book, ch):
     found = ov.pipeline_page(book, "p")
     page = pages.pipeline_html(found)
     assert page.count("<rect ") == 1 and "peak 30" in page and "4" in _section(page, "pipelines")
+    add_pipeline(ch, book.database, "q", "failed", ["db.t"], error="BinlogError: purged", seen=False)
+    page = pages.pipeline_html(ov.pipeline_page(book, "q"))
+    assert "the source's position not seen yet" in page and "None" not in page
     assert ov.pipeline_page(book, "nope") is None
 
 
