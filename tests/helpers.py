@@ -54,14 +54,49 @@ def _keyed(rows, schema):
     return {tuple(r[i] for i in key): tuple(r) for r in rows}
 
 
+# Types whose values pymysql and mysqlclient return alike (and _normalise leaves alone): a large
+# table of only these is read through mysqlclient's C parser, about five times faster than pymysql
+# (a 1M-row table: 10.6 s -> ~2 s); anything else keeps the one reader every small table uses.
+_PLAIN = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "double", "float", "char", "varchar",
+          "tinytext", "text", "mediumtext", "longtext", "date", "datetime", "timestamp"}
+LARGE = 50_000  # rows (the server's estimate)
+_DATES = {"date", "datetime", "timestamp"}
+
+
+def _fetch(conn, database: str, table: str, schema, selected: str) -> list:
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (database, table))
+        estimate = (cur.fetchone() or (0,))[0] or 0
+    query = f"SELECT {selected} FROM {mysql_table(database, table)}"
+    if estimate < LARGE or conn.ssl or conn.unix_socket or any(c.data_type not in _PLAIN for c in schema.columns):
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute(query)
+            return cur.fetchall()
+    import MySQLdb
+
+    text = lambda v: v.decode() if isinstance(v, bytes) else v  # noqa: E731 (pymysql keeps some as bytes)
+    fast = MySQLdb.connect(host=conn.host, port=conn.port, user=text(conn.user), password=text(conn.password),
+                           charset="utf8mb4", autocommit=True)
+    try:
+        cur = fast.cursor()
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(query)
+        return cur.fetchall()
+    finally:
+        fast.close()
+
+
 def source_rows(conn, database: str, table: str) -> dict:
     schema = read_table_schema(conn, database, table)
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        # FLOAT as DOUBLE: the text protocol prints FLOAT with 6 significant digits only
-        selected = ", ".join(mysql_ident(c.name) + (" + 0e0" if c.data_type == "float" else "") for c in schema.columns)
-        cur.execute(f"SELECT {selected} FROM {mysql_table(database, table)}")
-        rows = [tuple(_normalise(v, c.data_type) for v, c in zip(r, schema.columns)) for r in cur.fetchall()]
+    # FLOAT as DOUBLE: the text protocol prints FLOAT with 6 significant digits only
+    selected = ", ".join(mysql_ident(c.name) + (" + 0e0" if c.data_type == "float" else "") for c in schema.columns)
+    rows = _fetch(conn, database, table, schema, selected)
+    types = [c.data_type for c in schema.columns]
+    # of the plain types, _normalise changes only zero dates (pymysql gives them as text)
+    if any(t not in _PLAIN or (t in _DATES and any(isinstance(r[i], str) for r in rows)) for i, t in enumerate(types)):
+        rows = [tuple(_normalise(v, t) for v, t in zip(r, types)) for r in rows]
     return _keyed(rows, schema)
 
 
@@ -90,6 +125,8 @@ def _short(row) -> str:
 def assert_same_rows(conn, ch, database: str, table: str, target_database: str | None = None) -> int:
     source = source_rows(conn, database, table)
     target = target_rows(ch, conn, database, table, target_database)
+    if source == target:  # compared in C; only a difference is looked at row by row
+        return sum(source.values()) if isinstance(source, Counter) else len(source)
     missing = source.keys() - target.keys()
     extra = target.keys() - source.keys()
     assert not missing and not extra, f"{table}: {len(missing)} missing keys, {len(extra)} extra keys"
