@@ -53,6 +53,11 @@ def main() -> None:
             for fd in (*saved, out):
                 os.close(fd)
         replies.write(json.dumps({"returncode": code}) + "\n")
+    # stdin closed: every command has ended and written all it had. Airflow's atexit hooks and
+    # threads (its in-process API, pools, log handlers) held a normal exit: 2.0 s for a runner that
+    # had run `db migrate` alone (0.02 s now); the example DAGs' module teardown took 12.5 s
+    replies.close()
+    os._exit(0)
 
 
 if __name__ == "__main__":
