@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pyspark
 
+from airflow_sync_provider.core import jvm_archive
 from devenv.mariadb import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -154,12 +155,19 @@ class SparkCluster:
 
     @property
     def driver_conf(self) -> dict:
-        """What a client-mode driver on this host needs: an address the executors can reach."""
-        return {"spark.driver.host": self.host_ip, "spark.driver.bindAddress": self.host_ip}
+        """What a client-mode driver on this host needs: an address the executors can reach (and,
+        the executors being on this host too, the host's class archive for their JVMs)."""
+        conf = {"spark.driver.host": self.host_ip, "spark.driver.bindAddress": self.host_ip}
+        if archive := jvm_archive.java_options():
+            conf["spark.executor.extraJavaOptions"] = archive
+        return conf
 
     def _env(self, local_ip: str) -> dict:
+        # the master and workers start from the host's class archive too (core/jvm_archive.py: a
+        # JVM whose classes it lacks loads those from the jars, as it would without it)
         return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": local_ip,
                 "SPARK_LOG_DIR": str(self.base / "logs"), "PYSPARK_PYTHON": self.python,
+                "SPARK_DAEMON_JAVA_OPTS": jvm_archive.java_options(),
                 "PATH": os.pathsep.join([os.path.dirname(self.python), os.environ.get("PATH", "")])}
 
     def _spawn(self, name: str, args: list[str], local_ip: str, prefix: list[str] = ()) -> subprocess.Popen:

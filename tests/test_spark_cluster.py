@@ -79,19 +79,15 @@ def _load(endpoints, key, table="orders", **kwargs):
 
 def test_full_load_and_reconciliation_run_on_both_workers(cluster, endpoints, big_table, ch):
     assert len(cluster.workers()) == 2
-    t=time.monotonic()
     load = submit(cluster, _load(endpoints, "clu.orders"))
-    print("LOAD", time.monotonic()-t, load.get("seconds")); t=time.monotonic()
     assert load["rows"] == ROWS
     assert assert_same_rows(big_table, ch, DB, "orders", TARGET) == ROWS
-    print("SAME", time.monotonic()-t); t=time.monotonic()
     state = Ledger(ch).state("clu.orders")
     where = {s.executor.split("/")[1] for s in state.shards.values()}
     assert where == {cluster.host_ip, cluster.netns.ns_ip}, where  # both workers read shards
     checked = submit(cluster, ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1],
                                             load_key="clu.orders", checksum=True))
     assert checked["verdict"] == "ok", checked["shards"]
-    print("RECON", time.monotonic()-t, checked.get("seconds"))
 
 
 def test_cdc_bootstrap_and_catch_up_run_on_the_cluster(cluster, endpoints, big_table, ch):
