@@ -109,6 +109,10 @@ def in_airflow_ui(browser, base: str, out: Path) -> dict:
         framed = browser.screenshot(out / f"sync-in-airflow{suffix}.png")
         ours = {what: browser.evaluate(f"{_STYLE}({frame}.querySelector('{b}'))") for what, (_, b) in _MATCHED.items()}
         assert browser.evaluate(f"{frame}.documentElement.className") == mode
+        # Airflow's nav beside it leaves the frame narrower than the window: nothing cut off there
+        width = browser.evaluate(f"[{frame}.documentElement.scrollWidth, {frame}.documentElement.clientWidth]")
+        assert width[0] <= width[1], f"the Sync view in Airflow's frame: {width[0]} px wide in {width[1]} px"
+        seen["frame_width"] = width[1]
         assert browser.evaluate(f"getComputedStyle({frame}.body).backgroundColor") == background, mode
         ours["link"], theirs["link"] = browser.evaluate(f"{_LINK}({frame}.querySelector('td a'))"), link
         assert ours == theirs, (mode, ours, theirs)

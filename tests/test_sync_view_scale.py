@@ -151,3 +151,40 @@ def test_200_tables_first_screen_names_failures_above_the_fold_loads_under_2s_an
     print(f"  screenshots: {first} {full} {shards} (and light/dark in {tmp_path})")
     print("  first paint (ms): " + ", ".join(f"{k} {v['first_paint']:.0f}" for k, v in paints.items()))
     assert timings["first screen"]["load"] < RENDER_BUDGET_MS, timings["first screen"]
+
+
+# Airflow's nav beside its frame leaves the Sync view this much of a 1,280 px window (measured in
+# the real-Airflow tier, which asserts the framed page itself: tests/sync_view_checks.in_airflow_ui)
+FRAMED_WIDTH = 1_216
+
+
+def test_the_first_page_with_failed_pipelines_fits_the_width_airflows_frame_leaves(ch, tmp_path):
+    """Pipelines failed with their errors, one with a task and run id, loads with their keys: the
+    first page is no wider than the frame Airflow gives it (ten one-line headers were 1,268 px)."""
+    from airflow_sync_provider.core import overview as ov
+    from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE
+    from airflow_sync_provider.plugins import pages
+    from tests.ledger_fill import FillLedger, add_load, add_pipeline, add_task, fresh
+
+    fill = fresh(ch, FillLedger, "sync_width")
+    book = next(fill)
+    run = "manual__2026-11-30T04:10:27.123456+00:00"
+    add_pipeline(ch, book.database, "real_tier_failing", "failed", ["demo.customers"],
+                 error="BinlogError: the binlog file was purged")
+    add_pipeline(ch, book.database, "real_tier_view_failing", "failed", ["demo.customers"],
+                 error="BinlogError: <purged> binlog file")
+    add_pipeline(ch, book.database, "demo_cdc", "idle", ["demo.order_items", "demo.orders"], events=500)
+    add_task(book, TASK_PIPELINE, "demo_cdc", "sync_demo_cdc", "catch_up", run)
+    add_pipeline(ch, book.database, "real_tier_lagging", "running", ["demo.orders"], behind_seconds=900)
+    for i in range(3):
+        key = f"sync_demo_full_load.load_customers:demo.customers:{i}"
+        add_load(book, key, "demo.customers", "demo.customers", "published", [("success", 100, 100, 0, "")] * 3)
+        add_task(book, TASK_LOAD, key, "sync_demo_full_load", "load_customers", run)
+    (tmp_path / "first.html").write_text(pages.overview_html(ov.overview(book, ov.Filters())))
+    with Chromium(tmp_path / "chromium", width=FRAMED_WIDTH, height=900) as browser:
+        browser.open(f"file://{tmp_path}/first.html")
+        shown = browser.evaluate("document.getElementById('pipelines').innerText")
+        assert all(name in shown for name in ("real_tier_failing", "real_tier_view_failing", "demo_cdc",
+                                              "real_tier_lagging", "the binlog file was purged", "catch_up"))
+        page_checks(browser, tmp_path / "sync-framed-width.png", dark=False)  # no horizontal overflow
+    next(fill, None)  # the ledger's database dropped
