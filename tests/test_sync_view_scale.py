@@ -158,16 +158,22 @@ def test_200_tables_first_screen_names_failures_above_the_fold_loads_under_2s_an
 FRAMED_WIDTH = 1_208
 
 
-def test_the_first_page_with_failed_pipelines_fits_the_width_airflows_frame_leaves(ch, tmp_path):
+@pytest.fixture
+def book(ch):
+    """A ledger in a database of its own, dropped after the test whatever its outcome."""
+    from tests.ledger_fill import FillLedger, fresh
+
+    yield from fresh(ch, FillLedger, "sync_width")
+
+
+def test_the_first_page_with_failed_pipelines_fits_the_width_airflows_frame_leaves(book, ch, tmp_path):
     """Pipelines failed with their errors, one with a task and run id, loads with their keys: the
     first page is no wider than the frame Airflow gives it (ten one-line headers made it 1,262 px)."""
     from airflow_sync_provider.core import overview as ov
     from airflow_sync_provider.core.ledger import TASK_LOAD, TASK_PIPELINE
     from airflow_sync_provider.plugins import pages
-    from tests.ledger_fill import FillLedger, add_load, add_pipeline, add_task, fresh
+    from tests.ledger_fill import add_load, add_pipeline, add_task
 
-    fill = fresh(ch, FillLedger, "sync_width")
-    book = next(fill)
     run = "manual__2026-11-30T04:10:27.123456+00:00"
     add_pipeline(ch, book.database, "real_tier_failing", "failed", ["demo.customers"],
                  error="BinlogError: the binlog file was purged")
@@ -187,4 +193,3 @@ def test_the_first_page_with_failed_pipelines_fits_the_width_airflows_frame_leav
         assert all(name in shown for name in ("real_tier_failing", "real_tier_view_failing", "demo_cdc",
                                               "real_tier_lagging", "the binlog file was purged", "catch_up"))
         page_checks(browser, tmp_path / "sync-framed-width.png", dark=False)  # no horizontal overflow
-    next(fill, None)  # the ledger's database dropped
