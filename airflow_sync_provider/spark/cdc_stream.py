@@ -43,6 +43,7 @@ from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.selection import TableSelection
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, weights_of
+from airflow_sync_provider.spark.entry import without_pandas
 
 log = logging.getLogger(__name__)
 
@@ -269,6 +270,8 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool,
     """The reader process: decode complete transactions of ``part`` and turn them into lane
     payloads (the CPU-heavy part, a core of its own), handing each batch over in order.
     ``waiting``: set while the applier waits for a batch (a service's: a batch goes at once then)."""
+    if process:
+        without_pandas()  # as the driver does (a fork server's child did not run the job's entry)
     try:
         reader = BinlogReader(spec.source, part.start, part.routes, HashRing(spec.lanes, spec.vnodes), spec.server_id,
                               blocking=spec.service,

@@ -8,6 +8,7 @@ import sys
 import threading
 import traceback
 
+import pyarrow as pa
 from clickhouse_connect.driver import options as clickhouse_options
 
 from airflow_sync_provider.core.failures import SOURCE, TARGET, WAIT_SECONDS, classify
@@ -55,15 +56,36 @@ def server_names(spec) -> dict[str, str]:
     return names
 
 
+class _NoPandas:
+    """An import finder that has no pandas (see :func:`without_pandas`)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "pandas":
+            raise ModuleNotFoundError("a job's process goes without pandas", name=name)
+
+
+def without_pandas() -> None:
+    """A job's own processes (its driver, its binlog readers) never hand pandas objects to
+    clickhouse-connect or pyarrow, which each import pandas (0.2 s, 0.4 s of CPU under load) the
+    first time they insert or convert Python values, only to ask whether they were given some:
+    tell both it is absent. pyarrow asks once per process, so it is asked now with the import
+    refused; ``import pandas`` works again afterwards. Other users of these libraries in an
+    Airflow worker are not touched: only job processes call this."""
+    clickhouse_options.pd = clickhouse_options.pd_time_test = None
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas)
+        try:
+            pa.array([0])  # pyarrow looks for pandas here, and remembers it found none
+        finally:
+            sys.meta_path.remove(_NoPandas)
+
+
 def run_job(job_function, argv=None) -> None:
     """Run ``job_function(spec, spark)`` with a :class:`LazySession`: the job builds the session
     only if it needs executors. A :class:`~airflow_sync_provider.core.guard.Guard` ends the job
     when its submitter is gone or a server stays silent past the job's bound."""
-    # clickhouse-connect imports pandas (0.25 s) at a process's first insert, only to ask whether
-    # the rows are a DataFrame; a job never passes one (a job's own process: other users of the
-    # library in an Airflow worker are not touched). Jobs that convert Python values to Arrow
-    # still import pandas, through pyarrow, when they first do.
-    clickhouse_options.pd = clickhouse_options.pd_time_test = None
+    without_pandas()
     to_stdout()
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", required=True, help="path of the job-spec JSON file")
