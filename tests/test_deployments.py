@@ -67,6 +67,7 @@ def test_local_client_mode_keeps_the_spec_private_on_this_host(monkeypatch, tmp_
     assert read_spec(str(tmp_path / "spec.json")).source.password == MYSQL_SECRET  # read by the local driver only
     assert hook._env["SPARK_LOCAL_IP"] == "127.0.0.1" and hook._env["PYSPARK_PYTHON"] == sys.executable
     assert hook._env["MALLOC_ARENA_MAX"] == "2"  # the channels' memory stays bounded (core/submission.py)
+    assert hook._env["OPENBLAS_NUM_THREADS"] == "1"  # no BLAS threads spinning in the job's processes
 
 
 def test_a_local_master_runs_the_driver_in_python_without_spark_submit(monkeypatch, tmp_path):

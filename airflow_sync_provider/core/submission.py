@@ -135,6 +135,10 @@ def spark_env(python: str | None = None, master: str = "local") -> dict:
         # to 8 per core): freed Arrow buffers stay scattered over them. Two arenas: a 10M-row
         # load's driver peaked at 356 MiB instead of 399-439 (1M rows: 277 instead of 309), same CPU.
         "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2"),
+        # numpy (imported by clickhouse-connect) starts OpenBLAS's threads, one per core, which spin
+        # for a while though a job does no linear algebra: 0.09 CPU-s in every driver, reader
+        # process and local Python worker. One thread has none to spin.
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
         **submitter_env(),
     }
     if master.startswith("local"):
