@@ -130,6 +130,31 @@ def test_cdc_apply_snapshot_diff_and_reconcile_take_the_same_objects():
               dict(selection=Selection(select=SELECT, tables=TABLES)), load_key="k")
 
 
+def test_history_is_a_content_setting_of_the_operators_that_make_copies():
+    """``history=`` (plain) and ``Content(history=…)`` give one spec; a table's entry carries its own
+    (the jobs refuse it until history tables are built: tests/test_history_table.py)."""
+    spec = same_spec(FullLoadOperator, dict(table="orders", history={"retention_days": 30}),
+                     dict(table="orders", content=Content(history={"retention_days": 30})))
+    assert json.loads(spec)["tableset"]["content"] == {"history": {"retention_days": 30}}
+    spec = same_spec(CdcBootstrapOperator, dict(tables=["shop.orders"], history=True),
+                     dict(tables=["shop.orders"], content=Content.of({"history": True})), pipeline="p")
+    assert json.loads(spec)["tableset"]["content"] == {"history": True}
+    spec = same_spec(SnapshotDiffOperator, dict(select=SELECT, history=True, on_delete="keep"),
+                     dict(select=SELECT, content=Content(on_delete="keep", history=True)))
+    assert json.loads(spec)["tableset"]["content"] == {"on_delete": "keep", "history": True}
+    entry = {"source_database": "shop", "source_table": "orders",
+             "history": {"partition_by": "toYYYYMMDD(_commit_time)"}}
+    tables = json.loads(spec_json(FullLoadOperator(task_id="t", tables=[entry, "shop.items"], **CONNS)))
+    assert [t.get("content") for t in tables["tableset"]["tables"]] == [
+        {"history": {"partition_by": "toYYYYMMDD(_commit_time)"}}, None]
+    assert FullLoadOperator(task_id="t", table="orders", history=False, content=Content(), **CONNS).history is None
+    with pytest.raises(ValueError, match=r"task t: history=True and content= disagree"):
+        FullLoadOperator(task_id="t", table="orders", history=True, content=Content(history={"retention_days": 3}),
+                         **CONNS)
+    with pytest.raises(ContentError, match=r"history: unknown option\(s\) \['days'\]"):
+        FullLoadOperator(task_id="t", table="orders", history={"days": 3}, **CONNS).build_spec({"run_id": "r1"})
+
+
 # --- templates ---------------------------------------------------------------------------------
 
 def test_an_objects_values_are_rendered_as_the_plain_arguments_are():

@@ -128,14 +128,29 @@ def content_arguments(parser) -> None:
     group.add_argument("--row-filter", metavar="EXPR", help="MySQL condition the copy's rows meet, e.g. tenant_id = 7")
     group.add_argument("--on-delete", choices=("delete", "keep"),
                        help="keep: a row deleted at the source stays, marked in _deleted_at_source")
+    group.add_argument("--history", action="store_true",
+                       help="every version of every row in <table>_history (issue 61: accepted, but jobs refuse it "
+                            "until history tables are built)")
+    group.add_argument("--history-partition-by", metavar="EXPR",
+                       help="the history's PARTITION BY (default toYYYYMM(_commit_time)); implies --history")
+    group.add_argument("--history-retention-days", type=int, metavar="DAYS",
+                       help="versions older than this expire from the history (default: kept); implies --history")
     salt_argument(group)
 
 
 def content_of(args) -> dict | None:
     """The content settings the arguments give (None: the copy's own, or the mirror's for a new one)."""
     content = {"transform": getattr(args, "transform", None), "row_filter": getattr(args, "row_filter", None),
-               "on_delete": getattr(args, "on_delete", None)}
+               "on_delete": getattr(args, "on_delete", None), "history": history_of(args)}
     return {k: v for k, v in content.items() if v} or None
+
+
+def history_of(args) -> "dict | bool | None":
+    """``--history`` and its options: True (the defaults), their dict, or None."""
+    options = {"partition_by": getattr(args, "history_partition_by", None),
+               "retention_days": getattr(args, "history_retention_days", None)}
+    options = {k: v for k, v in options.items() if v is not None}
+    return options or (True if getattr(args, "history", False) else None)
 
 
 def salt_of(args) -> str:

@@ -88,8 +88,9 @@ class JobSpec:
         template = self.side_by_side if self.grouped and not self.merge else ""
         self.tableset = TableSet.of(self.tableset).configured(template)
         if self.merge and self.tableset.has_content:
-            raise ContentError(f"the merged copy {self.merge.into}: transforms, a row filter or kept deletes are not "
-                               "supported for merged copies yet; shape each source's copy side by side instead")
+            raise ContentError(f"the merged copy {self.merge.into}: transforms, a row filter, kept deletes or a "
+                               "history are not supported for merged copies yet; shape each source's copy side by "
+                               "side instead")
         if self.merge:  # one layout for the one table (its key: the primary key and the source columns)
             self.tableset.merged_layout(self.merge.into)
 

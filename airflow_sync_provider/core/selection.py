@@ -62,7 +62,7 @@ class TableSelection:
                                 *CONTENT_OPTIONS}
         if unknown:
             raise ValueError(f"table selection: unknown key(s) {sorted(unknown)}; use databases, tables, "
-                             "exclude_tables, target_database, layout, transform, row_filter, on_delete")
+                             "exclude_tables, target_database, layout, transform, row_filter, on_delete, history")
         as_tuple = lambda v: (v,) if isinstance(v, str) else tuple(v or ())  # noqa: E731
         return cls(as_tuple(value["databases"]), as_tuple(value.get("tables", ("*",))) or ("*",),
                    as_tuple(value.get("exclude_tables")), value.get("target_database") or "{database}",
@@ -122,12 +122,12 @@ class Selection:
     * ``select``: tables by pattern, resolved when the task runs: ``{"databases": [...],
       "tables": [...], "exclude_tables": [...], "target_database": "{database}"}`` (shell
       wildcards or ``re:`` regular expressions, :class:`TableSelection`; docs/whole-databases.md),
-      with the selection's own ``layout`` / ``transform`` / ``row_filter`` / ``on_delete`` over the
+      with the selection's own ``layout`` / ``transform`` / ``row_filter`` / ``on_delete`` / ``history`` over the
       job's;
     * ``tables``: tables by name, alone or beside ``select``: ``"db.table"`` or entries with
       :func:`table_config`'s keys (``source_database``, ``source_table``, ``target_database``,
       ``target_table``, ``columns``, ``exclude_columns``, ``split_column``, and their own
-      ``layout`` / ``transform`` / ``row_filter`` / ``on_delete``).
+      ``layout`` / ``transform`` / ``row_filter`` / ``on_delete`` / ``history``).
 
     The values are kept as given (a pattern or a name may be a Jinja template the operator renders);
     they are checked where the plain arguments are, when the job's spec is built."""
@@ -261,7 +261,7 @@ def _with_target(table, template: str) -> dict:
 def table_config(table) -> dict:
     """``"db.table"`` or a dict → {source_database, source_table, target_database, target_table,
     columns, exclude_columns, split_column, layout, content} (targets default to the source's names;
-    an entry's ``transform`` / ``row_filter`` / ``on_delete`` are its ``content``)."""
+    an entry's ``transform`` / ``row_filter`` / ``on_delete`` / ``history`` are its ``content``)."""
     if isinstance(table, str):
         database, _, name = table.partition(".")
         if not name:
@@ -291,7 +291,7 @@ def _layout(value) -> dict | None:
 
 def _content(entry: dict) -> dict | None:
     """An entry's content settings (``content`` or its ``transform`` / ``row_filter`` /
-    ``on_delete``) in their dict form, checked (an unknown option is refused by name)."""
+    ``on_delete`` / ``history``) in their dict form, checked (an unknown option is refused by name)."""
     value = entry.get("content")
     if isinstance(value, Content):
         value = value.to_dict()

@@ -29,7 +29,7 @@ class CdcBootstrapOperator(SparkJobOperator):
         (docs/cdc.md, "A database by pattern"). Tables CDC cannot stream are left out and listed
         in XCom ``unstreamable`` with the reason.
     :param layout: ``Layout(…)`` or its dict form: how the copies are laid out in ClickHouse.
-    :param content: ``Content(…)``, or the plain ``transform``, ``row_filter``, ``on_delete``.
+    :param content: ``Content(…)``, or the plain ``transform``, ``row_filter``, ``on_delete``, ``history``.
     :param speed: ``SpeedLimits(channels=…, channel_byte=…, channel_record=…)``, or the plain
         ``channels`` (default 2), ``channel_byte_speed``, ``channel_record_speed``.
     :param chunk_rows: rows per chunk: each chunk is one short consistent read.
@@ -54,6 +54,7 @@ class CdcBootstrapOperator(SparkJobOperator):
                  speed: SpeedLimits | dict | None = None, tables: list | None = None, select: dict | None = None,
                  transform: dict | None = None,
                  row_filter: str | None = None, on_delete: str | None = None,
+                 history: bool | dict | None = None,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
                  channels: int = 2, chunk_rows: int = DEFAULT_CHUNK_ROWS, split_factor: int | None = None,
                  watermark_table: str | None = None, restart: bool = False,
@@ -67,6 +68,7 @@ class CdcBootstrapOperator(SparkJobOperator):
         self.layout = layout_argument(self, layout)
         for name, value in unpack(self, {"selection": selection, "content": content, "speed": speed}, dict(
                 tables=tables, select=select, transform=transform, row_filter=row_filter, on_delete=on_delete,
+                history=history,
                 channels=channels, channel_byte_speed=channel_byte_speed,
                 channel_record_speed=channel_record_speed)).items():
             setattr(self, name, value)  # the plain arguments, with the config objects unpacked into them

@@ -25,8 +25,8 @@ Each object may also be given in its dict form (``speed={"channels": 4}``), and 
     goes over it. An existing copy keeps its layout unless reshaped (``airflow-sync reshape``,
     ``CdcApplyOperator(reshape=True)``); a job asking for another is refused, naming both.
 
-``content=Content(…)`` (or the plain ``transform=``, ``row_filter=``, ``on_delete=``) — what the
-    copies hold (docs/content.md):
+``content=Content(…)`` (or the plain ``transform=``, ``row_filter=``, ``on_delete=``, ``history=``) —
+    what the copies hold (docs/content.md):
 
     * ``transform``: column transforms, ``{"email": "hash", "phone": "mask(0,4)", "note": "null",
       "bio": "truncate(100)", "name": "redact('***')"}``; a ``tables`` / ``select`` entry's own
@@ -35,7 +35,10 @@ Each object may also be given in its dict form (``speed={"channels": 4}``), and 
     * ``row_filter``: the rows the copies hold, a MySQL condition (``"tenant_id = 7"``); loads read
       only those, CDC decides on each row image as MySQL would;
     * ``on_delete``: ``"keep"``: a row deleted at the source stays in the copy, marked in
-      ``_deleted_at_source`` (default ``"delete"``).
+      ``_deleted_at_source`` (default ``"delete"``);
+    * ``history``: ``True`` or ``{"partition_by": …, "retention_days": …}``: every version of every
+      row in ``<table>_history`` (issue 61, docs/design/history-tables.md). Accepted and carried,
+      but not built yet: a job asked for it refuses the table ("history tables are not built yet").
 
 ``speed=SpeedLimits(…)`` (or the plain ``channels=``, ``byte_speed=``, ``record_speed=``,
     ``channel_byte_speed=``, ``channel_record_speed=``) — how fast the source is read, as DataX
@@ -61,7 +64,7 @@ from __future__ import annotations
 import inspect
 
 from airflow_sync_provider.core.clickhouse.layout import Layout
-from airflow_sync_provider.core.content.shaping import Content
+from airflow_sync_provider.core.content.shaping import Content, HistorySettings
 from airflow_sync_provider.core.selection import Selection, TableSelection
 from airflow_sync_provider.core.source.planning import SpeedLimits
 
@@ -93,8 +96,10 @@ def layout_argument(task, layout):
 
 
 def _content_arguments(content: Content) -> dict:
+    history = content.history.to_dict() if isinstance(content.history, HistorySettings) else content.history
     return {"transform": _plain(content.transform) or None, "row_filter": content.row_filter or None,
-            "on_delete": None if content.on_delete in (None, "", "delete") else content.on_delete}
+            "on_delete": None if content.on_delete in (None, "", "delete") else content.on_delete,
+            "history": history or None}
 
 
 def _arguments(config) -> dict:
@@ -121,9 +126,10 @@ def _config(task, argument: str, value):
 
 
 def _normal(name: str, value):
-    """A plain value compared: empty is unset, the default delete rule is unset, tuples are lists."""
+    """A plain value compared: empty is unset, the default delete rule and no history are unset, tuples
+    are lists."""
     value = _plain(value)
-    if value in (None, "", [], {}) or (name == "on_delete" and value == "delete"):
+    if value in (None, "", [], {}) or value is False or (name == "on_delete" and value == "delete"):
         return None
     return value
 

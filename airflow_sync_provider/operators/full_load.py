@@ -40,7 +40,7 @@ class FullLoadOperator(SparkJobOperator):
         ``rows``), ``source_database``, ``target_database``, ``target_table``, ``columns``,
         ``exclude_columns``.
     :param layout: ``Layout(…)`` or its dict form: how the copies are laid out in ClickHouse.
-    :param content: ``Content(…)``, or the plain ``transform``, ``row_filter``, ``on_delete``: what
+    :param content: ``Content(…)``, or the plain ``transform``, ``row_filter``, ``on_delete``, ``history``: what
         the copies hold.
     :param speed: ``SpeedLimits(…)``, or the plain ``channels`` (default 2), ``byte_speed``,
         ``record_speed``, ``channel_byte_speed``, ``channel_record_speed``.
@@ -95,6 +95,7 @@ class FullLoadOperator(SparkJobOperator):
                  table: str | None = None, select: dict | None = None, tables: list | None = None,
                  transform: dict | None = None,
                  row_filter: str | None = None, on_delete: str | None = None,
+                 history: bool | dict | None = None,
                  parallel_tables: int = 2, mysql_conn_id: str = "mysql_default",
                  clickhouse_conn_id: str = "clickhouse_default", sources: list | None = None,
                  merge_into: str = "", load_key: str | None = None,
@@ -115,7 +116,8 @@ class FullLoadOperator(SparkJobOperator):
         for name, value in unpack(self, {"selection": selection, "content": content, "speed": speed}, dict(
                 table=table, select=select, tables=tables, columns=columns, exclude_columns=exclude_columns,
                 source_database=source_database, target_database=target_database, target_table=target_table,
-                transform=transform, row_filter=row_filter, on_delete=on_delete, channels=channels,
+                transform=transform, row_filter=row_filter, on_delete=on_delete,
+                history=history, channels=channels,
                 byte_speed=byte_speed, record_speed=record_speed, channel_byte_speed=channel_byte_speed,
                 channel_record_speed=channel_record_speed)).items():
             setattr(self, name, value)  # the plain arguments, with the config objects unpacked into them

@@ -58,7 +58,7 @@ class SnapshotDiffOperator(SparkJobOperator):
         ``mysqlclient``. Reads of a few rows (a scattered change's) always use mysqlclient.
     :param layout: ``Layout(…)`` or its dict form: how the copies are laid out
         (:mod:`airflow_sync_provider.operators.configs`, as every setting below).
-    :param content: ``Content(…)``, or the plain ``transform``, ``row_filter``, ``on_delete``: what
+    :param content: ``Content(…)``, or the plain ``transform``, ``row_filter``, ``on_delete``, ``history``: what
         the copies hold.
     :param speed: ``SpeedLimits(channels=…)`` or the plain ``channels`` (default 2): shards
         compared at once.
@@ -71,7 +71,9 @@ class SnapshotDiffOperator(SparkJobOperator):
     def __init__(self, *, selection: Selection | dict | None = None, layout: Layout | dict | None = None,
                  content: Content | dict | None = None, speed: SpeedLimits | dict | None = None,
                  transform: dict | None = None,
-                 row_filter: str | None = None, on_delete: str | None = None, old_table: str = "",
+                 row_filter: str | None = None, on_delete: str | None = None,
+                 history: bool | dict | None = None,
+                 old_table: str = "",
                  source_table: str = "", new_table: str = "",
                  select: dict | None = None, tables: list | None = None, parallel_tables: int = 2,
                  mysql_conn_id: str = "mysql_default", clickhouse_conn_id: str = "clickhouse_default",
@@ -87,6 +89,7 @@ class SnapshotDiffOperator(SparkJobOperator):
         self.layout = layout_argument(self, layout)
         for name, value in unpack(self, {"selection": selection, "content": content, "speed": speed}, dict(
                 select=select, tables=tables, transform=transform, row_filter=row_filter, on_delete=on_delete,
+                history=history,
                 channels=channels)).items():
             setattr(self, name, value)  # the plain arguments, with the config objects unpacked into them
         if bool(old_table) == bool(self.select or self.tables):

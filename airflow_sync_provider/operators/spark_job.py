@@ -97,8 +97,9 @@ class SparkJobOperator(BaseOperator):
 
     def tableset(self) -> TableSet:
         """The tables the operator was given (``select``, ``tables``, ``parallel_tables``, ``layout`` and
-        the content settings ``transform``, ``row_filter``, ``on_delete``), as a spec carries them."""
-        content = {k: getattr(self, k, None) for k in ("transform", "row_filter", "on_delete")}
+        the content settings ``transform``, ``row_filter``, ``on_delete``, ``history``), as a spec carries
+        them."""
+        content = {k: getattr(self, k, None) for k in ("transform", "row_filter", "on_delete", "history")}
         return TableSet(select=getattr(self, "select", None), tables=list(getattr(self, "tables", None) or []),
                         parallel=getattr(self, "parallel_tables", 2), layout=getattr(self, "layout", None),
                         content={k: v for k, v in content.items() if v} or None)

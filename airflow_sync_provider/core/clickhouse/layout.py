@@ -96,7 +96,7 @@ def _columns(value, option: str) -> tuple[str, ...]:
     return tuple(sorted(set(items)))
 
 
-def _setting_sql(value: str) -> str:
+def setting_sql(value: str) -> str:
     return value if re.fullmatch(r"-?\d+(\.\d+)?", value) else ch_string(value)
 
 
@@ -303,7 +303,7 @@ class Layout:
         if set(nullable) & set(self.place_columns(columns)):
             settings.setdefault("allow_nullable_key", "1")
         if settings:
-            sql += " SETTINGS " + ", ".join(f"{n} = {_setting_sql(v)}" for n, v in sorted(settings.items()))
+            sql += " SETTINGS " + ", ".join(f"{n} = {setting_sql(v)}" for n, v in sorted(settings.items()))
         return sql
 
     def holding_ttl(self) -> "Layout":

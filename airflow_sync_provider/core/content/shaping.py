@@ -1,6 +1,7 @@
-"""A copy's content settings, :class:`Content`: column transforms, a standing row filter and the
-delete rule — one more type a :class:`~airflow_sync_provider.core.selection.TableSet`
-carries (a job's default, a table's entry, a selection), as it carries a layout.
+"""A copy's content settings, :class:`Content`: column transforms, a standing row filter, the
+delete rule and the history table (:class:`HistorySettings`) — one more type a
+:class:`~airflow_sync_provider.core.selection.TableSet` carries (a job's default, a table's entry,
+a selection), as it carries a layout.
 
 The settings take effect through the table as copied (core/source/schema.TableSchema.shaped):
 its column mappings carry their transforms, so every reader and writer (load, bootstrap chunk,
@@ -9,6 +10,11 @@ the mappings shapes values the same way; its plan reads only the rows the filter
 decides on each row image (core/cdc/binlog/routes.py). The settings a copy was made with are kept
 in its table comment (:func:`content_comment`), with a fingerprint of the salt, never the salt:
 a job asking for others is refused (:func:`check_same`).
+
+``history`` (issue 61, docs/design/history-tables.md) is parsed, carried and kept like the other
+settings, but no writer writes a history yet: every job refuses a table that asks for one
+(:func:`refuse_history`, from ``TableSchema.shaped``), so no copy gets an empty history that looks
+complete.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from airflow_sync_provider.core.content import ContentError
 from airflow_sync_provider.core.content.transforms import Transform
 
 ON_DELETE = ("delete", "keep")
-OPTIONS = ("transform", "row_filter", "on_delete")
+OPTIONS = ("transform", "row_filter", "on_delete", "history")
+HISTORY_OPTIONS = ("partition_by", "retention_days")
 # a kept row's mark: when the source deleted it (its commit time, UTC); 0 while it lives
 DELETED_AT_SOURCE = "_deleted_at_source"
 
@@ -41,6 +48,58 @@ def _transforms(value, where: str) -> tuple[tuple[str, str], ...]:
 
 
 @dataclass(frozen=True)
+class HistorySettings:
+    """A copy's history table, ``<table>_history`` (core/clickhouse/history.py): every version of every
+    row. ``partition_by``: its PARTITION BY (default the month of the source's commit time,
+    core/clickhouse/history.DEFAULT_PARTITION); ``retention_days``: versions older than this many days
+    (by commit time) expire (0: kept for ever)."""
+
+    partition_by: str = ""
+    retention_days: int = 0
+
+    @classmethod
+    def of(cls, value, where: str = "") -> "HistorySettings | None":
+        """``True`` (the defaults), a dict of :data:`HISTORY_OPTIONS`, or ``None`` / ``False`` (no history)."""
+        if value is None or value is False:
+            return None
+        if isinstance(value, HistorySettings):
+            return value
+        if value is True:
+            return cls()
+        if not isinstance(value, dict):
+            raise ContentError(f"{where}history: give True or a dict of {list(HISTORY_OPTIONS)}, not {value!r}")
+        unknown = sorted(set(value) - set(HISTORY_OPTIONS))
+        if unknown:
+            raise ContentError(f"{where}history: unknown option(s) {unknown}; the options are {list(HISTORY_OPTIONS)}")
+        partition_by = value.get("partition_by") or ""
+        if not isinstance(partition_by, str):
+            raise ContentError(f"{where}history partition_by: give a ClickHouse expression as text, not "
+                               f"{partition_by!r}")
+        days = value.get("retention_days") or 0
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise ContentError(f"{where}history retention_days={days!r}: give a whole number of days >= 1 "
+                               "(or leave it out: kept for ever)")
+        return cls(partition_by.strip(), days)
+
+    def to_dict(self) -> "dict | bool":
+        """``True`` for the defaults, else the options that differ from them (the form :meth:`of` reads)."""
+        out = {**({"partition_by": self.partition_by} if self.partition_by else {}),
+               **({"retention_days": self.retention_days} if self.retention_days else {})}
+        return out or True
+
+
+def refuse_history(content: "Content", table: str) -> None:
+    """Slice 1 of issue 61 (docs/design/history-tables.md §5): the history option exists, but no
+    writer writes a history yet, so a job asked for one stops before it writes anything — rather
+    than make a copy whose history is empty or has holes. The one place this is decided: every job
+    reads the table it copies, compares or follows through ``TableSchema.shaped``, which calls this.
+    A slice that makes a path write history lifts it there for that path."""
+    if HistorySettings.of(content.history) is not None:
+        raise ContentError(f"table {table}: history tables are not built yet (issue 61); leave history out of "
+                           "the job's content settings (history=, --history) until a release writes them")
+
+
+@dataclass(frozen=True)
 class Content:
     """What a copy holds; every default is the mirror's (every row and column as MySQL has them,
     a delete at the source deletes the copy's row)."""
@@ -48,6 +107,7 @@ class Content:
     transform: tuple[tuple[str, str], ...] = ()  # (column, transform spec), sorted
     row_filter: str = ""  # a MySQL boolean expression (core/content/row_filter.py)
     on_delete: str = "delete"
+    history: "HistorySettings | None" = None  # the copy's history table (None: none)
 
     @classmethod
     def of(cls, value: "Content | dict | None", where: str = "") -> "Content":
@@ -64,7 +124,8 @@ class Content:
         row_filter = value.get("row_filter") or ""
         if not isinstance(row_filter, str):
             raise ContentError(f"{where}row_filter: give a MySQL boolean expression as text, not {row_filter!r}")
-        return cls(_transforms(value.get("transform") or {}, where), row_filter.strip(), on_delete)
+        return cls(_transforms(value.get("transform") or {}, where), row_filter.strip(), on_delete,
+                   HistorySettings.of(value.get("history"), where))
 
     def to_dict(self) -> dict:
         """The options that differ from the mirror's, in the form :meth:`of` reads."""
@@ -75,6 +136,9 @@ class Content:
             out["row_filter"] = self.row_filter
         if self.on_delete != "delete":
             out["on_delete"] = self.on_delete
+        history = HistorySettings.of(self.history)  # a Content(…) built directly may hold True or a dict
+        if history is not None:
+            out["history"] = history.to_dict()
         return out
 
     def __bool__(self) -> bool:
@@ -94,11 +158,12 @@ class Content:
 
     def merged(self, over: "Content | dict | None") -> "Content":
         """These settings with ``over``'s (a table's entry over the job's): transforms by column,
-        the filter and the delete rule when given."""
+        the filter, the delete rule and the history when given."""
         over = Content.of(over)
         return Content(tuple(sorted({**dict(self.transform), **dict(over.transform)}.items())),
                        over.row_filter or self.row_filter,
-                       over.on_delete if over.on_delete != "delete" else self.on_delete)
+                       over.on_delete if over.on_delete != "delete" else self.on_delete,
+                       over.history if over.history is not None else self.history)
 
 
 NONE = Content()
@@ -112,6 +177,10 @@ def describe_content(content: "Content | dict") -> str:
         parts.append(f"rows where {content.row_filter}")
     if content.keep_deletes:
         parts.append("deletes kept (_deleted_at_source)")
+    history = HistorySettings.of(content.history)
+    if history is not None:
+        parts.append("every version kept in <table>_history" + (
+            f" ({history.retention_days} days)" if history.retention_days else ""))
     return "; ".join(parts) or "every row and value as the source has them"
 
 

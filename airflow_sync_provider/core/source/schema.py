@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from airflow_sync_provider.core.content import ContentError
 from airflow_sync_provider.core.content.row_filter import RowFilter
-from airflow_sync_provider.core.content.shaping import NONE, Content
+from airflow_sync_provider.core.content.shaping import NONE, Content, refuse_history
 from airflow_sync_provider.core.content.transforms import Transform
 from airflow_sync_provider.core.positions import grant
 from airflow_sync_provider.core.sql import mysql_ident
@@ -59,10 +59,12 @@ class TableSchema:
 
     def shaped(self, content: Content | dict | None, salt: bytes = b"") -> "TableSchema":
         """The table as a copy with these content settings holds it (after :meth:`select`): each
-        transform checked against its column, the filter against the table's columns."""
+        transform checked against its column, the filter against the table's columns; a history
+        refused while no writer writes one (core/content/shaping.refuse_history)."""
         content = Content.of(content, f"table {self.qualified}: ")
         if not content:
             return self
+        refuse_history(content, self.qualified)  # no writer writes a history yet (issue 61)
         shaped = dataclasses.replace(self, content=content, salt=salt)
         names = [c.name for c in self.columns]
         for name, _ in content.transform:

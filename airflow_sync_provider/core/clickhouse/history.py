@@ -1,0 +1,284 @@
+"""A copy's history table, ``<table>_history``: every version of every row, with what happened,
+when the source committed it and where (issue 61; the plan: docs/design/history-tables.md §3).
+
+Slice 1 builds the table and its views, nothing writes them yet (a job asked for a history
+refuses the table: core/content/shaping.refuse_history).
+
+* The table (:meth:`HistoryTable.create_sql`): the columns writers write to the copy, in the
+  copy's shape (its transforms applied: no clear value of a shaped column can reach a history
+  built from copy-shaped rows), its derived columns MATERIALIZED as in the copy, then the history's
+  own: ``_version``, ``_deleted``, ``_event``, ``_via``, ``_commit_time``, ``_server``, ``_source``
+  (a merged copy's own ``_source`` column serves), ``_gtid_domain``, ``_gtid_seq`` and
+  ``_row_hash``. A ReplacingMergeTree without a version, ORDER BY (key…, _version, _row_hash):
+  every column of a history row is a function of (key, version), so a replayed write is the same
+  row again and collapses, while a *different* row at the same (key, version) keeps its own
+  sorting key and survives merges, to be counted (:func:`conflicts_sql`). Partitioned by the
+  month of ``_commit_time`` unless the settings say otherwise; ``retention_days`` a TTL.
+* ``_row_hash`` (:func:`row_hash_sql`): a column's part in it is 0 while it holds its default, so
+  a column added later (:meth:`HistoryTable.add_column_sql`) leaves the hash of every row written
+  before it, or replayed without it, as it was. Being in the sorting key, it also makes
+  ClickHouse refuse to drop a hashed column: what a dropped source column becomes in a history is
+  the schema-change follower's to decide (slice 3), not a silent loss.
+* The views (:meth:`HistoryTable.views_sql`): ``<table>_asof(at_version=…)``, the copy as of a
+  version; ``<table>_asof_time(at_time=…)``, as of a commit time: the longest prefix of binlog
+  order committed by then, so a clock that went back after a failover never yields a state that
+  did not exist; ``<table>_scd2``, each version's validity (``_valid_from`` … ``_valid_to``, NULL
+  while current), its operation and the columns it changed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, TABLE_COMMENT, VERSION_COLUMN
+from airflow_sync_provider.core.clickhouse.ddl import weight_columns
+from airflow_sync_provider.core.clickhouse.derived import derived_columns
+from airflow_sync_provider.core.clickhouse.layout import MIRROR, REPLICATED, REPLICATION_DEFAULT, Layout, setting_sql
+from airflow_sync_provider.core.content import ContentError
+from airflow_sync_provider.core.content.shaping import HistorySettings, content_comment
+from airflow_sync_provider.core.positions import EPOCH_SHIFT
+from airflow_sync_provider.core.source.group import SOURCE_COLUMNS
+from airflow_sync_provider.core.source.schema import TableSchema
+from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN
+from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
+
+SUFFIX = "_history"
+DEFAULT_PARTITION = "toYYYYMM(_commit_time)"
+
+# what happened to the row at this version, and which path of the package wrote it (§1 of the plan)
+EVENTS = ("insert", "update", "delete", "truncate", "snapshot", "repair", "diff")
+VIAS = ("binlog", "xa", "cascade", "ddl", "bootstrap", "recopy", "load", "enable", "reconcile", "verify", "diff",
+        "history_repair", "source_left")
+
+EVENT, VIA, COMMIT_TIME, SERVER = "_event", "_via", "_commit_time", "_server"
+SOURCE = SOURCE_COLUMNS[0]  # which source of a group (a merged copy has the column already)
+GTID_DOMAIN, GTID_SEQ, ROW_HASH = "_gtid_domain", "_gtid_seq", "_row_hash"
+# a version's binlog position, read from it (core/positions.py), stored nowhere
+ALIASES = {"_epoch": f"toUInt8(bitShiftRight({ch_ident(VERSION_COLUMN)}, {EPOCH_SHIFT}))",
+           "_binlog_seq": f"toUInt32(bitAnd(bitShiftRight({ch_ident(VERSION_COLUMN)}, 32), {(1 << 24) - 1}))",
+           "_binlog_offset": f"toUInt32(bitAnd({ch_ident(VERSION_COLUMN)}, {(1 << 32) - 1}))"}
+# the views' own columns
+VALID_FROM_VERSION, VALID_FROM, VALID_TO_VERSION, VALID_TO = ("_valid_from_version", "_valid_from",
+                                                              "_valid_to_version", "_valid_to")
+OP, CHANGED = "_op", "_changed"
+_WORKING = ("_first_after", "_operation", "_changes")  # the views' names for their intermediate values
+RESERVED = (VERSION_COLUMN, DELETED_COLUMN, EVENT, VIA, COMMIT_TIME, SERVER, SOURCE, GTID_DOMAIN, GTID_SEQ, ROW_HASH,
+            *ALIASES, VALID_FROM_VERSION, VALID_FROM, VALID_TO_VERSION, VALID_TO, OP, CHANGED, *_WORKING)
+
+AS_OF_VERSION, AS_OF_TIME = "at_version", "at_time"  # the views' parameters
+
+
+def history_name(table: str) -> str:
+    return table + SUFFIX
+
+
+def _enum(values: tuple[str, ...]) -> str:
+    return "Enum8(" + ", ".join(f"{ch_string(v)} = {i}" for i, v in enumerate(values, 1)) + ")"
+
+
+def row_hash_sql(stamps: list[str], columns: list[tuple[str, str]]) -> str:
+    """``_row_hash``'s expression: the stamp columns (``stamps``) and, for each of ``columns``
+    ((name, its DEFAULT expression or "" for its type's default)), 0 while it holds its default, else
+    a hash of its name and its value's text (a type widened later hashes alike); the columns' parts
+    combined by XOR, so their order and a column added later at its default change nothing."""
+    parts = []
+    for name, default in columns:
+        column = ch_ident(name)
+        default = default or f"defaultValueOfTypeName(toTypeName({column}))"
+        parts.append(f"if(isNotDistinctFrom({column}, {default}), toUInt64(0), "
+                     f"cityHash64({ch_string(name)}, toString(assumeNotNull({column}))))")
+    combined = f"arrayReduce('groupBitXor', [{', '.join(parts)}])" if parts else "toUInt64(0)"
+    return f"cityHash64({', '.join(ch_ident(s) for s in stamps)}, {combined})"
+
+
+@dataclass(frozen=True)
+class HistoryTable:
+    """The history of the copy ``database.table`` of ``schema`` (the table as copied:
+    TableSchema.shaped), laid out as its ``layout`` says where a history follows it (its engine
+    family and table settings; not its sorting key, partitions or TTL, which the history has its
+    own of). ``weight``: the copy keeps a split column's weight (core/clickhouse/shards.py), so every
+    shard predicate runs on the history too. ``defaults``: the DEFAULT expressions of columns added
+    after the history was made (:meth:`add_column_sql`), for the hash."""
+
+    schema: TableSchema
+    database: str
+    table: str
+    layout: Layout = MIRROR
+    weight: bool = False
+    defaults: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return history_name(self.table)
+
+    @property
+    def qualified(self) -> str:
+        return ch_table(self.database, self.name)
+
+    @property
+    def settings(self) -> HistorySettings:
+        return HistorySettings.of(self.schema.content.history) or HistorySettings()
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return self.schema.target_key
+
+    def data_columns(self) -> list[str]:
+        """The copy's columns a history row holds (writers write them), in order."""
+        return [m.name for m in self.schema.mappings()] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
+
+    def stamps(self) -> list[str]:
+        """The history's own columns every writer stamps (``_source``: a merged copy's serves)."""
+        own_source = [] if any(c.name == SOURCE and c.tag is not None for c in self.schema.columns) else [SOURCE]
+        return [VERSION_COLUMN, DELETED_COLUMN, EVENT, VIA, COMMIT_TIME, SERVER, *own_source, GTID_DOMAIN, GTID_SEQ]
+
+    def check(self) -> None:
+        """Refuse, naming the table, what a history cannot hold: a table without a key (its
+        multiset history is slice 6 of the plan) or a column named like one of the history's own."""
+        where = f"table {self.schema.qualified}"
+        if not self.key:
+            raise ContentError(f"{where}: a history of a table without a primary key is not built yet (issue 61); "
+                               "give the table a key, or leave history out for it")
+        taken = sorted({c.name for c in self.schema.columns if c.tag is None} & set(RESERVED))
+        if taken:
+            raise ContentError(f"{where}: column(s) {taken} have the names of a history's own columns "
+                               f"({', '.join(RESERVED)}); leave them out (exclude_columns) or copy through a view "
+                               "that renames them, or leave history out for this table")
+
+    # --- DDL -------------------------------------------------------------------------------------
+
+    def _hash(self, columns: list[str]) -> str:
+        """``_row_hash`` over the stamps (not the version: it is in the sorting key) and ``columns``."""
+        return row_hash_sql([s for s in self.stamps() if s != VERSION_COLUMN],
+                            [(c, self.defaults.get(c, "")) for c in columns])
+
+    def _hash_columns(self) -> list[str]:
+        """The data columns in the hash: the copy's own (the weight is a function of the split column)."""
+        return [m.name for m in self.schema.mappings()]
+
+    def _engine(self) -> str:
+        if self.layout.engine != REPLICATED:
+            return "ReplacingMergeTree"
+        path, replica = self.layout.replication or REPLICATION_DEFAULT
+        # the default path names the table ({table}: the history's own); a path given is the copy's
+        path = path if "{table}" in path else path + SUFFIX
+        return f"{REPLICATED}({ch_string(path)}, {ch_string(replica)})"
+
+    def create_sql(self) -> str:
+        """The history's CREATE TABLE (IF NOT EXISTS: creating it beside an existing one is a no-op)."""
+        self.check()
+        where = f"{self.database}.{self.table}"
+        mappings = self.schema.mappings()
+        cols = ([f"{ch_ident(m.name)} {m.ch_type}" for m in mappings]
+                + [d.ddl() for d in derived_columns(self.layout, mappings, where)]
+                + weight_columns(self.weight, hidden=True)
+                + [f"{ch_ident(VERSION_COLUMN)} UInt64 CODEC(Delta, ZSTD)", f"{ch_ident(DELETED_COLUMN)} UInt8",
+                   f"{ch_ident(EVENT)} {_enum(EVENTS)}", f"{ch_ident(VIA)} {_enum(VIAS)}",
+                   f"{ch_ident(COMMIT_TIME)} DateTime64(6, 'UTC') CODEC(Delta, ZSTD)",
+                   f"{ch_ident(SERVER)} LowCardinality(String)"]
+                + ([f"{ch_ident(SOURCE)} LowCardinality(String)"] if SOURCE in self.stamps() else [])
+                + [f"{ch_ident(GTID_DOMAIN)} LowCardinality(String)", f"{ch_ident(GTID_SEQ)} UInt64 CODEC(Delta, ZSTD)",
+                   f"{ch_ident(ROW_HASH)} UInt64 DEFAULT {self._hash(self._hash_columns())}"]
+                + [f"{ch_ident(name)} {'UInt8' if name == '_epoch' else 'UInt32'} ALIAS {expression}"
+                   for name, expression in ALIASES.items()])
+        settings = self.settings
+        engine = self._engine() + f" PARTITION BY {settings.partition_by or DEFAULT_PARTITION}"
+        engine += " ORDER BY (" + ", ".join(ch_ident(c) for c in (*self.key, VERSION_COLUMN, ROW_HASH)) + ")"
+        if settings.retention_days:
+            engine += f" TTL toDateTime({ch_ident(COMMIT_TIME)}) + INTERVAL {int(settings.retention_days)} DAY"
+        if self.layout.settings:
+            engine += " SETTINGS " + ", ".join(f"{n} = {setting_sql(v)}" for n, v in self.layout.settings)
+        return (f"CREATE TABLE IF NOT EXISTS {self.qualified} (\n  " + ",\n  ".join(cols) + f"\n) ENGINE = {engine}"
+                f" COMMENT {ch_string(self.comment())}")
+
+    def comment(self) -> str:
+        """What the history is: of which copy, keyed how, and the copy's content settings (its
+        shaping: the history holds values shaped alike; its history settings)."""
+        of = json.dumps({"table": self.table, "key": list(self.key)}, sort_keys=True, separators=(",", ":"))
+        return f"{TABLE_COMMENT} history_of={of}" + content_comment(self.schema.content, self.schema.salt)
+
+    def view_names(self) -> tuple[str, str, str]:
+        """``<table>_asof``, ``<table>_asof_time``, ``<table>_scd2``."""
+        return self.table + "_asof", self.table + "_asof_time", self.table + "_scd2"
+
+    def _latest(self, where: str) -> str:
+        """Each key's newest version passing ``where``, unless it is an absence."""
+        key = ", ".join(ch_ident(k) for k in self.key)
+        values = [f"argMax({ch_ident(c)}, {ch_ident(VERSION_COLUMN)}) AS {ch_ident(c)}" for c in self._values()]
+        version = ch_ident(VERSION_COLUMN)
+        return (f"SELECT {', '.join([key, *values])}, max({version}) AS {ch_ident(VALID_FROM_VERSION)}, "
+                f"argMax({ch_ident(COMMIT_TIME)}, {version}) AS {ch_ident(VALID_FROM)} FROM {self.qualified} FINAL "
+                f"WHERE {where} GROUP BY {key} HAVING argMax({ch_ident(DELETED_COLUMN)}, {version}) = 0")
+
+    def _values(self) -> list[str]:
+        """The columns the views show beside the key: the copy's, not its derived or hidden ones."""
+        return [m.name for m in self.schema.mappings() if m.name not in self.key]
+
+    def views_sql(self, replace: bool = False) -> list[str]:
+        """The as-of views and the SCD2 view (``replace``: after the history's columns changed)."""
+        asof, asof_time, scd2 = (ch_table(self.database, v) for v in self.view_names())
+        create = "CREATE OR REPLACE VIEW" if replace else "CREATE VIEW IF NOT EXISTS"
+        version = ch_ident(VERSION_COLUMN)
+        first_after = (f"(SELECT minOrNull({version}) FROM {self.qualified} WHERE {ch_ident(COMMIT_TIME)} > "
+                       f"{{{AS_OF_TIME}:DateTime64(6, 'UTC')}})")
+        return [f"{create} {asof} AS " + self._latest(f"{version} <= {{{AS_OF_VERSION}:UInt64}}"),
+                f"{create} {asof_time} AS WITH {first_after} AS _first_after "
+                + self._latest(f"_first_after IS NULL OR {version} < _first_after"),
+                f"{create} {scd2} AS " + self._scd2()]
+
+    def _scd2(self) -> str:
+        """Each version that is a presence: valid from its commit until the key's next version
+        (NULL: current), ``insert`` when the key was absent before it, else ``update`` with the
+        columns it changed (compared as the copy holds them: shaped)."""
+        key = ", ".join(ch_ident(k) for k in self.key)
+        version, deleted = ch_ident(VERSION_COLUMN), ch_ident(DELETED_COLUMN)
+        values = [ch_ident(c) for c in self._values()]
+        changes = [f"if(isNotDistinctFrom(lagInFrame(toNullable({c})) OVER _previous, {c}), '', {ch_string(n)})"
+                   for c, n in zip(values, self._values())]
+        changed = f"arrayFilter(x -> x != '', [{', '.join(changes)}])" if changes else "CAST([], 'Array(String)')"
+        inner = (f"SELECT {', '.join([key, *values])}, {version} AS {ch_ident(VALID_FROM_VERSION)}, "
+                 f"{ch_ident(COMMIT_TIME)} AS {ch_ident(VALID_FROM)}, "
+                 f"leadInFrame(toNullable({version})) OVER _next AS {ch_ident(VALID_TO_VERSION)}, "
+                 f"leadInFrame(toNullable({ch_ident(COMMIT_TIME)})) OVER _next AS {ch_ident(VALID_TO)}, "
+                 f"if(row_number() OVER _all = 1 OR (lagInFrame({deleted}) OVER _previous) = 1, 'insert', 'update') "
+                 f"AS _operation, {changed} AS _changes, {deleted} FROM {self.qualified} FINAL "
+                 f"WINDOW _next AS (PARTITION BY {key} ORDER BY {version} ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING), "
+                 f"_previous AS (PARTITION BY {key} ORDER BY {version} ROWS BETWEEN 1 PRECEDING AND CURRENT ROW), "
+                 f"_all AS (PARTITION BY {key} ORDER BY {version})")
+        shown = [key, *values, *(ch_ident(c) for c in (VALID_FROM_VERSION, VALID_FROM, VALID_TO_VERSION, VALID_TO))]
+        return (f"SELECT {', '.join(shown)}, _operation AS {ch_ident(OP)}, "
+                f"if(_operation = 'update', _changes, CAST([], 'Array(String)')) AS {ch_ident(CHANGED)} "
+                f"FROM ({inner}) WHERE {deleted} = 0")
+
+    def create(self, ch) -> None:
+        """The history and its views, where they do not exist yet."""
+        ch.command(self.create_sql())
+        for sql in self.views_sql():
+            ch.command(sql)
+
+    # --- schema changes --------------------------------------------------------------------------
+
+    def add_column_sql(self, name: str, ch_type: str, default: str = "") -> list[str]:
+        """A column added to the copy, added to its history (``default``: its DEFAULT expression,
+        "" for its type's) and to the hash — at 0 while it holds its default, so the rows written
+        before it, and a replay of them, keep their hash — then the views over the new columns.
+        ``self``: the history as it is after the change (its schema has the column)."""
+        after = [m.name for m in self.schema.mappings() if m.name != name]
+        hashed = [c for c in self._hash_columns() if c != name] + [name]
+        added = HistoryTable(self.schema, self.database, self.table, self.layout, self.weight,
+                             {**self.defaults, **({name: default} if default else {})})
+        return ([f"ALTER TABLE {self.qualified} ADD COLUMN IF NOT EXISTS {ch_ident(name)} {ch_type}"
+                 + (f" DEFAULT {default}" if default else "") + (f" AFTER {ch_ident(after[-1])}" if after else ""),
+                 f"ALTER TABLE {self.qualified} MODIFY COLUMN {ch_ident(ROW_HASH)} UInt64 DEFAULT "
+                 + added._hash(hashed)]
+                + added.views_sql(replace=True))
+
+
+def conflicts_sql(database: str, table: str, key: tuple[str, ...]) -> str:
+    """Keys with more than one row at one version in the history of ``database.table`` after
+    FINAL (an identical replay collapses; a different row at the same (key, version) does not):
+    rows (key…, _version, rows)."""
+    columns = ", ".join(ch_ident(c) for c in (*key, VERSION_COLUMN))
+    return (f"SELECT {columns}, count() AS rows FROM {ch_table(database, history_name(table))} FINAL "
+            f"GROUP BY {columns} HAVING rows > 1 ORDER BY {columns}")
