@@ -259,19 +259,20 @@ class HistoryTable:
 
     # --- schema changes --------------------------------------------------------------------------
 
-    def add_column_sql(self, name: str, ch_type: str, default: str = "") -> list[str]:
-        """A column added to the copy, added to its history (``default``: its DEFAULT expression,
+    def add_column_sql(self, name: str, default: str = "") -> list[str]:
+        """The copy's new column ``name`` added to its history (``default``: its DEFAULT expression,
         "" for its type's) and to the hash — at 0 while it holds its default, so the rows written
         before it, and a replay of them, keep their hash — then the views over the new columns.
         ``self``: the history as it is after the change (its schema has the column)."""
-        after = [m.name for m in self.schema.mappings() if m.name != name]
-        hashed = [c for c in self._hash_columns() if c != name] + [name]
+        mappings = self.schema.mappings()
+        mapping = next(m for m in mappings if m.name == name)
+        after = [m.name for m in mappings if m.name != name]
         added = HistoryTable(self.schema, self.database, self.table, self.layout, self.weight,
                              {**self.defaults, **({name: default} if default else {})})
-        return ([f"ALTER TABLE {self.qualified} ADD COLUMN IF NOT EXISTS {ch_ident(name)} {ch_type}"
+        return ([f"ALTER TABLE {self.qualified} ADD COLUMN IF NOT EXISTS {ch_ident(name)} {mapping.ch_type}"
                  + (f" DEFAULT {default}" if default else "") + (f" AFTER {ch_ident(after[-1])}" if after else ""),
                  f"ALTER TABLE {self.qualified} MODIFY COLUMN {ch_ident(ROW_HASH)} UInt64 DEFAULT "
-                 + added._hash(hashed)]
+                 + added._hash(added._hash_columns())]
                 + added.views_sql(replace=True))
 
 
@@ -280,5 +281,5 @@ def conflicts_sql(database: str, table: str, key: tuple[str, ...]) -> str:
     FINAL (an identical replay collapses; a different row at the same (key, version) does not):
     rows (key…, _version, rows)."""
     columns = ", ".join(ch_ident(c) for c in (*key, VERSION_COLUMN))
-    return (f"SELECT {columns}, count() AS rows FROM {ch_table(database, history_name(table))} FINAL "
-            f"GROUP BY {columns} HAVING rows > 1 ORDER BY {columns}")
+    return (f"SELECT {columns}, count() AS _rows FROM {ch_table(database, history_name(table))} FINAL "
+            f"GROUP BY {columns} HAVING _rows > 1 ORDER BY {columns}")
