@@ -255,13 +255,17 @@ def test_the_history_has_the_copys_written_columns_and_its_own(ch):
     assert (partition, sorting) == ("toYYYYMM(_commit_time)", "id, _version, _row_hash")
     assert "TTL toDateTime(_commit_time) + toIntervalDay(30)" in engine and "index_granularity = 1024" in engine
     assert "history_of=" in comment and stored(comment)[0] == shaped.content  # what it holds, as the copy's says
-    # the version's position, read from it
-    write(ch, history, [row(7, EPOCH + (3 << 32) + 4096, 0, status="a")])
-    assert ch.query(f"SELECT _epoch, _binlog_seq, _binlog_offset FROM {DB}.{history.name}").result_rows == [
-        (1, 3, 4096)]
+    # retention: a version committed more than 30 days ago has expired
+    write(ch, history, [row(7, 100, 0, status="a")])
+    ch.command(f"OPTIMIZE TABLE {DB}.{history.name} FINAL")
+    assert count(ch, f"SELECT count() FROM {DB}.{history.name}") == 0
     daily = fresh(ch, "daily", schema=schema(history={"partition_by": "toYYYYMMDD(_commit_time)"}))
     assert count(ch, f"SELECT partition_key = 'toYYYYMMDD(_commit_time)' FROM system.tables WHERE database = '{DB}' "
                      f"AND name = '{daily.name}'") == 1
+    # a version's position, read from it (no retention here: kept)
+    write(ch, daily, [row(7, EPOCH + (3 << 32) + 4096, 0, status="a")])
+    assert ch.query(f"SELECT _epoch, _binlog_seq, _binlog_offset FROM {DB}.{daily.name}").result_rows == [
+        (1, 3, 4096)]
 
 
 def test_what_a_history_cannot_hold_is_refused_naming_the_table(ch):

@@ -203,9 +203,11 @@ class HistoryTable:
         return self.table + "_asof", self.table + "_asof_time", self.table + "_scd2"
 
     def _latest(self, where: str) -> str:
-        """Each key's newest version passing ``where``, unless it is an absence."""
+        """Each key's newest version passing ``where``, unless it is an absence. A value is taken
+        inside a tuple: argMax skips NULLs, and would give an older version's value for a NULL."""
         key = ", ".join(ch_ident(k) for k in self.key)
-        values = [f"argMax({ch_ident(c)}, {ch_ident(VERSION_COLUMN)}) AS {ch_ident(c)}" for c in self._values()]
+        values = [f"tupleElement(argMax(tuple({ch_ident(c)}), {ch_ident(VERSION_COLUMN)}), 1) AS {ch_ident(c)}"
+                  for c in self._values()]
         version = ch_ident(VERSION_COLUMN)
         return (f"SELECT {', '.join([key, *values])}, max({version}) AS {ch_ident(VALID_FROM_VERSION)}, "
                 f"argMax({ch_ident(COMMIT_TIME)}, {version}) AS {ch_ident(VALID_FROM)} FROM {self.qualified} FINAL "
