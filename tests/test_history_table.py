@@ -196,10 +196,12 @@ def test_a_load_asked_for_a_history_fails_naming_the_table_and_makes_no_copy(mys
         cur.execute("CREATE TABLE hist_src.loaded (id INT PRIMARY KEY, status VARCHAR(16))")
         cur.execute("INSERT INTO hist_src.loaded VALUES (1, 'new'), (2, 'paid')")
     ch.command("DROP DATABASE IF EXISTS hist_copy")
-    env = dict(os.environ, MYSQL_URL=mysql_url, CLICKHOUSE_URL=clickhouse_url)
-    load = subprocess.run([str(Path(sys.executable).parent / "airflow-sync"), "load", "--database", "hist_src",
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's package, whichever one is installed
+    env = dict(os.environ, MYSQL_URL=mysql_url, CLICKHOUSE_URL=clickhouse_url,
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    load = subprocess.run([sys.executable, "-m", "airflow_sync_provider.cli", "load", "--database", "hist_src",
                            "--table", "loaded", "--target-database", "hist_copy", "--load-key", "hist-refused",
-                           "--history"], env=env, capture_output=True, text=True, timeout=600)
+                           "--history"], env=env, cwd=root, capture_output=True, text=True, timeout=600)
     output = load.stdout + load.stderr
     assert load.returncode != 0 and "table hist_src.loaded: history tables are not built yet (issue 61)" in output, \
         output[-3000:]
