@@ -77,6 +77,12 @@ def _enum(values: tuple[str, ...]) -> str:
     return "Enum8(" + ", ".join(f"{ch_string(v)} = {i}" for i, v in enumerate(values, 1)) + ")"
 
 
+def same_sql(a: str, b: str) -> str:
+    """``a`` and ``b`` equal, two NULLs included (1 or 0, never NULL). Not isNotDistinctFrom: ClickHouse
+    documents it for JOIN ON only, and servers of 2025 refuse it elsewhere (chDB 26.9 takes it)."""
+    return f"if(isNull({a}), isNull({b}), ifNull({a} = {b}, 0))"
+
+
 def row_hash_sql(stamps: list[str], columns: list[tuple[str, str]]) -> str:
     """``_row_hash``'s expression: the stamp columns (``stamps``) and, for each of ``columns``
     ((name, its DEFAULT expression or "" for its type's default)), 0 while it holds its default, else
@@ -86,7 +92,7 @@ def row_hash_sql(stamps: list[str], columns: list[tuple[str, str]]) -> str:
     for name, default in columns:
         column = ch_ident(name)
         default = default or f"defaultValueOfTypeName(toTypeName({column}))"
-        parts.append(f"if(isNotDistinctFrom({column}, {default}), toUInt64(0), "
+        parts.append(f"if({same_sql(column, default)}, toUInt64(0), "
                      f"cityHash64({ch_string(name)}, toString(assumeNotNull({column}))))")
     combined = f"arrayReduce('groupBitXor', [{', '.join(parts)}])" if parts else "toUInt64(0)"
     return f"cityHash64({', '.join(ch_ident(s) for s in stamps)}, {combined})"
@@ -236,7 +242,7 @@ class HistoryTable:
         key = ", ".join(ch_ident(k) for k in self.key)
         version, deleted = ch_ident(VERSION_COLUMN), ch_ident(DELETED_COLUMN)
         values = [ch_ident(c) for c in self._values()]
-        changes = [f"if(isNotDistinctFrom(lagInFrame(toNullable({c})) OVER _previous, {c}), '', {ch_string(n)})"
+        changes = [f"if({same_sql(f'lagInFrame(toNullable({c})) OVER _previous', c)}, '', {ch_string(n)})"
                    for c, n in zip(values, self._values())]
         changed = f"arrayFilter(x -> x != '', [{', '.join(changes)}])" if changes else "CAST([], 'Array(String)')"
         inner = (f"SELECT {', '.join([key, *values])}, {version} AS {ch_ident(VALID_FROM_VERSION)}, "
