@@ -1,8 +1,15 @@
 """A copy's history table, ``<table>_history``: every version of every row, with what happened,
 when the source committed it and where (issue 61; the plan: docs/design/history-tables.md §3).
 
-Slice 1 builds the table and its views, nothing writes them yet (a job asked for a history
-refuses the table: core/content/shaping.refuse_history).
+Slice 1 built the table and its views; slice 2's groundwork the writer primitives (below). No
+job writes a history yet (a job asked for one refuses the table: core/content/shaping.refuse_history).
+
+* Found from the copy itself (:meth:`HistoryTable.of`): the copy's comment keeps its content
+  settings, the history's among them; None when it keeps none.
+* Written (:meth:`HistoryTable.arrow` + :meth:`HistoryTable.insert`, :meth:`HistoryTable.insert_select`):
+  only ever from copy-shaped rows (a copy's Arrow, the copy, its working table, a table of its
+  columns) plus the write's :class:`Stamp`. A kept delete (live in the copy, ``_deleted_at_source``)
+  is an absence in the history; a layout move's tombstone is no event and is left out.
 
 * The table (:meth:`HistoryTable.create_sql`): the columns writers write to the copy, in the
   copy's shape (its transforms applied: no clear value of a shaped column can reach a history
@@ -28,15 +35,22 @@ refuses the table: core/content/shaping.refuse_history).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
-from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, TABLE_COMMENT, VERSION_COLUMN
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, TABLE_COMMENT, VERSION_COLUMN, WEIGHT_SETTINGS
 from airflow_sync_provider.core.clickhouse.ddl import weight_columns
 from airflow_sync_provider.core.clickhouse.derived import derived_columns
+from airflow_sync_provider.core.clickhouse.described import TableFacts, table_facts
 from airflow_sync_provider.core.clickhouse.layout import MIRROR, REPLICATED, REPLICATION_DEFAULT, Layout, setting_sql
 from airflow_sync_provider.core.content import ContentError
-from airflow_sync_provider.core.content.shaping import HistorySettings, content_comment
+from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE, HistorySettings, content_comment
 from airflow_sync_provider.core.positions import EPOCH_SHIFT
 from airflow_sync_provider.core.source.group import SOURCE_COLUMNS
 from airflow_sync_provider.core.source.schema import TableSchema
@@ -98,6 +112,60 @@ def row_hash_sql(stamps: list[str], columns: list[tuple[str, str]]) -> str:
     return f"cityHash64({', '.join(ch_ident(s) for s in stamps)}, {combined})"
 
 
+def _micros(value) -> int:
+    """A commit time as microseconds since the Unix epoch: an aware datetime, or the microseconds."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"history commit time {value!r}: give an aware datetime (UTC) or microseconds")
+        delta = value - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"history commit time {value!r}: give an aware datetime (UTC) or microseconds")
+    return value
+
+
+def _each(value) -> bool:
+    """Is a stamp given per row (a sequence or an Arrow array) rather than once for the write?"""
+    return isinstance(value, (pa.Array, pa.ChunkedArray)) or (isinstance(value, Sequence)
+                                                               and not isinstance(value, (str, bytes)))
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a write is, beyond the copy's rows it writes (§3 of the plan): what happened (``event``,
+    :data:`EVENTS`), which path wrote it (``via``, :data:`VIAS`), when the source committed it
+    (``commit_time``: an aware datetime or microseconds since the epoch; for a snapshot, its read's
+    time at the source, never now()), the server and group member, the transaction's GTID.
+    ``version`` / ``deleted``: None takes each row's own (the copy-shaped rows' ``_version``, and
+    ``_deleted`` or a kept delete's ``_deleted_at_source``); a value stamps every row (a TRUNCATE's
+    tombstones at its version). :meth:`HistoryTable.arrow` takes ``event``, ``commit_time``,
+    ``gtid_domain`` and ``gtid_seq`` per row too (a sequence as long as the rows);
+    :meth:`HistoryTable.insert_select` takes one value of each. Every value must be a function of
+    the write's (key, version): a replay stamps the same."""
+
+    event: "str | Sequence[str]"
+    via: str
+    commit_time: "datetime | int | Sequence"
+    server: str = ""
+    source: str = ""
+    gtid_domain: "str | Sequence[str]" = ""
+    gtid_seq: "int | Sequence[int]" = 0
+    version: "int | None" = None
+    deleted: "int | None" = None
+
+    def __post_init__(self):
+        for name, allowed in (("event", EVENTS), ("via", VIAS)):
+            value = getattr(self, name)
+            wrong = sorted({str(v) for v in (value if _each(value) else [value])} - set(allowed))
+            if wrong:
+                raise ValueError(f"history {name} {wrong}: give one of {list(allowed)}")
+        if self.deleted not in (None, 0, 1):
+            raise ValueError(f"history deleted={self.deleted!r}: give 0, 1 or None (each row's own)")
+
+    def per_row(self) -> bool:
+        return any(_each(getattr(self, n)) for n in ("event", "commit_time", "gtid_domain", "gtid_seq"))
+
+
 @dataclass(frozen=True)
 class HistoryTable:
     """The history of the copy ``database.table`` of ``schema`` (the table as copied:
@@ -113,6 +181,26 @@ class HistoryTable:
     layout: Layout = MIRROR
     weight: bool = False
     defaults: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ch, schema: TableSchema, database: str, table: str) -> "HistoryTable | None":
+        """The history of the copy ``database.table`` as the copy itself says (its comment keeps its
+        content settings: core/content/shaping.content_comment), None when the copy keeps none or
+        does not exist. ``schema``: the table as copied (a writer has it; the copy's ClickHouse types
+        cannot give the source's back)."""
+        facts = table_facts(ch, [(database, table)]).get((database, table))
+        return None if facts is None else cls.of_facts(facts, schema, database, table)
+
+    @classmethod
+    def of_facts(cls, facts: TableFacts, schema: TableSchema, database: str, table: str) -> "HistoryTable | None":
+        """:meth:`of` from the copy's facts read already (core/clickhouse/described.table_facts: a run
+        of many tables reads them all in two queries). The copy's content, layout and split weight
+        are taken from the copy, not from the job: they say what its history holds."""
+        content = facts.content
+        if HistorySettings.of(content.history) is None:
+            return None
+        return cls(dataclasses.replace(schema, content=content), database, table, facts.layout,
+                   SPLIT_WEIGHT_COLUMN in facts.columns)
 
     @property
     def name(self) -> str:
@@ -264,6 +352,131 @@ class HistoryTable:
         ch.command(self.create_sql())
         for sql in self.views_sql():
             ch.command(sql)
+
+    # --- writing -----------------------------------------------------------------------------------
+
+    def _stamp_arrays(self, stamp: Stamp, rows: pa.Table) -> list[pa.Array]:
+        """The stamps of ``rows`` (:meth:`stamps` order) as Arrow arrays, one value per row."""
+        n = rows.num_rows
+
+        def column(value, kind, convert=None):
+            if not _each(value):
+                return pa.repeat(pa.scalar(convert(value) if convert else value, kind), n)
+            if isinstance(value, (pa.Array, pa.ChunkedArray)):
+                array = value.cast(kind)
+            else:
+                array = pa.array([convert(v) for v in value] if convert else list(value), kind)
+            if len(array) != n:
+                raise ValueError(f"history of {self.database}.{self.table}: a stamp has {len(array)} values for "
+                                 f"{n} rows")
+            return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+        time = pa.timestamp("us", tz="UTC")
+        times = (stamp.commit_time.cast(pa.int64()) if isinstance(stamp.commit_time, (pa.Array, pa.ChunkedArray))
+                 else column(stamp.commit_time, pa.int64(), _micros))
+        values = {VERSION_COLUMN: self._row_versions(stamp, rows), DELETED_COLUMN: self._row_deleted(stamp, rows),
+                  EVENT: column(stamp.event, pa.string()), VIA: column(stamp.via, pa.string()),
+                  COMMIT_TIME: column(times, pa.int64()).cast(time), SERVER: column(stamp.server, pa.string()),
+                  SOURCE: column(stamp.source, pa.string()), GTID_DOMAIN: column(stamp.gtid_domain, pa.string()),
+                  GTID_SEQ: column(stamp.gtid_seq, pa.uint64())}
+        return [values[name] for name in self.stamps()]
+
+    def _row_versions(self, stamp: Stamp, rows: pa.Table) -> pa.Array:
+        if stamp.version is not None:
+            return pa.repeat(pa.scalar(stamp.version, pa.uint64()), rows.num_rows)
+        if VERSION_COLUMN not in rows.column_names:
+            raise ValueError(f"history of {self.database}.{self.table}: the rows have no {VERSION_COLUMN} and the "
+                             "stamp gives none")
+        return rows[VERSION_COLUMN].combine_chunks().cast(pa.uint64())
+
+    def _row_deleted(self, stamp: Stamp, rows: pa.Table) -> pa.Array:
+        """Each row's absence: the stamp's, else the copy's tombstone flag or a kept delete (live in a
+        copy with on_delete="keep", marked ``_deleted_at_source``; an absence in its history)."""
+        if stamp.deleted is not None:
+            return pa.repeat(pa.scalar(stamp.deleted, pa.uint8()), rows.num_rows)
+        if DELETED_COLUMN not in rows.column_names:
+            raise ValueError(f"history of {self.database}.{self.table}: the rows have no {DELETED_COLUMN} and the "
+                             "stamp gives none")
+        deleted = pc.not_equal(rows[DELETED_COLUMN].combine_chunks().cast(pa.uint8()), 0)
+        if DELETED_AT_SOURCE in rows.column_names:
+            kept = rows[DELETED_AT_SOURCE].combine_chunks()
+            kept = kept.cast(pa.int64()) if not pa.types.is_timestamp(kept.type) else \
+                kept.cast(pa.timestamp("s")).cast(pa.int64())
+            deleted = pc.or_(deleted, pc.greater(kept, 0))
+        return deleted.cast(pa.uint8())
+
+    def arrow(self, rows: pa.Table, stamp: Stamp, moved=None) -> pa.Table:
+        """History rows from copy-shaped Arrow ``rows`` (as TableRoute.arrow, a load's or a repair's
+        read made them: the copy's columns in its shape, ``_version``, ``_deleted`` and a kept
+        delete's ``_deleted_at_source``) and the write's ``stamp``. ``moved``: a flag per row, true for
+        the tombstone a layout move leaves at a row's old place (core/cdc/binlog/routes.moved_rows):
+        a copy's bookkeeping, not a row change, so it is left out. A kept delete becomes an absence
+        (``_deleted`` 1); ``_deleted_at_source`` and other columns the history lacks are dropped."""
+        names = self.data_columns()
+        missing = [c for c in names if c not in rows.column_names]
+        if missing:
+            raise ValueError(f"history of {self.database}.{self.table}: the rows lack the copy's column(s) {missing}")
+        if moved is not None:
+            moved = moved.cast(pa.bool_()) if isinstance(moved, (pa.Array, pa.ChunkedArray)) else \
+                pa.array([bool(m) for m in moved], pa.bool_())
+            if len(moved) != rows.num_rows:
+                raise ValueError(f"history of {self.database}.{self.table}: {len(moved)} moved flags for "
+                                 f"{rows.num_rows} rows")
+        table = pa.Table.from_arrays([rows[c] for c in names] + self._stamp_arrays(stamp, rows),
+                                     names=names + self.stamps())
+        return table if moved is None else table.filter(pc.invert(moved))
+
+    def insert(self, ch, rows: pa.Table) -> None:
+        """One INSERT of :meth:`arrow`'s rows (``_row_hash`` from its DEFAULT)."""
+        if rows.num_rows:
+            ch.insert_arrow(self.qualified, rows, settings=WEIGHT_SETTINGS if self.weight else None)
+
+    def insert_select_sql(self, select: str, stamp: Stamp) -> tuple[str, dict]:
+        """:meth:`insert_select`'s statement and its stamps' parameters (``history_*``)."""
+        if stamp.per_row():
+            raise ValueError(f"history of {self.database}.{self.table}: INSERT … SELECT takes one stamp for the "
+                             "write; give per-row stamps to arrow()")
+        names = self.data_columns()
+        deleted = ("{history_deleted:UInt8}" if stamp.deleted is not None else
+                   f"toUInt8({ch_ident(DELETED_COLUMN)} != 0" + (
+                       f" OR toUInt32({ch_ident(DELETED_AT_SOURCE)}) > 0)" if self.schema.content.keep_deletes
+                       else ")"))
+        values = {VERSION_COLUMN: "{history_version:UInt64}" if stamp.version is not None else ch_ident(VERSION_COLUMN),
+                  DELETED_COLUMN: deleted, EVENT: "{history_event:String}", VIA: "{history_via:String}",
+                  COMMIT_TIME: "fromUnixTimestamp64Micro({history_commit_time:Int64}, 'UTC')",
+                  SERVER: "{history_server:String}", SOURCE: "{history_source:String}",
+                  GTID_DOMAIN: "{history_gtid_domain:String}", GTID_SEQ: "{history_gtid_seq:UInt64}"}
+        params = {"history_event": stamp.event, "history_via": stamp.via,
+                  "history_commit_time": _micros(stamp.commit_time), "history_server": stamp.server,
+                  "history_source": stamp.source, "history_gtid_domain": stamp.gtid_domain,
+                  "history_gtid_seq": int(stamp.gtid_seq),
+                  **({"history_version": int(stamp.version)} if stamp.version is not None else {}),
+                  **({"history_deleted": int(stamp.deleted)} if stamp.deleted is not None else {})}
+        columns = ", ".join(ch_ident(c) for c in (*names, *self.stamps()))
+        selected = ", ".join([ch_ident(c) for c in names] + [values[c] for c in self.stamps()])
+        return (f"INSERT INTO {self.qualified} ({columns}) SELECT {selected} FROM ({select}) AS _rows",
+                params if SOURCE in self.stamps() else {k: v for k, v in params.items() if k != "history_source"})
+
+    def copy_rows_sql(self, where: str = "1") -> str:
+        """The copy's rows passing ``where`` (FINAL: each place's newest), every column a history
+        row takes from them named (the split weight is MATERIALIZED: ``*`` would leave it out)."""
+        names = [*self.data_columns(), VERSION_COLUMN, DELETED_COLUMN,
+                 *([DELETED_AT_SOURCE] if self.schema.content.keep_deletes else [])]
+        return (f"SELECT {', '.join(ch_ident(c) for c in names)} FROM {ch_table(self.database, self.table)} FINAL "
+                f"WHERE {where}")
+
+    def insert_select(self, ch, select: str, stamp: Stamp, params: dict | None = None) -> None:
+        """INSERT INTO the history the rows of ``select`` — a SELECT of copy-shaped columns (the copy,
+        its working table, a scratch table of its columns; its own values bound as ``{name:Type}``
+        in ``params``) — with the write's ``stamp``, one value of each, bound (the names
+        ``history_*`` are the stamps'). Version and absence are each row's own unless the stamp
+        gives them (as :meth:`arrow`: a kept delete is an absence)."""
+        sql, stamps = self.insert_select_sql(select, stamp)
+        clash = sorted(set(params or {}) & set(stamps))
+        if clash:
+            raise ValueError(f"history of {self.database}.{self.table}: parameter(s) {clash} are the stamps' own")
+        settings = WEIGHT_SETTINGS if self.weight else None
+        ch.command(sql, parameters={**(params or {}), **stamps}, settings=settings)
 
     # --- schema changes --------------------------------------------------------------------------
 

@@ -24,6 +24,14 @@ KEPT_FROM = MOVED + 1
 FILTER_DECISIONS = 65536  # a route remembers at most this many of its filter's decisions
 
 
+def moved_rows(deleted: list) -> list[bool]:
+    """Which of a table's row changes (their deleted flags, as :meth:`TableRoute.arrow` takes them)
+    are the tombstone a layout move leaves at a row's old place: a copy's bookkeeping, not a row
+    change, so its history leaves them out (core/clickhouse/history.HistoryTable.arrow). A kept
+    delete's flag (its commit time, >= KEPT_FROM) is a delete, not a move."""
+    return [d == MOVED for d in deleted]
+
+
 def _no_place(row: tuple) -> tuple:
     """A multiset's rows have no place (a module function: routes go to reader processes pickled)."""
     return ()
