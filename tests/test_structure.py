@@ -11,7 +11,12 @@
   ``importlib.import_module("…")`` count too);
 * no module takes a private name (``_name``) from another module of the package;
 * the parts of a pipeline run that are handed the run (DDL, verification, cascades) use only their
-  view of it (spark/cdc_run.py).
+  view of it (spark/cdc_run.py);
+* every function that writes rows into a table (``insert_arrow(``, ``ArrowInserts(``, ``INSERT INTO``,
+  ``REPLACE``/``DROP``/``ATTACH PARTITION``, ``EXCHANGE TABLES``, ``RENAME TABLE``, ``ALTER TABLE …
+  UPDATE|DELETE``, ``DELETE FROM``) is listed in :data:`WRITERS`, each as a writer to a copy that
+  owes its history an event (issue 61: docs/design/history-tables.md §1, its row there), one that
+  writes it, or not a writer to a copy (and why): a writer added later without being listed fails.
 
 Each test names every offender at once. None is allowed: the last known ones were fixed by
 issue 49, so a new one is fixed where it appears rather than listed.
@@ -20,6 +25,7 @@ issue 49, so a new one is fixed where it appears rather than listed.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = "airflow_sync_provider"
@@ -33,6 +39,64 @@ CDC_READERS = {"airflow_sync_provider.core.overview", "airflow_sync_provider.cor
 # the modules handed a pipeline run, and the view of it each may use (spark/cdc_run.py)
 RUN_VIEWS = {"spark/cdc_ddl.py": "DdlRun", "spark/cdc_verify.py": "VerifiedRun",
              "spark/cdc_cascades.py": "CascadingRun"}
+
+# Every function of the package that writes rows into a table, by the statements it writes (what
+# _row_writers finds), and what it is to a copy's history (issue 61; docs/design/history-tables.md:
+# §1's table, "#n" its rows, and §3's structure test). OWES: it writes a copy and its history does
+# not hear of it yet (nothing writes history yet: every job refuses it, core/content/shaping.py);
+# WRITES: it writes the history too (a slice moves an entry here when its path writes history);
+# NOT_A_COPY: it writes the ledger, MySQL, a working, staging, scratch or change-set table, or the
+# history itself. A new writer is listed here in the same commit, its history decided.
+OWES, WRITES, NOT_A_COPY = "owes history", "writes history", "not a copy"
+WRITERS = {
+    # CDC (§1 #1-#6, #8, #9, #11, #15, #18)
+    "spark/cdc_stream.py:_write_lane": (OWES, ("insert_arrow",), "#1, #3: binlog row changes, in-memory XA commits"),
+    "core/cdc/staging.py:XaStaging.commit": (OWES, ("INSERT INTO",), "#2: a staged XA commit"),
+    "spark/cdc_cascades.py:Cascading._write": (OWES, ("insert_arrow",), "#4: a foreign-key cascade"),
+    "core/clickhouse/repairs.py:tombstone_older": (OWES, ("INSERT INTO",),
+                                                   "#5 TRUNCATE, #9 snapshot deletes, #15 a slice repair's deletes"),
+    "core/clickhouse/multisets.py:empty": (OWES, ("INSERT INTO",), "#5: TRUNCATE of a keyless copy"),
+    "spark/cdc_ddl.py:follow_alter": (OWES, ("ALTER TABLE … UPDATE",), "#6: a merged copy's schema change"),
+    "spark/cdc_bootstrap.py:BootstrapCopy.inserts": (OWES, ("ArrowInserts",),
+                                                     "#8: a bootstrap's or re-copy's snapshot"),
+    "spark/cdc_bootstrap.py:_drop_older": (OWES, ("DELETE FROM",), "#9: snapshot deletes of keys the source lost"),
+    "core/clickhouse/multisets.py:drop_before": (OWES, ("DELETE FROM",), "#11: none for rows (the snapshot is the "
+                                                                         "new baseline)"),
+    "spark/cdc_slices.py:repair": (OWES, ("ArrowInserts",), "#15: the rolling verification's slice repair"),
+    "spark/cdc_group.py:_sources_removed": (OWES, ("DELETE FROM",), "#18: a source left the group"),
+    # loads, repairs, diffs (§1 #10, #12-#14, #16, #17)
+    "core/clickhouse/publishing.py:_swap_in": (OWES, ("EXCHANGE TABLES", "RENAME TABLE"),
+                                               "#10 a re-copy swapped in (a rekey rebases the history), #13 a load"),
+    "spark/full_load.py:FullLoadCopy.inserts": (OWES, ("ArrowInserts",), "#12: a load's working table, its "
+                                                                          "history owed when #13 publishes it"),
+    "spark/full_load.py:FullLoadCopy.clear": (OWES, ("DELETE FROM",), "#12: a load's working table (published by #13)"),
+    "core/clickhouse/publishing.py:copy_parts": (OWES, ("INSERT INTO",), "#13 a load's shadow copy, #14 a repair"),
+    "core/clickhouse/publishing.py:publish_partitions": (OWES, ("DROP PARTITION", "REPLACE PARTITION"),
+                                                         "#13: a load by partitions"),
+    "core/clickhouse/publishing.py:mark_kept": (OWES, ("INSERT INTO",), "#13, #14: kept deletes of vanished keys"),
+    "core/clickhouse/repairs.py:publish_repair": (OWES, ("DELETE FROM",), "#14: a repair of a full load's shards"),
+    "core/clickhouse/multisets.py:Beside.write_differences": (OWES, ("INSERT INTO",),
+                                                              "#16: a keyless copy's repair or diff"),
+    "spark/diff_multiset.py:run_multiset_diff": (OWES, ("INSERT INTO",), "#16: a keyless diff (its change set)"),
+    "spark/diff_shard.py:_write": (OWES, ("insert_arrow",), "#17: a diff's changes applied (and its change set)"),
+    # not copies
+    "core/clickhouse/history.py:HistoryTable.insert": (NOT_A_COPY, ("insert_arrow",), "the history itself"),
+    "core/clickhouse/history.py:HistoryTable.insert_select_sql": (NOT_A_COPY, ("INSERT INTO",), "the history itself"),
+    "core/clickhouse/inserts.py:ArrowInserts._put": (NOT_A_COPY, ("INSERT INTO",),
+                                                     "the streamed insert itself: who makes one is listed"),
+    "core/clickhouse/multisets.py:Beside.fill": (NOT_A_COPY, ("ArrowInserts",), "a scratch table beside the copy"),
+    "core/clickhouse/ddl.py:drop_shard": (NOT_A_COPY, ("DROP PARTITION",), "a load's working table"),
+    "spark/diff.py:_prepare_changes": (NOT_A_COPY, ("DROP PARTITION", "EXCHANGE TABLES", "INSERT INTO"),
+                                       "the diff's change-set table"),
+    "core/cdc/checkpoints.py:Checkpoints.ensure": (NOT_A_COPY, ("INSERT INTO",), "the ledger"),
+    "core/cdc/checkpoints.py:Checkpoints.forget_tables": (NOT_A_COPY, ("DELETE FROM",), "the ledger"),
+    "core/cdc/servers.py:ServerEpochs._claim": (NOT_A_COPY, ("INSERT INTO",), "the ledger"),
+    "core/cdc/ddl.py:probe_column": (NOT_A_COPY, ("INSERT INTO",), "MySQL: a temporary table"),
+    "core/positions.py:snapshot_position": (NOT_A_COPY, ("INSERT INTO",), "MySQL: the snapshot's fence"),
+}
+_STATEMENTS = re.compile(r"\b(INSERT\s+INTO|REPLACE\s+PARTITION|DROP\s+PARTITION|ATTACH\s+PARTITION|EXCHANGE\s+TABLES|"
+                         r"RENAME\s+TABLE|DELETE\s+FROM|ALTER\s+TABLE\b[^;]*?\b(?:UPDATE|DELETE)\b)", re.IGNORECASE)
+_WRITER_CALLS = ("insert_arrow", "ArrowInserts")
 
 
 def _modules() -> dict[str, Path]:
@@ -249,6 +313,71 @@ def _run_uses_outside_views() -> set[str]:
     return found
 
 
+def _text(node) -> str | None:
+    """A string expression's text (an f-string's values as ``{}``, ``+`` of strings joined), or None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else " {} " for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _text(node.left), _text(node.right)
+        if left is not None or right is not None:
+            return (left or " {} ") + (right or " {} ")
+    return None
+
+
+def _statement(match: re.Match) -> str:
+    words = match.group(1).split()
+    return f"ALTER TABLE … {words[-1].upper()}" if words[0].upper() == "ALTER" else " ".join(words[:2]).upper()
+
+
+def _row_writers() -> dict[str, tuple[str, ...]]:
+    """``file:function`` (methods as ``Class.method``; ``<module>`` at the top) → the row-writing
+    statements (:data:`_STATEMENTS`, in its strings, docstrings aside) and calls (:data:`_WRITER_CALLS`)
+    it holds, sorted, for every function of the package holding one (a nested function is its own)."""
+    found: dict[str, set] = {}
+
+    def visit(node, name: str, path: Path) -> None:  # the module, a class or a function
+        body = getattr(node, "body", [])
+        doc = body[0].value if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            else None
+        for child in ast.iter_child_nodes(node):
+            scan(child, name, path, doc)
+
+    def scan(node, name: str, path: Path, doc) -> None:
+        if node is doc:
+            return
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            visit(node, f"{name}.{node.name}" if name else node.name, path)
+            return
+        where = f"{_relative(path)}:{name or '<module>'}"
+        text = _text(node)
+        if text is not None:
+            for match in _STATEMENTS.finditer(text):
+                found.setdefault(where, set()).add(_statement(match))
+            return
+        if isinstance(node, ast.Call):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if called in _WRITER_CALLS:
+                found.setdefault(where, set()).add(called)
+        for child in ast.iter_child_nodes(node):
+            scan(child, name, path, doc)
+
+    for path in MODULES.values():
+        visit(_tree(path), "", path)
+    return {where: tuple(sorted(kinds)) for where, kinds in found.items()}
+
+
+def _unlisted_writers() -> list[str]:
+    """Row writers not in :data:`WRITERS` as they are (new ones, or new statements in a listed one),
+    and entries that no longer write (a writer moved or gone: the list says where each one is)."""
+    found = _row_writers()
+    listed = {where: tuple(sorted(kinds)) for where, (_, kinds, _) in WRITERS.items()}
+    return sorted([f"{where}: writes {kinds}, listed as {listed.get(where, 'nothing')}"
+                   for where, kinds in found.items() if listed.get(where) != kinds]
+                  + [f"{where}: listed, writes nothing" for where in listed if where not in found])
+
+
 def test_the_parts_of_a_pipeline_run_use_only_their_view_of_it():
     """The DDL follower, the verifier and the cascades are handed the whole run but typed by a
     narrow view (spark/cdc_run.py): what they reach for outside it is named here."""
@@ -309,6 +438,31 @@ def test_no_module_takes_a_private_name_from_another():
         sorted(found))
 
 
+def test_every_writer_of_rows_is_listed_with_what_it_owes_a_copys_history():
+    """Plan §3's structure test: a new writer (or a new statement in a listed one) fails here until
+    it is listed, its history decided; today every writer to a copy owes its history."""
+    assert _unlisted_writers() == []
+    assert {status for status, _, _ in WRITERS.values()} <= {OWES, WRITES, NOT_A_COPY}
+    assert all(note for _, _, note in WRITERS.values())
+    # the plan's §1 rows that write rows, each with its writer (#7 is schema only)
+    rows = {int(n) for status, _, note in WRITERS.values() if status != NOT_A_COPY
+            for n in re.findall(r"#(\d+)", note)}
+    assert rows == set(range(1, 19)) - {7}
+    # a writer that writes a history calls it (none yet: no job writes one)
+    calls_history = {where for where in WRITERS if "history" in _source_of(where)}
+    assert {w for w, (status, _, _) in WRITERS.items() if status == WRITES} <= calls_history
+
+
+def _source_of(where: str) -> str:
+    """The source of ``file:Class.function``."""
+    file, name = where.split(":")
+    node = _tree(ROOT / file)
+    for part in name.split("."):
+        node = next(c for c in ast.iter_child_nodes(node)
+                    if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and c.name == part)
+    return ast.unparse(node)
+
+
 def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
     """Mutation check: a planted long signature, circle and private import are each reported."""
     fake = tmp_path / PACKAGE
@@ -340,3 +494,18 @@ def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
     assert _circles() == [["airflow_sync_provider.spark.a", "airflow_sync_provider.spark.b"]]
     assert _private_imports() == {"airflow_sync_provider.spark.a -> airflow_sync_provider.spark.b._hidden"}
     assert _run_uses_outside_views() == {"spark/v.py: run.ch (not in V)", "spark/v.py: run.state (not in V)"}
+    (fake / "spark" / "w.py").write_text(
+        'class Copy:\n    def put(self, ch, t):\n        """INSERT INTO nothing: a docstring."""\n'
+        '        ch.insert_arrow(t, None)\n'
+        '        ch.command(f"ALTER TABLE {t} " + "DELETE WHERE 1")\n'
+        'def scratch(ch):\n    # INSERT INTO a comment\n    return ArrowInserts(ch)\n'
+        'def plain(ch):\n    return "ALTER TABLE t ADD COLUMN c Int8"\n'
+        'def outer(ch):\n    if ch:\n        def inner():\n            return "DELETE FROM t"\n')
+    monkeypatch.setitem(globals(), "MODULES", _modules())
+    assert _row_writers() == {"spark/w.py:Copy.put": ("ALTER TABLE … DELETE", "insert_arrow"),
+                              "spark/w.py:scratch": ("ArrowInserts",), "spark/w.py:outer.inner": ("DELETE FROM",)}
+    monkeypatch.setitem(globals(), "WRITERS", {"spark/w.py:scratch": (OWES, ("ArrowInserts",), "#8"),
+                                               "spark/w.py:gone": (OWES, ("DELETE FROM",), "#9")})
+    assert _unlisted_writers() == ["spark/w.py:Copy.put: writes ('ALTER TABLE … DELETE', 'insert_arrow'), listed as "
+                                   "nothing", "spark/w.py:gone: listed, writes nothing",
+                                   "spark/w.py:outer.inner: writes ('DELETE FROM',), listed as nothing"]
