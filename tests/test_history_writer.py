@@ -150,6 +150,24 @@ def test_arrow_refuses_what_it_cannot_stamp_naming_the_table():
         history.insert_select_sql("SELECT 1", Stamp(event=["insert"], via="binlog", commit_time=T0))
 
 
+def test_arrow_stamps_per_row_or_once_and_takes_arrow_times_of_any_unit():
+    history = HistoryTable(schema(history=True), DB, "stamped")
+    table = pa.table({"id": pa.array([1, 2], pa.int32()), "status": ["a", None], "note": [None, "n"],
+                      "_version": pa.array([7, 9], pa.uint64()), "_deleted": pa.array([0, 1], pa.uint8())})
+    seconds = pa.array([T0, T0 + timedelta(seconds=1)], pa.timestamp("s", tz="UTC"))
+    made = history.arrow(table, Stamp(event=["insert", "delete"], via="xa", commit_time=seconds, server="s",
+                                      gtid_domain="0", gtid_seq=pa.array([3, 4], pa.int64())))
+    assert made.column_names == ["id", "status", "note", "_version", "_deleted", "_event", "_via", "_commit_time",
+                                 "_server", "_source", "_gtid_domain", "_gtid_seq"]
+    assert made["_commit_time"].to_pylist() == [T0, T0 + timedelta(seconds=1)]
+    assert made["_event"].to_pylist() == ["insert", "delete"] and made["_via"].to_pylist() == ["xa", "xa"]
+    assert made["_gtid_seq"].to_pylist() == [3, 4] and made["_deleted"].to_pylist() == [0, 1]
+    micros = int(T0.timestamp()) * 1_000_000 + 5
+    once = history.arrow(table, Stamp(event="repair", via="verify", commit_time=micros, version=11, deleted=1))
+    assert once["_commit_time"].to_pylist() == [T0 + timedelta(microseconds=5)] * 2
+    assert once["_version"].to_pylist() == [11, 11] and once["_deleted"].to_pylist() == [1, 1]
+
+
 # --- insert_select: from the copy or a table of its columns --------------------------------------
 
 def test_insert_select_from_the_copy_replays_collapse_and_match_the_arrow_writers_rows(ch):

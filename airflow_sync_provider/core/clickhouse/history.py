@@ -372,11 +372,13 @@ class HistoryTable:
             return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
         time = pa.timestamp("us", tz="UTC")
-        times = (stamp.commit_time.cast(pa.int64()) if isinstance(stamp.commit_time, (pa.Array, pa.ChunkedArray))
-                 else column(stamp.commit_time, pa.int64(), _micros))
+        times = stamp.commit_time
+        if isinstance(times, (pa.Array, pa.ChunkedArray)):  # Arrow times of any unit, as microseconds
+            times = times.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        times = column(times, pa.int64(), None if isinstance(times, (pa.Array, pa.ChunkedArray)) else _micros)
         values = {VERSION_COLUMN: self._row_versions(stamp, rows), DELETED_COLUMN: self._row_deleted(stamp, rows),
                   EVENT: column(stamp.event, pa.string()), VIA: column(stamp.via, pa.string()),
-                  COMMIT_TIME: column(times, pa.int64()).cast(time), SERVER: column(stamp.server, pa.string()),
+                  COMMIT_TIME: times.cast(time), SERVER: column(stamp.server, pa.string()),
                   SOURCE: column(stamp.source, pa.string()), GTID_DOMAIN: column(stamp.gtid_domain, pa.string()),
                   GTID_SEQ: column(stamp.gtid_seq, pa.uint64())}
         return [values[name] for name in self.stamps()]
