@@ -271,13 +271,14 @@ def test_a_small_batch_is_one_insert_per_target_and_a_large_one_keeps_its_lanes(
         return sorted((t, r["id"]) for lane in payloads for _, t, _, data in lane
                       for r in pa.ipc.open_stream(data).read_all().to_pylist())
 
-    small = _lane_payloads(_batch_of(7, lanes), routes, 2, Weigher(None))
-    assert [len(lane) for lane in small] == [2, 0]  # one lane; one insert per target table
+    small, history = _lane_payloads(_batch_of(7, lanes), routes, 2, Weigher(None))
+    assert [len(lane) for lane in small] == [2, 0, 0] and history == {}  # one lane; one insert per target table
+    # (the last lane: history rows, none here: no copy keeps a history)
     counts = {t: dict(c) for _, t, c, _ in small[0]}
     assert counts == {"merged": {"shop.o0": 3, "shop.o1": 3}, "other": {"shop.other": 1}}
-    large = _lane_payloads(_batch_of(ONE_LANE_EVENTS + 1, lanes), routes, 2, Weigher(None))
-    assert [sorted(t for _, t, _, _ in lane) for lane in large] == [["merged"], ["merged", "other"]]
-    staged = _lane_payloads(_batch_of(7, lanes), routes, 2, Weigher(None), combine=False)
+    large = _lane_payloads(_batch_of(ONE_LANE_EVENTS + 1, lanes), routes, 2, Weigher(None))[0]
+    assert [sorted(t for _, t, _, _ in lane) for lane in large] == [["merged"], ["merged", "other"], []]
+    staged = _lane_payloads(_batch_of(7, lanes), routes, 2, Weigher(None), combine=False)[0]
     assert sorted(c[0][0] for lane in staged for _, _, c, _ in lane) == sorted(
         ["shop.o0", "shop.o0", "shop.o1", "shop.o1", "shop.other"])
     expected = sorted([("merged", i) for i in (1, 2, 3, 1, 4, 5)] + [("other", 9)])

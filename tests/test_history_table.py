@@ -152,14 +152,18 @@ def test_a_bad_history_option_is_refused_by_name(value, match):
         Content.of(value)
 
 
+REFUSED = r"history tables are written only by the CDC stream so far \(issue 61\)"
+
+
 def test_every_job_refuses_a_table_asking_for_a_history_naming_it():
     """TableSchema.shaped — the one place every job reads the table it copies, compares or
     follows through — refuses it, so no job makes an empty history."""
     plain = TableSchema("shop", "orders", COLUMNS, ("id",))
     for content in ({"history": True}, {"history": {"retention_days": 3}, "row_filter": "id > 1"}):
-        with pytest.raises(ContentError, match=r"^table shop\.orders: history tables are not built yet \(issue 61\)"):
+        with pytest.raises(ContentError, match=r"^table shop\.orders: " + REFUSED):
             plain.shaped(content)
     assert plain.shaped({"row_filter": "id > 1"}).content.row_filter == "id > 1"  # the others still shape
+    assert plain.shaped({"history": True}, writer="cdc").content.history  # the CDC stream writes one
     merged = TableSet(content={"history": True}, tables=["shop.orders"])
     from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
     from airflow_sync_provider.core.source.group import Source
@@ -179,9 +183,9 @@ def test_a_job_reading_its_table_refuses_the_history_before_writing(mysql_conn):
         cur.execute("CREATE TABLE hist_src.orders (id INT PRIMARY KEY, status VARCHAR(16))")
     table = {"source_database": "hist_src", "source_table": "orders"}
     assert [c.name for c in copied_schema(mysql_conn, {**table, "content": {}}).columns] == ["id", "status"]
-    with pytest.raises(ContentError, match=r"^table hist_src\.orders: history tables are not built yet \(issue 61\)"):
+    with pytest.raises(ContentError, match=r"^table hist_src\.orders: " + REFUSED):
         copied_schema(mysql_conn, {**table, "content": {"history": True}})
-    with pytest.raises(ContentError, match="history tables are not built yet"):
+    with pytest.raises(ContentError, match="history tables are written only by the CDC stream so far"):
         copied_schema(mysql_conn, {**table, "tableset": {"content": {"history": {"retention_days": 1}}}})
 
 
@@ -203,7 +207,8 @@ def test_a_load_asked_for_a_history_fails_naming_the_table_and_makes_no_copy(mys
                            "--table", "loaded", "--target-database", "hist_copy", "--load-key", "hist-refused",
                            "--history"], env=env, cwd=root, capture_output=True, text=True, timeout=600)
     output = load.stdout + load.stderr
-    assert load.returncode != 0 and "table hist_src.loaded: history tables are not built yet (issue 61)" in output, \
+    refused = "table hist_src.loaded: history tables are written only by the CDC stream"
+    assert load.returncode != 0 and refused in output, \
         output[-3000:]
     assert count(ch, "SELECT count() FROM system.tables WHERE database = 'hist_copy'") == 0
 

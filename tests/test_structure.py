@@ -43,14 +43,17 @@ RUN_VIEWS = {"spark/cdc_ddl.py": "DdlRun", "spark/cdc_verify.py": "VerifiedRun",
 # Every function of the package that writes rows into a table, by the statements it writes (what
 # _row_writers finds), and what it is to a copy's history (issue 61; docs/design/history-tables.md:
 # §1's table, "#n" its rows, and §3's structure test). OWES: it writes a copy and its history does
-# not hear of it yet (nothing writes history yet: every job refuses it, core/content/shaping.py);
+# not hear of it yet (a job asked for one refuses it, core/content/shaping.refuse_history, and a
+# pipeline stops before such a write into a copy that keeps one: core/clickhouse/history.refuse_unwritten);
 # WRITES: it writes the history too (a slice moves an entry here when its path writes history);
 # NOT_A_COPY: it writes the ledger, MySQL, a working, staging, scratch or change-set table, or the
 # history itself. A new writer is listed here in the same commit, its history decided.
 OWES, WRITES, NOT_A_COPY = "owes history", "writes history", "not a copy"
 WRITERS = {
     # CDC (§1 #1-#6, #8, #9, #11, #15, #18)
-    "spark/cdc_stream.py:_write_lane": (OWES, ("insert_arrow",), "#1, #3: binlog row changes, in-memory XA commits"),
+    # the copies' lanes and the history lane beside them (spark/cdc_history.py); #3's XA commits, which
+    # reach it too, are refused for a copy with a history (core/cdc/binlog/reader._no_history) until slice 3
+    "spark/cdc_stream.py:_write_lane": (WRITES, ("insert_arrow",), "#1, #3: binlog row changes, in-memory XA commits"),
     "core/cdc/staging.py:XaStaging.commit": (OWES, ("INSERT INTO",), "#2: a staged XA commit"),
     "spark/cdc_cascades.py:Cascading._write": (OWES, ("insert_arrow",), "#4: a foreign-key cascade"),
     "core/clickhouse/repairs.py:tombstone_older": (OWES, ("INSERT INTO",),
@@ -440,7 +443,7 @@ def test_no_module_takes_a_private_name_from_another():
 
 def test_every_writer_of_rows_is_listed_with_what_it_owes_a_copys_history():
     """Plan §3's structure test: a new writer (or a new statement in a listed one) fails here until
-    it is listed, its history decided; today every writer to a copy owes its history."""
+    it is listed, its history decided; slice 2: the CDC lanes write it, every other writer to a copy owes it."""
     assert _unlisted_writers() == []
     assert {status for status, _, _ in WRITERS.values()} <= {OWES, WRITES, NOT_A_COPY}
     assert all(note for _, _, note in WRITERS.values())
@@ -448,7 +451,7 @@ def test_every_writer_of_rows_is_listed_with_what_it_owes_a_copys_history():
     rows = {int(n) for status, _, note in WRITERS.values() if status != NOT_A_COPY
             for n in re.findall(r"#(\d+)", note)}
     assert rows == set(range(1, 19)) - {7}
-    # a writer that writes a history calls it (none yet: no job writes one)
+    # a writer that writes a history calls it (slice 2: the CDC stream's lanes)
     calls_history = {where for where in WRITERS if "history" in _source_of(where)}
     assert {w for w, (status, _, _) in WRITERS.items() if status == WRITES} <= calls_history
 

@@ -575,15 +575,16 @@ def bootstrap_load_key(pipeline: str, table: dict) -> str:
     return f"cdc:{pipeline}:{table['source_database']}.{table['source_table']}"
 
 
-def copied_schema(conn, spec: dict, salt: bytes = b"") -> TableSchema:
+def copied_schema(conn, spec: dict, salt: bytes = b"", writer: str = "") -> TableSchema:
     """The source table as a load copies it (its ``columns`` / ``exclude_columns``, shaped by its
     content settings with ``salt``: core/content/); ``spec`` is a full load's spec as a dict (the
     ledger keeps it in that form), or a pipeline table's entry — of a merged copy's member, seen
-    through its ``view`` (core/source/group.refresh_view)."""
+    through its ``view`` (core/source/group.refresh_view). ``writer``: the path asking, when it
+    writes a history (core/content/shaping.refuse_history)."""
     schema = read_table_schema(conn, spec["source_database"], spec["source_table"])
     schema = schema.select(spec.get("columns"), spec.get("exclude_columns") or ())
     content = spec["content"] if "content" in spec else TableSet.of(spec.get("tableset")).content_of()
-    schema = schema.shaped(content, salt)
+    schema = schema.shaped(content, salt, writer)
     if "view" in spec:  # a pipeline table of a merged copy (PipelineTable.copy_spec)
         view = spec["view"]
         schema = refresh_view(TableSchema(schema.database, schema.table, tuple(MySQLColumn(**c) for c in view["shape"]),

@@ -51,6 +51,7 @@ from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.group import member_filter
 from airflow_sync_provider.spark import cdc_ddl, cdc_verify
 from airflow_sync_provider.spark.cdc_cascades import Cascading
+from airflow_sync_provider.spark.cdc_history import RunHistory
 from airflow_sync_provider.spark.cdc_run import Applying, Stream, Totals
 from airflow_sync_provider.spark.cdc_start import JOIN_POLL_SECONDS, RunStart
 from airflow_sync_provider.spark.cdc_stream import (
@@ -97,6 +98,7 @@ class PipelineRun(RunStart):
         self.writing = threading.RLock()  # a DDL is followed, a copy swapped, while no verification looks
         self.verifier = cdc_verify.Verifier(self)
         self.cascading = Cascading(self)  # what foreign keys change without binlog events
+        self.history = RunHistory(self)  # the copies' histories: what the stream wrote there, what it may not
         self.stream_ended = False
         self._polled = time.monotonic()
         self._registrations: list | None = None
@@ -219,6 +221,7 @@ class PipelineRun(RunStart):
         if stream.cascades_only:  # a replay of cascades moves nothing but itself
             stream.position = end
             return
+        self.history.applied(stream, end, batch)  # recorded before the checkpoint passes it
         if stream.joining is not None:
             stream.joining.since = end
             self.checkpoints.write_registration(self.spec.pipeline, stream.joining)
@@ -332,6 +335,7 @@ class PipelineRun(RunStart):
         versions; its changes are claimed — checkpoint, counters, totals — only with the batch
         of its commit (:meth:`_claim`), so nothing half-applied is acknowledged. Meanwhile the
         state says how far the transaction got (``applying``), the checkpoint unchanged."""
+        self.history.piece(batch)
         open_ = stream.applying = stream.applying or Applying(batch.end, time.time())
         open_.through, open_.pieces = batch.through, open_.pieces + 1
         open_.changes += batch.events
@@ -387,6 +391,7 @@ class PipelineRun(RunStart):
             route = stream.routes.get(source)
             if route is None:  # the table left the pipeline since
                 continue
+            self.history.refuse(route, "an XA transaction's commit from staging")
             written = self.staging.commit(began, route, low, end["version"])
             per_table.setdefault(source, [0, 0, 0])[1] += written
             self.totals.rows_written += written
@@ -408,6 +413,7 @@ class PipelineRun(RunStart):
         text, schema, after, committed = batch.ddl
         self.checkpoints.fence()  # the ALTERs and a re-copy write the copy: only under the lease
         statement = ddl.parse(text, schema)
+        self.history.refuse_ddl(stream.routes, statement, text)
         with self.writing:
             changed, recopied = cdc_ddl.follow(self, stream.routes, stream.tables, statement, after,
                                                text, int(committed))

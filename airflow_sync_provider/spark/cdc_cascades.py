@@ -37,6 +37,7 @@ from airflow_sync_provider.core.cdc.foreign_keys import (
 )
 from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
 from airflow_sync_provider.core.clickhouse.described import column_types
+from airflow_sync_provider.core.clickhouse.history import refuse_unwritten
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
@@ -334,6 +335,7 @@ class Cascading:
                 continue
             arrow = copies.arrow(table, *map(list, zip(*rows)))
             settings = WEIGHT_SETTINGS if route.weight is not None else None
+            refuse_unwritten(route.history, table, "a foreign-key cascade from its parent", "slice 3", BinlogError)
             self.run.checkpoints.fence()  # the copies are written only under the lease
             # a reshape's old copy last: it is the one read (CopiesInClickHouse.reads_from)
             for database, name in dict.fromkeys([(route.target_database, route.target_table),

@@ -41,6 +41,7 @@ from airflow_sync_provider.core.clickhouse.described import (
     table_facts,
     working_marker,
 )
+from airflow_sync_provider.core.clickhouse.history import HistoryTable, refuse_unwritten
 from airflow_sync_provider.core.clickhouse.publishing import publish_working
 from airflow_sync_provider.core.crash_points import crash_point
 from airflow_sync_provider.core.jobspec import CdcBootstrapSpec, bootstrap_load_key, copied_schema
@@ -79,14 +80,14 @@ def route_for(conn, ch, table: PipelineTable, salt: bytes, facts: dict | None = 
     # what the copy holds (core/content/) is what its comment says, whoever made it (a load, a bootstrap)
     table.content = facts.content or None
     schema = table.schema()
-    if schema is None:
-        schema = copied_schema(conn, table.copy_spec(), salt)
+    if schema is None:  # the stream writes a copy's history (spark/cdc_history.py)
+        schema = copied_schema(conn, table.copy_spec(), salt, writer="cdc")
         schema = schema.select([c.name for c in schema.columns if c.name in present])
         table.remember_shape(schema)
     else:
-        schema = schema.shaped(table.content, salt)
+        schema = schema.shaped(table.content, salt, writer="cdc")
     route = TableRoute(schema, database, name, table, skip_before=table.skip_before,
-                       multiset=SIGN_COLUMN in present)
+                       multiset=SIGN_COLUMN in present, history=HistoryTable.of_facts(facts, schema, database, name))
     if route.row_filter is not None:  # what exact string comparison needs from the server (core/content/)
         route.row_filter = route.row_filter.prepare(conn)
     # the copy's key (a later key change is refused) and the columns its layout places rows by
@@ -196,6 +197,8 @@ class Recopies:
         in ``routes`` takes the new shape at once; the copy is filled in the background. A table
         that cannot stream any more (e.g. its primary key dropped) leaves instead: False."""
         name, ch = table.name, self.run.ch
+        refuse_unwritten(getattr(routes.get(name), "history", None), name, f"a re-copy ({reason[:200]})", "slice 3",
+                         BinlogError)
         self.wait(name)
         note(self.spec.pipeline, f"{'re-' if table.shape else ''}copying {name}: {reason}")
         with mysql_reader.connect(self.spec.source) as conn:

@@ -19,12 +19,13 @@ from airflow_sync_provider.core.clickhouse import multisets, repairs
 from airflow_sync_provider.core.clickhouse.client import shared_client
 from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, SIGN_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
 from airflow_sync_provider.core.clickhouse.described import column_types, copy_layout
+from airflow_sync_provider.core.clickhouse.history import refuse_unwritten
 from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts
 from airflow_sync_provider.core.clickhouse.shards import shard_predicates
 from airflow_sync_provider.core.clickhouse.ttl import Window
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
-from airflow_sync_provider.core.positions import BinlogPosition, TransientBinlogError, snapshot_position
+from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, TransientBinlogError, snapshot_position
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import (
     Plan,
@@ -131,7 +132,8 @@ class Snapshot:
 
     def _schema(self, table: PipelineTable) -> TableSchema | None:
         try:
-            return copied_schema(self.pconn, table.copy_spec(), self.spec.salt)
+            # it reads a copy with a history (its repair refuses one)
+            return copied_schema(self.pconn, table.copy_spec(), self.spec.salt, writer="cdc")
         except TableNotFound:
             return None
 
@@ -209,6 +211,8 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_
     tombstones of that version for the copy's rows the source no longer has (rows written after
     S rank above it and are left alone). Returns the rows written."""
     database, table = check.table.target_database, check.table.writes_to
+    refuse_unwritten(check.schema.content.history, check.table.name, f"the verification's repair of slice {slice_id}",
+                     "slice 4", BinlogError)
     version = snapshot.position.snapshot_version(repair=True)
     names = [m.name for m in check.schema.mappings()] + ([SPLIT_WEIGHT_COLUMN] if check.weight else [])
     if check.multiset:

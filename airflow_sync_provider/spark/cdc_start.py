@@ -78,6 +78,7 @@ class RunStart:
         with mysql_reader.connect(spec.source) as conn:
             routes = cdc_ddl.open_routes(conn, self.ch, state.tables, self.spec.salt)
             self.cascading.start(conn, routes)
+            self.history.enable(routes)  # the histories asked of this run begin at the checkpoint
             try:
                 preflight(conn, self.start, spec.source, spec.server_id + 70)  # the dump probe's own replica id
             except BinlogLost as lost:  # the binlog the checkpoint needs is gone

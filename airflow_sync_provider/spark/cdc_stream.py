@@ -43,6 +43,7 @@ from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.selection import TableSelection
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, weights_of
+from airflow_sync_provider.spark.cdc_history import HistoryRows, history_lane
 from airflow_sync_provider.spark.entry import without_pandas
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Decoded:
     # before the batch is written; ``changed``: those rows per table, shaped as the copy holds them
     cascades: list = dataclasses.field(default_factory=list)
     changed: dict = dataclasses.field(default_factory=dict)
+    history: dict = dataclasses.field(default_factory=dict)  # source → [history rows, their versions' sum]
 
     @property
     def alone(self) -> bool:
@@ -104,11 +106,14 @@ class Decoded:
         per_table = dict(self.per_table)
         for source, count in more.per_table.items():
             per_table[source] = per_table.get(source, 0) + count
+        history = {s: list(c) for s, c in self.history.items()}
+        for source, (rows, total) in more.history.items():
+            history[source] = [history.get(source, [0, 0])[0] + rows, history.get(source, [0, 0])[1] + total]
         return Decoded(self.start, more.end, self.events + more.events, per_table, more.ddl, more.done,
                        more.last_event_at or self.last_event_at, [a + b for a, b in zip(self.payloads, more.payloads)],
                        more.prepared, self.xa_commits_unseen + more.xa_commits_unseen,
                        staged_ends=self.staged_ends + more.staged_ends, cascades=self.cascades or more.cascades,
-                       changed=self.changed or more.changed)
+                       changed=self.changed or more.changed, history=history)
 
     def joins(self, more: "Decoded", children: frozenset) -> bool:
         """Can ``more`` be written with this batch? Not alone, and not with cascades to resolve
@@ -117,21 +122,21 @@ class Decoded:
         return not more.alone and (not more.cascades or not (self.cascades or children.intersection(self.per_table)))
 
 
-def _latest(route: TableRoute, rows, versions, deleted):
+def _latest(route: TableRoute, rows, deleted) -> list[int] | None:
     """Per place (the key, and the layout's columns: TableRoute.keyed) only its last change in the
-    batch (the highest version: the one FINAL keeps).
+    batch (the highest version: the one FINAL keeps): their indices, None for all of them in order
+    (a copy's history takes every change: spark/cdc_history.py).
 
     A row that moves (core/clickhouse/layout.py) leaves a tombstone of its old values at the same
     version as its new row; when the layout's expressions put both in one sorting key and
     partition after all (a date moved within its month), ReplacingMergeTree keeps the row
     inserted last of two equal versions: so the tombstones go first."""
     if route.multiset:  # every occurrence counts: nothing is replaced
-        return rows, versions, deleted
+        return None
     last = dict(zip(map(route.place_getter, rows), range(len(rows))))
     if len(last) == len(rows) and not (route.moves and any(deleted)):
-        return rows, versions, deleted
-    keep = sorted(last.values(), key=lambda i: (not deleted[i], i)) if route.moves else sorted(last.values())
-    return [rows[i] for i in keep], [versions[i] for i in keep], [deleted[i] for i in keep]
+        return None
+    return sorted(last.values(), key=lambda i: (not deleted[i], i)) if route.moves else sorted(last.values())
 
 
 # A batch of at most this many row changes is written by one insert per target table: lanes pay
@@ -146,27 +151,39 @@ PARTITIONED_BATCHES = 4
 
 
 def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, weigh: Weigher,
-                   combine: bool = True) -> list[list[tuple]]:
+                   combine: bool = True) -> tuple[list[list[tuple]], dict]:
     """Per lane (index = lane): [(target database, target table, ((source table, rows), …), Arrow
     IPC bytes)]. ``combine``: the source tables of one target table (a merged copy's members) in
     one insert per lane, a small batch in one lane (ONE_LANE_EVENTS), and a partitioned copy's rows
-    in one insert: a key is in one lane only, so nothing is lost by joining them."""
+    in one insert: a key is in one lane only, so nothing is lost by joining them. A copy that keeps
+    a history: every change made Arrow once, the copy's rows taken from it, and the history's
+    rows in one more lane (spark/cdc_history.py). Also returns the history's counts per table."""
     one_lane = combine and batch.events <= ONE_LANE_EVENTS
     tables: list[list[list]] = [[] for _ in range(lanes)]  # per lane: [target db, target table, counts, Arrow]
+    every: dict = defaultdict(list)  # route → [(Arrow of all its changes in a lane, their flags)]
     for source, per_lane in batch.lanes.items():
         route = routes[source]
-        for lane, changes in per_lane.items():
-            rows, versions, deleted = _latest(route, *changes)
-            table = route.arrow(rows, versions, deleted, f"table {source}, binlog {batch.start}…{batch.end}")
-            table = weigh(route, table)  # a table split on a collated key: its rows carry their weight
+        for lane, (rows, versions, deleted) in per_lane.items():
+            keep, where = _latest(route, rows, deleted), f"table {source}, binlog {batch.start}…{batch.end}"
+            if route.history is not None:
+                table = weigh(route, route.arrow(rows, versions, deleted, where))
+                every[route].append((table, deleted))
+                table = table if keep is None else table.take(keep)
+            else:
+                if keep is not None:
+                    rows, versions, deleted = ([c[i] for i in keep] for c in (rows, versions, deleted))
+                # a table split on a collated key: its rows carry their weight
+                table = weigh(route, route.arrow(rows, versions, deleted, where))
             # a partitioned copy (core/clickhouse/layout.py) takes a part per partition per insert: its
             # rows of a batch go in one insert, not one per lane (lanes x partitions parts)
             into = tables[0 if one_lane or (combine and route.partitioned) else lane]
             _add(into, (route.target_database, route.target_table), table, combine)[source] += table.num_rows
             if route.also is not None and combine:  # a reshape's old copy: the same rows, not counted twice
                 _add(into, route.also, table, combine)  # (a staged transaction's reach it at its commit: staging.py)
-    return [[(database, name, tuple(counts.items()), _ipc(pa.concat_tables(parts)))
-             for database, name, counts, parts in lane] for lane in tables]
+    payloads = [[(database, name, tuple(counts.items()), _ipc(pa.concat_tables(parts)))
+                 for database, name, counts, parts in lane] for lane in tables]
+    history, counts = history_lane(batch, every, _ipc) if every else ([], {})
+    return payloads + [history], counts
 
 
 def _cascade_items(batch, routes: dict[str, TableRoute], weigh: Weigher) -> tuple[list, dict]:
@@ -231,12 +248,13 @@ def _write_lane(endpoint, items: list[tuple]) -> list[tuple[str, int]]:
     """On an executor or a driver thread: one lane's tables, in order. Returns (source table, rows) per source table."""
     ch = shared_client(endpoint)
     out = []
-    for database, table, counts, data in items:
+    for item in items:
+        database, table, counts, data = item
         rows = pa.ipc.open_stream(data).read_all()
         ch.insert_arrow(table, rows, database=database,
                         settings=WEIGHT_SETTINGS if SPLIT_WEIGHT_COLUMN in rows.column_names else None)
         out.extend(counts)
-        crash_point("cdc.lane-write")
+        crash_point("cdc.history-write" if isinstance(item, HistoryRows) else "cdc.lane-write")
     return out
 
 
@@ -288,13 +306,13 @@ def _read_batches(spec: CdcApplySpec, part: ReadRange, out, halt, process: bool,
                 if part.deadline is not None and time.time() >= part.deadline and batch.through is None:
                     batch.done = True
                 with Weigher(spec.source) as weigh:  # one connection for the batch's weights, if any
+                    payloads, history = _lane_payloads(batch, part.routes, spec.lanes, weigh)
                     decoded = Decoded(batch.start, batch.end, batch.events, dict(batch.per_table), batch.ddl,
-                                      batch.done, batch.last_event_at,
-                                      _lane_payloads(batch, part.routes, spec.lanes, weigh), batch.prepared,
+                                      batch.done, batch.last_event_at, payloads, batch.prepared,
                                       batch.xa_commits_unseen, batch.through,
                                       _staging_payloads(spec, batch, part.routes, weigh),
                                       batch.staging.start if batch.staging else None, batch.staged_ends,
-                                      *_cascade_items(batch, part.routes, weigh))
+                                      *_cascade_items(batch, part.routes, weigh), history=history)
                 if not _hand_over(out, decoded, halt, process) or batch.done or batch.ddl:
                     break
         finally:
@@ -310,7 +328,7 @@ def _staging_payloads(spec: CdcApplySpec, batch, routes: dict[str, TableRoute], 
         return []
     return [[(spec.ledger_database, stage_table(spec.pipeline, batch.staging.start, counts[0][0]), counts, data)
              for _, _, counts, data in lane]
-            for lane in _lane_payloads(batch.staging, routes, spec.lanes, weigh, combine=False)]
+            for lane in _lane_payloads(batch.staging, routes, spec.lanes, weigh, combine=False)[0][:spec.lanes]]
 
 
 def reader_processes():
@@ -409,6 +427,8 @@ def cuts(spec: CdcApplySpec, part: ReadRange) -> list[BinlogPosition | MidTransa
             or size is not None and size < SPLIT_MIN_BYTES):  # fewer row-event bytes still: not worth a look
         return []
     found = split_backlog(backlog_events(spec.source, start, stop), readers, SPLIT_MIN_BYTES, start) or []
+    if any(r.history is not None for r in part.routes.values()):  # a share begun inside a transaction has
+        found = [c for c in found if isinstance(c, BinlogPosition)]  # not read its GTID event (commits.py)
     if found:
         log.info(f"pipeline {spec.pipeline!r}: {start} … {stop} read by {len(found) + 1} processes, split "
               f"at {', '.join(map(str, found))}")

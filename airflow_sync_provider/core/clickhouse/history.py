@@ -467,6 +467,18 @@ class HistoryTable:
         return (f"SELECT {', '.join(ch_ident(c) for c in names)} FROM {ch_table(self.database, self.table)} FINAL "
                 f"WHERE {where}")
 
+    def baseline_sql(self, below: str) -> str:
+        """Each key's newest row in the copy ranked below ``below`` (a bound parameter, e.g.
+        ``{enable_below:UInt64}``): the copy as of that version, what a history begun on an existing
+        copy starts from. Rows ranked above it (a killed run's writes past its checkpoint) are left
+        to the stream's replay, which writes their history. Of a moved row's tombstone and its new
+        row at one version, the row."""
+        names = [*self.data_columns(), VERSION_COLUMN, DELETED_COLUMN,
+                 *([DELETED_AT_SOURCE] if self.schema.content.keep_deletes else [])]
+        return (f"SELECT {', '.join(ch_ident(c) for c in names)} FROM {ch_table(self.database, self.table)} "
+                f"WHERE {ch_ident(VERSION_COLUMN)} < {below} ORDER BY {ch_ident(VERSION_COLUMN)} DESC, "
+                f"{ch_ident(DELETED_COLUMN)} LIMIT 1 BY {', '.join(ch_ident(k) for k in self.key)}")
+
     def insert_select(self, ch, select: str, stamp: Stamp, params: dict | None = None) -> None:
         """INSERT INTO the history the rows of ``select`` — a SELECT of copy-shaped columns (the copy,
         its working table, a scratch table of its columns; its own values bound as ``{name:Type}``
@@ -506,3 +518,21 @@ def conflicts_sql(database: str, table: str, key: tuple[str, ...]) -> str:
     columns = ", ".join(ch_ident(c) for c in (*key, VERSION_COLUMN))
     return (f"SELECT {columns}, count() AS _rows FROM {ch_table(database, history_name(table))} FINAL "
             f"GROUP BY {columns} HAVING _rows > 1 ORDER BY {columns}")
+
+
+# what is not built yet, by the writer that would leave its history behind (docs/design/history-tables.md §5)
+NOT_YET = {"slice 3": "XA transactions, foreign-key cascades, TRUNCATE, schema changes, re-copies and the bootstrap",
+           "slice 4": "loads, repairs (the pipeline's verification, reconcile's re-import) and diffs"}
+
+
+def refuse_unwritten(history, table: str, write: str, later: str, error: type = ContentError) -> None:
+    """Refuse ``write`` (what would happen, e.g. "a TRUNCATE") into the copy of ``table`` when it
+    keeps a history (``history``: its HistoryTable or settings; None/False: it keeps none) and that
+    path does not write the history yet (``later``: the slice of the plan that builds it,
+    :data:`NOT_YET`): never a change of a copy its history misses. ``error``: the job's kind of
+    stop (a pipeline's BinlogError stays stopped, every retry too)."""
+    if history:
+        raise error(f"table {table}: {write} would change its copy, which keeps a history ({table}'s "
+                    f"<table>{SUFFIX}), and that path does not write the history yet (issue 61, {later}: "
+                    f"{NOT_YET[later]}). Nothing was written; a retry stops here again. Leave the table's "
+                    "history off (a copy made without one), or wait for that part of the history")

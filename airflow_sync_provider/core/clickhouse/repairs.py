@@ -6,7 +6,8 @@ version (:func:`tombstone_older`: a TRUNCATE, a verification's repair, a bootstr
 from __future__ import annotations
 
 from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
-from airflow_sync_provider.core.clickhouse.described import check_layout, column_types
+from airflow_sync_provider.core.clickhouse.described import check_layout, column_types, copy_content
+from airflow_sync_provider.core.clickhouse.history import refuse_unwritten
 from airflow_sync_provider.core.clickhouse.publishing import Loaded, mark_kept
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.sql import ch_ident, ch_table
@@ -51,6 +52,8 @@ def publish_repair(ch, loaded: Loaded, shards: list[tuple[str, dict, int]]) -> i
     then, because the deletes only run after a complete copy.
     """
     database, table = loaded.database, loaded.table
+    refuse_unwritten(copy_content(ch, database, table).history, f"{database}.{table}", "a re-import of its shards",
+                     "slice 4")
     check_layout(ch, database, table)
     final, version_column = ch_table(database, table), ch_ident(VERSION_COLUMN)
     rows = int(ch.command(f"SELECT count() FROM {ch_table(loaded.parts_db, loaded.parts)}"))

@@ -88,15 +88,24 @@ class HistorySettings:
         return out or True
 
 
-def refuse_history(content: "Content", table: str) -> None:
-    """Slice 1 of issue 61 (docs/design/history-tables.md §5): the history option exists, but no
-    writer writes a history yet, so a job asked for one stops before it writes anything — rather
-    than make a copy whose history is empty or has holes. The one place this is decided: every job
-    reads the table it copies, compares or follows through ``TableSchema.shaped``, which calls this.
-    A slice that makes a path write history lifts it there for that path."""
-    if HistorySettings.of(content.history) is not None:
-        raise ContentError(f"table {table}: history tables are not built yet (issue 61); leave history out of "
-                           "the job's content settings (history=, --history) until a release writes them")
+# the paths that write a copy's history so far (issue 61, docs/design/history-tables.md §5): the CDC
+# stream's row changes (slice 2). Every other writer (loads, the bootstrap, re-copies, repairs,
+# diffs, XA staging, cascades, TRUNCATE and DDL) is refused for a copy with a history until its slice.
+HISTORY_WRITERS = ("cdc",)
+
+
+def refuse_history(content: "Content", table: str, writer: str = "") -> None:
+    """A job asked for a history stops before it writes anything unless ``writer`` (the path that
+    asks) writes a history: rather than a copy whose history is empty or has holes. The one place
+    this is decided: every job reads the table it copies, compares or follows through
+    ``TableSchema.shaped``, which calls this; the CDC stream's routes (and the verification, which
+    only reads) pass ``writer="cdc"``. A slice that makes a path write history adds it to
+    :data:`HISTORY_WRITERS`."""
+    if HistorySettings.of(content.history) is not None and writer not in HISTORY_WRITERS:
+        raise ContentError(f"table {table}: history tables are written only by the CDC stream so far (issue 61): "
+                           "loads, bootstraps, re-copies, repairs and diffs do not write them yet. Keep a history by "
+                           "asking the CDC applier for it (history=True on the apply job: it starts the history "
+                           "from the copy as it is), and leave history out of this job's content settings")
 
 
 @dataclass(frozen=True)
@@ -213,6 +222,21 @@ def stored(comment: str) -> tuple[Content, str]:
     data, _ = json.JSONDecoder().raw_decode(comment, at + len(_MARK))
     fingerprint = data.pop("salt", "")
     return Content.of(data), fingerprint
+
+
+def restored(comment: str, content: Content) -> str:
+    """``comment`` recording ``content`` instead of the content settings it records (its salt's
+    fingerprint kept: the copy's hashed values stay what they are), the rest of it unchanged."""
+    at = (comment or "").find(_MARK)
+    end, fingerprint = at, ""
+    if at >= 0:
+        data, end = json.JSONDecoder().raw_decode(comment, at + len(_MARK))
+        fingerprint = data.get("salt", "")
+    else:  # before a working table's marker (core/clickhouse/described.working_marker), as ddl.py writes it
+        at = end = comment.find(" load=") if " load=" in (comment or "") else len(comment or "")
+    data = content.to_dict() | ({"salt": fingerprint} if fingerprint else {})
+    text = _MARK + json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False) if data else ""
+    return (comment or "")[:at] + text + (comment or "")[end:]
 
 
 def check_same(table: str, requested: Content, salt: bytes, comment: str) -> None:

@@ -57,14 +57,14 @@ class TableSchema:
             return None
         return RowFilter.parse(self.content.row_filter, self.columns, f"table {self.qualified}")
 
-    def shaped(self, content: Content | dict | None, salt: bytes = b"") -> "TableSchema":
+    def shaped(self, content: Content | dict | None, salt: bytes = b"", writer: str = "") -> "TableSchema":
         """The table as a copy with these content settings holds it (after :meth:`select`): each
         transform checked against its column, the filter against the table's columns; a history
-        refused while no writer writes one (core/content/shaping.refuse_history)."""
+        refused unless ``writer`` writes one (core/content/shaping.refuse_history)."""
         content = Content.of(content, f"table {self.qualified}: ")
         if not content:
             return self
-        refuse_history(content, self.qualified)  # no writer writes a history yet (issue 61)
+        refuse_history(content, self.qualified, writer)  # only some writers write a history yet (issue 61)
         shaped = dataclasses.replace(self, content=content, salt=salt)
         names = [c.name for c in self.columns]
         for name, _ in content.transform:

@@ -70,6 +70,10 @@ class Batch:
     # between its changes of those children (cascades.Rows), in binlog order: the applier derives
     # the children's changes from them and the copies before it writes the batch
     cascades: list = field(default_factory=list)
+    # its transactions' Commits and its rows events' (first version, kind): its history rows'
+    # stamps (core/cdc/binlog/commits.py)
+    commits: list = field(default_factory=list)
+    kinds: list = field(default_factory=list)
 
     def add(self, route: TableRoute, lane: int, row: tuple, version: int, deleted: bool):
         rows, versions, flags = self.lanes[route.source][lane]

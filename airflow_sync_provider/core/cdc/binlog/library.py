@@ -27,7 +27,7 @@ import zlib
 
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import row_event
-from pymysqlreplication.event import QueryEvent
+from pymysqlreplication.event import GtidEvent, QueryEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -228,3 +228,23 @@ COMPRESSED_EVENTS = {code: cls for cls in (QueryCompressedEvent, WriteRowsCompre
                                            DeleteRowsCompressedEvent) for code in cls.PLAIN_TYPES}
 EVENT_MAP = BinLogPacketWrapper._BinLogPacketWrapper__event_map  # the library's type → class table
 EVENT_MAP.update(COMPRESSED_EVENTS)
+
+
+# --- MySQL's commit time in its GTID event (core/cdc/binlog/commits.py) ---
+# MySQL >= 8.0.1 writes immediate_commit_timestamp (µs, 7 bytes little-endian) after
+# sequence_number, then, when its bit 55 is set, original_commit_timestamp (7 more): the library
+# (1.0.17) stops reading before it. Not run here (the test services are MariaDB only).
+_COMMIT_TIME_LENGTH, _ORIGINAL_FOLLOWS = 7, 1 << 55
+_gtid_init = GtidEvent.__init__
+
+
+def _gtid_init_with_commit_time(self, from_packet, event_size, table_map, ctl_connection, **kwargs):
+    _gtid_init(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+    self.immediate_commit_us = None
+    if self.mysql_version >= (8, 0, 1):
+        data = self.packet.read(_COMMIT_TIME_LENGTH)
+        if len(data) == _COMMIT_TIME_LENGTH:
+            self.immediate_commit_us = int.from_bytes(data, "little") & ~_ORIGINAL_FOLLOWS
+
+
+GtidEvent.__init__ = _gtid_init_with_commit_time

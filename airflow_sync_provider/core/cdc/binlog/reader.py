@@ -25,6 +25,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from airflow_sync_provider.core.cdc import ddl
 from airflow_sync_provider.core.cdc.binlog.batches import BATCH_BYTES, Batch, MidTransaction, Parked
+from airflow_sync_provider.core.cdc.binlog.commits import KINDS, Commit, commit_of
 from airflow_sync_provider.core.cdc.binlog.gate import CheckedBinLogStream
 from airflow_sync_provider.core.cdc.binlog.parents import ParentWatch, triggers_of
 from airflow_sync_provider.core.cdc.binlog.routes import MOVED, TableRoute
@@ -32,6 +33,7 @@ from airflow_sync_provider.core.cdc.cascades import Rows, Trigger
 from airflow_sync_provider.core.cdc.ring import HashRing
 from airflow_sync_provider.core.cdc.rowimage import Decoders
 from airflow_sync_provider.core.cdc.servers import GtidState
+from airflow_sync_provider.core.clickhouse.history import refuse_unwritten
 from airflow_sync_provider.core.endpoints import MySQLEndpoint
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, event_version, file_seq
 
@@ -137,6 +139,11 @@ class BinlogReader:
         self._decoders = Decoders(ring)  # row images read by code made per table map (core/cdc/rowimage.py)
         self._parent_decoders = Decoders(ring)  # the parents' own routes' (a decoder is made per route)
         self._ready, self._handed = watch.ready, time.monotonic()
+        # the open transaction's Commit (from its GTID event) and its rows events' kinds, handed on
+        # with its changes (core/cdc/binlog/commits.py: what its history rows are stamped with)
+        self._commit: Commit | None = None
+        self._commit_open = False
+        self._kinds: list = []
 
     def close(self):
         if self._again is not None:
@@ -165,12 +172,13 @@ class BinlogReader:
             return self._piece(batch, stop)
         deadline = time.monotonic() + max_seconds
         for event in iter(self.stream.fetchone, None):
-            if isinstance(event, MariadbGtidEvent):
-                self.gtids.add(event.gtid, mariadb=True)
-                self._xa_open = bool(event.flags & MARIADB_FL_PREPARED_XA)
-            elif isinstance(event, GtidEvent):
-                self.gtids.add(event.gtid, mariadb=False)
-                self._xa_open = False
+            if isinstance(event, (MariadbGtidEvent, GtidEvent)):
+                mariadb = isinstance(event, MariadbGtidEvent)
+                self.gtids.add(event.gtid, mariadb=mariadb)
+                self._xa_open = mariadb and bool(event.flags & MARIADB_FL_PREPARED_XA)
+                self._commit = commit_of(event, event_version(self.stream.log_file,
+                                                              self.stream.log_pos - event.event_size, 0, self.epoch))
+                self._commit_open = True
             elif isinstance(event, RotateEvent):
                 # Table ids are the server's until it restarts, and a restart begins a new file:
                 # forget them at a new file (with freeze_schema the library would keep a table map
@@ -204,7 +212,7 @@ class BinlogReader:
                 if self._xa_open:  # MySQL's XA COMMIT … ONE PHASE: rows gathered unskipped, as for a prepare
                     self._one_phase(batch)
                 self._take_pending(batch)
-                self._xa_open = self._open = False
+                self._xa_open = self._open = self._commit_open = False
                 if batch.ddl:
                     # the batch ends *before* the DDL: the checkpoint may pass the statement only
                     # once the applier has followed it (a crash in between re-reads it)
@@ -267,6 +275,10 @@ class BinlogReader:
         if cascading:
             batch.cascades += self._cascading
             self._cascading = []
+        if self._commit is not None and (not batch.commits or batch.commits[-1] is not self._commit):
+            batch.commits.append(self._commit)
+        batch.kinds += self._kinds
+        self._kinds = []
         moved = 0
         for item in self._pending:
             batch.add(*item)
@@ -282,6 +294,7 @@ class BinlogReader:
         """``reader``'s pending changes of the XA transaction that began at ``began`` into
         ``batch``'s staging (counted in ``reader._spilled``, claimed at the commit)."""
         reader = reader or self
+        _no_history(reader._pending, f"an XA transaction that began at {began}, kept in staging")
         keyless = sorted({item[0].source for item in reader._pending if item[0].multiset})
         if keyless:
             raise BinlogError(f"an XA transaction that began at {began} outgrew the batch bounds and changes "
@@ -304,6 +317,7 @@ class BinlogReader:
     def _park(self, xid: str, batch: Batch, max_events: int, max_bytes: int) -> None:
         """XA PREPARE: the open transaction's changes wait for its XA COMMIT, in memory or (beyond
         the bounds) in staging."""
+        _no_history(self._pending, f"the XA transaction {xid} (prepared, committed later)")
         if self._spilled or self._parked_over(len(self._pending), self._pending_bytes, max_events, max_bytes):
             if self._pending:
                 self._spill(batch, self.position)
@@ -479,6 +493,8 @@ class BinlogReader:
         if not self._xa_open and version < route.skip_before:
             return  # a re-copy of the table from a later position covers it (an XA's rows: at its commit)
         route.check_shape(tuple(c.name for c in event.columns), f"binlog {self.stream.log_file}:{start}")
+        if out is self._pending:
+            self._kind(event, version)
         decoder = decoders.get(event, route)
         if decoder is not None:
             decoders.changes(decoder, event, version, out)
@@ -508,9 +524,24 @@ class BinlogReader:
                 if route.wanted(row):  # a row the filter leaves out was never in the copy
                     out.append(self._item(route, row, version + index, flag, decoders))
 
+    def _kind(self, event, version: int) -> None:
+        """A rows event of the open transaction: its kind, and the transaction's Commit when no
+        GTID event gave one (MySQL with gtid_mode=OFF: the statement's time, no GTID)."""
+        if not self._commit_open:
+            self._commit, self._commit_open = Commit(version, int(event.timestamp) * 1_000_000), True
+        self._kinds.append((version, KINDS.index("insert" if isinstance(event, WriteRowsEvent) else
+                                                 "update" if isinstance(event, UpdateRowsEvent) else "delete")))
+
     @staticmethod
     def _item(route: TableRoute, row: tuple, version: int, deleted: bool, decoders: Decoders):
         return route, decoders.lane_of(route)(route.place_of(row)), row, version, deleted
+
+
+def _no_history(items: list, what: str) -> None:
+    """XA transactions do not write a copy's history yet: one changing such a copy stops the stream."""
+    kept = sorted({item[0].source for item in items if item[0].history is not None})
+    if kept:
+        refuse_unwritten(True, kept[0], what, "slice 3", BinlogError)
 
 
 def child_rows(table: str, items: list) -> Rows:

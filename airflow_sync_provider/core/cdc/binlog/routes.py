@@ -55,6 +55,9 @@ class TableRoute:
     # (core/clickhouse/clickhouse.SIGN_COLUMN): an insert is +1 of its row, a delete -1, an update -1
     # of the old row and +1 of the new; nothing collapses, so every change of a batch is written
     multiset: bool = False
+    # the copy's history (core/clickhouse/history.HistoryTable; None: it keeps none): every change
+    # of a batch is written there, not only each place's last (spark/cdc_history.py)
+    history: object = None
 
     def __post_init__(self):
         self._source = self.schema.qualified  # per row change on the reader's path
