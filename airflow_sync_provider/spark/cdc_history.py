@@ -38,12 +38,13 @@ class HistoryRows(tuple):
     are empty (they are no changes of their own: the counters count the copy's)."""
 
 
-def history_lane(batch, every: dict, ipc) -> tuple[list[HistoryRows], dict]:
-    """The history rows of ``batch``: ``every`` maps a route to its changes, each lane's as
+def history_lane(batch, routes: dict[str, TableRoute], every: dict, ipc) -> tuple[list[HistoryRows], dict]:
+    """The history rows of ``batch``: ``every`` maps a source table to its changes, each lane's as
     (copy-shaped Arrow of all of them, their deleted flags). Returns the lane's entries and, per
     source table, [history rows, sum of their versions] (for ``history_applied``)."""
     entries, counts = [], {}
-    for route, parts in every.items():
+    for source, parts in every.items():
+        route = routes[source]
         rows = pa.concat_tables([table for table, _ in parts])
         deleted = [flag for _, flags in parts for flag in flags]
         where = f"table {route.source}, binlog {batch.start}…{batch.end}"

@@ -160,14 +160,14 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, weigh: Weig
     rows in one more lane (spark/cdc_history.py). Also returns the history's counts per table."""
     one_lane = combine and batch.events <= ONE_LANE_EVENTS
     tables: list[list[list]] = [[] for _ in range(lanes)]  # per lane: [target db, target table, counts, Arrow]
-    every: dict = defaultdict(list)  # route → [(Arrow of all its changes in a lane, their flags)]
+    every: dict = defaultdict(list)  # source table → [(Arrow of all its changes in a lane, their flags)]
     for source, per_lane in batch.lanes.items():
         route = routes[source]
         for lane, (rows, versions, deleted) in per_lane.items():
             keep, where = _latest(route, rows, deleted), f"table {source}, binlog {batch.start}…{batch.end}"
             if route.history is not None:
                 table = weigh(route, route.arrow(rows, versions, deleted, where))
-                every[route].append((table, deleted))
+                every[source].append((table, deleted))
                 table = table if keep is None else table.take(keep)
             else:
                 if keep is not None:
@@ -182,7 +182,7 @@ def _lane_payloads(batch, routes: dict[str, TableRoute], lanes: int, weigh: Weig
                 _add(into, route.also, table, combine)  # (a staged transaction's reach it at its commit: staging.py)
     payloads = [[(database, name, tuple(counts.items()), _ipc(pa.concat_tables(parts)))
                  for database, name, counts, parts in lane] for lane in tables]
-    history, counts = history_lane(batch, every, _ipc) if every else ([], {})
+    history, counts = history_lane(batch, routes, every, _ipc) if every else ([], {})
     return payloads + [history], counts
 
 

@@ -1,0 +1,195 @@
+"""A copy's history written by the CDC stream (issue 61, slice 2), on the real services: every
+version of every key, with its operation, commit and GTID, against the test's own record of what
+it wrote — through a large transaction in pieces and an applier SIGKILLed at the points a batch
+passes (the history lane written, a copy's lane written, all written, checkpointed, a piece)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from airflow_sync_provider.core.cdc.history_ledger import HistoryLedger
+from airflow_sync_provider.core.clickhouse.history import conflicts_sql
+from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
+from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.selection import TableSet
+from airflow_sync_provider.core.source.group import one_server
+from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
+from airflow_sync_provider.spark.full_load import run_full_load
+from tests.helpers import assert_same_rows, recreate_tables
+
+pytestmark = pytest.mark.slow
+DB, TARGET = "hist_cdc", "hist_cdc_ch"
+
+
+class Source:
+    """The test's own record of what it wrote: the rows now, and per key each version in commit
+    order as (event, v, note, deleted, GTID sequence) — a tombstone keeps the old values."""
+
+    def __init__(self, conn, table: str):
+        self.conn, self.table = conn, f"{DB}.{table}"
+        self.rows: dict[int, tuple] = {}
+        self.log: dict[int, list] = defaultdict(list)
+        self.moments: list = []  # (binlog position after a commit, the rows then)
+
+    def prefill(self, n: int) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(f"INSERT INTO {self.table} VALUES (%s, %s, %s)", [(i, i, f"n{i}") for i in range(1, n + 1)])
+        self.rows.update({i: (i, f"n{i}") for i in range(1, n + 1)})
+
+    def transaction(self, *operations) -> None:
+        """``operations``: ("insert", id, v, note), ("update", id, v, note), ("delete", id),
+        ("rekey", old, new) — each one statement, all in one transaction."""
+        entries = []
+        with self.conn.cursor() as cur:
+            cur.execute("BEGIN")
+            for kind, key, *rest in operations:
+                if kind == "insert":
+                    cur.execute(f"INSERT INTO {self.table} VALUES (%s, %s, %s)", (key, *rest))
+                    self.rows[key] = tuple(rest)
+                    entries.append((key, "insert", *rest, 0))
+                elif kind == "update":
+                    cur.execute(f"UPDATE {self.table} SET v = %s, note = %s WHERE id = %s", (*rest, key))
+                    self.rows[key] = tuple(rest)
+                    entries.append((key, "update", *rest, 0))
+                elif kind == "delete":
+                    cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (key,))
+                    entries.append((key, "delete", *self.rows.pop(key), 1))
+                else:  # a key change: the old key's tombstone, the new key's row, one version
+                    new = rest[0]
+                    cur.execute(f"UPDATE {self.table} SET id = %s WHERE id = %s", (new, key))
+                    entries.append((key, "delete", *self.rows[key], 1))
+                    self.rows[new] = self.rows.pop(key)
+                    entries.append((new, "update", *self.rows[new], 0))
+            cur.execute("COMMIT")
+            cur.execute("SELECT @@last_gtid")
+            seq = int(cur.fetchone()[0].rsplit("-", 1)[1])
+        for key, *entry in entries:
+            self.log[key].append((*entry, seq))
+
+    def moment(self) -> None:
+        self.moments.append((current_position(self.conn), dict(self.rows)))
+
+    def mixed(self, round_: int, base: int) -> None:
+        """A round of transactions: inserts, updates (a key twice in one transaction), deletes,
+        key changes; ``base``: the first new key."""
+        live = sorted(self.rows)
+        self.transaction(("insert", base, round_, "new"), ("insert", base + 1, -round_, None))
+        self.transaction(("update", live[0], round_ * 10, "twice"), ("update", live[0], round_ * 10 + 1, None),
+                         ("update", live[1], round_, f"r{round_}"))
+        self.transaction(("delete", live[2]))
+        self.transaction(("rekey", live[3], base + 2))
+        self.transaction(("update", base, round_ + 1, "again"), ("delete", base + 1))
+
+
+def _history(ch, table: str) -> dict[int, list]:
+    rows = ch.query(f"SELECT id, _event, v, note, _deleted, _gtid_seq FROM {TARGET}.{table}_history FINAL "
+                    "WHERE _via = 'binlog' ORDER BY id, _version").result_rows
+    out = defaultdict(list)
+    for key, *rest in rows:
+        out[key].append(tuple(rest))
+    return out
+
+
+def _check(ch, mysql_conn, source: Source, table: str, pipeline: str) -> None:
+    """Every version the test wrote, once; the as-of view at the recorded moments; latest == copy ==
+    source; the ledger's records chain and count what the history holds."""
+    history = _history(ch, table)
+    assert dict(history) == dict(source.log), {k: (history.get(k), source.log.get(k))
+                                               for k in set(history) | set(source.log)
+                                               if history.get(k) != source.log.get(k)}
+    assert ch.query(conflicts_sql(TARGET, table, ("id",))).result_rows == []
+    for position, rows in source.moments:
+        asof = ch.query(f"SELECT id, v, note FROM {TARGET}.{table}_asof(at_version = {position.version() - 1}) "
+                        "ORDER BY id").result_rows
+        assert {k: (v, n) for k, v, n in asof} == rows, position
+    latest = {k: (v, n) for k, v, n in ch.query(
+        f"SELECT id, v, note FROM {TARGET}.{table}_asof(at_version = 18446744073709551615)").result_rows}
+    assert latest == source.rows
+    assert assert_same_rows(mysql_conn, ch, DB, table, TARGET) == len(source.rows)
+    ledger = HistoryLedger(ch)
+    name = f"{DB}.{table}"
+    assert ledger.breaks(pipeline, name) == []
+    applied = ledger.applied(pipeline, name)
+    count, total = ch.query(f"SELECT count(), sum(toUInt128(_version)) FROM {TARGET}.{table}_history FINAL "
+                            "WHERE _via = 'binlog'").result_rows[0]
+    assert (sum(a.rows for a in applied), sum(a.version_sum for a in applied)) == (count, int(total or 0))
+
+
+def _begin(mysql_conn, endpoints, spark, table: str, rows: int = 40) -> tuple[Source, str]:
+    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.{table} (id INT PRIMARY KEY, v INT NOT NULL, "
+                                    "note VARCHAR(20) NULL)")
+    source = Source(mysql_conn, table)
+    source.prefill(rows)
+    key = f"{DB}.{table}"
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table=table, target_database=TARGET, target_table=table, load_key=key,
+                               channels=1), spark)
+    return source, key
+
+
+def _spec(endpoints, pipeline: str, **kwargs) -> CdcApplySpec:
+    return CdcApplySpec(sources=one_server(endpoints[0]), target=endpoints[1], pipeline=pipeline, lanes=2,
+                        tableset=TableSet(content={"history": True}), **kwargs)
+
+
+def test_every_version_with_its_commit_once_and_the_copy_as_of_three_moments(mysql_conn, ch, endpoints, spark):
+    """Changes before the history began are in its baseline (the copy at the checkpoint); after
+    it every insert, update (a key twice in one transaction), delete and key change is a version
+    of its own, stamped with its transaction's GTID; a large transaction in pieces reaches it
+    whole; the as-of view equals the source at three recorded moments."""
+    ch.command(f"DROP DATABASE IF EXISTS {TARGET}")
+    source, key = _begin(mysql_conn, endpoints, spark, "basic")
+    source.mixed(1, 1000)
+    source.moment()
+    first = run_cdc_apply(_spec(endpoints, "hist.basic", start_from_loads=[key], reset=True), spark)
+    assert first["events"] > 0
+    baseline = ch.query(f"SELECT id, v, note FROM {TARGET}.basic_history FINAL WHERE _via = 'enable' "
+                        "ORDER BY id").result_rows
+    assert {k: (v, n) for k, v, n in baseline} == {i: (i, f"n{i}") for i in range(1, 41)}  # as loaded
+    source.mixed(2, 2000)
+    source.moment()
+    # a transaction larger than a batch: in pieces, each written as it comes
+    live = sorted(source.rows)
+    source.transaction(*[("update", k, k * 3, "big") for k in live[:30]], *[("update", k, -k, None) for k in live[:30]],
+                       *[("insert", 3000 + i, i, "bulk") for i in range(40)], *[("delete", k) for k in live[30:35]])
+    source.mixed(3, 4000)
+    source.moment()
+    pieces = run_cdc_apply(_spec(endpoints, "hist.basic", batch_events=25), spark)
+    assert pieces["pieces"] >= 3
+    _check(ch, mysql_conn, source, "basic", "hist.basic")
+    times = ch.query(f"SELECT _gtid_seq, min(_commit_time), max(_commit_time) FROM {TARGET}.basic_history FINAL "
+                     "WHERE _via = 'binlog' GROUP BY _gtid_seq ORDER BY _gtid_seq").result_rows
+    assert all(low == high for _, low, high in times)  # one commit time per transaction
+    assert [t for _, t, _ in times] == sorted(t for _, t, _ in times)  # in commit order
+
+
+KILLS = ["cdc.history-write:1", "cdc.lane-write:1", "cdc.written:1", "cdc.checkpointed:1", "cdc.piece-written:2"]
+
+
+def test_killed_at_each_point_a_rerun_writes_every_version_once(mysql_conn, ch, endpoints, spark, monkeypatch):
+    """The applier SIGKILLed after the history lane's write, after a copy lane's, after all writes
+    (before the record and the checkpoint), after the checkpoint and after a piece: each rerun
+    replays from the checkpoint, and the history still holds each version exactly once."""
+    from airflow_sync_provider.core.submission import spark_submit
+
+    ch.command(f"DROP TABLE IF EXISTS {TARGET}.kills_history")
+    source, key = _begin(mysql_conn, endpoints, spark, "kills", rows=30)
+    run_cdc_apply(_spec(endpoints, "hist.kills", start_from_loads=[key], reset=True), spark)
+    for i, point in enumerate(KILLS):
+        source.mixed(i, 1000 * (i + 1))
+        if point.startswith("cdc.piece"):
+            live = sorted(source.rows)
+            source.transaction(*[("update", k, k + i, "p") for k in live[:20]], *[("delete", k) for k in live[20:23]])
+        source.moment()
+        monkeypatch.setenv("AIRFLOW_SYNC_CRASH_AT", point)
+        result = spark_submit(_spec(endpoints, "hist.kills", batch_events=12), timeout=120)
+        assert result["status"] == "failed", (point, result)
+    monkeypatch.delenv("AIRFLOW_SYNC_CRASH_AT")
+    final = run_cdc_apply(_spec(endpoints, "hist.kills"), spark)
+    assert final["events"] >= 0
+    _check(ch, mysql_conn, source, "kills", "hist.kills")
+    # the replays wrote some versions again: they collapsed (the same rows), none differs
+    assert ch.command(f"SELECT count() FROM {TARGET}.kills_history") >= ch.command(
+        f"SELECT count() FROM {TARGET}.kills_history FINAL")
