@@ -5,6 +5,7 @@ our job's lag in service mode under a steady write load.
 
     .venv/bin/python -m bench.cdc_apply [--changes 1000000] [--quick] [--keep]
     .venv/bin/python -m bench.cdc_apply --tls [--quick] [--repeat 2]   (plain text vs TLS only)
+    .venv/bin/python -m bench.cdc_apply --history [--changes 100000] [--repeat 2]   (history on vs off only)
 
 Scenario: a 10-column table (BIGINT PK, INT, DECIMAL(12,2), nullable DECIMAL(5,2), VARCHAR(16),
 nullable VARCHAR(255), DATETIME(6), nullable DATETIME(6), nullable DOUBLE, TINYINT) with 100k rows,
@@ -647,11 +648,19 @@ def main(argv=None):
     parser.add_argument("--keep", action="store_true", help="keep the bench databases afterwards")
     parser.add_argument("--tls", action="store_true",
                         help="only the TLS comparison: one catch-up over plain text and over TLS, side by side")
-    parser.add_argument("--repeat", type=int, default=2, help="rounds of the TLS comparison's variants")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of the TLS or history comparison's variants")
+    parser.add_argument("--history", action="store_true",
+                        help="only the history comparison: one catch-up with a copy's history off and on, side by "
+                             "side (bench/cdc_history.py)")
     args = parser.parse_args(argv)
     args.changes = args.changes or (100_000 if args.quick else 1_000_000)
     if args.tls:
         tls_comparison(args)
+        return
+    if args.history:
+        from bench.cdc_history import history_comparison  # it builds on this module's scenario
+
+        history_comparison(args)
         return
     args.lag_seconds = args.lag_seconds or (20.0 if args.quick else 60.0)
     args.replicator_cap = args.replicator_cap or (600.0 if args.quick else 1800.0)
