@@ -61,6 +61,10 @@ def _add_apply_parser(cdc_sub, name: str, text: str) -> None:
     command.add_argument("--driver-write-rows", type=int, default=500_000,
                          help="batches up to this many row changes are written by the driver (0: Spark tasks)")
     command.add_argument("--reset", action="store_true", help="forget the checkpoint; start from the loads again")
+    command.add_argument("--history", action="store_true",
+                         help="keep every version of the copies' rows in <table>_history, begun from each copy as it "
+                              "is at the checkpoint (docs/content.md); until they write it too, XA, cascades, "
+                              "TRUNCATE, DDL, re-copies and repairs of such a copy stop the pipeline")
     command.add_argument("--on-binlog-lost", choices=("recopy", "stop"), default="recopy",
                          help="the binlog the checkpoint needs is gone: copy every table again beside a stream "
                               "restarted now (recopy), or stop")
@@ -103,7 +107,8 @@ def _cdc_spec(args, service: bool) -> CdcApplySpec:
                         merge=Merge.of(args.merge_into or "", placement=args.placement,
                                        on_shard_removed=args.on_shard_removed),
                         target=ClickHouseEndpoint.from_url(args.clickhouse_url), pipeline=args.pipeline,
-                        tableset=TableSet(tables=named_tables(args), select=_selection(args)),
+                        tableset=TableSet(tables=named_tables(args), select=_selection(args),
+                                          content={"history": True} if args.history else None),
                         start_from_loads=args.start_from_load or [], lanes=args.lanes, batch_events=args.batch_events,
                         batch_bytes=args.batch_bytes, driver_write_rows=args.driver_write_rows, reset=args.reset,
                         service=service, verify=args.verify, verify_period=args.verify_every or args.verify_period,

@@ -65,6 +65,10 @@ class CdcApplyOperator(SparkJobOperator):
         changes going on into it; the task ends once every swap is recorded (docs/layouts.md).
     :param layout: ``Layout(…)`` or its dict form (:mod:`airflow_sync_provider.operators.configs`):
         the layout a reshape lays the copies out in.
+    :param history: ``True`` or the history's options (``partition_by``, ``retention_days``): keep
+        every version of the copies' rows in ``<table>_history``, begun from each copy as it is at
+        the checkpoint (docs/content.md, History). Until they write it too, an XA transaction, a
+        cascade, a TRUNCATE or DDL, a re-copy or a repair of such a copy stops the pipeline.
     """
 
     job = "cdc_apply"
@@ -84,6 +88,7 @@ class CdcApplyOperator(SparkJobOperator):
                  verify_every: float = 0.0, sources: list | None = None, merge_into: str = "",
                  placement: str = "driver", on_shard_removed: str = "keep",
                  follow_cascades: bool = True, cascade_rows: int = 2_000_000,
+                 history: bool | dict | None = None,
                  ledger_database: str = DEFAULT_LEDGER_DATABASE, **kwargs):
         super().__init__(**kwargs)
         self.pipeline = pipeline
@@ -110,6 +115,7 @@ class CdcApplyOperator(SparkJobOperator):
         self.verify, self.verify_period, self.verify_budget = verify, verify_every or verify_period, verify_budget
         self.verify_after_ddl, self.change_selection = verify_after_ddl, change_selection
         self.on_binlog_lost = on_binlog_lost
+        self.history = history  # carried by self.tableset() as the job's content (spark_job.SparkJobOperator)
         self.ledger_database = ledger_database
         named = self.tables if isinstance(self.tables, (list, tuple)) else []
         self.declare_assets([mysql_table(mysql_conn_id, *q) for t in named if (q := qualified(t))],
