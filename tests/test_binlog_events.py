@@ -283,3 +283,31 @@ def test_a_small_batch_is_one_insert_per_target_and_a_large_one_keeps_its_lanes(
         ["shop.o0", "shop.o0", "shop.o1", "shop.o1", "shop.other"])
     expected = sorted([("merged", i) for i in (1, 2, 3, 1, 4, 5)] + [("other", 9)])
     assert rows(small) == rows(large) == rows(staged) == expected
+
+
+def test_a_history_rows_commit_gtid_and_operation_come_from_its_transaction_and_rows_event():
+    """core/cdc/binlog/commits.py: each row finds its transaction's Commit and its rows event's kind
+    by its version; a tombstone in an update event (a key change's old key) is a delete. MySQL's
+    GTID event gives its immediate_commit_timestamp in µs (core/cdc/binlog/library.py), MariaDB's its
+    header time; either names its server as core/cdc/servers.Server.key does."""
+    import types
+    import uuid
+
+    from airflow_sync_provider.core.cdc.binlog.commits import Commit, commit_of, stamps
+
+    commits = [Commit(100, 1_000_000, "0", 7, "mariadb:1:0"), Commit(200, 2_000_000, "0", 8, "mariadb:1:0")]
+    kinds = [(101, 0), (150, 1), (201, 2)]
+    found = stamps(commits, kinds, [101, 102, 150, 150, 151, 201], [0, 0, 1, 0, 0, 3], "t")
+    assert found.event == ["insert", "insert", "delete", "update", "update", "delete"]
+    assert found.commit_us.tolist() == [1_000_000] * 5 + [2_000_000] and found.gtid_seq.tolist() == [7] * 5 + [8]
+    with pytest.raises(RuntimeError, match="no transaction or rows event read before version 99"):
+        stamps(commits, kinds, [99], [0], "t")
+    mariadb = commit_of(types.SimpleNamespace(gtid="3-12-456", timestamp=1_700_000_000), 500)
+    assert mariadb == Commit(500, 1_700_000_000_000_000, "3", 456, "mariadb:12:3")
+    sid, micros = uuid.uuid4(), 1_700_000_000_123_456
+    body = (b"\x01" + sid.bytes + struct.pack("<Q", 42) + b"\x02" + struct.pack("<QQ", 5, 6)
+            + (micros | 1 << 55).to_bytes(7, "little") + (micros - 9).to_bytes(7, "little") + b"\x00" * 8)
+    header = struct.pack("<IBIIIH", 1_700_000_000, 0x21, 1, 19 + len(body), 1000, 0)
+    event = BinLogPacketWrapper(MysqlPacket(b"\x00" + header + body, None), {}, _Ctl(), (8, 0, 36), False,
+                                EVERY_CLASS, None, None, None, None, True, False, False, True, False).event
+    assert commit_of(event, 900) == Commit(900, micros, str(sid), 42, f"mysql:{sid}")

@@ -117,9 +117,10 @@ def _check(ch, mysql_conn, source: Source, table: str, pipeline: str) -> None:
     assert (sum(a.rows for a in applied), sum(a.version_sum for a in applied)) == (count, int(total or 0))
 
 
-def _begin(mysql_conn, endpoints, spark, table: str, rows: int = 40) -> tuple[Source, str]:
+def _begin(mysql_conn, ch, endpoints, spark, table: str, rows: int = 40) -> tuple[Source, str]:
     recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.{table} (id INT PRIMARY KEY, v INT NOT NULL, "
                                     "note VARCHAR(20) NULL)")
+    ch.command(f"DROP TABLE IF EXISTS {TARGET}.{table}_history")  # a history begins beside none
     source = Source(mysql_conn, table)
     source.prefill(rows)
     key = f"{DB}.{table}"
@@ -140,7 +141,7 @@ def test_every_version_with_its_commit_once_and_the_copy_as_of_three_moments(mys
     of its own, stamped with its transaction's GTID; a large transaction in pieces reaches it
     whole; the as-of view equals the source at three recorded moments."""
     ch.command(f"DROP DATABASE IF EXISTS {TARGET}")
-    source, key = _begin(mysql_conn, endpoints, spark, "basic")
+    source, key = _begin(mysql_conn, ch, endpoints, spark, "basic")
     source.mixed(1, 1000)
     source.moment()
     first = run_cdc_apply(_spec(endpoints, "hist.basic", start_from_loads=[key], reset=True), spark)
@@ -163,6 +164,11 @@ def test_every_version_with_its_commit_once_and_the_copy_as_of_three_moments(mys
                      "WHERE _via = 'binlog' GROUP BY _gtid_seq ORDER BY _gtid_seq").result_rows
     assert all(low == high for _, low, high in times)  # one commit time per transaction
     assert [t for _, t, _ in times] == sorted(t for _, t, _ in times)  # in commit order
+    with mysql_conn.cursor() as cur:  # the server and GTID domain it was committed on
+        cur.execute("SELECT @@server_id, @@gtid_domain_id")
+        server_id, domain = cur.fetchone()
+    assert ch.query(f"SELECT DISTINCT _server, _gtid_domain FROM {TARGET}.basic_history WHERE _via = 'binlog'"
+                    ).result_rows == [(f"mariadb:{server_id}:{domain}", str(domain))]
 
 
 KILLS = ["cdc.history-write:1", "cdc.lane-write:1", "cdc.written:1", "cdc.checkpointed:1", "cdc.piece-written:1"]
@@ -174,8 +180,7 @@ def test_killed_at_each_point_a_rerun_writes_every_version_once(mysql_conn, ch, 
     replays from the checkpoint, and the history still holds each version exactly once."""
     from airflow_sync_provider.core.submission import spark_submit
 
-    ch.command(f"DROP TABLE IF EXISTS {TARGET}.kills_history")
-    source, key = _begin(mysql_conn, endpoints, spark, "kills", rows=30)
+    source, key = _begin(mysql_conn, ch, endpoints, spark, "kills", rows=30)
     run_cdc_apply(_spec(endpoints, "hist.kills", start_from_loads=[key], reset=True), spark)
     for i, point in enumerate(KILLS):
         source.mixed(i, 1000 * (i + 1))
@@ -210,7 +215,7 @@ def test_a_write_the_history_would_miss_stops_the_pipeline_naming_the_table(mysq
             ("xa", ["XA START 'h1'", f"UPDATE {DB}.xa SET v = -v WHERE id < 3", "XA END 'h1'", "XA PREPARE 'h1'",
                     "XA COMMIT 'h1'"],
              r"table hist_cdc\.xa: the XA transaction .* would change its copy, which keeps a history .*slice 3")):
-        source, key = _begin(mysql_conn, endpoints, spark, table, rows=5)
+        source, key = _begin(mysql_conn, ch, endpoints, spark, table, rows=5)
         pipeline = f"hist.{table}"
         run_cdc_apply(_spec(endpoints, pipeline, start_from_loads=[key], reset=True), spark)
         source.transaction(("update", 1, 100, "before"))

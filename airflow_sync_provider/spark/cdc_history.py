@@ -26,7 +26,7 @@ from airflow_sync_provider.core.cdc.binlog.routes import TableRoute, moved_rows
 from airflow_sync_provider.core.cdc.history_ledger import HOLE, Applied, HistoryLedger, Range
 from airflow_sync_provider.core.clickhouse.columns import VERSION_COLUMN
 from airflow_sync_provider.core.clickhouse.described import comment_of, table_facts
-from airflow_sync_provider.core.clickhouse.history import HistoryTable, Stamp, refuse_unwritten
+from airflow_sync_provider.core.clickhouse.history import VIA, HistoryTable, Stamp, refuse_unwritten
 from airflow_sync_provider.core.content.shaping import HistorySettings, restored
 from airflow_sync_provider.core.positions import BinlogError, BinlogPosition
 from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN
@@ -49,8 +49,8 @@ def history_lane(batch, routes: dict[str, TableRoute], every: dict, ipc) -> tupl
         deleted = [flag for _, flags in parts for flag in flags]
         where = f"table {route.source}, binlog {batch.start}…{batch.end}"
         found = stamps(batch.commits, batch.kinds, rows[VERSION_COLUMN].to_numpy(), deleted, where)
-        stamp = Stamp(found.event, "binlog", pa.array(found.commit_us, pa.int64()), gtid_domain=found.gtid_domain,
-                      gtid_seq=pa.array(found.gtid_seq, pa.uint64()))
+        stamp = Stamp(found.event, "binlog", pa.array(found.commit_us, pa.int64()), found.server,
+                      gtid_domain=found.gtid_domain, gtid_seq=pa.array(found.gtid_seq, pa.uint64()))
         history: HistoryTable = route.history
         table = history.arrow(rows, stamp, moved_rows(deleted))
         counts[route.source] = [table.num_rows, sum(table[VERSION_COLUMN].to_pylist())]
@@ -125,6 +125,7 @@ class RunHistory:
             history = HistoryTable(dataclasses.replace(route.schema, content=content), database, copy, facts.layout,
                                    SPLIT_WEIGHT_COLUMN in facts.columns)
             history.check()
+            self._refuse_earlier(history, name)
             self.run.checkpoints.fence()  # the copies and their histories are written only under the lease
             history.create(self.run.ch)
             stamp = Stamp("snapshot", "enable", int(self.run.state.source_time * 1_000_000))
@@ -136,6 +137,17 @@ class RunHistory:
             self.run.ch.command(f"ALTER TABLE {ch_table(database, copy)} MODIFY COMMENT {ch_string(comment)}")
             route.history = history
             self.run.log(f"{name}: its history {database}.{history.name} begins at {checkpoint}")
+
+    def _refuse_earlier(self, history: HistoryTable, name: str) -> None:
+        """A history table left from before (kept when a history was turned off) holds versions a new
+        baseline could meet at the same key and version: refused, never mixed (an ``enable``
+        baseline alone is this one's, begun by a run killed before the copy's comment said so)."""
+        key = (history.database, history.name)
+        if table_facts(self.run.ch, [key]) and int(self.run.ch.command(
+                f"SELECT count() FROM {history.qualified} WHERE {VIA} != 'enable'")):
+            raise BinlogError(f"table {name}: {history.database}.{history.name} exists already with versions of an "
+                              "earlier history; a new one begins only beside none: drop or rename it, then run again "
+                              "(a retry stops here again)")
 
     def _refuse_enable(self, route: TableRoute, routes: dict[str, TableRoute]) -> None:
         """What a history cannot follow yet, refused by name before it begins."""

@@ -36,32 +36,36 @@ class Commit:
     commit_us: int  # microseconds since the Unix epoch
     gtid_domain: str = ""  # MariaDB's domain id, MySQL's source uuid
     gtid_seq: int = 0
+    server: str = ""  # the server it was committed on, named as core/cdc/servers.Server.key names it
 
 
-def gtid_parts(gtid: str) -> tuple[str, int]:
-    """(domain, sequence) of a GTID: MariaDB's ``domain-server-seq``, MySQL's ``uuid:seq``."""
+def gtid_parts(gtid: str) -> tuple[str, int, str]:
+    """(domain, sequence, server) of a GTID: MariaDB's ``domain-server-seq``, MySQL's ``uuid:seq``;
+    the server it names as core/cdc/servers.Server.key does (a function of the transaction alone,
+    so a replay, or a reader on a replica, stamps the same)."""
     if ":" in gtid:
         uuid, _, seq = gtid.rpartition(":")
-        return uuid, int(seq)
-    domain, _, rest = gtid.partition("-")
-    return domain, int(rest.rpartition("-")[2] or 0)
+        return uuid, int(seq), f"mysql:{uuid}"
+    domain, server, seq = gtid.split("-")
+    return domain, int(seq), f"mariadb:{server}:{domain}"
 
 
 def commit_of(event, version: int) -> Commit:
     """The :class:`Commit` of a GTID event read at ``version`` (MariaDB's or MySQL's)."""
     micros = getattr(event, "immediate_commit_us", None)  # MySQL ≥ 8.0 (core/cdc/binlog/library.py)
-    domain, seq = gtid_parts(str(event.gtid))
-    return Commit(version, int(micros) if micros else int(event.timestamp) * 1_000_000, domain, seq)
+    domain, seq, server = gtid_parts(str(event.gtid))
+    return Commit(version, int(micros) if micros else int(event.timestamp) * 1_000_000, domain, seq, server)
 
 
 @dataclass
 class Stamps:
-    """Per row of a table's changes: commit time (µs), GTID domain and sequence, operation."""
+    """Per row of a table's changes: commit time (µs), GTID domain and sequence, operation, server."""
 
     commit_us: np.ndarray
     gtid_domain: list
     gtid_seq: np.ndarray
     event: list
+    server: list
 
 
 def stamps(commits: list[Commit], kinds: list[tuple[int, int]], versions, deleted, where: str) -> Stamps:
@@ -70,7 +74,7 @@ def stamps(commits: list[Commit], kinds: list[tuple[int, int]], versions, delete
     tombstone of an update event is a delete). A row before every commit is a reader's bug: said."""
     versions = np.asarray(versions, dtype=np.uint64)
     if not len(versions):
-        return Stamps(np.zeros(0, np.int64), [], np.zeros(0, np.uint64), [])
+        return Stamps(np.zeros(0, np.int64), [], np.zeros(0, np.uint64), [], [])
     starts = np.fromiter((c.version for c in commits), np.uint64, len(commits))
     at = np.searchsorted(starts, versions, side="right") - 1
     kind_at = np.searchsorted(np.fromiter((k for k, _ in kinds), np.uint64, len(kinds)), versions, side="right") - 1
@@ -80,7 +84,8 @@ def stamps(commits: list[Commit], kinds: list[tuple[int, int]], versions, delete
                            "needs its commit time)")
     times = np.fromiter((c.commit_us for c in commits), np.int64, len(commits))[at]
     seqs = np.fromiter((c.gtid_seq for c in commits), np.uint64, len(commits))[at]
-    domains = [commits[i].gtid_domain for i in at.tolist()]
+    rows = at.tolist()
+    domains, servers = [commits[i].gtid_domain for i in rows], [commits[i].server for i in rows]
     codes = [kinds[i][1] for i in kind_at.tolist()]
     events = [DELETE if code == 2 or (code == 1 and flag) else KINDS[code] for code, flag in zip(codes, deleted)]
-    return Stamps(times, domains, seqs, events)
+    return Stamps(times, domains, seqs, events, servers)
