@@ -11,8 +11,9 @@ ReplacingMergeTree tables read ``FINAL``:
   (``hole``, with its reason: a lost binlog, changes before the history began), so a gap the
   check finds is either recorded with its reason or reported.
 
-Written by the applier under its lease (``lease``, as :class:`~.checkpoints.Checkpoints`); nothing
-writes them yet (slice 2 of the plan: from ``PipelineRun.advance``).
+Written by the applier under its lease (``lease``, as :class:`~.checkpoints.Checkpoints`): the
+records from ``PipelineRun.advance`` before the checkpoint moves, a history's beginning as a hole
+(spark/cdc_history.RunHistory).
 """
 
 from __future__ import annotations

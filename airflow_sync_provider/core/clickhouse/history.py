@@ -1,8 +1,10 @@
 """A copy's history table, ``<table>_history``: every version of every row, with what happened,
 when the source committed it and where (issue 61; the plan: docs/design/history-tables.md §3).
 
-Slice 1 built the table and its views; slice 2's groundwork the writer primitives (below). No
-job writes a history yet (a job asked for one refuses the table: core/content/shaping.refuse_history).
+Slice 1 built the table and its views; slice 2 the writer primitives (below) and the CDC stream's
+writes (spark/cdc_history.py). Other jobs asked for one refuse the table
+(core/content/shaping.refuse_history), and a path that would write a copy that keeps one without
+writing its history stops first (:func:`refuse_unwritten`).
 
 * Found from the copy itself (:meth:`HistoryTable.of`): the copy's comment keeps its content
   settings, the history's among them; None when it keeps none.

@@ -12,9 +12,9 @@ in its table comment (:func:`content_comment`), with a fingerprint of the salt, 
 a job asking for others is refused (:func:`check_same`).
 
 ``history`` (issue 61, docs/design/history-tables.md) is parsed, carried and kept like the other
-settings, but no writer writes a history yet: every job refuses a table that asks for one
-(:func:`refuse_history`, from ``TableSchema.shaped``), so no copy gets an empty history that looks
-complete.
+settings; only the CDC stream writes a history so far, and every other job refuses a table that
+asks for one (:func:`refuse_history`, from ``TableSchema.shaped``), so no copy gets a history with
+holes that looks complete.
 """
 
 from __future__ import annotations
