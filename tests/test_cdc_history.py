@@ -12,7 +12,7 @@ import pytest
 from airflow_sync_provider.core.cdc.history_ledger import HistoryLedger
 from airflow_sync_provider.core.clickhouse.history import conflicts_sql
 from airflow_sync_provider.core.jobspec import CdcApplySpec, FullLoadSpec
-from airflow_sync_provider.core.positions import current_position
+from airflow_sync_provider.core.positions import BinlogPosition, current_position
 from airflow_sync_provider.core.selection import TableSet
 from airflow_sync_provider.core.source.group import one_server
 from airflow_sync_provider.spark.cdc_apply import run_cdc_apply
@@ -146,6 +146,9 @@ def test_every_version_with_its_commit_once_and_the_copy_as_of_three_moments(mys
     source.moment()
     first = run_cdc_apply(_spec(endpoints, "hist.basic", start_from_loads=[key], reset=True), spark)
     assert first["events"] > 0
+    # complete from where it began (the checkpoint then: the load's position); before it, a recorded hole
+    assert HistoryLedger(ch).complete_from("hist.basic", f"{DB}.basic") == \
+        BinlogPosition.from_dict(first["start"]).version()
     baseline = ch.query(f"SELECT id, v, note FROM {TARGET}.basic_history FINAL WHERE _via = 'enable' "
                         "ORDER BY id").result_rows
     assert {k: (v, n) for k, v, n in baseline} == {i: (i, f"n{i}") for i in range(1, 41)}  # as loaded
