@@ -233,7 +233,35 @@ def test_a_write_the_history_would_miss_stops_the_pipeline_naming_the_table(mysq
         copy = dict(ch.query(f"SELECT id, v FROM {TARGET}.{table} FINAL WHERE _deleted = 0").result_rows)
         assert copy == {1: 100, **{i: i for i in range(2, 6)}}  # the update before it, nothing of it
         assert _history(ch, table) == source.log
-        with pytest.raises(ContentError, match=rf"table {TARGET}\.{table}: the copy holds .*history"):
+        with pytest.raises(ContentError, match=rf"table {TARGET}\.{table}: its copy keeps a history .*which this "
+                                               r"job does not write"):
             run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
                                        source_table=table, target_database=TARGET, target_table=table,
                                        load_key=f"{key}.again", channels=1), spark)
+
+
+def test_a_repair_the_history_would_miss_is_refused_and_leaves_the_copy_as_it_was(mysql_conn, ch, endpoints,
+                                                                                    spark):
+    """A copy with a history found wrong (a row damaged by hand): the pipeline's verification and
+    reconcile's re-import would rewrite it without the history hearing (slice 4): the pipeline
+    stops naming the table and the slice, the re-import fails naming them, and the damaged row is
+    still there — nothing repaired behind the history's back."""
+    from airflow_sync_provider.core.jobspec import ReconcileSpec
+    from airflow_sync_provider.core.positions import BinlogError
+    from airflow_sync_provider.spark.reconcile import run_reconcile
+
+    source, key = _begin(mysql_conn, ch, endpoints, spark, "mend", rows=20)
+    run_cdc_apply(_spec(endpoints, "hist.mend", start_from_loads=[key], reset=True), spark)
+    ch.command(f"INSERT INTO {TARGET}.mend (id, v, note, _version) SELECT id, v + 1, note, _version + 1 "
+               f"FROM {TARGET}.mend FINAL WHERE id = 5")  # damage one row
+    with pytest.raises(BinlogError, match=r"table hist_cdc\.mend: the verification's repair of slice \d+ would "
+                                          r"change its copy, which keeps a history .*slice 4"):
+        run_cdc_apply(_spec(endpoints, "hist.mend", verify=True), spark)
+    check = ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=key, checksum=True)
+    assert run_reconcile(check, spark)["verdict"] == "mismatch"  # a check reads: it runs
+    check.reimport = True
+    with pytest.raises(Exception, match=r"hist_cdc_ch\.mend: its copy keeps a history .*which this job does not "
+                                        r"write"):
+        run_reconcile(check, spark)
+    assert ch.command(f"SELECT v FROM {TARGET}.mend FINAL WHERE id = 5") == 6
+    assert _history(ch, "mend") == {}  # no change came through the stream, none through a repair

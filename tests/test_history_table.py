@@ -115,8 +115,11 @@ def test_history_is_a_content_option_kept_in_the_comment_and_carried_by_the_tabl
     comment = content_comment(custom)
     assert stored(comment)[0] == custom
     check_same("copy.orders", custom, b"", comment)
-    with pytest.raises(ContentError, match="holds .*history.* but this job asks for the source's rows"):
-        check_same("copy.orders", Content(), b"", comment)
+    with pytest.raises(ContentError, match=r"^table copy\.orders: its copy keeps a history \(copy\.orders_history\), "
+                                           "which this job does not write"):
+        check_same("copy.orders", Content(), b"", comment)  # the job writes none: it would change the copy behind it
+    with pytest.raises(ContentError, match="holds .*history.* but this job asks for .*row_filter"):
+        check_same("copy.orders", Content(row_filter="id > 1"), b"", comment)  # another content: as for any setting
     assert "every version kept in <table>_history (30 days)" in describe_content(custom)
     # a table's entry over the job's; carried through a spec as the job reads it
     tableset = TableSet(content={"on_delete": "keep"},

@@ -52,14 +52,19 @@ from airflow_sync_provider.core.clickhouse.derived import derived_columns
 from airflow_sync_provider.core.clickhouse.described import TableFacts, table_facts
 from airflow_sync_provider.core.clickhouse.layout import MIRROR, REPLICATED, REPLICATION_DEFAULT, Layout, setting_sql
 from airflow_sync_provider.core.content import ContentError
-from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE, HistorySettings, content_comment
+from airflow_sync_provider.core.content.shaping import (
+    DELETED_AT_SOURCE,
+    HISTORY_SUFFIX,
+    HistorySettings,
+    content_comment,
+)
 from airflow_sync_provider.core.positions import EPOCH_SHIFT
 from airflow_sync_provider.core.source.group import SOURCE_COLUMNS
 from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN
 from airflow_sync_provider.core.sql import ch_ident, ch_string, ch_table
 
-SUFFIX = "_history"
+SUFFIX = HISTORY_SUFFIX
 DEFAULT_PARTITION = "toYYYYMM(_commit_time)"
 
 # what happened to the row at this version, and which path of the package wrote it (§1 of the plan)

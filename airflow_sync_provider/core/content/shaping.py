@@ -19,6 +19,7 @@ holes that looks complete.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -88,6 +89,7 @@ class HistorySettings:
         return out or True
 
 
+HISTORY_SUFFIX = "_history"  # a copy's history is <table>_history (core/clickhouse/history.py)
 # the paths that write a copy's history so far (issue 61, docs/design/history-tables.md §5): the CDC
 # stream's row changes (slice 2). Every other writer (loads, the bootstrap, re-copies, repairs,
 # diffs, XA staging, cascades, TRUNCATE and DDL) is refused for a copy with a history until its slice.
@@ -242,6 +244,12 @@ def restored(comment: str, content: Content) -> str:
 def check_same(table: str, requested: Content, salt: bytes, comment: str) -> None:
     """Refuse a job whose content settings (or salt) differ from the copy's."""
     have, fingerprint = stored(comment)
+    # a job that writes no history (a load, a bootstrap, a re-import, a diff) into a copy that keeps one
+    if have != requested and have.history and not requested.history and \
+            dataclasses.replace(have, history=None) == requested:
+        raise ContentError(f"table {table}: its copy keeps a history ({table}{HISTORY_SUFFIX}), which this job does "
+                           "not write (issue 61: only the CDC stream writes one so far); it would change the copy "
+                           "behind the history's back, so it stops before writing anything")
     if have != requested:
         raise ContentError(f"table {table}: the copy holds {have.describe()} but this job asks for "
                            f"{requested.describe()}; change a copy's content with airflow-sync reshape (or drop "
