@@ -396,7 +396,8 @@ class BinlogReader:
             if commit:
                 self._claim(batch, {s: parked.staged[s] for s in kept})
         elif parked is not None:
-            if commit:
+            if commit:  # one parked before this reader (read again: not through _park) meets the refusal here
+                _no_history(parked.changes, f"the XA transaction {xid} (prepared, committed later)")
                 last = {}
                 for i, (route, lane, row, _, deleted) in enumerate(parked.changes):  # a multiset keeps them all
                     last[(route.source, i if route.multiset else route.place_of(row))] = (route, lane, row, version,
