@@ -265,3 +265,41 @@ def test_a_repair_the_history_would_miss_is_refused_and_leaves_the_copy_as_it_wa
         run_reconcile(check, spark)
     assert ch.command(f"SELECT v FROM {TARGET}.mend FINAL WHERE id = 5") == 6
     assert _history(ch, "mend") == {}  # no change came through the stream, none through a repair
+
+
+def test_a_shaped_copys_history_holds_no_clear_value_and_its_kept_deletes_as_absences(mysql_conn, ch, endpoints,
+                                                                                       spark):
+    """A copy with a hashed column that keeps deletes: its history is written from the copy's rows,
+    so no clear value of the hashed column reaches it; a delete the copy keeps (live, marked) is an
+    absence in the history, so the as-of view leaves it out."""
+    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.shaped (id INT PRIMARY KEY, email VARCHAR(40) NOT NULL, "
+                                    "v INT NOT NULL)")
+    ch.command(f"DROP TABLE IF EXISTS {TARGET}.shaped_history")
+    with mysql_conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO {DB}.shaped VALUES (%s, %s, %s)", [(i, f"u{i}@x", i) for i in range(1, 11)])
+    content, salt = {"transform": {"email": "hash"}, "on_delete": "keep"}, "s3cret"
+    key = f"{DB}.shaped"
+    run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
+                               source_table="shaped", target_database=TARGET, target_table="shaped", load_key=key,
+                               channels=1, tableset=TableSet(content=content), hash_salt=salt), spark)
+    spec = _spec(endpoints, "hist.shaped", start_from_loads=[key], reset=True)
+    spec.hash_salt = salt
+    run_cdc_apply(spec, spark)
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"UPDATE {DB}.shaped SET email = 'new@x', v = -v WHERE id <= 3")
+        cur.execute(f"INSERT INTO {DB}.shaped VALUES (11, 'eleven@x', 11)")
+        cur.execute(f"DELETE FROM {DB}.shaped WHERE id IN (4, 5)")
+        cur.execute(f"SELECT id, email FROM {DB}.shaped")
+        clear = {email for _, email in cur.fetchall()} | {f"u{i}@x" for i in range(1, 11)}
+    spec = _spec(endpoints, "hist.shaped")
+    spec.hash_salt = salt
+    run_cdc_apply(spec, spark)
+    emails = {e for (e,) in ch.query(f"SELECT DISTINCT toString(email) FROM {TARGET}.shaped_history").result_rows}
+    assert len(emails) >= 12 and not emails & clear  # hashed, as in the copy
+    assert ch.query(f"SELECT id, _event FROM {TARGET}.shaped_history FINAL WHERE _deleted = 1 ORDER BY id"
+                    ).result_rows == [(4, "delete"), (5, "delete")]
+    asof = {k: v for k, v in ch.query(f"SELECT id, v FROM {TARGET}.shaped_asof(at_version = 18446744073709551615)"
+                                      ).result_rows}
+    assert asof == {**{i: -i for i in (1, 2, 3)}, **{i: i for i in range(6, 12)}}
+    kept = ch.query(f"SELECT id FROM {TARGET}.shaped FINAL WHERE _deleted_at_source > 0 ORDER BY id").result_rows
+    assert kept == [(4,), (5,)]  # the copy keeps them, marked; the history says they are gone
