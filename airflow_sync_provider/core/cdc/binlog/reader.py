@@ -275,9 +275,10 @@ class BinlogReader:
         if cascading:
             batch.cascades += self._cascading
             self._cascading = []
-        if self._commit is not None and (not batch.commits or batch.commits[-1] is not self._commit):
+        # only a transaction with changes here: a batch of unrelated ones must not grow with their number
+        if self._pending and self._commit is not None and (not batch.commits or batch.commits[-1] is not self._commit):
             batch.commits.append(self._commit)
-        batch.kinds += self._kinds
+        batch.kinds += self._kinds if self._pending else []
         self._kinds = []
         moved = 0
         for item in self._pending:
@@ -494,7 +495,7 @@ class BinlogReader:
         if not self._xa_open and version < route.skip_before:
             return  # a re-copy of the table from a later position covers it (an XA's rows: at its commit)
         route.check_shape(tuple(c.name for c in event.columns), f"binlog {self.stream.log_file}:{start}")
-        if out is self._pending:
+        if out is self._pending and route.history is not None:  # its history rows' operation (commits.py)
             self._kind(event, version)
         decoder = decoders.get(event, route)
         if decoder is not None:
