@@ -24,6 +24,7 @@ from bench.cdc_apply import (
     INITIAL_ROWS,
     SOURCE_DB,
     TABLE,
+    cdc_role,
     cdc_spec,
     create_source,
     generate_changes,
@@ -37,6 +38,7 @@ from bench.harness.clients import ch_client, drop_bench_data, target_databases
 from bench.harness.env import machine, services, write_result
 from bench.harness.jobs import JOB_TIMEOUT
 from bench.harness.measure import fmt_load, fmt_rate, fmt_rounds, interleaved, rate, timer
+from bench.harness.processes import ProcessSampler, process_group
 
 VARIANTS = (("history off", False, "bench_cdc_hoff"), ("history on", True, "bench_cdc_hon"))
 
@@ -49,7 +51,7 @@ def _spec(mysql_url, ch_url, args, history: bool, **kwargs):
 def _run(mysql_url, ch_url, args, history: bool, load_key: str, stop: dict, expect, db: str) -> dict:
     spec = _spec(mysql_url, ch_url, args, history, start_from_loads=[load_key], stop_position=stop,
                  batch_seconds=args.batch_seconds)
-    with timer() as wall:
+    with ProcessSampler(roles=_role) as sampler, timer() as wall:
         result = spark_submit(spec, timeout=JOB_TIMEOUT)
     assert result.get("status") == "success", result
     ch = ch_client(ch_url)
@@ -59,7 +61,14 @@ def _run(mysql_url, ch_url, args, history: bool, load_key: str, stop: dict, expe
         ch.close()
     rows = verify_rows(mysql_url, ch_url, db)
     assert summary == expect and rows["ok"], (db, summary, expect, rows)
-    return {"wall": wall["seconds"], "inner": float(result["seconds"]), "events": result["events"]}
+    return {"wall": wall["seconds"], "inner": float(result["seconds"]), "events": result["events"],
+            "cpu": sampler.cpu_by_role()}
+
+
+def _role(cmd: list[str], parent: list[str]) -> str | None:
+    """The job's processes as bench/cdc_apply.py names them, and the services (the ClickHouse endpoint's
+    CPU: where a history's inserts and merges go)."""
+    return cdc_role(cmd, parent) or process_group(cmd, parent)
 
 
 def _sizes(ch_url, db: str) -> dict:
@@ -120,6 +129,13 @@ def history_comparison(args) -> None:
     for name, *_ in VARIANTS:
         lines.append(f"| {name} | {fmt_rounds((r['inner'] for r in runs[name]), sep=' / ')} | "
                      f"{fmt_rate(rate(events, best[name]))} | {rate(events, best[name]) / off:.2f}× |")
+    roles = sorted({r for rs in runs.values() for run in rs for r in run["cpu"]})
+    lines += ["", "CPU-seconds by process in each variant's best round (bench/harness ProcessSampler; the services' "
+              "included: the ClickHouse endpoint takes the inserts and merges):", "",
+              "| variant | " + " | ".join(roles) + " |", "|---|" + "---|" * len(roles)]
+    for name, *_ in VARIANTS:
+        fastest = min(runs[name], key=lambda r: r["inner"])["cpu"]
+        lines.append(f"| {name} | " + " | ".join(f"{fastest.get(r, 0.0):.1f}" for r in roles) + " |")
     lines += ["", f"History size after `OPTIMIZE … FINAL`: {sizes['history_bytes'] / 2**20:.1f} MiB for "
               f"{sum(sizes['rows'].values()):,} rows ({streamed:,} from the binlog, "
               f"{sizes['rows'].get('enable', 0):,} the baseline): **{per_million / 2**20:.1f} MiB per million "
