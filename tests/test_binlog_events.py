@@ -298,8 +298,9 @@ def test_a_history_rows_commit_gtid_and_operation_come_from_its_transaction_and_
     commits = [Commit(100, 1_000_000, "0", 7, "mariadb:1:0"), Commit(200, 2_000_000, "0", 8, "mariadb:1:0")]
     kinds = [(101, 0), (150, 1), (201, 2)]
     found = stamps(commits, kinds, [101, 102, 150, 150, 151, 201], [0, 0, 1, 0, 0, 3], "t")
-    assert found.event == ["insert", "insert", "delete", "update", "update", "delete"]
-    assert found.commit_us.tolist() == [1_000_000] * 5 + [2_000_000] and found.gtid_seq.tolist() == [7] * 5 + [8]
+    assert found.event.to_pylist() == ["insert", "insert", "delete", "update", "update", "delete"]
+    assert found.commit_us.to_pylist() == [1_000_000] * 5 + [2_000_000]
+    assert found.gtid_seq.to_pylist() == [7] * 5 + [8] and found.server.to_pylist() == ["mariadb:1:0"] * 6
     with pytest.raises(RuntimeError, match="no transaction or rows event read before version 99"):
         stamps(commits, kinds, [99], [0], "t")
     mariadb = commit_of(types.SimpleNamespace(gtid="3-12-456", timestamp=1_700_000_000), 500)

@@ -49,10 +49,10 @@ def history_lane(batch, routes: dict[str, TableRoute], every: dict, ipc) -> tupl
         deleted = [flag for _, flags in parts for flag in flags]
         where = f"table {route.source}, binlog {batch.start}…{batch.end}"
         found = stamps(batch.commits, batch.kinds, rows[VERSION_COLUMN].to_numpy(), deleted, where)
-        stamp = Stamp(found.event, "binlog", pa.array(found.commit_us, pa.int64()), found.server,
-                      gtid_domain=found.gtid_domain, gtid_seq=pa.array(found.gtid_seq, pa.uint64()))
+        stamp = Stamp(found.event, "binlog", found.commit_us, found.server, gtid_domain=found.gtid_domain,
+                      gtid_seq=found.gtid_seq)
         history: HistoryTable = route.history
-        table = history.arrow(rows, stamp, moved_rows(deleted))
+        table = history.arrow(rows, stamp, moved_rows(deleted) if route.moves else None)  # MOVED only where rows move
         counts[route.source] = [table.num_rows, sum(table[VERSION_COLUMN].to_pylist())]
         entries.append(HistoryRows((history.database, history.name, (), ipc(table))))
     return entries, counts

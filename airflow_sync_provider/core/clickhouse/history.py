@@ -163,6 +163,8 @@ class Stamp:
     def __post_init__(self):
         for name, allowed in (("event", EVENTS), ("via", VIAS)):
             value = getattr(self, name)
+            if isinstance(value, (pa.Array, pa.ChunkedArray)):  # its distinct values, not a Python object a row
+                value = pc.unique(value.cast(pa.string())).to_pylist()
             wrong = sorted({str(v) for v in (value if _each(value) else [value])} - set(allowed))
             if wrong:
                 raise ValueError(f"history {name} {wrong}: give one of {list(allowed)}")

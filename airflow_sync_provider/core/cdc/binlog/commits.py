@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
 KINDS = (INSERT, UPDATE, DELETE)
@@ -59,22 +60,22 @@ def commit_of(event, version: int) -> Commit:
 
 @dataclass
 class Stamps:
-    """Per row of a table's changes: commit time (µs), GTID domain and sequence, operation, server."""
+    """Per row of a table's changes, as Arrow arrays: commit time (µs), GTID domain and sequence,
+    operation, server."""
 
-    commit_us: np.ndarray
-    gtid_domain: list
-    gtid_seq: np.ndarray
-    event: list
-    server: list
+    commit_us: pa.Array
+    gtid_domain: pa.Array
+    gtid_seq: pa.Array
+    event: pa.Array
+    server: pa.Array
 
 
 def stamps(commits: list[Commit], kinds: list[tuple[int, int]], versions, deleted, where: str) -> Stamps:
     """Each row change's :class:`Stamps` from a batch's ``commits`` and rows events' ``kinds``
     ((first version, index in :data:`KINDS`), in binlog order); ``deleted``: the rows' flags (a
-    tombstone of an update event is a delete). A row before every commit is a reader's bug: said."""
+    tombstone of an update event is a delete). A row before every commit is a reader's bug: said.
+    Vectorised: per transaction or event a value, taken per row (no Python object a row)."""
     versions = np.asarray(versions, dtype=np.uint64)
-    if not len(versions):
-        return Stamps(np.zeros(0, np.int64), [], np.zeros(0, np.uint64), [], [])
     starts = np.fromiter((c.version for c in commits), np.uint64, len(commits))
     at = np.searchsorted(starts, versions, side="right") - 1
     kind_at = np.searchsorted(np.fromiter((k for k, _ in kinds), np.uint64, len(kinds)), versions, side="right") - 1
@@ -82,10 +83,16 @@ def stamps(commits: list[Commit], kinds: list[tuple[int, int]], versions, delete
         first = int(versions[(at < 0) | (kind_at < 0)][0])
         raise RuntimeError(f"{where}: no transaction or rows event read before version {first} (a history row "
                            "needs its commit time)")
-    times = np.fromiter((c.commit_us for c in commits), np.int64, len(commits))[at]
-    seqs = np.fromiter((c.gtid_seq for c in commits), np.uint64, len(commits))[at]
-    rows = at.tolist()
-    domains, servers = [commits[i].gtid_domain for i in rows], [commits[i].server for i in rows]
-    codes = [kinds[i][1] for i in kind_at.tolist()]
-    events = [DELETE if code == 2 or (code == 1 and flag) else KINDS[code] for code, flag in zip(codes, deleted)]
-    return Stamps(times, domains, seqs, events, servers)
+    codes = np.fromiter((code for _, code in kinds), np.int8, len(kinds))[kind_at] if len(versions) else \
+        np.zeros(0, np.int8)
+    codes[(codes == 1) & (np.asarray(deleted, dtype=np.int64) != 0)] = 2  # an update's tombstone: a delete
+    take = pa.array(at, pa.int64())
+
+    def per_commit(values, kind):
+        return pa.array(values, kind).take(take)
+
+    return Stamps(per_commit([c.commit_us for c in commits], pa.int64()),
+                  per_commit([c.gtid_domain for c in commits], pa.string()),
+                  per_commit([c.gtid_seq for c in commits], pa.uint64()),
+                  pa.array(KINDS, pa.string()).take(pa.array(codes, pa.int8())),
+                  per_commit([c.server for c in commits], pa.string()))
