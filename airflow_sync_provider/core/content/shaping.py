@@ -105,9 +105,10 @@ def refuse_history(content: "Content", table: str, writer: str = "") -> None:
     :data:`HISTORY_WRITERS`."""
     if HistorySettings.of(content.history) is not None and writer not in HISTORY_WRITERS:
         raise ContentError(f"table {table}: history tables are written only by the CDC stream so far (issue 61): "
-                           "loads, bootstraps, re-copies, repairs and diffs do not write them yet. Keep a history by "
-                           "asking the CDC applier for it (history=True on the apply job: it starts the history "
-                           "from the copy as it is), and leave history out of this job's content settings")
+                           "loads, bootstraps (a pipeline's new tables and re-copies among them), repairs and diffs "
+                           "do not write them yet. A pipeline keeps a history of a copy it already follows "
+                           "(history=True on the apply job begins it from the copy as it is); leave history out of "
+                           "this job's content settings")
 
 
 @dataclass(frozen=True)
