@@ -234,37 +234,38 @@ def test_a_write_the_history_would_miss_stops_the_pipeline_naming_the_table(mysq
         assert copy == {1: 100, **{i: i for i in range(2, 6)}}  # the update before it, nothing of it
         assert _history(ch, table) == source.log
         with pytest.raises(ContentError, match=rf"table {TARGET}\.{table}: its copy keeps a history .*which this "
-                                               r"job does not write"):
+                                               r"job's content settings leave out"):
             run_full_load(FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB,
                                        source_table=table, target_database=TARGET, target_table=table,
                                        load_key=f"{key}.again", channels=1), spark)
 
 
-def test_a_repair_the_history_would_miss_is_refused_and_leaves_the_copy_as_it_was(mysql_conn, ch, endpoints,
-                                                                                    spark):
-    """A copy with a history found wrong (a row damaged by hand): the pipeline's verification and
-    reconcile's re-import would rewrite it without the history hearing (slice 4): the pipeline
-    stops naming the table and the slice, the re-import fails naming them, and the damaged row is
-    still there — nothing repaired behind the history's back."""
+def test_a_reimport_of_a_followed_copy_fixes_the_copy_and_leaves_a_right_history_as_it_was(mysql_conn, ch,
+                                                                                             endpoints, spark):
+    """A followed copy with a history found wrong (a row damaged by hand; its history right):
+    reconcile's re-import rewrites the copy's row and writes no event — the history already held
+    the source's value — and every version the stream wrote stays as it was."""
     from airflow_sync_provider.core.jobspec import ReconcileSpec
-    from airflow_sync_provider.core.positions import BinlogError
     from airflow_sync_provider.spark.reconcile import run_reconcile
 
     source, key = _begin(mysql_conn, ch, endpoints, spark, "mend", rows=20)
     run_cdc_apply(_spec(endpoints, "hist.mend", start_from_loads=[key], reset=True), spark)
+    source.transaction(("update", 3, 33, "x"), ("delete", 4))
+    run_cdc_apply(_spec(endpoints, "hist.mend"), spark)
+    everything = f"SELECT * FROM {TARGET}.mend_history FINAL ORDER BY id, _version"
+    before = ch.query(everything).result_rows
     ch.command(f"INSERT INTO {TARGET}.mend (id, v, note, _version) SELECT id, v + 1, note, _version + 1 "
-               f"FROM {TARGET}.mend FINAL WHERE id = 5")  # damage one row
-    with pytest.raises(BinlogError, match=r"table hist_cdc\.mend: the verification's repair of slice \d+ would "
-                                          r"change its copy, which keeps a history .*slice 4"):
-        run_cdc_apply(_spec(endpoints, "hist.mend", verify=True), spark)
-    check = ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=key, checksum=True)
-    assert run_reconcile(check, spark)["verdict"] == "mismatch"  # a check reads: it runs
-    check.reimport = True
-    with pytest.raises(Exception, match=r"hist_cdc_ch\.mend: its copy keeps a history .*which this job does not "
-                                        r"write"):
-        run_reconcile(check, spark)
-    assert ch.command(f"SELECT v FROM {TARGET}.mend FINAL WHERE id = 5") == 6
-    assert _history(ch, "mend") == {}  # no change came through the stream, none through a repair
+               f"FROM {TARGET}.mend FINAL WHERE id = 5")  # damage one row of the copy alone
+    check = ReconcileSpec(sources=one_server(endpoints[0]), target=endpoints[1], load_key=key, checksum=True,
+                          reimport=True)
+    result = run_reconcile(check, spark)
+    assert result["before"]["verdict"] == "mismatch" and result["verdict"] == "ok", result
+    assert ch.command(f"SELECT v FROM {TARGET}.mend FINAL WHERE id = 5") == 5
+    assert ch.query(everything).result_rows == before  # no event: nothing the history held was wrong
+    assert _history(ch, "mend") == source.log
+    latest = ch.query(f"SELECT id, v, note FROM {TARGET}.mend_asof(at_version = 18446744073709551615)").result_rows
+    assert {k: (v, n) for k, v, n in latest} == source.rows
+    assert assert_same_rows(mysql_conn, ch, DB, "mend", TARGET) == len(source.rows)
 
 
 def test_a_shaped_copys_history_holds_no_clear_value_and_its_kept_deletes_as_absences(mysql_conn, ch, endpoints,

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -116,7 +117,7 @@ def test_history_is_a_content_option_kept_in_the_comment_and_carried_by_the_tabl
     assert stored(comment)[0] == custom
     check_same("copy.orders", custom, b"", comment)
     with pytest.raises(ContentError, match=r"^table copy\.orders: its copy keeps a history \(copy\.orders_history\), "
-                                           "which this job does not write"):
+                                           "which this job.s content settings leave out"):
         check_same("copy.orders", Content(), b"", comment)  # the job writes none: it would change the copy behind it
     with pytest.raises(ContentError, match="holds .*history.* but this job asks for .*row_filter"):
         check_same("copy.orders", Content(row_filter="id > 1"), b"", comment)  # another content: as for any setting
@@ -155,7 +156,8 @@ def test_a_bad_history_option_is_refused_by_name(value, match):
         Content.of(value)
 
 
-REFUSED = r"history tables are written only by the CDC stream so far \(issue 61\)"
+REFUSED = (r"history tables are written so far by the CDC stream, full loads of one server's table, reconcile's "
+           r"re-import and the snapshot diff's apply \(issue 61\)")
 
 
 def test_every_job_refuses_a_table_asking_for_a_history_naming_it():
@@ -166,7 +168,8 @@ def test_every_job_refuses_a_table_asking_for_a_history_naming_it():
         with pytest.raises(ContentError, match=r"^table shop\.orders: " + REFUSED):
             plain.shaped(content)
     assert plain.shaped({"row_filter": "id > 1"}).content.row_filter == "id > 1"  # the others still shape
-    assert plain.shaped({"history": True}, writer="cdc").content.history  # the CDC stream writes one
+    for writer in ("cdc", "load", "reconcile", "diff"):  # the paths that write one (slices 2 and 4)
+        assert plain.shaped({"history": True}, writer=writer).content.history
     merged = TableSet(content={"history": True}, tables=["shop.orders"])
     from airflow_sync_provider.core.endpoints import ClickHouseEndpoint, MySQLEndpoint
     from airflow_sync_provider.core.source.group import Source
@@ -188,15 +191,14 @@ def test_a_job_reading_its_table_refuses_the_history_before_writing(mysql_conn):
     assert [c.name for c in copied_schema(mysql_conn, {**table, "content": {}}).columns] == ["id", "status"]
     with pytest.raises(ContentError, match=r"^table hist_src\.orders: " + REFUSED):
         copied_schema(mysql_conn, {**table, "content": {"history": True}})
-    with pytest.raises(ContentError, match="history tables are written only by the CDC stream so far"):
+    with pytest.raises(ContentError, match=REFUSED):
         copied_schema(mysql_conn, {**table, "tableset": {"content": {"history": {"retention_days": 1}}}})
 
 
 @pytest.mark.slow
-def test_a_load_asked_for_a_history_fails_naming_the_table_and_makes_no_copy(mysql_conn, mysql_url, clickhouse_url,
-                                                                              ch):
-    """End to end (airflow-sync load --history, spark-submit): the job stops at the table, and
-    neither a copy nor a history exists afterwards."""
+def test_a_load_asked_for_a_history_on_the_command_line_writes_it(mysql_conn, mysql_url, clickhouse_url, ch):
+    """End to end (airflow-sync load --history, this checkout's job process): the copy and its
+    history, a snapshot event of each row (slice 4; the paths still refused: test above)."""
     with mysql_conn.cursor() as cur:
         cur.execute("CREATE DATABASE IF NOT EXISTS hist_src")
         cur.execute("DROP TABLE IF EXISTS hist_src.loaded")
@@ -207,13 +209,12 @@ def test_a_load_asked_for_a_history_fails_naming_the_table_and_makes_no_copy(mys
     env = dict(os.environ, MYSQL_URL=mysql_url, CLICKHOUSE_URL=clickhouse_url,
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     load = subprocess.run([sys.executable, "-m", "airflow_sync_provider.cli", "load", "--database", "hist_src",
-                           "--table", "loaded", "--target-database", "hist_copy", "--load-key", "hist-refused",
-                           "--history"], env=env, cwd=root, capture_output=True, text=True, timeout=600)
-    output = load.stdout + load.stderr
-    refused = "table hist_src.loaded: history tables are written only by the CDC stream"
-    assert load.returncode != 0 and refused in output, \
-        output[-3000:]
-    assert count(ch, "SELECT count() FROM system.tables WHERE database = 'hist_copy'") == 0
+                           "--table", "loaded", "--target-database", "hist_copy", "--load-key",
+                           f"hist-cli-{time.time_ns()}", "--history"], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    assert load.returncode == 0, (load.stdout + load.stderr)[-3000:]
+    assert ch.query("SELECT id, status, toString(_event), toString(_via) FROM hist_copy.loaded_history FINAL "
+                    "ORDER BY id").result_rows == [(1, "new", "snapshot", "load"), (2, "paid", "snapshot", "load")]
 
 
 def test_the_command_line_takes_history_and_the_spec_carries_it(monkeypatch):

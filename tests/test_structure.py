@@ -65,23 +65,32 @@ WRITERS = {
     "spark/cdc_bootstrap.py:_drop_older": (OWES, ("DELETE FROM",), "#9: snapshot deletes of keys the source lost"),
     "core/clickhouse/multisets.py:drop_before": (OWES, ("DELETE FROM",), "#11: none for rows (the snapshot is the "
                                                                          "new baseline)"),
-    "spark/cdc_slices.py:repair": (OWES, ("ArrowInserts",), "#15: the rolling verification's slice repair"),
+    "spark/cdc_slices.py:repair": (WRITES, ("ArrowInserts",), "#15: the rolling verification's slice repair "
+                                                              "(a copy with a history: through a table beside it)"),
     "spark/cdc_group.py:_sources_removed": (OWES, ("DELETE FROM",), "#18: a source left the group"),
     # loads, repairs, diffs (§1 #10, #12-#14, #16, #17)
+    # slice 4: a load's or a re-import's publish writes the history first (full_load._history_first)
     "core/clickhouse/publishing.py:_swap_in": (OWES, ("EXCHANGE TABLES", "RENAME TABLE"),
-                                               "#10 a re-copy swapped in (a rekey rebases the history), #13 a load"),
-    "spark/full_load.py:FullLoadCopy.inserts": (OWES, ("ArrowInserts",), "#12: a load's working table, its "
-                                                                          "history owed when #13 publishes it"),
-    "spark/full_load.py:FullLoadCopy.clear": (OWES, ("DELETE FROM",), "#12: a load's working table (published by #13)"),
-    "core/clickhouse/publishing.py:copy_parts": (OWES, ("INSERT INTO",), "#13 a load's shadow copy, #14 a repair"),
-    "core/clickhouse/publishing.py:publish_partitions": (OWES, ("DROP PARTITION", "REPLACE PARTITION"),
-                                                         "#13: a load by partitions"),
-    "core/clickhouse/publishing.py:mark_kept": (OWES, ("INSERT INTO",), "#13, #14: kept deletes of vanished keys"),
-    "core/clickhouse/repairs.py:publish_repair": (OWES, ("DELETE FROM",), "#14: a repair of a full load's shards"),
+                                               "#10 a re-copy swapped in (a rekey rebases the history; still owed), "
+                                               "#13 a load (its history first: spark/full_load.py:_history_first)"),
+    "spark/full_load.py:FullLoadCopy.inserts": (WRITES, ("ArrowInserts",), "#12: a load's working table, "
+                                                "history first: spark/full_load.py:_history_first when #13 publishes"),
+    "spark/full_load.py:FullLoadCopy.clear": (WRITES, ("DELETE FROM",), "#12: a load's working table, "
+                                              "history first: spark/full_load.py:_history_first when #13 publishes"),
+    "core/clickhouse/publishing.py:copy_parts": (WRITES, ("INSERT INTO",), "#13 a load's shadow copy, #14 a repair, "
+                                                 "#15 a slice repair (spark/cdc_slices.repair writes the history); "
+                                                 "history first: spark/full_load.py:_history_first"),
+    "core/clickhouse/publishing.py:publish_partitions": (WRITES, ("DROP PARTITION", "REPLACE PARTITION"),
+                                                         "#13: a load by partitions; "
+                                                         "history first: spark/full_load.py:_history_first"),
+    "core/clickhouse/publishing.py:mark_kept": (WRITES, ("INSERT INTO",), "#13, #14: kept deletes of vanished keys; "
+                                                "history first: spark/full_load.py:_history_first"),
+    "core/clickhouse/repairs.py:publish_repair": (WRITES, ("DELETE FROM",), "#14: a repair of a full load's shards; "
+                                                  "history first: spark/full_load.py:_history_first"),
     "core/clickhouse/multisets.py:Beside.write_differences": (OWES, ("INSERT INTO",),
                                                               "#16: a keyless copy's repair or diff"),
     "spark/diff_multiset.py:run_multiset_diff": (OWES, ("INSERT INTO",), "#16: a keyless diff (its change set)"),
-    "spark/diff_shard.py:_write": (OWES, ("insert_arrow",), "#17: a diff's changes applied (and its change set)"),
+    "spark/diff_shard.py:_write": (WRITES, ("insert_arrow",), "#17: a diff's changes applied (and its change set)"),
     # not copies
     "core/clickhouse/history.py:HistoryTable.insert": (NOT_A_COPY, ("insert_arrow",), "the history itself"),
     "core/clickhouse/history.py:HistoryTable.insert_select_sql": (NOT_A_COPY, ("INSERT INTO",), "the history itself"),
@@ -451,8 +460,11 @@ def test_every_writer_of_rows_is_listed_with_what_it_owes_a_copys_history():
     rows = {int(n) for status, _, note in WRITERS.values() if status != NOT_A_COPY
             for n in re.findall(r"#(\d+)", note)}
     assert rows == set(range(1, 19)) - {7}
-    # a writer that writes a history calls it (slice 2: the CDC stream's lanes)
+    # a writer that writes a history calls it (slice 2: the CDC stream's lanes), or its note names
+    # the caller that writes it first (slice 4: "history first: file:function", which calls it)
     calls_history = {where for where in WRITERS if "history" in _source_of(where)}
+    first = {w: re.search(r"history first: (\S+:\w+)", note) for w, (_, _, note) in WRITERS.items()}
+    calls_history |= {w for w, found in first.items() if found and "history" in _source_of(found.group(1))}
     assert {w for w, (status, _, _) in WRITERS.items() if status == WRITES} <= calls_history
 
 

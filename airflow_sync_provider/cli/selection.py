@@ -129,8 +129,8 @@ def content_arguments(parser) -> None:
     group.add_argument("--on-delete", choices=("delete", "keep"),
                        help="keep: a row deleted at the source stays, marked in _deleted_at_source")
     group.add_argument("--history", action="store_true",
-                       help="every version of every row in <table>_history (issue 61: written by `cdc apply "
-                            "--history` so far; loads and bootstraps refuse it until they write it too)")
+                       help="every version of every row in <table>_history (issue 61: written by `cdc apply`, full "
+                            "loads, re-imports and the diff's apply; bootstraps and re-copies refuse it so far)")
     group.add_argument("--history-partition-by", metavar="EXPR",
                        help="the history's PARTITION BY (default toYYYYMM(_commit_time)); implies --history")
     group.add_argument("--history-retention-days", type=int, metavar="DAYS",

@@ -36,9 +36,10 @@ Each object may also be given in its dict form (``speed={"channels": 4}``), and 
       only those, CDC decides on each row image as MySQL would;
     * ``on_delete``: ``"keep"``: a row deleted at the source stays in the copy, marked in
       ``_deleted_at_source`` (default ``"delete"``);
-    * ``history``: ``True`` or ``{"partition_by": …, "retention_days": …}``: every version of every
-      row in ``<table>_history`` (issue 61, docs/design/history-tables.md). Accepted and carried,
-      but not built yet: a job asked for it refuses the table ("history tables are not built yet").
+    * ``history``: ``True`` or ``{"partition_by": …, "retention_days": …, "snapshots": …}``: every
+      version of every row in ``<table>_history`` (issue 61, docs/design/history-tables.md). Written
+      by full loads, re-imports and the diff's apply so far; a job whose path writes none yet
+      refuses the table, naming it.
 
 ``speed=SpeedLimits(…)`` (or the plain ``channels=``, ``byte_speed=``, ``record_speed=``,
     ``channel_byte_speed=``, ``channel_record_speed=``) — how fast the source is read, as DataX

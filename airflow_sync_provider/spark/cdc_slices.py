@@ -18,14 +18,17 @@ from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.clickhouse import multisets, repairs
 from airflow_sync_provider.core.clickhouse.client import shared_client
 from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, SIGN_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
+from airflow_sync_provider.core.clickhouse.ddl import create_working, private_name
 from airflow_sync_provider.core.clickhouse.described import column_types, copy_layout
-from airflow_sync_provider.core.clickhouse.history import refuse_unwritten
+from airflow_sync_provider.core.clickhouse.history import HistoryTable, Stamp
+from airflow_sync_provider.core.clickhouse.history_snapshots import Scope, write_published
 from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts
+from airflow_sync_provider.core.clickhouse.publishing import copy_parts
 from airflow_sync_provider.core.clickhouse.shards import shard_predicates
 from airflow_sync_provider.core.clickhouse.ttl import Window
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import CdcApplySpec, copied_schema
-from airflow_sync_provider.core.positions import BinlogError, BinlogPosition, TransientBinlogError, snapshot_position
+from airflow_sync_provider.core.positions import BinlogPosition, TransientBinlogError, snapshot_position
 from airflow_sync_provider.core.source import reader as mysql_reader
 from airflow_sync_provider.core.source.planning import (
     Plan,
@@ -132,7 +135,7 @@ class Snapshot:
 
     def _schema(self, table: PipelineTable) -> TableSchema | None:
         try:
-            # it reads a copy with a history (its repair refuses one)
+            # it reads a copy with a history (its repair writes it)
             return copied_schema(self.pconn, table.copy_spec(), self.spec.salt, writer="cdc")
         except TableNotFound:
             return None
@@ -209,17 +212,22 @@ def copy_at(ch, check: TableCheck, slice_id: int, position: BinlogPosition) -> t
 def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_id: int) -> int:
     """Rewrite a slice of the copy from the snapshot: the source's rows at S's repair version, and
     tombstones of that version for the copy's rows the source no longer has (rows written after
-    S rank above it and are left alone). Returns the rows written."""
+    S rank above it and are left alone). Returns the rows written. A copy that keeps a history:
+    the rows are read into a table beside it first, its history hears of the rows that differ
+    (``repair`` events, core/clickhouse/history_snapshots.py), then the copy takes them."""
     database, table = check.table.target_database, check.table.writes_to
-    refuse_unwritten(check.schema.content.history, check.table.name, f"the verification's repair of slice {slice_id}",
-                     "slice 4", BinlogError)
     version = snapshot.position.snapshot_version(repair=True)
     names = [m.name for m in check.schema.mappings()] + ([SPLIT_WEIGHT_COLUMN] if check.weight else [])
     if check.multiset:
         return _repair_multiset(spec, ch, snapshot, check, slice_id)
+    history, into = HistoryTable.of(ch, check.schema, database, table), (database, table)
+    if history is not None:
+        into = (spec.ledger_database, private_name(table, "verify", f"{spec.pipeline}.{slice_id}"))
+        ch.command(f"DROP TABLE IF EXISTS {ch_table(*into)}")  # an attempt that stopped half way
+        create_working(ch, check.schema, *into, check.weight is not None, direct=False)
     written = 0
     writer = shared_client(spec.target)  # session-less: an insert may be acknowledged while the next streams
-    inserts = ArrowInserts(writer, ch_table(database, table), settings=WEIGHT_SETTINGS if check.weight else None,
+    inserts = ArrowInserts(writer, ch_table(*into), settings=WEIGHT_SETTINGS if check.weight else None,
                            compression=spec.target.insert_compression)
     try:
         for batch in snapshot.rows(check, slice_id):
@@ -230,6 +238,11 @@ def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_
     finally:
         inserts.close()
     where, params = check.predicate(slice_id)
+    if history is not None:
+        write_published(ch, history, into, Stamp("repair", "verify", int(snapshot.began * 1_000_000)),
+                        [Scope(where, params, version)])
+        copy_parts(ch, check.schema, into[1], into[0], database, table, check.weight is not None)
+        ch.command(f"DROP TABLE {ch_table(*into)}")
     repairs.tombstone_older(ch, database, table, version, where, params)
     return written
 

@@ -36,6 +36,7 @@ from airflow_sync_provider.core.clickhouse.described import (
     table_exists,
     version_above,
 )
+from airflow_sync_provider.core.clickhouse.history import HistoryTable, Stamp, history_name, refuse_unwritten
 from airflow_sync_provider.core.clickhouse.layout import stored
 from airflow_sync_provider.core.clickhouse.shards import shard_predicates
 from airflow_sync_provider.core.clickhouse.ttl import Window
@@ -110,7 +111,7 @@ def _copy_split_column(ledger: Ledger, old_table: str) -> str | None:
 def _create_copy(spec: SnapshotDiffSpec, ch) -> dict:
     with mysql_reader.connect(spec.source) as conn:
         schema = read_table_schema(conn, spec.source_database, spec.source_table)
-    schema = schema.shaped(spec.tableset.content_of(), spec.salt)  # what the copy is to hold (core/content/)
+    schema = schema.shaped(spec.tableset.content_of(), spec.salt, writer="diff")  # what the copy is to hold
     check_columns(schema)
     database, table = split_name(spec.old_table)
     log.info(f"diff {spec.diff_key}: creating {spec.old_table} (it did not exist)")
@@ -181,7 +182,21 @@ def _resolve_mysql(spec: SnapshotDiffSpec, ch, ledger: Ledger, old_types: dict, 
             "plan": plan, "old_predicates": predicates, "weight": weight_column is not None, "position": position,
             "mysql_columns_sql": columns_sql, "key_position": key_position,
             "positions": positions if key_position else Positions.of_hash(),
-            "ch_types": {m.name: m.ch_type for m in mappings.values()}}
+            "ch_types": {m.name: m.ch_type for m in mappings.values()}, "table_schema": schema}
+
+
+def _history(spec: SnapshotDiffSpec, ch, copy: CopyShape, found: dict | None, started: float):
+    """The copy's history an apply writes, and its stamp: the changes as found, without a binlog
+    (``_via`` diff), at the apply's version; None when the copy keeps none. Refused, before any
+    write, where the apply cannot write it yet (a keyless copy; a ClickHouse table as the new side)."""
+    if spec.on_change != "apply" or not shaping.stored(copy.comment)[0].history:
+        return None
+    if copy.multiset or found is None or "table_schema" not in found:
+        refuse_unwritten(True, spec.old_table, "the diff's apply", "slice 6" if copy.multiset else "slice 4",
+                         DiffError)
+    history = HistoryTable.of(ch, found["table_schema"], *split_name(spec.old_table))
+    history.create(ch)
+    return history, Stamp("update", "diff", int(started * 1_000_000))
 
 
 def _moves(ch, spec: SnapshotDiffSpec) -> bool:
@@ -205,7 +220,7 @@ def _shaped(spec: SnapshotDiffSpec, schema: TableSchema, copy: CopyShape) -> Tab
     requested, held = spec.tableset.content_of(), shaping.stored(copy.comment)[0]
     if requested:
         shaping.check_same(spec.old_table, requested, spec.salt, copy.comment)
-    return schema.shaped(requested or held, spec.salt)
+    return schema.shaped(requested or held, spec.salt, writer="diff")
 
 
 def _check_copy_shape(spec: SnapshotDiffSpec, ch, copy: CopyShape, schema, old_types: dict, keys: list[str]) -> None:
@@ -351,7 +366,8 @@ def _apply_version(spec: SnapshotDiffSpec, ch, old_types: dict, position) -> int
     check_layout(ch, *split_name(spec.old_table))
     if position is not None:
         return position.snapshot_version(repair=True)
-    return version_above(ch, *split_name(spec.old_table))
+    database, table = split_name(spec.old_table)  # above its history's too (an earlier attempt's rows)
+    return max(version_above(ch, database, table), version_above(ch, database, history_name(table)))
 
 
 CHANGES_WAIT_SECONDS = 3600  # a diff waits this long for another one writing its change set
@@ -388,6 +404,7 @@ def _diff(spec: SnapshotDiffSpec, spark, merged: TableSchema | None = None) -> d
         raise DiffError(f"the old snapshot {spec.old_table} does not exist on ClickHouse")
     copy = read_copy_shape(ch, *split_name(spec.old_table))
     if copy.multiset:  # a table without a key: occurrences compared by value (spark/diff_multiset.py)
+        _history(spec, ch, copy, None, started)  # refused: a keyless copy's history is not built yet
         try:
             return run_multiset_diff(spec, ch, copy, lambda schema: _shaped(spec, schema, copy),
                                      lambda columns, types: _prepare_changes(ch, spec, columns, types))
@@ -401,6 +418,7 @@ def _diff(spec: SnapshotDiffSpec, spark, merged: TableSchema | None = None) -> d
     for note in notes:
         log.info("diff %s: %s", spec.diff_key, note)
     version = _apply_version(spec, ch, old_types, found["position"]) if spec.on_change == "apply" else None
+    history = _history(spec, ch, copy, found, started)
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     _prepare_changes(ch, spec, found["columns"], found["ch_types"])
     plan = found["plan"]
@@ -411,7 +429,7 @@ def _diff(spec: SnapshotDiffSpec, spark, merged: TableSchema | None = None) -> d
     ctx = DiffContext(spec, run_id, found["columns"], found["schema"], found["texts"], plan,
                    found["old_predicates"], ChTable.of(ch, spec.old_table),
                    found["weight"], version, found["mysql_columns_sql"], found["key_position"], found["positions"],
-                   width, found.get("new_ch"), advice, _moves(ch, spec))
+                   width, found.get("new_ch"), advice, _moves(ch, spec), history)
     ids = [s.id for s in plan.shards]
     channels = max(1, min(spec.channels, len(ids)))
     queues = [ids[i::channels] for i in range(channels)]

@@ -22,6 +22,7 @@ import pyarrow as pa
 from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN, WEIGHT_SETTINGS
 from airflow_sync_provider.core.clickhouse.described import column_types
+from airflow_sync_provider.core.clickhouse.history import HistoryTable, Stamp
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.jobspec import SnapshotDiffSpec
 from airflow_sync_provider.core.source import reader as mysql_reader
@@ -129,6 +130,8 @@ class DiffContext:
     new_ch: ChTable | None = None  # a ClickHouse new side
     advice: dict = dataclasses.field(default_factory=dict)  # what to say of a key found twice on a side
     moves: bool = False  # the copy's layout places rows by columns beyond the key (diff._moves)
+    # the copy's history (core/clickhouse/history.py) and the apply's stamp, when it keeps one
+    history: "tuple[HistoryTable, Stamp] | None" = None
 
 
 
@@ -351,7 +354,11 @@ def _write(ch, ctx: DiffContext, result) -> None:
     moved = (result.replaced, 1) if ctx.moves else (None, 1)
     # a copy that keeps deletes (core/content/) keeps a row the source no longer has: marked now
     gone = (result.tombstones, KEEP) if ctx.old.keeps else (result.tombstones, 1)
-    for rows, deleted in (moved, (result.upserts, 0), gone):
+    # the history's events (none for a moved row's old place): the changed rows come first in the upserts
+    upserted = ["update"] * result.counts[CHANGED] + ["insert"] * result.counts[NEW]
+    writes = []
+    for (rows, deleted), events in zip((moved, (result.upserts, 0), gone),
+                                       (None, upserted, ["delete"] * result.counts[DELETED])):
         if rows is None:
             continue
         n = rows.num_rows
@@ -360,6 +367,13 @@ def _write(ch, ctx: DiffContext, result) -> None:
         if ctx.old.keeps:
             rows = rows.append_column(DELETED_AT_SOURCE, pa.array([int(time.time()) if deleted == KEEP else 0] * n,
                                                                   pa.uint32()))
+        writes.append((rows, events))
+    if ctx.history is not None:  # the history first: a copy changed without it would be a silent miss
+        history, stamp = ctx.history
+        for rows, events in writes:
+            if events is not None:
+                history.insert(ch, history.arrow(rows, dataclasses.replace(stamp, event=events)))
+    for rows, _ in writes:
         ch.insert_arrow(table, rows, database=database, settings=WEIGHT_SETTINGS if ctx.weight else None)
 
 

@@ -28,13 +28,16 @@ from airflow_sync_provider.core.clickhouse.described import (
     check_layout,
     is_parts_layout,
     resolve_layout,
+    swapped_in,
     table_exists,
     version_above,
 )
+from airflow_sync_provider.core.clickhouse.history import Stamp, history_name
+from airflow_sync_provider.core.clickhouse.history_snapshots import Scope, history_of, write_published
 from airflow_sync_provider.core.clickhouse.inserts import ArrowInserts, InsertLimits
 from airflow_sync_provider.core.clickhouse.publishing import Loaded, publish_full, publish_partitions, publish_working
 from airflow_sync_provider.core.clickhouse.shards import cut_points, shard_predicates, target_predicates, weight_width
-from airflow_sync_provider.core.crash_points import hold_point
+from airflow_sync_provider.core.crash_points import crash_point, hold_point
 from airflow_sync_provider.core.jobspec import FullLoadSpec, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import (
@@ -214,7 +217,9 @@ def binlog_start(spec: FullLoadSpec, ch) -> tuple[dict | None, int]:
                                         source_epoch(conn, ch, spec.ledger_database))
     if position is not None:
         return position.to_dict(), 0
-    return None, version_above(ch, spec.target_database, spec.target_table)
+    # above the history's versions too: a fresh copy's own may be lower than those it replaced
+    return None, max(version_above(ch, spec.target_database, spec.target_table),
+                     version_above(ch, spec.target_database, history_name(spec.target_table)))
 
 
 def _check_repairable(spec: FullLoadSpec, ch, schema, state: LoadState) -> None:
@@ -311,17 +316,47 @@ def _plan_copy(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, dir
 
 def _publish(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState, copy: Copy) -> int:
     """Make the loaded rows visible: swap in a full copy, replace a period's partitions, or
-    repair the re-imported shards of a published table in place. Returns the rows published."""
+    repair the re-imported shards of a published table in place. Returns the rows published.
+    A copy that keeps a history hears of it first (:func:`_history_first`)."""
+    shards = repaired_shards(spec, ch, schema, plan, state) if state.repair else []
+    _history_first(spec, ch, schema, state, copy, shards)
     if copy.direct:
         return publish_working(ch, spec.ledger_database, state.parts_table, spec.target_database,
                                       spec.target_table)
     loaded = Loaded(schema, spec.ledger_database, state.parts_table, spec.target_database, spec.target_table,
                            copy.weight is not None, copy.layout)
     if state.repair:
-        return repairs.publish_repair(ch, loaded, repaired_shards(spec, ch, schema, plan, state))
+        return repairs.publish_repair(ch, loaded, shards)
     if spec.partition_by:
         return publish_partitions(ch, loaded, spec.partition_by, list(spec.replace_partitions))
     return publish_full(ch, loaded)
+
+
+def _history_first(spec: FullLoadSpec, ch, schema, state: LoadState, copy: Copy, shards: list) -> None:
+    """The load's rows into the copy's history before the copy changes (a load's: ``snapshot``
+    events; a repair's: ``repair`` events; of rows the history's newest versions lack only, and the
+    deletes of keys the rows replace but lack: core/clickhouse/history_snapshots.py). Stamped from
+    the ledger's records (the shards' versions and their reads' start), so a publish retried after
+    a crash writes the same rows again, which collapse, or finds them written."""
+    history = history_of(schema, spec.target_database, spec.target_table, copy.layout, copy.weight is not None)
+    if history is None or (copy.direct and swapped_in(ch, spec.ledger_database, state.parts_table,
+                                                      spec.target_database, spec.target_table)):
+        return  # swapped in already (a crash before the ledger heard): its history was written before
+    # as the ledger keeps them (its times are µs: a float in memory may round otherwise on a retry)
+    recorded = Ledger(ch, spec.ledger_database).state(state.load_key) or state
+    published = [s for i, s in recorded.shards.items() if i in (state.repair or state.shards)]
+    top = max(s.version for s in published)
+    if state.repair:
+        scopes = [Scope(where, params, version) for where, params, version in shards]
+    elif spec.partition_by:
+        scopes = [Scope("_partition_id IN {history_partitions:Array(String)}",
+                        {"history_partitions": list(spec.replace_partitions)}, top)]
+    else:
+        scopes = [Scope("1", {}, top)]
+    event, via = ("repair", "reconcile") if state.repair else ("snapshot", "load")
+    stamp = Stamp(event, via, int(max(s.started_at for s in published) * 1_000_000))
+    write_published(ch, history, (spec.ledger_database, state.parts_table), stamp, scopes)
+    crash_point("load.history-written")  # tests: the history written, the copy not yet (a retry collapses)
 
 
 def repaired_shards(spec: FullLoadSpec, ch, schema, plan: Plan, state: LoadState) -> list[tuple[str, dict, int]]:
@@ -428,7 +463,7 @@ class TableLoad:
     def read_schema(self):
         """The source table as this load copies it."""
         with mysql_reader.connect(self.spec.source) as conn:
-            return copied_schema(conn, spec_to_dict(self.spec), self.spec.salt)
+            return copied_schema(conn, spec_to_dict(self.spec), self.spec.salt, writer="load")
 
     def estimate(self) -> int:
         """The rows the load has left to copy, by the plan's estimates."""
@@ -453,6 +488,8 @@ class TableLoad:
         check_columns(self.schema)
         self.state, self.plan = _start_or_resume(spec, self.ledger, self.schema, working, start, known)
         self.copy, self.reader_note = _plan_copy(spec, self.ch, self.schema, self.plan, self.state)
+        # what a history cannot hold (a keyless table) refused before a row is read
+        history_of(self.schema, spec.target_database, spec.target_table, self.copy.layout, False)
         self.todo = self.state.todo()
 
     def use_layout(self, direct: bool, shard_base: int = 0) -> None:

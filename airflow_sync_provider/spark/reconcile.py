@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.clickhouse.client import client, shared_client
-from airflow_sync_provider.core.clickhouse.described import kept_rows
+from airflow_sync_provider.core.clickhouse.described import copy_content, kept_rows
 from airflow_sync_provider.core.clickhouse.layout import stored
 from airflow_sync_provider.core.clickhouse.shards import shard_predicates
 from airflow_sync_provider.core.clickhouse.ttl import Window
@@ -105,7 +105,7 @@ def _copy_shape(spec: ReconcileSpec, conn, ch, state: LoadState, plan: Plan, mer
         raise ValueError(f"load {state.load_key!r}: its copy {state.target_table} does not exist on ClickHouse "
                          f"(dropped?); {reload_remedy(state.load_key, state.source_table, state.target_table)}")
     try:
-        schema = copied_schema(conn, state.spec, spec.salt)
+        schema = copied_schema(conn, state.spec, spec.salt, writer="reconcile")
         if merged is not None:
             schema = member_view(merged, Member.of(state.spec["member"]), schema)
     except (KeyError, ValueError) as exc:  # the load named a column the source no longer has
@@ -195,6 +195,17 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
             **({"ttl_window": window.describe()} if window else {})}
 
 
+def _repair_spec(ch, stored: dict, spec: ReconcileSpec):
+    """The full load that re-imports the load's shards (core/specfile.reimport_spec). A repair
+    writes into the copy as it is: a history the copy keeps though the load did not ask for one
+    (a pipeline began it later: spark/cdc_history.py) is written by the repair too."""
+    load = reimport_spec(stored, spec.source, spec.target, spec.hash_salt)
+    kept = copy_content(ch, load.target_database, load.target_table).history if load.target_table else None
+    if kept and not load.tableset.content.history:
+        load.tableset.content = dataclasses.replace(load.tableset.content, history=kept)
+    return load
+
+
 def run_reconcile(spec: ReconcileSpec, spark) -> dict:
     """``spark``: a SparkSession or a :class:`LazySession` (spark_jobs/reconcile.py), built only
     if the shards go to executors (or a re-import needs them)."""
@@ -204,13 +215,12 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
     ledger = Ledger(ch, spec.ledger_database)
     if spec.reimport and _unfinished_repair(ledger.state(spec.load_key)):
         log.info(f"reconcile: load {spec.load_key!r} has a repair its job left unfinished; finishing it first")
-        stored = ledger.state(spec.load_key).spec
-        run_full_load(reimport_spec(stored, spec.source, spec.target, spec.hash_salt), session)
+        run_full_load(_repair_spec(ch, ledger.state(spec.load_key).spec, spec), session)
     result = _compare(spec, session, ledger)
     stored = result.pop("stored_spec")
     if result["verdict"] == MISMATCH and spec.reimport:  # a shape mismatch is not repaired by shards
         log.info(f"reconcile: shards {result['mismatched']} mismatched; re-importing them")
-        repair = run_full_load(reimport_spec(stored, spec.source, spec.target, spec.hash_salt), session)
+        repair = run_full_load(_repair_spec(ch, stored, spec), session)
         before = {k: result[k] for k in ("verdict", "mismatched", "shards")}
         result = _compare(spec, session, ledger)
         result.pop("stored_spec")

@@ -316,6 +316,11 @@ class HistoryTable:
                 f"argMax({ch_ident(COMMIT_TIME)}, {version}) AS {ch_ident(VALID_FROM)} FROM {self.qualified} FINAL "
                 f"WHERE {where} GROUP BY {key} HAVING argMax({ch_ident(DELETED_COLUMN)}, {version}) = 0")
 
+    def newest_sql(self) -> tuple[list[str], str]:
+        """Each key's newest version, unless it is an absence: the columns that tell a row (the key,
+        then the values) and the SELECT giving them (core/clickhouse/history_snapshots.py)."""
+        return [*self.key, *self._values()], self._latest("1")
+
     def _values(self) -> list[str]:
         """The columns the views show beside the key: the copy's, not its derived or hidden ones."""
         return [m.name for m in self.schema.mappings() if m.name not in self.key]
@@ -488,7 +493,8 @@ class HistoryTable:
                 f"WHERE {ch_ident(VERSION_COLUMN)} < {below} ORDER BY {ch_ident(VERSION_COLUMN)} DESC, "
                 f"{ch_ident(DELETED_COLUMN)} LIMIT 1 BY {', '.join(ch_ident(k) for k in self.key)}")
 
-    def insert_select(self, ch, select: str, stamp: Stamp, params: dict | None = None) -> None:
+    def insert_select(self, ch, select: str, stamp: Stamp, params: dict | None = None,
+                      settings: dict | None = None) -> None:
         """INSERT INTO the history the rows of ``select`` — a SELECT of copy-shaped columns (the copy,
         its working table, a scratch table of its columns; its own values bound as ``{name:Type}``
         in ``params``) — with the write's ``stamp``, one value of each, bound (the names
@@ -498,8 +504,8 @@ class HistoryTable:
         clash = sorted(set(params or {}) & set(stamps))
         if clash:
             raise ValueError(f"history of {self.database}.{self.table}: parameter(s) {clash} are the stamps' own")
-        settings = WEIGHT_SETTINGS if self.weight else None
-        ch.command(sql, parameters={**(params or {}), **stamps}, settings=settings)
+        settings = {**(WEIGHT_SETTINGS if self.weight else {}), **(settings or {})}
+        ch.command(sql, parameters={**(params or {}), **stamps}, settings=settings or None)
 
     # --- schema changes --------------------------------------------------------------------------
 
@@ -531,7 +537,8 @@ def conflicts_sql(database: str, table: str, key: tuple[str, ...]) -> str:
 
 # what is not built yet, by the writer that would leave its history behind (docs/design/history-tables.md §5)
 NOT_YET = {"slice 3": "XA transactions, foreign-key cascades, TRUNCATE, schema changes, re-copies and the bootstrap",
-           "slice 4": "loads, repairs (the pipeline's verification, reconcile's re-import) and diffs"}
+           "slice 4": "a diff's apply whose new side is a ClickHouse table",
+           "slice 6": "tables without a primary key (multisets)"}
 
 
 def refuse_unwritten(history, table: str, write: str, later: str, error: type = ContentError) -> None:

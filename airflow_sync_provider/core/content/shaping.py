@@ -12,9 +12,9 @@ in its table comment (:func:`content_comment`), with a fingerprint of the salt, 
 a job asking for others is refused (:func:`check_same`).
 
 ``history`` (issue 61, docs/design/history-tables.md) is parsed, carried and kept like the other
-settings; only the CDC stream writes a history so far, and every other job refuses a table that
-asks for one (:func:`refuse_history`, from ``TableSchema.shaped``), so no copy gets a history with
-holes that looks complete.
+settings; a job whose path does not write a history yet refuses a table that asks for one
+(:func:`refuse_history`, from ``TableSchema.shaped``), so no copy gets a history with holes that
+looks complete.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from airflow_sync_provider.core.content.transforms import Transform
 
 ON_DELETE = ("delete", "keep")
 OPTIONS = ("transform", "row_filter", "on_delete", "history")
-HISTORY_OPTIONS = ("partition_by", "retention_days")
+HISTORY_OPTIONS = ("partition_by", "retention_days", "snapshots")
+SNAPSHOTS = ("changes", "all")  # what a load writes into a history: the rows it changes, or every row
 # a kept row's mark: when the source deleted it (its commit time, UTC); 0 while it lives
 DELETED_AT_SOURCE = "_deleted_at_source"
 
@@ -53,10 +54,13 @@ class HistorySettings:
     """A copy's history table, ``<table>_history`` (core/clickhouse/history.py): every version of every
     row. ``partition_by``: its PARTITION BY (default the month of the source's commit time,
     core/clickhouse/history.DEFAULT_PARTITION); ``retention_days``: versions older than this many days
-    (by commit time) expire (0: kept for ever)."""
+    (by commit time) expire (0: kept for ever); ``snapshots``: what a load (a write without a
+    binlog) adds, ``"changes"`` — the rows whose values the history's newest version lacks — or
+    ``"all"``, every row it read (a snapshot event per key per load)."""
 
     partition_by: str = ""
     retention_days: int = 0
+    snapshots: str = "changes"
 
     @classmethod
     def of(cls, value, where: str = "") -> "HistorySettings | None":
@@ -80,20 +84,25 @@ class HistorySettings:
         if isinstance(days, bool) or not isinstance(days, int) or days < 0:
             raise ContentError(f"{where}history retention_days={days!r}: give a whole number of days >= 1 "
                                "(or leave it out: kept for ever)")
-        return cls(partition_by.strip(), days)
+        snapshots = value.get("snapshots") or "changes"
+        if snapshots not in SNAPSHOTS:
+            raise ContentError(f"{where}history snapshots={snapshots!r}: give one of {list(SNAPSHOTS)}")
+        return cls(partition_by.strip(), days, snapshots)
 
     def to_dict(self) -> "dict | bool":
         """``True`` for the defaults, else the options that differ from them (the form :meth:`of` reads)."""
         out = {**({"partition_by": self.partition_by} if self.partition_by else {}),
-               **({"retention_days": self.retention_days} if self.retention_days else {})}
+               **({"retention_days": self.retention_days} if self.retention_days else {}),
+               **({"snapshots": self.snapshots} if self.snapshots != "changes" else {})}
         return out or True
 
 
 HISTORY_SUFFIX = "_history"  # a copy's history is <table>_history (core/clickhouse/history.py)
 # the paths that write a copy's history so far (issue 61, docs/design/history-tables.md §5): the CDC
-# stream's row changes (slice 2). Every other writer (loads, the bootstrap, re-copies, repairs,
-# diffs, XA staging, cascades, TRUNCATE and DDL) is refused for a copy with a history until its slice.
-HISTORY_WRITERS = ("cdc",)
+# stream's row changes (slice 2); a full load of one server's table, reconcile's re-import and the
+# snapshot diff's apply (slice 4). Every other writer (the bootstrap, re-copies, source groups, XA
+# staging, cascades, TRUNCATE and DDL) is refused for a copy with a history until its slice.
+HISTORY_WRITERS = ("cdc", "load", "reconcile", "diff")
 
 
 def refuse_history(content: "Content", table: str, writer: str = "") -> None:
@@ -104,11 +113,12 @@ def refuse_history(content: "Content", table: str, writer: str = "") -> None:
     only reads) pass ``writer="cdc"``. A slice that makes a path write history adds it to
     :data:`HISTORY_WRITERS`."""
     if HistorySettings.of(content.history) is not None and writer not in HISTORY_WRITERS:
-        raise ContentError(f"table {table}: history tables are written only by the CDC stream so far (issue 61): "
-                           "loads, bootstraps (a pipeline's new tables and re-copies among them), repairs and diffs "
-                           "do not write them yet. A pipeline keeps a history of a copy it already follows "
-                           "(history=True on the apply job begins it from the copy as it is); leave history out of "
-                           "this job's content settings")
+        raise ContentError(f"table {table}: history tables are written so far by the CDC stream, full loads of one "
+                           "server's table, reconcile's re-import and the snapshot diff's apply (issue 61): this job "
+                           "(a CDC bootstrap or re-copy, or a source group's load, diff or reconciliation) does not "
+                           "write them yet. Nothing was written. Load the table with a full load instead (a pipeline "
+                           "following a copy keeps its history from there), or leave history out of this job's "
+                           "content settings")
 
 
 @dataclass(frozen=True)
@@ -248,9 +258,10 @@ def check_same(table: str, requested: Content, salt: bytes, comment: str) -> Non
     # a job that writes no history (a load, a bootstrap, a re-import, a diff) into a copy that keeps one
     if have != requested and have.history and not requested.history and \
             dataclasses.replace(have, history=None) == requested:
-        raise ContentError(f"table {table}: its copy keeps a history ({table}{HISTORY_SUFFIX}), which this job does "
-                           "not write (issue 61: only the CDC stream writes one so far); it would change the copy "
-                           "behind the history's back, so it stops before writing anything")
+        raise ContentError(f"table {table}: its copy keeps a history ({table}{HISTORY_SUFFIX}), which this job's "
+                           "content settings leave out; it would change the copy behind the history's back, so it "
+                           "stops before writing anything. Ask for the copy's history settings (history=...): the "
+                           "CDC stream, full loads, reconcile's re-import and the diff's apply write it (issue 61)")
     if have != requested:
         raise ContentError(f"table {table}: the copy holds {have.describe()} but this job asks for "
                            f"{requested.describe()}; change a copy's content with airflow-sync reshape (or drop "
