@@ -324,17 +324,19 @@ class HistoryTable:
         then the values) and the SELECT giving them (core/clickhouse/history_snapshots.py)."""
         return [*self.key, *self._values()], self._latest("1")
 
-    def newest_in_sql(self, where: str) -> str:
+    def newest_in_sql(self, where: str, below: str = "") -> str:
         """Each key's newest version passing ``where`` (a shard's predicate on the copy's columns, as
         on the copy: on the newest), unless it is an absence; the copy's columns by name, the split
         weight among them. Only the keys of which some version passes ``where`` are grouped (a
-        shard's worth, not the whole history; a key whose split value changed has one)."""
+        shard's worth, not the whole history; a key whose split value changed has one). ``below``: as
+        of that version (a bound parameter), the versions at or above it left out."""
         keys, version = self.key_sql(), ch_ident(VERSION_COLUMN)
+        at = f" AND {version} < {below}" if below else ""
         values = [f"tupleElement(argMax(tuple({ch_ident(c)}), {version}), 1) AS {ch_ident(c)}"
                   for c in self.data_columns() if c not in self.key]
         return (f"SELECT * FROM (SELECT {', '.join([keys, *values])}, argMax({ch_ident(DELETED_COLUMN)}, {version}) "
                 f"AS airflow_sync_gone FROM {self.qualified} FINAL WHERE ({keys}) IN (SELECT {keys} FROM "
-                f"{self.qualified} WHERE {where}) GROUP BY {keys}) WHERE airflow_sync_gone = 0 AND ({where})")
+                f"{self.qualified} WHERE {where}){at} GROUP BY {keys}) WHERE airflow_sync_gone = 0 AND ({where})")
 
     def _values(self) -> list[str]:
         """The columns the views show beside the key: the copy's, not its derived or hidden ones."""

@@ -88,6 +88,21 @@ def latest(ch, history: HistoryTable, where: str, params: dict) -> tuple[tuple[i
     return (row[0], row[1]), (row[2], row[3])
 
 
+def latest_at(ch, history: HistoryTable, where: str, params: dict, at: int) -> tuple[int, int, int]:
+    """The rolling verification's look at a slice ``where`` as of version ``at`` (a snapshot's S):
+    (rows, checksum) of each key's newest version below ``at``, the keys with a version at or
+    above it set aside (changed since S, as the copy's are: spark/cdc_slices.copy_at), and the
+    number of keys in the slice with two different rows at one version no repair answers."""
+    hashed = f"toUInt128({ch_row_hash(history.schema.mappings())})"
+    keys, aside = history.key_sql(), "airflow_sync_at"
+    newest = history.newest_in_sql(where, f"{{{aside}:UInt64}}")
+    conflicted = f"(SELECT count() FROM ({unresolved_keys_sql(history, where)}))"
+    sql = (f"SELECT count(), ifNull(sum({hashed}), 0), {conflicted} FROM ({newest}) WHERE ({keys}) NOT IN "
+           f"(SELECT {keys} FROM {history.qualified} WHERE {ch_ident(VERSION_COLUMN)} >= {{{aside}:UInt64}})")
+    row = ch.query(sql, parameters={**params, aside: int(at)}).result_rows[0]
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 def latest_examples(ch, history: HistoryTable, where: str, params: dict, limit: int = EXAMPLES) -> list:
     """A few keys of the shard whose newest history version and copy row differ (values or
     presence): [(key…), …]."""
