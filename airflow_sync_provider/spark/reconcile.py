@@ -248,7 +248,7 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
     stored, review = result.pop("stored_spec"), result.pop("history_review", None)
     if result["verdict"] == MISMATCH and spec.reimport:  # a shape mismatch is not repaired by shards
         before = {k: result[k] for k in ("verdict", "mismatched", "shards", "history") if k in result}
-        more = {}
+        more = {"reimported": {"repaired": [], "rows": 0, "seconds": 0.0, "warnings": []}}
         if review is not None:  # a range counted wrong: recorded as a hole (the binlog is not read again)
             review.record_holes(HistoryLedger(ch, ledger.database), result["table"],
                                 f"reconcile of load {spec.load_key!r}")
