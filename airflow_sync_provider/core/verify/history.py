@@ -77,9 +77,9 @@ def latest_sql(history: HistoryTable, where: str) -> str:
     """One row: (copy rows, copy checksum, history rows, history checksum) of the shard ``where``."""
     hashed = f"toUInt128({ch_row_hash(history.schema.mappings())})"
     copy = ch_table(history.database, history.table)
-    return (f"SELECT * FROM (SELECT count(), ifNull(sum({hashed}), 0) FROM {copy} FINAL "
-            f"WHERE {live_copy_where(history, where)}) AS _copy, (SELECT count(), ifNull(sum({hashed}), 0) "
-            f"FROM ({history.newest_in_sql(where)})) AS _history")
+    return (f"SELECT c_rows, c_sum, h_rows, h_sum FROM (SELECT count() AS c_rows, ifNull(sum({hashed}), 0) AS c_sum "
+            f"FROM {copy} FINAL WHERE {live_copy_where(history, where)}) AS _copy, (SELECT count() AS h_rows, "
+            f"ifNull(sum({hashed}), 0) AS h_sum FROM ({history.newest_in_sql(where)})) AS _history")
 
 
 def latest(ch, history: HistoryTable, where: str, params: dict) -> tuple[tuple[int, int], tuple[int, int]]:
