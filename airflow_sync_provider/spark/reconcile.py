@@ -205,7 +205,7 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
             **({"ttl_window": window.describe()} if window else {})}
 
 
-def _review(ledger: Ledger, history: HistoryTable, predicates: dict, state: LoadState) -> Review | None:
+def _review(ledger: Ledger, history: HistoryTable, predicates: dict, state: LoadState) -> Review:
     """The copy's history checked (core/verify/history.py) over the load's shards, and gap-free for
     each pipeline following the copy. A period load's shards name the copy's partitions, not the
     history's: its history is checked for conflicts and gaps only."""
