@@ -560,8 +560,8 @@ def conflicts_found_sql(history: HistoryTable, where: str = "1") -> str:
              f"FROM {history.qualified} FINAL WHERE {where} GROUP BY {keys}, {version} HAVING airflow_sync_rows > 1")
     repaired = (f"SELECT {keys}, max({version}) AS airflow_sync_repaired FROM {history.qualified} "
                 f"WHERE {ch_ident(EVENT)} = 'repair' AND ({keys}) IN (SELECT {keys} FROM ({found})) GROUP BY {keys}")
-    return (f"SELECT {keys}, airflow_sync_version, airflow_sync_rows, airflow_sync_repaired FROM ({found}) "
-            f"LEFT JOIN ({repaired}) USING ({keys}) ORDER BY {keys}, airflow_sync_version")
+    return (f"SELECT {keys}, airflow_sync_version, airflow_sync_rows, airflow_sync_repaired FROM ({found}) AS _found "
+            f"LEFT JOIN ({repaired}) AS _repaired USING ({keys}) ORDER BY {keys}, airflow_sync_version")
 
 
 def unresolved_keys_sql(history: HistoryTable, where: str = "1") -> str:

@@ -110,8 +110,8 @@ def latest_examples(ch, history: HistoryTable, where: str, params: dict, limit: 
     copy = ch_table(history.database, history.table)
     a, b = "airflow_sync_copy", "airflow_sync_history"
     sql = (f"SELECT {keys} FROM (SELECT {keys}, {hashed} AS {a} FROM {copy} FINAL "
-           f"WHERE {live_copy_where(history, where)}) FULL OUTER JOIN (SELECT {keys}, {hashed} AS {b} "
-           f"FROM ({history.newest_in_sql(where)})) USING ({keys}) WHERE {a} != {b} ORDER BY {keys} "
+           f"WHERE {live_copy_where(history, where)}) AS _copy FULL OUTER JOIN (SELECT {keys}, {hashed} AS {b} "
+           f"FROM ({history.newest_in_sql(where)})) AS _history USING ({keys}) WHERE {a} != {b} ORDER BY {keys} "
            f"LIMIT {int(limit)}")
     # join_use_nulls 0 (the default): a side without the key gives its hash as 0
     return [r[0] if len(r) == 1 else tuple(r) for r in ch.query(sql, parameters=params).result_rows]
