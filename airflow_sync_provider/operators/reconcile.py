@@ -23,7 +23,7 @@ def _why(result: dict) -> str:
         return (f"the copy's shape no longer matches the source ({'; '.join(result['shape']['problems'])}); "
                 f"{result['remedy']}")
     history = result.get("history") or {}
-    if history and not history["ok"]:  # core/verify/history.py: which of its three checks failed
+    if history and not history["ok"]:  # core/cdc/history_checks.py: which of its three checks failed
         failed = [f"{check} ({history[check]['faults']} fault(s))" for check in ("latest", "conflicts")
                   if history[check]["faults"]]
         failed += [f"gaps of pipeline {p!r} ({g['faults']})" for p, g in history["gaps"].items() if g["faults"]]

@@ -38,6 +38,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from airflow_sync_provider.core.cdc.history_checks import gaps, record_holes
 from airflow_sync_provider.core.cdc.history_ledger import HistoryLedger
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.clickhouse.client import client
@@ -47,7 +48,6 @@ from airflow_sync_provider.core.positions import (
     BinlogError,
     BinlogPosition,
 )
-from airflow_sync_provider.core.verify.history import gaps, record_holes
 from airflow_sync_provider.spark.cdc_run import VerifiedRun
 from airflow_sync_provider.spark.cdc_slices import (
     MAX_SET_ASIDE,
@@ -269,7 +269,7 @@ class Verifier:
 
     def _gaps(self, check: TableCheck, history) -> list:
         """At a pass's last slice, the gap-free check of the table's history against what this
-        pipeline recorded writing (core/verify/history.gaps): a range counted wrong is recorded as a
+        pipeline recorded writing (core/cdc/history_checks.gaps): a range counted wrong is recorded as a
         hole with its reason (the binlog is not read again; the slices' looks repair the keys whose
         newest version is wrong). Returns the holes recorded."""
         ledger = HistoryLedger(self.ch, self.spec.ledger_database)

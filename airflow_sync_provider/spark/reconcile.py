@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
 from airflow_sync_provider.core.cdc.followers import following
+from airflow_sync_provider.core.cdc.history_checks import Review, review
 from airflow_sync_provider.core.cdc.history_ledger import HistoryLedger
 from airflow_sync_provider.core.clickhouse.client import client, shared_client
 from airflow_sync_provider.core.clickhouse.described import copy_content, kept_rows
@@ -35,7 +36,6 @@ from airflow_sync_provider.core.source.schema import TableSchema
 from airflow_sync_provider.core.specfile import reimport_group_spec, reimport_spec
 from airflow_sync_provider.core.sql import ch_ident
 from airflow_sync_provider.core.typemap import MySQLColumn
-from airflow_sync_provider.core.verify.history import Review, review
 from airflow_sync_provider.core.verify.reconcile import (
     MISMATCH,
     OK,
@@ -206,7 +206,7 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
 
 
 def _review(ledger: Ledger, history: HistoryTable, predicates: dict, state: LoadState) -> Review:
-    """The copy's history checked (core/verify/history.py) over the load's shards, and gap-free for
+    """The copy's history checked (core/cdc/history_checks.review) over the load's shards, and gap-free for
     each pipeline following the copy. A period load's shards name the copy's partitions, not the
     history's: its history is checked for conflicts and gaps only."""
     pipelines = following(Checkpoints(ledger.ch, ledger.database), state.target_table)
