@@ -210,14 +210,15 @@ def copy_at(ch, check: TableCheck, slice_id: int, position: BinlogPosition) -> t
     return (int(row[0]), int(row[1])), [tuple(k) for k in row[2]]
 
 
-def history_look(ch, history: HistoryTable, check: TableCheck, slice_id: int, position: BinlogPosition) -> tuple:
+def history_look(ch, history: HistoryTable, check: TableCheck, slice_id: int, position: BinlogPosition,
+                 set_aside: list[tuple]) -> tuple:
     """The history's side of a look (core/verify/history.latest_at): its newest versions in the
-    slice at ``position`` (rows, checksum; the keys changed since set aside, as the copy's), and its
-    keys there with two different rows at one version, unanswered."""
+    slice at ``position`` (rows, checksum; the copy's keys ``set_aside`` left out), and its keys
+    there with two different rows at one version, unanswered."""
     where, params = check.predicate(slice_id)
     if check.window:  # as the copy's: only the rows no TTL merge can have expired
         where = f"({where}) AND {check.window.ch_sql()}"
-    return latest_at(ch, history, where, params, int(position.version()))
+    return latest_at(ch, history, where, params, int(position.version()), set_aside)
 
 
 def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_id: int) -> int:

@@ -255,7 +255,7 @@ class Verifier:
         self.mysql_seconds += time.monotonic() - began
         look = Look(name, slice_id, snapshot.position, source, copy, len(set_aside), began=snapshot.began)
         if route.history is not None:  # checked like the copy; a slice repair writes its events
-            look.history = history_look(self.ch, route.history, check, slice_id, snapshot.position)
+            look.history = history_look(self.ch, route.history, check, slice_id, snapshot.position, set_aside)
         if look.equal:
             self.strikes.pop(key, None)
             return look

@@ -33,16 +33,17 @@ STREAM_VIAS = ("binlog", "xa", "cascade", "ddl")
 
 
 def counted_sql(history: HistoryTable, ledger: HistoryLedger) -> str:
-    """Per batch record of ``history_applied`` (pipeline {p:String}, source table {t:String}): the
-    distinct (key, version) rows the stream wrote in its range and the sum of their versions. A
-    row in no record's range counts under from_version 0 (ASOF: each row under the record that
-    starts at or below it; ``to_version`` tells whether it lies inside)."""
+    """Per batch record of ``history_applied`` (pipeline {p:String}, source table {t:String}) ending
+    at or below {upto:UInt64}: the distinct (key, version) rows the stream wrote in its range and
+    the sum of their versions, rows below ``upto`` only. A row in no record's range counts under
+    from_version 0 (ASOF: each row under the record that starts at or below it; ``to_version``
+    tells whether it lies inside)."""
     keys, version = history.key_sql(), ch_ident(VERSION_COLUMN)
     vias = ", ".join(f"'{v}'" for v in STREAM_VIAS)
     rows = (f"SELECT DISTINCT {keys}, {version} AS v, toUInt8(1) AS j FROM {history.qualified} "
-            f"WHERE {ch_ident(VIA)} IN ({vias})")
+            f"WHERE {ch_ident(VIA)} IN ({vias}) AND {version} < {{upto:UInt64}}")
     records = (f"SELECT toUInt8(1) AS j, from_version, to_version FROM {ledger.table('history_applied')} FINAL "
-               "WHERE pipeline = {p:String} AND source_table = {t:String}")
+               "WHERE pipeline = {p:String} AND source_table = {t:String} AND to_version <= {upto:UInt64}")
     return (f"SELECT if(h.v < r.to_version, r.from_version, 0) AS start, count(), sum(toUInt128(h.v)) "
             f"FROM ({rows}) AS h ASOF LEFT JOIN ({records}) AS r ON h.j = r.j AND h.v >= r.from_version "
             "GROUP BY start")
@@ -52,11 +53,15 @@ def gaps(ch, history: HistoryTable, ledger: HistoryLedger, pipeline: str, source
     """The stream's records of ``source_table`` against the history's rows in their ranges: a record
     counted low (a version missing) or high / off in its sum (a version too many), stream rows in
     no record's range, and the breaks between records no hole explains. A record inside a
-    recorded hole is explained (a note)."""
+    recorded hole is explained (a note). A running pipeline writes a batch's rows, then its record:
+    the records are read first, and only the rows below the last one's end are counted (the rows
+    of a batch whose record is not written yet are no gap)."""
     finding = Finding(f"{history.database}.{history.table}", GAPS)
+    records = ledger.applied(pipeline, source_table)
     holes = ledger.ranges(pipeline, source_table, HOLE)
+    upto = max((r.to_version for r in records), default=0)
     counted = {int(s): (int(n), int(total)) for s, n, total in ch.query(
-        counted_sql(history, ledger), parameters={"p": pipeline, "t": source_table}).result_rows}
+        counted_sql(history, ledger), parameters={"p": pipeline, "t": source_table, "upto": upto}).result_rows}
 
     def fault(example: dict, what: str = "") -> None:
         finding.faults += 1
@@ -65,7 +70,7 @@ def gaps(ch, history: HistoryTable, ledger: HistoryLedger, pipeline: str, source
         if what:
             finding.ranges.append((example["from_version"], example["to_version"], what))
 
-    for record in ledger.applied(pipeline, source_table):
+    for record in records:
         found = counted.pop(record.from_version, (0, 0))
         if found == (record.rows, record.version_sum):
             continue

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN
+from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN
 from airflow_sync_provider.core.clickhouse.history import HistoryTable, conflicts_found_sql, unresolved_keys_sql
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
 from airflow_sync_provider.core.sql import ch_ident, ch_table
@@ -81,18 +81,23 @@ def latest(ch, history: HistoryTable, where: str, params: dict) -> tuple[tuple[i
     return (row[0], row[1]), (row[2], row[3])
 
 
-def latest_at(ch, history: HistoryTable, where: str, params: dict, at: int) -> tuple[int, int, int]:
+def latest_at(ch, history: HistoryTable, where: str, params: dict, at: int, set_aside: list) -> tuple[int, int, int]:
     """The rolling verification's look at a slice ``where`` as of version ``at`` (a snapshot's S):
-    (rows, checksum) of each key's newest version below ``at``, the keys with a version at or
-    above it set aside (changed since S, as the copy's are: spark/cdc_slices.copy_at), and the
-    number of keys in the slice with two different rows at one version no repair answers."""
+    (rows, checksum) of each key's newest version below ``at`` but the keys ``set_aside`` (the ones
+    the copy's read found changed at or after S: spark/cdc_slices.copy_at; the same keys as the
+    source leaves out, though the stream has gone on since), and the number of keys in the slice
+    with two different rows at one version no repair answers. The history holds every version
+    below S once the stream has passed S (its rows are written before the checkpoint moves)."""
     hashed = f"toUInt128({ch_row_hash(history.schema.mappings())})"
-    keys, aside = history.key_sql(), "airflow_sync_at"
-    newest = history.newest_in_sql(where, f"{{{aside}:UInt64}}")
+    keys, at_name = history.key_sql(), "airflow_sync_at"
+    types = {m.name: m.ch_type for m in history.schema.mappings()}
+    aside = f"{{airflow_sync_aside:Array(Tuple({', '.join(types[k] for k in history.key)}))}}"
+    newest = history.newest_in_sql(where, f"{{{at_name}:UInt64}}")
     conflicted = f"(SELECT count() FROM ({unresolved_keys_sql(history, where)}))"
-    sql = (f"SELECT count(), ifNull(sum({hashed}), 0), {conflicted} FROM ({newest}) WHERE ({keys}) NOT IN "
-           f"(SELECT {keys} FROM {history.qualified} WHERE {ch_ident(VERSION_COLUMN)} >= {{{aside}:UInt64}})")
-    row = ch.query(sql, parameters={**params, aside: int(at)}).result_rows[0]
+    sql = (f"SELECT count(), ifNull(sum({hashed}), 0), {conflicted} FROM ({newest}) "
+           f"WHERE NOT has({aside}, tuple({keys}))")
+    row = ch.query(sql, parameters={**params, at_name: int(at),
+                                    "airflow_sync_aside": [tuple(k) for k in set_aside]}).result_rows[0]
     return int(row[0]), int(row[1]), int(row[2])
 
 
