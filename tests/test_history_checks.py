@@ -219,3 +219,34 @@ def test_a_damaged_history_is_found_by_reconcile_and_the_verification_and_repair
         assert again["verdict"] == "ok" and again["history"]["ok"], again["history"]
         if kind == "conflict":
             assert again["history"]["conflicts"]["notes"], again["history"]  # resolved, both rows kept
+
+
+def test_a_copy_that_keeps_deletes_passes_its_history_checks_and_a_kept_row_made_live_in_the_history_fails(
+        mysql_conn, ch, endpoints, spark):
+    """on_delete="keep" (full loads, no pipeline): the rows the copy keeps after their delete are
+    absences in the history and left out of both sides; a kept key written live again into the
+    history is found, and the re-import writes its ``repair`` delete (the copy had it right)."""
+    table = "kept"
+    recreate_tables(mysql_conn, DB, f"CREATE TABLE {DB}.{table} (id INT PRIMARY KEY, v INT NOT NULL, "
+                                    "note VARCHAR(20) NULL)")
+    for suffix in ("_asof", "_asof_time", "_scd2", "_history", ""):
+        ch.command(f"DROP TABLE IF EXISTS {TARGET}.{table}{suffix}")
+    _sql(mysql_conn, f"INSERT INTO {DB}.{table} SELECT seq, seq, CONCAT('n', seq) FROM {DB}.seq_1_to_30")
+    key = f"{DB}.{table}.kept"
+    spec = FullLoadSpec(sources=one_server(endpoints[0]), target=endpoints[1], source_database=DB, source_table=table,
+                        target_database=TARGET, target_table=table, load_key=key, channels=1, split_factor=2,
+                        tableset=TableSet(content={"history": True, "on_delete": "keep"}))
+    run_full_load(spec, spark)
+    _sql(mysql_conn, f"DELETE FROM {DB}.{table} WHERE id IN (4, 17)", f"UPDATE {DB}.{table} SET v = -v WHERE id = 5")
+    run_full_load(spec, spark)
+    assert ch.command(f"SELECT count() FROM {TARGET}.{table} FINAL WHERE _deleted_at_source > 0") == 2
+    checked = _reconcile(endpoints, spark, key)
+    assert checked["verdict"] == "ok" and checked["history"]["ok"] and checked["history"]["gaps"] == {}, checked
+    h = f"{TARGET}.{table}_history"
+    ch.command(f"ALTER TABLE {h} UPDATE _deleted = 0 WHERE id = 4 AND _deleted = 1 SETTINGS mutations_sync = 2")
+    checked = _reconcile(endpoints, spark, key)
+    assert checked["verdict"] == "mismatch" and checked["history"]["latest"]["examples"][0]["keys"] == [4], checked
+    result = _reconcile(endpoints, spark, key, reimport=True)
+    assert result["verdict"] == "ok" and result["history"]["ok"], result
+    assert ch.query(f"SELECT toString(_event), _deleted FROM {h} FINAL WHERE id = 4 AND _via = 'reconcile'"
+                    ).result_rows == [("repair", 1)]
