@@ -35,13 +35,15 @@ STREAM_VIAS = ("binlog", "xa", "cascade", "ddl")
 def counted_sql(history: HistoryTable, ledger: HistoryLedger) -> str:
     """Per batch record of ``history_applied`` (pipeline {p:String}, source table {t:String}) ending
     at or below {upto:UInt64}: the distinct (key, version) rows the stream wrote in its range and
-    the sum of their versions, rows below ``upto`` only. A row in no record's range counts under
+    the sum of their versions, rows below ``upto`` and outside the recorded holes ({hole_from},
+    {hole_to}: what a hole explains is not counted) only. A row in no record's range counts under
     from_version 0 (ASOF: each row under the record that starts at or below it; ``to_version``
     tells whether it lies inside)."""
     keys, version = history.key_sql(), ch_ident(VERSION_COLUMN)
     vias = ", ".join(f"'{v}'" for v in STREAM_VIAS)
     rows = (f"SELECT DISTINCT {keys}, {version} AS v, toUInt8(1) AS j FROM {history.qualified} "
-            f"WHERE {ch_ident(VIA)} IN ({vias}) AND {version} < {{upto:UInt64}}")
+            f"WHERE {ch_ident(VIA)} IN ({vias}) AND {version} < {{upto:UInt64}} AND NOT arrayExists((f, t) -> "
+            f"{version} >= f AND {version} < t, {{hole_from:Array(UInt64)}}, {{hole_to:Array(UInt64)}})")
     records = (f"SELECT toUInt8(1) AS j, from_version, to_version FROM {ledger.table('history_applied')} FINAL "
                "WHERE pipeline = {p:String} AND source_table = {t:String} AND to_version <= {upto:UInt64}")
     return (f"SELECT if(h.v < r.to_version, r.from_version, 0) AS start, count(), sum(toUInt128(h.v)) "
@@ -61,7 +63,9 @@ def gaps(ch, history: HistoryTable, ledger: HistoryLedger, pipeline: str, source
     holes = ledger.ranges(pipeline, source_table, HOLE)
     upto = max((r.to_version for r in records), default=0)
     counted = {int(s): (int(n), int(total)) for s, n, total in ch.query(
-        counted_sql(history, ledger), parameters={"p": pipeline, "t": source_table, "upto": upto}).result_rows}
+        counted_sql(history, ledger), parameters={"p": pipeline, "t": source_table, "upto": upto,
+                                                  "hole_from": [h.from_version for h in holes],
+                                                  "hole_to": [h.to_version for h in holes]}).result_rows}
 
     def fault(example: dict, what: str = "") -> None:
         finding.faults += 1
