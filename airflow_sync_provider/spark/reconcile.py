@@ -26,6 +26,7 @@ from airflow_sync_provider.core.clickhouse.layout import stored
 from airflow_sync_provider.core.clickhouse.shards import shard_predicates
 from airflow_sync_provider.core.clickhouse.ttl import Window
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
+from airflow_sync_provider.core.content.shaping import stored as stored_content
 from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import LOAD_ABANDONED, LOAD_PUBLISHED, SHARD_MISMATCH, LoadState
@@ -150,7 +151,9 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
             return _shape_result(state, spec, shape, ledger)
         predicates = dict(zip((s.id for s in plan.shards),
                               shard_predicates(conn, ledger.ch, plan, schema, (database, table), state.spec)))
-    history = HistoryTable.of(ledger.ch, schema, database, table)
+    # the copy's comment, read with its shape, says whether it keeps a history (no query when not)
+    history = HistoryTable.of(ledger.ch, schema, database, table) if stored_content(shape.copy.comment)[0].history \
+        else None
     plain = predicates  # the history's shards: a kept delete is an absence there already
     kept = 0
     if schema.content.keep_deletes:  # rows the copy keeps after the source deleted them: counted apart
