@@ -81,3 +81,17 @@ def test_the_report_pages_escape_every_value_and_are_written_without_airflow(tmp
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('airflow', 'jinja2')))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert "'jinja2'" in loaded and "'airflow'" not in loaded, loaded
+
+
+def test_a_history_that_fails_its_checks_is_named_in_the_failure_and_in_xcom(tmp_path):
+    """A copy with a history (core/verify/history.py): the summary carries the checks, and a
+    mismatch of the history alone (no shard of the copy differs) says which check failed."""
+    failed = result("mismatch", [])
+    failed["history"] = {"table": "db.t", "ok": False, "latest": {"check": "latest", "faults": 0, "examples": [],
+                                                                  "notes": []},
+                         "conflicts": {"check": "conflicts", "faults": 1, "examples": [{"key": 3}], "notes": []},
+                         "gaps": {"p": {"check": "gaps", "faults": 2, "examples": [], "notes": []}}}
+    with pytest.raises(AirflowException, match=r"its history fails: conflicts \(1 fault\(s\)\), gaps of pipeline "
+                                               r"'p' \(2\)"):
+        op("fail", tmp_path).summarize(failed)
+    assert op("warn", tmp_path).summarize(failed)["history"]["conflicts"]["faults"] == 1

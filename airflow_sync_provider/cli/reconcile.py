@@ -76,6 +76,12 @@ def _print_verdicts(result: dict, tables: list[dict]) -> None:
                   f"{one['reimported']['rows']:,} rows into them")
             for warning in one["reimported"].get("warnings") or []:
                 print(f"note: {warning}")
+        if one.get("history"):  # a copy that keeps a history: its three checks (core/verify/history.py)
+            history = one["history"]
+            faults = {c: history[c]["faults"] for c in ("latest", "conflicts")}
+            faults |= {f"gaps ({p})": g["faults"] for p, g in history["gaps"].items()}
+            print(f"history: {'ok' if history['ok'] else 'fails'}; faults {faults}"
+                  + (f"; holes recorded {len(one['history_holes'])}" if one.get("history_holes") else ""))
         if one["verdict"] == SHAPE_MISMATCH:
             print(f"verdict: {SHAPE_MISMATCH}: {'; '.join(one['shape']['problems'])}; {one['remedy']}; "
                   f"report {one['report']}")

@@ -22,6 +22,12 @@ def _why(result: dict) -> str:
     if result["verdict"] == SHAPE_MISMATCH:
         return (f"the copy's shape no longer matches the source ({'; '.join(result['shape']['problems'])}); "
                 f"{result['remedy']}")
+    history = result.get("history") or {}
+    if history and not history["ok"]:  # core/cdc/history_checks.py: which of its three checks failed
+        failed = [f"{check} ({history[check]['faults']} fault(s))" for check in ("latest", "conflicts")
+                  if history[check]["faults"]]
+        failed += [f"gaps of pipeline {p!r} ({g['faults']})" for p, g in history["gaps"].items() if g["faults"]]
+        return f"shards {result['mismatched']} do not match; its history fails: {', '.join(failed)}"
     return f"shards {result['mismatched']} do not match"
 
 
@@ -127,6 +133,8 @@ class ReconcileOperator(SparkJobOperator):
         report = write_report(result, self.report_dir)
         self.log.info("Report: %s", report)
         summary = {k: result[k] for k in ("load_key", "generation", "verdict", "mismatched", "checksum")}
+        if "history" in result:  # a copy that keeps a history: its checks (core/verify/history.py)
+            summary["history"] = result["history"]
         summary["report"] = report
         for note in (result.get("shape") or {}).get("notes", []):
             self.log.info("%s → %s: %s", result["table"], result["target"], note)

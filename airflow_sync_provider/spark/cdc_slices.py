@@ -41,6 +41,7 @@ from airflow_sync_provider.core.source.planning import (
 from airflow_sync_provider.core.source.schema import TableNotFound, TableSchema, table_rows
 from airflow_sync_provider.core.source.weights import SPLIT_WEIGHT_COLUMN, NotComparable, needs_weight
 from airflow_sync_provider.core.sql import ch_ident, ch_table, mysql_ident
+from airflow_sync_provider.core.verify.history import latest_at
 from airflow_sync_provider.core.verify.reconcile import mysql_checksum_sql
 from airflow_sync_provider.core.verify.rowhash import ch_row_hash
 
@@ -207,6 +208,17 @@ def copy_at(ch, check: TableCheck, slice_id: int, position: BinlogPosition) -> t
                    f"groupArrayIf({MAX_SET_ASIDE + 1})({k}, {v} >= {at}) FROM ({places})",
                    parameters=params).result_rows[0]
     return (int(row[0]), int(row[1])), [tuple(k) for k in row[2]]
+
+
+def history_look(ch, history: HistoryTable, check: TableCheck, slice_id: int, position: BinlogPosition,
+                 set_aside: list[tuple]) -> tuple:
+    """The history's side of a look (core/verify/history.latest_at): its newest versions in the
+    slice at ``position`` (rows, checksum; the copy's keys ``set_aside`` left out), and its keys
+    there with two different rows at one version, unanswered."""
+    where, params = check.predicate(slice_id)
+    if check.window:  # as the copy's: only the rows no TTL merge can have expired
+        where = f"({where}) AND {check.window.ch_sql()}"
+    return latest_at(ch, history, where, params, int(position.version()), set_aside)
 
 
 def repair(spec: CdcApplySpec, ch, snapshot: Snapshot, check: TableCheck, slice_id: int) -> int:

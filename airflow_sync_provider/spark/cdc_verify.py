@@ -38,6 +38,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from airflow_sync_provider.core.cdc.history_checks import gaps, record_holes
+from airflow_sync_provider.core.cdc.history_ledger import HistoryLedger
 from airflow_sync_provider.core.cdc.tables import PipelineTable
 from airflow_sync_provider.core.clickhouse.client import client
 from airflow_sync_provider.core.clickhouse.described import column_types
@@ -53,6 +55,7 @@ from airflow_sync_provider.spark.cdc_slices import (
     TableCheck,
     copy_at,
     copy_columns,
+    history_look,
     plan_check,
     repair,
 )
@@ -79,10 +82,12 @@ class Look:
     repaired_rows: int = -1  # -1: not repaired (equal, or the look was given up)
     note: str = ""
     began: float = 0.0  # when its snapshot was taken
+    history: tuple = ()  # a copy that keeps one: its newest versions at S (rows, checksum), its keys in conflict
+    holes: list = field(default_factory=list)  # its history's ranges counted wrong at a pass's end, recorded
 
     @property
     def equal(self) -> bool:
-        return self.source == self.copy
+        return self.source == self.copy and (not self.history or self.history == (*self.source, 0))
 
 
 @dataclass
@@ -97,6 +102,7 @@ class Pass:
     repaired: int = 0
     rows_repaired: int = 0
     due: bool = False  # started because the table was due: not paced, only budgeted
+    history_holes: list = field(default_factory=list)  # its history's ranges counted wrong, recorded as holes
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -216,6 +222,9 @@ class Verifier:
             with self.run.writing:  # no DDL is followed meanwhile (a repair writes the copy's shape at S)
                 look = self._look(snapshot, check, slice_id)
             if look is not None:
+                route = self.run.stream.routes.get(name)
+                if slice_id == check.slices[-1] and route is not None and route.history is not None:
+                    look.holes = self._gaps(check, route.history)
                 looks.append(look)
         snapshot.sconn.rollback()
         return looks
@@ -245,6 +254,8 @@ class Verifier:
         source = snapshot.checksum(check, slice_id, set_aside)
         self.mysql_seconds += time.monotonic() - began
         look = Look(name, slice_id, snapshot.position, source, copy, len(set_aside), began=snapshot.began)
+        if route.history is not None:  # checked like the copy; a slice repair writes its events
+            look.history = history_look(self.ch, route.history, check, slice_id, snapshot.position, set_aside)
         if look.equal:
             self.strikes.pop(key, None)
             return look
@@ -255,6 +266,22 @@ class Verifier:
         self.run.checkpoints.fence()  # repairs write the copy: only under the lease
         look.repaired_rows = repair(self.spec, self.ch, snapshot, check, slice_id)
         return look
+
+    def _gaps(self, check: TableCheck, history) -> list:
+        """At a pass's last slice, the gap-free check of the table's history against what this
+        pipeline recorded writing (core/cdc/history_checks.gaps): a range counted wrong is recorded as a
+        hole with its reason (the binlog is not read again; the slices' looks repair the keys whose
+        newest version is wrong). Returns the holes recorded."""
+        ledger = HistoryLedger(self.ch, self.spec.ledger_database)
+        ledger.ensure()
+        found = gaps(self.ch, history, ledger, self.spec.pipeline, check.name)
+        if found.ok:
+            return []
+        self.run.checkpoints.fence()  # the ledger's ranges are written under the lease
+        holes = record_holes(ledger, self.spec.pipeline, check.name, found,
+                             f"pipeline {self.spec.pipeline!r}'s verification")
+        self.run.log(f"{check.name}: {found.describe()}; recorded as {len(holes)} hole(s) in its history's ranges")
+        return [dataclasses.asdict(h) for h in holes]
 
     def _paced(self) -> None:
         """Sleep as long as the budget asks: MySQL's hashing at most ``budget`` of one core."""
@@ -362,6 +389,7 @@ class Verifier:
                 f"{look.slice_id} after {LOOKS - 1} repairs; the copy may hold values the checksums cannot match "
                 "(see docs/cdc.md, Verification). A retry stops here again: re-bootstrap the table (restart=True)")
         current.position = current.position or look.position.to_dict()
+        current.history_holes += look.holes
         if look.repaired_rows >= 0:
             self.again.setdefault(look.table, set()).add(look.slice_id)
             current.mismatched.append(look.slice_id)
@@ -369,8 +397,10 @@ class Verifier:
             current.rows_repaired += look.repaired_rows
             table.repaired += 1
             self.run.totals.repaired_shards += 1
+            history = f", history {look.history[:2]} with {look.history[2]} key(s) in conflict" if look.history else ""
             self.run.log(f"{look.table} differed from the source at {look.position} in slice {look.slice_id} "
-                         f"(source {look.source}, copy {look.copy}); repaired ({look.repaired_rows:,} rows rewritten)")
+                         f"(source {look.source}, copy {look.copy}{history}); repaired ({look.repaired_rows:,} rows "
+                         "rewritten)")
             # the stream went on past S before the look began: a cascade into the slice's wrong
             # rows meanwhile missed them, and the repair wrote them back as at S
             pending = self.replays.get(table.name)
@@ -399,7 +429,8 @@ class Verifier:
         outcome = {"position": position.to_dict(), "started": current.started, "at": now,
                    "shards": current.slices, "mismatched": sorted(set(current.mismatched)),
                    "repaired_shards": current.repaired, "rows_repaired": current.rows_repaired,
-                   "seconds": round(now - current.started, 3)}
+                   "seconds": round(now - current.started, 3),
+                   **({"history_holes": current.history_holes} if current.history_holes else {})}
         table.verified = outcome
         table.verifications += 1
         table.verify_pass = Pass(now, current.slices).to_dict() if self.enabled else None

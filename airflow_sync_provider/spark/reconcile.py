@@ -15,12 +15,18 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from airflow_sync_provider.core.cdc.checkpoints import Checkpoints
+from airflow_sync_provider.core.cdc.followers import following
+from airflow_sync_provider.core.cdc.history_checks import Review, review
+from airflow_sync_provider.core.cdc.history_ledger import HistoryLedger
 from airflow_sync_provider.core.clickhouse.client import client, shared_client
 from airflow_sync_provider.core.clickhouse.described import copy_content, kept_rows
+from airflow_sync_provider.core.clickhouse.history import HistoryTable
 from airflow_sync_provider.core.clickhouse.layout import stored
 from airflow_sync_provider.core.clickhouse.shards import shard_predicates
 from airflow_sync_provider.core.clickhouse.ttl import Window
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE
+from airflow_sync_provider.core.content.shaping import stored as stored_content
 from airflow_sync_provider.core.jobspec import ReconcileSpec, copied_schema
 from airflow_sync_provider.core.ledger import Ledger
 from airflow_sync_provider.core.loads import LOAD_ABANDONED, LOAD_PUBLISHED, SHARD_MISMATCH, LoadState
@@ -145,6 +151,10 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
             return _shape_result(state, spec, shape, ledger)
         predicates = dict(zip((s.id for s in plan.shards),
                               shard_predicates(conn, ledger.ch, plan, schema, (database, table), state.spec)))
+    # the copy's comment, read with its shape, says whether it keeps a history (no query when not)
+    history = HistoryTable.of(ledger.ch, schema, database, table) if stored_content(shape.copy.comment)[0].history \
+        else None
+    plain = predicates  # the history's shards: a kept delete is an absence there already
     kept = 0
     if schema.content.keep_deletes:  # rows the copy keeps after the source deleted them: counted apart
         live = f"{ch_ident(DELETED_AT_SOURCE)} = 0"
@@ -157,6 +167,7 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
     if window:  # a TTL'd copy (core/clickhouse/ttl.py): only the rows no merge can have expired are compared
         plan = window.narrowed(plan, schema.mappings())
         predicates = {i: (f"({where}) AND {window.ch_sql()}", params) for i, (where, params) in predicates.items()}
+        plain = {i: (f"({where}) AND {window.ch_sql()}", params) for i, (where, params) in plain.items()}
         log.info("reconcile %s → %s: TTL: compared the rows with %s (those nearer their expiry are not)",
                  state.source_table, state.target_table, window.describe())
     for note in shape.notes:
@@ -172,13 +183,14 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
     in_driver = sum(s.estimated_rows or 0 for s in plan.shards) <= driver_copy_limit(None, session)
     rows = run_channels(session, queues, lambda q, _: _check_shards(spec, state, plan, queries, predicates, q),
                         in_driver)
+    review = _review(ledger, history, plain, state) if history is not None else None
     report = []
     for row in sorted(rows, key=lambda r: r["shard_id"]):
         counters = state.shards.get(row["shard_id"])
         row |= {"records_read": counters.records_read if counters else None,
                 "records_written": counters.records_written if counters else None,
                 "records_failed": counters.records_failed if counters else None}
-        row["problems"] = shard_problems(row, counters)
+        row["problems"] = shard_problems(row, counters) + (review.shards.get(row["shard_id"], []) if review else [])
         report.append(row)
     mismatched = [r["shard_id"] for r in report if r["problems"]]
     for row in report:  # mismatched shards are marked so that a re-import takes them
@@ -186,13 +198,32 @@ def _compare(spec: ReconcileSpec, session, ledger: Ledger, merged: TableSchema |
             shard = state.shards[row["shard_id"]]
             shard.status, shard.error = SHARD_MISMATCH, "; ".join(row["problems"])
             ledger.write_shard(state.load_key, state.generation, shard)
-    verdict = MISMATCH if mismatched else OK
+    verdict = MISMATCH if mismatched or (review is not None and not review.ok) else OK
     ledger.write_reconciliation(state.load_key, state.generation, verdict, mismatched, spec.checksum, report)
     return {"load_key": state.load_key, "generation": state.generation, "table": state.source_table,
             "target": state.target_table, "verdict": verdict, "mismatched": mismatched, "checksum": spec.checksum,
             "shards": report, "shape": shape.to_dict(), "stored_spec": state.spec, "in_driver": in_driver,
             **({"kept": kept} if schema.content.keep_deletes else {}),
+            **({"history": review.to_dict(), "history_review": review} if review is not None else {}),
             **({"ttl_window": window.describe()} if window else {})}
+
+
+def _review(ledger: Ledger, history: HistoryTable, predicates: dict, state: LoadState) -> Review:
+    """The copy's history checked (core/cdc/history_checks.review) over the load's shards, and gap-free for
+    each pipeline following the copy. A period load's shards name the copy's partitions, not the
+    history's: its history is checked for conflicts and gaps only."""
+    pipelines = following(Checkpoints(ledger.ch, ledger.database), state.target_table)
+    if state.spec.get("partition_by"):
+        predicates = {}
+        log.info("reconcile %s: a period load: its history's newest versions are not compared (its shards are "
+                 "the copy's partitions)", state.target_table)
+    kept = HistoryLedger(ledger.ch, ledger.database)
+    if pipelines:
+        kept.ensure()
+    found = review(ledger.ch, history, predicates, kept, pipelines, state.source_table)
+    for problem in found.problems():
+        log.warning("reconcile %s → %s: %s", state.source_table, state.target_table, problem)
+    return found
 
 
 def _repair_spec(ch, stored: dict, spec: ReconcileSpec):
@@ -217,14 +248,22 @@ def run_reconcile(spec: ReconcileSpec, spark) -> dict:
         log.info(f"reconcile: load {spec.load_key!r} has a repair its job left unfinished; finishing it first")
         run_full_load(_repair_spec(ch, ledger.state(spec.load_key).spec, spec), session)
     result = _compare(spec, session, ledger)
-    stored = result.pop("stored_spec")
+    stored, review = result.pop("stored_spec"), result.pop("history_review", None)
     if result["verdict"] == MISMATCH and spec.reimport:  # a shape mismatch is not repaired by shards
-        log.info(f"reconcile: shards {result['mismatched']} mismatched; re-importing them")
-        repair = run_full_load(_repair_spec(ch, stored, spec), session)
-        before = {k: result[k] for k in ("verdict", "mismatched", "shards")}
+        before = {k: result[k] for k in ("verdict", "mismatched", "shards", "history") if k in result}
+        more = {"reimported": {"repaired": [], "rows": 0, "seconds": 0.0, "warnings": []}}
+        if review is not None:  # a range counted wrong: recorded as a hole (the binlog is not read again)
+            review.record_holes(HistoryLedger(ch, ledger.database), result["table"],
+                                f"reconcile of load {spec.load_key!r}")
+            more["history_holes"] = review.holes
+        if result["mismatched"]:
+            log.info(f"reconcile: shards {result['mismatched']} mismatched; re-importing them")
+            repair = run_full_load(_repair_spec(ch, stored, spec), session)
+            more["reimported"] = {k: repair[k] for k in ("repaired", "rows", "seconds", "warnings")}
         result = _compare(spec, session, ledger)
         result.pop("stored_spec")
-        result |= {"before": before, "reimported": {k: repair[k] for k in ("repaired", "rows", "seconds", "warnings")}}
+        result.pop("history_review", None)
+        result |= {"before": before, **more}
     return result | {"spark_started": session.started, "seconds": round(time.time() - started, 3)}
 
 

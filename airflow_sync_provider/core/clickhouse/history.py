@@ -227,6 +227,9 @@ class HistoryTable:
     def key(self) -> tuple[str, ...]:
         return self.schema.target_key
 
+    def key_sql(self) -> str:
+        return ", ".join(ch_ident(k) for k in self.key)
+
     def data_columns(self) -> list[str]:
         """The copy's columns a history row holds (writers write them), in order."""
         return [m.name for m in self.schema.mappings()] + ([SPLIT_WEIGHT_COLUMN] if self.weight else [])
@@ -320,6 +323,20 @@ class HistoryTable:
         """Each key's newest version, unless it is an absence: the columns that tell a row (the key,
         then the values) and the SELECT giving them (core/clickhouse/history_snapshots.py)."""
         return [*self.key, *self._values()], self._latest("1")
+
+    def newest_in_sql(self, where: str, below: str = "") -> str:
+        """Each key's newest version passing ``where`` (a shard's predicate on the copy's columns, as
+        on the copy: on the newest), unless it is an absence; the copy's columns by name, the split
+        weight among them. Only the keys of which some version passes ``where`` are grouped (a
+        shard's worth, not the whole history; a key whose split value changed has one). ``below``: as
+        of that version (a bound parameter), the versions at or above it left out."""
+        keys, version = self.key_sql(), ch_ident(VERSION_COLUMN)
+        at = f" AND {version} < {below}" if below else ""
+        values = [f"tupleElement(argMax(tuple({ch_ident(c)}), {version}), 1) AS {ch_ident(c)}"
+                  for c in self.data_columns() if c not in self.key]
+        return (f"SELECT * FROM (SELECT {', '.join([keys, *values])}, argMax({ch_ident(DELETED_COLUMN)}, {version}) "
+                f"AS airflow_sync_gone FROM {self.qualified} FINAL WHERE ({keys}) IN (SELECT {keys} FROM "
+                f"{self.qualified} WHERE {where}){at} GROUP BY {keys}) WHERE airflow_sync_gone = 0 AND ({where})")
 
     def _values(self) -> list[str]:
         """The columns the views show beside the key: the copy's, not its derived or hidden ones."""
@@ -533,6 +550,25 @@ def conflicts_sql(database: str, table: str, key: tuple[str, ...]) -> str:
     columns = ", ".join(ch_ident(c) for c in (*key, VERSION_COLUMN))
     return (f"SELECT {columns}, count() AS _rows FROM {ch_table(database, history_name(table))} FINAL "
             f"GROUP BY {columns} HAVING _rows > 1 ORDER BY {columns}")
+
+
+def conflicts_found_sql(history: HistoryTable, where: str = "1") -> str:
+    """(key…, version, rows, repaired_at) of each (key, version) holding different rows in the
+    history (rows passing ``where``), with the key's newest ``repair`` event's version (0: none)."""
+    keys, version = history.key_sql(), ch_ident(VERSION_COLUMN)
+    found = (f"SELECT {keys}, {version} AS airflow_sync_version, count() AS airflow_sync_rows "
+             f"FROM {history.qualified} FINAL WHERE {where} GROUP BY {keys}, {version} HAVING airflow_sync_rows > 1")
+    repaired = (f"SELECT {keys}, max({version}) AS airflow_sync_repaired FROM {history.qualified} "
+                f"WHERE {ch_ident(EVENT)} = 'repair' AND ({keys}) IN (SELECT {keys} FROM ({found})) GROUP BY {keys}")
+    return (f"SELECT {keys}, airflow_sync_version, airflow_sync_rows, airflow_sync_repaired FROM ({found}) AS _found "
+            f"LEFT JOIN ({repaired}) AS _repaired USING ({keys}) ORDER BY {keys}, airflow_sync_version")
+
+
+def unresolved_keys_sql(history: HistoryTable, where: str = "1") -> str:
+    """The keys (passing ``where``) with a conflict no later ``repair`` event of theirs answers."""
+    keys = history.key_sql()
+    return (f"SELECT DISTINCT {keys} FROM ({conflicts_found_sql(history, where)}) "
+            "WHERE airflow_sync_repaired <= airflow_sync_version")
 
 
 # what is not built yet, by the writer that would leave its history behind (docs/design/history-tables.md §5)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from airflow_sync_provider.core.clickhouse.columns import DELETED_COLUMN, VERSION_COLUMN
 from airflow_sync_provider.core.clickhouse.described import column_types
-from airflow_sync_provider.core.clickhouse.history import HistoryTable, Stamp
+from airflow_sync_provider.core.clickhouse.history import HistoryTable, Stamp, unresolved_keys_sql
 from airflow_sync_provider.core.content.shaping import DELETED_AT_SOURCE, HistorySettings
 from airflow_sync_provider.core.sql import ch_ident, ch_table
 
@@ -52,7 +52,10 @@ def write_published(ch, history: HistoryTable, rows: tuple[str, str], stamp: Sta
     rows with their ``_version``) are published into the copy in place of ``scopes``: into its
     history, the rows whose values the history's newest version of their key lacks (every row with
     ``snapshots="all"``), at their own versions; then a delete, at its scope's version, of each key
-    live in the copy there that the rows lack. ``stamp``: the write's (event, via, commit time)."""
+    live in the copy there that the rows lack. ``stamp``: the write's (event, via, commit time). A
+    ``repair`` also writes the rows of the keys whose history holds two different rows at one
+    version that no repair answers yet (core/verify/history.py): both stay, the source's value
+    goes above them."""
     ch.command(f"CREATE DATABASE IF NOT EXISTS {ch_ident(history.database)}")  # a first load's (it makes the copy's)
     history.create(ch)
     table = ch_table(*rows)
@@ -66,8 +69,10 @@ def write_published(ch, history: HistoryTable, rows: tuple[str, str], stamp: Sta
         keys = ", ".join(ch_ident(k) for k in history.key)
         # what the history holds already, and keys it holds a version of at or after this write's
         # reads (a change written since: the write's older row is no event to add beneath it)
-        select += (f" AND ({values}) NOT IN (SELECT {values} FROM ({newest}))"
-                   f" AND ({keys}) NOT IN (SELECT {keys} FROM {history.qualified} "
+        lacked = f"({values}) NOT IN (SELECT {values} FROM ({newest}))"
+        if stamp.event == "repair":  # a key with two rows at one version gets the source's value above them
+            lacked = f"({lacked} OR ({keys}) IN ({unresolved_keys_sql(history)}))"
+        select += (f" AND {lacked} AND ({keys}) NOT IN (SELECT {keys} FROM {history.qualified} "
                    f"WHERE {ch_ident(VERSION_COLUMN)} >= {lowest})")
     history.insert_select(ch, select, dataclasses.replace(stamp, deleted=0), settings=NULL_IN)
     keys = "(" + ", ".join(ch_ident(k) for k in history.key) + ")"
@@ -77,9 +82,14 @@ def write_published(ch, history: HistoryTable, rows: tuple[str, str], stamp: Sta
             break  # a first load: nothing vanished
         where = (f"({scope.where}) AND {_live(copy)} AND {ch_ident(VERSION_COLUMN)} < {{scope_version_{i}:UInt64}} "
                  f"AND {keys} NOT IN (SELECT {keys} FROM {table} WHERE {live})")
-        history.insert_select(ch, history.copy_rows_sql(where), dataclasses.replace(stamp, version=scope.version,
-                                                                                    deleted=1),
-                              {**scope.params, f"scope_version_{i}": scope.version})
+        deleted, params = dataclasses.replace(stamp, version=scope.version, deleted=1), \
+            {**scope.params, f"scope_version_{i}": scope.version}
+        history.insert_select(ch, history.copy_rows_sql(where), deleted, params)
+        if stamp.event == "repair":  # keys the history's newest holds live there that the rows lack (the copy not)
+            lacked = (f"{keys} NOT IN (SELECT {keys} FROM {table} WHERE {live}) AND {keys} NOT IN (SELECT {keys} "
+                      f"FROM {history.qualified} WHERE {ch_ident(VERSION_COLUMN)} >= {{scope_version_{i}:UInt64}})")
+            history.insert_select(ch, f"SELECT * FROM ({history.newest_in_sql(scope.where)}) WHERE {lacked}",
+                                  deleted, params)
 
 
 def _live(columns: dict) -> str:
