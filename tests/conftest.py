@@ -28,10 +28,11 @@ HEAVY_FIRST = ("test_spark_cluster.py",  # C 200
                "test_full_load_recovery.py",  # 50
                "test_cdc_recopy.py",  # W 45
                "test_layouts.py", "test_cli.py", "test_snapshot_diff.py", "test_source_groups.py",  # ~45 each
-               "test_history_loads.py",  # W 40
+               "test_history_loads.py", "test_history_checks.py",  # W 40, 35
                "test_cdc_lease.py", "test_reconcile.py", "test_full_load_job.py", "test_cdc_failover.py",  # ~30
                "test_type_domain.py", "test_cdc_schema_changes.py", "test_cdc_patterns.py",
-               "test_source_groups_cdc.py", "test_content_row_filter.py", "test_cdc_history.py")  # ~20; then the rest, under 15 s each
+               "test_source_groups_cdc.py", "test_content_row_filter.py",
+               "test_cdc_history.py")  # ~20; then the rest, under 15 s each
 
 
 def pytest_configure(config):
